@@ -1,0 +1,39 @@
+"""aiopdbp: asyncio PDBP (Pipe Dynamic Buffer Pool) for GPU-cluster communication.
+
+Named generalized processes (GPs) send messages and data streams to each other
+by name; a PipeManager per host routes them to local private pipes or over
+MPI; buffer pools coalesce and pace remote traffic.  See README.md.
+"""
+
+from __future__ import annotations
+
+from .codec import CDU, Kind, StreamOp
+from .errors import (
+    BarrierError,
+    BrokenResourceError,
+    ClosedResourceError,
+    DuplicateProcessError,
+    HandshakeError,
+    NoPipeError,
+    PDBPError,
+    ProtocolError,
+    StreamError,
+    TransportError,
+    UnknownProcessError,
+    WouldBlock,
+)
+from .node import Node, open_node, run
+from .pipes import Pipe, PipePool
+from .process import GP, Message
+from .streams import IncomingStream
+from .tables import NodeType, PType, Tables
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CDU", "GP", "BarrierError", "BrokenResourceError", "ClosedResourceError",
+    "DuplicateProcessError", "HandshakeError", "IncomingStream", "Kind", "Message", "NoPipeError",
+    "Node", "NodeType", "PDBPError", "PType", "Pipe", "PipePool", "ProtocolError", "StreamError",
+    "StreamOp", "Tables", "TransportError", "UnknownProcessError", "WouldBlock", "__version__",
+    "open_node", "run",
+]

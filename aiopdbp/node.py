@@ -1,0 +1,457 @@
+"""The node: one per host (MPI rank), owning the tables, pipes and PipeManager.
+
+``async with aiopdbp.open_node() as node`` starts a node: on a plain
+``python prog.py`` it is a single host whose GPs all live in this process;
+under ``mpiexec`` (or ``aiopdbp launch``) every rank opens one node and GPs on
+different ranks talk by name exactly as local ones do.
+
+Leaving the ``async with`` drains what was sent (every CDU in the public
+pipes is routed, every outgoing block handed to the transport), frees the
+GPs that are still registered, stops the PipeManager and closes the
+transport, so the loop ends with no pending task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator, Awaitable, Coroutine
+from typing import Any, TypeVar
+
+from .codec import CDU, Kind, StreamOp
+from .errors import BrokenResourceError, NoPipeError, UnknownProcessError, WouldBlock
+from .manager import PipeManager, Target
+from .pipes import Pipe, PipePool
+from .process import GP
+from .streams import IncomingStream, OutgoingStream, StreamMeta
+from .tables import NodeType, PType, Tables
+from .transport.base import Transport
+
+log = logging.getLogger("aiopdbp.node")
+T = TypeVar("T")
+
+
+class Node:
+    """One host of the PDBP system.
+
+    Parameters (all have defaults that suit a workstation):
+
+    ``pipe_capacity``
+        CDUs one private pipe holds before its senders wait (backpressure).
+    ``max_pipes``
+        size of the private pipe pool (PPS): bound GPs + live incoming streams.
+    ``stream_pipes``
+        size of the public stream-pipe group: concurrent outgoing streams.
+    ``stream_window``
+        CDUs a stream's bound pipe holds; also its reorder window.
+    ``allow_pickle``
+        allow arbitrary Python objects as payloads (pickle protocol 5).
+        **Trusted clusters only**: unpickling runs code chosen by the sender.
+    """
+
+    def __init__(self, transport: Transport | None = None, *, pipe_capacity: int = 1024,
+                 max_pipes: int = 65536, stream_pipes: int = 1024, stream_window: int = 16,
+                 allow_pickle: bool = False) -> None:
+        self.transport = transport
+        self.rank = transport.rank if transport is not None else 0
+        self.size = transport.size if transport is not None else 1
+        self.allow_pickle = allow_pickle
+        self.stream_window = stream_window
+        self.tables = Tables()
+        self.tables.subscribe(self._on_update)
+        self._pids = self.tables.by_name            # hot-path alias: name -> pid
+        self._targets: dict[int, Target] = {}       # pid -> where its CDUs go
+        self.pps = PipePool(pipe_capacity, max_pipes, label="pps")
+        self.cps_streams = PipePool(1 << 30, stream_pipes, first_id=1 << 20, label="cps")
+        self._public: Pipe[CDU] = Pipe(1 << 30, 0, "cps-msg")
+        self.manager = PipeManager(self)
+        self.manager.watch(self._public)
+        self._gps: dict[int, GP] = {}
+        self._ids = itertools.count(1)
+        self._snos = itertools.count(1)
+        self._streams_in: dict[tuple[int, int], IncomingStream] = {}
+        self._streams_out: dict[tuple[int, int], OutgoingStream] = {}
+        self._name_waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._bind_waiters: dict[int, list[asyncio.Future[None]]] = {}
+        self._started = False
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<Node {self.rank}/{self.size} gps={len(self._gps)}>"
+
+    # -- lifecycle --------------------------------------------------------------
+    async def start(self) -> None:
+        """Run the initialisation sequence and start routing.
+
+        Cancellation: a cancelled start leaves the node unstarted; call
+        ``aclose()`` to release what was set up.
+        """
+        if self._started:
+            return
+        self._started = True
+        self.manager.start()
+        if self.size == 1:
+            self.tables.apply("node_add", (0, socket.gethostname(), _host_ip(), int(NodeType.MASTER)))
+
+    async def aclose(self) -> None:
+        """Drain, free every GP, stop routing, close the transport.  Idempotent.
+
+        Cancellation: if cancelled while draining, the node is still closed
+        (without waiting for the drain) before the cancellation propagates.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._started:
+                await self._drain()
+        finally:
+            for stream in list(self._streams_in.values()):
+                stream._fail(BrokenResourceError("node closed"))
+                self._incoming_closed(stream, "receiving node closed", True)
+            for gp in list(self._gps.values()):
+                self._drop_gp(gp)
+            self.pps.close()
+            self.cps_streams.close()
+            await self.manager.stop()
+            if self.transport is not None:
+                await self.transport.aclose()
+
+    async def _drain(self) -> None:
+        # Route everything already in the public pipes; the manager only
+        # parks when every public pipe is empty.
+        while not self.manager.idle or len(self._public):
+            await asyncio.sleep(0)
+
+    async def __aenter__(self) -> Node:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- the single point of table updates ------------------------------------
+    async def _commit(self, op: str, *args: Any) -> Any:
+        """Apply a table update in the cluster-wide order (here: locally)."""
+        return self.tables.apply(op, args)
+
+    def _commit_nowait(self, op: str, *args: Any) -> None:
+        self.tables.apply(op, args)
+
+    def _on_update(self, op: str, args: tuple[Any, ...], result: Any) -> None:
+        tables = self.tables
+        if op == "proc_reg":
+            name, _ptype, node = args
+            if node != self.rank:
+                self._targets[result] = self._link(node)
+            for fut in self._name_waiters.pop(name, ()):
+                if not fut.done():
+                    fut.set_result(None)
+        elif op == "pipe_bind":
+            pid, pipe_id = args
+            entry = tables.pta.get(pid)
+            if entry is not None and entry.node == self.rank:
+                self._targets[pid] = self.pps.get(pipe_id)  # type: ignore[assignment]
+                for fut in self._bind_waiters.pop(pid, ()):
+                    if not fut.done():
+                        fut.set_result(None)
+        elif op == "pipe_release":
+            pid = args[0]
+            entry = tables.pta.get(pid)
+            if entry is not None and entry.node == self.rank:
+                self._targets.pop(pid, None)
+        elif op == "proc_free":
+            self._targets.pop(args[0], None)
+
+    def _link(self, node: int) -> Target:
+        raise BrokenResourceError(f"host {node} is not reachable: this node has no remote links")
+
+    # -- registration (prcsReg / prcsFree) ------------------------------------
+    async def register(self, name: str, ptype: PType = PType.CPU) -> GP:
+        """Register a GP named ``name`` (the paper's prcsReg).
+
+        Names are unique across the cluster; a taken name raises
+        :class:`~aiopdbp.errors.DuplicateProcessError`.
+
+        Cancellation: a cancelled register may or may not have registered the
+        name (the update may already be ordered); it can be looked up.
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError("a GP name is a non-empty str")
+        pid = await self._commit("proc_reg", name, int(ptype), self.rank)
+        gp = GP(self, name, pid, PType(ptype))
+        self._gps[pid] = gp
+        return gp
+
+    @contextlib.asynccontextmanager
+    async def process(self, name: str, ptype: PType = PType.CPU) -> AsyncIterator[GP]:
+        """``async with node.process(name) as gp``: register + apply a pipe on
+        entry, release + free on exit (whatever the exit)."""
+        gp = await self.register(name, ptype)
+        try:
+            await gp.apply_pipe()
+            yield gp
+        finally:
+            await gp.free()
+
+    async def _apply_pipe(self, gp: GP, timeout: float | None) -> None:
+        pipe = await self.pps.apply(timeout)
+        try:
+            await self._commit("pipe_bind", gp.pid, pipe.pipe_id)
+        except BaseException:
+            self.pps.release(pipe)
+            raise
+        gp._pipe = pipe
+
+    async def _release_pipe(self, gp: GP) -> None:
+        pipe, gp._pipe = gp._pipe, None
+        if pipe is None:
+            return
+        self._abort_streams_to(gp.pid, f"GP {gp.name!r} released its pipe")
+        self.pps.release(pipe)
+        await self._commit("pipe_release", gp.pid)
+
+    async def _free(self, gp: GP) -> None:
+        self._gps.pop(gp.pid, None)
+        if gp.pid in self.tables.pta:
+            await self._commit("proc_free", gp.pid)
+
+    def _drop_gp(self, gp: GP) -> None:
+        """Free a GP synchronously (node shutdown)."""
+        pipe, gp._pipe = gp._pipe, None
+        if pipe is not None:
+            self.pps.release(pipe)
+            if gp.pid in self.tables.pta:
+                self._commit_nowait("pipe_release", gp.pid)
+        gp._freed = True
+        self._gps.pop(gp.pid, None)
+        if gp.pid in self.tables.pta:
+            self._commit_nowait("proc_free", gp.pid)
+
+    # -- name resolution ----------------------------------------------------------
+    async def lookup(self, name: str, timeout: float | None = None) -> int:
+        """The pid of ``name``; with ``timeout``, wait that long for it to be
+        registered (else raise :class:`UnknownProcessError` at once).
+
+        Cancellation: nothing to undo.
+        """
+        return await self._resolve(name, timeout)
+
+    async def _resolve(self, name: str, timeout: float | None) -> int:
+        pid = self._pids.get(name)
+        if pid is not None:
+            return pid
+        if not timeout:
+            raise UnknownProcessError(name)
+        fut = asyncio.get_running_loop().create_future()
+        self._name_waiters.setdefault(name, []).append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            raise TimeoutError(f"no GP named {name!r} was registered within {timeout} s") from None
+        finally:
+            waiters = self._name_waiters.get(name)
+            if waiters and fut in waiters:
+                waiters.remove(fut)
+        return self.tables.pid_of(name)
+
+    async def _target_for(self, pid: int, timeout: float | None) -> Target:
+        tgt = self._targets.get(pid)
+        if tgt is not None:
+            return tgt
+        name = self.tables.process(pid).name  # raises for a freed pid
+        if not timeout:
+            raise NoPipeError(f"GP {name!r} has no private pipe bound (it must apply_pipe() first)")
+        fut = asyncio.get_running_loop().create_future()
+        self._bind_waiters.setdefault(pid, []).append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            raise TimeoutError(f"GP {name!r} bound no pipe within {timeout} s") from None
+        tgt = self._targets.get(pid)
+        if tgt is None:
+            raise NoPipeError(f"GP {name!r} has no private pipe bound")
+        return tgt
+
+    async def _reserve(self, tgt: Target, timeout: float | None) -> None:
+        try:
+            tgt.reserve_nowait()
+            return
+        except WouldBlock:
+            pass
+        if timeout is None:
+            await tgt.reserve()
+        else:
+            try:
+                async with asyncio.timeout(timeout):
+                    await tgt.reserve()
+            except TimeoutError:
+                raise TimeoutError(f"destination stayed full for {timeout} s") from None
+
+    # -- streams -------------------------------------------------------------------
+    async def _open_stream(self, gp: GP, pid: int, meta: StreamMeta) -> OutgoingStream:
+        entry = self.tables.process(pid)
+        sno = next(self._snos)
+        key = (self.rank, sno)
+        pipe_a = await self.cps_streams.apply()
+        self.manager.watch(pipe_a)
+        incoming: IncomingStream | None = None
+        try:
+            await self._commit("stream_bind", self.rank, sno, pid, gp.pid, pipe_a.pipe_id)
+            if entry.node == self.rank:
+                incoming = await self._new_incoming(key, gp.pid, pid)
+                incoming._open(meta)
+                target: Any = incoming._pipe
+                open_data: Any = incoming
+            else:
+                target = self._targets.get(pid) or self._link(entry.node)
+                open_data = _pack_meta(meta)
+            out = OutgoingStream(key, pid, pipe_a, target, asyncio.get_running_loop().create_future(),
+                                 incoming)
+            self._streams_out[key] = out
+            # The OPEN travels the message path, so the receiver sees the
+            # stream in arrival order with the sender's messages.
+            tgt = await self._target_for(pid, None)
+            await self._reserve(tgt, None)
+            self._public.force_put(CDU(Kind.STREAM, gp.pid, (pid,), open_data, meta.com,
+                                       next(self._ids), sno, 0, self.rank, (), StreamOp.OPEN))
+            return out
+        except BaseException:
+            if incoming is not None:
+                self._incoming_closed(incoming, "sender failed to open the stream", False)
+            self._streams_out.pop(key, None)
+            self.cps_streams.release(pipe_a)
+            if key in self.tables.mta:
+                self._commit_nowait("stream_unbind", *key)
+            raise
+
+    async def _new_incoming(self, key: tuple[int, int], src_pid: int, dest_pid: int) -> IncomingStream:
+        pipe_b = await self.pps.apply()
+        pipe_b.capacity = self.stream_window
+        stream = IncomingStream(self, key, self.tables.name_of(src_pid), pipe_b, self.stream_window)
+        stream.dest_pid = dest_pid  # type: ignore[attr-defined]
+        self._streams_in[key] = stream
+        self._commit_nowait("stream_pipe_b", key[0], key[1], pipe_b.pipe_id)
+        return stream
+
+    def _stream_for_open(self, cdu: CDU) -> IncomingStream:
+        data = cdu.data
+        if isinstance(data, IncomingStream):
+            return data
+        raise BrokenResourceError(f"stream {(cdu.source_n, cdu.sno)} has no local binding")
+
+    def _stream_target(self, cdu: CDU) -> Target | None:
+        key = (cdu.source_n, cdu.sno)
+        stream = self._streams_in.get(key)
+        if stream is not None:
+            return stream._pipe  # type: ignore[return-value]
+        out = self._streams_out.get(key)
+        if out is not None and out.incoming is None:
+            return out.target  # type: ignore[no-any-return]
+        return None
+
+    def _incoming_closed(self, stream: IncomingStream, error: str | None, notify: bool) -> None:
+        """The receiving side of a stream is done (finished, aborted, abandoned)."""
+        if self._streams_in.pop(stream.key, None) is None:
+            return
+        out = self._streams_out.get(stream.key)
+        if out is not None and notify:
+            if error is None:
+                if not out.done.done():
+                    out.done.set_result(None)
+            else:
+                out.broken = BrokenResourceError(f"stream receiver failed: {error}")
+                if not out.done.done():
+                    out.done.set_exception(out.broken)
+                    out.done.exception()
+        self.pps.release(stream._pipe)
+
+    def _close_outgoing(self, out: OutgoingStream) -> None:
+        """The sending side is done: flush PipeA, undo the binding, free pipes."""
+        if self._streams_out.pop(out.key, None) is None:
+            return
+        for cdu in out.pipe_a.drain_nowait():
+            self.manager.route(cdu)
+        self.cps_streams.release(out.pipe_a)
+        if out.key in self.tables.mta:
+            self._commit_nowait("stream_unbind", *out.key)
+
+    def _abort_streams_to(self, pid: int, why: str) -> None:
+        for stream in [s for s in self._streams_in.values() if getattr(s, "dest_pid", None) == pid]:
+            stream._fail(BrokenResourceError(why))
+            self._incoming_closed(stream, why, True)
+
+    # -- diagnostics ---------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """Counters: routed/dropped CDUs, pipes in use, live streams, table version."""
+        return {
+            "rank": self.rank, "size": self.size, "gps": len(self._gps),
+            "routed": self.manager.routed, "dropped": self.manager.dropped,
+            "pipes_in_use": self.pps.in_use, "pipes_created": self.pps.created,
+            "streams_in": len(self._streams_in), "streams_out": len(self._streams_out),
+            "table_version": self.tables.version, "table_digest": self.tables.digest,
+        }
+
+
+def _pack_meta(meta: StreamMeta) -> bytes:
+    import msgpack  # type: ignore[import-untyped]
+
+    return msgpack.packb(meta.to_wire())  # type: ignore[no-any-return]
+
+
+def _host_ip() -> str:
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def open_node(transport: Transport | None = None, **options: Any) -> Node:
+    """The node of this host, to be used as ``async with open_node() as node``.
+
+    With no ``transport``: under ``mpiexec`` with more than one rank the MPI
+    transport is used (one node per rank); otherwise the node is a single
+    host and every GP lives in this process.  ``options`` go to :class:`Node`.
+    """
+    if transport is None:
+        transport = _default_transport()
+    return Node(transport, **options)
+
+
+def _default_transport() -> Transport | None:
+    if os.environ.get("AIOPDBP_TRANSPORT", "").lower() == "local":
+        return None
+    try:
+        from .transport.mpi import MPITransport, mpi_world_size
+    except ImportError:
+        return None
+    if mpi_world_size() > 1:
+        return MPITransport()
+    return None
+
+
+def run(main: Coroutine[Any, Any, T] | Awaitable[T], *, use_uvloop: bool | None = None, debug: bool = False) -> T:
+    """Run ``main`` to completion in a new event loop (uvloop when present).
+
+    ``use_uvloop=None`` uses uvloop if it is installed and the environment
+    variable ``AIOPDBP_UVLOOP`` is not ``0``.
+    """
+    if use_uvloop is None:
+        use_uvloop = os.environ.get("AIOPDBP_UVLOOP", "1") != "0"
+    coro = main if asyncio.iscoroutine(main) else _await(main)
+    if use_uvloop:
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.run(coro, debug=debug)  # type: ignore[no-any-return]
+    return asyncio.run(coro, debug=debug)
+
+
+async def _await(aw: Awaitable[T]) -> T:
+    return await aw

@@ -1,0 +1,392 @@
+"""Pipes and the dynamic pipe pool (DPP, SPEC section 4).
+
+A :class:`Pipe` is a one-way, bounded FIFO channel in the style of trio's
+memory channels: ``send`` waits for room, ``send_nowait`` raises
+:class:`~aiopdbp.errors.WouldBlock`; ``receive`` waits for an item.
+
+Theory of operation
+-------------------
+*Reservations.*  A sender that must not overwhelm a destination reserves a
+slot in the destination pipe **before** it hands its CDU to the host's public
+pipe; the PipeManager then puts the CDU into the reserved slot without ever
+waiting.  This gives per-destination backpressure (a slow GP stalls only its
+own senders) while the single PipeManager never blocks on one full pipe and
+so never stalls traffic to the other GPs (no head-of-line blocking).
+``len(items) + reserved <= capacity`` always holds.
+
+*Wake-ups without loss.*  Waiters park on futures in FIFO order.  A producer
+only *wakes* a consumer; the consumer then takes the item from the deque
+itself.  A consumer cancelled after being woken therefore loses nothing: the
+item is still in the deque and the wake-up is passed to the next waiter
+(anyio's memory-stream rule: a cancelled receive loses no item).
+
+*Closing.*  The owner (the GP reading it, or the pool) closes a pipe.  After
+that, receiving raises :class:`ClosedResourceError` (you closed it) while
+senders and reservers get :class:`BrokenResourceError` (their peer is gone).
+``close()`` may be called any number of times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from .errors import BrokenResourceError, ClosedResourceError, NoPipeError, WouldBlock
+
+T = TypeVar("T")
+
+
+def _wake_first(waiters: deque[asyncio.Future[None]]) -> None:
+    while waiters:
+        fut = waiters.popleft()
+        if not fut.done():
+            fut.set_result(None)
+            return
+
+
+def _fail_all(waiters: deque[asyncio.Future[None]], exc: BaseException) -> None:
+    while waiters:
+        fut = waiters.popleft()
+        if not fut.done():
+            fut.set_exception(exc)
+            # The waiter may already be cancelled and never look at it.
+            fut.exception()
+
+
+class Pipe(Generic[T]):
+    """A bounded one-way FIFO channel (a UNIX-pipe-like mailbox).
+
+    ``pipe_id`` identifies the pipe in the binding tables; ``capacity`` is the
+    number of items (CDUs) it holds, counting reservations.
+    """
+
+    __slots__ = (
+        "pipe_id", "capacity", "_items", "_reserved", "_recv_waiters",
+        "_space_waiters", "_closed", "_eof", "on_ready", "label",
+    )
+
+    def __init__(self, capacity: int, pipe_id: int = -1, label: str = "") -> None:
+        if capacity < 1:
+            raise ValueError("pipe capacity must be >= 1")
+        self.pipe_id = pipe_id
+        self.capacity = capacity
+        self.label = label
+        self._items: deque[T] = deque()
+        self._reserved = 0
+        self._recv_waiters: deque[asyncio.Future[None]] = deque()
+        self._space_waiters: deque[asyncio.Future[None]] = deque()
+        self._closed = False
+        self._eof = False
+        # Called when the pipe goes from empty to non-empty (the PipeManager
+        # uses it to learn which public pipes have work without polling).
+        self.on_ready: Callable[[Pipe[T]], None] | None = None
+
+    # -- state -------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return (f"<Pipe {self.label or self.pipe_id} {len(self._items)}+{self._reserved}"
+                f"/{self.capacity}{' closed' if self._closed else ''}>")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def free(self) -> int:
+        """Slots neither filled nor reserved."""
+        return self.capacity - len(self._items) - self._reserved
+
+    # -- producing -------------------------------------------------------------
+    def _check_send(self) -> None:
+        if self._closed:
+            raise BrokenResourceError(f"pipe {self.label or self.pipe_id} was closed by its reader")
+        if self._eof:
+            raise ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed for sending")
+
+    def reserve_nowait(self) -> None:
+        """Reserve one slot or raise :class:`WouldBlock`."""
+        self._check_send()
+        if len(self._items) + self._reserved >= self.capacity:
+            raise WouldBlock
+        self._reserved += 1
+
+    async def reserve(self) -> None:
+        """Reserve one slot, waiting for room.
+
+        Cancellation: a cancelled reserve holds no slot; a wake-up it had
+        received is passed on to the next waiting sender.
+        """
+        self._check_send()
+        if len(self._items) + self._reserved < self.capacity and not self._space_waiters:
+            self._reserved += 1
+            return
+        await self._wait_space()
+        self._reserved += 1
+
+    async def _wait_space(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            fut: asyncio.Future[None] = loop.create_future()
+            self._space_waiters.append(fut)
+            try:
+                await fut
+            except asyncio.CancelledError:
+                if fut.done() and not fut.cancelled() and fut.exception() is None:
+                    _wake_first(self._space_waiters)  # hand our wake-up on
+                else:
+                    try:
+                        self._space_waiters.remove(fut)
+                    except ValueError:
+                        pass
+                raise
+            self._check_send()
+            if len(self._items) + self._reserved < self.capacity:
+                if self.free > 1:
+                    _wake_first(self._space_waiters)
+                return
+
+    def unreserve(self) -> None:
+        """Give back a reservation that will not be used."""
+        if self._reserved > 0:
+            self._reserved -= 1
+            _wake_first(self._space_waiters)
+
+    def put_reserved(self, item: T) -> None:
+        """Put an item into a slot reserved earlier (never waits).
+
+        On a closed pipe the item is dropped silently: its reader is gone and
+        the sender was (or will be) told through ``BrokenResourceError``.
+        """
+        if self._reserved > 0:
+            self._reserved -= 1
+        if self._closed:
+            return
+        self._append(item)
+
+    def force_put(self, item: T) -> None:
+        """Put an item even past capacity (control items such as an ABORT that
+        must overtake backpressure; bounded by one per stream)."""
+        if not self._closed:
+            self._append(item)
+
+    def _append(self, item: T) -> None:
+        was_empty = not self._items
+        self._items.append(item)
+        if self._recv_waiters:
+            _wake_first(self._recv_waiters)
+        if was_empty and self.on_ready is not None:
+            self.on_ready(self)
+
+    def send_nowait(self, item: T) -> None:
+        """Put an item now or raise :class:`WouldBlock` when full."""
+        self.reserve_nowait()
+        self.put_reserved(item)
+
+    async def send(self, item: T) -> None:
+        """Put an item, waiting while the pipe is full (backpressure).
+
+        Cancellation: a cancelled send has not put its item.
+        """
+        await self.reserve()
+        self.put_reserved(item)
+
+    def close_send(self) -> None:
+        """End of data: the reader drains what is queued, then gets ``EOFError``."""
+        self._eof = True
+        _fail_all(self._space_waiters, ClosedResourceError("pipe closed for sending"))
+        while self._recv_waiters:
+            _wake_first(self._recv_waiters)
+
+    # -- consuming -------------------------------------------------------------
+    def receive_nowait(self) -> T:
+        """Take the next item or raise :class:`WouldBlock` (``EOFError`` after
+        ``close_send`` once drained)."""
+        if self._items:
+            item = self._items.popleft()
+            if self._space_waiters:
+                _wake_first(self._space_waiters)
+            return item
+        if self._closed:
+            raise ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed")
+        if self._eof:
+            raise EOFError
+        raise WouldBlock
+
+    async def receive(self) -> T:
+        """Take the next item, waiting for one.
+
+        Cancellation: a cancelled receive takes no item (nothing is lost);
+        a wake-up it had received is passed on to the next receiver.
+        """
+        if self._items:
+            item = self._items.popleft()
+            if self._space_waiters:
+                _wake_first(self._space_waiters)
+            return item
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._closed:
+                raise ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed")
+            if self._eof:
+                raise EOFError
+            fut: asyncio.Future[None] = loop.create_future()
+            self._recv_waiters.append(fut)
+            try:
+                await fut
+            except asyncio.CancelledError:
+                if fut.done() and not fut.cancelled() and fut.exception() is None:
+                    if self._items:
+                        _wake_first(self._recv_waiters)
+                else:
+                    try:
+                        self._recv_waiters.remove(fut)
+                    except ValueError:
+                        pass
+                raise
+            if self._items:
+                item = self._items.popleft()
+                if self._space_waiters:
+                    _wake_first(self._space_waiters)
+                if self._items and self._recv_waiters:
+                    _wake_first(self._recv_waiters)
+                return item
+
+    def drain_nowait(self, limit: int = 1 << 30) -> list[T]:
+        """Take up to ``limit`` queued items at once (the PipeManager's batch)."""
+        items = self._items
+        n = len(items)
+        if n == 0:
+            return []
+        if n <= limit:
+            out = list(items)
+            items.clear()
+        else:
+            out = [items.popleft() for _ in range(limit)]
+        while self._space_waiters and self.free > 0:
+            before = len(self._space_waiters)
+            _wake_first(self._space_waiters)
+            if len(self._space_waiters) == before:
+                break
+        return out
+
+    def close(self) -> None:
+        """Close the pipe (idempotent): queued items are discarded, receivers
+        get ClosedResourceError, senders BrokenResourceError."""
+        if self._closed:
+            return
+        self._closed = True
+        self._items.clear()
+        self._reserved = 0
+        _fail_all(self._recv_waiters, ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed"))
+        _fail_all(self._space_waiters, BrokenResourceError(
+            f"pipe {self.label or self.pipe_id} was closed by its reader"))
+
+    async def aclose(self) -> None:
+        """Close the pipe; may be called twice.
+
+        Cancellation: never suspends, so it cannot be interrupted half-way.
+        """
+        self.close()
+
+    def _reset(self) -> None:
+        """Make a closed pipe reusable (the pool does this on release)."""
+        self.close()
+        self._closed = False
+        self._eof = False
+        self.on_ready = None
+
+
+class PipePool:
+    """The private-pipe set (PPS) of one host with dynamic binding.
+
+    Pipes are created lazily up to ``max_pipes`` and recycled: ``apply``
+    hands out a free pipe (the paper's *prcsApplyPipe*), ``release`` closes it
+    (waking anyone blocked on it), resets it and returns it to the pool
+    (*prcsReleasePipe*).  Binding bookkeeping lives in the tables; the pool
+    only owns the pipe objects.
+    """
+
+    def __init__(self, pipe_capacity: int, max_pipes: int, *, first_id: int = 0, label: str = "pps") -> None:
+        if max_pipes < 1:
+            raise ValueError("max_pipes must be >= 1")
+        self.pipe_capacity = pipe_capacity
+        self.max_pipes = max_pipes
+        self.label = label
+        self._next_id = first_id
+        self._all: dict[int, Pipe[Any]] = {}
+        self._free: deque[Pipe[Any]] = deque()
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def in_use(self) -> int:
+        return len(self._all) - len(self._free)
+
+    @property
+    def created(self) -> int:
+        return len(self._all)
+
+    def get(self, pipe_id: int) -> Pipe[Any]:
+        return self._all[pipe_id]
+
+    def apply_nowait(self) -> Pipe[Any]:
+        """Bind a free pipe now, or raise :class:`NoPipeError` if none is left."""
+        if self._free:
+            return self._free.popleft()
+        if len(self._all) < self.max_pipes:
+            pipe: Pipe[Any] = Pipe(self.pipe_capacity, self._next_id, f"{self.label}{self._next_id}")
+            self._all[self._next_id] = pipe
+            self._next_id += 1
+            return pipe
+        raise NoPipeError(f"all {self.max_pipes} pipes of {self.label} are bound")
+
+    async def apply(self, timeout: float | None = None) -> Pipe[Any]:
+        """Bind a free pipe, waiting up to ``timeout`` seconds for one.
+
+        Cancellation: a cancelled apply holds no pipe.
+        """
+        try:
+            return self.apply_nowait()
+        except NoPipeError:
+            if timeout == 0:
+                raise
+        loop = asyncio.get_running_loop()
+
+        async def _wait() -> Pipe[Any]:
+            while True:
+                fut: asyncio.Future[None] = loop.create_future()
+                self._waiters.append(fut)
+                try:
+                    await fut
+                except asyncio.CancelledError:
+                    if fut.done() and not fut.cancelled():
+                        _wake_first(self._waiters)
+                    elif fut in self._waiters:
+                        self._waiters.remove(fut)
+                    raise
+                try:
+                    return self.apply_nowait()
+                except NoPipeError:
+                    continue
+
+        try:
+            return await asyncio.wait_for(_wait(), timeout)
+        except asyncio.TimeoutError:
+            raise NoPipeError(f"no pipe of {self.label} became free within {timeout} s") from None
+
+    def release(self, pipe: Pipe[Any]) -> None:
+        """Unbind a pipe: close it (peers see BrokenResourceError), reset, recycle."""
+        if self._all.get(pipe.pipe_id) is not pipe or pipe in self._free:
+            return
+        pipe._reset()
+        pipe.capacity = self.pipe_capacity
+        self._free.append(pipe)
+        _wake_first(self._waiters)
+
+    def close(self) -> None:
+        for pipe in self._all.values():
+            pipe.close()
+        _fail_all(self._waiters, NoPipeError(f"{self.label} is closed"))

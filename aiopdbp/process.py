@@ -1,0 +1,329 @@
+"""Generalized processes (GP, SPEC section 3) and the CPI (SPEC section 7).
+
+A GP is a named unit of computation living in one host's event loop, with a
+private pipe as its inbox.  The paper's *communication programming
+interface* maps onto methods of :class:`GP` (and :class:`~aiopdbp.node.Node`):
+
+===================  =====================================================
+paper (CPI)          aiopdbp
+===================  =====================================================
+``prcsReg``          ``await node.register(name, ptype=PType.CPU)``
+``prcsApplyPipe``    ``await gp.apply_pipe()``
+``sendData``         ``await gp.send(dest, data, com=...)`` (INFO) /
+                     ``await gp.send_stream(dest, data)`` (SINFO)
+``recvData``         ``await gp.recv()``
+``prcsReleasePipe``  ``await gp.release_pipe()``
+``prcsFree``         ``await gp.free()``
+===================  =====================================================
+
+``async with node.process(name) as gp`` does register + apply on entry and
+release + free on exit.  NGP (``PType.CPU``) and SGP (``PType.GPU``) have the
+same interface: the type is recorded in the PTA and is a scheduling hint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .codec import CDU, Kind
+from .errors import ClosedResourceError, NoPipeError, WouldBlock
+from .pipes import Pipe
+from .streams import DEFAULT_SEGMENT, IncomingStream, send_stream
+from .tables import PType
+
+if TYPE_CHECKING:
+    from .node import Node
+
+
+class Message:
+    """A short or command message as the receiving GP sees it.
+
+    ``source`` is the sender's name, ``kind`` its :class:`~aiopdbp.codec.Kind`
+    (``SHORT`` or ``COMMAND``), ``com`` the command code, ``data`` the payload:
+    ``bytes`` for bytes-like data, a ``numpy.ndarray`` (same dtype and shape)
+    for arrays, the object itself for pickled payloads, or ``None``.
+    """
+
+    __slots__ = ("source", "kind", "com", "data", "id", "source_pid")
+
+    def __init__(self, source: str, kind: Kind, com: int, data: Any, id: int = 0, source_pid: int = 0) -> None:
+        self.source = source
+        self.kind = kind
+        self.com = com
+        self.data = data
+        self.id = id
+        self.source_pid = source_pid
+
+    def __repr__(self) -> str:
+        d = self.data
+        desc = f"{type(d).__name__}[{len(d)}]" if isinstance(d, (bytes, bytearray, memoryview)) else \
+            (f"ndarray{d.shape}:{d.dtype}" if isinstance(d, np.ndarray) else type(d).__name__)
+        return f"<Message from {self.source!r} {self.kind.name} com={self.com} {desc}>"
+
+
+def snapshot(data: Any, allow_pickle: bool, shared: bool) -> Any:
+    """The payload as the receiver will see it, taken *now*.
+
+    ``send`` returns as soon as the CDU is queued, so a mutable payload must
+    not be aliased: bytes stay as they are (immutable), other bytes-likes
+    become bytes, writable arrays are copied (read-only ones are shared);
+    a multicast shares one read-only copy among its receivers.  Python
+    objects are pickled and unpickled (protocol 5) so that a local receiver
+    gets what a remote one would -- and an unpicklable payload fails at the
+    sender in both cases.
+    """
+    if data is None or type(data) is bytes:
+        return data
+    if isinstance(data, np.ndarray):
+        if data.dtype.hasobject:
+            if not allow_pickle:
+                raise TypeError("object arrays need allow_pickle=True (trusted clusters only)")
+            return _pickle_copy(data)
+        if not data.flags.writeable:
+            return data
+        out = data.copy()
+        if shared:
+            out.flags.writeable = False
+        return out
+    if hasattr(data, "__cuda_array_interface__"):
+        return data.copy()
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    try:
+        return bytes(memoryview(data))
+    except TypeError:
+        pass
+    if not allow_pickle:
+        raise TypeError(f"payload of type {type(data).__name__} is not bytes-like or an ndarray; "
+                        "open the node with allow_pickle=True to send Python objects "
+                        "(pickle: trusted clusters only)")
+    return _pickle_copy(data)
+
+
+def _pickle_copy(obj: Any) -> Any:
+    buffers: list[pickle.PickleBuffer] = []
+    payload = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    return pickle.loads(payload, buffers=[b.raw() for b in buffers])
+
+
+class GP:
+    """A generalized process: a name, a private pipe, send and receive.
+
+    Create GPs with :meth:`Node.register` or :meth:`Node.process`.
+    """
+
+    def __init__(self, node: Node, name: str, pid: int, ptype: PType) -> None:
+        self.node = node
+        self.name = name
+        self.pid = pid
+        self.ptype = ptype
+        self._pipe: Pipe[Any] | None = None
+        self._freed = False
+
+    def __repr__(self) -> str:
+        return f"<GP {self.name!r} pid={self.pid} {self.ptype.name} on node {self.node.rank}>"
+
+    @property
+    def pipe(self) -> Pipe[Any] | None:
+        """The bound private pipe (``None`` before ``apply_pipe``)."""
+        return self._pipe
+
+    def _check(self) -> None:
+        if self._freed:
+            raise ClosedResourceError(f"GP {self.name!r} was freed")
+
+    # -- CPI: pipes --------------------------------------------------------------
+    async def apply_pipe(self, timeout: float | None = None) -> None:
+        """Bind a private pipe from the pool (the paper's prcsApplyPipe).
+
+        Idempotent.  Waits up to ``timeout`` seconds when the pool is exhausted.
+
+        Cancellation: a cancelled apply binds no pipe.
+        """
+        self._check()
+        if self._pipe is None:
+            await self.node._apply_pipe(self, timeout)
+
+    async def release_pipe(self) -> None:
+        """Return the private pipe to the pool (prcsReleasePipe).
+
+        Items still queued in it are discarded and later senders get
+        :class:`~aiopdbp.errors.UnknownProcessError`-free but clear
+        ``NoPipeError``.  Idempotent.
+
+        Cancellation: the release completes before the first suspension, so
+        a cancelled call has released the pipe.
+        """
+        if self._pipe is not None:
+            await self.node._release_pipe(self)
+
+    async def free(self) -> None:
+        """Unregister the GP (prcsFree); releases its pipe first.  Idempotent.
+
+        Cancellation: as for ``release_pipe``.
+        """
+        if self._freed:
+            return
+        await self.release_pipe()
+        self._freed = True
+        await self.node._free(self)
+
+    async def __aenter__(self) -> GP:
+        await self.apply_pipe()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.free()
+
+    # -- CPI: sending -----------------------------------------------------------
+    async def send(self, dest: str | Iterable[str], data: Any = None, *, com: int = 0,
+                   kind: Kind = Kind.SHORT, timeout: float | None = None) -> None:
+        """Send a short or command message (the patent's INFO); returns once queued.
+
+        ``dest`` is a GP name or an iterable of names (multicast: one CDU with a
+        set of destinations, copied per host only at the last hop).  An unknown
+        name raises :class:`~aiopdbp.errors.UnknownProcessError` at once when
+        ``timeout`` is None; with a ``timeout`` the call waits that long for the
+        name to be registered and for room in the destination's pipe
+        (backpressure), then raises ``TimeoutError``.
+
+        Cancellation: a cancelled send has queued nothing (reservations already
+        taken are given back).
+        """
+        self._check()
+        node = self.node
+        if type(dest) is str:
+            pid = node._pids.get(dest)
+            if pid is None:
+                pid = await node._resolve(dest, timeout)
+            tgt = node._targets.get(pid)
+            if tgt is None:
+                tgt = await node._target_for(pid, timeout)
+            try:
+                tgt.reserve_nowait()
+            except WouldBlock:
+                await node._reserve(tgt, timeout)
+            node._public.force_put(
+                CDU(kind, self.pid, (pid,), snapshot(data, node.allow_pickle, False), com,
+                    next(node._ids), 0, 0, node.rank))
+            return
+        await self._multicast(list(dest), data, com, kind, timeout)
+
+    async def _multicast(self, names: list[str], data: Any, com: int, kind: Kind,
+                         timeout: float | None) -> None:
+        node = self.node
+        if not names:
+            raise ValueError("multicast to an empty set of names")
+        pids = tuple(dict.fromkeys([await node._resolve(n, timeout) for n in names]))
+        targets: list[Any] = []
+        seen: set[int] = set()
+        for pid in pids:
+            tgt = node._targets.get(pid) or await node._target_for(pid, timeout)
+            if id(tgt) not in seen:
+                seen.add(id(tgt))
+                targets.append(tgt)
+        taken: list[Any] = []
+        try:
+            for tgt in targets:
+                await node._reserve(tgt, timeout)
+                taken.append(tgt)
+        except BaseException:
+            for tgt in taken:
+                tgt.unreserve()
+            raise
+        node._public.force_put(CDU(kind, self.pid, pids, snapshot(data, node.allow_pickle, len(pids) > 1),
+                                   com, next(node._ids), 0, 0, node.rank))
+
+    def send_nowait(self, dest: str, data: Any = None, *, com: int = 0, kind: Kind = Kind.SHORT) -> None:
+        """Send to one GP without waiting; raises ``WouldBlock`` when its pipe
+        is full, ``UnknownProcessError`` for an unknown name."""
+        self._check()
+        node = self.node
+        pid = node.tables.pid_of(dest)
+        tgt = node._targets.get(pid)
+        if tgt is None:
+            raise NoPipeError(f"GP {dest!r} has no private pipe bound")
+        tgt.reserve_nowait()
+        node._public.force_put(CDU(kind, self.pid, (pid,), snapshot(data, node.allow_pickle, False), com,
+                                   next(node._ids), 0, 0, node.rank))
+
+    async def command(self, dest: str | Iterable[str], com: int, data: Any = None, *,
+                      timeout: float | None = None) -> None:
+        """Send a command message (``Kind.COMMAND``) with code ``com``.
+
+        Cancellation: as for :meth:`send`.
+        """
+        await self.send(dest, data, com=com, kind=Kind.COMMAND, timeout=timeout)
+
+    async def send_stream(self, dest: str, data: Any, *, segment_size: int = DEFAULT_SEGMENT,
+                          com: int = 0, timeout: float | None = None) -> int:
+        """Send a data stream (the patent's SINFO); returns once delivered.
+
+        ``data`` is one buffer/array (cut into ``segment_size``-byte segments;
+        arrays along their first axis) or an iterable / async iterable of
+        buffers or arrays produced over time.  Returns the number of bytes
+        sent, after the receiver has taken the whole stream.  ``timeout``
+        bounds the whole call.
+
+        Cancellation: a cancelled (or failing) sender sends an ABORT, so the
+        receiver's stream ends with ``StreamError``; the binding is undone and
+        the pipes return to their pools.
+        """
+        self._check()
+        return await send_stream(self, dest, data, segment_size=segment_size, com=com, timeout=timeout)
+
+    # -- CPI: receiving ------------------------------------------------------------
+    def _deliver(self, cdu: CDU) -> Message | IncomingStream:
+        if cdu.kind is Kind.STREAM:
+            stream: IncomingStream = self.node._stream_for_open(cdu)
+            return stream
+        return Message(self.node.tables.name_of(cdu.source_p), cdu.kind, cdu.com, cdu.data, cdu.id,
+                       cdu.source_p)
+
+    def _inbox(self) -> Pipe[Any]:
+        self._check()
+        pipe = self._pipe
+        if pipe is None:
+            raise NoPipeError(f"GP {self.name!r} has no private pipe: call apply_pipe() first")
+        return pipe
+
+    async def recv(self, timeout: float | None = None) -> Message | IncomingStream:
+        """The next item in arrival order: a :class:`Message` or an
+        :class:`~aiopdbp.streams.IncomingStream` (the paper's recvData).
+
+        Raises ``TimeoutError`` after ``timeout`` seconds with nothing.
+
+        Cancellation: a cancelled receive takes nothing from the pipe.
+        """
+        pipe = self._inbox()
+        try:
+            cdu = pipe.receive_nowait()
+        except WouldBlock:
+            if timeout is None:
+                cdu = await pipe.receive()
+            else:
+                async with asyncio.timeout(timeout):
+                    cdu = await pipe.receive()
+        return self._deliver(cdu)
+
+    def recv_nowait(self) -> Message | IncomingStream:
+        """The next item, or ``WouldBlock`` when the pipe is empty."""
+        return self._deliver(self._inbox().receive_nowait())
+
+    def __aiter__(self) -> GP:
+        return self
+
+    async def __anext__(self) -> Message | IncomingStream:
+        """``async for item in gp`` receives until the pipe is released.
+
+        Cancellation: as for :meth:`recv`.
+        """
+        try:
+            return await self.recv()
+        except (ClosedResourceError, NoPipeError):
+            raise StopAsyncIteration from None

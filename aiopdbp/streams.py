@@ -1,0 +1,423 @@
+"""Data streams (the patent's SINFO): segmentation, sending and reassembly.
+
+Sending (:func:`send_stream`): the sender's writer asks the node to bind a
+public pipe ``PipeA`` to the receiver (an MTA tuple), cuts the source into
+segments of ``segment_size`` bytes, numbers them ``(sno, segno)``, writes them
+in order (each one after reserving a slot at the receiver: backpressure), then
+an END that carries how many segments and bytes were sent, and waits until
+the receiver has taken the END (the whole stream is *delivered*).  Then the
+binding is undone and the pipes go back to their pools.  A sender that fails
+or is cancelled midway sends an ABORT instead, which overtakes backpressure.
+
+Receiving (:class:`IncomingStream`): the receiver gets the stream object from
+``gp.recv()`` in arrival order with its messages.  It yields segments in
+``segno`` order even when they arrive out of order (a bounded reorder window),
+checks the END's counts, and turns an ABORT, a gap or a lost sender into
+:class:`~aiopdbp.errors.StreamError` -- never a hang or truncated data.
+
+Zero copy: segments of an immutable or read-only source are views of it.  A
+writable source is also sent as views (no copy on the sending side); the
+receiver copies each segment exactly once -- into the result of :meth:`read`,
+or into a private copy when it iterates -- so no receiver ever holds a view
+of memory the sender may change after ``send_stream`` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .codec import CDU, Kind, StreamOp
+from .errors import BrokenResourceError, StreamError
+from .pipes import Pipe
+
+if TYPE_CHECKING:
+    from .process import GP
+
+DEFAULT_SEGMENT = 1 << 20
+
+
+@dataclass(slots=True)
+class StreamMeta:
+    """What the OPEN of a stream announces."""
+
+    kind: str = "bytes"                    # "bytes" or "ndarray"
+    nbytes: int = -1                       # total bytes, -1 if unknown (iterable source)
+    dtype: str = ""                        # numpy dtype str for ndarray streams
+    shape: tuple[int, ...] = ()            # full shape for ndarray streams (when known)
+    com: int = 0
+    borrowed: bool = False                 # segments are views of sender memory that may change
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"kind": self.kind, "nbytes": self.nbytes, "dtype": self.dtype,
+                "shape": list(self.shape), "com": self.com}
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> StreamMeta:
+        return cls(str(d.get("kind", "bytes")), int(d.get("nbytes", -1)), str(d.get("dtype", "")),
+                   tuple(int(x) for x in d.get("shape", ())), int(d.get("com", 0)))
+
+
+# --------------------------------------------------------------------- cutting
+def _is_array(obj: Any) -> bool:
+    return isinstance(obj, np.ndarray) or hasattr(obj, "__cuda_array_interface__")
+
+
+def describe(source: Any, com: int) -> StreamMeta:
+    """Meta for a buffer/array source (an iterable source is described lazily)."""
+    if _is_array(source):
+        return StreamMeta("ndarray", int(source.nbytes), source.dtype.str, tuple(source.shape), com,
+                          borrowed=bool(getattr(getattr(source, "flags", None), "writeable", True)))
+    mv = memoryview(source)
+    return StreamMeta("bytes", mv.nbytes, com=com, borrowed=not mv.readonly)
+
+
+def cut(chunk: Any, segment_size: int) -> Iterator[Any]:
+    """Cut one buffer/array into segments of at most ``segment_size`` bytes.
+
+    Arrays are cut along their first axis (whole rows), so every segment
+    keeps the dtype and the trailing shape; bytes-like data become memoryview
+    slices.  No data is copied (a non-contiguous array is made contiguous once).
+    """
+    if _is_array(chunk):
+        arr = chunk
+        if arr.ndim == 0:
+            yield arr.reshape(1)
+            return
+        if isinstance(arr, np.ndarray) and not arr.flags.c_contiguous:
+            arr = np.ascontiguousarray(arr)
+        row = max(1, int(arr.nbytes // max(1, arr.shape[0]))) if arr.shape[0] else 1
+        rows = max(1, segment_size // row)
+        n = arr.shape[0]
+        if n == 0:
+            yield arr
+            return
+        for i in range(0, n, rows):
+            yield arr[i:i + rows]
+        return
+    mv = memoryview(chunk)
+    if mv.ndim != 1 or mv.format not in ("B", "b", "c"):
+        mv = mv.cast("B") if mv.c_contiguous else memoryview(mv.tobytes())
+    n = mv.nbytes
+    if n == 0:
+        yield mv
+        return
+    for i in range(0, n, segment_size):
+        yield mv[i:i + segment_size]
+
+
+async def _chunks(source: Any) -> AsyncIterator[Any]:
+    if isinstance(source, AsyncIterable):
+        async for c in source:
+            yield c
+    else:
+        for c in source:
+            yield c
+
+
+def _end_bytes(data: Any) -> int:
+    try:
+        return int.from_bytes(bytes(data), "little")
+    except Exception:
+        return -1
+
+
+def _as_u8(seg: Any) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    if isinstance(seg, np.ndarray):
+        return np.ascontiguousarray(seg).reshape(-1).view(np.uint8)
+    return np.frombuffer(seg, dtype=np.uint8)
+
+
+def _flat_bytes(out: Any, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """A flat uint8 view of ``out`` (checked) or a fresh array of ``nbytes``."""
+    if out is None:
+        return np.empty(nbytes, dtype=np.uint8)
+    arr = out if isinstance(out, np.ndarray) else np.frombuffer(out, dtype=np.uint8)
+    if not arr.flags.writeable or not arr.flags.c_contiguous:
+        raise ValueError("read(out=...) needs a writable C-contiguous buffer")
+    flat = arr.reshape(-1).view(np.uint8)
+    if flat.size < nbytes:
+        raise ValueError(f"read(out=...) buffer holds {flat.size} bytes, the stream has {nbytes}")
+    return flat[:nbytes]
+
+
+# ------------------------------------------------------------------ receiving
+class IncomingStream:
+    """A data stream arriving at a GP.
+
+    ``async for segment in stream`` yields the segments in order;
+    ``await stream.read()`` gathers the whole stream into one ``bytearray``
+    (bytes streams) or one ``numpy.ndarray`` with the sender's dtype and
+    shape (array streams).  ``source`` is the sender's name, ``com`` the
+    command code given to ``send_stream``.
+    """
+
+    def __init__(self, gp_node: Any, key: tuple[int, int], source: str, pipe: Pipe[CDU],
+                 window: int) -> None:
+        self._node = gp_node
+        self.key = key
+        self.sno = key[1]
+        self.source = source
+        self.meta = StreamMeta()
+        self._pipe = pipe
+        self._window = window
+        self._next = 0
+        self._nbytes = 0
+        self._stash: dict[int, CDU] = {}
+        self._finished = False
+        self._error: BaseException | None = None
+        self._opened = asyncio.get_running_loop().create_future()
+
+    def __repr__(self) -> str:
+        return f"<IncomingStream {self.key} from {self.source!r} seg {self._next}>"
+
+    @property
+    def com(self) -> int:
+        return self.meta.com
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def _open(self, meta: StreamMeta) -> None:
+        self.meta = meta
+        if not self._opened.done():
+            self._opened.set_result(None)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._error is None and not self._finished:
+            self._error = exc
+
+    async def _next_cdu(self) -> CDU:
+        """The CDU with segno == self._next (or a terminal END/ABORT)."""
+        while True:
+            if self._error is not None:
+                raise self._error
+            cdu = self._stash.pop(self._next, None)
+            if cdu is not None:
+                return cdu
+            try:
+                cdu = await self._pipe.receive()
+            except (BrokenResourceError, EOFError) as exc:
+                raise StreamError(f"stream {self.key} from {self.source!r} was cut off") from exc
+            if cdu.op is StreamOp.ABORT:
+                self._error = StreamError(
+                    f"stream {self.key} from {self.source!r} was aborted by its sender"
+                    f"{': ' + bytes(cdu.data).decode(errors='replace') if cdu.data else ''}")
+                self._close(notify=False)
+                raise self._error
+            if cdu.segno == self._next:
+                return cdu
+            if cdu.segno < self._next or cdu.segno in self._stash:
+                self._protocol_fail(f"duplicate segment {cdu.segno}")
+            if len(self._stash) >= self._window:
+                self._protocol_fail(f"segment {self._next} missing (reorder window of {self._window} exceeded)")
+            self._stash[cdu.segno] = cdu
+
+    def _protocol_fail(self, why: str) -> None:
+        self._error = StreamError(f"stream {self.key} from {self.source!r}: {why}")
+        self._close(notify=True, error=str(self._error))
+        raise self._error
+
+    async def _next_segment(self) -> Any | None:
+        """Next segment's data, or None after a verified END."""
+        if self._finished:
+            return None
+        cdu = await self._next_cdu()
+        self._next += 1
+        if cdu.op is StreamOp.END:
+            # END is numbered after the last segment and carries the byte count:
+            # the graceful close says how much was sent, so nothing is lost silently.
+            nseg = cdu.segno
+            nbytes = _end_bytes(cdu.data)
+            if nbytes != self._nbytes:
+                self._protocol_fail(f"END announced {nseg} segments/{nbytes} bytes, "
+                                    f"received {self._next - 1}/{self._nbytes}")
+            self._finished = True
+            self._close(notify=True)
+            return None
+        data = cdu.data
+        self._nbytes += int(data.nbytes) if hasattr(data, "nbytes") else len(data)
+        return data
+
+    def __aiter__(self) -> IncomingStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        """Next segment (a private copy when it would alias sender memory).
+
+        Cancellation: a cancelled wait loses no segment.
+        """
+        data = await self._next_segment()
+        if data is None:
+            raise StopAsyncIteration
+        if self.meta.borrowed:
+            data = data.copy() if _is_array(data) else bytes(data)
+        return data
+
+    async def read(self, out: Any = None) -> Any:
+        """Gather the whole stream into one buffer or array.
+
+        Bytes streams give a writable ``memoryview`` (format ``B``); array
+        streams a ``numpy.ndarray`` with the sender's dtype and shape.  With
+        ``out`` (any writable buffer or array of at least the stream's size,
+        e.g. one reused across streams) the data land there and a view of the
+        filled part is returned: no allocation, exactly one copy.
+
+        Cancellation: cancelling leaves the stream open at the segment reached;
+        segments already consumed are not given back, so treat the stream as
+        broken (``aclose()`` it).
+        """
+        await self._opened
+        meta = self.meta
+        if meta.nbytes >= 0:
+            # numpy's allocator asks the kernel for huge pages on big buffers,
+            # which makes first-touch page faults several times cheaper.
+            flat = _flat_bytes(out, meta.nbytes)
+            pos = 0
+            while (seg := await self._next_segment()) is not None:
+                b = _as_u8(seg)
+                flat[pos:pos + b.size] = b
+                pos += b.size
+            if meta.kind == "ndarray":
+                return flat[:pos].view(np.dtype(meta.dtype)).reshape(meta.shape)
+            return memoryview(flat[:pos])
+        parts = []
+        while (seg := await self._next_segment()) is not None:
+            parts.append(np.array(seg, copy=True) if self.meta.kind == "ndarray" or _is_array(seg)
+                         else _as_u8(seg).copy())
+        if self.meta.kind == "ndarray" or (parts and parts[0].dtype != np.uint8):
+            if not parts:
+                return np.empty((0,), dtype=np.dtype(meta.dtype or "u1"))
+            whole = np.concatenate([p.reshape(1) if p.ndim == 0 else p for p in parts])
+            if out is not None:
+                dst = _flat_bytes(out, whole.nbytes)
+                dst[:] = whole.reshape(-1).view(np.uint8)
+                return dst.view(whole.dtype).reshape(whole.shape)
+            return whole
+        total = sum(p.size for p in parts)
+        flat = _flat_bytes(out, total)
+        pos = 0
+        for p in parts:
+            flat[pos:pos + p.size] = p
+            pos += p.size
+        return memoryview(flat)
+
+    def _close(self, *, notify: bool, error: str | None = None) -> None:
+        self._node._incoming_closed(self, error if not self._finished else None, notify)
+
+    async def aclose(self) -> None:
+        """Abandon the stream (idempotent).  The sender's ``send_stream``
+        fails with ``BrokenResourceError``; later reads raise ``StreamError``.
+
+        Cancellation: never suspends.
+        """
+        if self._finished or self._error is not None:
+            return
+        self._error = StreamError(f"stream {self.key} was closed by its receiver")
+        self._close(notify=True, error="receiver closed the stream")
+
+    async def __aenter__(self) -> IncomingStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+# ------------------------------------------------------------------- sending
+class OutgoingStream:
+    """Sender-side handle of one bound stream (its MTA row)."""
+
+    __slots__ = ("key", "dest_pid", "pipe_a", "target", "done", "broken", "incoming")
+
+    def __init__(self, key: tuple[int, int], dest_pid: int, pipe_a: Pipe[CDU], target: Any,
+                 done: asyncio.Future[None], incoming: IncomingStream | None) -> None:
+        self.key = key
+        self.dest_pid = dest_pid
+        self.pipe_a = pipe_a
+        self.target = target
+        self.done = done
+        self.broken: BaseException | None = None
+        self.incoming = incoming
+
+    async def reserve(self) -> None:
+        if self.broken is not None:
+            raise self.broken
+        tgt = self.target
+        try:
+            tgt.reserve_nowait()
+        except Exception:
+            await tgt.reserve()
+        if self.broken is not None:  # receiver went away while we waited
+            raise self.broken
+
+
+async def send_stream(gp: GP, dest: str, source: Any, *, segment_size: int = DEFAULT_SEGMENT,
+                      com: int = 0, timeout: float | None = None) -> int:
+    """Body of :meth:`GP.send_stream`; returns the number of bytes sent."""
+    if segment_size < 1:
+        raise ValueError("segment_size must be >= 1")
+    node = gp.node
+    pid = await node._resolve(dest, timeout)
+    is_buffer = _is_array(source) or isinstance(source, (bytes, bytearray, memoryview)) \
+        or (hasattr(source, "__buffer__") and not isinstance(source, (AsyncIterable, Iterable)))
+    if not is_buffer and not isinstance(source, (AsyncIterable, Iterable)):
+        try:
+            memoryview(source)
+            is_buffer = True
+        except TypeError:
+            raise TypeError(f"cannot stream a {type(source).__name__}: give a buffer, an array "
+                            "or an (async) iterable of them") from None
+    meta = describe(source, com) if is_buffer else StreamMeta(com=com, borrowed=True)
+    out = await node._open_stream(gp, pid, meta)
+    segno = 0
+    nbytes = 0
+    pipe_a = out.pipe_a
+    sno = out.key[1]
+    src_pid = gp.pid
+    rank = node.rank
+    try:
+        async with asyncio.timeout(timeout):
+            chunks: Iterable[Any] | AsyncIterator[Any] = [source] if is_buffer else _chunks(source)
+            first = True
+            async for chunk in _as_async(chunks):
+                if first and not is_buffer:
+                    first = False
+                    if _is_array(chunk):
+                        meta.kind, meta.dtype = "ndarray", chunk.dtype.str
+                for seg in cut(chunk, segment_size):
+                    await out.reserve()
+                    pipe_a.force_put(CDU(Kind.STREAM, src_pid, (out.dest_pid,), seg, com, 0, sno,
+                                         segno, rank))
+                    segno += 1
+                    nbytes += int(seg.nbytes)
+            await out.reserve()
+            pipe_a.force_put(CDU(Kind.STREAM, src_pid, (out.dest_pid,), nbytes.to_bytes(8, "little"),
+                                 com, 0, sno, segno, rank, (), StreamOp.END))
+            await out.done
+        return nbytes
+    except BaseException as exc:
+        if not out.done.done() and out.broken is None:
+            why = "sender cancelled" if isinstance(exc, asyncio.CancelledError) else \
+                f"sender failed: {type(exc).__name__}: {exc}"
+            pipe_a.force_put(CDU(Kind.STREAM, src_pid, (out.dest_pid,), why.encode(), com, 0, sno,
+                                 segno, rank, (), StreamOp.ABORT))
+        if isinstance(exc, TimeoutError):
+            raise TimeoutError(f"stream to {dest!r} did not complete within {timeout} s") from None
+        raise
+    finally:
+        node._close_outgoing(out)
+
+
+async def _as_async(chunks: Iterable[Any] | AsyncIterator[Any]) -> AsyncIterator[Any]:
+    if isinstance(chunks, AsyncIterator):
+        async for c in chunks:
+            yield c
+    else:
+        for c in chunks:
+            yield c

@@ -1,0 +1,101 @@
+"""The transport interface: moves opaque byte blocks between hosts.
+
+A transport knows nothing about CDUs, GPs or pools.  It carries *blocks* (any
+object with the buffer protocol) from this host to another host on one of two
+channels (SPEC section 9, the dual channel):
+
+* ``Channel.CONTROL`` carries CMP messages (registration, bindings, barriers,
+  credits).  It is small and latency critical and must never queue behind data.
+* ``Channel.DATA`` carries DMP messages (coalesced BP blocks, stream segments).
+
+Everything above (encoding, coalescing, credits, table replication) is done by
+the node with the sans-I/O codec, so the same node code runs over the
+in-process fabric (tests, one process simulating several hosts) and over MPI.
+
+Contract every implementation keeps:
+
+* ``send(dest, channel, blocks)`` sends each block as one message, **in
+  order** per (dest, channel), and returns when every block may be reused by
+  the caller.  Blocks are never copied on the MPI path (zero copy); the
+  in-process fabric copies, like a network would.
+* Incoming blocks are handed, in arrival order per (source, channel), to the
+  ``deliver`` callback given to :meth:`Transport.start`.  ``deliver`` runs in the
+  event loop thread and must not block; flow control (credits) is the node's
+  business, so a transport may deliver whenever a message is complete.
+* ``aclose()`` is idempotent; sends after it raise ``ClosedResourceError``.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import ClosedResourceError
+
+Buffer = Any  # anything with the buffer protocol (bytes, memoryview, ndarray, ...)
+
+# deliver(source_rank, channel, block) -- block is a bytes-like buffer owned by
+# the receiver (a bytearray/memoryview it may keep).
+DeliverFn = Callable[[int, "Channel", memoryview], None]
+
+
+class Channel(enum.IntEnum):
+    """The two channels of the dual-channel device layer."""
+
+    CONTROL = 0
+    DATA = 1
+
+
+class Transport(abc.ABC):
+    """Abstract host-to-host block transport (one instance per host/rank)."""
+
+    rank: int = 0
+    size: int = 1
+    name: str = "abstract"
+
+    def __init__(self) -> None:
+        self._closed = False
+
+    @abc.abstractmethod
+    async def start(self, deliver: DeliverFn) -> None:
+        """Begin receiving; every incoming block goes to ``deliver``.
+
+        Cancellation: safe; a cancelled start leaves the transport unstarted
+        and ``aclose()`` still releases whatever was set up.
+        """
+
+    @abc.abstractmethod
+    async def send(self, dest: int, channel: Channel, blocks: Sequence[Buffer]) -> None:
+        """Send ``blocks`` to host ``dest`` in order; return when they may be reused.
+
+        Cancellation: cancelling the await cancels (or, where MPI cannot
+        cancel a send, completes and frees) the outstanding requests; blocks
+        not yet started are not sent.
+        """
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Stop receiving, complete or cancel outstanding requests, free resources.
+
+        Cancellation: idempotent; a cancelled close can be repeated.
+        """
+
+    def abort(self, message: str, code: int = 1) -> None:  # pragma: no cover - default
+        """Tear the whole job down (used when a rank's program raised)."""
+        raise SystemExit(code)
+
+    @property
+    def hostname(self) -> str:
+        import socket
+
+        return socket.gethostname()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedResourceError(f"{self.name} transport is closed")
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for benchmarks and diagnostics (messages, bytes, wake-ups)."""
+        return {}

@@ -1,0 +1,266 @@
+"""The MPI transport: blocks between ranks over two duplicated communicators.
+
+This module and :mod:`aiopdbp.transport.progress` are the only parts of
+aiopdbp that import mpi4py, and they do so lazily: importing this module does
+*not* import mpi4py nor initialise MPI.  MPI is initialised when the first
+:class:`MPITransport` is created (or by :func:`load_mpi`), so a plain
+``python prog.py`` that never uses MPI never pays for it.
+
+Dual channel (SPEC section 9): the transport ``Dup()``s its base communicator
+twice, one communicator for ``Channel.CONTROL`` and one for ``Channel.DATA``.
+MPI matching is per communicator, so a small control message never queues
+behind a backlog of large data messages: the receiver probes the control
+communicator first at every progress step, and the sender's control ``Isend``
+is a separate request that is not ordered after the data ``Isend`` calls.
+
+MPI thread level: ``MPI_THREAD_MULTIPLE`` is requested (see
+:func:`prepare_mpi_import`) because the ``"thread"`` progress mode calls MPI
+from the progress thread while the event loop thread posts ``Isend``.  With
+MPICH the cost on the message path is within noise.  If the application
+imported mpi4py first, its choice stands; ``"thread"`` mode then falls back to
+``"poll"`` with a warning when the level is lower than MULTIPLE.
+
+Message sizes: mpi4py 4 uses the MPI-4 large-count (``_c``) entry points when
+the MPI library has them (MPICH >= 4 does), so a single block may exceed
+2 GiB; the receive side allocates exactly the probed byte count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ClosedResourceError
+from .base import Buffer, Channel, DeliverFn, Transport
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+    from .progress import ProgressEngine
+
+__all__ = ["MPITransport", "mpi_world_size", "prepare_mpi_import", "load_mpi"]
+
+#: every message of the transport uses this tag on its channel communicator
+TAG = 0
+
+# Environment variables that MPI launchers set to the world size, most
+# specific first.  MPI_LOCALNRANKS (MPICH hydra) only counts ranks on this
+# node, so it is the last resort.
+_SIZE_VARS = (
+    "OMPI_COMM_WORLD_SIZE",  # Open MPI
+    "PMI_SIZE",  # MPICH hydra, Intel MPI, Slurm PMI-1/2
+    "PMIX_SIZE",  # some PMIx launchers
+    "MV2_COMM_WORLD_SIZE",  # MVAPICH2
+    "SLURM_NTASKS",  # srun
+    "MPI_LOCALNRANKS",  # MPICH hydra (node-local)
+)
+
+
+def mpi_world_size() -> int:
+    """World size announced by the MPI launcher, without importing mpi4py.
+
+    Returns 1 when no launcher variable is set (plain ``python prog.py``).
+    Use ``mpi_world_size() > 1`` to decide whether to create an
+    :class:`MPITransport` at all.
+    """
+    for var in _SIZE_VARS:
+        raw = os.environ.get(var)
+        if raw:
+            try:
+                return max(1, int(raw))
+            except ValueError:
+                continue
+    return 1
+
+
+def prepare_mpi_import() -> None:
+    """Set ``mpi4py.rc.thread_level`` before MPI is first initialised.
+
+    ``mpi4py.rc`` is read when ``mpi4py.MPI`` is first imported, so this only
+    has an effect if nobody imported ``mpi4py.MPI`` yet (then the
+    application's choice stands).  Level: env ``AIOPDBP_MPI_THREAD_LEVEL``
+    (single/funneled/serialized/multiple), default ``"multiple"``.
+    """
+    if "mpi4py.MPI" in sys.modules:
+        return
+    import mpi4py
+
+    level = os.environ.get("AIOPDBP_MPI_THREAD_LEVEL", "").strip().lower() or "multiple"
+    if level not in ("single", "funneled", "serialized", "multiple"):
+        raise ValueError(f"AIOPDBP_MPI_THREAD_LEVEL={level!r} is not an MPI thread level")
+    mpi4py.rc.thread_level = level
+
+
+def load_mpi() -> Any:
+    """Import (and so initialise) ``mpi4py.MPI`` with aiopdbp's settings."""
+    prepare_mpi_import()
+    from mpi4py import MPI as _MPI
+
+    return _MPI
+
+
+class MPITransport(Transport):
+    """Blocks between MPI ranks: zero copy, dual channel, one progress engine.
+
+    Construct it on **every** rank of ``comm`` in the same order (the
+    ``Dup()`` calls are collective), then ``await start(deliver)``.
+
+    ``progress`` selects the progress mode (``"auto"``, ``"poll"``,
+    ``"thread"``; see :mod:`aiopdbp.transport.progress`).  ``spin_us`` and
+    ``max_backoff_us`` tune the poll/back-off policy (env
+    ``AIOPDBP_SPIN_US``/``AIOPDBP_MAX_BACKOFF_US``); ``drain_timeout`` bounds
+    how long :meth:`aclose` waits for this rank's outstanding requests.
+
+    Buffer lifetime: a block passed to :meth:`send` must not be modified
+    until ``send`` returns; if the ``send`` is cancelled, not until MPI has
+    finished with it, which the caller cannot observe -- so treat blocks of
+    a cancelled send as given away (the engine keeps them referenced until
+    then).  A delivered ``memoryview`` belongs to the receiver for good.
+    """
+
+    name = "mpi"
+
+    def __init__(
+        self,
+        comm: MPI.Comm | None = None,
+        *,
+        progress: str = "auto",
+        spin_us: float | None = None,
+        max_backoff_us: float | None = None,
+        drain_timeout: float = 5.0,
+    ) -> None:
+        super().__init__()
+        _MPI = load_mpi()
+        from .progress import ProgressEngine
+
+        base = comm if comm is not None else _MPI.COMM_WORLD
+        self._base: MPI.Comm = base
+        self.rank = base.Get_rank()
+        self.size = base.Get_size()
+        self._control: MPI.Comm = base.Dup()
+        self._data: MPI.Comm = base.Dup()
+        self._control.Set_name("aiopdbp.control")
+        self._data.Set_name("aiopdbp.data")
+        self._drain_timeout = drain_timeout
+        self._started = False
+        self._freed = False
+        self._engine: ProgressEngine = ProgressEngine(
+            [self._control, self._data],  # index == Channel value
+            tag=TAG,
+            mode=progress,
+            spin_s=None if spin_us is None else spin_us * 1e-6,
+            max_backoff_s=None if max_backoff_us is None else max_backoff_us * 1e-6,
+        )
+
+    # ------------------------------------------------------------- helpers
+
+    @staticmethod
+    def available() -> bool:
+        """True if mpi4py is importable (checked without importing it)."""
+        return importlib.util.find_spec("mpi4py") is not None
+
+    mpi_world_size = staticmethod(mpi_world_size)
+
+    @property
+    def progress_mode(self) -> str:
+        """The progress mode actually in use (``"poll"`` or ``"thread"``)."""
+        return self._engine.mode
+
+    # ------------------------------------------------------------ interface
+
+    async def start(self, deliver: DeliverFn) -> None:
+        """Begin receiving; every incoming block goes to ``deliver``.
+
+        ``deliver(source, channel, view)`` is called in the event loop thread,
+        in arrival order per (source, channel); ``view`` is a ``memoryview``
+        (format ``"B"``) over a buffer allocated for that message alone.
+
+        Cancellation: nothing here awaits; a cancelled start leaves the
+        transport either unstarted or started, and ``aclose()`` releases it.
+        """
+        self._check_open()
+        if self._started:
+            raise RuntimeError("MPITransport.start() called twice")
+        self._engine.start(deliver, asyncio.get_running_loop())
+        self._started = True
+
+    async def send(self, dest: int, channel: Channel, blocks: Sequence[Buffer]) -> None:
+        """Send each block as one message to rank ``dest``; return when all completed.
+
+        Every block is one ``Isend`` (fixed tag) on ``channel``'s communicator,
+        posted in order before the first await, so blocks are matched in
+        order per (dest, channel).  Blocks are passed to MPI as they are (no
+        copy) and must be contiguous buffers.  Small (eager) messages usually
+        complete at once and ``send`` returns without suspending.
+
+        Cancellation: MPI cannot reliably cancel a send (``MPI_Cancel`` on
+        send requests is deprecated in MPI-4), so cancelling the await does
+        not withdraw the messages: every block was already posted and will
+        still be delivered.  The progress engine keeps the blocks referenced
+        and completes and frees the requests in the background; the caller
+        must not modify the blocks afterwards.
+        """
+        if self._closed:
+            raise ClosedResourceError("mpi transport is closed")
+        if not self._started:
+            raise RuntimeError("MPITransport.send() before start()")
+        if not 0 <= dest < self.size:
+            raise ValueError(f"destination rank {dest} out of range 0..{self.size - 1}")
+        fut = self._engine.post_send(int(channel), dest, blocks)
+        if fut is not None:
+            await fut
+
+    async def aclose(self) -> None:
+        """Stop progress, drain or abandon outstanding requests, free the communicators.
+
+        Outstanding sends and receives of this rank get up to
+        ``drain_timeout`` seconds to complete (messages arriving meanwhile are
+        still delivered); what is left is abandoned (waiters get
+        :class:`TransportError`, buffers stay referenced).  There are no
+        pre-posted receives to cancel: receives are only posted for messages
+        already matched by ``Improbe``.  Peers should stop sending to this
+        rank first (the node layer's shutdown handshake), or their large
+        sends to us will not complete.  Later ``send`` calls raise
+        :class:`ClosedResourceError`.
+
+        Cancellation: idempotent; the engine keeps stopping in the background
+        and a repeated ``aclose()`` waits for it and frees what is left.
+        """
+        self._closed = True
+        await self._engine.stop(self._drain_timeout)
+        self._free_comms()
+
+    def _free_comms(self) -> None:
+        if self._freed:
+            return
+        self._freed = True
+        _MPI = load_mpi()
+        if _MPI.Is_finalized():
+            return
+        for c in (self._control, self._data):
+            try:
+                c.Free()
+            except _MPI.Exception:  # pragma: no cover - freeing is best effort
+                pass
+
+    def abort(self, message: str, code: int = 1) -> None:
+        """Print ``message`` to stderr and abort the whole MPI job with ``code``."""
+        try:
+            print(message, file=sys.stderr, flush=True)
+        finally:
+            self._base.Abort(code)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: sends, recvs, bytes, steps, wake-ups, idle sleeps, mode."""
+        s = self._engine.stats()
+        s.update(rank=self.rank, size=self.size, closed=self._closed)
+        return s
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("started" if self._started else "new")
+        return f"<MPITransport rank={self.rank}/{self.size} progress={self._engine.mode} {state}>"
+

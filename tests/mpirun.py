@@ -1,0 +1,140 @@
+"""Run a Python script under ``mpiexec`` from a test, with a hard timeout.
+
+Usage in a test module::
+
+    from mpirun import mpi_available, run_mpi, requires_mpi   # or tests.mpirun
+
+    @requires_mpi
+    @pytest.mark.timeout(90)
+    def test_something_2ranks():
+        r = run_mpi(SCRIPTS / "transport_x.py", n=2, args=["poll"])
+        assert r.returncode == 0, r.stdout + r.stderr
+
+``run_mpi`` starts ``mpiexec`` in its own session (process group); if the
+job outlives ``timeout`` the whole group is killed (SIGTERM, then SIGKILL) and
+the test fails with everything the job printed, so a hung MPI job can never
+hang the suite.  ``PYTHONPATH`` gets the repository root prepended so the
+scripts import the working-tree ``aiopdbp``.  Keep jobs small: this machine has
+few cores, use 2 ranks (4 at most).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS_DIR = Path(__file__).resolve().parent / "mpi_scripts"
+
+if str(REPO_ROOT) not in sys.path:  # so `aiopdbp.launch` imports from the tree
+    sys.path.insert(0, str(REPO_ROOT))
+
+from aiopdbp.launch import TCP_ENV, find_mpiexec  # noqa: E402
+
+__all__ = ["run_mpi", "mpi_available", "requires_mpi", "REPO_ROOT", "SCRIPTS_DIR", "check_mpi"]
+
+MAX_RANKS = 4
+
+
+def _mpiexec_or_none() -> str | None:
+    try:
+        return find_mpiexec()
+    except FileNotFoundError:
+        return None
+
+
+def mpi_available() -> bool:
+    """True if an ``mpiexec`` and mpi4py are available (nothing is imported)."""
+    import importlib.util
+
+    return _mpiexec_or_none() is not None and importlib.util.find_spec("mpi4py") is not None
+
+
+requires_mpi = pytest.mark.skipif(not mpi_available(), reason="needs mpiexec and mpi4py")
+
+
+def run_mpi(
+    script: str | Path,
+    n: int = 2,
+    *,
+    tcp: bool = False,
+    args: Iterable[str] = (),
+    timeout: float = 60,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``mpiexec -n n python script *args``; return the completed process.
+
+    ``tcp=True`` forces MPICH's network path (TCP) between the local ranks.
+    ``env`` adds environment variables.  On timeout the process group is
+    killed and the calling test fails (``pytest.fail``) with the output.
+    """
+    if not 1 <= n <= MAX_RANKS:
+        raise ValueError(f"use 1..{MAX_RANKS} ranks on this machine, not {n}")
+    mpiexec = _mpiexec_or_none()
+    if mpiexec is None:
+        pytest.skip("no mpiexec available")
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO_ROOT)] + ([full_env["PYTHONPATH"]] if full_env.get("PYTHONPATH") else [])
+    )
+    full_env["PYTHONUNBUFFERED"] = "1"
+    # never inherit a parent's launcher state (a test run from inside mpiexec)
+    for var in ("PMI_FD", "PMI_RANK", "PMI_SIZE", "PMI_PORT", "MPI_LOCALNRANKS", "MPI_LOCALRANKID"):
+        full_env.pop(var, None)
+    if tcp:
+        full_env.update(TCP_ENV)
+    if env:
+        full_env.update(env)
+    cmd = [mpiexec, "-n", str(n), sys.executable, str(script), *map(str, args)]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full_env,
+        cwd=str(REPO_ROOT),
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out, err = proc.communicate()
+        pytest.fail(
+            f"MPI job timed out after {timeout:.0f}s and was killed: {' '.join(cmd)}\n"
+            f"--- stdout ---\n{out}\n--- stderr ---\n{err}",
+            pytrace=False,
+        )
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            # mpiexec gone; ranks may linger in the group: make sure
+            os.killpg(proc.pid, signal.SIGKILL)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def check_mpi(result: subprocess.CompletedProcess[str], expect_rc: int = 0) -> str:
+    """Assert the job exited with ``expect_rc``; return its stdout."""
+    assert result.returncode == expect_rc, (
+        f"{' '.join(result.args)} exited {result.returncode} (expected {expect_rc})\n"
+        f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
+    )
+    return result.stdout

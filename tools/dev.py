@@ -1,0 +1,282 @@
+#!/usr/bin/env python3
+"""Developer entry point for aiopdbp: one command from a bare clone to a result.
+
+Needs only a Python >= 3.10 interpreter: no make, no system MPI.  The MPI library
+and ``mpiexec`` come from the ``mpich`` wheel that ``pip`` installs into the
+project's virtual environment ``.venv``.
+
+Usage::
+
+    python3 tools/dev.py [--reinstall] [--extras test,gpu] [-v] COMMAND [ARGS...]
+
+Commands:
+
+    setup                 create/refresh .venv and install the project, nothing else
+    demo  [ARGS...]       run ``aiopdbp demo ARGS`` from .venv
+    test  [PYTEST ARGS]   run ``python -m pytest`` (the whole suite) from .venv;
+                          exits with pytest's exit code
+    bench [-n N] [NAME] [ARGS...]
+                          run ``mpiexec -n N python benchmarks/NAME.py ARGS``
+                          (N defaults to 2, NAME to ``mpi_baseline``)
+
+``.venv`` is created with the interpreter that runs this script.  The project is
+installed editable (``pip install -e .[test]``) and a stamp file records what was
+installed; while ``pyproject.toml`` is unchanged since then, pip is not run again,
+so a second call starts at once.  ``--reinstall`` forces the install step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import NoReturn, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"
+PYPROJECT = ROOT / "pyproject.toml"
+STAMP = VENV / ".aiopdbp-install-stamp"
+WINDOWS = os.name == "nt"
+BIN = VENV / ("Scripts" if WINDOWS else "bin")
+EXE = ".exe" if WINDOWS else ""
+VENV_PY = BIN / f"python{EXE}"
+DEFAULT_EXTRAS = "test"
+COMMANDS = ("setup", "demo", "test", "bench")
+
+
+def say(msg: str) -> None:
+    """Print one progress line (stderr, so command output stays clean)."""
+    print(f"[dev] {msg}", file=sys.stderr, flush=True)
+
+
+def die(msg: str, code: int = 2) -> NoReturn:
+    """Print an error and exit."""
+    print(f"[dev] error: {msg}", file=sys.stderr, flush=True)
+    raise SystemExit(code)
+
+
+def usage() -> str:
+    """The module docstring, i.e. the help text."""
+    return __doc__ or ""
+
+
+# --------------------------------------------------------------------- venv --
+
+def venv_python_works() -> bool:
+    """True if ``.venv``'s interpreter exists, runs and has pip."""
+    if not VENV_PY.exists():
+        return False
+    try:
+        r = subprocess.run(
+            [str(VENV_PY), "-c", "import sys, pip; print(sys.version_info[:2])"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+def host_has_pip() -> bool:
+    """True if the interpreter running this script can run ``-m pip``."""
+    return importlib.util.find_spec("pip") is not None
+
+
+def venv_help() -> str:
+    """How to get a working ``venv``/``ensurepip`` on common systems."""
+    v = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return (
+        "Python's 'venv' module cannot create an environment with pip here "
+        "(ensurepip is missing).\n"
+        f"    Debian/Ubuntu:  sudo apt-get install python3-venv   (or python{v}-venv)\n"
+        "    Fedora/RHEL:    sudo dnf install python3 (venv and ensurepip are included)\n"
+        "    other systems:  install a full CPython build (python.org, pyenv, conda)\n"
+        f"then run this command again (interpreter used: {sys.executable})."
+    )
+
+
+def create_venv() -> None:
+    """Create ``.venv`` with ``sys.executable``, bootstrapping pip."""
+    try:
+        import venv  # noqa: F401  (only to check it is there)
+    except ImportError:
+        die(venv_help())
+    if VENV.exists():
+        say(f"removing broken virtual environment {VENV}")
+        shutil.rmtree(VENV)
+    say(f"creating virtual environment {VENV} with {sys.executable}")
+    if importlib.util.find_spec("ensurepip") is not None:
+        r = subprocess.run([sys.executable, "-m", "venv", str(VENV)])
+        if r.returncode == 0 and venv_python_works():
+            return
+        say("'python -m venv' failed")
+        shutil.rmtree(VENV, ignore_errors=True)
+    # No ensurepip (e.g. Debian without python3-venv): make the venv without pip
+    # and let the host's pip (>= 22.3 has --python) put pip into it.
+    if host_has_pip():
+        say("ensurepip is unavailable; bootstrapping pip with the host's pip")
+        r = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(VENV)])
+        if r.returncode == 0:
+            r = subprocess.run(
+                [sys.executable, "-m", "pip", "--python", str(VENV_PY),
+                 "install", "--disable-pip-version-check", "-q", "pip"]
+            )
+            if r.returncode == 0 and venv_python_works():
+                return
+        shutil.rmtree(VENV, ignore_errors=True)
+    die(venv_help())
+
+
+def install_key(extras: str) -> str:
+    """What the stamp records: pyproject.toml's content, the extras, the venv's Python."""
+    h = hashlib.sha256()
+    h.update(PYPROJECT.read_bytes())
+    h.update(f"\0extras={extras}\0".encode())
+    cfg = VENV / "pyvenv.cfg"  # names the venv's Python version
+    if cfg.exists():
+        h.update(cfg.read_bytes())
+    return h.hexdigest()
+
+
+def stamp_is_fresh(extras: str) -> bool:
+    """True if the last install is still valid (so pip can be skipped)."""
+    if not STAMP.exists() or not (BIN / f"aiopdbp{EXE}").exists():
+        return False
+    key = install_key(extras)
+    if STAMP.read_text(encoding="utf-8").strip() != key:
+        return False
+    if PYPROJECT.stat().st_mtime > STAMP.stat().st_mtime:
+        # Touched (e.g. by a checkout) but the same content: still fresh.
+        STAMP.touch()
+    return True
+
+
+def install(extras: str, verbose: bool) -> None:
+    """``pip install -e .[extras]`` into ``.venv`` and write the stamp."""
+    target = f".[{extras}]" if extras else "."
+    say(f"installing aiopdbp (editable) with {target!r} into .venv ...")
+    STAMP.unlink(missing_ok=True)
+    cmd = [str(VENV_PY), "-m", "pip", "install", "--disable-pip-version-check",
+           "--progress-bar", "off"]
+    if not verbose:
+        cmd.append("-q")
+    cmd += ["-e", target]
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, cwd=ROOT, env=venv_env())
+    if r.returncode != 0:
+        die(f"pip install failed (exit {r.returncode}); see the output above", r.returncode)
+    STAMP.write_text(install_key(extras) + "\n", encoding="utf-8")
+    say(f"installed in {time.monotonic() - t0:.1f} s")
+
+
+def ensure_env(extras: str, reinstall: bool, verbose: bool) -> None:
+    """Make ``.venv`` exist, work, and hold an up-to-date install of the project."""
+    if sys.version_info < (3, 10):
+        die(f"aiopdbp needs Python >= 3.10; {sys.executable} is "
+            f"{sys.version.split()[0]}")
+    if not PYPROJECT.exists():
+        die(f"{PYPROJECT} not found: run this script from an aiopdbp checkout")
+    if not venv_python_works():
+        create_venv()
+    if reinstall or not stamp_is_fresh(extras):
+        install(extras, verbose)
+    else:
+        say(".venv is up to date (pyproject.toml unchanged since the last install)")
+
+
+def venv_env() -> dict[str, str]:
+    """The environment for commands run from ``.venv`` (its bin/ first on PATH,
+    so ``mpiexec`` is the one from the ``mpich`` wheel unless told otherwise)."""
+    env = dict(os.environ)
+    env.pop("PYTHONHOME", None)
+    env["VIRTUAL_ENV"] = str(VENV)
+    env["PATH"] = str(BIN) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def run(cmd: Sequence[str]) -> int:
+    """Run ``cmd`` in the project root with the venv environment; return its exit code."""
+    say("running: " + " ".join(cmd))
+    try:
+        return subprocess.run(list(cmd), cwd=ROOT, env=venv_env()).returncode
+    except FileNotFoundError as e:
+        die(f"cannot run {cmd[0]}: {e}")
+    except KeyboardInterrupt:
+        return 130
+
+
+# ----------------------------------------------------------------- commands --
+
+def cmd_demo(args: list[str]) -> int:
+    """``aiopdbp demo ARGS`` from the venv."""
+    return run([str(BIN / f"aiopdbp{EXE}"), "demo", *args])
+
+
+def cmd_test(args: list[str]) -> int:
+    """The whole test suite (pytest reads its settings from pyproject.toml)."""
+    return run([str(VENV_PY), "-m", "pytest", *args])
+
+
+def cmd_bench(args: list[str]) -> int:
+    """``mpiexec -n N python benchmarks/NAME.py ARGS``."""
+    nprocs = "2"
+    if args[:1] == ["-n"] and len(args) >= 2:
+        nprocs, args = args[1], args[2:]
+    elif args and args[0].startswith("-n") and args[0][2:].isdigit():
+        nprocs, args = args[0][2:], args[1:]
+    name = "mpi_baseline"
+    if args and not args[0].startswith("-"):
+        name, args = args[0], args[1:]
+    script = ROOT / "benchmarks" / (name if name.endswith(".py") else f"{name}.py")
+    if not script.exists():
+        found = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")
+                       if not p.stem.startswith("_"))
+        die(f"no benchmark {script.name}; available: {', '.join(found) or 'none'}")
+    mpiexec = BIN / f"mpiexec{EXE}"
+    launcher = str(mpiexec) if mpiexec.exists() else (shutil.which("mpiexec") or "mpiexec")
+    return run([launcher, "-n", nprocs, str(VENV_PY), str(script), *args])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``[options] COMMAND [ARGS...]`` (ARGS go through verbatim)."""
+    rest = list(sys.argv[1:] if argv is None else argv)
+    extras, reinstall, verbose = DEFAULT_EXTRAS, False, False
+    while rest and rest[0].startswith("-"):
+        opt = rest.pop(0)
+        if opt in ("-h", "--help"):
+            print(usage())
+            return 0
+        if opt == "--reinstall":
+            reinstall = True
+        elif opt in ("-v", "--verbose"):
+            verbose = True
+        elif opt == "--extras":
+            if not rest:
+                die("--extras needs a value, e.g. --extras test,gpu")
+            extras = rest.pop(0)
+        elif opt.startswith("--extras="):
+            extras = opt.split("=", 1)[1]
+        else:
+            die(f"unknown option {opt!r}\n{usage()}")
+    if not rest or rest[0] not in COMMANDS:
+        print(usage(), file=sys.stderr)
+        return 2
+    command, args = rest[0], rest[1:]
+    ensure_env(extras, reinstall, verbose)
+    if command == "setup":
+        return 0
+    if command == "demo":
+        return cmd_demo(args)
+    if command == "test":
+        return cmd_test(args)
+    return cmd_bench(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
