@@ -61,6 +61,7 @@ __all__ = [
     "ALIGN", "Buffer", "CDU", "CONTROL_SCHEMAS", "Control", "DEFAULT_LIMITS", "Decoder", "Kind",
     "Limits", "MsgType", "Payload", "StreamOp", "VERSION", "decode", "encode_block",
     "encode_cdu", "encode_control", "frame_size", "peek_header",
+    "bp_header", "encode_record", "encode_split", "decode_split",
 ]
 
 VERSION: int = 1
@@ -388,6 +389,116 @@ def encode_block(cdus: Iterable[CDU], *, allow_pickle: bool = False,
     if not cur:
         out.pop()
     return out
+
+
+def encode_record(cdu: CDU, offset: int, *, allow_pickle: bool = False,
+                  limits: Limits = DEFAULT_LIMITS) -> tuple[list[Buffer], int]:
+    """One BP record (levels 2-3 and payload) for byte ``offset`` of a BP frame.
+
+    For writers that coalesce CDUs straight into a pool block: append the
+    returned parts at ``offset`` (alignment padding depends on it), then
+    write :func:`bp_header` at the start of the block.  Returns the parts and
+    their total length.
+    """
+    n_ns, n_ps = _check_cdu(cdu, limits)
+    tag, meta, parts, plen = _payload(cdu.data, allow_pickle, limits)
+    s = _cached(_RECD_CACHE, n_ns + n_ps, "<" + _REC_FMT)
+    off = offset + s.size
+    if meta:
+        meta += _ZEROS[:-(off + len(meta)) & (ALIGN - 1)]
+    head = _record(cdu, s, tag, n_ns, n_ps, plen)
+    if meta:
+        head += meta
+    return [head, *parts], len(head) + plen
+
+
+def bp_header(count: int, body_len: int) -> bytes:
+    """The level-1 header of a BP frame of ``count`` records."""
+    if not 0 < count <= 0xFFFF:
+        raise ValueError("a BP block holds 1..65535 CDUs")
+    return _L1.pack(VERSION, _BP, count, body_len)
+
+
+def encode_split(cdu: CDU, *, limits: Limits = DEFAULT_LIMITS) -> tuple[bytes, Buffer]:
+    """A REMOTE frame cut in two messages: its header and its payload.
+
+    Large payloads (stream segments) travel as their own message straight
+    from the caller's buffer (zero copy); :func:`decode_split` puts the two
+    halves back together.  Only BYTES, NDARRAY and NONE payloads split.
+    """
+    parts = encode_cdu(cdu, MsgType.REMOTE, allow_pickle=False, limits=limits)
+    head = parts[0]
+    if len(parts) == 1:
+        return bytes(head), b""
+    if len(parts) == 2:
+        return bytes(head), parts[1]
+    return bytes(head), b"".join(parts[1:])
+
+
+def decode_split(head: Buffer, payload: Buffer, *, limits: Limits = DEFAULT_LIMITS) -> CDU:
+    """Decode a frame sent by :func:`encode_split`; the payload is not copied."""
+    mv = _byte_view(head)
+    pv = _byte_view(payload)
+    mt, count, body_len = _header(mv, limits)
+    if int(mt) not in _CDU_SINGLE or count != 1:
+        raise ProtocolError(f"split frame must be a single-CDU frame, not {mt.name}")
+    if len(mv) - _L1.size + len(pv) != body_len:
+        raise ProtocolError(f"split frame holds {len(mv) - _L1.size + len(pv)} body bytes, "
+                            f"header says {body_len}")
+    end = len(mv)
+    off = _L1.size
+    if off + _REC.size > end:
+        raise ProtocolError("truncated CDU record header")
+    (id_, sno, segno, src_n, src_p, com, kind, op, tag, n_ns, n_ps, plen) = _REC.unpack_from(mv, off)
+    off += _REC.size
+    k = _KINDS.get(kind)
+    o = _OPS.get(op)
+    if k is None or o is None or (op and kind != _STREAM):
+        raise ProtocolError(f"bad CDU kind/op {kind}/{op}")
+    if n_ns > limits.max_dests or n_ps > limits.max_dests:
+        raise ProtocolError(f"CDU with more than {limits.max_dests} destinations")
+    nd = n_ns + n_ps
+    if off + 4 * nd > end:
+        raise ProtocolError("truncated destination list")
+    dests = _cached(_DEST_CACHE, nd, "<").unpack_from(mv, off)
+    off += 4 * nd
+    if plen != len(pv):
+        raise ProtocolError(f"payload of {len(pv)} bytes, record says {plen}")
+    data: Any
+    if tag == _BYTES:
+        data = pv
+    elif tag == _NONE:
+        if plen:
+            raise ProtocolError("NONE payload with a length")
+        data = None
+    elif tag == _NDARRAY:
+        if off >= end:
+            raise ProtocolError("truncated ndarray meta")
+        nlen = mv[off]
+        off += 1
+        if off + nlen + 1 > end:
+            raise ProtocolError("truncated ndarray meta")
+        dt = _dtype(bytes(mv[off:off + nlen]))
+        off += nlen
+        ndim = mv[off]
+        if ndim > limits.max_ndim:
+            raise ProtocolError(f"ndarray with {ndim} dimensions > {limits.max_ndim}")
+        shape = _u64s(mv, off + 1, end, ndim)
+        n = 1
+        for dim in shape:
+            n *= dim
+        if n * dt.itemsize != plen:
+            raise ProtocolError(f"ndarray {shape} of {dt} does not match {plen} payload bytes")
+        off = min(end, _align(off + 1 + 8 * ndim))
+        try:
+            data = np.frombuffer(pv, dt, n).reshape(shape)
+        except (ValueError, OverflowError) as exc:
+            raise ProtocolError(f"bad ndarray shape {shape}") from exc
+    else:
+        raise ProtocolError(f"payload tag {tag} cannot be split")
+    if off != end:
+        raise ProtocolError(f"{end - off} stray bytes in a split frame header")
+    return CDU(k, src_p, dests[n_ns:], data, com, id_, sno, segno, src_n, dests[:n_ns], o)
 
 
 def _check_body(mtype: MsgType, body: object, seq: type | tuple[type, ...]) -> str | None:

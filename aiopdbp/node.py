@@ -26,6 +26,7 @@ from .codec import CDU, Kind, StreamOp
 from .errors import BrokenResourceError, NoPipeError, UnknownProcessError, WouldBlock
 from .manager import PipeManager, Target
 from .pipes import Pipe, PipePool
+from .remote import Remote, RemoteConfig, pack_meta as _pack_meta, unpack_meta as _unpack_meta
 from .process import GP
 from .streams import IncomingStream, OutgoingStream, StreamMeta
 from .tables import NodeType, PType, Tables
@@ -55,7 +56,8 @@ class Node:
 
     def __init__(self, transport: Transport | None = None, *, pipe_capacity: int = 1024,
                  max_pipes: int = 65536, stream_pipes: int = 1024, stream_window: int = 16,
-                 allow_pickle: bool = False) -> None:
+                 allow_pickle: bool = False, remote: RemoteConfig | None = None,
+                 close_timeout: float | None = None, handshake_timeout: float | None = None) -> None:
         self.transport = transport
         self.rank = transport.rank if transport is not None else 0
         self.size = transport.size if transport is not None else 1
@@ -79,6 +81,15 @@ class Node:
         self._bind_waiters: dict[int, list[asyncio.Future[None]]] = {}
         self._started = False
         self._closed = False
+        self._closed_streams: set[tuple[int, int]] = set()
+        self._remote: Remote | None = None
+        if transport is not None and self.size > 1:
+            cfg = remote or RemoteConfig()
+            if close_timeout is not None:
+                cfg.close_timeout = close_timeout
+            if handshake_timeout is not None:
+                cfg.handshake_timeout = handshake_timeout
+            self._remote = Remote(self, transport, cfg)
 
     def __repr__(self) -> str:
         return f"<Node {self.rank}/{self.size} gps={len(self._gps)}>"
@@ -94,7 +105,9 @@ class Node:
             return
         self._started = True
         self.manager.start()
-        if self.size == 1:
+        if self._remote is not None:
+            await self._remote.start()
+        else:
             self.tables.apply("node_add", (0, socket.gethostname(), _host_ip(), int(NodeType.MASTER)))
 
     async def aclose(self) -> None:
@@ -109,7 +122,11 @@ class Node:
         try:
             if self._started:
                 await self._drain()
+                if self._remote is not None:
+                    await self._remote.close()
         finally:
+            if self._remote is not None:
+                await self._remote.stop()
             for stream in list(self._streams_in.values()):
                 stream._fail(BrokenResourceError("node closed"))
                 self._incoming_closed(stream, "receiving node closed", True)
@@ -136,11 +153,16 @@ class Node:
 
     # -- the single point of table updates ------------------------------------
     async def _commit(self, op: str, *args: Any) -> Any:
-        """Apply a table update in the cluster-wide order (here: locally)."""
+        """Apply a table update in the cluster-wide order (rank 0 sequences it)."""
+        if self._remote is not None:
+            return await self._remote.commit(op, args)
         return self.tables.apply(op, args)
 
     def _commit_nowait(self, op: str, *args: Any) -> None:
-        self.tables.apply(op, args)
+        if self._remote is not None:
+            self._remote.commit_nowait(op, args)
+        else:
+            self.tables.apply(op, args)
 
     def _on_update(self, op: str, args: tuple[Any, ...], result: Any) -> None:
         tables = self.tables
@@ -168,7 +190,9 @@ class Node:
             self._targets.pop(args[0], None)
 
     def _link(self, node: int) -> Target:
-        raise BrokenResourceError(f"host {node} is not reachable: this node has no remote links")
+        if self._remote is None:
+            raise BrokenResourceError(f"host {node} is not reachable: this node has no remote links")
+        return self._remote.link(node)
 
     # -- registration (prcsReg / prcsFree) ------------------------------------
     async def register(self, name: str, ptype: PType = PType.CPU) -> GP:
@@ -333,10 +357,88 @@ class Node:
         pipe_b = await self.pps.apply()
         pipe_b.capacity = self.stream_window
         stream = IncomingStream(self, key, self.tables.name_of(src_pid), pipe_b, self.stream_window)
-        stream.dest_pid = dest_pid  # type: ignore[attr-defined]
+        stream.dest_pid = dest_pid
+        stream.source_pid = src_pid
         self._streams_in[key] = stream
         self._commit_nowait("stream_pipe_b", key[0], key[1], pipe_b.pipe_id)
         return stream
+
+    async def _deliver_remote(self, cdu: CDU) -> None:
+        """Move one CDU that arrived from another host into its local pipe.
+
+        Waits for room (the credit it holds is returned only afterwards, so a
+        GP that does not read stops its remote senders).
+        """
+        if cdu.kind is Kind.STREAM:
+            key = (cdu.source_n, cdu.sno)
+            op = cdu.op
+            stream = self._streams_in.get(key)
+            if stream is None:
+                if key in self._closed_streams:
+                    if op is StreamOp.END or op is StreamOp.ABORT:
+                        self._closed_streams.discard(key)
+                    return
+                if not cdu.dest_ps or cdu.dest_ps[0] not in self.tables.pta:
+                    return
+                stream = await self._new_incoming(key, cdu.source_p, cdu.dest_ps[0])
+            if op is StreamOp.OPEN:
+                stream._open(_unpack_meta(cdu.data))
+                cdu.data = stream
+                await self._deliver_local(cdu.dest_ps[0], cdu)
+            elif op is StreamOp.ABORT:
+                stream._pipe.force_put(cdu)
+            else:
+                pipe = stream._pipe
+                if pipe.free <= 0:
+                    try:
+                        await pipe.reserve()
+                    except BrokenResourceError:
+                        return  # the receiver closed the stream meanwhile
+                else:
+                    pipe.reserve_nowait()
+                pipe.put_reserved(cdu)
+            return
+        for pid in cdu.dest_ps:
+            entry = self.tables.pta.get(pid)
+            if entry is not None and entry.node == self.rank:
+                await self._deliver_local(pid, cdu)
+
+    async def _deliver_local(self, pid: int, cdu: CDU) -> None:
+        tgt = self._targets.get(pid)
+        if tgt is None:
+            timeout = self._remote.cfg.bind_timeout if self._remote is not None else None
+            try:
+                tgt = await self._target_for(pid, timeout)
+            except (TimeoutError, NoPipeError, UnknownProcessError) as exc:
+                self.manager.dropped += 1
+                log.warning("dropping a CDU for pid %d: %s", pid, exc)
+                return
+        try:
+            tgt.reserve_nowait()
+        except WouldBlock:
+            try:
+                await tgt.reserve()
+            except BrokenResourceError:
+                self.manager.dropped += 1
+                return
+        except BrokenResourceError:
+            self.manager.dropped += 1
+            return
+        tgt.put_reserved(cdu)
+
+    def _stream_done(self, key: tuple[int, int], error: str | None) -> None:
+        """A remote receiver consumed (or gave up) the stream ``key``."""
+        out = self._streams_out.get(key)
+        if out is None:
+            return
+        if error is None:
+            if not out.done.done():
+                out.done.set_result(None)
+        else:
+            out.broken = BrokenResourceError(f"stream receiver failed: {error}")
+            if not out.done.done():
+                out.done.set_exception(out.broken)
+                out.done.exception()
 
     def _stream_for_open(self, cdu: CDU) -> IncomingStream:
         data = cdu.data
@@ -357,6 +459,14 @@ class Node:
     def _incoming_closed(self, stream: IncomingStream, error: str | None, notify: bool) -> None:
         """The receiving side of a stream is done (finished, aborted, abandoned)."""
         if self._streams_in.pop(stream.key, None) is None:
+            return
+        if stream.key[0] != self.rank:
+            if not stream.finished:
+                self._closed_streams.add(stream.key)  # drop what is still in flight
+            if notify and self._remote is not None:
+                self._remote.send_done(stream.key, stream.dest_pid,
+                                       stream.source_pid, error)
+            self.pps.release(stream._pipe)
             return
         out = self._streams_out.get(stream.key)
         if out is not None and notify:
@@ -381,7 +491,7 @@ class Node:
             self._commit_nowait("stream_unbind", *out.key)
 
     def _abort_streams_to(self, pid: int, why: str) -> None:
-        for stream in [s for s in self._streams_in.values() if getattr(s, "dest_pid", None) == pid]:
+        for stream in [s for s in self._streams_in.values() if s.dest_pid == pid]:
             stream._fail(BrokenResourceError(why))
             self._incoming_closed(stream, why, True)
 
@@ -395,12 +505,6 @@ class Node:
             "streams_in": len(self._streams_in), "streams_out": len(self._streams_out),
             "table_version": self.tables.version, "table_digest": self.tables.digest,
         }
-
-
-def _pack_meta(meta: StreamMeta) -> bytes:
-    import msgpack  # type: ignore[import-untyped]
-
-    return msgpack.packb(meta.to_wire())  # type: ignore[no-any-return]
 
 
 def _host_ip() -> str:

@@ -162,6 +162,8 @@ class IncomingStream:
         self._node = gp_node
         self.key = key
         self.sno = key[1]
+        self.source_pid = 0
+        self.dest_pid = 0
         self.source = source
         self.meta = StreamMeta()
         self._pipe = pipe

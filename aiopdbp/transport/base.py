@@ -23,11 +23,18 @@ Contract every implementation keeps:
   event loop thread and must not block; flow control (credits) is the node's
   business, so a transport may deliver whenever a message is complete.
 * ``aclose()`` is idempotent; sends after it raise ``ClosedResourceError``.
+* Optional receive-buffer hook: ``start(deliver, alloc)``.  Before receiving a
+  message of ``n`` bytes the transport may call ``alloc(source, channel, n)``;
+  if it returns a writable buffer of exactly ``n`` bytes, the message is
+  received into it and ``deliver`` gets *that same object*.  This is how the
+  receive buffer pool (RBP) takes messages off the network straight into its
+  blocks.  ``None`` means "allocate yourself".
 """
 
 from __future__ import annotations
 
 import abc
+import asyncio
 import enum
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -39,6 +46,8 @@ Buffer = Any  # anything with the buffer protocol (bytes, memoryview, ndarray, .
 # deliver(source_rank, channel, block) -- block is a bytes-like buffer owned by
 # the receiver (a bytearray/memoryview it may keep).
 DeliverFn = Callable[[int, "Channel", memoryview], None]
+# alloc(source_rank, channel, nbytes) -> writable buffer of exactly nbytes, or None
+AllocFn = Callable[[int, "Channel", int], Any]
 
 
 class Channel(enum.IntEnum):
@@ -81,6 +90,12 @@ class Transport(abc.ABC):
 
         Cancellation: idempotent; a cancelled close can be repeated.
         """
+
+    def post(self, dest: int, channel: Channel, blocks: Sequence[Buffer]) -> asyncio.Future[None]:
+        """Start sending ``blocks`` now; the future completes when they may be
+        reused.  Lets one sender keep a window of sends in flight without a
+        Task per message.  The default wraps :meth:`send` in a task."""
+        return asyncio.ensure_future(self.send(dest, channel, blocks))
 
     def abort(self, message: str, code: int = 1) -> None:  # pragma: no cover - default
         """Tear the whole job down (used when a rank's program raised)."""

@@ -1,0 +1,788 @@
+"""Remote hosts: DDBP pools, coalescing, credits, dual channel, replicated tables.
+
+Theory of operation
+-------------------
+*Links and the send pool (SBP).*  Every remote host ``h`` is reached through a
+:class:`HostLink`, the routing target of every GP that lives on ``h``.  A
+sender reserves a slot in the link's bounded pending queue (backpressure),
+the PipeManager puts the CDU there, and two coroutines per link do the
+paper's SBP work:
+
+* the **SBP writer** packs pending CDUs into the open block of the sub-pool
+  SCBP_h (coalescing: many small CDUs become one BP frame, one MPI message).
+  It waits for a block when the row is full and cannot grow -- Algorithm 1
+  runs inside the pool -- which stalls the pending queue and so the senders.
+  A CDU with a large payload (a stream segment) is not copied: it becomes a
+  split frame, header and payload sent as two messages straight from the
+  user's buffer.
+* the **SBP reader** sends the units in order, keeping up to ``max_inflight``
+  sends posted per host without a Task per message; readers of different
+  hosts run concurrently (the paper's parallel SBP reader).
+
+*Credits.*  A host may have at most ``recv_window`` bytes outstanding at a
+receiver (announced in its HInfo).  The receiver returns credit on the
+*control* channel once the CDUs of a message have been moved into local
+pipes.  A GP that does not read therefore stops its senders on every host,
+and the receive side never holds more than ``hosts x recv_window`` bytes.
+
+*Receive pool (RBP).*  The transport asks :meth:`Remote._alloc` for a buffer
+before it receives a data message; small messages land directly in a block
+of RCBP_src (the paper's RBP writer).  One **RBP reader** per source host
+decodes and delivers the CDUs to the private pipes (or a stream's bound
+pipe), copying payloads out of the block, then releases it and returns the
+credit.  Large split frames are received into their own buffer and handed
+over without a copy.
+
+*Dual channel.*  Table updates, credits, stream completions, HInfo and BYE
+travel on the control channel, so they never queue behind bulk data.
+
+*Replicated tables.*  Rank 0 (the MNode) is the sequencer: every update is
+sent to it, applied there and broadcast with a sequence number; every host
+applies updates in that order (MPI keeps messages from one source in order)
+and the originator's ``await`` returns the result when its own copy has
+applied it.  Equal ``Tables.digest`` on every host proves it.
+
+*Closing.*  ``close()`` flushes every link, tells every host with BYE how
+many data messages it sent, and waits until it has received and delivered
+as many from everyone (or ``close_timeout`` passes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgpack  # type: ignore[import-untyped]
+import numpy as np
+
+from .codec import (
+    CDU,
+    Control,
+    Kind,
+    MsgType,
+    StreamOp,
+    bp_header,
+    decode,
+    decode_split,
+    encode_cdu,
+    encode_control,
+    encode_record,
+    encode_split,
+    peek_header,
+)
+from .errors import (
+    BrokenResourceError,
+    DuplicateProcessError,
+    HandshakeError,
+    PDBPError,
+    ProtocolError,
+    UnknownProcessError,
+    WouldBlock,
+)
+from .pipes import Pipe
+from .pool import BufferPool, Slot
+from .streams import StreamMeta
+from .tables import NodeType
+from .transport.base import Channel, Transport
+
+if TYPE_CHECKING:
+    from .node import Node
+
+log = logging.getLogger("aiopdbp.remote")
+
+_CTRL = Channel.CONTROL
+_DATA = Channel.DATA
+
+
+@dataclass
+class RemoteConfig:
+    """Tunables of the multi-host runtime (all per host)."""
+
+    block_size: int = 256 << 10       # UMB block = largest coalesced message
+    pool_blocks: int = 0              # UMB blocks; 0: 16 per remote host per matrix
+    row_capacity: int = 32            # N, cells of one sub-pool row
+    initial: int = 2                  # m, initial real cells per row (Algorithm 1 step 1)
+    threshold: float = 0.5            # Algorithm 1 threshold on SU
+    recv_window: int = 32 << 20       # credit: bytes a peer may have outstanding here
+    link_capacity: int = 4096         # CDUs queued for one host before senders wait
+    large: int = 32 << 10             # payloads >= this travel as split zero-copy frames
+    max_inflight: int = 16            # posted sends per host
+    handshake_timeout: float = 60.0
+    close_timeout: float = 60.0
+    bind_timeout: float = 30.0        # wait for a receiving GP to bind its pipe
+
+
+def _nbytes(data: Any) -> int:
+    if data is None:
+        return 0
+    if type(data) is bytes:
+        return len(data)
+    n = getattr(data, "nbytes", None)
+    if n is not None:
+        return int(n)
+    try:
+        return memoryview(data).nbytes
+    except TypeError:
+        return 0  # a pickled object: size unknown until encoded
+
+
+class HostLink:
+    """The routing target for every GP on one remote host (SCBP_h + sender)."""
+
+    remote = True
+
+    def __init__(self, remote: Remote, host: int) -> None:
+        self._remote = remote
+        self.host = host
+        cfg = remote.cfg
+        self._pending: Pipe[CDU] = Pipe(cfg.link_capacity, -1, f"link{host}")
+        # Bound methods as attributes: the send hot path calls them directly.
+        self.reserve = self._pending.reserve
+        self.reserve_nowait = self._pending.reserve_nowait
+        self.unreserve = self._pending.unreserve
+        self.put_reserved = self._pending.put_reserved
+        self.force_put = self._pending.force_put
+        self._units: deque[tuple[str, Any, list[Any], int]] = deque()
+        self._units_ready: asyncio.Event = asyncio.Event()
+        self._credit = cfg.recv_window
+        self.window = cfg.recv_window
+        self._credit_ready = asyncio.Event()
+        self._inflight = 0
+        self._inflight_ready = asyncio.Event()
+        self._writer_idle = True
+        self.sent_msgs = 0
+        self.sent_bytes = 0
+        self.cdus = 0
+        self.blocks = 0
+        self.splits = 0
+        self.credit_waits = 0
+        self.error: BaseException | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(_guard(self._writer(), self.fail), name=f"aiopdbp-sbp-writer-{self.host}"),
+            loop.create_task(_guard(self._reader(), self.fail), name=f"aiopdbp-sbp-reader-{self.host}")]
+
+    @property
+    def idle(self) -> bool:
+        return (not len(self._pending) and self._writer_idle and not self._units
+                and self._inflight == 0)
+
+    def grant(self, nbytes: int) -> None:
+        self._credit += nbytes
+        self._credit_ready.set()
+
+    def fail(self, exc: BaseException) -> None:
+        """The host is gone: senders waiting on this link get ``exc``."""
+        self.error = exc
+        self._pending.close()
+
+    # -- SBP writer: CDUs -> blocks (coalescing) ------------------------------
+    async def _writer(self) -> None:
+        remote = self._remote
+        pool = remote.pool.send
+        host = self.host
+        cfg = remote.cfg
+        large = cfg.large
+        allow_pickle = remote.node.allow_pickle
+        pending = self._pending
+        slot: Slot | None = None
+        count = 0
+        while True:
+            self._writer_idle = slot is None
+            cdu = await pending.receive()
+            self._writer_idle = False
+            batch = [cdu]
+            batch += pending.drain_nowait()
+            for cdu in batch:
+                self.cdus += 1
+                if _nbytes(cdu.data) >= large and cdu.kind is Kind.STREAM \
+                        and _splittable(cdu.data):
+                    if slot is not None:
+                        self._commit(slot, count)
+                        slot = None
+                    head, payload = encode_split(cdu)
+                    self._push("split", None, [head, payload], len(head) + memoryview(payload).nbytes)
+                    self.splits += 1
+                    continue
+                try:
+                    parts, n = encode_record(cdu, slot.used if slot is not None else 8,
+                                             allow_pickle=allow_pickle)
+                except (TypeError, ValueError) as exc:
+                    log.error("cannot encode CDU for host %d: %s", host, exc)
+                    continue
+                if slot is None or n > slot.room or count == 0xFFFF:
+                    if slot is not None:
+                        self._commit(slot, count)
+                        slot = None
+                    if n + 8 > cfg.block_size:
+                        # Too big for a block and not splittable (e.g. a large
+                        # pickle): one frame of its own.
+                        frame = encode_cdu(cdu, allow_pickle=allow_pickle)
+                        whole = b"".join(bytes(p) if not isinstance(p, bytes) else p for p in frame)
+                        self._push("frame", None, [whole], len(whole))
+                        continue
+                    slot = await pool.acquire(host, cfg.block_size)
+                    slot.append(bytes(8))  # level-1 header, patched on commit
+                    count = 0
+                    parts, n = encode_record(cdu, 8, allow_pickle=allow_pickle)
+                for p in parts:
+                    slot.append(p)
+                count += 1
+            if slot is not None and not len(pending):
+                # Nothing more queued: send now rather than wait to fill the
+                # block (latency first; under load blocks fill by themselves).
+                self._commit(slot, count)
+                slot = None
+
+    def _commit(self, slot: Slot, count: int) -> None:
+        slot.view[:8] = bp_header(count, slot.used - 8)
+        pool = self._remote.pool.send
+        pool.commit(slot)
+        # The reader side of the row: blocks are sent in commit order, so the
+        # oldest committed block is this one.
+        taken = pool.next_filled_nowait(self.host)
+        self.blocks += 1
+        self._push("block", taken, [taken.data], taken.used)
+
+    def _push(self, kind: str, slot: Slot | None, blocks: list[Any], nbytes: int) -> None:
+        self._units.append((kind, slot, blocks, nbytes))
+        self._units_ready.set()
+
+    # -- SBP reader: blocks -> network, windowed, credit-limited ----------------
+    async def _reader(self) -> None:
+        remote = self._remote
+        transport = remote.transport
+        host = self.host
+        units = self._units
+        max_inflight = remote.cfg.max_inflight
+        while True:
+            if not units:
+                self._units_ready.clear()
+                await self._units_ready.wait()
+                continue
+            kind, slot, blocks, nbytes = units[0]
+            # A message larger than the whole window may go when nothing is
+            # outstanding, so an oversized segment can never deadlock.
+            while self._credit < nbytes and self._credit < self.window:
+                self.credit_waits += 1
+                self._credit_ready.clear()
+                await self._credit_ready.wait()
+            while self._inflight >= max_inflight:
+                self._inflight_ready.clear()
+                await self._inflight_ready.wait()
+            units.popleft()
+            self._credit -= nbytes
+            self._inflight += 1
+            self.sent_msgs += len(blocks)
+            self.sent_bytes += nbytes
+            remote.data_sent[host] += len(blocks)
+            fut = transport.post(host, _DATA, blocks)
+            fut.add_done_callback(lambda f, s=slot: self._sent(f, s))
+
+    def _sent(self, fut: asyncio.Future[None], slot: Slot | None) -> None:
+        self._inflight -= 1
+        self._inflight_ready.set()
+        if slot is not None:
+            try:
+                self._remote.pool.send.release(slot)
+            except Exception:  # pool closed during shutdown
+                pass
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None and self.error is None:
+            log.error("sending to host %d failed: %s", self.host, exc)
+            self.fail(exc)
+
+    def stats(self) -> dict[str, Any]:
+        return {"cdus": self.cdus, "blocks": self.blocks, "splits": self.splits,
+                "messages": self.sent_msgs, "bytes": self.sent_bytes,
+                "credit": self._credit, "credit_waits": self.credit_waits,
+                "pending": len(self._pending)}
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except BaseException:  # noqa: BLE001 - shutting down
+                pass
+        self._tasks = []
+
+
+def _splittable(data: Any) -> bool:
+    if isinstance(data, np.ndarray):
+        return not data.dtype.hasobject and data.dtype.fields is None
+    return isinstance(data, (bytes, bytearray, memoryview))
+
+
+class _Source:
+    """Receive side of one remote host: RCBP_src's queue and its RBP reader."""
+
+    def __init__(self, host: int) -> None:
+        self.host = host
+        self.queue: deque[tuple[list[CDU], Slot | None, int]] = deque()
+        self.ready = asyncio.Event()
+        self.split_head: Any = None
+        self.split_bytes = 0
+        self.owed = 0
+        self.received = 0       # data messages taken off the network
+        self.busy = False
+        self.bye: int | None = None
+        self.task: asyncio.Task[None] | None = None
+
+
+class Remote:
+    """The multi-host half of a :class:`~aiopdbp.node.Node`."""
+
+    def __init__(self, node: Node, transport: Transport, cfg: RemoteConfig) -> None:
+        self.node = node
+        self.transport = transport
+        self.cfg = cfg
+        self.rank = transport.rank
+        self.size = transport.size
+        others = max(1, self.size - 1)
+        nblocks = cfg.pool_blocks or 2 * 16 * others
+        self.pool = BufferPool(self.size, cfg.row_capacity, cfg.block_size, nblocks, cfg.initial,
+                               cfg.threshold, local=self.rank)
+        self.links: dict[int, HostLink] = {}
+        self.sources = {h: _Source(h) for h in range(self.size) if h != self.rank}
+        self.data_sent = {h: 0 for h in range(self.size)}
+        self._slots: dict[int, Slot] = {}
+        self._reqs = iter(range(1, 1 << 62))
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._seq = 0                     # last applied (replicas) / assigned (rank 0)
+        self._hinfo: dict[int, list[Any]] = {}
+        self._windows: dict[int, int] = {}
+        self._ready: asyncio.Future[None] | None = None
+        self._closing = False
+        self.protocol_errors = 0
+        self.fallback_allocs = 0
+        self._warned_fallback = False
+
+    # ------------------------------------------------------------------ start
+    async def start(self) -> None:
+        """Start receiving and run the initialisation sequence (paper Fig. 6).
+
+        Every host reports its HInfo to rank 0; rank 0 orders the node table
+        updates, then sends the full host table (ALL-HOSTInfo) and the binding
+        table (ALL-MBInfo) to everyone.
+
+        Cancellation: leaves the transport started; ``close()`` cleans up.
+        """
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        await self.transport.start(self._on_message, self._alloc)  # type: ignore[call-arg]
+        for src in self.sources.values():
+            src.task = loop.create_task(_guard(self._rbp_reader(src), None),
+                                        name=f"aiopdbp-rbp-reader-{src.host}")
+        me = [self.rank, socket.gethostname(), _host_ip(),
+              int(NodeType.MASTER if self.rank == 0 else NodeType.COMPUTE)]
+        timeout = self.cfg.handshake_timeout
+        if self.rank == 0:
+            self._on_hinfo(0, {"hosts": [me], "window": self.cfg.recv_window})
+        else:
+            self._control(0, Control(MsgType.HINFO, {"hosts": [me], "window": self.cfg.recv_window}))
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready), timeout)
+        except TimeoutError:
+            missing = sorted(set(range(self.size)) - set(self._hinfo)) if self.rank == 0 else [0]
+            raise HandshakeError(
+                f"host {self.rank}: initialisation did not complete within {timeout} s "
+                f"(no answer from host(s) {missing})") from None
+        for h in range(self.size):
+            if h != self.rank:
+                link = self.link(h)
+                link.window = link._credit = self._windows.get(h, self.cfg.recv_window)
+
+    def _on_hinfo(self, src: int, body: dict[str, Any]) -> None:
+        if self.rank == 0 and len(body["hosts"]) == 1 and src not in self._hinfo:
+            self._hinfo[src] = list(body["hosts"][0])
+            self._windows[src] = int(body.get("window", self.cfg.recv_window))
+            if len(self._hinfo) == self.size:
+                for h in range(self.size):
+                    nid, name, ip, ntype = self._hinfo[h]
+                    self._sequence(0, 0, "node_add", [nid, name, ip, ntype])
+                hosts = [self._hinfo[h] + [self._windows[h]] for h in range(self.size)]
+                full = Control(MsgType.HINFO, {"hosts": [h[:4] for h in hosts],
+                                               "windows": [h[4] for h in hosts]})
+                bindings = Control(MsgType.MBINFO, {"bindings": self._bindings()})
+                for h in range(1, self.size):
+                    self._control(h, full)
+                    self._control(h, bindings)
+                self._windows = {h: self._windows[h] for h in range(self.size)}
+                self._set_ready()
+        elif self.rank != 0 and src == 0:
+            self._windows = dict(enumerate(int(w) for w in body.get("windows", [])))
+
+    def _bindings(self) -> list[list[Any]]:
+        t = self.node.tables
+        return [[p.pid, p.name, int(p.ptype), p.node, p.pipe] for p in t.pta.values()]
+
+    def _set_ready(self) -> None:
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_result(None)
+
+    def link(self, host: int) -> HostLink:
+        link = self.links.get(host)
+        if link is None:
+            if not 0 <= host < self.size or host == self.rank:
+                raise BrokenResourceError(f"no remote host {host}")
+            link = self.links[host] = HostLink(self, host)
+            link.start()
+        return link
+
+    # --------------------------------------------------- replicated tables
+    async def commit(self, op: str, args: tuple[Any, ...]) -> Any:
+        """Apply a table update in the cluster-wide order; return its result.
+
+        Cancellation: the update may still be applied (it is already on its
+        way to rank 0); only the wait for it is abandoned.
+        """
+        req = next(self._reqs)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting[req] = fut
+        try:
+            if self.rank == 0:
+                self._sequence(0, req, op, list(args))
+            else:
+                self._control(0, Control(MsgType.TABLE, {"seq": 0, "op": op, "args": list(args),
+                                                         "req": req, "origin": self.rank}))
+            return await fut
+        finally:
+            self._waiting.pop(req, None)
+
+    def commit_nowait(self, op: str, args: tuple[Any, ...]) -> None:
+        if self._closing:
+            try:  # tearing down: the other hosts are closing too
+                self.node.tables.apply(op, args)
+            except PDBPError:
+                pass
+            return
+        if self.rank == 0:
+            self._sequence(0, 0, op, list(args))
+        else:
+            self._control(0, Control(MsgType.TABLE, {"seq": 0, "op": op, "args": list(args),
+                                                     "req": 0, "origin": self.rank}))
+
+    def _sequence(self, origin: int, req: int, op: str, args: list[Any]) -> None:
+        """Rank 0: order, apply and broadcast one update."""
+        try:
+            result = self.node.tables.apply(op, args)
+        except PDBPError as exc:
+            if origin == 0:
+                self._resolve(req, None, exc)
+            else:
+                self._control(origin, Control(MsgType.TABLE, {
+                    "seq": -1, "op": op, "args": args, "req": req, "origin": origin,
+                    "error": str(exc), "etype": type(exc).__name__}))
+            return
+        self._seq += 1
+        msg = Control(MsgType.TABLE, {"seq": self._seq, "op": op, "args": args, "req": req,
+                                      "origin": origin})
+        for h in range(1, self.size):
+            self._control(h, msg)
+        if origin == 0:
+            self._resolve(req, result, None)
+
+    def _on_table(self, src: int, body: dict[str, Any]) -> None:
+        if self.rank == 0:
+            self._sequence(int(body.get("origin", src)), int(body.get("req", 0)), body["op"],
+                           body["args"])
+            return
+        req = int(body.get("req", 0))
+        origin = int(body.get("origin", -1))
+        if body["seq"] == -1:
+            if origin == self.rank:
+                self._resolve(req, None, _rebuild_error(body))
+            return
+        if body["seq"] != self._seq + 1:
+            log.critical("table update %s out of order (applied %d)", body["seq"], self._seq)
+        self._seq = int(body["seq"])
+        try:
+            result = self.node.tables.apply(body["op"], body["args"])
+        except PDBPError as exc:  # cannot happen if every host applies the same order
+            log.critical("replica diverged applying %s: %s", body, exc)
+            result, err = None, exc
+        else:
+            err = None
+        if origin == self.rank:
+            self._resolve(req, result, err)
+
+    def _resolve(self, req: int, result: Any, exc: BaseException | None) -> None:
+        fut = self._waiting.get(req)
+        if fut is None or fut.done():
+            return
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(tuple(result) if isinstance(result, list) else result)
+
+    # ------------------------------------------------------ control channel
+    def _control(self, dest: int, msg: Control | CDU) -> None:
+        if isinstance(msg, Control):
+            frame: Any = encode_control(msg)
+        else:
+            frame = b"".join(bytes(p) if not isinstance(p, bytes) else p for p in encode_cdu(msg))
+        try:
+            fut = self.transport.post(dest, _CTRL, [frame])
+        except Exception as exc:  # transport already closed
+            log.debug("control message to %d dropped: %s", dest, exc)
+            return
+        fut.add_done_callback(_log_failure)
+
+    def send_done(self, key: tuple[int, int], dest_pid: int, src_pid: int, error: str | None) -> None:
+        """Tell a remote sender its stream was consumed (or failed here)."""
+        cdu = CDU(Kind.STREAM, dest_pid, (src_pid,), error.encode() if error else None, 0, 0,
+                  key[1], 0, key[0], (), StreamOp.DONE)
+        self._control(key[0], cdu)
+
+    def _on_control(self, src: int, buf: memoryview) -> None:
+        try:
+            items = decode(buf)
+        except ProtocolError as exc:
+            self.protocol_errors += 1
+            log.error("malformed control message from host %d: %s", src, exc)
+            return
+        for item in items:
+            if isinstance(item, CDU):
+                if item.op is StreamOp.DONE:
+                    err = bytes(item.data).decode(errors="replace") if item.data is not None else None
+                    self.node._stream_done((item.source_n, item.sno), err)
+                continue
+            body = item.body
+            t = item.type
+            if t is MsgType.CREDIT:
+                link = self.links.get(src)
+                if link is not None:
+                    link.grant(int(body["bytes"]))
+            elif t is MsgType.TABLE:
+                self._on_table(src, body)
+            elif t is MsgType.HINFO:
+                self._on_hinfo(src, body)
+            elif t is MsgType.MBINFO:
+                self._set_ready()
+            elif t is MsgType.BYE:
+                s = self.sources.get(src)
+                if s is not None:
+                    s.bye = int(body["sent"])
+                    s.ready.set()
+            elif t is MsgType.ERROR:
+                log.error("host %d reported: %s", src, body["message"])
+                link = self.links.get(src)
+                if link is not None:
+                    link.fail(BrokenResourceError(f"host {src} failed: {body['message']}"))
+
+    # ------------------------------------------------- receive pool (RBP)
+    def _alloc(self, src: int, channel: Channel, nbytes: int) -> memoryview | None:
+        if channel != _DATA or nbytes > self.cfg.block_size or src == self.rank:
+            return None
+        s = self.sources.get(src)
+        if s is None or s.split_head is not None:
+            return None  # the payload half of a split frame: its own buffer
+        try:
+            slot = self.pool.recv.acquire_nowait(src, nbytes)
+        except (WouldBlock, Exception):
+            self.fallback_allocs += 1
+            if not self._warned_fallback:
+                self._warned_fallback = True
+                log.warning("receive pool row for host %d is full; using a private buffer "
+                            "(bounded by the credit window)", src)
+            return None
+        view = slot.view[:nbytes]
+        self._slots[id(view)] = slot
+        return view
+
+    def _on_message(self, src: int, channel: Channel, buf: memoryview) -> None:
+        if channel == _CTRL:
+            self._on_control(src, buf)
+            return
+        s = self.sources.get(src)
+        if s is None:
+            return
+        slot = self._slots.pop(id(buf), None)
+        n = memoryview(buf).nbytes
+        s.received += 1
+        if slot is not None:
+            rpool = self.pool.recv
+            rpool.commit(slot, n)
+            slot = rpool.next_filled_nowait(src)
+        try:
+            if s.split_head is not None:
+                head, s.split_head = s.split_head, None
+                cdus: list[Any] = [decode_split(head, buf)]
+                n += s.split_bytes
+            else:
+                mt, body_len = peek_header(buf)
+                if mt is MsgType.REMOTE and n < 8 + body_len:
+                    s.split_head = bytes(buf)   # header now, payload next
+                    s.split_bytes = n
+                    if slot is not None:
+                        self.pool.recv.release(slot)
+                    return
+                cdus = decode(buf, allow_pickle=self.node.allow_pickle)
+        except ProtocolError as exc:
+            self.protocol_errors += 1
+            log.error("malformed data message from host %d dropped: %s", src, exc)
+            if slot is not None:
+                self.pool.recv.release(slot)
+            s.owed += n
+            self._return_credit(s, force=True)
+            return
+        s.queue.append((cdus, slot, n))
+        s.ready.set()
+
+    async def _rbp_reader(self, s: _Source) -> None:
+        node = self.node
+        deliver = node._deliver_remote
+        pool = self.pool.recv
+        q = s.queue
+        while True:
+            if not q:
+                self._return_credit(s, force=True)
+                s.ready.clear()
+                await s.ready.wait()
+                continue
+            cdus, slot, n = q[0]
+            s.busy = True
+            try:
+                for cdu in cdus:
+                    if slot is not None and cdu.data is not None:
+                        cdu.data = _own(cdu.data)  # the block is about to be reused
+                    await deliver(cdu)
+            finally:
+                s.busy = False
+            q.popleft()
+            if slot is not None:
+                pool.release(slot)
+            s.owed += n
+            self._return_credit(s, force=False)
+
+    def _return_credit(self, s: _Source, *, force: bool) -> None:
+        if s.owed and (force or s.owed >= self._windows.get(self.rank, self.cfg.recv_window) // 4):
+            owed, s.owed = s.owed, 0
+            self._control(s.host, Control(MsgType.CREDIT, {"bytes": owed, "blocks": 0}))
+
+    # ---------------------------------------------------------------- close
+    async def close(self, *, timeout: float | None = None) -> None:
+        """Flush every link, exchange BYE, wait until everything sent to us
+        was delivered; then stop.  Idempotent.
+
+        Cancellation: stops at once (no drain) and still releases resources.
+        """
+        if self._closing:
+            return
+        self._closing = True
+        timeout = self.cfg.close_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        try:
+            await self._wait(lambda: all(link.idle or link.error for link in self.links.values()),
+                             deadline, "flushing sends")
+            for h in range(self.size):
+                if h != self.rank:
+                    self._control(h, Control(MsgType.BYE, {"sent": self.data_sent[h]}))
+
+            def drained() -> bool:
+                return all(s.bye is not None and s.received >= s.bye and not s.queue and not s.busy
+                           for s in self.sources.values())
+            await self._wait(drained, deadline, "waiting for the other hosts to close")
+        finally:
+            await self.stop()
+
+    async def _wait(self, cond: Any, deadline: float, what: str) -> None:
+        delay = 0.0
+        while not cond():
+            if time.monotonic() > deadline:
+                log.error("host %d: gave up %s after the close timeout", self.rank, what)
+                return
+            await asyncio.sleep(delay)
+            delay = min(0.002, delay + 0.0001)
+
+    async def stop(self) -> None:
+        for link in self.links.values():
+            await link.stop()
+        for s in self.sources.values():
+            if s.task is not None:
+                s.task.cancel()
+                try:
+                    await s.task
+                except BaseException:  # noqa: BLE001 - shutting down
+                    pass
+                s.task = None
+        for fut in self._waiting.values():
+            if not fut.done():
+                fut.set_exception(BrokenResourceError("node closed"))
+                fut.exception()
+        self.pool.close()
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "links": {h: link.stats() for h, link in self.links.items()},
+            "received": {h: s.received for h, s in self.sources.items()},
+            "protocol_errors": self.protocol_errors,
+            "fallback_allocs": self.fallback_allocs,
+            "pool": self.pool.stats(),
+        }
+
+
+async def _guard(coro: Any, on_error: Any) -> None:
+    """Run a service coroutine; a crash is logged (and fails its link) instead
+    of dying silently and leaving peers to hang."""
+    try:
+        await coro
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        log.exception("aiopdbp service task failed")
+        if on_error is not None:
+            on_error(BrokenResourceError(f"link failed: {exc!r}"))
+
+
+def _own(data: Any) -> Any:
+    if isinstance(data, memoryview):
+        return bytes(data)
+    if isinstance(data, np.ndarray):
+        return data.copy()
+    return data
+
+
+def _rebuild_error(body: dict[str, Any]) -> PDBPError:
+    etype = body.get("etype", "")
+    args = body.get("args", [])
+    if etype == "DuplicateProcessError" and args:
+        return DuplicateProcessError(str(args[0]))
+    if etype == "UnknownProcessError":
+        return UnknownProcessError(str(body.get("error", "")))
+    return PDBPError(str(body.get("error", "table update refused")))
+
+
+def _log_failure(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.debug("control send failed: %s", fut.exception())
+
+
+def _host_ip() -> str:
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def pack_meta(meta: StreamMeta) -> bytes:
+    return msgpack.packb(meta.to_wire())  # type: ignore[no-any-return]
+
+
+def unpack_meta(data: Any) -> StreamMeta:
+    try:
+        return StreamMeta.from_wire(msgpack.unpackb(bytes(data), raw=False))
+    except Exception as exc:
+        raise ProtocolError(f"bad stream OPEN meta: {exc}") from exc
