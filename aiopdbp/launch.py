@@ -38,6 +38,16 @@ def _executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
 
+def _mpich_wheel_mpiexec() -> list[Path]:
+    """Where the ``mpich`` wheel (if installed) put its ``mpiexec``."""
+    from importlib.metadata import PackageNotFoundError, files
+
+    try:
+        return [Path(os.path.normpath(str(f.locate()))) for f in files("mpich") or () if f.name == "mpiexec"]
+    except PackageNotFoundError:
+        return []
+
+
 def find_mpiexec() -> str:
     """Path of the ``mpiexec`` to use.
 
@@ -54,18 +64,7 @@ def find_mpiexec() -> str:
             raise FileNotFoundError(f"AIOPDBP_MPIEXEC={override!r} is not an executable")
         return found
 
-    candidates: list[Path] = [Path(sys.executable).parent / "mpiexec"]
-    try:
-        from importlib.metadata import PackageNotFoundError, files
-
-        try:
-            for f in files("mpich") or ():
-                if f.name == "mpiexec":
-                    candidates.append(Path(str(f.locate())))
-        except PackageNotFoundError:
-            pass
-    except ImportError:  # pragma: no cover - stdlib since 3.8
-        pass
+    candidates: list[Path] = [Path(sys.executable).parent / "mpiexec", *_mpich_wheel_mpiexec()]
     for scheme_path in (sysconfig.get_path("scripts"), sysconfig.get_path("scripts", f"{os.name}_user")):
         if scheme_path:
             candidates.append(Path(scheme_path) / "mpiexec")

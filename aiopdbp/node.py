@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Coroutine
 from typing import Any, TypeVar
 
 from .codec import CDU, Kind, StreamOp
-from .errors import BrokenResourceError, NoPipeError, UnknownProcessError, WouldBlock
+from .errors import BrokenResourceError, ClosedResourceError, NoPipeError, UnknownProcessError, WouldBlock
 from .manager import PipeManager, Target
 from .pipes import Pipe, PipePool
 from .remote import Remote, RemoteConfig, pack_meta as _pack_meta, unpack_meta as _unpack_meta
@@ -125,6 +125,14 @@ class Node:
                 if self._remote is not None:
                     await self._remote.close()
         finally:
+            gone = ClosedResourceError(f"node {self.rank} closed")
+            for waiters in (*self._name_waiters.values(), *self._bind_waiters.values()):
+                for fut in waiters:
+                    if not fut.done():
+                        fut.set_exception(gone)
+                        fut.exception()
+            self._name_waiters.clear()
+            self._bind_waiters.clear()
             if self._remote is not None:
                 await self._remote.stop()
             for stream in list(self._streams_in.values()):
@@ -206,6 +214,8 @@ class Node:
         """
         if not isinstance(name, str) or not name:
             raise ValueError("a GP name is a non-empty str")
+        if self._closed or not self._started:
+            raise ClosedResourceError(f"node {self.rank} is {'closed' if self._closed else 'not started'}")
         pid = await self._commit("proc_reg", name, int(ptype), self.rank)
         gp = GP(self, name, pid, PType(ptype))
         self._gps[pid] = gp
@@ -223,6 +233,8 @@ class Node:
             await gp.free()
 
     async def _apply_pipe(self, gp: GP, timeout: float | None) -> None:
+        if self._closed:
+            raise ClosedResourceError(f"node {self.rank} is closed")
         pipe = await self.pps.apply(timeout)
         try:
             await self._commit("pipe_bind", gp.pid, pipe.pipe_id)

@@ -354,27 +354,24 @@ class PipePool:
             if timeout == 0:
                 raise
         loop = asyncio.get_running_loop()
-
-        async def _wait() -> Pipe[Any]:
-            while True:
-                fut: asyncio.Future[None] = loop.create_future()
-                self._waiters.append(fut)
-                try:
-                    await fut
-                except asyncio.CancelledError:
-                    if fut.done() and not fut.cancelled():
-                        _wake_first(self._waiters)
-                    elif fut in self._waiters:
-                        self._waiters.remove(fut)
-                    raise
-                try:
-                    return self.apply_nowait()
-                except NoPipeError:
-                    continue
-
         try:
-            return await asyncio.wait_for(_wait(), timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout):
+                while True:
+                    fut: asyncio.Future[None] = loop.create_future()
+                    self._waiters.append(fut)
+                    try:
+                        await fut
+                    except asyncio.CancelledError:
+                        if fut.done() and not fut.cancelled():
+                            _wake_first(self._waiters)
+                        elif fut in self._waiters:
+                            self._waiters.remove(fut)
+                        raise
+                    try:
+                        return self.apply_nowait()
+                    except NoPipeError:
+                        continue
+        except TimeoutError:
             raise NoPipeError(f"no pipe of {self.label} became free within {timeout} s") from None
 
     def release(self, pipe: Pipe[Any]) -> None:

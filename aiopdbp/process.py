@@ -84,7 +84,7 @@ def snapshot(data: Any, allow_pickle: bool, shared: bool) -> Any:
             if not allow_pickle:
                 raise TypeError("object arrays need allow_pickle=True (trusted clusters only)")
             return _pickle_copy(data)
-        if not data.flags.writeable:
+        if _frozen(data):
             return data
         out = data.copy()
         if shared:
@@ -103,6 +103,22 @@ def snapshot(data: Any, allow_pickle: bool, shared: bool) -> Any:
                         "open the node with allow_pickle=True to send Python objects "
                         "(pickle: trusted clusters only)")
     return _pickle_copy(data)
+
+
+def _frozen(arr: np.ndarray[Any, Any]) -> bool:
+    """True when no one can change ``arr``'s memory: read-only all the way
+    down to an immutable ``bytes`` object (a read-only *view* of writable
+    memory is not frozen)."""
+    if arr.flags.writeable:
+        return False
+    base: Any = arr.base
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    return isinstance(base, bytes)
 
 
 def _pickle_copy(obj: Any) -> Any:
@@ -152,9 +168,8 @@ class GP:
     async def release_pipe(self) -> None:
         """Return the private pipe to the pool (prcsReleasePipe).
 
-        Items still queued in it are discarded and later senders get
-        :class:`~aiopdbp.errors.UnknownProcessError`-free but clear
-        ``NoPipeError``.  Idempotent.
+        Items still queued in it are discarded; later local senders get
+        ``NoPipeError`` until a pipe is applied again.  Idempotent.
 
         Cancellation: the release completes before the first suspension, so
         a cancelled call has released the pipe.
@@ -197,7 +212,9 @@ class GP:
         """
         self._check()
         node = self.node
-        if type(dest) is str:
+        if isinstance(dest, str):
+            # Snapshot first: a refused payload must not hold a reservation.
+            data = snapshot(data, node.allow_pickle, False)
             pid = node._pids.get(dest)
             if pid is None:
                 pid = await node._resolve(dest, timeout)
@@ -208,9 +225,8 @@ class GP:
                 tgt.reserve_nowait()
             except WouldBlock:
                 await node._reserve(tgt, timeout)
-            node._public.force_put(
-                CDU(kind, self.pid, (pid,), snapshot(data, node.allow_pickle, False), com,
-                    next(node._ids), 0, 0, node.rank))
+            node._public.force_put(CDU(kind, self.pid, (pid,), data, com, next(node._ids), 0, 0,
+                                       node.rank))
             return
         await self._multicast(list(dest), data, com, kind, timeout)
 
@@ -220,6 +236,7 @@ class GP:
         if not names:
             raise ValueError("multicast to an empty set of names")
         pids = tuple(dict.fromkeys([await node._resolve(n, timeout) for n in names]))
+        data = snapshot(data, node.allow_pickle, len(pids) > 1)
         targets: list[Any] = []
         seen: set[int] = set()
         for pid in pids:
@@ -236,21 +253,20 @@ class GP:
             for tgt in taken:
                 tgt.unreserve()
             raise
-        node._public.force_put(CDU(kind, self.pid, pids, snapshot(data, node.allow_pickle, len(pids) > 1),
-                                   com, next(node._ids), 0, 0, node.rank))
+        node._public.force_put(CDU(kind, self.pid, pids, data, com, next(node._ids), 0, 0, node.rank))
 
     def send_nowait(self, dest: str, data: Any = None, *, com: int = 0, kind: Kind = Kind.SHORT) -> None:
         """Send to one GP without waiting; raises ``WouldBlock`` when its pipe
         is full, ``UnknownProcessError`` for an unknown name."""
         self._check()
         node = self.node
+        data = snapshot(data, node.allow_pickle, False)
         pid = node.tables.pid_of(dest)
         tgt = node._targets.get(pid)
         if tgt is None:
             raise NoPipeError(f"GP {dest!r} has no private pipe bound")
         tgt.reserve_nowait()
-        node._public.force_put(CDU(kind, self.pid, (pid,), snapshot(data, node.allow_pickle, False), com,
-                                   next(node._ids), 0, 0, node.rank))
+        node._public.force_put(CDU(kind, self.pid, (pid,), data, com, next(node._ids), 0, 0, node.rank))
 
     async def command(self, dest: str | Iterable[str], com: int, data: Any = None, *,
                       timeout: float | None = None) -> None:

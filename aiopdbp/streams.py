@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .codec import CDU, Kind, StreamOp
-from .errors import BrokenResourceError, StreamError
+from .errors import BrokenResourceError, ClosedResourceError, StreamError
 from .pipes import Pipe
 
 if TYPE_CHECKING:
@@ -150,10 +150,11 @@ def _flat_bytes(out: Any, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
 class IncomingStream:
     """A data stream arriving at a GP.
 
-    ``async for segment in stream`` yields the segments in order;
-    ``await stream.read()`` gathers the whole stream into one ``bytearray``
-    (bytes streams) or one ``numpy.ndarray`` with the sender's dtype and
-    shape (array streams).  ``source`` is the sender's name, ``com`` the
+    ``async for segment in stream`` yields the segments in order (a
+    ``memoryview`` per segment of a bytes stream, an ``ndarray`` per segment
+    of an array stream); ``await stream.read()`` gathers the whole stream (or
+    what is left of it) into one ``memoryview`` (bytes streams) or one
+    ``numpy.ndarray`` with the sender's dtype and shape (array streams).  ``source`` is the sender's name, ``com`` the
     command code given to ``send_stream``.
     """
 
@@ -205,7 +206,9 @@ class IncomingStream:
                 return cdu
             try:
                 cdu = await self._pipe.receive()
-            except (BrokenResourceError, EOFError) as exc:
+            except (BrokenResourceError, ClosedResourceError, EOFError) as exc:
+                if self._error is not None:
+                    raise self._error from exc
                 raise StreamError(f"stream {self.key} from {self.source!r} was cut off") from exc
             if cdu.op is StreamOp.ABORT:
                 self._error = StreamError(
@@ -258,8 +261,10 @@ class IncomingStream:
         data = await self._next_segment()
         if data is None:
             raise StopAsyncIteration
-        if self.meta.borrowed:
-            data = data.copy() if _is_array(data) else bytes(data)
+        if _is_array(data):
+            return data.copy() if self.meta.borrowed else data
+        if self.meta.borrowed or not isinstance(data, memoryview):
+            data = memoryview(bytes(data) if self.meta.borrowed else data)
         return data
 
     async def read(self, out: Any = None) -> Any:
@@ -277,7 +282,7 @@ class IncomingStream:
         """
         await self._opened
         meta = self.meta
-        if meta.nbytes >= 0:
+        if meta.nbytes >= 0 and self._next == 0:
             # numpy's allocator asks the kernel for huge pages on big buffers,
             # which makes first-touch page faults several times cheaper.
             flat = _flat_bytes(out, meta.nbytes)
@@ -366,17 +371,21 @@ async def send_stream(gp: GP, dest: str, source: Any, *, segment_size: int = DEF
         raise ValueError("segment_size must be >= 1")
     node = gp.node
     pid = await node._resolve(dest, timeout)
-    is_buffer = _is_array(source) or isinstance(source, (bytes, bytearray, memoryview)) \
-        or (hasattr(source, "__buffer__") and not isinstance(source, (AsyncIterable, Iterable)))
-    if not is_buffer and not isinstance(source, (AsyncIterable, Iterable)):
-        try:
+    is_buffer = _is_array(source)
+    if not is_buffer:
+        try:  # a buffer first: array.array is also iterable, but one buffer
             memoryview(source)
             is_buffer = True
         except TypeError:
-            raise TypeError(f"cannot stream a {type(source).__name__}: give a buffer, an array "
-                            "or an (async) iterable of them") from None
+            if not isinstance(source, (AsyncIterable, Iterable)):
+                raise TypeError(f"cannot stream a {type(source).__name__}: give a buffer, an "
+                                "array or an (async) iterable of them") from None
     meta = describe(source, com) if is_buffer else StreamMeta(com=com, borrowed=True)
-    out = await node._open_stream(gp, pid, meta)
+    try:
+        async with asyncio.timeout(timeout):
+            out = await node._open_stream(gp, pid, meta)
+    except TimeoutError:
+        raise TimeoutError(f"stream to {dest!r} could not be opened within {timeout} s") from None
     segno = 0
     nbytes = 0
     pipe_a = out.pipe_a

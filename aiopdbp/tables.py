@@ -85,6 +85,9 @@ class Tables:
         self.nta: dict[int, NodeEntry] = {}
         self.pta: dict[int, ProcessEntry] = {}
         self.by_name: dict[str, int] = {}
+        # pid -> name of every GP ever registered: a message read after its
+        # sender was freed still names the sender (the same on every host).
+        self.names: dict[int, str] = {}
         self.mta: dict[tuple[int, int], StreamEntry] = {}
         self.version = 0
         self._next_pid = 1
@@ -134,8 +137,7 @@ class Tables:
             raise UnknownProcessError(f"pid {pid}") from None
 
     def name_of(self, pid: int) -> str:
-        entry = self.pta.get(pid)
-        return entry.name if entry is not None else f"<pid {pid}>"
+        return self.names.get(pid) or f"<pid {pid}>"
 
     def processes_on(self, node: int) -> list[ProcessEntry]:
         return [p for p in self.pta.values() if p.node == node]
@@ -162,6 +164,7 @@ class Tables:
         self._next_pid += 1
         self.pta[pid] = ProcessEntry(pid, name, PType(ptype), node)
         self.by_name[name] = pid
+        self.names[pid] = name
         return pid
 
     def _op_proc_free(self, pid: int) -> int:

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ClosedResourceError
-from .base import Buffer, Channel, DeliverFn, Transport
+from .base import AllocFn, Buffer, Channel, DeliverFn, Transport
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -119,7 +119,12 @@ class MPITransport(Transport):
     until ``send`` returns; if the ``send`` is cancelled, not until MPI has
     finished with it, which the caller cannot observe -- so treat blocks of
     a cancelled send as given away (the engine keeps them referenced until
-    then).  A delivered ``memoryview`` belongs to the receiver for good.
+    then).  A delivered ``memoryview`` belongs to the receiver for good; it
+    may be kept, sliced, wrapped (``numpy.frombuffer``) and written to.
+    Blocks of 128 KiB and more are numpy arrays carved from recycled memory
+    (see ``RecvBufferCache``): the memory goes back to the cache only once the
+    array and every view of it are gone, so keep the ``memoryview`` or
+    ``view.obj``, never ``view.obj.base`` (the pooled block itself).
     """
 
     name = "mpi"
@@ -172,12 +177,19 @@ class MPITransport(Transport):
 
     # ------------------------------------------------------------ interface
 
-    async def start(self, deliver: DeliverFn) -> None:
+    async def start(self, deliver: DeliverFn, alloc: AllocFn | None = None) -> None:
         """Begin receiving; every incoming block goes to ``deliver``.
 
         ``deliver(source, channel, view)`` is called in the event loop thread,
         in arrival order per (source, channel); ``view`` is a ``memoryview``
-        (format ``"B"``) over a buffer allocated for that message alone.
+        (format ``"B"``) over a buffer allocated for that message alone --
+        or, when the optional ``alloc(source, channel, nbytes)`` hook
+        returned a writable buffer of exactly ``nbytes``, that very object
+        (the receive buffer pool's block: the message is received straight
+        into it).  The hook is called in arrival order per (source, channel),
+        possibly before earlier messages were delivered, and only in the
+        ``"poll"`` progress mode (in ``"thread"`` mode it would have to run in
+        the progress thread, so the transport allocates itself).
 
         Cancellation: nothing here awaits; a cancelled start leaves the
         transport either unstarted or started, and ``aclose()`` releases it.
@@ -185,8 +197,20 @@ class MPITransport(Transport):
         self._check_open()
         if self._started:
             raise RuntimeError("MPITransport.start() called twice")
-        self._engine.start(deliver, asyncio.get_running_loop())
+        self._engine.start(deliver, asyncio.get_running_loop(), alloc)
         self._started = True
+
+    def _post(self, dest: int, channel: Channel, blocks: Sequence[Buffer]) -> asyncio.Future[None] | None:
+        if self._closed:
+            raise ClosedResourceError("mpi transport is closed")
+        if not self._started:
+            raise RuntimeError("MPITransport: send/post before start()")
+        if not 0 <= dest < self.size:
+            raise ValueError(f"destination rank {dest} out of range 0..{self.size - 1}")
+        ch = int(channel)
+        if ch != 0 and ch != 1:
+            raise ValueError(f"unknown channel {channel!r}")
+        return self._engine.post_send(ch, dest, blocks)
 
     async def send(self, dest: int, channel: Channel, blocks: Sequence[Buffer]) -> None:
         """Send each block as one message to rank ``dest``; return when all completed.
@@ -204,15 +228,29 @@ class MPITransport(Transport):
         and completes and frees the requests in the background; the caller
         must not modify the blocks afterwards.
         """
-        if self._closed:
-            raise ClosedResourceError("mpi transport is closed")
-        if not self._started:
-            raise RuntimeError("MPITransport.send() before start()")
-        if not 0 <= dest < self.size:
-            raise ValueError(f"destination rank {dest} out of range 0..{self.size - 1}")
-        fut = self._engine.post_send(int(channel), dest, blocks)
+        fut = self._post(dest, channel, blocks)
         if fut is not None:
             await fut
+
+    def post(self, dest: int, channel: Channel, blocks: Sequence[Buffer]) -> asyncio.Future[None]:
+        """Post the sends now (like :meth:`send`, no task); the future completes
+        when every block may be reused.
+
+        Errors (closed transport, bad rank, MPI failure) are set on the
+        returned future.  Cancelling the future does not withdraw the
+        messages (see :meth:`send`); the engine still completes them.
+        """
+        loop = asyncio.get_running_loop()
+        try:
+            fut = self._post(dest, channel, blocks)
+        except Exception as exc:
+            failed: asyncio.Future[None] = loop.create_future()
+            failed.set_exception(exc)
+            return failed
+        if fut is None:
+            fut = loop.create_future()
+            fut.set_result(None)
+        return fut
 
     async def aclose(self) -> None:
         """Stop progress, drain or abandon outstanding requests, free the communicators.
@@ -248,11 +286,20 @@ class MPITransport(Transport):
                 pass
 
     def abort(self, message: str, code: int = 1) -> None:
-        """Print ``message`` to stderr and abort the whole MPI job with ``code``."""
+        """Print ``message`` to stderr and abort the whole MPI job with ``code``.
+
+        Never returns: ``MPI_Abort`` asks the launcher to kill every rank; if
+        the call comes back anyway (it can, while the launcher's kill is on
+        its way), the process exits with ``os._exit(code)``.
+        """
         try:
             print(message, file=sys.stderr, flush=True)
+            sys.stdout.flush()
         finally:
-            self._base.Abort(code)
+            try:
+                self._base.Abort(code)
+            finally:
+                os._exit(code)
 
     def stats(self) -> dict[str, Any]:
         """Counters: sends, recvs, bytes, steps, wake-ups, idle sleeps, mode."""

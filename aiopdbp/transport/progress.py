@@ -6,71 +6,99 @@ Theory of operation
 MPI is not an event source asyncio can wait on: there is no file descriptor
 that becomes readable when a message arrives or a request completes.  Someone
 has to *call into MPI* (probe, test) for anything to happen -- that is what
-"progress" means.  This module owns that duty for one :class:`MPITransport`
+"progress" means, and with MPICH the *rate* of those calls is what moves
+queued messages (about one queued message per call on the shared-memory
+path).  This module owns that duty for one ``MPITransport``
 (``aiopdbp.transport.mpi``) and turns MPI completions into asyncio events.
+There is no asyncio task per message: one engine, a few lists.
 
-State (all of it lives in the engine, never in per-message tasks):
+State (all of it in the engine):
 
 * ``_reqs`` / ``_ops`` -- two parallel lists: every in-flight MPI request and
   the operation it belongs to.  A *send op* (:class:`_SendOp`) is one
   ``send()`` call: its asyncio future, the number of its requests still
   running and strong references to the caller's blocks, so that no buffer can
-  be freed while MPI still reads it.  A *recv op* (:class:`_RecvOp`) is one
-  large message being received with ``Imrecv`` into its freshly allocated
-  buffer.  Completion is detected in batches with one ``MPI.Request.Testsome``
-  call over the whole list per progress step.
-* ``_rfifo`` -- per (channel, source) FIFO of receive ops whose message was
-  matched but may not be delivered yet, because an earlier (large,
-  ``Imrecv``) message from the same source on the same channel is still
-  landing.  This keeps delivery in arrival order per (source, channel) while
-  small messages are received inline.
+  be freed while MPI still reads it (also after the caller cancelled).  A
+  *recv op* (:class:`_RecvOp`) is one large message being received with
+  ``Imrecv``.  Completed slots become ``REQUEST_NULL``/``None`` in place and
+  the lists are compacted lazily, so the Python work per step is proportional
+  to what completed, not to what is in flight.
+* ``_matched`` -- per channel, large messages already matched by
+  ``Improbe`` whose receive has not been posted yet (see step 2).
+* ``_rfifo`` -- per (channel, source) FIFO of receive ops that are matched but
+  not deliverable yet, because an earlier large message from the same source
+  on the same channel is still landing.  Delivery stays in arrival order per
+  (source, channel) while small messages are received inline.
 
 One progress step (:meth:`ProgressEngine._step`):
 
-1. For each channel communicator (control first, so control traffic is seen
-   first), loop ``comm.Improbe(ANY_SOURCE, TAG)``.  A *matched* probe hands
-   us an ``MPI.Message`` that no other receive can steal any more; its status
-   tells the source and exact byte count.  A buffer of exactly that size is
-   allocated (``bytearray`` when small, uninitialised ``numpy.empty(uint8)``
-   when large, so large receives are not memset first) and handed to the
-   deliver callback as a ``memoryview`` -- the receiver owns it, no copy.
-   Messages up to ``inline_recv_limit`` bytes are received in place with
-   ``Message.Recv`` (they are eager: the bytes are already here); larger ones
-   with ``Message.Irecv`` and join the in-flight list.
-2. ``Testsome`` over the in-flight list; completed sends resolve their
-   future when their last block is done, completed receives release the
-   ordered FIFO of their (channel, source).
+1. *Match.*  Rounds of ``comm.Improbe(ANY_SOURCE, TAG)`` on the control
+   communicator, then the data communicator (the dual channel), until a round
+   finds nothing (or 64 rounds / 1 MiB received).  A *matched* probe hands us
+   an ``MPI.Message`` that no other receive can steal any more; its status
+   tells the source and exact byte count.  Messages up to
+   ``inline_recv_limit`` (64 KiB) are received at once with ``Message.Recv``
+   into a buffer of exactly that size (the bytes are already here: eager
+   protocol) and queued for delivery.  Larger ones are only matched.
+2. *Receive large messages.*  Matched large messages get a buffer of exactly
+   their size and an ``Message.Irecv`` -- control first, about 1 MiB per step.
+   Deferring the copy is what lets a control message queued behind a data
+   backlog be found after one probe per backlog message rather than after
+   copying the whole backlog (on MPICH's shared-memory path ``Irecv`` of a
+   large message does the whole single-copy transfer at once).
+3. *Complete.*  ``MPI.Request.Testsome`` over the oldest 64 live requests
+   (they complete roughly in FIFO order) and over all of them every 16th
+   step; completed sends resolve their future when their last block is done,
+   completed receives release their (channel, source) FIFO.
 
-Progress modes (``mode=`` argument, or env ``AIOPDBP_PROGRESS``):
+Receive buffers: ``bytearray`` below 4 KiB, uninitialised ``numpy.empty``
+(no memset) above, and from 128 KiB a :class:`RecvBufferCache` that recycles
+the memory of large buffers once the receiver drops them (fresh ``mmap``-ed
+memory page-faults on every use and capped shared-memory bandwidth at ~3 GB/s).
+The deliver callback gets a ``memoryview`` (format ``"B"``) of exactly the
+message size; the receiver owns it (zero copy).
 
-``"poll"`` (default, also what ``"auto"`` picks)
+Sends are posted by ``post_send`` in the caller's thread: one ``Isend`` per
+block, then one ``Test``/``Testsome`` -- eager messages usually complete
+right there and ``send()`` returns without a future or a loop round trip.
+
+Progress modes (``mode=`` argument, or env ``AIOPDBP_PROGRESS`` for "auto")
+---------------------------------------------------------------------------
+
+``"poll"`` (the default; what ``"auto"`` picks)
     The engine is a single asyncio task in the event loop.  While anything is
     in flight, or anything happened within the last ``spin`` window (default
-    1 ms, env ``AIOPDBP_SPIN_US``), it spins: one progress step, then
-    ``await asyncio.sleep(0)`` so every other task of the loop runs between
-    two steps.  Spinning gives the best latency (a few microseconds above raw
-    MPI) but burns a core *while traffic flows*.  When idle it backs off
-    exponentially (``min_backoff`` .. ``max_backoff``, default 50 us .. 1 ms,
-    env ``AIOPDBP_MAX_BACKOFF_US``; the event loop's timer granularity is about
-    1 ms anyway), so an idle rank costs ~1000 cheap wake-ups per second, a
-    percent or so of one core.  The cost of the back-off is latency for the
-    *first* message after a quiet period: up to ``max_backoff`` on top.
-    Every ``send()`` wakes the engine immediately and restarts the spin window,
-    so request/response traffic initiated by this rank is never delayed.
+    5 ms, env ``AIOPDBP_SPIN_US``), it spins: progress steps for up to
+    ``spin_budget`` (20 us, env ``AIOPDBP_SPIN_BUDGET_US``) or until
+    something user-visible happens, then ``await asyncio.sleep(0)`` so every
+    other task of the loop runs; the budget is skipped when the loop was
+    busy with other work since the engine last yielded.  Spinning gives the
+    best latency (~6-10 us one-way, raw MPI + a few us) and burns one core
+    *while traffic flows*.  When idle it backs off exponentially (50 us ..
+    ``max_backoff`` = 1 ms, env ``AIOPDBP_MAX_BACKOFF_US``; loop timers have
+    ~1 ms granularity anyway): an idle rank costs ~1000 cheap wake-ups per
+    second, a few percent of one core.  The price of the back-off is latency
+    for the *first* message after a quiet period (up to ~1-2 ms).  Every
+    ``send()`` wakes the engine and restarts the spin window, so
+    request/response traffic started by this rank is never delayed.  Keep
+    the spin window well above the peer's worst wake-up delay (back-off
+    sleep rounded up to the loop's 1 ms timer tick): with a 1 ms window, two
+    ranks in ping-pong were seen to lock into alternately missing each
+    other, at ~1-2 ms per message instead of ~8 us; 5 ms breaks that cycle.
 
 ``"thread"``
     A dedicated progress thread does all probing, receiving and testing; the
     event loop thread never touches MPI for receives (it only posts its own
-    ``Isend`` calls, which is why the thread needs ``MPI_THREAD_MULTIPLE``).
-    Completions and arrivals are handed to the loop in batches with one
+    ``Isend`` calls -- hence ``MPI_THREAD_MULTIPLE``).  Arrivals and
+    completions are handed to the loop in batches, one
     ``loop.call_soon_threadsafe`` per batch.  Idle back-off uses
-    ``threading.Event.wait`` (finer grained than loop timers, down to tens of
-    microseconds).  Trade-off: the event loop can sleep in ``epoll`` (no
-    spinning in the loop thread, CPU-heavy coroutines do not delay MPI
-    progress), at the price of a thread hop per batch (self-pipe write and
-    loop wake-up, ~10-30 us) and GIL contention while the thread spins.  If
-    the MPI library does not provide ``MPI_THREAD_MULTIPLE`` the engine falls
-    back to ``"poll"`` with a :class:`RuntimeWarning`.
+    ``threading.Event.wait`` (50 us .. 1 ms).  Trade-off: the loop thread can
+    sleep in ``epoll`` and long-running loop callbacks that release the GIL
+    (numpy/cupy work, blocking I/O) do not stall MPI progress, at the price
+    of a thread hop per batch (~10-15 us more one-way latency) and GIL
+    hand-offs while the thread spins (pure-Python CPU-bound coroutines delay
+    it by up to ``sys.getswitchinterval()``).  Without ``MPI_THREAD_MULTIPLE``
+    the engine falls back to ``"poll"`` with a :class:`RuntimeWarning`.
 
 Wake-ups and the watchdog: ``send()`` sets ``_kicked`` and, if the engine
 sleeps, resolves its wake-up future (poll) or sets its ``threading.Event``
@@ -81,8 +109,8 @@ much latency and can never deadlock.
 MPI thread level: ``aiopdbp.transport.mpi`` requests ``MPI_THREAD_MULTIPLE``
 (mpi4py's default, set explicitly through ``mpi4py.rc.thread_level`` before
 the first ``from mpi4py import MPI``) so that both modes are available in any
-process; measured cost with MPICH on this path is within noise (< 0.1 us per
-message).  Override with env ``AIOPDBP_MPI_THREAD_LEVEL``.
+process; with MPICH the measured cost on the message path is within noise
+(< 0.1 us per message).  Override with env ``AIOPDBP_MPI_THREAD_LEVEL``.
 
 Import this module only through ``aiopdbp.transport.mpi`` (importing it
 imports and initialises MPI).
@@ -102,7 +130,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from ..errors import ClosedResourceError, TransportError
-from .base import Channel, DeliverFn
+from .base import AllocFn, Channel, DeliverFn
 from .mpi import prepare_mpi_import
 
 prepare_mpi_import()
@@ -133,7 +161,7 @@ FULL_SCAN_EVERY: Final = 16
 STEP_RECV_BYTES: Final = 1 << 20
 #: max probe rounds (one probe per channel) per step (fairness between channels)
 DEFAULT_MAX_BATCH: Final = 64
-DEFAULT_SPIN_S: Final = 1e-3
+DEFAULT_SPIN_S: Final = 5e-3
 DEFAULT_SPIN_BUDGET_S: Final = 20e-6
 DEFAULT_MIN_BACKOFF_S: Final = 50e-6
 DEFAULT_MAX_BACKOFF_S: Final = 1e-3
@@ -269,16 +297,20 @@ class _RecvOp:
 
     __slots__ = ("channel", "source", "view", "done")
 
-    def __init__(self, channel: int, source: int, view: memoryview, done: bool) -> None:
+    def __init__(self, channel: int, source: int, view: Any, done: bool) -> None:
         self.channel = channel
         self.source = source
-        self.view = view
+        self.view = view  # what deliver gets: our memoryview or the alloc hook's buffer
         self.done = done
 
 
 _Op = _SendOp | _RecvOp
-_EMPTY_VIEW: Final = memoryview(b"")
-_Delivery = tuple[int, Channel, memoryview]
+_Delivery = tuple[int, Channel, Any]
+
+
+def _consume_result(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled():
+        fut.exception()  # retrieved: no "exception was never retrieved" log
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:
@@ -366,6 +398,7 @@ class ProgressEngine:
 
         self._loop: asyncio.AbstractEventLoop | None = None
         self._deliver: DeliverFn | None = None
+        self._user_alloc: AllocFn | None = None
         self._started = False
         self._stopping = False
         self._stopped = False
@@ -402,22 +435,43 @@ class ProgressEngine:
         self.n_idle_sleeps = 0
         self.n_batches = 0
         self.n_deliver_errors = 0
+        self.n_user_allocs = 0
+        self.n_alloc_errors = 0
 
     # ------------------------------------------------------------------ public
 
     @property
     def inflight(self) -> int:
-        """Number of MPI requests currently owned by the engine."""
-        return self._nlive + sum(len(r) for r, _ in list(self._incoming))
+        """MPI requests owned by the engine plus matched messages not yet received."""
+        return (
+            self._nlive
+            + sum(len(r) for r, _ in list(self._incoming))
+            + sum(len(m) for m in self._matched)
+        )
 
-    def start(self, deliver: DeliverFn, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        """Begin progress (receiving included) in ``loop`` (default: the running loop)."""
+    def start(
+        self,
+        deliver: DeliverFn,
+        loop: asyncio.AbstractEventLoop | None = None,
+        alloc: AllocFn | None = None,
+    ) -> None:
+        """Begin progress (receiving included) in ``loop`` (default: the running loop).
+
+        ``alloc(source, channel, nbytes)`` (optional) may return a writable
+        buffer of exactly ``nbytes`` to receive a message into; ``deliver``
+        then gets that same object.  It is called in arrival order per
+        (source, channel), possibly before earlier messages were delivered.
+        Only used in ``"poll"`` mode, where it runs in the event loop thread;
+        ``"thread"`` mode never calls it (it would run in the progress thread)
+        and allocates itself, which the transport contract allows.
+        """
         if self._started:
             raise RuntimeError("progress engine already started")
         if self._stopping:
             raise ClosedResourceError("progress engine is stopped")
         self._loop = loop if loop is not None else asyncio.get_running_loop()
         self._deliver = deliver
+        self._user_alloc = alloc if self.mode == "poll" else None
         self._started = True
         if self.mode == "poll":
             self._task = self._loop.create_task(self._poll_main(), name="aiopdbp-mpi-progress")
@@ -439,6 +493,8 @@ class ProgressEngine:
             raise TransportError(f"MPI progress failed: {self._failure!r}") from self._failure
         if self._stopping or not self._started:
             raise ClosedResourceError("progress engine is not running")
+        if not isinstance(blocks, (list, tuple)):
+            blocks = tuple(blocks)  # a generator must survive being iterated twice
         comm = self._comms[channel]
         tag = self._tag
         nbytes = 0
@@ -447,28 +503,30 @@ class ProgressEngine:
             for b in blocks:
                 reqs.append(comm.Isend((b, _BYTE), dest, tag))
                 nbytes += _nbytes(b)
+            self.n_send_calls += 1
+            self.n_sends += len(reqs)
+            self.bytes_sent += nbytes
+            self._kick()
+            # eager messages usually complete right here: no future, no wait
+            if len(reqs) == 1:
+                if reqs[0].Test():
+                    self.n_fast_sends += 1
+                    return None
+            elif reqs:
+                idx = _Testsome(reqs)
+                if idx is None or len(idx) == len(reqs):
+                    self.n_fast_sends += 1
+                    return None
+                if idx:
+                    reqs = [r for r in reqs if r]  # completed ones are REQUEST_NULL now
+            else:
+                return None
         except MPI.Exception as exc:
-            # requests already posted must still be owned until they complete
-            if reqs:
-                self._adopt(reqs, None, tuple(blocks))
-            raise TransportError(f"MPI_Isend to rank {dest} failed: {exc}") from exc
-        self.n_send_calls += 1
-        self.n_sends += len(reqs)
-        self.bytes_sent += nbytes
-        self._kick()
-        if len(reqs) == 1:
-            if reqs[0].Test():
-                self.n_fast_sends += 1
-                return None
-        elif reqs:
-            idx = _Testsome(reqs)
-            if idx is None or len(idx) == len(reqs):
-                self.n_fast_sends += 1
-                return None
-            if idx:
-                reqs = [r for r in reqs if r]  # completed ones are REQUEST_NULL now
-        else:
-            return None
+            # requests already posted stay owned (and their blocks alive) until done
+            live = [r for r in reqs if r]
+            if live:
+                self._adopt(live, None, tuple(blocks))
+            raise TransportError(f"MPI send to rank {dest} failed: {exc}") from exc
         assert self._loop is not None
         fut: asyncio.Future[None] = self._loop.create_future()
         self._adopt(reqs, fut, tuple(blocks))
@@ -520,7 +578,9 @@ class ProgressEngine:
             "idle_sleeps": self.n_idle_sleeps,
             "loop_batches": self.n_batches,
             "deliver_errors": self.n_deliver_errors,
-            "inflight": self._nlive,
+            "user_allocs": self.n_user_allocs,
+            "alloc_errors": self.n_alloc_errors,
+            "inflight": self.inflight,
             "recv_cache_hits": self._cache.hits,
             "recv_cache_misses": self._cache.misses,
         }
@@ -531,6 +591,7 @@ class ProgressEngine:
         if fut is None:
             assert self._loop is not None
             fut = self._loop.create_future()  # nobody waits on it
+            fut.add_done_callback(_consume_result)
         op = _SendOp(fut, len(reqs), blocks)
         if self.mode == "poll":
             self._own(reqs, op)
@@ -566,6 +627,26 @@ class ProgressEngine:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_exception_handler({"message": message, "exception": exc})
+
+    def _user_buffer(self, source: int, channel: Channel, size: int) -> Any:
+        """The alloc hook's buffer for a message, or None (then we allocate)."""
+        assert self._user_alloc is not None
+        try:
+            buf = self._user_alloc(source, channel, size)
+            if buf is None:
+                return None
+            mv = memoryview(buf)
+            if mv.readonly or mv.nbytes != size or not mv.c_contiguous:
+                raise ValueError(
+                    f"alloc hook returned {mv.nbytes} bytes (readonly={mv.readonly}, "
+                    f"contiguous={mv.c_contiguous}) for a {size}-byte message"
+                )
+        except Exception as exc:  # a broken hook must not stop progress
+            self.n_alloc_errors += 1
+            self._report("aiopdbp: MPI transport alloc hook failed; using an own buffer", exc)
+            return None
+        self.n_user_allocs += 1
+        return buf
 
     def _deliver_all(self, deliveries: list[_Delivery]) -> None:
         """Hand arrivals to the callback (event loop thread)."""
@@ -608,16 +689,22 @@ class ProgressEngine:
                 self.n_recvs += 1
                 self.bytes_recv += size
                 fifo = rfifo.get((ch, src))
+                # the alloc hook is called in arrival order per (source, channel)
+                ubuf = self._user_buffer(src, ch, size) if self._user_alloc is not None else None
                 if size <= inline_limit:
                     got_bytes += size
-                    buf = alloc(size)
+                    if ubuf is None:
+                        buf = alloc(size)
+                        obj: Any = memoryview(buf)
+                    else:
+                        buf = obj = ubuf
                     msg.Recv((buf, _BYTE))
                     if fifo:
-                        fifo.append(_RecvOp(ch, src, memoryview(buf), True))
+                        fifo.append(_RecvOp(ch, src, obj, True))
                     else:
-                        deliveries.append((src, ch, memoryview(buf)))
+                        deliveries.append((src, ch, obj))
                 else:
-                    rop = _RecvOp(ch, src, _EMPTY_VIEW, False)
+                    rop = _RecvOp(ch, src, ubuf, False)  # view None: allocate in phase 2
                     if fifo is None:
                         fifo = rfifo[(ch, src)] = collections.deque()
                     fifo.append(rop)  # keeps its place in arrival order
@@ -635,8 +722,11 @@ class ProgressEngine:
             for matched in self._matched:
                 while matched and got_bytes < STEP_RECV_BYTES:
                     rop, msg, size = matched.popleft()
-                    buf = alloc(size)
-                    rop.view = memoryview(buf)
+                    if rop.view is None:
+                        buf = alloc(size)
+                        rop.view = memoryview(buf)
+                    else:
+                        buf = rop.view
                     self._reqs.append(msg.Irecv((buf, _BYTE)))
                     self._ops.append(rop)
                     self._nlive += 1
@@ -769,9 +859,13 @@ class ProgressEngine:
                         while not deliveries and not completed and perf() < end:
                             busy = self._step(deliveries, completed) or busy
                 except MPI.Exception as exc:
+                    # the engine is dead: fail every waiter, report, stop
                     self._fail_all(exc, completed)
-                    self._report("aiopdbp: MPI progress failed", exc)
-                    busy = True
+                    self._complete_sends(completed)
+                    self._deliver_all(deliveries)
+                    self._report("aiopdbp: MPI progress failed; the transport is unusable", exc)
+                    self._stopping = True
+                    return
                 if completed:
                     self._complete_sends(completed)
                     completed.clear()
@@ -838,9 +932,12 @@ class ProgressEngine:
                 try:
                     busy = self._step(deliveries, completed)
                 except MPI.Exception as exc:
+                    # the engine is dead: fail every waiter, report, stop
                     self._fail_all(exc, completed)
-                    self._report_threadsafe("aiopdbp: MPI progress failed", exc)
-                    busy = True
+                    self._post(deliveries, completed)
+                    self._report_threadsafe("aiopdbp: MPI progress failed; the transport is unusable", exc)
+                    self._stopping = True
+                    return
                 if deliveries or completed:
                     if not self._post(deliveries, completed):
                         return  # loop is gone

@@ -1,0 +1,369 @@
+"""Tests of aiopdbp.pipes: the bounded Pipe (with reservations) and the PipePool (DPP)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+
+from aiopdbp import BrokenResourceError, ClosedResourceError, NoPipeError, Pipe, PipePool, WouldBlock
+
+pytestmark = pytest.mark.timeout(10)
+
+
+# ------------------------------------------------------------------ Pipe: basics
+def test_pipe_capacity_below_one_raises_valueerror() -> None:
+    with pytest.raises(ValueError):
+        Pipe(0)
+
+
+async def test_fifo_order_preserved() -> None:
+    pipe: Pipe[int] = Pipe(8)
+    for i in range(6):
+        await pipe.send(i)
+    assert [await pipe.receive() for _ in range(6)] == list(range(6))
+
+
+async def test_receive_waits_for_item_when_empty(pdbp_spawn) -> None:
+    pipe: Pipe[str] = Pipe(2)
+    receiver = await pdbp_spawn(pipe.receive())
+    assert not receiver.done()
+    pipe.send_nowait("x")
+    assert await receiver == "x"
+
+
+async def test_send_waits_when_full_and_resumes_after_receive(pdbp_spawn) -> None:
+    pipe: Pipe[str] = Pipe(2)
+    pipe.send_nowait("a")
+    pipe.send_nowait("b")
+    sender = await pdbp_spawn(pipe.send("c"))
+    assert not sender.done()
+    assert len(pipe) == 2
+    assert await pipe.receive() == "a"
+    await sender
+    assert [pipe.receive_nowait(), pipe.receive_nowait()] == ["b", "c"]
+
+
+def test_send_nowait_raises_wouldblock_when_full() -> None:
+    pipe: Pipe[int] = Pipe(2)
+    pipe.send_nowait(1)
+    pipe.send_nowait(2)
+    with pytest.raises(WouldBlock):
+        pipe.send_nowait(3)
+    assert len(pipe) == 2
+
+
+def test_receive_nowait_raises_wouldblock_when_empty() -> None:
+    pipe: Pipe[int] = Pipe(2)
+    with pytest.raises(WouldBlock):
+        pipe.receive_nowait()
+
+
+# ------------------------------------------------------------- reservations
+def test_reservations_count_against_capacity() -> None:
+    pipe: Pipe[str] = Pipe(3)
+    pipe.reserve_nowait()
+    assert (len(pipe), pipe.free) == (0, 2)
+    pipe.send_nowait("a")
+    assert (len(pipe), pipe.free) == (1, 1)
+    pipe.reserve_nowait()
+    assert pipe.free == 0
+    with pytest.raises(WouldBlock):
+        pipe.send_nowait("b")
+    with pytest.raises(WouldBlock):
+        pipe.reserve_nowait()
+
+
+def test_put_reserved_fills_the_reserved_slot() -> None:
+    pipe: Pipe[str] = Pipe(2)
+    pipe.reserve_nowait()
+    pipe.reserve_nowait()
+    pipe.put_reserved("a")
+    assert (len(pipe), pipe.free) == (1, 0)
+    pipe.put_reserved("b")
+    assert (len(pipe), pipe.free) == (2, 0)
+    assert [pipe.receive_nowait(), pipe.receive_nowait()] == ["a", "b"]
+    assert pipe.free == 2
+
+
+def test_unreserve_gives_slot_back_and_is_noop_without_reservation() -> None:
+    pipe: Pipe[str] = Pipe(1)
+    pipe.reserve_nowait()
+    assert pipe.free == 0
+    pipe.unreserve()
+    assert pipe.free == 1
+    pipe.unreserve()  # nothing reserved: no-op, free never exceeds capacity
+    assert pipe.free == 1
+    pipe.send_nowait("x")
+    assert pipe.free == 0
+
+
+async def test_unreserve_wakes_waiting_sender(pdbp_spawn) -> None:
+    pipe: Pipe[str] = Pipe(1)
+    pipe.reserve_nowait()
+    sender = await pdbp_spawn(pipe.send("x"))
+    assert not sender.done()
+    pipe.unreserve()
+    await sender
+    assert pipe.receive_nowait() == "x"
+
+
+async def test_reserve_waits_for_room_then_holds_slot(pdbp_spawn) -> None:
+    pipe: Pipe[str] = Pipe(1)
+    pipe.send_nowait("a")
+    reserver = await pdbp_spawn(pipe.reserve())
+    assert not reserver.done()
+    assert pipe.receive_nowait() == "a"
+    await reserver
+    assert (len(pipe), pipe.free) == (0, 0)
+
+
+def test_force_put_exceeds_capacity() -> None:
+    pipe: Pipe[str] = Pipe(1)
+    pipe.send_nowait("a")
+    pipe.force_put("b")
+    assert len(pipe) == 2
+    assert [pipe.receive_nowait(), pipe.receive_nowait()] == ["a", "b"]
+
+
+# ---------------------------------------------------------------- cancellation
+async def test_cancelled_receive_loses_no_item_when_woken(pdbp_spawn) -> None:
+    pipe: Pipe[str] = Pipe(2)
+    first = await pdbp_spawn(pipe.receive())
+    second = await pdbp_spawn(pipe.receive())
+    pipe.send_nowait("item")  # wakes `first`, which has not run yet
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert await second == "item"  # the wake-up was handed on
+
+
+async def test_cancelled_receive_leaves_item_for_next_receive(pdbp_spawn) -> None:
+    pipe: Pipe[str] = Pipe(2)
+    receiver = await pdbp_spawn(pipe.receive())
+    pipe.send_nowait("item")
+    receiver.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await receiver
+    assert await pipe.receive() == "item"
+
+
+async def test_cancelled_send_puts_nothing(pdbp_spawn) -> None:
+    pipe: Pipe[str] = Pipe(1)
+    pipe.send_nowait("a")
+    sender = await pdbp_spawn(pipe.send("lost"))
+    sender.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sender
+    assert pipe.receive_nowait() == "a"
+    with pytest.raises(WouldBlock):
+        pipe.receive_nowait()
+    assert pipe.free == 1
+
+
+async def test_cancelled_woken_sender_hands_room_to_next_sender(pdbp_spawn) -> None:
+    pipe: Pipe[str] = Pipe(1)
+    pipe.send_nowait("a")
+    first = await pdbp_spawn(pipe.send("first"))
+    second = await pdbp_spawn(pipe.send("second"))
+    assert pipe.receive_nowait() == "a"  # wakes `first`, which has not run yet
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await second
+    assert pipe.receive_nowait() == "second"
+
+
+# ------------------------------------------------------------------- closing
+async def test_close_fails_waiting_receiver_with_closedresourceerror(pdbp_spawn) -> None:
+    pipe: Pipe[str] = Pipe(1)
+    receiver = await pdbp_spawn(pipe.receive())
+    pipe.close()
+    with pytest.raises(ClosedResourceError):
+        await receiver
+
+
+async def test_close_fails_waiting_sender_with_brokenresourceerror(pdbp_spawn) -> None:
+    pipe: Pipe[str] = Pipe(1)
+    pipe.send_nowait("a")
+    sender = await pdbp_spawn(pipe.send("b"))
+    pipe.close()
+    with pytest.raises(BrokenResourceError):
+        await sender
+
+
+async def test_closed_pipe_refuses_receive_and_send() -> None:
+    pipe: Pipe[str] = Pipe(2)
+    pipe.send_nowait("discarded")
+    pipe.close()
+    assert pipe.closed
+    assert len(pipe) == 0
+    with pytest.raises(ClosedResourceError):
+        pipe.receive_nowait()
+    with pytest.raises(ClosedResourceError):
+        await pipe.receive()
+    with pytest.raises(BrokenResourceError):
+        pipe.send_nowait("x")
+    with pytest.raises(BrokenResourceError):
+        await pipe.send("x")
+    with pytest.raises(BrokenResourceError):
+        pipe.reserve_nowait()
+
+
+async def test_close_twice_is_ok() -> None:
+    pipe: Pipe[str] = Pipe(1)
+    pipe.close()
+    pipe.close()
+    await pipe.aclose()
+    await pipe.aclose()
+    assert pipe.closed
+
+
+async def test_close_send_gives_eoferror_after_drain() -> None:
+    pipe: Pipe[str] = Pipe(3)
+    pipe.send_nowait("a")
+    pipe.send_nowait("b")
+    pipe.close_send()
+    assert await pipe.receive() == "a"
+    assert pipe.receive_nowait() == "b"
+    with pytest.raises(EOFError):
+        await pipe.receive()
+    with pytest.raises(EOFError):
+        pipe.receive_nowait()
+
+
+async def test_close_send_wakes_waiting_receiver_with_eoferror(pdbp_spawn) -> None:
+    pipe: Pipe[str] = Pipe(1)
+    receiver = await pdbp_spawn(pipe.receive())
+    pipe.close_send()
+    with pytest.raises(EOFError):
+        await receiver
+
+
+async def test_send_after_close_send_raises_closedresourceerror() -> None:
+    pipe: Pipe[str] = Pipe(1)
+    pipe.close_send()
+    with pytest.raises(ClosedResourceError):
+        pipe.send_nowait("x")
+    with pytest.raises(ClosedResourceError):
+        await pipe.send("x")
+
+
+# ------------------------------------------------------------------ PipePool
+def test_pool_creates_pipes_lazily_up_to_max() -> None:
+    pool = PipePool(4, 3)
+    assert pool.created == 0
+    pipes = [pool.apply_nowait() for _ in range(3)]
+    assert len({p.pipe_id for p in pipes}) == 3
+    assert (pool.created, pool.in_use) == (3, 3)
+    assert all(p.capacity == 4 for p in pipes)
+
+
+def test_pool_apply_nowait_raises_nopipeerror_when_exhausted() -> None:
+    pool = PipePool(4, 1)
+    pool.apply_nowait()
+    with pytest.raises(NoPipeError):
+        pool.apply_nowait()
+
+
+async def test_pool_released_pipe_is_reused_empty_and_open() -> None:
+    pool = PipePool(4, 1)
+    pipe = pool.apply_nowait()
+    pipe.send_nowait("stale")
+    pipe.reserve_nowait()
+    pipe.capacity = 2  # e.g. narrowed for a stream
+    pool.release(pipe)
+    assert pool.in_use == 0
+    again = pool.apply_nowait()
+    assert again is pipe
+    assert not again.closed
+    assert len(again) == 0
+    assert (again.capacity, again.free) == (4, 4)
+    again.send_nowait("fresh")
+    assert await again.receive() == "fresh"
+
+
+async def test_pool_release_fails_blocked_receiver(pdbp_spawn) -> None:
+    pool = PipePool(4, 1)
+    pipe = pool.apply_nowait()
+    receiver = await pdbp_spawn(pipe.receive())
+    pool.release(pipe)
+    with pytest.raises(ClosedResourceError):
+        await receiver
+
+
+def test_pool_release_twice_returns_pipe_once() -> None:
+    pool = PipePool(4, 1)
+    pipe = pool.apply_nowait()
+    pool.release(pipe)
+    pool.release(pipe)
+    assert pool.apply_nowait() is pipe
+    with pytest.raises(NoPipeError):
+        pool.apply_nowait()
+
+
+def test_pool_release_of_foreign_pipe_is_ignored() -> None:
+    pool = PipePool(4, 1)
+    pool.release(Pipe(4, 0))
+    assert pool.in_use == 0
+    pool.apply_nowait()
+    with pytest.raises(NoPipeError):
+        pool.apply_nowait()
+
+
+async def test_pool_apply_without_timeout_waits_for_released_pipe(pdbp_spawn) -> None:
+    pool = PipePool(4, 1)
+    pipe = pool.apply_nowait()
+    waiter = await pdbp_spawn(pool.apply())
+    assert not waiter.done()
+    pool.release(pipe)
+    assert await waiter is pipe
+
+
+async def test_pool_apply_with_timeout_waits_for_released_pipe(pdbp_spawn) -> None:
+    pool = PipePool(4, 1)
+    pipe = pool.apply_nowait()
+    waiter = await pdbp_spawn(pool.apply(timeout=0.2))
+    assert not waiter.done()
+    pool.release(pipe)
+    assert await waiter is pipe
+
+
+async def test_pool_apply_with_timeout_gets_pipe_released_later(pdbp_spawn) -> None:
+    pool = PipePool(4, 1)
+    pipe = pool.apply_nowait()
+    waiter = await pdbp_spawn(pool.apply(timeout=5))
+    await asyncio.sleep(0)  # let the waiter park
+    assert not waiter.done()
+    pool.release(pipe)
+    assert await waiter is pipe
+
+
+async def test_pool_apply_timeout_raises_nopipeerror_when_nothing_released() -> None:
+    pool = PipePool(4, 1)
+    pool.apply_nowait()
+    with pytest.raises(NoPipeError):
+        await pool.apply(timeout=0)
+    with pytest.raises(NoPipeError):
+        await pool.apply(timeout=0.01)
+
+
+async def test_pool_cancelled_apply_holds_no_pipe(pdbp_spawn) -> None:
+    pool = PipePool(4, 1)
+    pipe = pool.apply_nowait()
+    waiter = await pdbp_spawn(pool.apply())
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    pool.release(pipe)
+    assert pool.apply_nowait() is pipe
+
+
+async def test_pool_close_fails_waiting_apply(pdbp_spawn) -> None:
+    pool = PipePool(4, 1)
+    pool.apply_nowait()
+    waiter = await pdbp_spawn(pool.apply())
+    pool.close()
+    with pytest.raises(NoPipeError):
+        await waiter

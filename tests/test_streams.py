@@ -1,0 +1,535 @@
+"""Tests of data streams (aiopdbp.streams): send_stream and IncomingStream, single host."""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import random
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+
+import aiopdbp
+from aiopdbp import (
+    CDU,
+    BrokenResourceError,
+    IncomingStream,
+    Kind,
+    Message,
+    StreamError,
+    StreamOp,
+    UnknownProcessError,
+)
+
+pytestmark = pytest.mark.timeout(10)
+
+DATA = bytes(range(256)) * 40  # 10240 bytes
+
+
+async def _yield(times: int = 10) -> None:
+    for _ in range(times):
+        await asyncio.sleep(0)
+
+
+async def _recv_stream(gp: aiopdbp.GP) -> IncomingStream:
+    item = await gp.recv()
+    assert isinstance(item, IncomingStream)
+    return item
+
+
+def _assert_stream_resources_free(node: aiopdbp.Node, bound_gps: int) -> None:
+    stats = node.stats()
+    assert (stats["streams_in"], stats["streams_out"]) == (0, 0)
+    assert stats["pipes_in_use"] == bound_gps
+    assert node.cps_streams.in_use == 0
+    assert node.tables.mta == {}
+
+
+async def _idle_source(release: asyncio.Event) -> AsyncIterator[bytes]:
+    """A chunk source that yields nothing until released, then ends: the stream is
+    open (its OPEN is queued) and the test can feed the stream's pipe itself."""
+    await release.wait()
+    return
+    yield b""  # pragma: no cover - makes this an async generator
+
+
+def _segment(stream: IncomingStream, src: aiopdbp.GP, dst: aiopdbp.GP, segno: int, data: bytes) -> CDU:
+    return CDU(Kind.STREAM, src.pid, (dst.pid,), data, 0, 0, stream.sno, segno, stream.key[0])
+
+
+def _end(stream: IncomingStream, src: aiopdbp.GP, dst: aiopdbp.GP, segno: int, nbytes: int) -> CDU:
+    return CDU(Kind.STREAM, src.pid, (dst.pid,), nbytes.to_bytes(8, "little"), 0, 0, stream.sno,
+               segno, stream.key[0], (), StreamOp.END)
+
+
+# ------------------------------------------------------------------ round trips
+async def test_bytes_stream_round_trip_with_read(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        sender = asyncio.create_task(p.send_stream("c", DATA, segment_size=100, com=7))
+        stream = await _recv_stream(c)
+        assert (stream.source, stream.com) == ("p", 7)
+        got = await stream.read()
+        assert bytes(got) == DATA
+        assert stream.finished
+        assert await sender == len(DATA)
+
+
+async def test_bytearray_stream_read_is_not_affected_by_later_source_change(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        src = bytearray(DATA)
+        sender = asyncio.create_task(p.send_stream("c", src, segment_size=1000))
+        got = await (await _recv_stream(c)).read()
+        await sender
+        src[:] = bytes(len(src))
+        assert bytes(got) == DATA
+
+
+async def test_empty_bytes_stream_reads_empty(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        sender = asyncio.create_task(p.send_stream("c", b""))
+        assert bytes(await (await _recv_stream(c)).read()) == b""
+        assert await sender == 0
+
+
+async def test_read_into_reused_out_buffer(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        buf = bytearray(len(DATA) + 100)
+        for payload in (DATA, DATA[::-1][:5000]):
+            sender = asyncio.create_task(p.send_stream("c", payload, segment_size=1000))
+            view = await (await _recv_stream(c)).read(out=buf)
+            await sender
+            assert bytes(view) == payload
+            assert bytes(buf[:len(payload)]) == payload  # landed in the caller's buffer
+            buf[0] ^= 0xFF
+            assert view[0] == buf[0]  # the result is a view of `buf`, not a copy
+            buf[0] ^= 0xFF
+
+
+async def test_read_out_too_small_raises_valueerror_and_consumes_nothing(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        sender = asyncio.create_task(p.send_stream("c", DATA, segment_size=1000))
+        stream = await _recv_stream(c)
+        with pytest.raises(ValueError):
+            await stream.read(out=bytearray(10))
+        assert bytes(await stream.read()) == DATA
+        await sender
+
+
+async def test_iteration_yields_segments_in_order_within_segment_size(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        sender = asyncio.create_task(p.send_stream("c", DATA, segment_size=300))
+        segments = [bytes(seg) async for seg in await _recv_stream(c)]
+        await sender
+        assert all(0 < len(seg) <= 300 for seg in segments)
+        assert len(segments) == -(-len(DATA) // 300)
+        assert b"".join(segments) == DATA
+
+
+async def test_numpy_stream_read_keeps_dtype_and_shape(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        arr = np.arange(50 * 3 * 4, dtype=np.float32).reshape(50, 3, 4)
+        sender = asyncio.create_task(p.send_stream("c", arr, segment_size=100))
+        got = await (await _recv_stream(c)).read()
+        assert await sender == arr.nbytes
+        assert isinstance(got, np.ndarray)
+        assert (got.dtype, got.shape) == (arr.dtype, arr.shape)
+        np.testing.assert_array_equal(got, arr)
+
+
+async def test_numpy_stream_segments_are_cut_along_axis_zero(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        arr = np.arange(7 * 3, dtype=np.int16).reshape(7, 3)  # rows of 6 bytes
+        sender = asyncio.create_task(p.send_stream("c", arr, segment_size=13))
+        segments = [seg async for seg in await _recv_stream(c)]
+        await sender
+        assert [s.shape for s in segments] == [(2, 3), (2, 3), (2, 3), (1, 3)]
+        assert all(s.dtype == np.int16 for s in segments)
+        np.testing.assert_array_equal(np.concatenate(segments), arr)
+
+
+@pytest.mark.parametrize("layout", ["strided", "fortran"])
+async def test_numpy_stream_of_non_contiguous_array_round_trips(pdbp_node, layout: str) -> None:
+    base = np.arange(8 * 6, dtype=np.float64).reshape(8, 6)
+    arr = base[:, ::2] if layout == "strided" else np.asfortranarray(base)
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        sender = asyncio.create_task(p.send_stream("c", arr, segment_size=64))
+        got = await (await _recv_stream(c)).read()
+        assert await sender == arr.nbytes
+        assert (got.dtype, got.shape) == (arr.dtype, arr.shape)
+        np.testing.assert_array_equal(got, arr)
+
+
+async def test_numpy_stream_read_into_out_array(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        arr = np.arange(20, dtype=np.float64).reshape(4, 5)
+        out = np.zeros(40, dtype=np.float64)
+        sender = asyncio.create_task(p.send_stream("c", arr, segment_size=40))
+        got = await (await _recv_stream(c)).read(out=out)
+        await sender
+        assert (got.dtype, got.shape) == (arr.dtype, arr.shape)
+        np.testing.assert_array_equal(got, arr)
+        assert np.shares_memory(got, out)
+
+
+async def test_stream_from_sync_iterable_reassembles(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        chunks = [b"ab", bytearray(b"cde"), b"", memoryview(b"fghij")]
+        sender = asyncio.create_task(p.send_stream("c", iter(chunks), segment_size=2))
+        got = await (await _recv_stream(c)).read()
+        assert bytes(got) == b"abcdefghij"
+        assert await sender == 10
+
+
+async def test_stream_from_async_generator_of_arrays_reassembles(pdbp_node) -> None:
+    async def chunks() -> AsyncIterator[np.ndarray]:
+        for i in range(3):
+            yield np.full((2, 3), i, dtype=np.int16)
+
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        sender = asyncio.create_task(p.send_stream("c", chunks(), segment_size=6))
+        got = await (await _recv_stream(c)).read()
+        assert await sender == 3 * 2 * 3 * 2
+        assert (got.dtype, got.shape) == (np.dtype(np.int16), (6, 3))
+        np.testing.assert_array_equal(got, np.repeat(np.arange(3, dtype=np.int16), 2)[:, None]
+                                      * np.ones((1, 3), dtype=np.int16))
+
+
+async def test_stream_from_async_generator_of_bytes_iterates_in_order(pdbp_node) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        for i in range(5):
+            yield bytes([i]) * 10
+
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        sender = asyncio.create_task(p.send_stream("c", chunks(), segment_size=4))
+        got = b"".join([bytes(seg) async for seg in await _recv_stream(c)])
+        await sender
+        assert got == b"".join(bytes([i]) * 10 for i in range(5))
+
+
+async def test_stream_from_array_array_buffer_round_trips(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        src = array.array("i", range(100))
+        sender = asyncio.create_task(p.send_stream("c", src, segment_size=64))
+        stream = await _recv_stream(c)
+        got, sent = await asyncio.gather(stream.read(), sender, return_exceptions=True)
+        assert sent == len(src.tobytes()), sent
+        assert bytes(got) == src.tobytes()
+
+
+async def test_send_stream_to_unknown_name_raises_unknownprocesserror(pdbp_node) -> None:
+    async with pdbp_node.process("p") as p:
+        with pytest.raises(UnknownProcessError):
+            await p.send_stream("nobody", DATA)
+        _assert_stream_resources_free(pdbp_node, 1)
+
+
+async def test_send_stream_of_non_buffer_raises_typeerror(pdbp_node) -> None:
+    async with pdbp_node.process("c"), pdbp_node.process("p") as p:
+        with pytest.raises(TypeError):
+            await p.send_stream("c", 42)
+        with pytest.raises(ValueError):
+            await p.send_stream("c", DATA, segment_size=0)
+
+
+# ------------------------------------------------------------------ delivery
+async def test_send_stream_returns_only_after_receiver_consumed_everything(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        nseg = 5
+        got_last = asyncio.Event()
+        go_on = asyncio.Event()
+
+        async def consume() -> bytes:
+            stream = await _recv_stream(c)
+            parts = []
+            async for seg in stream:
+                parts.append(bytes(seg))
+                if len(parts) == nseg:  # the last data segment; the END is still unread
+                    got_last.set()
+                    await go_on.wait()
+            return b"".join(parts)
+
+        consumer = asyncio.create_task(consume())
+        sender = asyncio.create_task(p.send_stream("c", DATA[:500], segment_size=100))
+        await got_last.wait()
+        await _yield()
+        assert not sender.done()
+        go_on.set()
+        assert await consumer == DATA[:500]
+        assert await sender == 500
+
+
+async def test_stream_and_messages_keep_arrival_order(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        opened = asyncio.Event()
+
+        async def chunks() -> AsyncIterator[bytes]:
+            opened.set()  # runs after the OPEN was queued
+            yield DATA
+
+        await p.send("c", b"before")
+        sender = asyncio.create_task(p.send_stream("c", chunks(), segment_size=1000))
+        await opened.wait()
+        await p.send("c", b"after")
+
+        first = await c.recv()
+        assert isinstance(first, Message) and first.data == b"before"
+        stream = await _recv_stream(c)
+        assert bytes(await stream.read()) == DATA
+        last = await c.recv()
+        assert isinstance(last, Message) and last.data == b"after"
+        await sender
+
+
+async def test_finished_stream_removes_mta_row_and_returns_pipes(pdbp_node) -> None:
+    node = pdbp_node
+    async with node.process("c") as c, node.process("p") as p:
+        sender = asyncio.create_task(p.send_stream("c", DATA, segment_size=100))
+        stream = await _recv_stream(c)
+        stats = node.stats()
+        assert (stats["streams_in"], stats["streams_out"], stats["pipes_in_use"]) == (1, 1, 3)
+        assert list(node.tables.mta) == [stream.key]
+        assert node.cps_streams.in_use == 1
+        await stream.read()
+        await sender
+        _assert_stream_resources_free(node, 2)
+
+
+async def test_two_concurrent_streams_to_one_receiver(pdbp_node) -> None:
+    node = pdbp_node
+    async with node.process("c") as c, node.process("p1") as p1, node.process("p2") as p2:
+        s1 = asyncio.create_task(p1.send_stream("c", DATA, segment_size=64))
+        s2 = asyncio.create_task(p2.send_stream("c", DATA[::-1], segment_size=64))
+        a, b = await _recv_stream(c), await _recv_stream(c)
+        got = dict(zip((a.source, b.source), await asyncio.gather(a.read(), b.read())))
+        assert bytes(got["p1"]) == DATA and bytes(got["p2"]) == DATA[::-1]
+        await asyncio.gather(s1, s2)
+        _assert_stream_resources_free(node, 3)
+
+
+# ----------------------------------------------------------- reorder / protocol
+async def test_out_of_order_segments_are_delivered_in_order(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        release = asyncio.Event()
+        sender = asyncio.create_task(p.send_stream("c", _idle_source(release)))
+        stream = await _recv_stream(c)
+        segs = [bytes([i]) * (i + 1) for i in range(6)]
+        cdus = [_segment(stream, p, c, i, seg) for i, seg in enumerate(segs)]
+        cdus.append(_end(stream, p, c, len(segs), sum(map(len, segs))))
+        random.Random(1).shuffle(cdus)
+        assert [cdu.segno for cdu in cdus] != sorted(cdu.segno for cdu in cdus)
+        for cdu in cdus:
+            stream._pipe.force_put(cdu)
+        assert [bytes(seg) async for seg in stream] == segs
+        sender.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await sender
+
+
+async def test_duplicate_segment_raises_streamerror(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        release = asyncio.Event()
+        sender = asyncio.create_task(p.send_stream("c", _idle_source(release)))
+        stream = await _recv_stream(c)
+        stream._pipe.force_put(_segment(stream, p, c, 0, b"a"))
+        stream._pipe.force_put(_segment(stream, p, c, 0, b"a"))
+        assert bytes(await stream.__anext__()) == b"a"
+        with pytest.raises(StreamError, match="duplicate"):
+            await stream.__anext__()
+        release.set()
+        with pytest.raises(BrokenResourceError):  # the sender learns the stream failed
+            await sender
+
+
+async def test_missing_segment_beyond_window_raises_streamerror() -> None:
+    async with aiopdbp.open_node(stream_window=4) as node:
+        async with node.process("c") as c, node.process("p") as p:
+            release = asyncio.Event()
+            sender = asyncio.create_task(p.send_stream("c", _idle_source(release)))
+            stream = await _recv_stream(c)
+            for segno in range(1, 6):  # segment 0 never comes
+                stream._pipe.force_put(_segment(stream, p, c, segno, b"x"))
+            with pytest.raises(StreamError, match="missing"):
+                await stream.read()
+            release.set()
+            with pytest.raises(BrokenResourceError):
+                await sender
+            _assert_stream_resources_free(node, 2)
+
+
+async def test_end_with_wrong_byte_count_raises_streamerror(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        release = asyncio.Event()
+        sender = asyncio.create_task(p.send_stream("c", _idle_source(release)))
+        stream = await _recv_stream(c)
+        stream._pipe.force_put(_segment(stream, p, c, 0, b"abc"))
+        stream._pipe.force_put(_end(stream, p, c, 1, 4))
+        with pytest.raises(StreamError):
+            await stream.read()
+        release.set()
+        with pytest.raises(BrokenResourceError):
+            await sender
+
+
+# ----------------------------------------------------------------- failures
+async def test_sender_cancelled_midway_fails_receiver_and_loses_no_other_message(pdbp_node) -> None:
+    node = pdbp_node
+    async with node.process("c") as c, node.process("p") as p, node.process("other") as other:
+        first_sent = asyncio.Event()
+        never = asyncio.Event()
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield DATA[:100]
+            first_sent.set()
+            await never.wait()
+            yield DATA[100:]  # pragma: no cover - never reached
+
+        sender = asyncio.create_task(p.send_stream("c", chunks(), segment_size=50))
+        stream = await _recv_stream(c)
+        await first_sent.wait()
+        await other.send("c", b"during")
+        assert bytes(await stream.__anext__()) == DATA[:50]
+
+        sender.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await sender
+        await other.send("c", b"after")
+
+        with pytest.raises(StreamError):
+            await stream.read()
+        assert [(await c.recv()).data, (await c.recv()).data] == [b"during", b"after"]
+        _assert_stream_resources_free(node, 3)
+
+
+async def test_sender_generator_error_raises_streamerror_at_receiver(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        async def chunks() -> AsyncIterator[bytes]:
+            yield b"partial"
+            raise ValueError("source broke")
+
+        sender = asyncio.create_task(p.send_stream("c", chunks()))
+        stream = await _recv_stream(c)
+        with pytest.raises(StreamError, match="source broke"):
+            await stream.read()
+        with pytest.raises(ValueError, match="source broke"):
+            await sender
+        _assert_stream_resources_free(pdbp_node, 2)
+
+
+async def test_receiver_aclose_midway_makes_send_stream_raise_brokenresourceerror(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        sender = asyncio.create_task(p.send_stream("c", DATA, segment_size=100))
+        stream = await _recv_stream(c)
+        assert bytes(await stream.__anext__()) == DATA[:100]
+        await stream.aclose()
+        await stream.aclose()  # idempotent
+        with pytest.raises(BrokenResourceError):
+            await sender
+        with pytest.raises(StreamError):
+            await stream.read()
+        _assert_stream_resources_free(pdbp_node, 2)
+
+
+async def test_receiver_releasing_pipe_breaks_stream_in_flight(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        sender = asyncio.create_task(p.send_stream("c", DATA, segment_size=100))
+        stream = await _recv_stream(c)
+        await c.release_pipe()
+        with pytest.raises(BrokenResourceError):
+            await sender
+        with pytest.raises(BrokenResourceError):  # not StreamError: see the report
+            await stream.read()
+        _assert_stream_resources_free(pdbp_node, 1)
+
+
+async def test_blocked_reader_when_receiver_releases_pipe_gets_brokenresourceerror(pdbp_node, pdbp_spawn) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        more = asyncio.Event()
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield b"first"
+            await more.wait()
+            yield b"second"
+
+        sender = asyncio.create_task(p.send_stream("c", chunks()))
+        stream = await _recv_stream(c)
+        reader = await pdbp_spawn(stream.read())
+        assert not reader.done()
+        await c.release_pipe()
+        try:
+            with pytest.raises(BrokenResourceError):
+                await reader
+        finally:
+            more.set()
+            with pytest.raises(BrokenResourceError):
+                await sender
+
+
+async def test_send_stream_timeout_raises_timeouterror_and_aborts(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        with pytest.raises(TimeoutError):
+            await p.send_stream("c", DATA, segment_size=100, timeout=0.01)  # nobody reads
+        stream = await _recv_stream(c)
+        with pytest.raises(StreamError):
+            await stream.read()
+        _assert_stream_resources_free(pdbp_node, 2)
+
+
+async def _outcome(task: asyncio.Task, guard: float) -> BaseException | object:
+    """The task's exception/result, or the task itself if it is still running after
+    ``guard`` seconds (a bounded wait used only to turn a hang into a failure)."""
+    done, _ = await asyncio.wait({task}, timeout=guard)
+    if not done:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return task
+    return task.exception() or task.result()
+
+
+@pytest.mark.parametrize("blocked_on", ["receiver_pipe_full", "pipe_pool_exhausted"])
+async def test_send_stream_timeout_bounds_opening_the_stream(blocked_on: str) -> None:
+    options = {"pipe_capacity": 1} if blocked_on == "receiver_pipe_full" else {"max_pipes": 2}
+    async with aiopdbp.open_node(**options) as node:
+        async with node.process("c"), node.process("p") as p:
+            if blocked_on == "receiver_pipe_full":
+                await p.send("c", b"fill")
+            sender = asyncio.create_task(p.send_stream("c", b"data", timeout=0.02))
+            outcome = await _outcome(sender, guard=0.3)
+            assert isinstance(outcome, TimeoutError)
+
+
+async def test_cancel_while_opening_stream_leaves_no_binding(pdbp_spawn) -> None:
+    async with aiopdbp.open_node(pipe_capacity=1) as node:
+        async with node.process("c") as c, node.process("p") as p:
+            await p.send("c", b"fill")  # the OPEN cannot get a slot
+            opening = await pdbp_spawn(p.send_stream("c", DATA))
+            assert not opening.done()
+            opening.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await opening
+            _assert_stream_resources_free(node, 2)
+            assert (await c.recv()).data == b"fill"
+            with pytest.raises(aiopdbp.WouldBlock):
+                c.recv_nowait()
+
+
+async def test_messages_arrive_while_a_stream_is_unread(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p, \
+            pdbp_node.process("other") as other:
+        sender = asyncio.create_task(p.send_stream("c", DATA, segment_size=100))  # > window
+        stream = await _recv_stream(c)
+        for i in range(5):
+            await other.send("c", bytes([i]))
+        assert [(await c.recv()).data for _ in range(5)] == [bytes([i]) for i in range(5)]
+        assert not sender.done()
+        assert bytes(await stream.read()) == DATA
+        await sender
+
+
+async def test_stream_to_self_round_trips(pdbp_node) -> None:
+    async with pdbp_node.process("me") as me:
+        sender = asyncio.create_task(me.send_stream("me", DATA, segment_size=500))
+        stream = await _recv_stream(me)
+        assert stream.source == "me"
+        assert bytes(await stream.read()) == DATA
+        await sender

@@ -1,0 +1,155 @@
+"""Tests of aiopdbp.tables: NTA/PTA/MTA behind the single update point Tables.apply."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from aiopdbp import DuplicateProcessError, NodeType, PDBPError, PType, Tables, UnknownProcessError
+
+pytestmark = pytest.mark.timeout(10)
+
+UPDATES: list[tuple[str, tuple[Any, ...]]] = [
+    ("node_add", (0, "host0", "10.0.0.1", int(NodeType.MASTER))),
+    ("node_add", (1, "host1", "10.0.0.2", int(NodeType.COMPUTE))),
+    ("proc_reg", ("producer", int(PType.CPU), 0)),
+    ("proc_reg", ("consumer", int(PType.GPU), 1)),
+    ("pipe_bind", (2, 7)),
+    ("stream_bind", (0, 1, 2, 1, 1 << 20)),
+    ("stream_pipe_b", (0, 1, 9)),
+]
+
+
+def _tables(updates: list[tuple[str, tuple[Any, ...]]]) -> Tables:
+    tables = Tables()
+    for op, args in updates:
+        tables.apply(op, args)
+    return tables
+
+
+def test_apply_increments_version_per_update() -> None:
+    tables = Tables()
+    assert tables.version == 0
+    for n, (op, args) in enumerate(UPDATES, 1):
+        tables.apply(op, args)
+        assert tables.version == n
+
+
+def test_apply_changes_digest_on_every_update() -> None:
+    tables = Tables()
+    seen = {tables.digest}
+    for op, args in UPDATES:
+        tables.apply(op, args)
+        assert tables.digest not in seen
+        seen.add(tables.digest)
+
+
+def test_apply_notifies_subscribers_with_op_args_and_result() -> None:
+    tables = Tables()
+    calls: list[tuple[str, tuple[Any, ...], Any]] = []
+    tables.subscribe(lambda op, args, result: calls.append((op, args, result)))
+    pid = tables.apply("proc_reg", ["a", int(PType.CPU), 0])  # a list is accepted as well
+    assert calls == [("proc_reg", ("a", int(PType.CPU), 0), pid)]
+
+
+def test_same_updates_give_equal_digest_and_snapshot() -> None:
+    a, b = _tables(UPDATES), _tables(UPDATES)
+    assert a.digest == b.digest
+    assert a.snapshot() == b.snapshot()
+
+
+def test_different_update_order_gives_different_digest() -> None:
+    first = _tables([UPDATES[0], UPDATES[1]])
+    swapped = _tables([UPDATES[1], UPDATES[0]])
+    # Same content, but the update history differs: the digest must tell.
+    assert first.snapshot()["nta"] == swapped.snapshot()["nta"]
+    assert first.digest != swapped.digest
+
+
+def test_snapshot_reflects_content() -> None:
+    snap = _tables(UPDATES).snapshot()
+    assert snap["version"] == len(UPDATES)
+    assert snap["nta"] == [(0, "host0", "10.0.0.1", 1), (1, "host1", "10.0.0.2", 0)]
+    assert snap["pta"] == [(1, "producer", 0, 0, None), (2, "consumer", 1, 1, 7)]
+    assert snap["mta"] == [(0, 1, 2, 1, 1 << 20, 9)]
+
+
+def test_pid_assignment_sequential_from_one() -> None:
+    tables = Tables()
+    assert [tables.apply("proc_reg", (n, int(PType.CPU), 0)) for n in "abc"] == [1, 2, 3]
+    assert tables.pid_of("b") == 2
+    assert tables.name_of(3) == "c"
+
+
+def test_pid_assignment_deterministic_across_tables() -> None:
+    ops = [("proc_reg", ("a", 0, 0)), ("proc_reg", ("b", 0, 1)), ("proc_free", (1,)),
+           ("proc_reg", ("c", 0, 0))]
+    a, b = _tables(ops), _tables(ops)
+    assert a.by_name == b.by_name == {"b": 2, "c": 3}  # a freed pid is not reused
+
+
+def test_duplicate_name_raises_and_leaves_tables_unchanged() -> None:
+    tables = _tables([("proc_reg", ("a", 0, 0))])
+    before = tables.snapshot()
+    with pytest.raises(DuplicateProcessError) as info:
+        tables.apply("proc_reg", ("a", 0, 1))
+    assert info.value.name == "a"
+    assert isinstance(info.value, PDBPError)
+    assert tables.snapshot() == before
+
+
+def test_unknown_op_raises_pdbperror_and_leaves_tables_unchanged() -> None:
+    tables = Tables()
+    before = tables.snapshot()
+    for op in ("no_such_op", "snapshot", "__init__", ""):
+        with pytest.raises(PDBPError):
+            tables.apply(op, ())
+    assert tables.snapshot() == before
+
+
+def test_free_unknown_pid_raises_unknownprocesserror() -> None:
+    with pytest.raises(UnknownProcessError):
+        Tables().apply("proc_free", (42,))
+
+
+def test_pid_of_unknown_name_raises_unknownprocesserror() -> None:
+    with pytest.raises(UnknownProcessError):
+        Tables().pid_of("nobody")
+
+
+def test_proc_free_removes_row_and_name() -> None:
+    tables = _tables([("proc_reg", ("a", 0, 0))])
+    tables.apply("proc_free", (1,))
+    assert tables.pta == {} and tables.by_name == {}
+
+
+def test_pipe_bind_and_release_update_pn() -> None:
+    tables = _tables([("proc_reg", ("a", 0, 0))])
+    tables.apply("pipe_bind", (1, 5))
+    assert tables.process(1).pipe == 5
+    assert tables.apply("pipe_release", (1,)) == 5
+    assert tables.process(1).pipe is None
+
+
+def test_stream_bind_and_unbind_update_mta() -> None:
+    tables = Tables()
+    key = tables.apply("stream_bind", (0, 3, 2, 1, 100))
+    assert key == (0, 3)
+    assert tables.mta[key].pipe_b == -1
+    tables.apply("stream_pipe_b", (0, 3, 8))
+    assert tables.mta[key].pipe_b == 8
+    assert tables.apply("stream_unbind", (0, 3)) is True
+    assert tables.mta == {}
+    assert tables.apply("stream_unbind", (0, 3)) is False
+
+
+def test_stream_bind_twice_raises_pdbperror() -> None:
+    tables = _tables([("stream_bind", (0, 3, 2, 1, 100))])
+    with pytest.raises(PDBPError):
+        tables.apply("stream_bind", (0, 3, 2, 1, 101))
+
+
+def test_processes_on_lists_rows_of_one_node() -> None:
+    tables = _tables(UPDATES)
+    assert [p.name for p in tables.processes_on(1)] == ["consumer"]
