@@ -8,10 +8,15 @@ aiopdbp that import mpi4py, and they do so lazily: importing this module does
 
 Dual channel (SPEC section 9): the transport ``Dup()``s its base communicator
 twice, one communicator for ``Channel.CONTROL`` and one for ``Channel.DATA``.
-MPI matching is per communicator, so a small control message never queues
-behind a backlog of large data messages: the receiver probes the control
-communicator first at every progress step, and the sender's control ``Isend``
-is a separate request that is not ordered after the data ``Isend`` calls.
+MPI matching is per communicator, so a control message is never *matched*
+behind data: the sender's control ``Isend`` is a request of its own, and the
+receiver probes the control communicator before the data one in every probe
+round and receives large data messages only after matching (see
+:mod:`aiopdbp.transport.progress`), so a control message sent after a 48 x
+4 MiB data backlog is delivered after 0-5 of those blocks instead of after
+all of them.  (Below MPI, one connection may still carry both: on MPICH's
+shared-memory path the control message surfaces after the backlog's
+rendezvous headers, i.e. after about one probe per queued message.)
 
 MPI thread level: ``MPI_THREAD_MULTIPLE`` is requested (see
 :func:`prepare_mpi_import`) because the ``"thread"`` progress mode calls MPI
@@ -55,7 +60,7 @@ _SIZE_VARS = (
     "PMI_SIZE",  # MPICH hydra, Intel MPI, Slurm PMI-1/2
     "PMIX_SIZE",  # some PMIx launchers
     "MV2_COMM_WORLD_SIZE",  # MVAPICH2
-    "SLURM_NTASKS",  # srun
+    "SLURM_STEP_NUM_TASKS",  # a step launched by srun (not SLURM_NTASKS: set in batch scripts too)
     "MPI_LOCALNRANKS",  # MPICH hydra (node-local)
 )
 

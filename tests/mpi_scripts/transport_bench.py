@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from typing import Any
 
 from aiopdbp.transport.base import Channel
 from aiopdbp.transport.mpi import MPITransport, load_mpi
@@ -33,7 +34,7 @@ TARGET_BYTES = (256 if QUICK else 1024) << 20  # per bandwidth run
 RATE_MSGS = 20000 if QUICK else 200000
 
 
-def raw_bench(comm) -> dict[str, float]:
+def raw_bench(comm: Any) -> dict[str, float]:
     res: dict[str, float] = {}
     b8 = bytearray(8)
     for _ in range(2):  # warm-up + measured
@@ -158,7 +159,7 @@ async def transport_bench(t: MPITransport, sink: Sink) -> dict[str, float]:
     return res
 
 
-async def amain() -> tuple[dict[str, float], dict]:
+async def amain() -> tuple[dict[str, float], dict[str, Any]]:
     t = MPITransport(progress=MODE)
     sink = Sink()
     await t.start(sink.deliver)

@@ -80,9 +80,13 @@ def run(
 
     async def _amain() -> None:
         inbox = inbox_factory()
-        await transport.start(inbox.deliver)
+        await transport.start(inbox.deliver, getattr(inbox, "alloc", None))
         try:
             await asyncio.wait_for(main(transport, inbox), TIMEOUT)
+        except BaseException:
+            tail = [(src, ch.name, n) for src, ch, n in inbox.log[-8:]]
+            print(f"rank {transport.rank} FAILED; last arrivals {tail}; stats {transport.stats()}", file=sys.stderr)
+            raise
         finally:
             await transport.aclose()
         await asyncio.sleep(0)
