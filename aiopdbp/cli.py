@@ -396,9 +396,10 @@ async def demo_main(node: Node, cfg: DemoConfig | None = None, *,
     return not failed and all(task.result() for task in tasks)
 
 
-async def _demo_node(cfg: DemoConfig) -> bool:
+async def _demo_node(cfg: DemoConfig) -> tuple[bool, str]:
     async with open_node() as node:
-        return await demo_main(node, cfg)
+        ok = await demo_main(node, cfg)
+        return ok, (f"[demo {node.rank}/{node.size}]" if node.size > 1 else "[demo]")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -406,9 +407,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
                      width=args.width, messages=args.messages, seed=args.seed,
                      timeout=args.timeout, inject_fault=args.inject_fault)
     t0 = time.perf_counter()
-    ok = run(_demo_node(cfg), use_uvloop=False if args.no_uvloop else None)
+    ok, prefix = run(_demo_node(cfg), use_uvloop=False if args.no_uvloop else None)
     status = "OK" if ok else "FAILED"
-    print(f"[demo] {status} in {time.perf_counter() - t0:.2f} s", flush=True)
+    print(f"{prefix} {status} in {time.perf_counter() - t0:.2f} s", flush=True)
     return 0 if ok else 1
 
 

@@ -147,6 +147,8 @@ class PipeManager:
                 self.dropped += 1  # freed between the send and now
                 return
             tgt.put_reserved(cdu)
+            if cdu.kind is Kind.STREAM:  # an OPEN: its segments may follow now
+                node._open_routed(cdu)
             return
         seen: set[int] = set()
         for pid in dests:

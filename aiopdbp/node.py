@@ -329,7 +329,8 @@ class Node:
                 raise TimeoutError(f"destination stayed full for {timeout} s") from None
 
     # -- streams -------------------------------------------------------------------
-    async def _open_stream(self, gp: GP, pid: int, meta: StreamMeta) -> OutgoingStream:
+    async def _open_stream(self, gp: GP, pid: int, meta: StreamMeta,
+                           timeout: float | None = None) -> OutgoingStream:
         entry = self.tables.process(pid)
         sno = next(self._snos)
         key = (self.rank, sno)
@@ -351,8 +352,8 @@ class Node:
             self._streams_out[key] = out
             # The OPEN travels the message path, so the receiver sees the
             # stream in arrival order with the sender's messages.
-            tgt = await self._target_for(pid, None)
-            await self._reserve(tgt, None)
+            tgt = await self._target_for(pid, timeout)
+            await self._reserve(tgt, timeout)
             self._public.force_put(CDU(Kind.STREAM, gp.pid, (pid,), open_data, meta.com,
                                        next(self._ids), sno, 0, self.rank, (), StreamOp.OPEN))
             return out
@@ -375,11 +376,13 @@ class Node:
         self._commit_nowait("stream_pipe_b", key[0], key[1], pipe_b.pipe_id)
         return stream
 
-    async def _deliver_remote(self, cdu: CDU) -> None:
-        """Move one CDU that arrived from another host into its local pipe.
+    async def _remote_targets(self, cdu: CDU) -> list[tuple[Target, bool]]:
+        """Where a CDU that arrived from another host goes on this host:
+        ``(target, force)`` pairs (``force``: put past capacity, for ABORT).
 
-        Waits for room (the credit it holds is returned only afterwards, so a
-        GP that does not read stops its remote senders).
+        Only waits in rare cases (a receiving GP that has not bound its pipe
+        yet, an exhausted pipe pool); the caller places the CDU without
+        blocking the other traffic from its host.
         """
         if cdu.kind is Kind.STREAM:
             key = (cdu.source_n, cdu.sno)
@@ -389,54 +392,38 @@ class Node:
                 if key in self._closed_streams:
                     if op is StreamOp.END or op is StreamOp.ABORT:
                         self._closed_streams.discard(key)
-                    return
+                    return []
                 if not cdu.dest_ps or cdu.dest_ps[0] not in self.tables.pta:
-                    return
+                    return []
+                # Segments may overtake their OPEN (they travel another public
+                # pipe): bind the stream on first contact.
                 stream = await self._new_incoming(key, cdu.source_p, cdu.dest_ps[0])
             if op is StreamOp.OPEN:
                 stream._open(_unpack_meta(cdu.data))
                 cdu.data = stream
-                await self._deliver_local(cdu.dest_ps[0], cdu)
-            elif op is StreamOp.ABORT:
-                stream._pipe.force_put(cdu)
-            else:
-                pipe = stream._pipe
-                if pipe.free <= 0:
-                    try:
-                        await pipe.reserve()
-                    except BrokenResourceError:
-                        return  # the receiver closed the stream meanwhile
-                else:
-                    pipe.reserve_nowait()
-                pipe.put_reserved(cdu)
-            return
+                tgt = await self._local_target(cdu.dest_ps[0])
+                return [] if tgt is None else [(tgt, False)]
+            return [(stream._pipe, op is StreamOp.ABORT)]  # type: ignore[list-item]
+        out: list[tuple[Target, bool]] = []
         for pid in cdu.dest_ps:
             entry = self.tables.pta.get(pid)
             if entry is not None and entry.node == self.rank:
-                await self._deliver_local(pid, cdu)
+                tgt = await self._local_target(pid)
+                if tgt is not None:
+                    out.append((tgt, False))
+        return out
 
-    async def _deliver_local(self, pid: int, cdu: CDU) -> None:
+    async def _local_target(self, pid: int) -> Target | None:
         tgt = self._targets.get(pid)
-        if tgt is None:
-            timeout = self._remote.cfg.bind_timeout if self._remote is not None else None
-            try:
-                tgt = await self._target_for(pid, timeout)
-            except (TimeoutError, NoPipeError, UnknownProcessError) as exc:
-                self.manager.dropped += 1
-                log.warning("dropping a CDU for pid %d: %s", pid, exc)
-                return
+        if tgt is not None:
+            return tgt
+        timeout = self._remote.cfg.bind_timeout if self._remote is not None else None
         try:
-            tgt.reserve_nowait()
-        except WouldBlock:
-            try:
-                await tgt.reserve()
-            except BrokenResourceError:
-                self.manager.dropped += 1
-                return
-        except BrokenResourceError:
+            return await self._target_for(pid, timeout)
+        except (TimeoutError, NoPipeError, UnknownProcessError) as exc:
             self.manager.dropped += 1
-            return
-        tgt.put_reserved(cdu)
+            log.warning("dropping a CDU for pid %d: %s", pid, exc)
+            return None
 
     def _stream_done(self, key: tuple[int, int], error: str | None) -> None:
         """A remote receiver consumed (or gave up) the stream ``key``."""
@@ -451,6 +438,11 @@ class Node:
             if not out.done.done():
                 out.done.set_exception(out.broken)
                 out.done.exception()
+
+    def _open_routed(self, cdu: CDU) -> None:
+        out = self._streams_out.get((cdu.source_n, cdu.sno))
+        if out is not None and not out.routed.done():
+            out.routed.set_result(None)
 
     def _stream_for_open(self, cdu: CDU) -> IncomingStream:
         data = cdu.data

@@ -292,13 +292,6 @@ class Pipe(Generic[T]):
         """
         self.close()
 
-    def _reset(self) -> None:
-        """Make a closed pipe reusable (the pool does this on release)."""
-        self.close()
-        self._closed = False
-        self._eof = False
-        self.on_ready = None
-
 
 class PipePool:
     """The private-pipe set (PPS) of one host with dynamic binding.
@@ -375,12 +368,20 @@ class PipePool:
             raise NoPipeError(f"no pipe of {self.label} became free within {timeout} s") from None
 
     def release(self, pipe: Pipe[Any]) -> None:
-        """Unbind a pipe: close it (peers see BrokenResourceError), reset, recycle."""
-        if self._all.get(pipe.pipe_id) is not pipe or pipe in self._free:
+        """Unbind a pipe: close it (peers see BrokenResourceError) and put a
+        fresh pipe with the same id back into the pool.
+
+        The closed object is never reopened: a task that still holds it (a
+        reader woken just before the release, a late sender) sees a closed
+        pipe instead of silently using a pipe that now belongs to someone
+        else.
+        """
+        if self._all.get(pipe.pipe_id) is not pipe:
             return
-        pipe._reset()
-        pipe.capacity = self.pipe_capacity
-        self._free.append(pipe)
+        pipe.close()
+        fresh: Pipe[Any] = Pipe(self.pipe_capacity, pipe.pipe_id, pipe.label)
+        self._all[pipe.pipe_id] = fresh
+        self._free.append(fresh)
         _wake_first(self._waiters)
 
     def close(self) -> None:

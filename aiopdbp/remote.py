@@ -106,7 +106,7 @@ class RemoteConfig:
     block_size: int = 256 << 10       # UMB block = largest coalesced message
     pool_blocks: int = 0              # UMB blocks; 0: 16 per remote host per matrix
     row_capacity: int = 32            # N, cells of one sub-pool row
-    initial: int = 2                  # m, initial real cells per row (Algorithm 1 step 1)
+    initial: int = 4                  # m, initial real cells per row (Algorithm 1 step 1)
     threshold: float = 0.5            # Algorithm 1 threshold on SU
     recv_window: int = 32 << 20       # credit: bytes a peer may have outstanding here
     link_capacity: int = 4096         # CDUs queued for one host before senders wait
@@ -325,6 +325,17 @@ def _splittable(data: Any) -> bool:
     return isinstance(data, (bytes, bytearray, memoryview))
 
 
+class _Unit:
+    """One received data message whose CDUs are being placed."""
+
+    __slots__ = ("source", "nbytes", "left")
+
+    def __init__(self, source: _Source, nbytes: int) -> None:
+        self.source = source
+        self.nbytes = nbytes
+        self.left = 1  # the reader's own hold, dropped after the last CDU
+
+
 class _Source:
     """Receive side of one remote host: RCBP_src's queue and its RBP reader."""
 
@@ -358,6 +369,7 @@ class Remote:
         self.sources = {h: _Source(h) for h in range(self.size) if h != self.rank}
         self.data_sent = {h: 0 for h in range(self.size)}
         self._slots: dict[int, Slot] = {}
+        self._parked: dict[Any, deque[tuple[CDU, _Unit]]] = {}
         self._reqs = iter(range(1, 1 << 62))
         self._waiting: dict[int, asyncio.Future[Any]] = {}
         self._seq = 0                     # last applied (replicas) / assigned (rank 0)
@@ -592,11 +604,13 @@ class Remote:
         try:
             slot = self.pool.recv.acquire_nowait(src, nbytes)
         except (WouldBlock, Exception):
+            # The row is full and Algorithm 1 may not grow it (SU at or under
+            # the threshold, or no free UMB block): take the message into a
+            # private buffer instead; the credit window still bounds it.
             self.fallback_allocs += 1
             if not self._warned_fallback:
                 self._warned_fallback = True
-                log.warning("receive pool row for host %d is full; using a private buffer "
-                            "(bounded by the credit window)", src)
+                log.debug("receive pool row for host %d is full; using a private buffer", src)
             return None
         view = slot.view[:nbytes]
         self._slots[id(view)] = slot
@@ -642,9 +656,9 @@ class Remote:
         s.ready.set()
 
     async def _rbp_reader(self, s: _Source) -> None:
-        node = self.node
-        deliver = node._deliver_remote
+        targets_of = self.node._remote_targets
         pool = self.pool.recv
+        place = self._place
         q = s.queue
         while True:
             if not q:
@@ -653,19 +667,75 @@ class Remote:
                 await s.ready.wait()
                 continue
             cdus, slot, n = q[0]
+            unit = _Unit(s, n)
             s.busy = True
             try:
                 for cdu in cdus:
                     if slot is not None and cdu.data is not None:
                         cdu.data = _own(cdu.data)  # the block is about to be reused
-                    await deliver(cdu)
+                    for tgt, force in await targets_of(cdu):
+                        place(tgt, cdu, unit, force)
             finally:
                 s.busy = False
             q.popleft()
             if slot is not None:
                 pool.release(slot)
-            s.owed += n
-            self._return_credit(s, force=False)
+            self._unit_done(unit)
+
+    def _place(self, tgt: Any, cdu: CDU, unit: _Unit, force: bool) -> None:
+        """Put a received CDU into its local pipe, or park it behind that
+        pipe's earlier CDUs when the pipe is full.
+
+        Parking instead of waiting keeps one stalled GP from blocking every
+        other GP that receives from the same host (no head-of-line blocking
+        inside the row); the message's credit is returned only when all its
+        CDUs are placed, so parked data stays bounded by the credit window.
+        """
+        if force:
+            tgt.force_put(cdu)
+            return
+        q = self._parked.get(tgt)
+        if q is None:
+            try:
+                tgt.reserve_nowait()
+            except WouldBlock:
+                pass
+            except BrokenResourceError:
+                return  # its reader is gone; nothing to deliver to
+            else:
+                tgt.put_reserved(cdu)
+                return
+            q = self._parked[tgt] = deque()
+            asyncio.get_running_loop().create_task(_guard(self._unpark(tgt, q), None),
+                                                   name="aiopdbp-rbp-parked")
+        q.append((cdu, unit))
+        unit.left += 1
+
+    async def _unpark(self, tgt: Any, q: deque[tuple[CDU, _Unit]]) -> None:
+        try:
+            while q:
+                cdu, unit = q[0]
+                try:
+                    await tgt.reserve()
+                except BrokenResourceError:
+                    while q:
+                        self._unit_done(q.popleft()[1])
+                    return
+                q.popleft()
+                tgt.put_reserved(cdu)
+                self._unit_done(unit)
+        finally:
+            if self._parked.get(tgt) is q:
+                del self._parked[tgt]
+            while q:  # cancelled at shutdown
+                self._unit_done(q.popleft()[1])
+
+    def _unit_done(self, unit: _Unit) -> None:
+        unit.left -= 1
+        if unit.left == 0:
+            s = unit.source
+            s.owed += unit.nbytes
+            self._return_credit(s, force=not s.queue)
 
     def _return_credit(self, s: _Source, *, force: bool) -> None:
         if s.owed and (force or s.owed >= self._windows.get(self.rank, self.cfg.recv_window) // 4):
@@ -692,8 +762,9 @@ class Remote:
                     self._control(h, Control(MsgType.BYE, {"sent": self.data_sent[h]}))
 
             def drained() -> bool:
-                return all(s.bye is not None and s.received >= s.bye and not s.queue and not s.busy
-                           for s in self.sources.values())
+                return not self._parked and all(
+                    s.bye is not None and s.received >= s.bye and not s.queue and not s.busy
+                    for s in self.sources.values())
             await self._wait(drained, deadline, "waiting for the other hosts to close")
         finally:
             await self.stop()

@@ -25,6 +25,7 @@ of memory the sender may change after ``send_stream`` returns.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .codec import CDU, Kind, StreamOp
-from .errors import BrokenResourceError, ClosedResourceError, StreamError
+from .errors import BrokenResourceError, ClosedResourceError, StreamError, WouldBlock
 from .pipes import Pipe
 
 if TYPE_CHECKING:
@@ -340,7 +341,7 @@ class IncomingStream:
 class OutgoingStream:
     """Sender-side handle of one bound stream (its MTA row)."""
 
-    __slots__ = ("key", "dest_pid", "pipe_a", "target", "done", "broken", "incoming")
+    __slots__ = ("key", "dest_pid", "pipe_a", "target", "done", "broken", "incoming", "routed")
 
     def __init__(self, key: tuple[int, int], dest_pid: int, pipe_a: Pipe[CDU], target: Any,
                  done: asyncio.Future[None], incoming: IncomingStream | None) -> None:
@@ -351,15 +352,24 @@ class OutgoingStream:
         self.done = done
         self.broken: BaseException | None = None
         self.incoming = incoming
+        # Set when the PipeManager has routed the OPEN: every message this GP
+        # sent before the stream is then ahead of it on the way, so no
+        # segment can overtake them (they travel different public pipes).
+        self.routed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     async def reserve(self) -> None:
         if self.broken is not None:
             raise self.broken
         tgt = self.target
         try:
-            tgt.reserve_nowait()
-        except Exception:
-            await tgt.reserve()
+            try:
+                tgt.reserve_nowait()
+            except WouldBlock:
+                await tgt.reserve()
+        except BrokenResourceError:
+            if self.broken is not None:  # say why: the receiver gave up the stream
+                raise self.broken from None
+            raise
         if self.broken is not None:  # receiver went away while we waited
             raise self.broken
 
@@ -383,7 +393,7 @@ async def send_stream(gp: GP, dest: str, source: Any, *, segment_size: int = DEF
     meta = describe(source, com) if is_buffer else StreamMeta(com=com, borrowed=True)
     try:
         async with asyncio.timeout(timeout):
-            out = await node._open_stream(gp, pid, meta)
+            out = await node._open_stream(gp, pid, meta, timeout)
     except TimeoutError:
         raise TimeoutError(f"stream to {dest!r} could not be opened within {timeout} s") from None
     segno = 0
@@ -394,19 +404,18 @@ async def send_stream(gp: GP, dest: str, source: Any, *, segment_size: int = DEF
     rank = node.rank
     try:
         async with asyncio.timeout(timeout):
-            chunks: Iterable[Any] | AsyncIterator[Any] = [source] if is_buffer else _chunks(source)
-            first = True
-            async for chunk in _as_async(chunks):
-                if first and not is_buffer:
-                    first = False
-                    if _is_array(chunk):
+            await out.routed
+            chunks = _chunks([source] if is_buffer else source)
+            async with contextlib.aclosing(chunks):  # no generator left to the GC
+                async for chunk in chunks:
+                    if segno == 0 and not is_buffer and _is_array(chunk):
                         meta.kind, meta.dtype = "ndarray", chunk.dtype.str
-                for seg in cut(chunk, segment_size):
-                    await out.reserve()
-                    pipe_a.force_put(CDU(Kind.STREAM, src_pid, (out.dest_pid,), seg, com, 0, sno,
-                                         segno, rank))
-                    segno += 1
-                    nbytes += int(seg.nbytes)
+                    for seg in cut(chunk, segment_size):
+                        await out.reserve()
+                        pipe_a.force_put(CDU(Kind.STREAM, src_pid, (out.dest_pid,), seg, com, 0,
+                                             sno, segno, rank))
+                        segno += 1
+                        nbytes += int(seg.nbytes)
             await out.reserve()
             pipe_a.force_put(CDU(Kind.STREAM, src_pid, (out.dest_pid,), nbytes.to_bytes(8, "little"),
                                  com, 0, sno, segno, rank, (), StreamOp.END))
@@ -423,12 +432,3 @@ async def send_stream(gp: GP, dest: str, source: Any, *, segment_size: int = DEF
         raise
     finally:
         node._close_outgoing(out)
-
-
-async def _as_async(chunks: Iterable[Any] | AsyncIterator[Any]) -> AsyncIterator[Any]:
-    if isinstance(chunks, AsyncIterator):
-        async for c in chunks:
-            yield c
-    else:
-        for c in chunks:
-            yield c

@@ -267,6 +267,18 @@ def test_pool_apply_nowait_raises_nopipeerror_when_exhausted() -> None:
         pool.apply_nowait()
 
 
+async def test_pool_release_fails_reader_woken_just_before_release() -> None:
+    pool = PipePool(4, 1)
+    pipe = pool.apply_nowait()
+    reader = asyncio.ensure_future(pipe.receive())
+    await asyncio.sleep(0)  # parked in receive
+    pipe.send_nowait("item")  # wakes the reader; it has not run yet
+    pool.release(pipe)
+    with pytest.raises(ClosedResourceError):
+        await reader
+    assert len(pool.apply_nowait()) == 0
+
+
 async def test_pool_released_pipe_is_reused_empty_and_open() -> None:
     pool = PipePool(4, 1)
     pipe = pool.apply_nowait()
@@ -276,7 +288,8 @@ async def test_pool_released_pipe_is_reused_empty_and_open() -> None:
     pool.release(pipe)
     assert pool.in_use == 0
     again = pool.apply_nowait()
-    assert again is pipe
+    assert again.pipe_id == pipe.pipe_id and again is not pipe
+    assert pipe.closed  # the released object stays closed for stale holders
     assert not again.closed
     assert len(again) == 0
     assert (again.capacity, again.free) == (4, 4)
@@ -298,7 +311,7 @@ def test_pool_release_twice_returns_pipe_once() -> None:
     pipe = pool.apply_nowait()
     pool.release(pipe)
     pool.release(pipe)
-    assert pool.apply_nowait() is pipe
+    assert pool.apply_nowait().pipe_id == pipe.pipe_id
     with pytest.raises(NoPipeError):
         pool.apply_nowait()
 
@@ -318,7 +331,7 @@ async def test_pool_apply_without_timeout_waits_for_released_pipe(pdbp_spawn) ->
     waiter = await pdbp_spawn(pool.apply())
     assert not waiter.done()
     pool.release(pipe)
-    assert await waiter is pipe
+    assert (await waiter).pipe_id == pipe.pipe_id
 
 
 async def test_pool_apply_with_timeout_waits_for_released_pipe(pdbp_spawn) -> None:
@@ -327,7 +340,7 @@ async def test_pool_apply_with_timeout_waits_for_released_pipe(pdbp_spawn) -> No
     waiter = await pdbp_spawn(pool.apply(timeout=0.2))
     assert not waiter.done()
     pool.release(pipe)
-    assert await waiter is pipe
+    assert (await waiter).pipe_id == pipe.pipe_id
 
 
 async def test_pool_apply_with_timeout_gets_pipe_released_later(pdbp_spawn) -> None:
@@ -337,7 +350,7 @@ async def test_pool_apply_with_timeout_gets_pipe_released_later(pdbp_spawn) -> N
     await asyncio.sleep(0)  # let the waiter park
     assert not waiter.done()
     pool.release(pipe)
-    assert await waiter is pipe
+    assert (await waiter).pipe_id == pipe.pipe_id
 
 
 async def test_pool_apply_timeout_raises_nopipeerror_when_nothing_released() -> None:
@@ -357,7 +370,7 @@ async def test_pool_cancelled_apply_holds_no_pipe(pdbp_spawn) -> None:
     with pytest.raises(asyncio.CancelledError):
         await waiter
     pool.release(pipe)
-    assert pool.apply_nowait() is pipe
+    assert pool.apply_nowait().pipe_id == pipe.pipe_id
 
 
 async def test_pool_close_fails_waiting_apply(pdbp_spawn) -> None:

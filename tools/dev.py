@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Developer entry point for aiopdbp: one command from a bare clone to a result.
 
-Needs only a Python >= 3.10 interpreter: no make, no system MPI.  The MPI library
+Needs only a Python >= 3.11 interpreter: no make, no system MPI.  The MPI library
 and ``mpiexec`` come from the ``mpich`` wheel that ``pip`` installs into the
 project's virtual environment ``.venv``.
 
@@ -177,8 +177,8 @@ def install(extras: str, verbose: bool) -> None:
 
 def ensure_env(extras: str, reinstall: bool, verbose: bool) -> None:
     """Make ``.venv`` exist, work, and hold an up-to-date install of the project."""
-    if sys.version_info < (3, 10):
-        die(f"aiopdbp needs Python >= 3.10; {sys.executable} is "
+    if sys.version_info < (3, 11):
+        die(f"aiopdbp needs Python >= 3.11; {sys.executable} is "
             f"{sys.version.split()[0]}")
     if not PYPROJECT.exists():
         die(f"{PYPROJECT} not found: run this script from an aiopdbp checkout")
