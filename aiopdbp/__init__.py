@@ -26,6 +26,16 @@ from .node import Node, open_node, run
 from .pipes import Pipe, PipePool
 from .process import GP, Message
 from .streams import IncomingStream
+from .sync import (
+    ALGORITHMS,
+    Barrier,
+    BarrierStats,
+    BarrierSummary,
+    BarrierTimeoutError,
+    NeighbourStats,
+    Neighbours,
+    aggregate_stats,
+)
 from .tables import NodeType, PType, Tables
 
 __version__ = "0.1.0"
@@ -35,5 +45,7 @@ __all__ = [
     "DuplicateProcessError", "HandshakeError", "IncomingStream", "Kind", "Message", "NoPipeError",
     "Node", "NodeType", "PDBPError", "PType", "Pipe", "PipePool", "ProtocolError", "StreamError",
     "StreamOp", "Tables", "TransportError", "UnknownProcessError", "WouldBlock", "__version__",
-    "open_node", "run",
+    "open_node", "run", "ALGORITHMS", "Barrier", "BarrierStats", "BarrierSummary",
+    "BarrierTimeoutError", "NeighbourStats", "Neighbours", "aggregate_stats", "open_cluster",
 ]
+from .cluster import open_cluster  # noqa: E402

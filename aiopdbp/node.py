@@ -82,6 +82,7 @@ class Node:
         self._started = False
         self._closed = False
         self._closed_streams: set[tuple[int, int]] = set()
+        self._ever_bound: set[int] = set()
         self._remote: Remote | None = None
         if transport is not None and self.size > 1:
             cfg = remote or RemoteConfig()
@@ -146,6 +147,19 @@ class Node:
             if self.transport is not None:
                 await self.transport.aclose()
 
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until everything sent so far has left this host: routed by the
+        PipeManager and, for remote GPs, handed to the transport and
+        completed.  Use it before code that blocks the event loop (a raw MPI
+        call, a long computation) so that peers are not left waiting.
+
+        Cancellation: nothing to undo; what was sent keeps going.
+        """
+        async with asyncio.timeout(timeout):
+            await self._drain()
+            if self._remote is not None:
+                await self._remote.flush()
+
     async def _drain(self) -> None:
         # Route everything already in the public pipes; the manager only
         # parks when every public pipe is empty.
@@ -175,35 +189,49 @@ class Node:
     def _on_update(self, op: str, args: tuple[Any, ...], result: Any) -> None:
         tables = self.tables
         if op == "proc_reg":
-            name, _ptype, node = args
-            if node != self.rank:
-                self._targets[result] = self._link(node)
-            for fut in self._name_waiters.pop(name, ()):
+            for fut in self._name_waiters.pop(args[0], ()):
                 if not fut.done():
                     fut.set_result(None)
+            if len(args) > 3 and args[3] is not None:
+                self._on_update("pipe_bind", (result, args[3]), args[3])
         elif op == "pipe_bind":
+            # A GP becomes a routing target once it has a pipe, wherever it
+            # lives: locally its pipe, remotely the link to its host.
             pid, pipe_id = args
             entry = tables.pta.get(pid)
-            if entry is not None and entry.node == self.rank:
-                self._targets[pid] = self.pps.get(pipe_id)  # type: ignore[assignment]
+            if entry is not None:
+                self._ever_bound.add(pid)
+                self._targets[pid] = (self.pps.get(pipe_id) if entry.node == self.rank  # type: ignore[assignment]
+                                      else self._link(entry.node))
                 for fut in self._bind_waiters.pop(pid, ()):
                     if not fut.done():
                         fut.set_result(None)
-        elif op == "pipe_release":
+        elif op in ("pipe_release", "proc_free"):
             pid = args[0]
-            entry = tables.pta.get(pid)
-            if entry is not None and entry.node == self.rank:
-                self._targets.pop(pid, None)
-        elif op == "proc_free":
-            self._targets.pop(args[0], None)
+            self._targets.pop(pid, None)
+            for fut in self._bind_waiters.pop(pid, ()):
+                if not fut.done():
+                    fut.set_result(None)  # the waiter re-checks and fails clearly
 
     def _link(self, node: int) -> Target:
         if self._remote is None:
             raise BrokenResourceError(f"host {node} is not reachable: this node has no remote links")
         return self._remote.link(node)
 
+    def _submit(self, cdu: CDU) -> None:
+        """Hand a CDU to the PipeManager.  When no public pipe holds anything
+        the sender's task runs the manager's routing for it at once (same
+        order, no hop to the manager task); otherwise it queues in the public
+        message pipe and the manager drains it in its next batch."""
+        manager = self.manager
+        if not manager._ready and not self._public._items:
+            manager.route(cdu)
+            manager.routed += 1
+        else:
+            self._public.force_put(cdu)
+
     # -- registration (prcsReg / prcsFree) ------------------------------------
-    async def register(self, name: str, ptype: PType = PType.CPU) -> GP:
+    async def register(self, name: str, ptype: PType = PType.CPU, *, bind: bool = False) -> GP:
         """Register a GP named ``name`` (the paper's prcsReg).
 
         Names are unique across the cluster; a taken name raises
@@ -216,8 +244,21 @@ class Node:
             raise ValueError("a GP name is a non-empty str")
         if self._closed or not self._started:
             raise ClosedResourceError(f"node {self.rank} is {'closed' if self._closed else 'not started'}")
-        pid = await self._commit("proc_reg", name, int(ptype), self.rank)
+        if not bind:
+            pid = await self._commit("proc_reg", name, int(ptype), self.rank)
+            gp = GP(self, name, pid, PType(ptype))
+            self._gps[pid] = gp
+            return gp
+        # Register with a bound pipe in ONE table update, so no host can see
+        # the name before it can receive (register + apply in one step).
+        pipe = await self.pps.apply()
+        try:
+            pid = await self._commit("proc_reg", name, int(ptype), self.rank, pipe.pipe_id)
+        except BaseException:
+            self.pps.release(pipe)
+            raise
         gp = GP(self, name, pid, PType(ptype))
+        gp._pipe = pipe
         self._gps[pid] = gp
         return gp
 
@@ -225,9 +266,8 @@ class Node:
     async def process(self, name: str, ptype: PType = PType.CPU) -> AsyncIterator[GP]:
         """``async with node.process(name) as gp``: register + apply a pipe on
         entry, release + free on exit (whatever the exit)."""
-        gp = await self.register(name, ptype)
+        gp = await self.register(name, ptype, bind=True)
         try:
-            await gp.apply_pipe()
             yield gp
         finally:
             await gp.free()
@@ -271,7 +311,9 @@ class Node:
     # -- name resolution ----------------------------------------------------------
     async def lookup(self, name: str, timeout: float | None = None) -> int:
         """The pid of ``name``; with ``timeout``, wait that long for it to be
-        registered (else raise :class:`UnknownProcessError` at once).
+        registered (else raise :class:`UnknownProcessError` at once).  A GP
+        created with :meth:`process` is registered with its pipe already
+        bound, so a send can follow at once.
 
         Cancellation: nothing to undo.
         """
@@ -345,7 +387,9 @@ class Node:
                 target: Any = incoming._pipe
                 open_data: Any = incoming
             else:
-                target = self._targets.get(pid) or self._link(entry.node)
+                target = self._targets.get(pid)
+                if target is None:
+                    target = self._link(entry.node)
                 open_data = _pack_meta(meta)
             out = OutgoingStream(key, pid, pipe_a, target, asyncio.get_running_loop().create_future(),
                                  incoming)
@@ -354,8 +398,8 @@ class Node:
             # stream in arrival order with the sender's messages.
             tgt = await self._target_for(pid, timeout)
             await self._reserve(tgt, timeout)
-            self._public.force_put(CDU(Kind.STREAM, gp.pid, (pid,), open_data, meta.com,
-                                       next(self._ids), sno, 0, self.rank, (), StreamOp.OPEN))
+            self._submit(CDU(Kind.STREAM, gp.pid, (pid,), open_data, meta.com,
+                             next(self._ids), sno, 0, self.rank, (), StreamOp.OPEN))
             return out
         except BaseException:
             if incoming is not None:
@@ -413,10 +457,39 @@ class Node:
                     out.append((tgt, False))
         return out
 
+    def _remote_targets_nowait(self, cdu: CDU) -> list[tuple[Target, bool]] | None:
+        """:meth:`_remote_targets` when it needs no wait, else None (then the
+        caller takes the slow path).  Never changes the CDU."""
+        if cdu.kind is Kind.STREAM:
+            op = cdu.op
+            if op is StreamOp.OPEN:
+                return None
+            stream = self._streams_in.get((cdu.source_n, cdu.sno))
+            if stream is None:
+                return None
+            return [(stream._pipe, op is StreamOp.ABORT)]  # type: ignore[list-item]
+        out: list[tuple[Target, bool]] = []
+        pta = self.tables.pta
+        rank = self.rank
+        for pid in cdu.dest_ps:
+            entry = pta.get(pid)
+            if entry is not None and entry.node == rank:
+                tgt = self._targets.get(pid)
+                if tgt is None:
+                    return None
+                out.append((tgt, False))
+        return out
+
     async def _local_target(self, pid: int) -> Target | None:
         tgt = self._targets.get(pid)
         if tgt is not None:
             return tgt
+        if pid in self._ever_bound:
+            # It had a pipe and released it: drop now (waiting would stall
+            # every other CDU from the same host for nothing).
+            self.manager.dropped += 1
+            log.debug("dropping a CDU for pid %d: its pipe was released", pid)
+            return None
         timeout = self._remote.cfg.bind_timeout if self._remote is not None else None
         try:
             return await self._target_for(pid, timeout)
@@ -486,10 +559,13 @@ class Node:
 
     def _close_outgoing(self, out: OutgoingStream) -> None:
         """The sending side is done: flush PipeA, undo the binding, free pipes."""
-        if self._streams_out.pop(out.key, None) is None:
+        if out.key not in self._streams_out:
             return
+        # Route what is still in PipeA (an ABORT among it) while the stream
+        # is still known, then forget it.
         for cdu in out.pipe_a.drain_nowait():
             self.manager.route(cdu)
+        del self._streams_out[out.key]
         self.cps_streams.release(out.pipe_a)
         if out.key in self.tables.mta:
             self._commit_nowait("stream_unbind", *out.key)

@@ -79,6 +79,8 @@ def snapshot(data: Any, allow_pickle: bool, shared: bool) -> Any:
     """
     if data is None or type(data) is bytes:
         return data
+    if isinstance(data, np.generic):
+        data = np.asarray(data)  # numpy scalars travel as 0-d arrays
     if isinstance(data, np.ndarray):
         if data.dtype.hasobject:
             if not allow_pickle:
@@ -119,6 +121,11 @@ def _frozen(arr: np.ndarray[Any, Any]) -> bool:
     if isinstance(base, memoryview):
         base = base.obj
     return isinstance(base, bytes)
+
+
+def _check_com(com: int) -> None:
+    if type(com) is not int and not isinstance(com, int) or not 0 <= com <= 0xFFFFFFFF:
+        raise ValueError(f"com must be an int in [0, 2**32), got {com!r}")
 
 
 def _pickle_copy(obj: Any) -> Any:
@@ -211,6 +218,7 @@ class GP:
         taken are given back).
         """
         self._check()
+        _check_com(com)
         node = self.node
         if isinstance(dest, str):
             # Snapshot first: a refused payload must not hold a reservation.
@@ -225,7 +233,7 @@ class GP:
                 tgt.reserve_nowait()
             except WouldBlock:
                 await node._reserve(tgt, timeout)
-            node._public.force_put(CDU(kind, self.pid, (pid,), data, com, next(node._ids), 0, 0,
+            node._submit(CDU(kind, self.pid, (pid,), data, com, next(node._ids), 0, 0,
                                        node.rank))
             return
         await self._multicast(list(dest), data, com, kind, timeout)
@@ -240,7 +248,9 @@ class GP:
         targets: list[Any] = []
         seen: set[int] = set()
         for pid in pids:
-            tgt = node._targets.get(pid) or await node._target_for(pid, timeout)
+            tgt = node._targets.get(pid)
+            if tgt is None:
+                tgt = await node._target_for(pid, timeout)
             if id(tgt) not in seen:
                 seen.add(id(tgt))
                 targets.append(tgt)
@@ -253,12 +263,13 @@ class GP:
             for tgt in taken:
                 tgt.unreserve()
             raise
-        node._public.force_put(CDU(kind, self.pid, pids, data, com, next(node._ids), 0, 0, node.rank))
+        node._submit(CDU(kind, self.pid, pids, data, com, next(node._ids), 0, 0, node.rank))
 
     def send_nowait(self, dest: str, data: Any = None, *, com: int = 0, kind: Kind = Kind.SHORT) -> None:
         """Send to one GP without waiting; raises ``WouldBlock`` when its pipe
         is full, ``UnknownProcessError`` for an unknown name."""
         self._check()
+        _check_com(com)
         node = self.node
         data = snapshot(data, node.allow_pickle, False)
         pid = node.tables.pid_of(dest)
@@ -266,7 +277,7 @@ class GP:
         if tgt is None:
             raise NoPipeError(f"GP {dest!r} has no private pipe bound")
         tgt.reserve_nowait()
-        node._public.force_put(CDU(kind, self.pid, (pid,), data, com, next(node._ids), 0, 0, node.rank))
+        node._submit(CDU(kind, self.pid, (pid,), data, com, next(node._ids), 0, 0, node.rank))
 
     async def command(self, dest: str | Iterable[str], com: int, data: Any = None, *,
                       timeout: float | None = None) -> None:
@@ -291,6 +302,7 @@ class GP:
         the pipes return to their pools.
         """
         self._check()
+        _check_com(com)
         return await send_stream(self, dest, data, segment_size=segment_size, com=com, timeout=timeout)
 
     # -- CPI: receiving ------------------------------------------------------------

@@ -145,8 +145,10 @@ class HostLink:
         self.reserve = self._pending.reserve
         self.reserve_nowait = self._pending.reserve_nowait
         self.unreserve = self._pending.unreserve
-        self.put_reserved = self._pending.put_reserved
         self.force_put = self._pending.force_put
+        self._slot: Slot | None = None      # the open block of SCBP_host
+        self._count = 0                     # records in it
+        self._flush_scheduled = False
         self._units: deque[tuple[str, Any, list[Any], int]] = deque()
         self._units_ready: asyncio.Event = asyncio.Event()
         self._credit = cfg.recv_window
@@ -172,8 +174,8 @@ class HostLink:
 
     @property
     def idle(self) -> bool:
-        return (not len(self._pending) and self._writer_idle and not self._units
-                and self._inflight == 0)
+        return (not len(self._pending) and self._writer_idle and self._slot is None
+                and not self._units and self._inflight == 0)
 
     def grant(self, nbytes: int) -> None:
         self._credit += nbytes
@@ -185,62 +187,105 @@ class HostLink:
         self._pending.close()
 
     # -- SBP writer: CDUs -> blocks (coalescing) ------------------------------
-    async def _writer(self) -> None:
+    def put_reserved(self, cdu: CDU) -> None:
+        """Take a CDU for this host (its slot was reserved by the sender).
+
+        When the writer is idle the CDU is encoded into the open block right
+        here, and a flush of that block is scheduled for the end of this
+        loop iteration: at low load a message leaves without a hop to
+        another task; in a burst (the sender does not yield) records pile up
+        in the block and leave together (coalescing).
+        """
+        p = self._pending
+        if self._writer_idle and not len(p) and self.error is None:
+            p.unreserve()
+            if self._write(cdu):
+                if not self._flush_scheduled:
+                    self._flush_scheduled = True
+                    asyncio.get_running_loop().call_soon(self._flush_soon)
+                return
+            p.force_put(cdu)  # no free block right now: the writer task waits for one
+            return
+        p.put_reserved(cdu)
+
+    def _flush_soon(self) -> None:
+        self._flush_scheduled = False
+        if self._writer_idle and not len(self._pending):
+            self._flush_block()
+
+    def _write(self, cdu: CDU) -> bool:
+        """Encode one CDU into the open block (or as a frame of its own).
+        False when a new block is needed and none is free right now."""
         remote = self._remote
-        pool = remote.pool.send
-        host = self.host
         cfg = remote.cfg
-        large = cfg.large
+        if cdu.kind is Kind.STREAM and _nbytes(cdu.data) >= cfg.large and _splittable(cdu.data):
+            self._flush_block()
+            head, payload = encode_split(cdu)
+            self._push("split", None, [head, payload], len(head) + memoryview(payload).nbytes)
+            self.splits += 1
+            self.cdus += 1
+            return True
         allow_pickle = remote.node.allow_pickle
+        slot = self._slot
+        try:
+            parts, n = encode_record(cdu, slot.used if slot is not None else 8,
+                                     allow_pickle=allow_pickle)
+        except (TypeError, ValueError) as exc:
+            log.error("cannot encode CDU for host %d: %s", self.host, exc)
+            return True
+        if slot is None or n > slot.room or self._count == 0xFFFF:
+            self._flush_block()
+            if n + 8 > cfg.block_size:
+                # Too big for a block and not splittable (e.g. a large
+                # pickle): one frame of its own.
+                frame = encode_cdu(cdu, allow_pickle=allow_pickle)
+                whole = b"".join(bytes(p) if not isinstance(p, bytes) else p for p in frame)
+                self._push("frame", None, [whole], len(whole))
+                self.cdus += 1
+                return True
+            try:
+                slot = remote.pool.send.acquire_nowait(self.host, cfg.block_size)
+            except WouldBlock:
+                return False
+            self._open_block(slot)
+            parts, n = encode_record(cdu, 8, allow_pickle=allow_pickle)
+        for part in parts:
+            slot.append(part)
+        self._count += 1
+        self.cdus += 1
+        return True
+
+    def _open_block(self, slot: Slot) -> None:
+        slot.append(bytes(8))  # level-1 header, patched on commit
+        self._slot = slot
+        self._count = 0
+
+    def _flush_block(self) -> None:
+        if self._slot is not None:
+            slot, self._slot = self._slot, None
+            self._commit(slot, self._count)
+
+    # -- SBP writer: CDUs -> blocks (coalescing) ------------------------------
+    async def _writer(self) -> None:
+        pool = self._remote.pool.send
+        block_size = self._remote.cfg.block_size
         pending = self._pending
-        slot: Slot | None = None
-        count = 0
         while True:
-            self._writer_idle = slot is None
+            self._writer_idle = True
             cdu = await pending.receive()
             self._writer_idle = False
             batch = [cdu]
             batch += pending.drain_nowait()
             for cdu in batch:
-                self.cdus += 1
-                if _nbytes(cdu.data) >= large and cdu.kind is Kind.STREAM \
-                        and _splittable(cdu.data):
-                    if slot is not None:
-                        self._commit(slot, count)
-                        slot = None
-                    head, payload = encode_split(cdu)
-                    self._push("split", None, [head, payload], len(head) + memoryview(payload).nbytes)
-                    self.splits += 1
-                    continue
-                try:
-                    parts, n = encode_record(cdu, slot.used if slot is not None else 8,
-                                             allow_pickle=allow_pickle)
-                except (TypeError, ValueError) as exc:
-                    log.error("cannot encode CDU for host %d: %s", host, exc)
-                    continue
-                if slot is None or n > slot.room or count == 0xFFFF:
-                    if slot is not None:
-                        self._commit(slot, count)
-                        slot = None
-                    if n + 8 > cfg.block_size:
-                        # Too big for a block and not splittable (e.g. a large
-                        # pickle): one frame of its own.
-                        frame = encode_cdu(cdu, allow_pickle=allow_pickle)
-                        whole = b"".join(bytes(p) if not isinstance(p, bytes) else p for p in frame)
-                        self._push("frame", None, [whole], len(whole))
-                        continue
-                    slot = await pool.acquire(host, cfg.block_size)
-                    slot.append(bytes(8))  # level-1 header, patched on commit
-                    count = 0
-                    parts, n = encode_record(cdu, 8, allow_pickle=allow_pickle)
-                for p in parts:
-                    slot.append(p)
-                count += 1
-            if slot is not None and not len(pending):
+                while not self._write(cdu):
+                    # The row is full and Algorithm 1 cannot grow it: wait
+                    # for a block (backpressure reaches the senders through
+                    # the pending queue, which stops draining meanwhile).
+                    self._open_block(await pool.acquire(self.host, block_size))
+            if not len(pending):
                 # Nothing more queued: send now rather than wait to fill the
                 # block (latency first; under load blocks fill by themselves).
-                self._commit(slot, count)
-                slot = None
+                self._flush_block()
 
     def _commit(self, slot: Slot, count: int) -> None:
         slot.view[:8] = bp_header(count, slot.used - 8)
@@ -253,39 +298,51 @@ class HostLink:
         self._push("block", taken, [taken.data], taken.used)
 
     def _push(self, kind: str, slot: Slot | None, blocks: list[Any], nbytes: int) -> None:
+        if not self._units and self._may_send(nbytes):
+            self._post(slot, blocks, nbytes)  # nothing queued: skip the hop to the reader
+            return
         self._units.append((kind, slot, blocks, nbytes))
         self._units_ready.set()
 
     # -- SBP reader: blocks -> network, windowed, credit-limited ----------------
+    def _may_send(self, nbytes: int) -> bool:
+        # Receivers return credit in batches of a quarter window, so at
+        # quiescence we hold more than 3/4 of it: any message up to that
+        # size can go, and a bigger one goes once we hold half the window
+        # (it overdraws the credit), so no size can deadlock.
+        c = self._credit
+        return (c >= nbytes or c >= self.window // 2) and self._inflight < self._remote.cfg.max_inflight
+
+    def _post(self, slot: Slot | None, blocks: list[Any], nbytes: int) -> None:
+        self._credit -= nbytes
+        self._inflight += 1
+        self.sent_msgs += len(blocks)
+        self.sent_bytes += nbytes
+        self._remote.data_sent[self.host] += len(blocks)
+        fut = self._remote.transport.post(self.host, _DATA, blocks)
+        if fut.done():
+            self._sent(fut, slot)
+        else:
+            fut.add_done_callback(lambda f, s=slot: self._sent(f, s))
+
     async def _reader(self) -> None:
-        remote = self._remote
-        transport = remote.transport
-        host = self.host
         units = self._units
-        max_inflight = remote.cfg.max_inflight
         while True:
             if not units:
                 self._units_ready.clear()
                 await self._units_ready.wait()
                 continue
             kind, slot, blocks, nbytes = units[0]
-            # A message larger than the whole window may go when nothing is
-            # outstanding, so an oversized segment can never deadlock.
-            while self._credit < nbytes and self._credit < self.window:
-                self.credit_waits += 1
-                self._credit_ready.clear()
-                await self._credit_ready.wait()
-            while self._inflight >= max_inflight:
-                self._inflight_ready.clear()
-                await self._inflight_ready.wait()
+            while not self._may_send(nbytes):
+                if self._inflight >= self._remote.cfg.max_inflight:
+                    self._inflight_ready.clear()
+                    await self._inflight_ready.wait()
+                else:
+                    self.credit_waits += 1
+                    self._credit_ready.clear()
+                    await self._credit_ready.wait()
             units.popleft()
-            self._credit -= nbytes
-            self._inflight += 1
-            self.sent_msgs += len(blocks)
-            self.sent_bytes += nbytes
-            remote.data_sent[host] += len(blocks)
-            fut = transport.post(host, _DATA, blocks)
-            fut.add_done_callback(lambda f, s=slot: self._sent(f, s))
+            self._post(slot, blocks, nbytes)
 
     def _sent(self, fut: asyncio.Future[None], slot: Slot | None) -> None:
         self._inflight -= 1
@@ -370,6 +427,7 @@ class Remote:
         self.data_sent = {h: 0 for h in range(self.size)}
         self._slots: dict[int, Slot] = {}
         self._parked: dict[Any, deque[tuple[CDU, _Unit]]] = {}
+        self._quarter = max(1, cfg.recv_window // 4)
         self._reqs = iter(range(1, 1 << 62))
         self._waiting: dict[int, asyncio.Future[Any]] = {}
         self._seq = 0                     # last applied (replicas) / assigned (rank 0)
@@ -468,7 +526,7 @@ class Remote:
                 self._sequence(0, req, op, list(args))
             else:
                 self._control(0, Control(MsgType.TABLE, {"seq": 0, "op": op, "args": list(args),
-                                                         "req": req, "origin": self.rank}))
+                                                         "req": req, "origin": self.rank}), req)
             return await fut
         finally:
             self._waiting.pop(req, None)
@@ -540,7 +598,9 @@ class Remote:
             fut.set_result(tuple(result) if isinstance(result, list) else result)
 
     # ------------------------------------------------------ control channel
-    def _control(self, dest: int, msg: Control | CDU) -> None:
+    def _control(self, dest: int, msg: Control | CDU, req: int = 0) -> None:
+        """Send one control message; if it cannot be sent and ``req`` waits
+        for an answer, that wait fails instead of hanging."""
         if isinstance(msg, Control):
             frame: Any = encode_control(msg)
         else:
@@ -548,9 +608,20 @@ class Remote:
         try:
             fut = self.transport.post(dest, _CTRL, [frame])
         except Exception as exc:  # transport already closed
-            log.debug("control message to %d dropped: %s", dest, exc)
+            self._unreachable(dest, req, exc)
             return
-        fut.add_done_callback(_log_failure)
+        if fut.done():
+            if not fut.cancelled() and fut.exception() is not None:
+                self._unreachable(dest, req, fut.exception())  # type: ignore[arg-type]
+            return
+        fut.add_done_callback(
+            lambda f: None if f.cancelled() or f.exception() is None
+            else self._unreachable(dest, req, f.exception()))  # type: ignore[arg-type]
+
+    def _unreachable(self, dest: int, req: int, exc: BaseException) -> None:
+        log.debug("control message to host %d failed: %s", dest, exc)
+        if req:
+            self._resolve(req, None, BrokenResourceError(f"host {dest} is unreachable: {exc}"))
 
     def send_done(self, key: tuple[int, int], dest_pid: int, src_pid: int, error: str | None) -> None:
         """Tell a remote sender its stream was consumed (or failed here)."""
@@ -652,8 +723,29 @@ class Remote:
             s.owed += n
             self._return_credit(s, force=True)
             return
+        if not s.queue and not s.busy and self._place_now(s, cdus, slot, n):
+            return  # delivered without a hop to the RBP reader
         s.queue.append((cdus, slot, n))
         s.ready.set()
+
+    def _place_now(self, s: _Source, cdus: list[CDU], slot: Slot | None, n: int) -> bool:
+        nowait = self.node._remote_targets_nowait
+        plan = []
+        for cdu in cdus:
+            targets = nowait(cdu)
+            if targets is None:
+                return False
+            plan.append(targets)
+        unit = _Unit(s, n)
+        place = self._place
+        for cdu, targets in zip(cdus, plan):
+            _settle(cdu, slot is not None)
+            for tgt, force in targets:
+                place(tgt, cdu, unit, force)
+        if slot is not None:
+            self.pool.recv.release(slot)
+        self._unit_done(unit)
+        return True
 
     async def _rbp_reader(self, s: _Source) -> None:
         targets_of = self.node._remote_targets
@@ -662,7 +754,6 @@ class Remote:
         q = s.queue
         while True:
             if not q:
-                self._return_credit(s, force=True)
                 s.ready.clear()
                 await s.ready.wait()
                 continue
@@ -671,8 +762,7 @@ class Remote:
             s.busy = True
             try:
                 for cdu in cdus:
-                    if slot is not None and cdu.data is not None:
-                        cdu.data = _own(cdu.data)  # the block is about to be reused
+                    _settle(cdu, slot is not None)  # the block is about to be reused
                     for tgt, force in await targets_of(cdu):
                         place(tgt, cdu, unit, force)
             finally:
@@ -735,10 +825,15 @@ class Remote:
         if unit.left == 0:
             s = unit.source
             s.owed += unit.nbytes
-            self._return_credit(s, force=not s.queue)
+            if s.owed >= self._quarter:
+                self._return_credit(s)
 
-    def _return_credit(self, s: _Source, *, force: bool) -> None:
-        if s.owed and (force or s.owed >= self._windows.get(self.rank, self.cfg.recv_window) // 4):
+    def _return_credit(self, s: _Source, *, force: bool = False) -> None:
+        """Return credit once a quarter of the window is owed (see
+        ``HostLink._may_send`` for why that cannot deadlock); ``force`` at
+        shutdown.  Batching keeps credit traffic to one control message per
+        quarter window instead of one per data message."""
+        if s.owed and (force or s.owed >= self._quarter):
             owed, s.owed = s.owed, 0
             self._control(s.host, Control(MsgType.CREDIT, {"bytes": owed, "blocks": 0}))
 
@@ -768,6 +863,15 @@ class Remote:
             await self._wait(drained, deadline, "waiting for the other hosts to close")
         finally:
             await self.stop()
+
+    async def flush(self) -> None:
+        """Wait until every link has handed its CDUs to the transport and the
+        sends completed.
+
+        Cancellation: nothing to undo.
+        """
+        await self._wait(lambda: all(link.idle or link.error for link in self.links.values()),
+                         float("inf"), "flushing")
 
     async def _wait(self, cond: Any, deadline: float, what: str) -> None:
         delay = 0.0
@@ -826,6 +930,19 @@ def _own(data: Any) -> Any:
     return data
 
 
+def _settle(cdu: CDU, in_block: bool) -> None:
+    """Give a received payload the type the receiver expects: bytes-like
+    message payloads are ``bytes`` (as on one host); anything that lives in a
+    pool block is copied out before the block is reused."""
+    data = cdu.data
+    if data is None:
+        return
+    if in_block:
+        cdu.data = _own(data)
+    elif type(data) is memoryview and cdu.kind is not Kind.STREAM:
+        cdu.data = bytes(data)
+
+
 def _rebuild_error(body: dict[str, Any]) -> PDBPError:
     etype = body.get("etype", "")
     args = body.get("args", [])
@@ -834,11 +951,6 @@ def _rebuild_error(body: dict[str, Any]) -> PDBPError:
     if etype == "UnknownProcessError":
         return UnknownProcessError(str(body.get("error", "")))
     return PDBPError(str(body.get("error", "table update refused")))
-
-
-def _log_failure(fut: asyncio.Future[None]) -> None:
-    if not fut.cancelled() and fut.exception() is not None:
-        log.debug("control send failed: %s", fut.exception())
 
 
 def _host_ip() -> str:

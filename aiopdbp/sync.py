@@ -86,7 +86,7 @@ import weakref
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, Self
 
 import numpy as np
 
@@ -101,7 +101,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALGORITHMS", "Barrier", "BarrierStats", "BarrierSummary", "BarrierTimeoutError",
-    "Neighbours", "NeighbourStats", "aggregate_stats",
+    "Neighbours", "NeighbourStats", "aggregate_stats", "messages_for", "steps_for",
 ]
 
 Algorithm = Literal["counter", "tree", "dissemination", "butterfly"]
@@ -169,7 +169,8 @@ class BarrierStats:
     of the lecture notes; ``rounds`` is how many barrier rounds (``wait``
     calls) this member has passed.  ``sent``/``received`` count barrier
     messages (LEAVE/ABORT control traffic is not counted), ``step_sent[s]``
-    the messages this member sent in step ``s``, summed over rounds;
+    the messages this member sent in step ``s``, summed over rounds, and
+    ``last_round_sent[s]`` the same for its last completed round only;
     ``sent_to``/``received_from`` count them by peer member name.
     """
 
@@ -181,6 +182,7 @@ class BarrierStats:
     sent: int = 0
     received: int = 0
     step_sent: list[int] = field(default_factory=list)
+    last_round_sent: list[int] = field(default_factory=list)
     sent_to: Counter[str] = field(default_factory=Counter)
     received_from: Counter[str] = field(default_factory=Counter)
 
@@ -432,6 +434,11 @@ class _SyncMember:
         """Leave the group: tell the other members (LEAVE: their rounds from
         the next one on fail at once) and free the companion.  Idempotent.
 
+        The companion is kept until every peer has left or been freed, at
+        most ``linger`` seconds (see the module notes): close the members of
+        one group concurrently (``asyncio.gather``), not one after another
+        from one task, or each close waits ``linger``.
+
         Cancellation: LEAVE is sent before the first suspension; a cancelled
         close may leave the companion's name registered until its node closes.
         """
@@ -501,7 +508,7 @@ class _SyncMember:
         finally:
             self._busy = False
 
-    async def __aenter__(self) -> Any:
+    async def __aenter__(self) -> Self:
         """``async with``: :meth:`open` on entry.
 
         Cancellation: as for :meth:`open`.
@@ -783,8 +790,11 @@ class Barrier(_SyncMember):
     any n), ``"dissemination"`` (any n) or ``"butterfly"`` (n a power of two).
     ``timeout`` (seconds, default None = no limit) bounds each round;
     ``grace`` is how long a round keeps waiting for a message from a member
-    whose GP or companion was freed without leaving (a message already in
-    flight may still arrive).
+    whose companion was freed without leaving (a message already in flight
+    may still arrive); ``linger`` bounds how long :meth:`aclose` keeps the
+    companion for the other members' LEAVE.  The group name must not be in
+    use by another live barrier (companions are named
+    ``f"{group}/{member}#sync"``).
 
     Statistics: :attr:`stats` (:class:`BarrierStats`);
     :func:`aggregate_stats` sums them over the members.
@@ -817,7 +827,9 @@ class Barrier(_SyncMember):
         self.index: int = self._self_index
         self.size: int = n
         self.steps: int = steps_for(algorithm, n)
-        self.stats = BarrierStats(algorithm, n, gp.name, self.steps, step_sent=[0] * self.steps)
+        self.stats = BarrierStats(algorithm, n, gp.name, self.steps, step_sent=[0] * self.steps,
+                                  last_round_sent=[0] * self.steps)
+        self._this_round: list[int] = []
 
     def __repr__(self) -> str:
         return (f"<Barrier {self.group!r} {self.algorithm} {self.index}/{self.size} "
@@ -885,6 +897,7 @@ class Barrier(_SyncMember):
             except BaseException:
                 self._busy = False
                 raise
+        self._this_round = [0] * self.steps
         try:
             if self._gone:
                 self._check_gone((), asyncio.get_running_loop().time(), True)
@@ -905,6 +918,7 @@ class Barrier(_SyncMember):
             self._busy = False
         self._round += 1
         self.stats.rounds = self._round
+        self.stats.last_round_sent = self._this_round
         return result
 
     async def _counter(self, acc: Any, ufunc: Any, deadline: float | None, t: float | None) -> Any:
@@ -963,6 +977,7 @@ class Barrier(_SyncMember):
         st = self.stats
         st.sent += 1
         st.step_sent[step] += 1
+        self._this_round[step] += 1
         st.sent_to[self._names[j]] += 1
 
     def _count_received(self, got: Mapping[int, Any]) -> None:

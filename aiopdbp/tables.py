@@ -157,12 +157,12 @@ class Tables:
         self.nta[nid] = NodeEntry(nid, name, ip, NodeType(ntype))
         return nid
 
-    def _op_proc_reg(self, name: str, ptype: int, node: int) -> int:
+    def _op_proc_reg(self, name: str, ptype: int, node: int, pipe: int | None = None) -> int:
         if name in self.by_name:
             raise DuplicateProcessError(name)
         pid = self._next_pid
         self._next_pid += 1
-        self.pta[pid] = ProcessEntry(pid, name, PType(ptype), node)
+        self.pta[pid] = ProcessEntry(pid, name, PType(ptype), node, pipe)
         self.by_name[name] = pid
         self.names[pid] = name
         return pid

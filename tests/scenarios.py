@@ -1,0 +1,1609 @@
+"""Behaviour scenarios run unchanged over the in-process fabric and over MPI.
+
+A *scenario* is an SPMD coroutine: every host (rank) runs it at the same
+time with its own :class:`~aiopdbp.node.Node`, wrapped in a :class:`Ctx`.  A
+host creates only the GPs it owns (GP ``i`` lives on ``ctx.owner(i)``), finds
+the others by name (``lookup``/``send`` with a timeout), and checks what it
+received with plain ``assert`` -- a failure on any host fails the scenario.
+Every scenario works for 1, 2 and 4 hosts (with one host everything is local).
+
+Two runners use this registry:
+
+* :func:`run_inproc` -- ``n`` hosts in one event loop (``open_cluster``),
+  used by ``tests/test_behaviour.py`` directly;
+* ``tests/mpi_scripts/run_scenarios.py`` -- one host per MPI rank, started by
+  ``mpiexec`` (``open_node`` picks the MPI transport), which calls
+  :func:`run_on_node`.
+
+Scenarios that need particular node options (small pipes, a small credit
+window, ``allow_pickle``) declare them in :func:`scenario`; both runners open
+the nodes with :meth:`Scenario.node_options`.  Payloads are deterministic
+functions of a tag (:func:`pattern`), so a receiver checks every byte against
+what the sender must have sent, and streams are also checked with a sha256
+the sender computes and sends after the stream.
+
+Environment: ``AIOPDBP_SCENARIO_TIMEOUT_SCALE`` multiplies every timeout
+(slow machines); ``AIOPDBP_SCENARIO_VERBOSE=1`` prints diagnostics
+(``Ctx.log``) and every task's stack just before a scenario times out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import time
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+import aiopdbp
+from aiopdbp import (
+    GP,
+    BrokenResourceError,
+    DuplicateProcessError,
+    IncomingStream,
+    Kind,
+    Message,
+    NoPipeError,
+    PType,
+    StreamError,
+    UnknownProcessError,
+    WouldBlock,
+)
+from aiopdbp.cluster import open_cluster
+from aiopdbp.remote import RemoteConfig
+
+__all__ = ["SCENARIOS", "Scenario", "Ctx", "scenario", "run_on_node", "run_inproc", "pattern"]
+
+VERBOSE = bool(os.environ.get("AIOPDBP_SCENARIO_VERBOSE"))
+TIMEOUT_SCALE = float(os.environ.get("AIOPDBP_SCENARIO_TIMEOUT_SCALE", "1") or 1)
+
+#: options every scenario's nodes get unless the scenario overrides them:
+#: a failing scenario must not wait a minute in the close handshake.
+DEFAULT_NODE_OPTIONS: dict[str, Any] = {"close_timeout": 10.0, "handshake_timeout": 30.0}
+
+
+# ============================================================== registry
+@dataclasses.dataclass
+class Scenario:
+    """One registered scenario: the coroutine function plus how to run it."""
+
+    name: str
+    fn: Callable[[Ctx], Awaitable[None]]
+    options: dict[str, Any]
+    timeout: float
+    doc: str = ""
+
+    def __call__(self, ctx: Ctx) -> Awaitable[None]:
+        return self.fn(ctx)
+
+    def node_options(self) -> dict[str, Any]:
+        """Fresh keyword arguments for ``Node``/``open_node``/``open_cluster``
+        (deep-copied: a node may modify its RemoteConfig)."""
+        opts = dict(DEFAULT_NODE_OPTIONS)
+        opts.update(copy.deepcopy(self.options))
+        return opts
+
+    @property
+    def op_timeout(self) -> float:
+        """Timeout of one blocking operation inside the scenario: well below
+        the scenario's, so a stuck step reports itself precisely."""
+        return self.timeout * 0.6
+
+
+SCENARIOS: dict[str, Scenario] = {}
+
+
+def scenario(*, timeout: float = 30.0, **options: Any) -> Callable[[Callable[[Ctx], Awaitable[None]]], Scenario]:
+    """Register ``async def name(ctx)`` as a scenario; ``options`` go to the Node."""
+
+    def deco(fn: Callable[[Ctx], Awaitable[None]]) -> Scenario:
+        name = fn.__name__
+        if name in SCENARIOS:
+            raise ValueError(f"scenario {name!r} registered twice")
+        sc = Scenario(name, fn, options, timeout * TIMEOUT_SCALE, (fn.__doc__ or "").strip())
+        SCENARIOS[name] = sc
+        return sc
+
+    return deco
+
+
+# ============================================================== context
+class Ctx:
+    """What a scenario sees on one host."""
+
+    def __init__(self, node: aiopdbp.Node, sc: Scenario) -> None:
+        self.node = node
+        self.rank = node.rank
+        self.size = node.size
+        self.scenario = sc.name
+        self.timeout = sc.op_timeout
+        self._stack = contextlib.AsyncExitStack()
+        self._sync: GP | None = None
+        self._stash: dict[str, deque[Any]] = defaultdict(deque)
+
+    async def __aenter__(self) -> Ctx:
+        return self
+
+    async def __aexit__(self, exc_type: Any, *exc: object) -> None:
+        if exc_type is None:
+            await self._stack.aclose()
+            return
+        # The scenario failed or was cancelled: freeing its GPs needs rank 0,
+        # which may be gone -- do not let the cleanup hide the failure.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2.0):
+                await self._stack.aclose()
+
+    # -- naming and placement --------------------------------------------
+    def owner(self, i: int) -> int:
+        """The rank on which GP number ``i`` lives."""
+        return i % self.size
+
+    def name(self, *parts: Any) -> str:
+        """A GP name unique to this scenario."""
+        return ".".join((self.scenario, *map(str, parts)))
+
+    async def process(self, *parts: Any, ptype: PType = PType.CPU) -> GP:
+        """Register + bind the GP ``name(*parts)``; freed when the scenario ends."""
+        return await self._stack.enter_async_context(self.node.process(self.name(*parts), ptype))
+
+    async def lookup(self, name: str) -> int:
+        return await self.node.lookup(name, timeout=self.timeout)
+
+    def log(self, *args: Any) -> None:
+        """Diagnostics, printed when AIOPDBP_SCENARIO_VERBOSE is set."""
+        if VERBOSE:
+            print(f"[{self.scenario} rank {self.rank}/{self.size}]", *args, flush=True)
+
+    async def wait_until(self, cond: Callable[[], bool], what: str, timeout: float | None = None) -> None:
+        """Poll ``cond`` (every ms) until true; AssertionError after ``timeout``."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while not cond():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"rank {self.rank}: timed out waiting for {what}")
+            await asyncio.sleep(0.001)
+
+    # -- collective helpers, built on GPs and messages -------------------
+    async def _sync_gp(self) -> GP:
+        if self._sync is None:
+            self._sync = await self.process("_sync", self.rank)
+        return self._sync
+
+    async def _recv_tagged(self, gp: GP, tag: str) -> Any:
+        q = self._stash[tag]
+        while not q:
+            msg = await gp.recv(timeout=self.timeout)
+            assert isinstance(msg, Message), f"sync GP got {msg!r}"
+            t, value = json.loads(bytes(msg.data))
+            self._stash[t].append(value)
+        return q.popleft()
+
+    async def allgather(self, tag: str, value: Any) -> list[Any]:
+        """Every host contributes a JSON-able ``value``; every host gets the
+        list indexed by rank.  Also a barrier.  The first call registers one
+        helper GP per host (a table update); later calls update no table."""
+        value = json.loads(json.dumps(value))
+        if self.size == 1:
+            return [value]
+        gp = await self._sync_gp()
+        if self.rank != 0:
+            await gp.send(self.name("_sync", 0), json.dumps([tag, [self.rank, value]]).encode(),
+                          timeout=self.timeout)
+            return list(await self._recv_tagged(gp, tag + "/result"))
+        got = {0: value}
+        while len(got) < self.size:
+            r, v = await self._recv_tagged(gp, tag)
+            assert r not in got, f"allgather {tag!r}: rank {r} contributed twice"
+            got[r] = v
+        result = [got[r] for r in range(self.size)]
+        for r in range(1, self.size):
+            await gp.send(self.name("_sync", r), json.dumps([tag + "/result", result]).encode(),
+                          timeout=self.timeout)
+        return result
+
+    async def gather_to_root(self, tag: str, value: Any) -> list[Any] | None:
+        """Like :meth:`allgather`, but only rank 0 gets the list."""
+        result = await self.allgather(tag, value)
+        return result if self.rank == 0 else None
+
+    async def barrier(self, tag: str) -> None:
+        await self.allgather(tag, None)
+
+
+# ============================================================== runners
+def dump_tasks(title: str) -> None:
+    """Print every task's stack to stderr (diagnosing a hang)."""
+    import sys
+
+    print(f"===== {title}: {len(asyncio.all_tasks())} tasks", file=sys.stderr, flush=True)
+    for task in asyncio.all_tasks():
+        task.print_stack(limit=6, file=sys.stderr)
+    sys.stderr.flush()
+
+
+async def run_on_node(sc: Scenario | str, node: aiopdbp.Node) -> None:
+    """Run one scenario on one (started) node, bounded by its timeout."""
+    sc = SCENARIOS[sc] if isinstance(sc, str) else sc
+    try:
+        watchdog = None
+        if VERBOSE:  # show where every task is just before the timeout hits
+            async def dump_later() -> None:
+                await asyncio.sleep(max(0.0, sc.timeout - 0.5))
+                dump_tasks(f"rank {node.rank}: {sc.name} about to time out")
+            watchdog = asyncio.create_task(dump_later())
+        try:
+            async with asyncio.timeout(sc.timeout) as deadline:
+                async with Ctx(node, sc) as ctx:
+                    await sc.fn(ctx)
+        except TimeoutError as exc:
+            if deadline.expired():
+                raise TimeoutError(f"scenario {sc.name!r} did not finish within {sc.timeout:g} s") from exc
+            raise
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+    except BaseException as exc:
+        if isinstance(exc, Exception):
+            exc.add_note(f"scenario {sc.name!r} on rank {node.rank}/{node.size}")
+        raise
+
+
+async def run_inproc(name: str, n: int) -> None:
+    """Run scenario ``name`` on ``n`` in-process hosts, all concurrently.
+
+    Like one MPI rank each, every host closes its own node as soon as its
+    part of the scenario is done (a closing node waits for the others' BYE).
+    The first host that fails cancels the others (TaskGroup); the failure is
+    re-raised (an ExceptionGroup holding the host's exception)."""
+    sc = SCENARIOS[name]
+    close_timeout = DEFAULT_NODE_OPTIONS["close_timeout"]
+
+    async def host(node: aiopdbp.Node) -> None:
+        try:
+            await run_on_node(sc, node)
+        except BaseException:
+            # do not wait for a clean close handshake the others may never answer
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await node.aclose()
+            raise
+        await node.aclose()
+
+    async with asyncio.timeout(sc.timeout + 2 * close_timeout + 5):
+        async with open_cluster(n, **sc.node_options()) as nodes:
+            async with asyncio.TaskGroup() as tg:
+                for node in nodes:
+                    tg.create_task(host(node), name=f"scenario-{name}-rank{node.rank}")
+
+
+# ============================================================== data helpers
+def _seed(tag: str) -> int:
+    return int.from_bytes(hashlib.blake2b(tag.encode(), digest_size=8).digest(), "little")
+
+
+def rng_for(tag: str) -> np.random.Generator:
+    return np.random.default_rng(_seed(tag))
+
+
+def pattern(tag: str, n: int) -> bytes:
+    """``n`` deterministic pseudo-random bytes named by ``tag``."""
+    return rng_for(tag).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def sha(data: Any) -> str:
+    """sha256 of every byte of a buffer or array (C order), plus dtype/shape for arrays."""
+    h = hashlib.sha256()
+    if isinstance(data, np.ndarray):
+        h.update(f"{data.dtype.str}{data.shape}".encode())
+        data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    h.update(memoryview(data).cast("B"))
+    return h.hexdigest()
+
+
+def assert_same(got: Any, exp: Any, what: str, *, exact_type: bool = True) -> None:
+    """``got`` is what a receiver must see for the payload ``exp``: None,
+    an ndarray of the same dtype/shape/content, or ``bytes`` (any bytes-like
+    object with ``exact_type=False``) with the same content."""
+    if exp is None:
+        assert got is None, f"{what}: expected None, got {type(got).__name__}"
+    elif isinstance(exp, np.ndarray):
+        assert isinstance(got, np.ndarray), f"{what}: expected ndarray, got {type(got).__name__}"
+        assert got.dtype == exp.dtype and got.dtype.str == exp.dtype.str, \
+            f"{what}: dtype {got.dtype.str} != {exp.dtype.str}"
+        assert got.shape == exp.shape, f"{what}: shape {got.shape} != {exp.shape}"
+        assert np.array_equal(got, exp), f"{what}: array content differs"
+    else:
+        if exact_type:
+            assert type(got) is bytes, f"{what}: bytes-like payload arrived as {type(got).__name__}"
+        else:
+            assert isinstance(got, (bytes, bytearray, memoryview)), f"{what}: got {type(got).__name__}"
+            got = bytes(got)
+        exp_b = bytes(exp)
+        assert len(got) == len(exp_b), f"{what}: {len(got)} bytes instead of {len(exp_b)}"
+        assert got == exp_b, f"{what}: content differs (sha {sha(got)[:12]} != {sha(exp_b)[:12]})"
+
+
+def rank_of(name: str) -> int:
+    return int(name.rsplit(".", 1)[1])
+
+
+def header(src: int, seq: int) -> bytes:
+    return f"{src}:{seq}:".encode()
+
+
+def parse_header(data: bytes) -> tuple[int, int, bytes]:
+    src, seq, rest = bytes(data).split(b":", 2)
+    return int(src), int(seq), rest
+
+
+async def receive_messages(gp: GP, n: int, timeout: float) -> list[Message]:
+    out = []
+    for _ in range(n):
+        item = await gp.recv(timeout=timeout)
+        assert isinstance(item, Message), f"{gp.name}: expected a message, got {item!r}"
+        out.append(item)
+    return out
+
+
+def assert_empty(gp: GP) -> None:
+    try:
+        item = gp.recv_nowait()
+    except WouldBlock:
+        return
+    raise AssertionError(f"{gp.name}: unexpected extra item {item!r}")
+
+
+# ============================================================== scenarios
+# ---------------------------------------------------------------- messages
+def msg_payload(src: int, dst: str, seq: int) -> Any:
+    """The seq-th message from rank ``src`` to ``dst``: every payload kind."""
+    tag = f"{src}>{dst}#{seq}"
+    rng = rng_for(tag)
+    if seq == 13:
+        return pattern(tag, 300_000)            # larger than a pool block: a frame of its own
+    k = seq % 12
+    if k == 0:
+        return pattern(tag, int(rng.integers(1, 2000)))
+    if k == 1:
+        return bytearray(pattern(tag, 5000))     # mutable: snapshotted by send
+    if k == 2:
+        return memoryview(pattern(tag, 41_000))[7:-3]  # above RemoteConfig.large
+    if k == 3:
+        return rng.standard_normal((3, 5))
+    if k == 4:
+        return rng.integers(-2**15, 2**15, seq * 7, dtype=np.int16)
+    if k == 5:
+        return np.empty((0,), np.uint8)
+    if k == 6:
+        return rng.standard_normal((6, 8)).astype(np.float32)[::2, 1:]  # non-contiguous view
+    if k == 7:
+        return None
+    if k == 8:
+        return rng.integers(0, 1000, (4, 3)).astype(">i4")  # big-endian
+    if k == 9:
+        return rng.random(17) > 0.5
+    if k == 10:
+        return (rng.standard_normal(9) + 1j * rng.standard_normal(9)).astype(np.complex64)
+    return b""
+
+
+def _clobber(payload: Any) -> None:
+    """Change a payload after ``send`` returned: the receiver must not see it."""
+    if isinstance(payload, bytearray):
+        payload[:] = b"\xff" * len(payload)
+    elif isinstance(payload, np.ndarray) and payload.flags.writeable and payload.size:
+        payload[...] = 0
+
+
+@scenario()
+async def messages_in_order(ctx: Ctx) -> None:
+    """Every host's GP sends 40 messages of every payload kind to every GP
+    (itself included): per-source order, exact content, dtype and shape.
+    (The exact Python type of bytes payloads is message_payload_types' job.)"""
+    n = 40
+    me = await ctx.process("gp", ctx.rank)
+    dests = [ctx.name("gp", r) for r in range(ctx.size)]
+
+    async def produce() -> None:
+        for d in dests:
+            await ctx.lookup(d)
+        for seq in range(n):
+            for d in dests:
+                payload = msg_payload(ctx.rank, d, seq)
+                await me.send(d, payload, timeout=ctx.timeout)
+                _clobber(payload)
+
+    async def consume() -> None:
+        nxt = dict.fromkeys(range(ctx.size), 0)
+        for _ in range(n * ctx.size):
+            msg = await me.recv(timeout=ctx.timeout)
+            assert isinstance(msg, Message), msg
+            assert msg.kind is Kind.SHORT and msg.com == 0, msg
+            src = rank_of(msg.source)
+            seq = nxt[src]
+            assert seq < n, f"{me.name}: more than {n} messages from {msg.source}"
+            assert_same(msg.data, msg_payload(src, me.name, seq), f"{msg.source}->{me.name} #{seq}",
+                        exact_type=False)
+            nxt[src] += 1
+        assert all(v == n for v in nxt.values()), nxt
+
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(produce())
+        tg.create_task(consume())
+    await ctx.barrier("done")
+    assert_empty(me)
+
+
+@scenario(pipe_capacity=16, remote=RemoteConfig(block_size=64 << 10, row_capacity=2, initial=1))
+async def message_payload_types(ctx: Ctx) -> None:
+    """A bytes-like payload arrives as ``bytes`` (Message docs) and an array
+    as an ndarray, whatever its size (below/above a pool block) and whether
+    or not the receive pool had room (a burst to a GP that reads late)."""
+    me = await ctx.process("gp", ctx.rank)
+    dest = ctx.name("gp", (ctx.rank + 1) % ctx.size)
+    prev = (ctx.rank - 1) % ctx.size
+    sizes = [0, 1, 1000, 40_000, (64 << 10) - 200, 100_000, 1 << 20] + [3000] * 300
+
+    def payload(src: int, i: int) -> Any:
+        n = sizes[i]
+        if i % 3 == 2:
+            return rng_for(f"mpt{src}.{i}").integers(0, 9, max(1, n // 8), dtype=np.int64)
+        return (bytearray, bytes, memoryview)[i % 3](pattern(f"mpt{src}.{i}", n))
+
+    async def produce() -> None:
+        await ctx.lookup(dest)
+        for i in range(len(sizes)):
+            await me.send(dest, payload(ctx.rank, i), timeout=ctx.timeout)
+        await ctx.node.register(ctx.name("sent", ctx.rank))
+
+    wrong = []
+
+    async def consume() -> None:
+        if ctx.size > 1:  # let the burst pile up at this host (the local pipe would stop it)
+            await ctx.node.lookup(ctx.name("sent", prev), timeout=ctx.timeout)
+        for i in range(len(sizes)):
+            msg = await me.recv(timeout=ctx.timeout)
+            assert isinstance(msg, Message), msg
+            exp = payload(prev, i)
+            assert_same(msg.data, exp, f"message {i}", exact_type=False)
+            if type(msg.data) is not (np.ndarray if isinstance(exp, np.ndarray) else bytes):
+                wrong.append(f"#{i} ({sizes[i]} B {type(exp).__name__}) as {type(msg.data).__name__}")
+
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(produce())
+        tg.create_task(consume())
+    if ctx.node._remote is not None:
+        ctx.log("fallback allocs", ctx.node._remote.fallback_allocs)
+    assert not wrong, f"{len(wrong)} payloads arrived with the wrong type: {', '.join(wrong[:5])}"
+    await ctx.barrier("done")
+
+
+@scenario()
+async def command_messages(ctx: Ctx) -> None:
+    """Command messages (kind/com) and short messages with a command code,
+    unicast and multicast, keep kind, com and data."""
+    me = await ctx.process("gp", ctx.rank)
+    nxt = ctx.name("gp", (ctx.rank + 1) % ctx.size)
+    everyone = [ctx.name("gp", r) for r in range(ctx.size)]
+    n = 30
+
+    def item(src: int, i: int) -> tuple[Kind, int, Any]:
+        kind = Kind.COMMAND if i % 3 else Kind.SHORT
+        data: Any = None if i % 4 == 0 else (pattern(f"cmd{src}.{i}", i * 11) if i % 4 != 3
+                                              else np.arange(i, dtype=np.int32))
+        return kind, 1000 + 7 * i + src, data
+
+    await ctx.lookup(nxt)
+    for i in range(n):
+        kind, com, data = item(ctx.rank, i)
+        if kind is Kind.COMMAND and i % 2:
+            await me.command(nxt, com, data, timeout=ctx.timeout)
+        else:
+            await me.send(nxt, data, com=com, kind=kind, timeout=ctx.timeout)
+    for d in everyone:
+        await ctx.lookup(d)
+    await me.command(everyone, 424242 + ctx.rank, b"to-all", timeout=ctx.timeout)
+
+    prev = (ctx.rank - 1) % ctx.size
+    seen_mc: set[str] = set()
+    i = 0
+    for _ in range(n + ctx.size):
+        msg = await me.recv(timeout=ctx.timeout)
+        assert isinstance(msg, Message), msg
+        if msg.com >= 424242:
+            assert msg.kind is Kind.COMMAND and msg.data == b"to-all", msg
+            assert msg.com == 424242 + rank_of(msg.source), msg
+            assert msg.source not in seen_mc, f"multicast command from {msg.source} twice"
+            seen_mc.add(msg.source)
+            continue
+        assert msg.source == ctx.name("gp", prev), msg
+        kind, com, data = item(prev, i)
+        assert (msg.kind, msg.com) == (kind, com), f"#{i}: got {msg.kind!r}/{msg.com}, want {kind!r}/{com}"
+        assert_same(msg.data, data, f"command #{i}")
+        i += 1
+    assert i == n and seen_mc == set(everyone), (i, seen_mc)
+    await ctx.barrier("done")
+    assert_empty(me)
+
+
+@scenario()
+async def out_of_range_com(ctx: Ctx) -> None:
+    """A command code outside the wire's u32 (-1, 2**32) is either refused by
+    send() at once or delivered as given -- never silently lost."""
+    me = await ctx.process("gp", ctx.rank)
+    dest = ctx.name("gp", (ctx.rank + 1) % ctx.size)
+    await ctx.lookup(dest)
+    sent = []
+    for com in (-1, 1 << 32, 7):
+        try:
+            await me.command(dest, com, b"c%d" % com, timeout=ctx.timeout)
+        except (ValueError, OverflowError):
+            assert com != 7
+        else:
+            sent.append(com)
+    got = []
+    for _ in range(len(sent)):
+        try:
+            msg = await me.recv(timeout=2.0)
+        except TimeoutError:
+            break
+        assert isinstance(msg, Message), msg
+        got.append(msg.com)
+    assert got == sent, f"send() accepted command codes {sent}, the receiver got {got}"
+    await ctx.barrier("done")
+
+
+END_COM = 0xFFFF_FFFF
+
+
+@scenario()
+async def multicast_across_hosts(ctx: Ctx) -> None:
+    """One CDU addressed to GPs on every host (two per host, names repeated)
+    arrives exactly once at each GP, in order; a host link carries one CDU
+    per multicast, not one per destination GP."""
+    k = 25
+    a = await ctx.process("a", ctx.rank)
+    b = await ctx.process("b", ctx.rank)
+    targets = [ctx.name(x, r) for r in range(ctx.size) for x in ("a", "b")]
+    for t in targets:
+        await ctx.lookup(t)
+    remote = ctx.node._remote
+    before = {h: link.cdus for h, link in remote.links.items()} if remote is not None else {}
+
+    def payload(src: int, i: int) -> Any:
+        return pattern(f"mc{src}.{i}", 10 + 997 * i) if i % 2 else \
+            rng_for(f"mc{src}.{i}").standard_normal((i + 1, 3))
+
+    async def send_all() -> None:
+        dest = targets + targets[::3]          # duplicates: still once per GP
+        for i in range(k):
+            await a.send(dest, payload(ctx.rank, i), com=i, timeout=ctx.timeout)
+        for t in targets:
+            await a.send(t, b"END", com=END_COM, timeout=ctx.timeout)
+
+    async def receive_all(gp: GP) -> None:
+        nxt = dict.fromkeys(range(ctx.size), 0)
+        ended: set[int] = set()
+        while len(ended) < ctx.size:
+            msg = await gp.recv(timeout=ctx.timeout)
+            assert isinstance(msg, Message), msg
+            src = rank_of(msg.source)
+            assert src not in ended, f"{gp.name}: message from {msg.source} after its END"
+            if msg.com == END_COM:
+                assert msg.data == b"END"
+                assert nxt[src] == k, f"{gp.name}: {nxt[src]} of {k} multicasts from {msg.source}"
+                ended.add(src)
+                continue
+            assert msg.com == nxt[src], f"{gp.name}: multicast {msg.com} from {msg.source}, expected {nxt[src]}"
+            assert_same(msg.data, payload(src, msg.com), f"multicast {msg.com} {msg.source}->{gp.name}")
+            nxt[src] += 1
+
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(send_all())
+        tg.create_task(receive_all(a))
+        tg.create_task(receive_all(b))
+    await ctx.barrier("done")
+    assert_empty(a)
+    assert_empty(b)
+    if remote is not None:
+        for h, link in remote.links.items():
+            sent = link.cdus - before.get(h, 0)
+            # k multicasts + 2 ENDs, + at most 1 barrier message to/from rank 0
+            assert k + 2 <= sent <= k + 3, f"rank {ctx.rank}: link to host {h} carried {sent} CDUs " \
+                                           f"for {k} multicasts + 2 messages (multicast not one CDU per host?)"
+
+
+# ---------------------------------------------------------------- streams
+@scenario()
+async def stream_bytes_reassembly(ctx: Ctx) -> None:
+    """Multi-MiB byte streams with segment sizes that do not divide the data
+    (split frames and coalesced records), read(), read(out=), async for,
+    an empty stream; sha256 of every byte; com and source preserved."""
+    me = await ctx.process("gp", ctx.rank)
+    dest = ctx.name("gp", (ctx.rank + 1) % ctx.size)
+    prev = (ctx.rank - 1) % ctx.size
+
+    def streams(src: int) -> list[tuple[Any, int]]:
+        t = f"sbr{src}"
+        return [
+            (pattern(t + "a", (3 << 20) + 123), (64 << 10) + 7),      # split zero-copy frames
+            (bytearray(pattern(t + "b", 1 << 20)), 4099),             # coalesced small records
+            (memoryview(pattern(t + "c", 512 << 10)), 100_000),       # read(out=)
+            (b"", 1000),                                              # empty stream
+            (pattern(t + "d", 77_777), 1 << 20),                      # one segment
+        ]
+
+    async def send() -> None:
+        await ctx.lookup(dest)
+        h = hashlib.sha256()
+        for i, (data, seg) in enumerate(streams(ctx.rank)):
+            n = await me.send_stream(dest, data, segment_size=seg, com=100 + i, timeout=ctx.timeout)
+            assert n == len(data), f"send_stream returned {n} for {len(data)} bytes"
+            h.update(data)
+        await me.send(dest, h.hexdigest().encode(), timeout=ctx.timeout)
+
+    async def receive() -> None:
+        h = hashlib.sha256()
+        for i, (exp, seg) in enumerate(streams(prev)):
+            st = await me.recv(timeout=ctx.timeout)
+            assert isinstance(st, IncomingStream), f"stream {i}: got {st!r}"
+            assert st.source == ctx.name("gp", prev) and st.com == 100 + i, (st.source, st.com)
+            if i == 1:
+                parts = []
+                async for part in st:
+                    parts.append(bytes(part))
+                assert all(len(p) == seg for p in parts[:-1]) and 0 < len(parts[-1]) <= seg, \
+                    f"segment sizes {sorted(set(map(len, parts)))} for segment_size {seg}"
+                got: Any = b"".join(parts)
+            elif i == 2:
+                buf = bytearray(len(exp) + 4096)
+                view = await st.read(out=buf)
+                assert memoryview(view).nbytes == len(exp), memoryview(view).nbytes
+                assert np.shares_memory(np.frombuffer(view, np.uint8), np.frombuffer(buf, np.uint8)), \
+                    "read(out=) did not return a view of out"
+                assert bytes(buf[:len(exp)]) == bytes(exp)
+                got = bytes(view)
+            else:
+                view = await st.read()
+                got = bytes(view)
+            assert st.finished
+            assert len(got) == len(exp) and sha(got) == sha(exp), f"stream {i}: {len(got)} bytes, content differs"
+            h.update(got)
+        msg = await me.recv(timeout=ctx.timeout)
+        assert isinstance(msg, Message) and msg.data == h.hexdigest().encode(), "sender's sha256 differs"
+
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(send())
+        tg.create_task(receive())
+    assert not ctx.node._streams_in and not ctx.node._streams_out
+
+
+def _arrays(src: int) -> list[tuple[np.ndarray, int]]:
+    rng = rng_for(f"snd{src}")
+    ro = rng.integers(0, 255, (300, 7), dtype=np.uint8)
+    ro.flags.writeable = False
+    return [
+        (rng.standard_normal((500, 37, 3)).astype(np.float32), 10_000),   # 22 rows / segment
+        (rng.integers(-2**40, 2**40, 200_000, dtype=np.int64), 64 << 10),
+        (np.asfortranarray(rng.standard_normal((300, 40)) + 1j), 5000),  # non-contiguous source
+        (rng.integers(0, 60000, (1000, 3)).astype(">u2"), 999),          # big-endian
+        (np.zeros((0, 5)), 4096),                                          # empty
+        (ro, 1000),                                                        # read-only: zero copy
+        (np.array(3.25), 64),                                              # 0-d
+    ]
+
+
+@scenario()
+async def stream_ndarray(ctx: Ctx) -> None:
+    """Array streams keep dtype (incl. byte order) and shape; segments are
+    whole rows along axis 0; read(), read(out=) and async for."""
+    me = await ctx.process("gp", ctx.rank)
+    dest = ctx.name("gp", (ctx.rank + 1) % ctx.size)
+    prev = (ctx.rank - 1) % ctx.size
+
+    async def send() -> None:
+        await ctx.lookup(dest)
+        for i, (arr, seg) in enumerate(_arrays(ctx.rank)):
+            n = await me.send_stream(dest, arr, segment_size=seg, com=i, timeout=ctx.timeout)
+            assert n == arr.nbytes, (i, n, arr.nbytes)
+
+    async def receive() -> None:
+        for i, (exp, seg) in enumerate(_arrays(prev)):
+            st = await me.recv(timeout=ctx.timeout)
+            assert isinstance(st, IncomingStream) and st.com == i, st
+            what = f"array stream {i} {exp.dtype.str}{exp.shape}"
+            if i == 0:
+                rows = max(1, seg // (exp.nbytes // exp.shape[0]))
+                pos = 0
+                async for part in st:
+                    assert isinstance(part, np.ndarray) and part.dtype == exp.dtype, (what, type(part))
+                    assert part.shape[1:] == exp.shape[1:], f"{what}: segment shape {part.shape}"
+                    assert part.shape[0] == min(rows, exp.shape[0] - pos), f"{what}: {part.shape[0]} rows at {pos}"
+                    assert np.array_equal(part, exp[pos:pos + part.shape[0]]), f"{what}: rows at {pos} differ"
+                    pos += part.shape[0]
+                assert pos == exp.shape[0], f"{what}: {pos} rows"
+                continue
+            if i == 1:
+                out = np.empty_like(exp)
+                got = await st.read(out=out)
+                assert np.shares_memory(got, out), f"{what}: read(out=) did not fill out"
+            else:
+                got = await st.read()
+            assert_same(got, exp, what)
+
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(send())
+        tg.create_task(receive())
+
+
+@scenario()
+async def stream_async_iterable(ctx: Ctx) -> None:
+    """Streams whose chunks are produced over time (total unknown): an async
+    generator of bytes, a generator of arrays, an empty generator; read()
+    and async for; sha256 of every byte."""
+    me = await ctx.process("gp", ctx.rank)
+    dest = ctx.name("gp", (ctx.rank + 1) % ctx.size)
+    prev = (ctx.rank - 1) % ctx.size
+
+    def chunk_sizes(src: int) -> list[int]:
+        return [int(x) for x in rng_for(f"sai{src}").integers(1, 50_000, 40)]
+
+    async def byte_chunks(src: int) -> AsyncIterator[bytes]:
+        for j, n in enumerate(chunk_sizes(src)):
+            if j % 5 == 0:
+                await asyncio.sleep(0.001)
+            else:
+                await asyncio.sleep(0)
+            yield pattern(f"sai{src}.{j}", n)
+
+    def array_chunks(src: int) -> Iterator[np.ndarray]:
+        rng = rng_for(f"saia{src}")
+        for j in range(12):
+            yield rng.standard_normal((j * 37 % 100, 4))
+
+    async def nothing() -> AsyncIterator[bytes]:
+        empty: list[bytes] = []
+        for chunk in empty:
+            yield chunk
+
+    def all_bytes(src: int) -> bytes:
+        return b"".join(pattern(f"sai{src}.{j}", n) for j, n in enumerate(chunk_sizes(src)))
+
+    async def send() -> None:
+        await ctx.lookup(dest)
+        total = sum(chunk_sizes(ctx.rank))
+        for com in (0, 1):
+            n = await me.send_stream(dest, byte_chunks(ctx.rank), segment_size=16 << 10, com=com,
+                                     timeout=ctx.timeout)
+            assert n == total, (n, total)
+        n = await me.send_stream(dest, array_chunks(ctx.rank), segment_size=1000, com=2, timeout=ctx.timeout)
+        assert n == sum(a.nbytes for a in array_chunks(ctx.rank))
+        assert await me.send_stream(dest, nothing(), com=3, timeout=ctx.timeout) == 0
+        await me.send(dest, sha(all_bytes(ctx.rank)).encode(), timeout=ctx.timeout)
+
+    async def receive() -> None:
+        exp = all_bytes(prev)
+        st = await me.recv(timeout=ctx.timeout)
+        assert isinstance(st, IncomingStream) and st.com == 0, st
+        got = bytes(await st.read())
+        assert len(got) == len(exp) and sha(got) == sha(exp), f"read(): {len(got)} bytes, content differs"
+        st = await me.recv(timeout=ctx.timeout)
+        assert isinstance(st, IncomingStream) and st.com == 1, st
+        parts = [bytes(p) async for p in st]
+        assert all(0 < len(p) <= 16 << 10 for p in parts), sorted(set(map(len, parts)))
+        assert sha(b"".join(parts)) == sha(exp), "async for: content differs"
+        st = await me.recv(timeout=ctx.timeout)
+        assert isinstance(st, IncomingStream) and st.com == 2, st
+        arr = await st.read()
+        assert_same(arr, np.concatenate(list(array_chunks(prev))), "array chunks")
+        st = await me.recv(timeout=ctx.timeout)
+        assert isinstance(st, IncomingStream) and st.com == 3, st
+        empty = await st.read()
+        assert len(bytes(empty)) == 0, empty
+        msg = await me.recv(timeout=ctx.timeout)
+        assert isinstance(msg, Message) and msg.data == sha(exp).encode(), "sender's sha256 differs"
+
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(send())
+        tg.create_task(receive())
+
+
+# --------------------------------------------------------- traffic patterns
+NPAT = 4  # GPs in the 1-to-N / N-to-1 / N-to-N patterns (spread over the hosts)
+
+
+async def _send_checked(gp: GP, dest: str, tag: str, nbytes: int, seg: int, timeout: float) -> None:
+    data = pattern(tag, nbytes)
+    n = await gp.send_stream(dest, data, segment_size=seg, com=_seed(tag) & 0x7FFFFFFF, timeout=timeout)
+    assert n == nbytes
+    await gp.send(dest, json.dumps({"tag": tag, "sha": sha(data), "n": nbytes}).encode(), timeout=timeout)
+
+
+async def _receive_checked(gp: GP, nstreams: int, tag_of: Callable[[str], str], sizes: Callable[[str], int],
+                           timeout: float, messages: int = 0) -> dict[str, list[bytes]]:
+    """Receive ``nstreams`` streams (each read concurrently) and their sha
+    messages, plus ``messages`` other messages; check every byte."""
+    got: dict[str, str] = {}
+    claimed: dict[str, dict[str, Any]] = {}
+    other: dict[str, list[bytes]] = defaultdict(list)
+
+    async def read(st: IncomingStream) -> None:
+        data = bytes(await st.read())
+        tag = tag_of(st.source)
+        assert st.com == _seed(tag) & 0x7FFFFFFF, f"{gp.name}: stream from {st.source} has com {st.com}"
+        assert len(data) == sizes(st.source), f"{gp.name}: {len(data)} bytes from {st.source}"
+        assert sha(data) == sha(pattern(tag, len(data))), f"{gp.name}: stream from {st.source} corrupted"
+        assert st.source not in got, f"{gp.name}: second stream from {st.source}"
+        got[st.source] = sha(data)
+
+    async with asyncio.TaskGroup() as tg:
+        nmsg = nst = 0
+        while nst < nstreams or nmsg < nstreams + messages:
+            item = await gp.recv(timeout=timeout)
+            if isinstance(item, IncomingStream):
+                nst += 1
+                assert nst <= nstreams, f"{gp.name}: unexpected stream from {item.source}"
+                tg.create_task(read(item))
+                continue
+            nmsg += 1
+            if item.data[:1] == b"{":
+                claimed[item.source] = json.loads(bytes(item.data))
+            else:
+                other[item.source].append(bytes(item.data))
+    assert len(got) == nstreams and set(claimed) == set(got), (sorted(got), sorted(claimed))
+    for src, c in claimed.items():
+        assert c["sha"] == got[src] and c["tag"] == tag_of(src), f"{gp.name}: sha mismatch for {src}"
+    return other
+
+
+@scenario()
+async def one_to_n(ctx: Ctx) -> None:
+    """One GP streams to NPAT GPs spread over the hosts, concurrently;
+    every byte checked with sha256."""
+    size = 768 << 10
+    if ctx.rank == 0:
+        src = await ctx.process("src")
+    mine = [i for i in range(NPAT) if ctx.owner(i) == ctx.rank]
+    dsts = {i: await ctx.process("dst", i) for i in mine}
+
+    async with asyncio.TaskGroup() as tg:
+        if ctx.rank == 0:
+            async def send(i: int) -> None:
+                d = ctx.name("dst", i)
+                await ctx.lookup(d)
+                await _send_checked(src, d, f"1n.{i}", size + i, 32 << 10 if i % 2 else 8 << 10, ctx.timeout)
+            for i in range(NPAT):
+                tg.create_task(send(i))
+        for i, gp in dsts.items():
+            tg.create_task(_receive_checked(gp, 1, functools.partial(lambda i, s: f"1n.{i}", i),
+                                            functools.partial(lambda i, s: size + i, i), ctx.timeout))
+
+
+@scenario()
+async def n_to_one(ctx: Ctx) -> None:
+    """NPAT GPs spread over the hosts stream to one GP at the same time;
+    the receiver reads all streams concurrently; sha256 of every byte."""
+    size = 640 << 10
+    dst_name = ctx.name("dst")
+    mine = [i for i in range(NPAT) if ctx.owner(i) == ctx.rank]
+    srcs = {i: await ctx.process("src", i) for i in mine}
+    dst = await ctx.process("dst") if ctx.owner(1) == ctx.rank else None
+
+    async with asyncio.TaskGroup() as tg:
+        for i, gp in srcs.items():
+            async def send(i: int = i, gp: GP = gp) -> None:
+                await ctx.lookup(dst_name)
+                await _send_checked(gp, dst_name, f"n1.{i}", size + 3 * i, 16 << 10, ctx.timeout)
+            tg.create_task(send())
+        if dst is not None:
+            tg.create_task(_receive_checked(dst, NPAT, lambda s: f"n1.{rank_of(s)}",
+                                            lambda s: size + 3 * rank_of(s), ctx.timeout))
+
+
+@scenario(timeout=45.0)
+async def n_to_n(ctx: Ctx) -> None:
+    """NPAT*(NPAT-1) concurrent streams between GPs on all hosts, plus
+    interleaved short messages; sha256 of every byte, per-source order."""
+    size = 256 << 10
+    nmsg = 20
+    mine = [i for i in range(NPAT) if ctx.owner(i) == ctx.rank]
+    gps = {i: await ctx.process("gp", i) for i in mine}
+
+    async with asyncio.TaskGroup() as tg:
+        for i, gp in gps.items():
+            for j in range(NPAT):
+                if j == i:
+                    continue
+
+                async def stream(i: int = i, j: int = j, gp: GP = gp) -> None:
+                    d = ctx.name("gp", j)
+                    await ctx.lookup(d)
+                    await _send_checked(gp, d, f"nn.{i}.{j}", size + 101 * i + j, 24 << 10, ctx.timeout)
+                tg.create_task(stream())
+
+            async def chatter(i: int = i, gp: GP = gp) -> None:
+                names = [ctx.name("gp", j) for j in range(NPAT) if j != i]
+                for d in names:
+                    await ctx.lookup(d)
+                for s in range(nmsg):
+                    for d in names:
+                        await gp.send(d, header(i, s) + pattern(f"nnm.{i}.{d}.{s}", 50 * s), timeout=ctx.timeout)
+                        await asyncio.sleep(0)
+            tg.create_task(chatter())
+
+            async def receive(i: int = i, gp: GP = gp) -> None:
+                other = await _receive_checked(
+                    gp, NPAT - 1, lambda s: f"nn.{rank_of(s)}.{i}",
+                    lambda s: size + 101 * rank_of(s) + i, ctx.timeout, messages=nmsg * (NPAT - 1))
+                assert len(other) == NPAT - 1, sorted(other)
+                for src, msgs in other.items():
+                    assert len(msgs) == nmsg, (src, len(msgs))
+                    for s, data in enumerate(msgs):
+                        r, seq, body = parse_header(data)
+                        assert (r, seq) == (rank_of(src), s), f"{gp.name}: message {seq} from {src} at {s}"
+                        assert body == pattern(f"nnm.{r}.{gp.name}.{s}", 50 * s), f"message {s} from {src}"
+            tg.create_task(receive())
+
+
+# ---------------------------------------------------------- flow control
+STALL_MSG = 2048
+STALL_PIPE = 8
+STALL_CFG = RemoteConfig(block_size=16 << 10, row_capacity=4, initial=2, recv_window=64 << 10,
+                         link_capacity=16, max_inflight=4)
+
+
+def _held_bytes(remote: Any, src: int) -> int:
+    """Bytes received from host ``src`` and not yet placed in a local pipe
+    (their credit not yet returned): messages queued for the RBP reader plus
+    those parked behind a full pipe."""
+    held = sum(n for *_, n in remote.sources[src].queue)
+    units = {id(u): u for q in getattr(remote, "_parked", {}).values() for _, u in q}
+    held += sum(u.nbytes for u in units.values() if getattr(u.source, "host", src) == src)
+    return int(held)
+
+
+@scenario(pipe_capacity=STALL_PIPE, stream_window=4, remote=STALL_CFG)
+async def stalled_consumer(ctx: Ctx) -> None:
+    """A consumer that does not receive stops its producer within a bounded
+    number of messages (send(timeout=) raises TimeoutError); what the
+    consumer host holds stays within its credit window; then the consumer
+    drains and gets every message exactly once, in order."""
+    prod_rank, cons_rank = ctx.owner(0), ctx.owner(1)
+    cons_name, blocked_name = ctx.name("cons"), ctx.name("blocked")
+    extra = 150
+    remote = ctx.node._remote
+    stop = asyncio.Event()
+    peak = {"recv_queue_bytes": 0, "min_credit": 1 << 60, "units": 0}
+
+    async def monitor() -> None:
+        # Sample the memory held for this traffic: received-but-undelivered
+        # bytes on the consumer host, credit left on the producer host.
+        while not stop.is_set():
+            if remote is not None and ctx.rank == cons_rank and prod_rank != cons_rank:
+                peak["recv_queue_bytes"] = max(peak["recv_queue_bytes"], _held_bytes(remote, prod_rank))
+            if remote is not None and ctx.rank == prod_rank and cons_rank in remote.links:
+                link = remote.links[cons_rank]
+                peak["min_credit"] = min(peak["min_credit"], link._credit)
+                peak["units"] = max(peak["units"], len(link._units))
+            await asyncio.sleep(0.0005)
+
+    def payload(seq: int) -> bytes:
+        return header(0, seq) + pattern(f"st{seq}", STALL_MSG - 16)
+
+    async def produce() -> None:
+        prod = await ctx.process("prod")
+        await ctx.lookup(cons_name)
+        await prod.send(cons_name, payload(0), timeout=ctx.timeout)  # waits for the binding
+        sent = 1
+        limit = 2000
+        while True:
+            try:
+                await prod.send(cons_name, payload(sent), timeout=0.25)
+            except TimeoutError:
+                break
+            sent += 1
+            assert sent < limit, f"producer never blocked ({sent} messages queued for a stalled consumer)"
+        blocked_at = sent
+        ctx.log(f"producer blocked after {blocked_at} messages")
+        # Tell the consumer over the control channel (a table update), which
+        # a full data path cannot hold up.
+        await ctx.node.register(blocked_name)
+        if prod_rank == cons_rank:
+            assert blocked_at == STALL_PIPE, f"local producer blocked after {blocked_at}, pipe holds {STALL_PIPE}"
+        else:
+            cfg = STALL_CFG
+            bound = STALL_PIPE + cfg.link_capacity + \
+                (cfg.recv_window + cfg.row_capacity * cfg.block_size) // STALL_MSG + 2 * cfg.max_inflight
+            assert STALL_PIPE <= blocked_at <= bound, \
+                f"producer blocked after {blocked_at} messages; bound {bound}"
+        for seq in range(blocked_at, blocked_at + extra):
+            await prod.send(cons_name, payload(seq), timeout=ctx.timeout)
+        await prod.send(cons_name, b"END", com=1, timeout=ctx.timeout)
+
+    async def consume() -> None:
+        cons = await ctx.process("cons")
+        await ctx.node.lookup(blocked_name, timeout=ctx.timeout)
+        seq = 0
+        while True:
+            msg = await cons.recv(timeout=ctx.timeout)
+            assert isinstance(msg, Message), msg
+            if msg.com == 1:
+                break
+            assert msg.data == payload(seq), f"message {seq}: got {parse_header(msg.data)[:2]}"
+            seq += 1
+        assert seq >= STALL_PIPE + extra, f"consumer got only {seq} messages"
+        assert_empty(cons)
+
+    mon = asyncio.create_task(monitor())
+    try:
+        async with asyncio.TaskGroup() as tg:
+            if ctx.rank == prod_rank:
+                tg.create_task(produce())
+            if ctx.rank == cons_rank:
+                tg.create_task(consume())
+    finally:
+        stop.set()
+        await mon
+    ctx.log("peaks", peak)
+    if remote is not None and prod_rank != cons_rank:
+        window = STALL_CFG.recv_window
+        if ctx.rank == cons_rank:
+            # + one block: the message being placed may be counted twice
+            assert 0 < peak["recv_queue_bytes"] <= window + STALL_CFG.block_size, \
+                f"consumer host held {peak['recv_queue_bytes']} undelivered bytes; credit window {window}"
+        if ctx.rank == prod_rank:
+            assert peak["min_credit"] >= 0, f"producer overdrew its credit: {peak['min_credit']}"
+            assert peak["units"] <= STALL_CFG.row_capacity + 1, f"{peak['units']} blocks queued on the link"
+    await ctx.barrier("done")
+
+
+# --------------------------------------------------------------- tables
+@scenario()
+async def table_consistency(ctx: Ctx) -> None:
+    """Every host registers (and frees some) GPs concurrently and races for one
+    name; once every host has applied every update, all hosts hold the same
+    tables (same version, digest and content) and exactly one racer won."""
+    await ctx.barrier("start")  # creates the sync GPs: no table update after "done" below
+    k = 6
+    gps = []
+    for j in range(k):
+        gp = await ctx.node.register(ctx.name("t", ctx.rank, j), PType.GPU if j % 3 == 0 else PType.CPU)
+        if j % 2 == 0:
+            await gp.apply_pipe()
+        gps.append(gp)
+    for j, gp in enumerate(gps):
+        if j % 3 == 1:
+            await gp.free()
+    won = 0
+    try:
+        dup = await ctx.node.register(ctx.name("dup"))
+        won = 1
+    except DuplicateProcessError:
+        dup = None
+    wins = await ctx.allgather("done", won)
+    assert sum(wins) == 1, f"{sum(wins)} hosts registered the same name"
+    # rank 0 sequences every update, so its version now is the final one.
+    final = (await ctx.allgather("version", ctx.node.tables.version))[0]
+    await ctx.wait_until(lambda: ctx.node.tables.version >= final, f"table version {final}")
+    assert ctx.node.tables.version == final, (ctx.node.tables.version, final)
+    snap = ctx.node.tables.snapshot()
+    expected = {ctx.name("t", r, j) for r in range(ctx.size) for j in range(k) if j % 3 != 1}
+    expected |= {ctx.name("dup")} | ({ctx.name("_sync", r) for r in range(ctx.size)} if ctx.size > 1 else set())
+    names = {p[1] for p in snap["pta"]}
+    assert names == expected, f"PTA names differ: extra {sorted(names - expected)}, missing {sorted(expected - names)}"
+    assert len(snap["nta"]) == ctx.size, snap["nta"]
+    snaps = await ctx.allgather("snap", snap)
+    for r, other in enumerate(snaps):
+        assert other == snaps[ctx.rank], f"rank {r}'s tables differ from rank {ctx.rank}'s: " + \
+            ", ".join(key for key in other if other[key] != snaps[ctx.rank][key])
+    await ctx.barrier("checked")  # nobody frees before everyone compared
+    for gp in gps:
+        await gp.free()
+    if dup is not None:
+        await dup.free()
+
+
+# ---------------------------------------------------------------- errors
+@scenario()
+async def unknown_name_error(ctx: Ctx) -> None:
+    """A name registered nowhere (or freed) raises UnknownProcessError on every
+    host, for every API, and a failed multicast delivers nothing."""
+    me = await ctx.process("gp", ctx.rank)
+    ghost = ctx.name("ghost")
+    peer = ctx.name("gp", (ctx.rank + 1) % ctx.size)
+    await ctx.lookup(peer)
+    for call in (lambda: ctx.node.lookup(ghost), lambda: me.send(ghost, b"x"),
+                 lambda: me.command(ghost, 3), lambda: me.send([peer, ghost], b"mc"),
+                 lambda: me.send_stream(ghost, b"stream")):
+        try:
+            await call()
+        except UnknownProcessError:
+            pass
+        else:
+            raise AssertionError(f"no UnknownProcessError for {ghost!r}")
+    try:
+        me.send_nowait(ghost, b"x")
+    except UnknownProcessError:
+        pass
+    else:
+        raise AssertionError("send_nowait to an unknown name did not raise")
+    for call in (lambda: ctx.node.lookup(ghost, timeout=0.05), lambda: me.send(ghost, b"x", timeout=0.05)):
+        try:
+            await call()
+        except TimeoutError:
+            pass
+        else:
+            raise AssertionError("a timeout on an unknown name did not raise TimeoutError")
+    # a freed name is unknown everywhere once the update has reached the host
+    gone = await ctx.node.register(ctx.name("gone", ctx.rank))
+    await gone.free()
+    await me.send(peer, b"marker", timeout=ctx.timeout)
+    msg = await me.recv(timeout=ctx.timeout)
+    assert isinstance(msg, Message) and msg.data == b"marker", f"first message is {msg!r} (failed multicast leaked?)"
+    await ctx.barrier("freed")
+    names = [ctx.name("gone", r) for r in range(ctx.size)]
+    await ctx.wait_until(lambda: not any(n in ctx.node.tables.by_name for n in names), "frees to arrive")
+    for n in names:
+        try:
+            await me.send(n, b"late")
+        except UnknownProcessError:
+            pass
+        else:
+            raise AssertionError(f"send to freed {n!r} did not raise")
+    await ctx.barrier("done")
+    assert_empty(me)
+
+
+class _Boom(Exception):
+    pass
+
+
+@scenario(timeout=8.0)
+async def sender_cancel_midstream(ctx: Ctx) -> None:
+    """A stream whose sender is cancelled (or whose source raises) midway ends
+    with StreamError at the receiver; the sender's later messages and other
+    GPs' messages still arrive, in order; no stream state is left behind."""
+    snd_r, rcv_r, oth_r = ctx.owner(0), ctx.owner(1), ctx.owner(2)
+    rcv_name, snd_name, oth_name = ctx.name("rcv"), ctx.name("snd"), ctx.name("oth")
+    nother = 60
+
+    async def sender() -> None:
+        snd = await ctx.process("snd")
+        await ctx.lookup(rcv_name)
+        produced = asyncio.Event()
+
+        async def endless() -> AsyncIterator[bytes]:
+            for j in range(10**9):
+                if j == 6:
+                    produced.set()
+                yield pattern(f"scm{j}", 16 << 10)
+                await asyncio.sleep(0.002)
+
+        task = asyncio.create_task(snd.send_stream(rcv_name, endless(), segment_size=8192))
+        async with asyncio.timeout(ctx.timeout):
+            await produced.wait()
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        else:
+            raise AssertionError("cancelled send_stream returned")
+        await snd.send(rcv_name, b"after-cancel", timeout=ctx.timeout)
+
+        async def failing() -> AsyncIterator[bytes]:
+            for j in range(4):
+                yield pattern(f"scf{j}", 20_000)
+            raise _Boom("boom-in-source")
+
+        try:
+            await snd.send_stream(rcv_name, failing(), segment_size=7000, timeout=ctx.timeout)
+        except _Boom:
+            pass
+        else:
+            raise AssertionError("send_stream of a failing source did not raise")
+        await snd.send(rcv_name, b"after-fail", timeout=ctx.timeout)
+        # a later stream between the same GPs works
+        await snd.send_stream(rcv_name, pattern("scm-ok", 200_000), segment_size=30_000, timeout=ctx.timeout)
+        assert not ctx.node._streams_out, ctx.node._streams_out
+
+    async def other() -> None:
+        oth = await ctx.process("oth")
+        await ctx.lookup(rcv_name)
+        for s in range(nother):
+            await oth.send(rcv_name, header(9, s), timeout=ctx.timeout)
+            await asyncio.sleep(0.001)
+
+    async def receiver() -> None:
+        rcv = await ctx.process("rcv")
+        errors: list[str] = []
+        from_snd: list[bytes] = []
+        oth_seq = 0
+        good = False
+        while not (good and oth_seq == nother):
+            item = await rcv.recv(timeout=ctx.timeout)
+            if isinstance(item, IncomingStream):
+                assert item.source == snd_name, item
+                if len(errors) < 2:
+                    try:
+                        await item.read()
+                    except StreamError as exc:
+                        errors.append(str(exc))
+                    else:
+                        raise AssertionError(f"stream {len(errors)} of the failing sender completed")
+                else:
+                    assert bytes(await item.read()) == pattern("scm-ok", 200_000)
+                    good = True
+                continue
+            if item.source == snd_name:
+                from_snd.append(item.data)
+            else:
+                assert item.source == oth_name and item.data == header(9, oth_seq), (item.source, item.data)
+                oth_seq += 1
+        assert from_snd == [b"after-cancel", b"after-fail"], from_snd
+        assert "boom-in-source" in errors[1], errors
+        assert not ctx.node._streams_in, ctx.node._streams_in
+        assert_empty(rcv)
+
+    async with asyncio.TaskGroup() as tg:
+        if ctx.rank == snd_r:
+            tg.create_task(sender())
+        if ctx.rank == rcv_r:
+            tg.create_task(receiver())
+        if ctx.rank == oth_r:
+            tg.create_task(other())
+    await ctx.barrier("done")
+    assert not ctx.node._streams_in and not ctx.node._streams_out
+
+
+@scenario()
+async def receiver_abandons_stream(ctx: Ctx) -> None:
+    """A receiver that aclose()s a stream midway makes the sender's
+    send_stream raise BrokenResourceError; later reads raise StreamError;
+    later messages and streams between the same GPs work."""
+    snd_r, rcv_r = ctx.owner(0), ctx.owner(1)
+    rcv_name = ctx.name("rcv")
+    big = pattern("ras", 4 << 20)
+
+    async def sender() -> None:
+        snd = await ctx.process("snd")
+        await ctx.lookup(rcv_name)
+        try:
+            await snd.send_stream(rcv_name, big, segment_size=16 << 10, timeout=ctx.timeout)
+        except BrokenResourceError:
+            pass
+        else:
+            raise AssertionError("send_stream to a receiver that abandoned the stream completed")
+        await snd.send(rcv_name, b"after", timeout=ctx.timeout)
+        assert await snd.send_stream(rcv_name, big[:300_000], segment_size=50_000, timeout=ctx.timeout) == 300_000
+        assert not ctx.node._streams_out
+
+    async def receiver() -> None:
+        rcv = await ctx.process("rcv")
+        st = await rcv.recv(timeout=ctx.timeout)
+        assert isinstance(st, IncomingStream), st
+        seen = 0
+        async for part in st:
+            assert bytes(part) == big[seen:seen + len(part)]
+            seen += len(part)
+            if seen >= 3 * (16 << 10):
+                break
+        await st.aclose()
+        try:
+            await st.read()
+        except StreamError:
+            pass
+        else:
+            raise AssertionError("read() after aclose() did not raise StreamError")
+        msg = await rcv.recv(timeout=ctx.timeout)
+        assert isinstance(msg, Message) and msg.data == b"after", msg
+        st2 = await rcv.recv(timeout=ctx.timeout)
+        assert isinstance(st2, IncomingStream), st2
+        assert bytes(await st2.read()) == big[:300_000]
+        assert not ctx.node._streams_in
+        assert_empty(rcv)
+
+    async with asyncio.TaskGroup() as tg:
+        if ctx.rank == snd_r:
+            tg.create_task(sender())
+        if ctx.rank == rcv_r:
+            tg.create_task(receiver())
+    await ctx.barrier("done")
+    assert not ctx.node._streams_in and not ctx.node._streams_out
+
+
+@scenario()
+async def receiver_leaves_midstream(ctx: Ctx) -> None:
+    """A receiving GP that frees itself while a stream to it is in flight
+    makes the sender's send_stream raise BrokenResourceError (no hang); the
+    receiver's stream fails (StreamError or BrokenResourceError); the name
+    is then unknown."""
+    snd_r, rcv_r = ctx.owner(0), ctx.owner(1)
+    rcv_name = ctx.name("rcv")
+    big = pattern("rlm", 4 << 20)
+
+    async def sender() -> None:
+        snd = await ctx.process("snd")
+        await ctx.lookup(rcv_name)
+        try:
+            await snd.send_stream(rcv_name, big, segment_size=16 << 10, timeout=ctx.timeout)
+        except BrokenResourceError:
+            pass
+        else:
+            raise AssertionError("send_stream to a GP that left completed")
+        await ctx.wait_until(lambda: rcv_name not in ctx.node.tables.by_name, "the free")
+        try:
+            await snd.send(rcv_name, b"x")
+        except UnknownProcessError:
+            pass
+        else:
+            raise AssertionError("send to a freed GP did not raise UnknownProcessError")
+        assert not ctx.node._streams_out, ctx.node._streams_out
+
+    async def receiver() -> None:
+        rcv = await ctx.node.register(rcv_name)
+        await rcv.apply_pipe()
+        st = await rcv.recv(timeout=ctx.timeout)
+        assert isinstance(st, IncomingStream), st
+        seen = 0
+        async for part in st:
+            seen += len(part)
+            if seen >= 2 * (16 << 10):
+                break
+        await rcv.free()
+        try:
+            async for part in st:
+                pass
+        except (StreamError, BrokenResourceError):
+            pass
+        else:
+            raise AssertionError("a stream whose receiver left ended without StreamError")
+        assert not ctx.node._streams_in, ctx.node._streams_in
+
+    async with asyncio.TaskGroup() as tg:
+        if ctx.rank == snd_r:
+            tg.create_task(sender())
+        if ctx.rank == rcv_r:
+            tg.create_task(receiver())
+    await ctx.barrier("done")
+
+
+@scenario()
+async def send_before_bind(ctx: Ctx) -> None:
+    """A GP that is registered but has no pipe yet: send() without a timeout
+    and send_nowait() raise NoPipeError (and queue nothing); send() with a
+    timeout waits for the binding and delivers -- the same on every transport."""
+    snd_r, rcv_r = ctx.owner(0), ctx.owner(1)
+    rcv_name, tried = ctx.name("rcv"), ctx.name("tried")
+
+    async def sender() -> None:
+        snd = await ctx.process("snd")
+        await ctx.lookup(rcv_name)
+        try:
+            await snd.send(rcv_name, b"no-timeout")
+        except NoPipeError:
+            pass
+        else:
+            raise AssertionError("send() without timeout to an unbound GP did not raise NoPipeError")
+        try:
+            snd.send_nowait(rcv_name, b"nowait")
+        except NoPipeError:
+            pass
+        else:
+            raise AssertionError("send_nowait() to an unbound GP did not raise NoPipeError")
+        early = asyncio.create_task(snd.send(rcv_name, b"early", timeout=ctx.timeout))
+        await asyncio.sleep(0.01)
+        await ctx.node.register(tried)
+        await early
+
+    async def receiver() -> None:
+        rcv = await ctx.node.register(rcv_name)
+        await ctx.node.lookup(tried, timeout=ctx.timeout)
+        await asyncio.sleep(0.05)
+        await rcv.apply_pipe()
+        msg = await rcv.recv(timeout=ctx.timeout)
+        assert isinstance(msg, Message) and msg.data == b"early", f"first message {msg!r}"
+        await asyncio.sleep(0.05)
+        assert_empty(rcv)
+        await rcv.free()
+
+    async with asyncio.TaskGroup() as tg:
+        if ctx.rank == snd_r:
+            tg.create_task(sender())
+        if ctx.rank == rcv_r:
+            tg.create_task(receiver())
+    await ctx.barrier("done")
+
+
+# -------------------------------------------------------------- shutdown
+@scenario()
+async def shutdown_under_load(ctx: Ctx) -> None:
+    """Producers on every host fire many messages and leave at once: on the
+    consumer's host the producer GP frees itself, on every other host the
+    whole node closes (while its links still hold messages).  Guarantee
+    (Node.aclose / Remote.close): a closing node routes its public pipes,
+    flushes its links and exchanges BYE counts, so every message queued
+    before the close reaches the destination host and is delivered to a GP
+    that is still receiving -- the consumer gets every message exactly once,
+    in order per producer."""
+    cons_r = ctx.owner(1)
+    cons_name = ctx.name("cons")
+    m = 400
+
+    def payload(r: int, s: int) -> bytes:
+        return header(r, s) + pattern(f"sul{r}.{s}", 1 + (s * 37) % 3000)
+
+    async def producer() -> None:
+        prod = await ctx.node.register(ctx.name("prod", ctx.rank))
+        await prod.apply_pipe()
+        await ctx.lookup(cons_name)
+        await prod.send(cons_name, payload(ctx.rank, 0), timeout=ctx.timeout)
+        for s in range(1, m):
+            await prod.send(cons_name, payload(ctx.rank, s), timeout=ctx.timeout)
+        if ctx.rank == cons_r:
+            await prod.free()
+        else:
+            remote = ctx.node._remote
+            link = remote.links.get(cons_r) if remote is not None else None
+            if link is not None:
+                ctx.log(f"closing with {len(ctx.node._public)} CDUs in the public pipe, {len(link._pending)} "
+                        f"queued on the link, {len(link._units)} blocks unsent")
+            if remote is not None:
+                ctx.log("before close: bye/received per source",
+                        {h: (src.bye, src.received) for h, src in remote.sources.items()})
+            t0 = time.monotonic()
+            await ctx.node.aclose()
+            ctx.log(f"aclose took {time.monotonic() - t0:.3f} s")
+            assert ctx.node.stats()["dropped"] == 0, ctx.node.stats()
+
+    async def consumer() -> None:
+        cons = await ctx.process("cons")
+        nxt = dict.fromkeys(range(ctx.size), 0)
+        for _ in range(m * ctx.size):
+            msg = await cons.recv(timeout=ctx.timeout)
+            assert isinstance(msg, Message), msg
+            r, s, _ = parse_header(msg.data)
+            assert s == nxt[r], f"from rank {r}: message {s}, expected {nxt[r]}"
+            assert msg.data == payload(r, s), f"message {s} from rank {r} corrupted"
+            nxt[r] += 1
+        assert all(v == m for v in nxt.values()), nxt
+        assert_empty(cons)
+
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(producer())
+        if ctx.rank == cons_r:
+            tg.create_task(consumer())
+
+
+@scenario()
+async def source_name_after_sender_left(ctx: Ctx) -> None:
+    """Message.source is the sender's name even when the sender GP was freed
+    before the message was received."""
+    cons_r = ctx.owner(1)
+    cons_name = ctx.name("cons")
+    if ctx.rank == cons_r:
+        cons = await ctx.process("cons")
+    await ctx.barrier("ready")
+    gp = await ctx.node.register(ctx.name("leaver", ctx.rank))
+    await gp.apply_pipe()
+    for s in range(5):
+        await gp.send(cons_name, header(ctx.rank, s), timeout=ctx.timeout)
+    await gp.free()
+    if ctx.rank == cons_r:
+        # every sender has left (its free reached this host) before we look
+        leavers = [ctx.name("leaver", r) for r in range(ctx.size)]
+        await ctx.wait_until(lambda: not any(n in ctx.node.tables.by_name for n in leavers), "the frees")
+        for _ in range(5 * ctx.size):
+            msg = await cons.recv(timeout=ctx.timeout)
+            assert isinstance(msg, Message), msg
+            r, s, _ = parse_header(msg.data)
+            assert msg.source == ctx.name("leaver", r), \
+                f"message {s} from rank {r}: source is {msg.source!r}, not {ctx.name('leaver', r)!r}"
+    await ctx.barrier("done")
+
+
+# -------------------------------------------------------------- payloads
+@dataclasses.dataclass
+class Point:
+    """A user class sent as a pickled payload."""
+
+    x: float
+    y: float
+    label: str = ""
+
+
+def _objects(src: int) -> list[Any]:
+    rng = rng_for(f"pk{src}")
+    return [
+        {"rank": src, "nested": [1, (2, 3), {"a": None}], "f": 1.5},
+        Point(src, -2.5, "p"),
+        {"array": rng.standard_normal((50, 3)), "bytes": pattern(f"pk{src}", 1000)},
+        np.array([Point(1, 2), "s", None, 3], dtype=object),
+        {"big": pattern(f"pkbig{src}", 400_000)},        # larger than a pool block
+        2**100 + src,
+        {1, 2, 3, src},
+        ("tuple", src),
+    ]
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype \
+            and a.shape == b.shape and all(_equal(x, y) for x, y in zip(a.ravel().tolist(), b.ravel().tolist()))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    return bool(type(a) is type(b) and a == b)
+
+
+@scenario(allow_pickle=True)
+async def pickled_objects_opt_in(ctx: Ctx) -> None:
+    """With allow_pickle=True Python objects (user classes, object arrays,
+    arrays inside dicts, big pickles) arrive equal; the payload is taken at
+    send time; an unpicklable payload fails at the sender and sends nothing;
+    plain bytes/arrays are still bytes/arrays."""
+    me = await ctx.process("gp", ctx.rank)
+    dest = ctx.name("gp", (ctx.rank + 1) % ctx.size)
+    prev = (ctx.rank - 1) % ctx.size
+    everyone = [ctx.name("gp", r) for r in range(ctx.size)]
+    for d in everyone:
+        await ctx.lookup(d)
+    mutable = {"list": [1, 2]}
+    await me.send(dest, mutable, timeout=ctx.timeout)
+    mutable["list"].append(3)
+    for obj in _objects(ctx.rank):
+        await me.send(dest, obj, timeout=ctx.timeout)
+    try:
+        await me.send(dest, lambda: None, timeout=ctx.timeout)
+    except Exception:  # noqa: BLE001 - pickling errors vary by type
+        pass
+    else:
+        raise AssertionError("an unpicklable payload was accepted")
+    await me.send(dest, b"plain", timeout=ctx.timeout)
+    await me.send(dest, np.arange(5), timeout=ctx.timeout)
+    await me.send(everyone, {"mc": ctx.rank}, com=7, timeout=ctx.timeout)
+
+    got = await receive_messages(me, 1 + len(_objects(prev)) + 2 + ctx.size, ctx.timeout)
+    mcs = sorted(msg.data["mc"] for msg in got if msg.com == 7)
+    assert mcs == list(range(ctx.size)), f"multicast objects from ranks {mcs}"
+    got = [msg for msg in got if msg.com != 7]
+    assert all(msg.source == ctx.name("gp", prev) for msg in got), [msg.source for msg in got]
+    assert got[0].data == {"list": [1, 2]}, f"payload not taken at send time: {got[0].data}"
+    for i, (msg, exp) in enumerate(zip(got[1:], _objects(prev))):
+        assert _equal(msg.data, exp), f"object {i}: {msg.data!r:.200} != {exp!r:.200}"
+    rest = got[1 + len(_objects(prev)):]
+    assert type(rest[0].data) is bytes and rest[0].data == b"plain", rest[0]
+    assert_same(rest[1].data, np.arange(5), "plain array")
+    await ctx.barrier("done")
+    assert_empty(me)
+
+
+@scenario()
+async def pickle_refused_by_default(ctx: Ctx) -> None:
+    """Without allow_pickle, Python objects and object arrays are refused at
+    the sender (TypeError), locally and to remote GPs, and nothing is sent."""
+    me = await ctx.process("gp", ctx.rank)
+    dest = ctx.name("gp", (ctx.rank + 1) % ctx.size)
+    await ctx.lookup(dest)
+    for obj in ({"a": 1}, Point(1, 2), np.array([None, 1], dtype=object), [1, 2]):
+        try:
+            await me.send(dest, obj, timeout=ctx.timeout)
+        except TypeError:
+            pass
+        else:
+            raise AssertionError(f"{type(obj).__name__} payload accepted without allow_pickle")
+    await me.send(dest, b"marker", timeout=ctx.timeout)
+    msg = await me.recv(timeout=ctx.timeout)
+    assert isinstance(msg, Message) and msg.data == b"marker", msg
+    await ctx.barrier("done")
+    assert_empty(me)
