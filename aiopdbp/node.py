@@ -111,8 +111,11 @@ class Node:
         else:
             self.tables.apply("node_add", (0, socket.gethostname(), _host_ip(), int(NodeType.MASTER)))
 
-    async def aclose(self) -> None:
+    async def aclose(self, *, graceful: bool = True) -> None:
         """Drain, free every GP, stop routing, close the transport.  Idempotent.
+
+        ``graceful=False`` skips the drain and the BYE exchange with the other
+        hosts (used when the program is failing: do not wait for peers).
 
         Cancellation: if cancelled while draining, the node is still closed
         (without waiting for the drain) before the cancellation propagates.
@@ -121,7 +124,7 @@ class Node:
             return
         self._closed = True
         try:
-            if self._started:
+            if self._started and graceful:
                 await self._drain()
                 if self._remote is not None:
                     await self._remote.close()
@@ -167,11 +170,17 @@ class Node:
             await asyncio.sleep(0)
 
     async def __aenter__(self) -> Node:
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            await self.aclose(graceful=False)  # __aexit__ will not run
+            raise
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        # An error leaving the block: close at once; under MPI, run() then
+        # aborts the job instead of letting the other ranks wait for a BYE.
+        await self.aclose(graceful=exc_type is None or self._remote is None)
 
     # -- the single point of table updates ------------------------------------
     async def _commit(self, op: str, *args: Any) -> Any:
@@ -627,6 +636,8 @@ def run(main: Coroutine[Any, Any, T] | Awaitable[T], *, use_uvloop: bool | None 
     if use_uvloop is None:
         use_uvloop = os.environ.get("AIOPDBP_UVLOOP", "1") != "0"
     coro = main if asyncio.iscoroutine(main) else _await(main)
+    if _under_mpi():
+        coro = _abort_on_error(coro)
     if use_uvloop:
         try:
             import uvloop
@@ -639,3 +650,32 @@ def run(main: Coroutine[Any, Any, T] | Awaitable[T], *, use_uvloop: bool | None 
 
 async def _await(aw: Awaitable[T]) -> T:
     return await aw
+
+
+def _under_mpi() -> bool:
+    try:
+        from .transport.mpi import mpi_world_size
+    except ImportError:
+        return False
+    return mpi_world_size() > 1
+
+
+async def _abort_on_error(coro: Awaitable[T]) -> T:
+    """Under MPI an exception that escapes the program ends the whole job
+    with its traceback: the other ranks would otherwise wait for this one."""
+    try:
+        return await coro
+    except Exception:
+        import sys
+        import traceback
+
+        from .transport.mpi import load_mpi
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        mpi = load_mpi()
+        if mpi.Is_initialized() and not mpi.Is_finalized():
+            print(f"aiopdbp: rank {mpi.COMM_WORLD.Get_rank()} failed; aborting the MPI job",
+                  file=sys.stderr, flush=True)
+            mpi.COMM_WORLD.Abort(1)
+        os._exit(1)

@@ -165,6 +165,7 @@ class MPITransport(Transport):
             spin_s=None if spin_us is None else spin_us * 1e-6,
             max_backoff_s=None if max_backoff_us is None else max_backoff_us * 1e-6,
         )
+        self._quiescing: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------- helpers
 
@@ -275,7 +276,53 @@ class MPITransport(Transport):
         """
         self._closed = True
         await self._engine.stop(self._drain_timeout)
-        self._free_comms()
+        # One quiesce for all concurrent/repeated closers; the others wait.
+        if self._quiescing is None:
+            self._quiescing = asyncio.ensure_future(self._quiesce(self._drain_timeout))
+        try:
+            await asyncio.shield(self._quiescing)
+        finally:
+            if self._quiescing.done():
+                self._free_comms()
+
+    async def _quiesce(self, timeout: float) -> None:
+        """Agree with the other ranks that everyone is closing (a
+        non-blocking barrier on both communicators, bounded by ``timeout``)
+        and discard what is still unmatched.  MPICH reuses a freed
+        communicator's context id for the next ``Dup()``, so a message left
+        behind would otherwise reach the *next* transport of this process
+        (e.g. a late BYE closing the next node at once)."""
+        if self._freed or not self._started:
+            return
+        _MPI = load_mpi()
+        if _MPI.Is_finalized():
+            return
+        comms = (self._control, self._data)
+        try:
+            reqs = [c.Ibarrier() for c in comms]
+        except _MPI.Exception:  # pragma: no cover - best effort
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            self._discard_unmatched(comms)
+            if _MPI.Request.Testall(reqs):
+                break
+            if loop.time() > deadline:
+                return  # a rank never closed: leave its barrier pending
+            await asyncio.sleep(0.0005)
+        self._discard_unmatched(comms)
+
+    @staticmethod
+    def _discard_unmatched(comms: Sequence[Any]) -> None:
+        _MPI = load_mpi()
+        status = _MPI.Status()
+        for c in comms:
+            while True:
+                msg = c.Improbe(_MPI.ANY_SOURCE, _MPI.ANY_TAG, status)
+                if msg is None:
+                    break
+                msg.Recv([bytearray(status.Get_count(_MPI.BYTE)), _MPI.BYTE])
 
     def _free_comms(self) -> None:
         if self._freed:
