@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import itertools
 import os
 import sys
 from collections.abc import Sequence
@@ -51,6 +52,12 @@ __all__ = ["MPITransport", "mpi_world_size", "prepare_mpi_import", "load_mpi"]
 
 #: every message of the transport uses this tag on its channel communicator
 TAG = 0
+# Each transport a process creates uses the next tag (modulo the guaranteed
+# MPI_TAG_UB of 32767).  Every rank creates its transports in the same order
+# (the Dup() calls are collective), so the tags agree; a message left over
+# from an earlier transport -- MPICH reuses a freed communicator's context
+# id -- carries an old tag and can never be matched by a newer one.
+_sessions = itertools.count()
 
 # Environment variables that MPI launchers set to the world size, most
 # specific first.  MPI_LOCALNRANKS (MPICH hydra) only counts ranks on this
@@ -160,7 +167,7 @@ class MPITransport(Transport):
         self._freed = False
         self._engine: ProgressEngine = ProgressEngine(
             [self._control, self._data],  # index == Channel value
-            tag=TAG,
+            tag=(TAG + next(_sessions)) % 32768,
             mode=progress,
             spin_s=None if spin_us is None else spin_us * 1e-6,
             max_backoff_s=None if max_backoff_us is None else max_backoff_us * 1e-6,
