@@ -249,8 +249,14 @@ class HostLink:
                 return False
             self._open_block(slot)
             parts, n = encode_record(cdu, 8, allow_pickle=allow_pickle)
+        # Slot.append, inlined: this loop runs once per small CDU.
+        view = slot.view
+        at = slot.used
         for part in parts:
-            slot.append(part)
+            k = len(part) if type(part) is bytes else memoryview(part).nbytes
+            view[at:at + k] = part
+            at += k
+        slot.used = at
         self._count += 1
         self.cdus += 1
         return True
