@@ -586,8 +586,11 @@ class Node:
 
     # -- diagnostics ---------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
-        """Counters: routed/dropped CDUs, pipes in use, live streams, table version."""
-        return {
+        """Counters: routed/dropped CDUs, pipes in use, live streams, table
+        version; with remote hosts also ``remote`` (per-link counters, credits,
+        and the DDBP sub-pools: real size, DF/SU, grows, waits)."""
+        extra = {"remote": self._remote.stats()} if self._remote is not None else {}
+        return {**extra,
             "rank": self.rank, "size": self.size, "gps": len(self._gps),
             "routed": self.manager.routed, "dropped": self.manager.dropped,
             "pipes_in_use": self.pps.in_use, "pipes_created": self.pps.created,
@@ -644,7 +647,7 @@ def run(main: Coroutine[Any, Any, T] | Awaitable[T], *, use_uvloop: bool | None 
         except ImportError:
             pass
         else:
-            return uvloop.run(coro, debug=debug)  # type: ignore[no-any-return]
+            return uvloop.run(coro, debug=debug)
     return asyncio.run(coro, debug=debug)
 
 

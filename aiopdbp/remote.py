@@ -50,6 +50,7 @@ as many from everyone (or ``close_timeout`` passes).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import time
@@ -57,7 +58,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import msgpack  # type: ignore[import-untyped]
+import msgpack
 import numpy as np
 
 from .codec import (
@@ -329,7 +330,7 @@ class HostLink:
         if fut.done():
             self._sent(fut, slot)
         else:
-            fut.add_done_callback(lambda f, s=slot: self._sent(f, s))
+            fut.add_done_callback(functools.partial(self._sent, slot=slot))
 
     async def _reader(self) -> None:
         units = self._units
@@ -350,7 +351,7 @@ class HostLink:
             units.popleft()
             self._post(slot, blocks, nbytes)
 
-    def _sent(self, fut: asyncio.Future[None], slot: Slot | None) -> None:
+    def _sent(self, fut: asyncio.Future[None], slot: Slot | None = None) -> None:
         self._inflight -= 1
         self._inflight_ready.set()
         if slot is not None:
@@ -584,13 +585,12 @@ class Remote:
         if body["seq"] != self._seq + 1:
             log.critical("table update %s out of order (applied %d)", body["seq"], self._seq)
         self._seq = int(body["seq"])
+        err: PDBPError | None = None
         try:
             result = self.node.tables.apply(body["op"], body["args"])
         except PDBPError as exc:  # cannot happen if every host applies the same order
             log.critical("replica diverged applying %s: %s", body, exc)
             result, err = None, exc
-        else:
-            err = None
         if origin == self.rank:
             self._resolve(req, result, err)
 
@@ -904,6 +904,11 @@ class Remote:
                 fut.set_exception(BrokenResourceError("node closed"))
                 fut.exception()
         self.pool.close()
+
+    def size_history(self, host: int) -> dict[str, list[tuple[float, int]]]:
+        """Real size over time of the sub-pools for ``host``: SCBP and RCBP
+        (the Algorithm 1 statistic)."""
+        return {"send": self.pool.send.size_history(host), "recv": self.pool.recv.size_history(host)}
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -112,7 +112,7 @@ def cut(chunk: Any, segment_size: int) -> Iterator[Any]:
         yield mv[i:i + segment_size]
 
 
-async def _chunks(source: Any) -> AsyncIterator[Any]:
+async def _chunks(source: Any) -> AsyncGenerator[Any, None]:
     if isinstance(source, AsyncIterable):
         async for c in source:
             yield c
@@ -294,7 +294,7 @@ class IncomingStream:
                 pos += b.size
             if meta.kind == "ndarray":
                 return flat[:pos].view(np.dtype(meta.dtype)).reshape(meta.shape)
-            return memoryview(flat[:pos])
+            return memoryview(flat[:pos].data)
         parts = []
         while (seg := await self._next_segment()) is not None:
             parts.append(np.array(seg, copy=True) if self.meta.kind == "ndarray" or _is_array(seg)
@@ -314,7 +314,7 @@ class IncomingStream:
         for p in parts:
             flat[pos:pos + p.size] = p
             pos += p.size
-        return memoryview(flat)
+        return memoryview(flat.data)
 
     def _close(self, *, notify: bool, error: str | None = None) -> None:
         self._node._incoming_closed(self, error if not self._finished else None, notify)

@@ -87,8 +87,8 @@ class InProcTransport(Transport):
                 return
             self.received += 1
             deliver(src, ch, mv)
-            if self._closed:
-                return
+            if self._closed:  # deliver() may close this endpoint
+                return  # type: ignore[unreachable]
         if ctl or data:
             self._schedule()
 
