@@ -61,7 +61,7 @@ __all__ = [
     "ALIGN", "Buffer", "CDU", "CONTROL_SCHEMAS", "Control", "DEFAULT_LIMITS", "Decoder", "Kind",
     "Limits", "MsgType", "Payload", "StreamOp", "VERSION", "decode", "encode_block",
     "encode_cdu", "encode_control", "frame_size", "peek_header",
-    "bp_header", "encode_record", "encode_split", "decode_split",
+    "bp_header", "encode_record", "encode_small_into", "encode_split", "decode_split",
 ]
 
 VERSION: int = 1
@@ -410,6 +410,38 @@ def encode_record(cdu: CDU, offset: int, *, allow_pickle: bool = False,
     if meta:
         head += meta
     return [head, *parts], len(head) + plen
+
+
+_REC1 = struct.Struct("<" + _REC_FMT + "I")  # a record with exactly one destination GP
+
+
+def encode_small_into(buf: memoryview, offset: int, cdu: CDU) -> int:
+    """Fast path of :func:`encode_record` for the commonest CDU -- one
+    destination GP, no destination nodes, a ``bytes`` (or no) payload --
+    written straight into ``buf`` at ``offset``.  Returns the bytes written,
+    0 when the CDU is not of that shape, -1 when it does not fit."""
+    data = cdu.data
+    if len(cdu.dest_ps) != 1 or cdu.dest_ns:
+        return 0
+    if type(data) is bytes:
+        tag = _BYTES
+        n = len(data)
+    elif data is None:
+        tag = _NONE
+        n = 0
+    else:
+        return 0
+    end = offset + _REC1.size + n
+    if end > len(buf):
+        return -1
+    try:
+        _REC1.pack_into(buf, offset, cdu.id, cdu.sno, cdu.segno, cdu.source_n, cdu.source_p,
+                        cdu.com, cdu.kind, cdu.op, tag, 0, 1, n, cdu.dest_ps[0])
+    except struct.error as exc:
+        raise ValueError(f"CDU field out of range: {exc}") from exc
+    if n:
+        buf[end - n:end] = data
+    return end - offset
 
 
 def bp_header(count: int, body_len: int) -> bytes:

@@ -73,6 +73,7 @@ from .codec import (
     encode_cdu,
     encode_control,
     encode_record,
+    encode_small_into,
     encode_split,
     peek_header,
 )
@@ -95,6 +96,10 @@ if TYPE_CHECKING:
     from .node import Node
 
 log = logging.getLogger("aiopdbp.remote")
+
+# A message for a link that has posted nothing for this long is sent at once
+# instead of at the end of the loop iteration (see HostLink.put_reserved).
+_QUIET = 20e-6
 
 _CTRL = Channel.CONTROL
 _DATA = Channel.DATA
@@ -150,6 +155,7 @@ class HostLink:
         self._slot: Slot | None = None      # the open block of SCBP_host
         self._count = 0                     # records in it
         self._flush_scheduled = False
+        self._last_post = 0.0
         self._units: deque[tuple[str, Any, list[Any], int]] = deque()
         self._units_ready: asyncio.Event = asyncio.Event()
         self._credit = cfg.recv_window
@@ -201,7 +207,13 @@ class HostLink:
         if self._writer_idle and not len(p) and self.error is None:
             p.unreserve()
             if self._write(cdu):
-                if not self._flush_scheduled:
+                if self._slot is not None and not self._units \
+                        and time.perf_counter() - self._last_post > _QUIET:
+                    # Nothing left this way for a while: a lone message,
+                    # send it now (latency); in a burst the flush waits for
+                    # the end of the loop iteration (coalescing).
+                    self._flush_block()
+                elif not self._flush_scheduled:
                     self._flush_scheduled = True
                     asyncio.get_running_loop().call_soon(self._flush_soon)
                 return
@@ -226,8 +238,15 @@ class HostLink:
             self.splits += 1
             self.cdus += 1
             return True
-        allow_pickle = remote.node.allow_pickle
         slot = self._slot
+        if slot is not None and self._count < 0xFFFF:
+            n = encode_small_into(slot.view, slot.used, cdu)
+            if n > 0:  # the common case, written in place
+                slot.used += n
+                self._count += 1
+                self.cdus += 1
+                return True
+        allow_pickle = remote.node.allow_pickle
         try:
             parts, n = encode_record(cdu, slot.used if slot is not None else 8,
                                      allow_pickle=allow_pickle)
@@ -321,6 +340,7 @@ class HostLink:
         return (c >= nbytes or c >= self.window // 2) and self._inflight < self._remote.cfg.max_inflight
 
     def _post(self, slot: Slot | None, blocks: list[Any], nbytes: int) -> None:
+        self._last_post = time.perf_counter()
         self._credit -= nbytes
         self._inflight += 1
         self.sent_msgs += len(blocks)

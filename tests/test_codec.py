@@ -705,3 +705,27 @@ def test_decoder_refuses_pickle_without_opt_in() -> None:
 def test_pickle_payload_is_protocol_5() -> None:
     frame = frame_of(CDU(Kind.SHORT, 1, (2,), {"a": 1}), allow_pickle=True)
     assert pickle.PROTO + bytes([5]) in frame
+
+
+# ---------------------------------------------------------------- fast path
+@pytest.mark.parametrize("data", [b"", b"x" * 64, None])
+def test_encode_small_into_round_trips_in_a_bp_block(data: bytes | None) -> None:
+    from aiopdbp.codec import bp_header, encode_small_into
+
+    cdu = CDU(Kind.SHORT, 7, (9,), data, 5, 11, 0, 0, 2)
+    buf = bytearray(512)
+    n1 = encode_small_into(memoryview(buf), 8, cdu)
+    n2 = encode_small_into(memoryview(buf), 8 + n1, cdu)
+    buf[:8] = bp_header(2, n1 + n2)
+    out = decode(bytes(buf[:8 + n1 + n2]))
+    assert [(c.source_p, c.dest_ps, c.com, c.id, c.source_n) for c in out] == [(7, (9,), 5, 11, 2)] * 2
+    assert all((bytes(c.data) if c.data is not None else None) == data for c in out)
+
+
+def test_encode_small_into_declines_other_shapes_and_reports_no_room() -> None:
+    from aiopdbp.codec import encode_small_into
+
+    buf = memoryview(bytearray(64))
+    assert encode_small_into(buf, 0, CDU(Kind.SHORT, 1, (2, 3), b"x")) == 0  # multicast
+    assert encode_small_into(buf, 0, CDU(Kind.SHORT, 1, (2,), np.zeros(2))) == 0  # array
+    assert encode_small_into(buf, 0, CDU(Kind.SHORT, 1, (2,), b"x" * 100)) == -1  # too big
