@@ -79,6 +79,7 @@ class Node:
         self._streams_out: dict[tuple[int, int], OutgoingStream] = {}
         self._name_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._bind_waiters: dict[int, list[asyncio.Future[None]]] = {}
+        self._pid_waiters: dict[int, list[asyncio.Future[None]]] = {}
         self._started = False
         self._closed = False
         self._closed_streams: set[tuple[int, int]] = set()
@@ -130,7 +131,8 @@ class Node:
                     await self._remote.close()
         finally:
             gone = ClosedResourceError(f"node {self.rank} closed")
-            for waiters in (*self._name_waiters.values(), *self._bind_waiters.values()):
+            for waiters in (*self._name_waiters.values(), *self._bind_waiters.values(),
+                            *self._pid_waiters.values()):
                 for fut in waiters:
                     if not fut.done():
                         fut.set_exception(gone)
@@ -198,7 +200,7 @@ class Node:
     def _on_update(self, op: str, args: tuple[Any, ...], result: Any) -> None:
         tables = self.tables
         if op == "proc_reg":
-            for fut in self._name_waiters.pop(args[0], ()):
+            for fut in (*self._name_waiters.pop(args[0], ()), *self._pid_waiters.pop(result, ())):
                 if not fut.done():
                     fut.set_result(None)
             if len(args) > 3 and args[3] is not None:
@@ -446,7 +448,7 @@ class Node:
                     if op is StreamOp.END or op is StreamOp.ABORT:
                         self._closed_streams.discard(key)
                     return []
-                if not cdu.dest_ps or cdu.dest_ps[0] not in self.tables.pta:
+                if not cdu.dest_ps or not await self._known(cdu.dest_ps[0]):
                     return []
                 # Segments may overtake their OPEN (they travel another public
                 # pipe): bind the stream on first contact.
@@ -459,6 +461,8 @@ class Node:
             return [(stream._pipe, op is StreamOp.ABORT)]  # type: ignore[list-item]
         out: list[tuple[Target, bool]] = []
         for pid in cdu.dest_ps:
+            if not await self._known(pid):
+                continue
             entry = self.tables.pta.get(pid)
             if entry is not None and entry.node == self.rank:
                 tgt = await self._local_target(pid)
@@ -482,12 +486,40 @@ class Node:
         rank = self.rank
         for pid in cdu.dest_ps:
             entry = pta.get(pid)
-            if entry is not None and entry.node == rank:
+            if entry is None:
+                if pid not in self.tables.names:
+                    return None  # its registration has not reached us yet
+                continue  # freed
+            if entry.node == rank:
                 tgt = self._targets.get(pid)
                 if tgt is None:
                     return None
                 out.append((tgt, False))
         return out
+
+    async def _known(self, pid: int) -> bool:
+        """Whether ``pid`` is registered; waits (up to the bind timeout) for a
+        registration that has not reached this host yet.  Data can overtake
+        the table update: the sender learnt the pid from rank 0's broadcast
+        before we did, and data and control travel on different channels."""
+        if pid in self.tables.pta:
+            return True
+        if pid in self.tables.names:
+            return False  # registered once, freed since
+        fut = asyncio.get_running_loop().create_future()
+        self._pid_waiters.setdefault(pid, []).append(fut)
+        timeout = self._remote.cfg.bind_timeout if self._remote is not None else 0
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            self.manager.dropped += 1
+            log.warning("dropping a CDU for pid %d: never registered here", pid)
+            return False
+        finally:
+            waiters = self._pid_waiters.get(pid)
+            if waiters and fut in waiters:
+                waiters.remove(fut)
+        return pid in self.tables.pta
 
     async def _local_target(self, pid: int) -> Target | None:
         tgt = self._targets.get(pid)

@@ -101,6 +101,7 @@ log = logging.getLogger("aiopdbp.remote")
 # instead of at the end of the loop iteration (see HostLink.put_reserved).
 _QUIET = 20e-6
 
+
 _CTRL = Channel.CONTROL
 _DATA = Channel.DATA
 
