@@ -97,8 +97,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("aiopdbp.remote")
 
-# A message for a link that has posted nothing for this long is sent at once
-# instead of at the end of the loop iteration (see HostLink.put_reserved).
+# A CDU that follows the previous one for the same host by more than this is
+# sent at once instead of at the end of the loop iteration (HostLink.put_reserved).
 _QUIET = 20e-6
 
 
@@ -156,7 +156,7 @@ class HostLink:
         self._slot: Slot | None = None      # the open block of SCBP_host
         self._count = 0                     # records in it
         self._flush_scheduled = False
-        self._last_post = 0.0
+        self._last_put = 0.0
         self._units: deque[tuple[str, Any, list[Any], int]] = deque()
         self._units_ready: asyncio.Event = asyncio.Event()
         self._credit = cfg.recv_window
@@ -207,12 +207,15 @@ class HostLink:
         p = self._pending
         if self._writer_idle and not len(p) and self.error is None:
             p.unreserve()
+            now = time.perf_counter()
+            quiet = now - self._last_put > _QUIET
+            self._last_put = now
             if self._write(cdu):
-                if self._slot is not None and not self._units \
-                        and time.perf_counter() - self._last_post > _QUIET:
-                    # Nothing left this way for a while: a lone message,
-                    # send it now (latency); in a burst the flush waits for
-                    # the end of the loop iteration (coalescing).
+                if quiet and self._slot is not None and not self._units:
+                    # The previous CDU for this host came a while ago: a
+                    # lone message, send it now (latency).  In a burst CDUs
+                    # come microseconds apart and the flush waits for the
+                    # end of the loop iteration (coalescing).
                     self._flush_block()
                 elif not self._flush_scheduled:
                     self._flush_scheduled = True
@@ -341,7 +344,6 @@ class HostLink:
         return (c >= nbytes or c >= self.window // 2) and self._inflight < self._remote.cfg.max_inflight
 
     def _post(self, slot: Slot | None, blocks: list[Any], nbytes: int) -> None:
-        self._last_post = time.perf_counter()
         self._credit -= nbytes
         self._inflight += 1
         self.sent_msgs += len(blocks)
@@ -833,7 +835,10 @@ class Remote:
             while q:
                 cdu, unit = q[0]
                 try:
-                    await tgt.reserve()
+                    try:  # fill every free slot without a task switch per CDU
+                        tgt.reserve_nowait()
+                    except WouldBlock:
+                        await tgt.reserve()
                 except BrokenResourceError:
                     while q:
                         self._unit_done(q.popleft()[1])
