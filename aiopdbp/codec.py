@@ -504,24 +504,10 @@ def decode_split(head: Buffer, payload: Buffer, *, limits: Limits = DEFAULT_LIMI
             raise ProtocolError("NONE payload with a length")
         data = None
     elif tag == _NDARRAY:
-        if off >= end:
-            raise ProtocolError("truncated ndarray meta")
-        nlen = mv[off]
-        off += 1
-        if off + nlen + 1 > end:
-            raise ProtocolError("truncated ndarray meta")
-        dt = _dtype(bytes(mv[off:off + nlen]))
-        off += nlen
-        ndim = mv[off]
-        if ndim > limits.max_ndim:
-            raise ProtocolError(f"ndarray with {ndim} dimensions > {limits.max_ndim}")
-        shape = _u64s(mv, off + 1, end, ndim)
-        n = 1
-        for dim in shape:
-            n *= dim
+        dt, shape, n, off = _ndarray_meta(mv, off, end, limits)
         if n * dt.itemsize != plen:
             raise ProtocolError(f"ndarray {shape} of {dt} does not match {plen} payload bytes")
-        off = min(end, _align(off + 1 + 8 * ndim))
+        off = min(end, off)
         try:
             data = np.frombuffer(pv, dt, n).reshape(shape)
         except (ValueError, OverflowError) as exc:
@@ -658,8 +644,10 @@ def _u64s(mv: memoryview, off: int, end: int, n: int) -> tuple[int, ...]:
     return struct.unpack_from(f"<{n}Q", mv, off)
 
 
-def _ndarray(mv: memoryview, off: int, end: int, plen: int,
-             limits: Limits) -> tuple[np.ndarray[Any, Any], int]:
+def _ndarray_meta(mv: memoryview, off: int, end: int,
+                  limits: Limits) -> tuple[np.dtype[Any], tuple[int, ...], int, int]:
+    """Level-3 ndarray meta at ``off``: (dtype, shape, element count, aligned
+    offset of the data)."""
     if off >= end:
         raise ProtocolError("truncated ndarray meta")
     nlen = mv[off]
@@ -672,10 +660,15 @@ def _ndarray(mv: memoryview, off: int, end: int, plen: int,
     if ndim > limits.max_ndim:
         raise ProtocolError(f"ndarray with {ndim} dimensions > {limits.max_ndim}")
     shape = _u64s(mv, off + 1, end, ndim)
-    off = _align(off + 1 + 8 * ndim)
     count = 1
     for dim in shape:
         count *= dim
+    return dt, shape, count, _align(off + 1 + 8 * ndim)
+
+
+def _ndarray(mv: memoryview, off: int, end: int, plen: int,
+             limits: Limits) -> tuple[np.ndarray[Any, Any], int]:
+    dt, shape, count, off = _ndarray_meta(mv, off, end, limits)
     if count * dt.itemsize != plen or off + plen > end:
         raise ProtocolError(f"ndarray {shape} of {dt} does not match {plen} payload bytes")
     try:  # an empty array may still carry absurd dims numpy refuses

@@ -586,16 +586,8 @@ class Node:
                                        stream.source_pid, error)
             self.pps.release(stream._pipe)
             return
-        out = self._streams_out.get(stream.key)
-        if out is not None and notify:
-            if error is None:
-                if not out.done.done():
-                    out.done.set_result(None)
-            else:
-                out.broken = BrokenResourceError(f"stream receiver failed: {error}")
-                if not out.done.done():
-                    out.done.set_exception(out.broken)
-                    out.done.exception()
+        if notify:
+            self._stream_done(stream.key, error)
         self.pps.release(stream._pipe)
 
     def _close_outgoing(self, out: OutgoingStream) -> None:
