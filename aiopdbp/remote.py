@@ -110,8 +110,8 @@ _DATA = Channel.DATA
 class RemoteConfig:
     """Tunables of the multi-host runtime (all per host)."""
 
-    block_size: int = 256 << 10       # UMB block = largest coalesced message
-    pool_blocks: int = 0              # UMB blocks; 0: 16 per remote host per matrix
+    block_size: int = 64 << 10        # UMB block = largest coalesced message (stays eager)
+    pool_blocks: int = 0              # UMB blocks; 0: 32 per remote host per matrix
     row_capacity: int = 32            # N, cells of one sub-pool row
     initial: int = 4                  # m, initial real cells per row (Algorithm 1 step 1)
     threshold: float = 0.5            # Algorithm 1 threshold on SU
@@ -449,7 +449,7 @@ class Remote:
         self.rank = transport.rank
         self.size = transport.size
         others = max(1, self.size - 1)
-        nblocks = cfg.pool_blocks or 2 * 16 * others
+        nblocks = cfg.pool_blocks or 2 * 32 * others
         self.pool = BufferPool(self.size, cfg.row_capacity, cfg.block_size, nblocks, cfg.initial,
                                cfg.threshold, local=self.rank)
         self.links: dict[int, HostLink] = {}
