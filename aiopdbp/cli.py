@@ -26,7 +26,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from enum import IntEnum
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from . import __version__
 from .errors import PDBPError
 from .node import Node, open_node, run
 from .process import GP, Message
+
+if TYPE_CHECKING:
+    from .emulate import EmulateConfig
 from .streams import IncomingStream
 
 __all__ = ["DemoConfig", "collect_info", "demo_main", "main"]
@@ -414,17 +417,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # =================================================================== launch
-LAUNCH_USAGE = "usage: aiopdbp launch -n N [--tcp] [--] prog.py [args ...]  (or: -m module [args ...])"
+LAUNCH_USAGE = ("usage: aiopdbp launch -n N [--tcp] [--emulate [--link RATE] [--hosts H]] [--] prog.py [args ...]"
+                "  (or: -m module [args ...])\n       aiopdbp launch --emulate --cleanup")
 
 
 class _UsageError(Exception):
     pass
 
 
-def _parse_launch(tokens: Sequence[str]) -> tuple[int, bool, list[str]] | None:
-    """``-n N [--tcp] [--] argv...``: options end at the first other token."""
+def _parse_launch(tokens: Sequence[str]) -> tuple[int, bool, list[str], EmulateConfig | None] | None:
+    """``-n N [--tcp] [--emulate ...] [--] argv...``: options end at the first other token."""
     n: int | None = None
     tcp = False
+    emulate = False
+    emu_opts: dict[str, str] = {}  # --emulate [--link RATE] [--hosts H]
     rest = list(tokens)
     while rest:
         tok = rest[0]
@@ -436,6 +442,14 @@ def _parse_launch(tokens: Sequence[str]) -> tuple[int, bool, list[str]] | None:
             break
         if tok == "--tcp":
             tcp = True
+        elif tok == "--emulate":
+            emulate = True
+        elif tok in ("--link", "--hosts"):
+            if len(rest) < 2:
+                raise _UsageError(f"{tok} needs a value")
+            emu_opts[tok[2:]] = rest.pop(1)
+        elif tok == "--cleanup":
+            raise _UsageError("--cleanup goes alone: aiopdbp launch --emulate --cleanup")
         elif tok in ("-n", "-np", "--np"):
             if len(rest) < 2:
                 raise _UsageError(f"{tok} needs a number")
@@ -450,7 +464,19 @@ def _parse_launch(tokens: Sequence[str]) -> tuple[int, bool, list[str]] | None:
         raise _UsageError("-n N is required")
     if not rest:
         raise _UsageError("nothing to launch")
-    return n, tcp, rest
+    if emu_opts and not emulate:
+        raise _UsageError(f"--{' --'.join(emu_opts)} needs --emulate")
+    return n, tcp, rest, _emulate_config(emu_opts) if emulate else None
+
+
+def _emulate_config(opts: dict[str, str]) -> EmulateConfig:
+    from .emulate import EmulateConfig
+
+    try:
+        hosts = _int_arg(opts["hosts"]) if "hosts" in opts else None
+        return EmulateConfig(link=opts.get("link", "1gbit"), hosts=hosts)
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
 
 
 def _int_arg(s: str) -> int:
@@ -467,10 +493,18 @@ def _launch_doc() -> str:
     return ("Runs `mpiexec -n N <this python> prog.py args...` (mpiexec from the installed\n"
             "mpich wheel, else a system one; env AIOPDBP_MPIEXEC overrides) and exits with its code.\n"
             "--tcp  force the network path between local ranks "
-            "(UCX_TLS=tcp,self MPIR_CVAR_NOLOCAL=1 FI_PROVIDER=tcp).")
+            "(UCX_TLS=tcp,self MPIR_CVAR_NOLOCAL=1 FI_PROVIDER=tcp).\n"
+            "--emulate  run the ranks on an emulated cluster: one network namespace per host\n"
+            "  (H hosts, default N), links shaped with tc tbf to --link RATE each way (default\n"
+            "  1gbit; 100mbit, 10gbit, none), no added delay. Needs root, ip and tc.\n"
+            "  --emulate --cleanup removes leftovers of jobs whose owner died.")
 
 
 def cmd_launch(tokens: Sequence[str]) -> int:
+    if "--cleanup" in tokens and set(tokens) == {"--emulate", "--cleanup"}:
+        from .emulate import cleanup_main
+
+        return cleanup_main()
     try:
         parsed = _parse_launch(tokens)
     except _UsageError as exc:
@@ -478,14 +512,18 @@ def cmd_launch(tokens: Sequence[str]) -> int:
         return 2
     if parsed is None:
         return 0
-    n, tcp, argv = parsed
+    n, tcp, argv, emulate = parsed
+    from .emulate import EmulateError, EmulationUnavailable
     from .launch import launch
 
     try:
-        return launch(n, argv, tcp=tcp)
+        return launch(n, argv, tcp=tcp, emulate=emulate)
     except FileNotFoundError as exc:
         print(f"aiopdbp launch: {exc}", file=sys.stderr)
         return 127
+    except EmulateError as exc:  # 2: this machine/user cannot emulate; 1: it failed
+        print(f"aiopdbp launch: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, EmulationUnavailable) else 1
 
 
 # ===================================================================== main
@@ -518,6 +556,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description=_launch_doc())
     s.add_argument("-n", type=int, required=True, help="number of ranks")
     s.add_argument("--tcp", action="store_true", help="force TCP between local ranks")
+    s.add_argument("--emulate", action="store_true", help="run on an emulated cluster (needs root)")
+    s.add_argument("--link", default="1gbit", help="emulated link rate each way (default 1gbit)")
+    s.add_argument("--hosts", type=int, help="emulated hosts (default: one per rank)")
+    s.add_argument("--cleanup", action="store_true", help="with --emulate: remove dead jobs' leftovers")
     s.add_argument("argv", nargs=argparse.REMAINDER, help="prog.py args... or -m module args...")
     return p
 

@@ -23,6 +23,10 @@ import sys
 import sysconfig
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .emulate import EmulateConfig
 
 __all__ = ["find_mpiexec", "launch", "launch_command", "launch_env", "TCP_ENV"]
 
@@ -112,6 +116,7 @@ def launch(
     extra_env: Mapping[str, str] | None = None,
     mpiexec_args: Iterable[str] = (),
     timeout: float | None = None,
+    emulate: EmulateConfig | str | None = None,
 ) -> int:
     """Run ``mpiexec -n N python argv...`` and return its exit code.
 
@@ -121,7 +126,16 @@ def launch(
     signal death is reported as ``128 + signal`` like a shell does; on
     ``timeout`` the job is killed and 124 returned.  Ctrl-C reaches mpiexec
     (same process group), which forwards it to the ranks; we wait for it.
+    ``emulate`` (an :class:`~aiopdbp.emulate.EmulateConfig` or a link rate
+    such as ``"1gbit"``) runs the ranks on an emulated cluster, one host per
+    rank by default (see :mod:`aiopdbp.emulate`; needs root).
     """
+    if emulate is not None:
+        from .emulate import launch_emulated
+
+        return launch_emulated(n, argv, emulate, tcp=tcp, extra_env=extra_env,
+                               mpiexec_args=list(mpiexec_args), timeout=timeout,
+                               log=lambda line: print(f"aiopdbp launch: {line}", file=sys.stderr))
     cmd = launch_command(n, argv, mpiexec_args=mpiexec_args)
     env = launch_env(tcp=tcp, extra_env=extra_env)
     proc = subprocess.Popen(cmd, env=env)
