@@ -2,41 +2,35 @@
 
 Theory of operation
 -------------------
-Each emulated *host* is a network namespace ``aiopdbp-<job>-h<i>`` with one
-interface, ``apb-<job>``, holding the address ``198.18.X.(i+2)/24`` (RFC 2544's
-benchmarking range).  Its veth peer ``p<i>`` is a port of a bridge ``br0``
-that lives in a *switch* namespace ``aiopdbp-<job>-sw``; the bridge is not in
-the root namespace, so the machine's firewall never sees the hosts' traffic and
-the root namespace gains exactly one interface: the veth ``apb-<job>`` with
-``198.18.X.1``, the switch's uplink, through which ``mpiexec`` reaches its
-proxies.  No namespace has a default route and nothing forwards, so no packet
-from a host can leave the machine.
+Host *i* is a network namespace ``aiopdbp-<job>-h<i>`` with one interface
+``apb-<job>`` holding ``198.18.X.(i+2)/24`` (RFC 2544's benchmarking range).
+Its veth peer ``p<i>`` is a port of bridge ``br0`` in a *switch* namespace
+``aiopdbp-<job>-sw``, so the machine's firewall never sees the hosts' traffic
+and the root namespace gains one interface only: the switch's uplink, veth
+``apb-<job>`` with ``198.18.X.1``, through which ``mpiexec`` reaches its
+proxies.  No namespace has a default route and nothing forwards: no packet
+from a host leaves the machine.
 
-Each host's link is shaped in both directions by a token-bucket ``tbf`` qdisc
-(which shapes a device's egress only): on ``p<i>`` (switch -> host) and on the
-host's ``apb-<job>`` (host -> switch).  ``tbf`` counts Ethernet frames without
-preamble, FCS and inter-frame gap, so TCP payload tops out near 95.6 % of the
-configured rate (94.1 % on real Ethernet).  ``netem`` is not available on every
-kernel (not on ours), so **no delay is added**: the round trip is a few tens of
-microseconds, far below a real switched network's.
+``tbf`` shapes a device's egress only, so each link has one at each end: on
+``p<i>`` (switch -> host) and on the host's ``apb-<job>`` (host -> switch).
+It counts frames without preamble, FCS and gap: TCP payload tops out near
+95.6 % of the rate (94.1 % on real Ethernet).  ``netem`` is missing on some
+kernels (ours), so **no delay is added**.
 
-Ranks are started through MPICH's hydra: ``-launcher ssh -launcher-exec
-emulate_exec.sh`` (shipped next to this module) with the hosts' addresses as
-the host list and ``-iface apb-<job>`` (the same interface name in every
-namespace).  hydra calls the script like ssh; it looks the address up in the
-job's table (environment ``AIOPDBP_EMULATE_HOSTS``) and runs the proxy with
-``ip netns exec``.  UCX is restricted to TCP on ``apb-<job>``: left alone it
-finds that the "hosts" share memory and bypasses the links entirely.
+Ranks start through hydra: ``-launcher ssh -launcher-exec emulate_exec.sh``
+(next to this module), the hosts' addresses as host list and ``-iface
+apb-<job>`` (one name in every namespace).  hydra calls the script like ssh;
+it finds the address's namespace in ``AIOPDBP_EMULATE_HOSTS`` and runs the
+proxy with ``ip netns exec``.  UCX is pinned to TCP on ``apb-<job>``: left
+alone it sees that the "hosts" share memory and bypasses the links.
 
-Ownership: the job id (6 hex digits) and the /24 are reserved under a lock in
-a state file ``/run/aiopdbp/emulate/<job>.json`` that names every object
-before it is created, with the owner's pid and start time.  Teardown (on
-exit, exception, Ctrl-C, SIGTERM or SIGHUP) kills what still runs in the
-job's namespaces, deletes exactly the objects named there and then the file.
-After a SIGKILL the file remains; :func:`cleanup` (``aiopdbp launch --emulate
---cleanup``, also run at every start) removes the jobs whose owner is dead,
-never a name it did not record.  Needs root (CAP_NET_ADMIN + CAP_SYS_ADMIN),
-``ip`` and ``tc``; nothing here imports mpi4py.
+Ownership: a job id (6 hex digits) and a /24 are reserved under a lock in
+``/run/aiopdbp/emulate/<job>.json``, which names every object before it is
+created, with the owner's pid and start time.  Teardown (exit, exception,
+Ctrl-C, SIGTERM, SIGHUP) ends what still runs in the job's namespaces and
+deletes exactly the objects named there, then the file.  After a SIGKILL the
+file stays; :func:`cleanup` (``--emulate --cleanup``, also run at each start)
+removes jobs whose owner is dead, never a name it did not record.
 """
 
 from __future__ import annotations
@@ -128,13 +122,8 @@ def format_rate(bits: int | None) -> str:
 
 
 def tbf_args(bits: int) -> list[str]:
-    """The tbf parameters for a link of ``bits``/s.
-
-    burst: 1 ms of traffic (at least 16 KiB, so a GSO packet fits and the
-    bucket is not the bottleneck); queue: 10 ms, enough for TCP to fill the
-    link without drops at 100 Mbit/s .. 10 Gbit/s (measured) and small enough
-    not to add a bufferbloat delay a real switch would not have.
-    """
+    """tbf parameters for ``bits``/s: a burst of 1 ms of traffic (>= 16 KiB) and
+    a 10 ms queue, which let one TCP flow fill 100 Mbit/s .. 10 Gbit/s (measured)."""
     burst = max(bits // 8000, 16384)
     return ["tbf", "rate", f"{bits}bit", "burst", str(burst), "latency", "10ms"]
 
@@ -153,12 +142,10 @@ def _find_tool(name: str) -> str | None:
 
 def _effective_caps() -> int:
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("CapEff:"):
-                return int(line.split()[1], 16)
+        status = Path("/proc/self/status").read_text()
     except OSError:
-        pass
-    return 0
+        return 0
+    return next((int(ln.split()[1], 16) for ln in status.splitlines() if ln.startswith("CapEff:")), 0)
 
 
 def requirements_problems(
@@ -194,9 +181,7 @@ def check_requirements(
     problems = requirements_problems(cap_eff=cap_eff, which=which)
     if problems:
         raise EmulationUnavailable("cannot emulate a cluster: " + "; ".join(problems))
-    ip, tc = which("ip"), which("tc")
-    assert ip is not None and tc is not None
-    return Tools(ip, tc, which("unshare"))
+    return Tools(which("ip") or "ip", which("tc") or "tc", which("unshare"))
 
 
 # ------------------------------------------------------------------ state
@@ -278,12 +263,6 @@ def _records(state_dir: Path) -> list[tuple[Path, _Record]]:
     return out
 
 
-def _write(path: Path, rec: _Record) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(rec.dump())
-    os.replace(tmp, path)
-
-
 # ---------------------------------------------------------------- running
 def _run(argv: Sequence[str], *, missing_ok: bool = False) -> str:
     """Run an ip/tc command; a failure raises :class:`EmulateError` with its stderr.
@@ -300,23 +279,23 @@ def _run(argv: Sequence[str], *, missing_ok: bool = False) -> str:
     return r.stdout
 
 
-def _ns_pids(ip: str, netns: str) -> list[int]:
-    return [int(p) for p in _run([ip, "netns", "pids", netns], missing_ok=True).split()]
-
-
 def _kill_inside(ip: str, namespaces: Sequence[str], grace: float = 2.0) -> None:
     """End what still runs in the job's namespaces (its MPI proxies and ranks)."""
+    def pids() -> list[int]:
+        return [int(p) for ns in namespaces
+                for p in _run([ip, "netns", "pids", ns], missing_ok=True).split()]
+
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
-        pids = [p for ns in namespaces for p in _ns_pids(ip, ns)]
-        if not pids:
+        found = pids()
+        if not found:
             return
-        for pid in pids:
+        for pid in found:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and any(_ns_pids(ip, ns) for ns in namespaces):
+        while time.monotonic() < deadline and pids():
             time.sleep(0.05)
 
 
@@ -345,6 +324,9 @@ def cleanup(
     tools = tools or check_requirements()
     removed = []
     with _locked(state_dir):
+        for path in state_dir.glob("*.json"):
+            if path.stat().st_size == 0:  # its writer died between reserving and writing:
+                path.unlink()             # it names no object (writes finish under the lock)
         for path, rec in _records(state_dir):
             if rec.uid != os.getuid() or rec.owner_alive():
                 continue
@@ -354,6 +336,7 @@ def cleanup(
                     log(f"job {rec.job}: could not remove everything: {'; '.join(errors)}")
                 continue
             path.unlink(missing_ok=True)
+            path.with_suffix(".tmp").unlink(missing_ok=True)
             removed.append(rec.job)
             if log:
                 log(f"removed emulated cluster {rec.job} (owner pid {rec.owner_pid} is gone): "
@@ -384,6 +367,19 @@ def _raise_exit(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
+def _set_handlers(sigs: Sequence[int], handler: Any, *, only_default: bool) -> dict[int, Any]:
+    """Install ``handler`` (main thread only); return the handlers it replaced."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, handler) for sig in sigs
+            if not only_default or signal.getsignal(sig) is signal.SIG_DFL}
+
+
+def _restore(handlers: Mapping[int, Any]) -> None:
+    for sig, old in handlers.items():
+        signal.signal(sig, old)
+
+
 class EmulatedCluster:
     """``hosts`` emulated hosts with ``link``-shaped links, as a context manager::
 
@@ -410,7 +406,6 @@ class EmulatedCluster:
         self._tools: Tools | None = None
         self._saved: dict[int, Any] = {}
 
-    # -- state
     @property
     def state(self) -> ClusterState:
         return self._state
@@ -426,7 +421,6 @@ class EmulatedCluster:
             raise EmulateError(f"the emulated cluster is {self._state.value}, not up")
         return self._rec
 
-    # -- what users read
     @property
     def job(self) -> str:
         return self._record().job
@@ -470,7 +464,6 @@ class EmulatedCluster:
                 f"({rec.hosts[0].address} .. {rec.hosts[-1].address}), links "
                 f"{format_rate(rec.rate_bps)} each way (tbf, no added delay), interface {rec.link}")
 
-    # -- use
     def mpiexec_args(self) -> list[str]:
         """hydra options that start the ranks in the hosts (one rank per host in turn)."""
         rec = self._record(up=True)
@@ -488,14 +481,11 @@ class EmulatedCluster:
         rec = self._record(up=True)
         assert self._tools is not None
         return {
-            "AIOPDBP_EMULATE_JOB": rec.job,
+            "AIOPDBP_EMULATE_JOB": rec.job, "AIOPDBP_EMULATE_LINK_BPS": str(rec.rate_bps or 0),
             "AIOPDBP_EMULATE_HOSTS": " ".join(f"{h.address}={h.netns}" for h in rec.hosts),
-            "AIOPDBP_EMULATE_IP": self._tools.ip,
-            "AIOPDBP_EMULATE_UNSHARE": self._tools.unshare or "",
-            "UCX_TLS": "tcp,self",
-            "UCX_NET_DEVICES": rec.link,
-            "FI_PROVIDER": "tcp",
-            "FI_TCP_IFACE": rec.link,
+            "AIOPDBP_EMULATE_IP": self._tools.ip, "AIOPDBP_EMULATE_UNSHARE": self._tools.unshare or "",
+            "UCX_TLS": "tcp,self", "UCX_NET_DEVICES": rec.link,
+            "FI_PROVIDER": "tcp", "FI_TCP_IFACE": rec.link,
         }
 
     def exec_argv(self, host: int | str | EmulatedHost, argv: Sequence[str]) -> list[str]:
@@ -513,9 +503,9 @@ class EmulatedCluster:
 
     def _set_port(self, host: int | str | EmulatedHost, how: str) -> None:
         assert self._tools is not None
-        _run([self._tools.ip, "-n", self._record(up=True).switch, "link", "set", "dev", self.host(host).port, how])
+        port = self.host(host).port
+        _run([self._tools.ip, "-n", self._record(up=True).switch, "link", "set", "dev", port, how])
 
-    # -- lifecycle
     def __enter__(self) -> EmulatedCluster:
         self.start()
         return self
@@ -529,7 +519,7 @@ class EmulatedCluster:
         self._to(ClusterState.STARTING)
         try:
             self._tools = check_requirements()
-            self._shield(_raise_exit)
+            self._saved = _set_handlers(_SHIELDED, _raise_exit, only_default=True)
             cleanup(state_dir=self.state_dir, log=self._log, tools=self._tools)
             with _locked(self.state_dir):
                 self._rec = self._allocate()
@@ -552,22 +542,19 @@ class EmulatedCluster:
             return
         self._to(ClusterState.CLOSING)
         errors: list[str] = []
-        old_int = self._ignore_int()
+        quiet = _set_handlers([signal.SIGINT, *self._saved], signal.SIG_IGN, only_default=False)
         try:
-            self._shield(signal.SIG_IGN)
             if self._rec is not None and self._tools is not None:
                 errors = _teardown(self._rec, self._tools.ip)
                 if not errors:
                     (self.state_dir / f"{self._rec.job}.json").unlink(missing_ok=True)
         finally:
-            self._unshield()
-            if old_int is not None:
-                signal.signal(signal.SIGINT, old_int)
+            _restore(quiet)
+            _restore(self._saved)
             self._to(ClusterState.CLOSED)
         if errors:
             raise EmulateError("emulated cluster teardown incomplete: " + "; ".join(errors))
 
-    # -- internals
     def _allocate(self) -> _Record:
         """Pick a job id and a /24 nobody uses; reserve them in a state file (lock held)."""
         assert self._tools is not None
@@ -592,7 +579,8 @@ class EmulatedCluster:
                      for i in range(self._nhosts)]
         path = self.state_dir / f"{job}.json"
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-        _write(path, rec)
+        path.with_suffix(".tmp").write_text(rec.dump())
+        os.replace(path.with_suffix(".tmp"), path)
         return rec
 
     @staticmethod
@@ -636,27 +624,6 @@ class EmulatedCluster:
                 qdisc = tbf_args(rec.rate_bps)
                 _run([tc, "-n", sw, "qdisc", "add", "dev", h.port, "root", *qdisc])
                 _run([tc, "-n", h.netns, "qdisc", "add", "dev", link, "root", *qdisc])
-
-    def _shield(self, handler: Callable[[int, FrameType | None], Any] | int) -> None:
-        """Install ``handler`` for SIGTERM/SIGHUP where they had the default action."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in _SHIELDED:
-            current = signal.getsignal(sig)
-            if sig in self._saved or current is signal.SIG_DFL:
-                self._saved.setdefault(sig, current)
-                signal.signal(sig, handler)
-
-    def _unshield(self) -> None:
-        for sig, old in self._saved.items():
-            signal.signal(sig, old)
-        self._saved.clear()
-
-    @staticmethod
-    def _ignore_int() -> Any:
-        if threading.current_thread() is not threading.main_thread():
-            return None
-        return signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 # ----------------------------------------------------------------- launch
@@ -726,8 +693,6 @@ def cleanup_main(log: Callable[[str], None] | None = None) -> int:
         return 2
     mine = [r for _, r in _records(STATE_DIR) if r.uid == os.getuid()]
     stuck = [r.job for r in mine if not r.owner_alive()]
-    live = [f"{r.job} (pid {r.owner_pid})" for r in mine if r.owner_alive()]
-    say(f"removed {len(removed)} leftover emulated cluster(s)"
-        + (f"; left running jobs alone: {', '.join(live)}" if live else "")
-        + (f"; could not remove: {', '.join(stuck)}" if stuck else ""))
+    say(f"removed {len(removed)} leftover emulated cluster(s); running jobs left alone: "
+        f"{len(mine) - len(stuck)}" + (f"; could not remove: {', '.join(stuck)}" if stuck else ""))
     return 1 if stuck else 0
