@@ -325,13 +325,21 @@ def test_link_down_cuts_host_and_link_up_restores() -> None:
         def carrier() -> bool:
             return "NO-CARRIER" not in _sh("ip", "-n", h1.netns, "link", "show", "dev", c.link)
 
-        assert carrier()
+        def probe() -> str:  # "refused": h1 answered (nothing listens on port 9)
+            code = (f"import socket\ntry: socket.create_connection(('{h1.address}', 9), 1)\n"
+                    "except ConnectionRefusedError: print('refused')\n"
+                    "except OSError as e: print(type(e).__name__)")
+            return subprocess.run(c.exec_argv(0, [sys.executable, "-c", code]), capture_output=True,
+                                  text=True, timeout=30).stdout.strip()
+
+        assert carrier() and probe() == "refused"
         c.link_down(h1.address)
         assert "state DOWN" in _sh("ip", "-n", c.switch_netns, "link", "show", "dev", h1.port)
         assert not carrier()
+        assert probe() != "refused"
         assert "state UP" in _sh("ip", "-n", c.switch_netns, "link", "show", "dev", c.host(0).port)
         c.link_up(1)
-        assert carrier()
+        assert carrier() and probe() == "refused"
 
 
 def test_closed_cluster_cannot_restart() -> None:
