@@ -34,10 +34,10 @@ from . import __version__
 from .errors import PDBPError
 from .node import Node, open_node, run
 from .process import GP, Message
+from .streams import IncomingStream
 
 if TYPE_CHECKING:
     from .emulate import EmulateConfig
-from .streams import IncomingStream
 
 __all__ = ["DemoConfig", "collect_info", "demo_main", "main"]
 
@@ -501,7 +501,7 @@ def _launch_doc() -> str:
 
 
 def cmd_launch(tokens: Sequence[str]) -> int:
-    if "--cleanup" in tokens and set(tokens) == {"--emulate", "--cleanup"}:
+    if set(tokens) == {"--emulate", "--cleanup"}:
         from .emulate import cleanup_main
 
         return cleanup_main()
