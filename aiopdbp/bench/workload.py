@@ -138,12 +138,13 @@ class Ring:
         return self.concat[j * self.size:(j + k) * self.size]
 
     def corrupted(self) -> Ring:
-        """A copy whose unit ``count // 2`` has one byte flipped (fault injection)."""
+        """A copy whose unit 0 (sent first, then once per ring period) has one
+        byte flipped: fault injection that every run, however short, sends."""
         bad = object.__new__(Ring)
         bad.size, bad.window, bad.count = self.size, self.window, self.count
         bad.concat = self.concat.copy()
-        j = self.count // 2
-        bad.concat[j * self.size + self.size // 2] ^= 0x5A
+        j = 0
+        bad.concat[self.size // 2] ^= 0x5A
         bad.units = list(self.units)
         bad.units[j] = bad.concat[j * self.size:(j + 1) * self.size].tobytes()
         return bad
