@@ -99,6 +99,15 @@ def test_cli_rejects_a_fault_in_an_unselected_impl(capsys: pytest.CaptureFixture
     assert "not selected" in capsys.readouterr().err
 
 
+def test_main_cli_hands_bench_arguments_to_the_harness(capsys: pytest.CaptureFixture[str]) -> None:
+    from aiopdbp.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--sizes", "lots"])
+    assert exc.value.code == 2
+    assert "aiopdbp bench" in capsys.readouterr().err
+
+
 def test_child_argv_drops_only_the_launch_options() -> None:
     argv = ["-n", "2,3", "--tcp", "--quick", "--out", "x", "-n4", "--ranks=2", "--sizes", "64"]
     assert bench_cli._child_argv(argv) == ["--quick", "--sizes", "64"]

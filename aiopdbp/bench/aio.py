@@ -229,17 +229,16 @@ class AioSide:
                         raise RuntimeError(f"{gp.name}: a message arrived in a stream run")
                     tg.create_task(consume(item))
 
-        async def sender(gp: GP, dests: list[str]) -> None:
-            await (send_streams(gp, dests) if stream else send_msgs(gp, dests))
-
         t0, c0 = time.perf_counter(), time.process_time()
         async with asyncio.timeout(t):
             async with asyncio.TaskGroup() as tg:
                 for j, dests in outs.items():
-                    tg.create_task(sender(self.gps[j], dests))
+                    gp = self.gps[j]
+                    tg.create_task(send_streams(gp, dests) if stream else send_msgs(gp, dests))
                 for j, srcs in ins.items():
-                    tg.create_task((recv_streams if stream else recv_msgs)(self.gps[j], units * len(srcs)
-                                                                           if not stream else len(srcs)))
+                    gp = self.gps[j]
+                    tg.create_task(recv_streams(gp, len(srcs)) if stream
+                                   else recv_msgs(gp, units * len(srcs)))
             if outs:
                 await node.flush()
         tm, c = time.perf_counter() - t0, time.process_time() - c0

@@ -17,6 +17,7 @@ Any other exception on one rank prints its traceback and aborts the job
 
 from __future__ import annotations
 
+import asyncio
 import cProfile
 import gc
 import io
@@ -58,8 +59,6 @@ class Job:
         self.raw_comm = world.Dup()
         self.floor_comm = {False: world.Dup(), True: world.Dup()}
         self.aio = AioSide(self.rank, self.size, opts.gps_per_rank, opts.timeout, opts.uvloop)
-        import asyncio
-
         self.floor_runner = asyncio.Runner(loop_factory=loop_factory(opts.uvloop))
         self._ring: Ring | None = None
         self._faulted: set[str] = set()
@@ -127,8 +126,6 @@ class Job:
 
     async def _floor(self, case: Case, coalesce: bool, fl: Any, ring: Ring, send_ring: Ring,
                      checker: Checker) -> Measure:
-        import asyncio
-
         f = Floor(self.floor_comm[coalesce], coalesce=coalesce, max_inflight=case.window)
         await f.start()
         try:
