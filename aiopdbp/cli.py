@@ -9,6 +9,7 @@
   ``aiopdbp launch -n 2 -m aiopdbp demo``.
 * ``aiopdbp launch -n N [--tcp] prog.py args...`` -- run a program on N ranks
   with ``mpiexec`` (see :mod:`aiopdbp.launch`).
+* ``aiopdbp bench [-n N] ...`` -- benchmarks (see :mod:`aiopdbp.bench`).
 """
 
 from __future__ import annotations
@@ -561,6 +562,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--hosts", type=int, help="emulated hosts (default: one per rank)")
     s.add_argument("--cleanup", action="store_true", help="with --emulate: remove dead jobs' leftovers")
     s.add_argument("argv", nargs=argparse.REMAINDER, help="prog.py args... or -m module args...")
+
+    from .bench import register as register_bench
+
+    register_bench(sub)
     return p
 
 
@@ -569,6 +574,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args_list[:1] == ["launch"]:
         # argparse cannot take `-m module` after options; parse by hand.
         return cmd_launch(args_list[1:])
+    if args_list[:1] == ["bench"]:  # its own parser (aiopdbp.bench.cli)
+        from .bench import main as bench_main
+
+        return bench_main(args_list[1:])
     parser = build_parser()
     args = parser.parse_args(args_list)
     if args.command == "info":

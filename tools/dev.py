@@ -15,12 +15,15 @@ Commands:
     demo  [ARGS...]       run ``aiopdbp demo ARGS`` from .venv
     test  [PYTEST ARGS]   run ``python -m pytest`` (the whole suite) from .venv;
                           exits with pytest's exit code
-    bench [-n N] [NAME] [ARGS...]
+    bench [-n N] [ARGS...]
+                          run ``aiopdbp bench -n N ARGS`` (the benchmark harness;
+                          N defaults to 2, a list 2,3,4 sweeps rank counts)
+    bench [-n N] NAME [ARGS...]
                           run ``mpiexec -n N python benchmarks/NAME.py ARGS``
-                          (N defaults to 2, NAME to ``mpi_baseline``)
+                          (bench_local, bench_barrier)
 
 ``.venv`` is created with the interpreter that runs this script.  The project is
-installed editable (``pip install -e .[test]``) and a stamp file records what was
+installed editable (``pip install -e .[test,bench]``) and a stamp file records what was
 installed; while ``pyproject.toml`` is unchanged since then, pip is not run again,
 so a second call starts at once.  ``--reinstall`` forces the install step.
 """
@@ -45,7 +48,7 @@ WINDOWS = os.name == "nt"
 BIN = VENV / ("Scripts" if WINDOWS else "bin")
 EXE = ".exe" if WINDOWS else ""
 VENV_PY = BIN / f"python{EXE}"
-DEFAULT_EXTRAS = "test"
+DEFAULT_EXTRAS = "test,bench"
 COMMANDS = ("setup", "demo", "test", "bench")
 
 
@@ -224,23 +227,24 @@ def cmd_test(args: list[str]) -> int:
 
 
 def cmd_bench(args: list[str]) -> int:
-    """``mpiexec -n N python benchmarks/NAME.py ARGS``."""
-    nprocs = "2"
-    if args[:1] == ["-n"] and len(args) >= 2:
-        nprocs, args = args[1], args[2:]
-    elif args and args[0].startswith("-n") and args[0][2:].isdigit():
-        nprocs, args = args[0][2:], args[1:]
-    name = "mpi_baseline"
-    if args and not args[0].startswith("-"):
-        name, args = args[0], args[1:]
+    """``aiopdbp bench ARGS``, or ``mpiexec -n N python benchmarks/NAME.py ARGS``."""
+    nprocs, rest = "2", list(args)
+    if rest[:1] == ["-n"] and len(rest) >= 2:
+        nprocs, rest = rest[1], rest[2:]
+    elif rest and rest[0].startswith("-n") and rest[0][2:].lstrip("=").replace(",", "").isdigit():
+        nprocs, rest = rest[0][2:].lstrip("="), rest[1:]
+    if not rest or rest[0].startswith("-"):
+        return run([str(BIN / f"aiopdbp{EXE}"), "bench", "-n", nprocs, *rest])
+    name, rest = rest[0], rest[1:]
     script = ROOT / "benchmarks" / (name if name.endswith(".py") else f"{name}.py")
     if not script.exists():
         found = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")
                        if not p.stem.startswith("_"))
-        die(f"no benchmark {script.name}; available: {', '.join(found) or 'none'}")
+        die(f"no benchmark {script.name}; available: {', '.join(found) or 'none'} "
+            "(or no NAME: the aiopdbp bench harness)")
     mpiexec = BIN / f"mpiexec{EXE}"
     launcher = str(mpiexec) if mpiexec.exists() else (shutil.which("mpiexec") or "mpiexec")
-    return run([launcher, "-n", nprocs, str(VENV_PY), str(script), *args])
+    return run([launcher, "-n", nprocs, str(VENV_PY), str(script), *rest])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

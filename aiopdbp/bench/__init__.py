@@ -1,0 +1,22 @@
+"""``aiopdbp bench``: the PDBP paper's experiments and OSU-style tests, side by side
+with raw mpi4py, ``MPI_Alltoall`` and an asyncio floor, in the same MPI job.
+
+Modules (each usable on its own):
+
+* :mod:`~aiopdbp.bench.cli` -- command line, self-launch, sweeps over rank counts;
+* :mod:`~aiopdbp.bench.plan` -- options and the cases of each test;
+* :mod:`~aiopdbp.bench.runner` -- one job under MPI: interleaved runs, gathering;
+* :mod:`~aiopdbp.bench.workload` -- flows, payload rings, verification;
+* :mod:`~aiopdbp.bench.aio` / :mod:`~aiopdbp.bench.raw` / :mod:`~aiopdbp.bench.floor`
+  -- the aiopdbp, raw mpi4py and asyncio-floor drivers;
+* :mod:`~aiopdbp.bench.stats` -- the paper's statistic, ratios, merging;
+* :mod:`~aiopdbp.bench.report` / :mod:`~aiopdbp.bench.plots` -- table, JSON, CSV, PNG.
+
+Nothing here imports mpi4py until a job starts.
+"""
+
+from __future__ import annotations
+
+from .cli import main, register
+
+__all__ = ["main", "register"]

@@ -1,0 +1,222 @@
+"""``aiopdbp bench``: the command line, self-launching and sweeps over rank counts.
+
+* Inside an MPI job (``mpiexec -n N python -m aiopdbp bench ...`` or
+  ``aiopdbp launch -n N -m aiopdbp bench ...``) every rank runs the job
+  (:func:`aiopdbp.bench.runner.run_job`); rank 0 prints and writes the results.
+* Outside one, ``aiopdbp bench -n N ...`` launches itself with
+  :func:`aiopdbp.launch.launch` (``-n 2`` when not given); ``-n 2,3,4`` runs
+  one job per rank count, each into ``OUT/nN/``, then merges their results
+  into ``OUT/`` (JSON, CSV, plots with one line per rank count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .plan import DEFAULT_SIZES, Options, parse_rate, parse_sizes
+from .workload import IMPLS, TESTS
+
+__all__ = ["build_parser", "main", "register"]
+
+HELP = "benchmarks: aiopdbp vs raw mpi4py, MPI_Alltoall and an asyncio floor (aiopdbp bench -h)"
+_LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "SLURM_STEP_NUM_TASKS")
+
+
+def _csv(kind: tuple[str, ...]) -> Any:
+    def parse(text: str) -> tuple[str, ...]:
+        items = tuple(x.strip() for x in text.split(",") if x.strip())
+        bad = [x for x in items if x not in kind]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(f"choose from {', '.join(kind)} (got {text!r})")
+        return items
+    return parse
+
+
+def _type(fn: Any) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            return fn(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return parse
+
+
+def _ranks(text: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"-n wants N or a list N1,N2,... (got {text!r})") from None
+    if not out or min(out) < 2:
+        raise argparse.ArgumentTypeError("every rank count must be >= 2")
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``aiopdbp bench`` (its own: the main CLI hands over raw arguments)."""
+    d = Options()
+    p = argparse.ArgumentParser(
+        prog="aiopdbp bench", allow_abbrev=False,
+        description="Reproduce the PDBP paper's experiments (1-to-N, N-to-1, N-to-N) and the "
+        "OSU-style point-to-point tests with aiopdbp, side by side with raw mpi4py, "
+        "MPI_Alltoall and an asyncio floor, in the same job. Results: table, JSON, CSV, PNG.",
+        epilog="examples: aiopdbp bench --quick | aiopdbp bench -n 2,3,4 --tests NtoN --tcp | "
+        "mpiexec -n 4 python -m aiopdbp bench --tests 1toN,Nto1 --sizes 4K,64K,1M")
+    a = p.add_argument
+    a("-n", "--ranks", type=_ranks, default=None, metavar="N[,N...]",
+      help="launch N ranks with mpiexec (a list: one job per rank count, results merged); "
+      "default 2, or the size of the MPI job this runs in")
+    a("--tcp", action="store_true", help="force MPICH's TCP path between local ranks (when launching)")
+    a("--quick", action="store_true", help="every test, 4 sizes, small volumes, 3 repeats (< 1 min, 2 ranks)")
+    a("--tests", type=_csv(TESTS), default=d.tests, help=f"comma list of {', '.join(TESTS)} (default all)")
+    a("--impls", type=_csv(IMPLS), default=d.impls, help=f"comma list of {', '.join(IMPLS)} (default all)")
+    a("--sizes", type=_type(parse_sizes), default=None,
+      help="unit sizes of the patterns, e.g. 64,291,4K,1M (default "
+      f"{','.join(map(str, DEFAULT_SIZES))})")
+    a("--bw-sizes", type=_type(parse_sizes), default=None, help="sizes of the bw test (64K,1M,4M)")
+    a("--lat-sizes", type=_type(parse_sizes), default=None, help="sizes of the latency test (8)")
+    a("--rate-sizes", type=_type(parse_sizes), default=None, help="sizes of the rate test (64)")
+    a("--gps-per-rank", type=int, default=d.gps_per_rank, metavar="K",
+      help="GPs per rank in the patterns: GP j sends to GP j of every peer (default 1)")
+    a("--repeat", type=int, default=None, metavar="R", help="measured runs per point (default 5)")
+    a("--warmup", type=int, default=None, help="unmeasured runs per point and impl (default 1)")
+    a("--bytes-per-flow", type=_type(lambda t: int(parse_sizes(t)[0])), default=None,
+      help="volume of each flow in a pattern (default 32M, quick 1M)")
+    a("--min-units", type=int, default=None, help="fewest units per flow (default 8)")
+    a("--max-units", type=int, default=None, help="most units per flow (default 20000, quick 2000)")
+    a("--lat-iters", type=int, default=None, help="round trips per latency run (default 2000)")
+    a("--rate-units", type=int, default=None, help="messages per pair per rate run (default 100000)")
+    a("--window", type=int, default=d.window, help="raw Isend window / floor in-flight limit (64)")
+    a("--stream-recv", choices=("iter", "read"), default=d.stream_recv,
+      help="stream receivers: 'iter' (async for seg in stream) or 'read' (await stream.read())")
+    a("--timeout", type=float, default=d.timeout, help="seconds any one run may take (300)")
+    a("--out", default="", help="output folder (default ./aiopdbp-bench-YYYYmmdd-HHMMSS)")
+    a("--no-plots", dest="plots", action="store_false", help="no PNG plots")
+    a("--profile", action="store_true", help="cProfile every rank during the --profile-impls runs")
+    a("--profile-impls", type=_csv(IMPLS), default=d.profile_impls, help="(aiopdbp-msg,aiopdbp-stream)")
+    a("--inject-fault", choices=IMPLS, default="",
+      help="self-test: corrupt one byte of one unit sent by IMPL; the run must fail (exit 1)")
+    a("--link", default=os.environ.get("AIOPDBP_BENCH_LINK", ""),
+      help="label of the link, e.g. 'emulated 1gbit' (env AIOPDBP_BENCH_LINK)")
+    a("--line-rate", type=_type(parse_rate), default=0.0,
+      help="configured line rate (1gbit, 100mbit): rows get the fraction of it")
+    a("--seed", type=int, default=d.seed, help="seed of the payloads")
+    a("--no-uvloop", dest="uvloop", action="store_false", help="asyncio's default loop")
+    return p
+
+
+def to_options(ns: argparse.Namespace, argv: Sequence[str]) -> Options:
+    """Options of a job from parsed arguments (quick presets first, explicit values win)."""
+    o = Options()
+    if ns.quick:
+        o.apply_quick()
+    o.tests, o.impls, o.gps_per_rank, o.window = ns.tests, ns.impls, ns.gps_per_rank, ns.window
+    o.stream_recv, o.timeout, o.out, o.plots = ns.stream_recv, ns.timeout, ns.out, ns.plots
+    o.profile, o.profile_impls, o.inject_fault = ns.profile, ns.profile_impls, ns.inject_fault
+    o.link, o.line_rate, o.seed, o.uvloop = ns.link, ns.line_rate, ns.seed, ns.uvloop
+    for name in ("sizes", "bw_sizes", "lat_sizes", "rate_sizes", "repeat", "warmup", "bytes_per_flow",
+                 "min_units", "max_units", "lat_iters", "rate_units"):
+        v = getattr(ns, name)
+        if v is not None:
+            setattr(o, name, v)
+    o.command = ["aiopdbp", "bench", *argv]
+    o.check()
+    return o
+
+
+def _in_mpi_job() -> bool:
+    return any(v in os.environ for v in _LAUNCHER_VARS)
+
+
+def _world_size() -> int:
+    from ..transport.mpi import mpi_world_size
+
+    return mpi_world_size()
+
+
+def _child_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` without the options that only the launching process uses."""
+    out: list[str] = []
+    skip = False
+    for tok in argv:
+        if skip:
+            skip = False
+        elif tok in ("-n", "--ranks", "--out"):
+            skip = True
+        elif tok.startswith(("--ranks=", "--out=")) or (tok.startswith("-n") and not tok.startswith("--")):
+            pass  # -nN, -n=N
+        elif tok != "--tcp":
+            out.append(tok)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``aiopdbp bench [options]``; returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    ns = parser.parse_args(args)
+    try:
+        opts = to_options(ns, args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if _in_mpi_job():
+        size = _world_size()
+        if size < 2:
+            print("aiopdbp bench: needs at least 2 ranks (mpiexec -n 2 ...)", file=sys.stderr)
+            return 2
+        if ns.ranks is not None and ns.ranks != [size]:
+            print(f"aiopdbp bench: -n {ns.ranks} inside an MPI job of {size} ranks; run it "
+                  "outside mpiexec to launch other rank counts", file=sys.stderr)
+            return 2
+        from .runner import run_job
+
+        return run_job(opts)
+    return _launch(ns, opts, args)
+
+
+def _launch(ns: argparse.Namespace, opts: Options, argv: Sequence[str]) -> int:
+    from ..launch import launch
+
+    ranks = ns.ranks or [2]
+    out = Path(opts.out or time.strftime("aiopdbp-bench-%Y%m%d-%H%M%S")).resolve()
+    base = ["-m", "aiopdbp.bench", *_child_argv(argv)]
+    if len(ranks) == 1:
+        try:
+            return launch(ranks[0], [*base, "--out", str(out)], tcp=ns.tcp)
+        except FileNotFoundError as exc:
+            print(f"aiopdbp bench: {exc}", file=sys.stderr)
+            return 127
+    docs: list[dict[str, Any]] = []
+    for n in ranks:
+        sub = out / f"n{n}"
+        print(f"aiopdbp bench: job {len(docs) + 1}/{len(ranks)}: {n} ranks -> {sub}", flush=True)
+        try:
+            rc = launch(n, [*base, "--out", str(sub), "--no-plots"], tcp=ns.tcp)
+        except FileNotFoundError as exc:
+            print(f"aiopdbp bench: {exc}", file=sys.stderr)
+            return 127
+        if rc != 0:
+            print(f"aiopdbp bench: the {n}-rank job failed (exit {rc}); nothing merged",
+                  file=sys.stderr)
+            return rc
+        docs.append(json.loads((sub / "bench.json").read_text(encoding="utf-8")))
+    from .report import build_summary, finish
+    from .stats import merge_results
+
+    merged = merge_results(docs)
+    merged["summary"] = build_summary(merged["rows"])
+    merged["meta"]["command"] = " ".join(opts.command)
+    finish(out, merged, plots=opts.plots)
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``bench`` to the main CLI's subcommands (for ``aiopdbp -h``); the main
+    CLI hands ``aiopdbp bench ...`` arguments to :func:`main` unparsed."""
+    sub.add_parser("bench", help=HELP, add_help=False)
