@@ -32,6 +32,9 @@ and every error path can be tested on a machine without a GPU:
   simulated kernel) on a stream; :meth:`SimBackend.hold` stalls a stream until
   the test releases it.  Together they stand in for "the producer's work is
   still pending on its stream", which the staging must order after.
+  :meth:`SimBackend.gate` holds back one particular future copy (the *n*-th
+  of its kind) until released: a deterministic interleaving, e.g. "copy 2
+  runs while send 1 is in flight", without relying on timing.
 * **Errors**: :class:`Fault` makes the *n*-th operation of a kind fail, either
   when it is queued (the call raises ``DeviceError``, nothing is queued) or
   when it runs (no bytes move; the next event recorded on that stream raises
@@ -180,18 +183,18 @@ class SimEvent:
 
 
 class SimHold:
-    """Stalls one stream until :meth:`release` (see :meth:`SimBackend.hold`)."""
+    """Stalls stream work until :meth:`release` (:meth:`SimBackend.hold`, :meth:`SimBackend.gate`)."""
 
     def __init__(self, event: SimEvent) -> None:
-        self._event = event
+        self.event = event
 
     def release(self) -> None:
-        if not self._event._flag.is_set():
-            self._event._complete(None)
+        if not self.event._flag.is_set():
+            self.event._complete(None)
 
 
 class _Op:
-    __slots__ = ("kind", "fn", "nbytes", "fail", "sticky", "event", "wait_for")
+    __slots__ = ("kind", "fn", "nbytes", "fail", "sticky", "event", "wait_for", "gate")
 
     def __init__(self, kind: str, fn: Callable[[], None] | None = None, nbytes: int = 0) -> None:
         self.kind = kind
@@ -201,6 +204,7 @@ class _Op:
         self.sticky = False
         self.event: SimEvent | None = None  # kind "record": the event to complete
         self.wait_for: SimEvent | None = None  # kind "wait": the event to wait on
+        self.gate: SimEvent | None = None  # a copy or kernel waits for this before it starts
 
 
 class SimStream:
@@ -273,15 +277,13 @@ class SimStream:
             return
         if op.kind == "wait":
             assert op.wait_for is not None
-            while not op.wait_for._flag.wait(0.05):
-                if be._stop.is_set():
-                    break
-            err = op.wait_for._error if op.wait_for._flag.is_set() else closed
+            err = self._wait(op.wait_for, closed)
             if err is not None:  # work ordered after failed work fails too
                 self._pending_error = self._pending_error or err
             return
+        gate_error = self._wait(op.gate, closed) if op.gate is not None else None
         be._log("start", op.kind, self.name, op.nbytes)
-        error = self._sticky or op.fail
+        error = self._sticky or op.fail or gate_error
         if error is None:
             delay = be.copy_delay + be.byte_delay * op.nbytes if op.kind != "kernel" else 0.0
             if delay > 0 and be._stop.wait(delay):
@@ -298,6 +300,14 @@ class SimStream:
             be._log("failed", op.kind, self.name, op.nbytes)
         else:
             be._log("end", op.kind, self.name, op.nbytes)
+
+
+    def _wait(self, event: SimEvent, closed: BaseException) -> BaseException | None:
+        """Stall this worker until ``event`` completes (or the backend closes)."""
+        while not event._flag.wait(0.05):
+            if self._backend._stop.is_set():
+                return closed
+        return event._error
 
 
 def _bytes_of(arr: SimArray) -> npt.NDArray[np.uint8]:
@@ -341,6 +351,7 @@ class SimBackend(DeviceBackend):
         self._stop = threading.Event()
         self._streams: list[SimStream] = []
         self._holds: list[SimHold] = []
+        self._gates: dict[tuple[str, int], SimHold] = {}
         self._current = [self._new_stream(d, f"dev{d}-current") for d in range(devices)]
         self._tls = threading.local()
         self._closed = False
@@ -449,6 +460,16 @@ class SimBackend(DeviceBackend):
         self.wait_event(stream, event)
         return hold
 
+    def gate(self, op: OpKind, nth: int) -> SimHold:
+        """Make the ``nth`` operation of kind ``op`` (counted as for
+        :class:`Fault`, not yet queued) wait, on its stream, until the returned
+        hold is released: deterministic interleavings for tests."""
+        hold = SimHold(SimEvent(f"gate {op} #{nth}"))
+        with self._lock:
+            self._gates[(op, nth)] = hold
+            self._holds.append(hold)
+        return hold
+
     def note(self, text: str) -> int:
         """Add a caller's mark to :attr:`trace`; returns its sequence number."""
         return self._log("note", text, "", 0)
@@ -461,9 +482,11 @@ class SimBackend(DeviceBackend):
         self._stop.set()
         with self._lock:
             holds, streams = list(self._holds), list(self._streams)
+        threads = [t for t in (s._stop() for s in streams) if t is not None]  # before waking them
+        closed = ClosedResourceError("simulated backend closed")
         for hold in holds:
-            hold.release()
-        threads = [t for t in (s._stop() for s in streams) if t is not None]
+            if not hold.event._flag.is_set():
+                hold.event._complete(closed)
         for t in threads:
             t.join()
 
@@ -489,6 +512,9 @@ class SimBackend(DeviceBackend):
         with self._lock:
             self._counts[kind] += 1
             n = self._counts[kind]
+            gate = self._gates.pop((kind, n), None)
+        if gate is not None:
+            op.gate = gate.event
         for fault in self.faults:
             if fault.op == kind and fault.nth == n:
                 err = SimFault(f"injected failure of {kind} #{n}")

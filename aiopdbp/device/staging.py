@@ -622,6 +622,7 @@ class Stager:
                          piece_size=piece_size or self.pool.chunk_size,
                          max_in_flight=max_in_flight or self.max_in_flight, on_done=on_done)
         self._live.append(t)
+        t.poll()  # the first copies start now, not at the next progress step
         return t
 
     def recv(
@@ -632,6 +633,7 @@ class Stager:
         t = RecvTransfer(self.backend, self.pool, meta, device, self.copy_streams(device)[1], post_recv,
                          max_in_flight=max_in_flight or self.max_in_flight, on_segment=on_segment, on_done=on_done)
         self._live.append(t)
+        t.poll()  # the first receives are posted now
         return t
 
     @property
