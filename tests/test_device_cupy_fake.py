@@ -184,3 +184,15 @@ def test_fake_cupy_select_device_and_errors(dev: FakeHarness) -> None:
     assert isinstance(info.value.__cause__, fake_cupy.CUDARuntimeError)
     with pytest.raises(TypeError):
         dev.backend.inspect(np.zeros(3))
+
+
+def test_fake_cupy_from_host_and_copy_d2d_use_the_right_pointers(dev: FakeHarness) -> None:
+    host = np.arange(24, dtype=np.int16).reshape(4, 6)
+    s = dev.backend.create_stream(1)
+    arr, ev = dev.backend.from_host(host.tobytes(), host.dtype, (4, 6), "C", 1, s)
+    assert ev.done() and arr.device.id == 1
+    np.testing.assert_array_equal(arr.get(), host)
+    dst = dev.backend.empty((4, 6), np.int16, "C", 0)
+    dev.backend.copy_d2d(arr, dst, s)
+    np.testing.assert_array_equal(dst.get(), host)
+    assert dev.runtime.calls[-1][:3] == ("memcpyAsync", 4, host.nbytes)  # cudaMemcpyDefault (peer)

@@ -233,6 +233,29 @@ def test_sim_close_fails_pending_events_and_joins_every_worker() -> None:
         be.record_event(s)
 
 
+def test_from_host_wraps_received_bytes_as_a_device_array(sim: SimBackend) -> None:
+    host = np.asfortranarray(np.arange(12, dtype=">i4").reshape(3, 4))
+    copy_stream = sim.create_stream(1)
+    arr, ev = sim.from_host(memoryview(host.tobytes(order="A")), host.dtype, (3, 4), "F", 1, copy_stream)
+    ev.synchronize()
+    info = sim.inspect(arr)
+    assert (info.device, info.dtype, info.shape, info.order) == (1, host.dtype, (3, 4), "F")
+    np.testing.assert_array_equal(arr.get(), host)
+    with pytest.raises(ValueError, match="cannot hold"):
+        sim.from_host(b"abc", np.int32, (1,), "C", 0, copy_stream)
+
+
+def test_copy_d2d_moves_an_array_across_devices(sim: SimBackend) -> None:
+    src = sim.asarray(np.arange(10.0), device=0)
+    dst = sim.empty((10,), np.float64, "C", 1)
+    s = sim.create_stream(1)
+    sim.copy_d2d(src, dst, s)
+    sim.record_event(s).synchronize()
+    np.testing.assert_array_equal(dst.get(), np.arange(10.0))
+    with pytest.raises(ValueError):
+        sim.copy_d2d(src, sim.empty((3,), np.float64, "C", 1), s)
+
+
 def test_sim_rejects_out_of_range_copies_and_foreign_objects(sim: SimBackend) -> None:
     arr = sim.asarray(np.zeros(4, np.uint8))
     with pytest.raises(ValueError):
