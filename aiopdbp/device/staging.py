@@ -615,8 +615,12 @@ class Stager:
         self, obj: Any, post_send: PostFn, *, piece_size: int | None = None,
         max_in_flight: int | None = None, on_done: DoneFn | None = None,
     ) -> SendTransfer:
-        """Start staging device array ``obj`` out.  Call it synchronously when
-        the user sends: the producer's stream is captured now."""
+        """Start staging device array ``obj`` out and queue its first copies.
+
+        Call it synchronously when the user sends: the producer's stream is
+        captured now.  Raises ``TypeError`` for an object the backend cannot
+        use and ``DeviceError`` when CUDA fails before anything is queued;
+        ``on_done`` may run before this returns (an empty array, a failure)."""
         info = self.backend.inspect(obj)
         t = SendTransfer(self.backend, self.pool, info, self.copy_streams(info.device)[0], post_send,
                          piece_size=piece_size or self.pool.chunk_size,
@@ -629,7 +633,10 @@ class Stager:
         self, meta: ArrayMeta, post_recv: PostFn, *, device: int, max_in_flight: int | None = None,
         on_segment: SegmentFn | None = None, on_done: DoneFn | None = None,
     ) -> RecvTransfer:
-        """Start receiving an array described by ``meta`` onto ``device``."""
+        """Allocate the destination on ``device`` and post the first receives.
+
+        ``DeviceError`` when the allocation fails; ``on_done`` may run before
+        this returns (an empty array, a failing receive primitive)."""
         t = RecvTransfer(self.backend, self.pool, meta, device, self.copy_streams(device)[1], post_recv,
                          max_in_flight=max_in_flight or self.max_in_flight, on_segment=on_segment, on_done=on_done)
         self._live.append(t)
