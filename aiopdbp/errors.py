@@ -67,3 +67,11 @@ class BarrierError(BrokenResourceError):
 
 class TransportError(BrokenResourceError):
     """The transport to another host failed (peer left, MPI error)."""
+
+
+class DeviceError(PDBPError):
+    """A device (CUDA or simulated) operation failed: an allocation, an async
+    copy, an event or stream call.  The backend's own exception (e.g. CuPy's
+    ``CUDARuntimeError``) is attached as ``__cause__``.  A transfer that hits
+    one fails; a stream sender's failure reaches the receiver as
+    :class:`StreamError`."""
