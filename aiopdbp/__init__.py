@@ -12,11 +12,14 @@ from .errors import (
     BarrierError,
     BrokenResourceError,
     ClosedResourceError,
+    DeviceError,
     DuplicateProcessError,
     HandshakeError,
+    HostLostError,
     NoPipeError,
     PDBPError,
     ProtocolError,
+    RankFailedError,
     StreamError,
     TransportError,
     UnknownProcessError,
@@ -42,7 +45,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CDU", "GP", "BarrierError", "BrokenResourceError", "ClosedResourceError",
-    "DuplicateProcessError", "HandshakeError", "IncomingStream", "Kind", "Message", "NoPipeError",
+    "DeviceError", "DuplicateProcessError", "HandshakeError", "HostLostError", "RankFailedError", "IncomingStream", "Kind", "Message", "NoPipeError",
     "Node", "NodeType", "PDBPError", "PType", "Pipe", "PipePool", "ProtocolError", "StreamError",
     "StreamOp", "Tables", "TransportError", "UnknownProcessError", "WouldBlock", "__version__",
     "open_node", "run", "ALGORITHMS", "Barrier", "BarrierStats", "BarrierSummary",

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 
 class PDBPError(Exception):
-    """Base class of every error raised by aiopdbp."""
+    """Base class of every error raised by aiopdbp.
+
+    ``origin_rank`` is set when the error only reflects something another
+    rank did or suffered (its GP failed or left, it was interrupted or
+    lost): under MPI such an error is reported as a *consequence* of that
+    rank, whose own traceback is shown instead.
+    """
+
+    origin_rank: int | None = None
 
 
 class ProtocolError(PDBPError):
@@ -19,11 +27,21 @@ class ProtocolError(PDBPError):
 
 
 class UnknownProcessError(PDBPError, LookupError):
-    """A generalized process name that is registered on no host."""
+    """A generalized process name that is registered on no host.
 
-    def __init__(self, name: str) -> None:
-        super().__init__(f"no generalized process named {name!r} is registered")
+    ``waited`` is how long the caller waited for the name (see the name rule
+    in the README); the message says how to wait longer.
+    """
+
+    def __init__(self, name: str, waited: float | None = None) -> None:
+        if waited is None:
+            msg = f"no generalized process named {name!r} is registered"
+        else:
+            msg = (f"no generalized process named {name!r} was registered within {waited:g} s "
+                   "(wait longer with timeout=... or open_node(name_timeout=...))")
+        super().__init__(msg)
         self.name = name
+        self.waited = waited
 
 
 class DuplicateProcessError(PDBPError, ValueError):
@@ -67,6 +85,25 @@ class BarrierError(BrokenResourceError):
 
 class TransportError(BrokenResourceError):
     """The transport to another host failed (peer left, MPI error)."""
+
+
+class RankFailedError(BrokenResourceError):
+    """Another rank of the job failed (its program raised) or was
+    interrupted: what depended on it cannot complete.  ``origin_rank`` names
+    it; its own traceback is printed by that rank."""
+
+    def __init__(self, message: str, origin_rank: int) -> None:
+        super().__init__(message)
+        self.origin_rank = origin_rank
+
+
+class HostLostError(TransportError):
+    """A host stopped answering (it died, never joined, or is unreachable)
+    within the liveness timeout.  ``origin_rank`` is the lost rank."""
+
+    def __init__(self, message: str, origin_rank: int) -> None:
+        super().__init__(message)
+        self.origin_rank = origin_rank
 
 
 class DeviceError(PDBPError):

@@ -15,20 +15,23 @@ ignore these variables.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .emulate import EmulateConfig
 
-__all__ = ["find_mpiexec", "launch", "launch_command", "launch_env", "TCP_ENV"]
+__all__ = ["JobWatch", "find_mpiexec", "launch", "launch_command", "launch_env", "run_job", "TCP_ENV"]
 
 #: environment that forces MPICH onto TCP between local ranks
 TCP_ENV: Mapping[str, str] = {
@@ -108,6 +111,144 @@ def launch_command(
     return [find_mpiexec(), *mpiexec_args, "-n", str(n), python or sys.executable, *argv]
 
 
+class JobWatch:
+    """Watches the processes of one ``mpiexec`` job from outside (Linux /proc).
+
+    A thread polls every ``interval`` seconds: the job's processes (the
+    descendants of ``mpiexec``), its *ranks* (children of hydra's
+    ``hydra_pmi_proxy``), and the MPICH shared-memory segments
+    (``/dev/shm/mpich_shm_*``) that any of them maps.  Those segments belong
+    to this job -- ownership, never a glob over everyone's files -- so
+    :meth:`remove_leftovers` may delete the ones still there once the job has
+    ended (MPICH leaves them behind when a job is aborted or killed).
+    """
+
+    def __init__(self, root: int, interval: float = 0.1) -> None:
+        self.root = root
+        self.interval = interval
+        self.pids: dict[int, str] = {}       # pid -> start time (guards pid reuse)
+        self.ranks: set[int] = set()
+        self.segments: set[str] = set()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="aiopdbp-jobwatch", daemon=True)
+
+    def start(self) -> JobWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(2.0)
+        self.scan()  # a last look (processes that are still around)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.scan()
+            self._stop.wait(self.interval)
+
+    def scan(self) -> None:
+        """One look at the process tree under ``root``."""
+        if not os.path.isdir("/proc"):
+            return
+        children: dict[int, list[int]] = {}
+        parent: dict[int, int] = {}
+        info: dict[int, tuple[str, str]] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            close = stat.rfind(")")
+            comm = stat[stat.find("(") + 1:close]
+            fields = stat[close + 2:].split()
+            if len(fields) < 20:
+                continue
+            pid = int(entry)
+            parent[pid] = int(fields[1])
+            children.setdefault(parent[pid], []).append(pid)
+            info[pid] = (comm, fields[19])
+        found: list[int] = []
+        todo = [self.root]
+        while todo:
+            pid = todo.pop()
+            for child in children.get(pid, ()):
+                found.append(child)
+                todo.append(child)
+        with self._lock:
+            for pid in found:
+                comm, start = info[pid]
+                self.pids.setdefault(pid, start)
+                if info.get(parent[pid], ("", ""))[0] == "hydra_pmi_proxy":
+                    self.ranks.add(pid)
+        for pid in found:
+            try:
+                with open(f"/proc/{pid}/maps", encoding="ascii", errors="replace") as f:
+                    for line in f:
+                        if "/dev/shm/mpich_shm_" in line and "(deleted)" not in line:
+                            self.segments.add(line.split(None, 5)[5].strip())
+            except (OSError, IndexError):
+                continue
+
+    def alive(self) -> list[int]:
+        """The job's processes still running (same pid *and* start time)."""
+        out = []
+        with self._lock:
+            items = list(self.pids.items())
+        for pid, start in items:
+            try:
+                with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2:].split()
+            if len(fields) > 19 and fields[19] == start and fields[0] != "Z":
+                out.append(pid)
+        return out
+
+    def signal_ranks(self, sig: int) -> bool:
+        """Send ``sig`` to the ranks themselves; False when none is known yet."""
+        with self._lock:
+            ranks = list(self.ranks)
+        alive = set(self.alive())
+        sent = False
+        for pid in ranks:
+            if pid in alive:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)
+                    sent = True
+        return sent
+
+    def kill_all(self) -> None:
+        """SIGKILL every process of the job that is still running."""
+        for pid in self.alive():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+    def remove_leftovers(self) -> list[str]:
+        """Delete the job's shared-memory segments that are still there."""
+        removed = []
+        for path in sorted(self.segments):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed.append(path)
+        return removed
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """mpiexec gets SIGTERM (and forwards it to the ranks) if the launcher dies."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
 def launch(
     n: int,
     argv: Sequence[str],
@@ -117,6 +258,7 @@ def launch(
     mpiexec_args: Iterable[str] = (),
     timeout: float | None = None,
     emulate: EmulateConfig | str | None = None,
+    grace: float = 5.0,
 ) -> int:
     """Run ``mpiexec -n N python argv...`` and return its exit code.
 
@@ -124,11 +266,18 @@ def launch(
     ``-m module ...``).  ``tcp`` forces the network path (see module doc);
     ``extra_env`` adds variables; ``mpiexec_args`` go before ``-n``.  A
     signal death is reported as ``128 + signal`` like a shell does; on
-    ``timeout`` the job is killed and 124 returned.  Ctrl-C reaches mpiexec
-    (same process group), which forwards it to the ranks; we wait for it.
+    ``timeout`` the job is killed and 124 returned.
     ``emulate`` (an :class:`~aiopdbp.emulate.EmulateConfig` or a link rate
     such as ``"1gbit"``) runs the ranks on an emulated cluster, one host per
     rank by default (see :mod:`aiopdbp.emulate`; needs root).
+
+    Interrupts: ``mpiexec`` runs in a session of its own; a SIGINT (Ctrl-C)
+    or SIGTERM to the launcher is passed straight to the ranks, which stop
+    every rank (see :mod:`aiopdbp.job`); after ``grace`` seconds, or at a
+    second Ctrl-C, whatever is left of the job is killed.  The launcher
+    prints one line and returns 130 (SIGINT) or 143 (SIGTERM).  Whatever
+    the end, the MPICH shared-memory segments the job's processes mapped and
+    left behind are removed (:class:`JobWatch`).
     """
     if emulate is not None:
         from .emulate import launch_emulated
@@ -137,23 +286,71 @@ def launch(
                                mpiexec_args=list(mpiexec_args), timeout=timeout,
                                log=lambda line: print(f"aiopdbp launch: {line}", file=sys.stderr))
     cmd = launch_command(n, argv, mpiexec_args=mpiexec_args)
-    env = launch_env(tcp=tcp, extra_env=extra_env)
-    proc = subprocess.Popen(cmd, env=env)
+    env = launch_env(tcp=tcp, extra_env={"AIOPDBP_LAUNCHER": "1", **(extra_env or {})})
+    return run_job(cmd, env, timeout=timeout, grace=grace)
+
+
+def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
+            timeout: float | None = None, grace: float = 5.0,
+            say: Callable[[str], None] | None = None, **popen: Any) -> int:
+    """Run an ``mpiexec`` command line as :func:`launch` does (signals,
+    leftovers) and return its exit status; ``popen`` goes to ``Popen``."""
+    say = say or (lambda line: print(f"aiopdbp launch: {line}", file=sys.stderr, flush=True))
+    got: list[tuple[int, float]] = []
+    main_thread = threading.current_thread() is threading.main_thread()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        got.append((signum, time.monotonic()))
+        if len(got) > 1 and signum == signal.SIGINT:
+            watch.kill_all()  # the second Ctrl-C: no more waiting
+            return
+        if not watch.signal_ranks(signum):
+            with contextlib.suppress(OSError):
+                proc.send_signal(signum)
+
+    proc = subprocess.Popen(list(cmd), env=None if env is None else dict(env), start_new_session=True,
+                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                            **popen)
+    watch = JobWatch(proc.pid).start()
+    old: dict[int, Any] = {}
+    if main_thread:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, on_signal)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    rc: int | None = None
+    timed_out = False
     try:
-        rc = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        while rc is None:
+            rc = proc.poll()
+            if rc is not None:
+                break
+            now = time.monotonic()
+            if got and now - got[0][1] > grace:
+                watch.kill_all()
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            if deadline is not None and now > deadline and not timed_out:
+                timed_out = True
+                watch.signal_ranks(signal.SIGTERM)
+                with contextlib.suppress(OSError):
+                    proc.terminate()
+                got.append((signal.SIGTERM, now))
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                rc = proc.wait(0.05)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        watch.stop()
+        watch.kill_all()  # ranks that outlived mpiexec
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        watch.remove_leftovers()
+    if timed_out:
+        say(f"job timed out after {timeout:g} s and was stopped")
         return 124
-    except KeyboardInterrupt:
-        try:
-            rc = proc.wait(10)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            proc.kill()
-            proc.wait()
-            return 128 + signal.SIGINT
+    if got:
+        signum, t0 = got[0]
+        name = signal.Signals(signum).name
+        say(f"interrupted by {name}; the job ended {time.monotonic() - t0:.2f} s later")
+        return 128 + signum
     return 128 - rc if rc < 0 else rc

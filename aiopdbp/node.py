@@ -23,6 +23,8 @@ from collections.abc import AsyncIterator, Awaitable, Coroutine
 from typing import Any, TypeVar
 
 from .codec import CDU, Kind, StreamOp
+from .job import current_job
+from .job import run as run
 from .errors import BrokenResourceError, ClosedResourceError, NoPipeError, UnknownProcessError, WouldBlock
 from .manager import PipeManager, Target
 from .pipes import Pipe, PipePool
@@ -109,6 +111,9 @@ class Node:
         self.manager.start()
         if self._remote is not None:
             await self._remote.start()
+            job = current_job()
+            if job is not None:
+                job.attach(self._remote)
         else:
             self.tables.apply("node_add", (0, socket.gethostname(), _host_ip(), int(NodeType.MASTER)))
 
@@ -140,6 +145,9 @@ class Node:
             self._name_waiters.clear()
             self._bind_waiters.clear()
             if self._remote is not None:
+                job = current_job()
+                if job is not None:
+                    job.detach(self._remote)
                 await self._remote.stop()
             for stream in list(self._streams_in.values()):
                 stream._fail(BrokenResourceError("node closed"))
@@ -150,7 +158,7 @@ class Node:
             self.cps_streams.close()
             await self.manager.stop()
             if self.transport is not None:
-                await self.transport.aclose()
+                await self.transport.aclose(graceful=graceful)
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until everything sent so far has left this host: routed by the
@@ -179,9 +187,16 @@ class Node:
             raise
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        # An error leaving the block: close at once; under MPI, run() then
-        # aborts the job instead of letting the other ranks wait for a BYE.
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: object) -> None:
+        # An error leaving the block under MPI fails the job: this rank's
+        # traceback is printed and the peers are told *before* anything
+        # closes (so no consequence on a peer is reported first); then the
+        # node closes at once instead of making the others wait for a BYE.
+        job = current_job()
+        if exc is not None and self._remote is not None and job is not None and job.under_mpi \
+                and job.stop is None:
+            await job.fail(exc, peer=self._remote)
         await self.aclose(graceful=exc_type is None or self._remote is None)
 
     # -- the single point of table updates ------------------------------------
@@ -278,10 +293,14 @@ class Node:
         """``async with node.process(name) as gp``: register + apply a pipe on
         entry, release + free on exit (whatever the exit)."""
         gp = await self.register(name, ptype, bind=True)
+        failure: BaseException | None = None
         try:
             yield gp
+        except BaseException as exc:
+            failure = exc
+            raise
         finally:
-            await gp.free()
+            await gp.free(reason=failure)
 
     async def _apply_pipe(self, gp: GP, timeout: float | None) -> None:
         if self._closed:
@@ -294,11 +313,13 @@ class Node:
             raise
         gp._pipe = pipe
 
-    async def _release_pipe(self, gp: GP) -> None:
+    async def _release_pipe(self, gp: GP, reason: BaseException | None = None) -> None:
         pipe, gp._pipe = gp._pipe, None
         if pipe is None:
             return
-        self._abort_streams_to(gp.pid, f"GP {gp.name!r} released its pipe")
+        why = (f"GP {gp.name!r} on rank {self.rank} released its pipe" if reason is None else
+               f"GP {gp.name!r} on rank {self.rank} left with {type(reason).__name__}: {reason}")
+        self._abort_streams_to(gp.pid, why)
         self.pps.release(pipe)
         await self._commit("pipe_release", gp.pid)
 
@@ -539,8 +560,8 @@ class Node:
             log.warning("dropping a CDU for pid %d: %s", pid, exc)
             return None
 
-    def _stream_done(self, key: tuple[int, int], error: str | None) -> None:
-        """A remote receiver consumed (or gave up) the stream ``key``."""
+    def _stream_done(self, key: tuple[int, int], error: str | None, origin: int | None = None) -> None:
+        """A receiver (on rank ``origin``) consumed (or gave up) the stream ``key``."""
         out = self._streams_out.get(key)
         if out is None:
             return
@@ -549,6 +570,8 @@ class Node:
                 out.done.set_result(None)
         else:
             out.broken = BrokenResourceError(f"stream receiver failed: {error}")
+            if origin is not None and origin != self.rank:
+                out.broken.origin_rank = origin
             if not out.done.done():
                 out.done.set_exception(out.broken)
                 out.done.exception()
@@ -652,57 +675,3 @@ def _default_transport() -> Transport | None:
     if mpi_world_size() > 1:
         return MPITransport()
     return None
-
-
-def run(main: Coroutine[Any, Any, T] | Awaitable[T], *, use_uvloop: bool | None = None, debug: bool = False) -> T:
-    """Run ``main`` to completion in a new event loop (uvloop when present).
-
-    ``use_uvloop=None`` uses uvloop if it is installed and the environment
-    variable ``AIOPDBP_UVLOOP`` is not ``0``.
-    """
-    if use_uvloop is None:
-        use_uvloop = os.environ.get("AIOPDBP_UVLOOP", "1") != "0"
-    coro = main if asyncio.iscoroutine(main) else _await(main)
-    if _under_mpi():
-        coro = _abort_on_error(coro)
-    if use_uvloop:
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            return uvloop.run(coro, debug=debug)
-    return asyncio.run(coro, debug=debug)
-
-
-async def _await(aw: Awaitable[T]) -> T:
-    return await aw
-
-
-def _under_mpi() -> bool:
-    try:
-        from .transport.mpi import mpi_world_size
-    except ImportError:
-        return False
-    return mpi_world_size() > 1
-
-
-async def _abort_on_error(coro: Awaitable[T]) -> T:
-    """Under MPI an exception that escapes the program ends the whole job
-    with its traceback: the other ranks would otherwise wait for this one."""
-    try:
-        return await coro
-    except Exception:
-        import sys
-        import traceback
-
-        from .transport.mpi import load_mpi
-
-        traceback.print_exc()
-        sys.stderr.flush()
-        mpi = load_mpi()
-        if mpi.Is_initialized() and not mpi.Is_finalized():
-            print(f"aiopdbp: rank {mpi.COMM_WORLD.Get_rank()} failed; aborting the MPI job",
-                  file=sys.stderr, flush=True)
-            mpi.COMM_WORLD.Abort(1)
-        os._exit(1)

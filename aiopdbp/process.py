@@ -172,26 +172,28 @@ class GP:
         if self._pipe is None:
             await self.node._apply_pipe(self, timeout)
 
-    async def release_pipe(self) -> None:
+    async def release_pipe(self, *, reason: BaseException | None = None) -> None:
         """Return the private pipe to the pool (prcsReleasePipe).
 
         Items still queued in it are discarded; later local senders get
         ``NoPipeError`` until a pipe is applied again.  Idempotent.
+        ``reason``: the exception the GP gives up with; the senders of the
+        streams it was receiving see it in their ``BrokenResourceError``.
 
         Cancellation: the release completes before the first suspension, so
         a cancelled call has released the pipe.
         """
         if self._pipe is not None:
-            await self.node._release_pipe(self)
+            await self.node._release_pipe(self, reason)
 
-    async def free(self) -> None:
+    async def free(self, *, reason: BaseException | None = None) -> None:
         """Unregister the GP (prcsFree); releases its pipe first.  Idempotent.
 
         Cancellation: as for ``release_pipe``.
         """
         if self._freed:
             return
-        await self.release_pipe()
+        await self.release_pipe(reason=reason)
         self._freed = True
         await self.node._free(self)
 
@@ -199,8 +201,8 @@ class GP:
         await self.apply_pipe()
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.free()
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        await self.free(reason=exc)
 
     # -- CPI: sending -----------------------------------------------------------
     async def send(self, dest: str | Iterable[str], data: Any = None, *, com: int = 0,

@@ -79,13 +79,16 @@ from .codec import (
 )
 from .errors import (
     BrokenResourceError,
+    ClosedResourceError,
     DuplicateProcessError,
     HandshakeError,
     PDBPError,
     ProtocolError,
+    RankFailedError,
     UnknownProcessError,
     WouldBlock,
 )
+from .job import Stop, StopKind, current_job
 from .pipes import Pipe
 from .pool import BufferPool, Slot
 from .streams import StreamMeta
@@ -302,7 +305,12 @@ class HostLink:
         pending = self._pending
         while True:
             self._writer_idle = True
-            cdu = await pending.receive()
+            try:
+                cdu = await pending.receive()
+            except ClosedResourceError:
+                if self.error is not None:
+                    return  # the link failed: fail() closed the queue
+                raise
             self._writer_idle = False
             batch = [cdu]
             batch += pending.drain_nowait()
@@ -466,6 +474,8 @@ class Remote:
         self._ready: asyncio.Future[None] | None = None
         self._closing = False
         self.protocol_errors = 0
+        self.peer_stop: Stop | None = None
+        self._acks: set[int] | None = None
         self.fallback_allocs = 0
         self._warned_fallback = False
 
@@ -669,7 +679,7 @@ class Remote:
             if isinstance(item, CDU):
                 if item.op is StreamOp.DONE:
                     err = bytes(item.data).decode(errors="replace") if item.data is not None else None
-                    self.node._stream_done((item.source_n, item.sno), err)
+                    self.node._stream_done((item.source_n, item.sno), err, src)
                 continue
             body = item.body
             t = item.type
@@ -689,10 +699,54 @@ class Remote:
                     s.bye = int(body["sent"])
                     s.ready.set()
             elif t is MsgType.ERROR:
-                log.error("host %d reported: %s", src, body["message"])
-                link = self.links.get(src)
-                if link is not None:
-                    link.fail(BrokenResourceError(f"host {src} failed: {body['message']}"))
+                self._on_peer_stop(src, body)
+
+    # ------------------------------------------------- job-wide stops
+    def tell_peers(self, stop: Stop) -> None:
+        """Tell every other rank that this job stops (our interrupt or failure)."""
+        failed = stop.kind is StopKind.PEER_FAILED
+        body = {"message": stop.message, "kind": "failed" if failed else "interrupted",
+                "signal": stop.signal, "rank": stop.rank}
+        if failed:
+            self._acks = set()
+        for h in range(self.size):
+            if h != self.rank:
+                self._control(h, Control(MsgType.ERROR, body))
+
+    async def wait_acks(self, timeout: float) -> bool:
+        """Wait until every other rank acknowledged our failure notice."""
+        others = set(range(self.size)) - {self.rank}
+        deadline = time.monotonic() + timeout
+        delay = 0.0
+        while self._acks is None or not others <= self._acks:
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(delay)
+            delay = min(0.005, delay + 0.0005)
+        return True
+
+    def _on_peer_stop(self, src: int, body: dict[str, Any]) -> None:
+        kind = body.get("kind", "failed")
+        if kind == "ack":
+            if self._acks is not None:
+                self._acks.add(src)
+            return
+        rank = int(body.get("rank", src))
+        message = str(body.get("message", ""))
+        if kind == "interrupted":
+            stop = Stop(StopKind.INTERRUPTED, rank, int(body.get("signal", 2)), message)
+            exc = RankFailedError(f"rank {rank} was interrupted", rank)
+        else:
+            self._control(src, Control(MsgType.ERROR, {"message": "", "kind": "ack"}))
+            stop = Stop(StopKind.PEER_FAILED, rank, 0, message)
+            exc = RankFailedError(f"rank {rank} failed: {message}", rank)
+        self.peer_stop = stop
+        link = self.links.get(src)
+        if link is not None:
+            link.fail(exc)
+        job = current_job()
+        if job is not None:
+            job.request_stop(stop, tell=False)
 
     # ------------------------------------------------- receive pool (RBP)
     def _alloc(self, src: int, channel: Channel, nbytes: int) -> memoryview | None:

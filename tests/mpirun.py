@@ -21,6 +21,7 @@ few cores, use 2 ranks (4 at most).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,9 +36,10 @@ SCRIPTS_DIR = Path(__file__).resolve().parent / "mpi_scripts"
 if str(REPO_ROOT) not in sys.path:  # so `aiopdbp.launch` imports from the tree
     sys.path.insert(0, str(REPO_ROOT))
 
-from aiopdbp.launch import TCP_ENV, find_mpiexec  # noqa: E402
+from aiopdbp.launch import TCP_ENV, JobWatch, find_mpiexec  # noqa: E402
 
-__all__ = ["run_mpi", "mpi_available", "requires_mpi", "REPO_ROOT", "SCRIPTS_DIR", "check_mpi"]
+__all__ = ["run_mpi", "mpi_available", "requires_mpi", "REPO_ROOT", "SCRIPTS_DIR", "check_mpi",
+           "unprefixed", "rank_lines"]
 
 MAX_RANKS = 4
 
@@ -101,17 +103,28 @@ def run_mpi(
         cwd=str(REPO_ROOT),
         start_new_session=True,
     )
+    # MPICH leaves /dev/shm segments behind when a job is aborted or killed:
+    # remove the ones *this* job's processes mapped, whatever the outcome.
+    watch = JobWatch(proc.pid).start()
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         out, err = proc.communicate()
+        _forget(watch)
         pytest.fail(
             f"MPI job timed out after {timeout:.0f}s and was killed: {' '.join(cmd)}\n"
             f"--- stdout ---\n{out}\n--- stderr ---\n{err}",
             pytrace=False,
         )
+    _forget(watch)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _forget(watch: JobWatch) -> None:
+    watch.stop()
+    watch.kill_all()
+    watch.remove_leftovers()
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
@@ -131,10 +144,29 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
             continue
 
 
+_PREFIX = re.compile(r"^\[(\d+)\] ", re.M)
+
+
+def rank_lines(out: str) -> list[tuple[int | None, str]]:
+    """``(rank, line)`` for every line of a job's output; ``rank`` is None for
+    lines without aiopdbp's ``[rank] `` prefix (mpiexec's own lines)."""
+    result: list[tuple[int | None, str]] = []
+    for line in out.splitlines():
+        m = _PREFIX.match(line)
+        result.append((int(m.group(1)), line[m.end():]) if m else (None, line))
+    return result
+
+
+def unprefixed(out: str) -> str:
+    """The job's output without the ``[rank] `` line prefixes."""
+    return _PREFIX.sub("", out)
+
+
 def check_mpi(result: subprocess.CompletedProcess[str], expect_rc: int = 0) -> str:
-    """Assert the job exited with ``expect_rc``; return its stdout."""
+    """Assert the job exited with ``expect_rc``; return its stdout without
+    the ``[rank] `` line prefixes (``result.stdout`` keeps them)."""
     assert result.returncode == expect_rc, (
         f"{' '.join(result.args)} exited {result.returncode} (expected {expect_rc})\n"
         f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
     )
-    return result.stdout
+    return unprefixed(result.stdout)

@@ -85,8 +85,11 @@ class Transport(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def aclose(self) -> None:
+    async def aclose(self, *, graceful: bool = True) -> None:
         """Stop receiving, complete or cancel outstanding requests, free resources.
+
+        ``graceful=False`` (the job is failing or interrupted): stop at once,
+        abandon what is in flight, do not wait for the other hosts.
 
         Cancellation: idempotent; a cancelled close can be repeated.
         """

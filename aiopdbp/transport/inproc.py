@@ -136,7 +136,7 @@ class InProcTransport(Transport):
             fut.set_result(None)
         return fut
 
-    async def aclose(self) -> None:
+    async def aclose(self, *, graceful: bool = True) -> None:
         """Stop delivering; later sends raise ClosedResourceError.  Idempotent.
 
         Cancellation: never suspends.

@@ -265,7 +265,7 @@ class MPITransport(Transport):
             fut.set_result(None)
         return fut
 
-    async def aclose(self) -> None:
+    async def aclose(self, *, graceful: bool = True) -> None:
         """Stop progress, drain or abandon outstanding requests, free the communicators.
 
         Outstanding sends and receives of this rank get up to
@@ -282,6 +282,12 @@ class MPITransport(Transport):
         and a repeated ``aclose()`` waits for it and frees what is left.
         """
         self._closed = True
+        if not graceful:
+            # Failing or interrupted: abandon in-flight requests, no
+            # agreement with peers that may be gone; the process is ending.
+            await self._engine.stop(0.0)
+            self._freed = True
+            return
         await self._engine.stop(self._drain_timeout)
         # One quiesce for all concurrent/repeated closers; the others wait.
         if self._quiescing is None:

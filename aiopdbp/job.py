@@ -1,0 +1,481 @@
+"""The job: how a rank runs, stops, fails and reports (``aiopdbp.run``).
+
+Theory of operation
+-------------------
+Every rank of an MPI job runs the same program, usually ``aiopdbp.run(main())``.
+This module makes such a job behave like one program when something goes
+wrong, the way Dask or Ray treat a failing worker: fail fast, name the
+culprit, show its traceback once, leave nothing behind.
+
+*One Job per ``run()``.*  :class:`Job` owns the main task, the signal
+handlers and the list of open nodes (nodes attach themselves on start and
+detach on close; they are the Job's only way to reach the other ranks).
+
+*Stopping.*  :meth:`Job.request_stop` is the single way a job stops early:
+a local SIGINT/SIGTERM, or a peer that reports an interrupt or a failure.
+It records *why* (a :class:`Stop`), tells the other ranks through every open
+node (so a rank that got no signal stops too), and cancels the main task,
+so every pending ``await`` is cancelled -- nothing is left to the
+interpreter's exit.  A second SIGINT exits at once.
+
+*Failing.*  When an exception leaves a node's ``async with`` block under MPI,
+the node calls :meth:`Job.fail` *before* it closes anything: the rank prints
+its complete traceback (first, so it precedes every consequence on the
+peers), removes its shared-memory segments, then the node tells the peers.
+An exception that merely reflects another rank's failure (it carries
+``origin_rank``, or a peer already reported a failure) is a *consequence*:
+the rank prints one line instead of a traceback.
+
+*Exiting.*  Under MPI a rank that stopped or failed never calls
+``MPI_Finalize`` (the peers may not be there to match it): it flushes its
+output, unlinks the ``/dev/shm`` segments *it maps* (ownership, never a glob),
+and ends with ``os._exit`` -- 130/143 after SIGINT/SIGTERM, 1 after a
+failure; ``MPI_Abort`` only when a peer may not have heard of the failure.
+Outside MPI ``run()`` behaves like ``asyncio.run`` (KeyboardInterrupt on
+Ctrl-C), plus SIGTERM -> ``SystemExit(143)`` after a clean shutdown.
+
+*Output.*  Under MPI every line a rank writes to ``sys.stdout``/``sys.stderr``
+is written whole, in one ``write``, prefixed with ``[rank] `` (hydra's own
+``-prepend-rank`` prefixes every *chunk*, so two ranks' partial lines still
+run together).  ``AIOPDBP_RANK_PREFIX=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+import io
+import os
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import Any, Protocol, TextIO, TypeVar
+
+T = TypeVar("T")
+
+__all__ = ["Job", "Stop", "StopKind", "run", "current_job", "env_rank", "env_size",
+           "unlink_own_shm", "consequence_of"]
+
+#: environment variables that MPI launchers set to this process's rank
+_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK",
+              "SLURM_PROCID")
+#: set by ``aiopdbp launch``: the launcher reports interrupts itself
+LAUNCHER_ENV = "AIOPDBP_LAUNCHER"
+#: how long a failing rank waits for the peers to acknowledge its failure
+ACK_GRACE = 1.0
+#: how long a rank whose error came from a peer waits for that peer's report
+CONSEQUENCE_GRACE = 3.0
+
+
+def env_rank() -> int:
+    """This process's rank as announced by the launcher (0 without one)."""
+    for var in _RANK_VARS:
+        raw = os.environ.get(var)
+        if raw:
+            try:
+                return int(raw)
+            except ValueError:
+                continue
+    return 0
+
+
+def env_size() -> int:
+    """World size as announced by the launcher (1 without one); no MPI import."""
+    from .transport.mpi import mpi_world_size
+
+    return mpi_world_size()
+
+
+class StopKind(enum.Enum):
+    """Why a job stops early."""
+
+    INTERRUPTED = "interrupted"      # a signal, here or on a peer
+    PEER_FAILED = "peer failed"      # another rank's program raised
+
+
+@dataclasses.dataclass(frozen=True)
+class Stop:
+    """One reason to stop: ``rank`` is where it happened."""
+
+    kind: StopKind
+    rank: int
+    signal: int = 0
+    message: str = ""
+
+    def describe(self) -> str:
+        if self.kind is StopKind.INTERRUPTED:
+            return f"interrupted by {signal.Signals(self.signal).name} (on rank {self.rank})"
+        return f"rank {self.rank} failed: {self.message}"
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signal if self.kind is StopKind.INTERRUPTED else 1
+
+
+class Peer(Protocol):
+    """What a Job needs of an open node: a way to reach the other ranks."""
+
+    def tell_peers(self, stop: Stop) -> None: ...
+
+    async def wait_acks(self, timeout: float) -> bool: ...
+
+
+def consequence_of(exc: BaseException) -> int | None:
+    """The rank an error came from, when it only reflects another rank's
+    failure or action (``origin_rank`` set by the remote layer), else None."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        origin = getattr(e, "origin_rank", None)
+        if isinstance(origin, int):
+            return origin
+        e = e.__cause__ or e.__context__
+    return None
+
+
+# ------------------------------------------------------------------ the job
+class Job:
+    """The running program of one rank (see the module docstring)."""
+
+    def __init__(self, rank: int, size: int) -> None:
+        self.rank = rank
+        self.size = size
+        self.stop: Stop | None = None
+        self.reported: BaseException | None = None   # traceback already printed
+        self.consequence = False                     # our error only reflected a peer's
+        self.acked = False                           # every peer heard of our failure
+        self._peers: list[Peer] = []
+        self._main: asyncio.Task[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped: asyncio.Event | None = None     # created in the loop
+        self._signals = 0
+
+    @property
+    def under_mpi(self) -> bool:
+        return self.size > 1
+
+    # -- nodes ----------------------------------------------------------------
+    def attach(self, peer: Peer) -> None:
+        """A node started: it can now tell the other ranks about a stop."""
+        self._peers.append(peer)
+        if self.stop is not None:
+            peer.tell_peers(self.stop)
+
+    def detach(self, peer: Peer) -> None:
+        with contextlib.suppress(ValueError):
+            self._peers.remove(peer)
+
+    # -- stopping -------------------------------------------------------------
+    def request_stop(self, stop: Stop, *, tell: bool = True) -> None:
+        """Stop the job once: tell the peers, cancel the main task."""
+        if self.stop is not None:
+            return
+        self.stop = stop
+        if tell and stop.rank == self.rank:
+            for peer in list(self._peers):
+                peer.tell_peers(stop)
+        if self._stopped is not None:
+            self._stopped.set()
+        main = self._main
+        if main is not None and not main.done():
+            main.cancel(f"aiopdbp: {stop.describe()}")
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        # A plain signal handler (not loop.add_signal_handler): it runs at the
+        # next bytecode even while a coroutine keeps the loop busy.
+        self._signals += 1
+        if self._signals > 1 or self._loop is None:
+            _hard_exit(128 + signum)
+        stop = Stop(StopKind.INTERRUPTED, self.rank, signum)
+        self._loop.call_soon_threadsafe(self.request_stop, stop)
+
+    # -- failing --------------------------------------------------------------
+    async def fail(self, exc: BaseException, peer: Peer | None = None) -> None:
+        """An exception leaves a node block: report it before anything closes.
+
+        Prints the rank's complete traceback (or, for an error that only
+        reflects a peer's failure, one line), removes this rank's
+        shared-memory segments, and tells the other ranks.
+
+        Cancellation: the waits are bounded; a cancelled call has reported.
+        """
+        if self.reported is exc or self.stop is not None:
+            return
+        origin = consequence_of(exc)
+        if origin is not None and origin != self.rank:
+            # Give the rank the error came from time to report first; its
+            # FAILED notice makes this rank stop quietly.
+            self._say(f"aiopdbp: rank {self.rank}: {type(exc).__name__}: {exc} "
+                      f"(a consequence of rank {origin}; waiting for its report)")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CONSEQUENCE_GRACE):
+                    await self._wait_stop()
+            if self.stop is not None:
+                self.consequence = True
+                self.reported = exc
+                return
+        self.report(exc)
+        stop = Stop(StopKind.PEER_FAILED, self.rank, 0, f"{type(exc).__name__}: {exc}")
+        peers = list(self._peers) if peer is None else [peer]
+        for p in peers:
+            p.tell_peers(stop)
+        acked = True
+        for p in peers:
+            acked = await p.wait_acks(ACK_GRACE) and acked
+        self.acked = acked and bool(peers)
+
+    async def _wait_stop(self) -> None:
+        if self._stopped is None:
+            self._stopped = asyncio.Event()
+            if self.stop is not None:
+                self._stopped.set()
+        await self._stopped.wait()
+
+    def report(self, exc: BaseException) -> None:
+        """Print ``exc``'s complete traceback once (prefixed by rank under MPI)."""
+        if self.reported is exc:
+            return
+        self.reported = exc
+        unlink_own_shm()
+        text = "".join(traceback.format_exception(exc))
+        sys.stderr.write(f"{text}aiopdbp: rank {self.rank} failed; stopping the job\n"
+                         if self.under_mpi else text)
+        sys.stderr.flush()
+
+    def _say(self, line: str) -> None:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    # -- running ----------------------------------------------------------------
+    async def supervise(self, main: Awaitable[T]) -> T:
+        """Run ``main`` as the job's main task."""
+        self._loop = asyncio.get_running_loop()
+        self._main = asyncio.current_task()
+        self._stopped = asyncio.Event()
+        if self.stop is not None:
+            self._stopped.set()
+        try:
+            return await main
+        finally:
+            self._main = None
+
+    def finish(self, exc: BaseException | None) -> None:
+        """After the loop ended: exit the way the outcome demands (MPI)."""
+        stop = self.stop
+        if stop is not None:
+            local_signal = stop.kind is StopKind.INTERRUPTED
+            if local_signal and self.rank == 0 and not os.environ.get(LAUNCHER_ENV):
+                self._say(f"aiopdbp: job {stop.describe()}")
+            _hard_exit(stop.exit_code)
+        if exc is None or isinstance(exc, (SystemExit, GeneratorExit)):
+            return
+        if self.reported is not exc:
+            self.report(exc)    # raised outside any node: the peers do not know
+            _abort(1)
+        if self.consequence or self.acked:
+            _hard_exit(1)
+        _abort(1)
+
+
+_current: Job | None = None
+
+
+def current_job() -> Job | None:
+    """The Job of the running ``aiopdbp.run()`` (None outside one)."""
+    return _current
+
+
+# ---------------------------------------------------------------- exiting
+def unlink_own_shm() -> list[str]:
+    """Remove the MPICH shared-memory segments this process maps.
+
+    MPICH unlinks them in ``MPI_Finalize``; a rank that ends without it
+    (abort, interrupt, kill) leaves them in ``/dev/shm``.  Only files mapped
+    by this very process are touched: they belong to this job.
+    """
+    removed: list[str] = []
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
+            paths = {line.split(None, 5)[5].strip() for line in f
+                     if "/dev/shm/mpich_shm_" in line and "(deleted)" not in line}
+    except (OSError, IndexError):
+        return removed
+    for path in sorted(paths):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            removed.append(path)
+    return removed
+
+
+def _flush_all() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            if isinstance(stream, RankPrefixed):
+                stream.finish()
+            stream.flush()
+
+
+def _hard_exit(code: int) -> None:
+    """End the process now: no MPI_Finalize (peers may be gone), no leftovers."""
+    unlink_own_shm()
+    _flush_all()
+    os._exit(code)
+
+
+def _abort(code: int) -> None:
+    """Abort the whole MPI job (the peers may not know we failed)."""
+    unlink_own_shm()
+    _flush_all()
+    with contextlib.suppress(Exception):
+        from .transport.mpi import load_mpi
+
+        mpi = load_mpi()
+        if mpi.Is_initialized() and not mpi.Is_finalized():
+            mpi.COMM_WORLD.Abort(code)
+    os._exit(code)
+
+
+# ----------------------------------------------------------------- output
+class RankPrefixed(io.TextIOBase):
+    """A text stream that writes whole lines, each prefixed, in one write.
+
+    Partial lines are held back until their newline (or the end of the
+    program), so lines of different ranks never run together in the merged
+    output of ``mpiexec``.
+    """
+
+    def __init__(self, raw: TextIO, prefix: str) -> None:
+        super().__init__()
+        self.raw = raw
+        self.prefix = prefix
+        self._partial = ""
+        self._lock = threading.Lock()
+
+    def write(self, s: str) -> int:
+        if not s:
+            return 0
+        with self._lock:
+            data = self._partial + s
+            head, sep, self._partial = data.rpartition("\n")
+            if sep:
+                p = self.prefix
+                self.raw.write("".join(f"{p}{line}\n" for line in head.split("\n")))
+                self.raw.flush()
+        return len(s)
+
+    def finish(self) -> None:
+        """Write a held-back partial line (end of program)."""
+        with self._lock:
+            if self._partial:
+                self.raw.write(f"{self.prefix}{self._partial}\n")
+                self._partial = ""
+            self.raw.flush()
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return self.raw.isatty()
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.raw, "encoding", "utf-8")
+
+
+def _prefix_output(rank: int) -> None:
+    if os.environ.get("AIOPDBP_RANK_PREFIX", "1") == "0":
+        return
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, RankPrefixed) and stream is not None:
+            wrapped = RankPrefixed(stream, f"[{rank}] ")
+            setattr(sys, name, wrapped)
+    import atexit
+
+    atexit.register(_flush_all)
+
+
+# ------------------------------------------------------------------- run()
+@contextlib.contextmanager
+def _signal_handlers(job: Job) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    old = {s: signal.getsignal(s) for s in sigs}
+    for s in sigs:
+        signal.signal(s, job._on_signal)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+async def _await(aw: Awaitable[T]) -> T:
+    return await aw
+
+
+def _loop_factory(use_uvloop: bool | None) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    if use_uvloop is None:
+        use_uvloop = os.environ.get("AIOPDBP_UVLOOP", "1") != "0"
+    if use_uvloop:
+        try:
+            import uvloop
+        except ImportError:
+            return None
+        return uvloop.new_event_loop  # type: ignore[no-any-return]
+    return None
+
+
+def run(main: Coroutine[Any, Any, T] | Awaitable[T], *, use_uvloop: bool | None = None,
+        debug: bool = False) -> T:
+    """Run ``main`` to completion in a new event loop (uvloop when present).
+
+    ``use_uvloop=None`` uses uvloop if it is installed and the environment
+    variable ``AIOPDBP_UVLOOP`` is not ``0``.
+
+    Signals: SIGINT and SIGTERM cancel ``main`` (every pending await is
+    cancelled and the nodes close); a second one exits at once.  Outside MPI
+    Ctrl-C then raises ``KeyboardInterrupt`` as ``asyncio.run`` does, and
+    SIGTERM ``SystemExit(143)``.  Under MPI the whole job stops: the other
+    ranks are told, every rank exits with 130 (SIGINT) or 143 (SIGTERM),
+    and one line says so.  An exception that escapes ``main`` under MPI
+    prints this rank's traceback first and ends the job (see the module
+    docstring).
+    """
+    global _current
+    coro = main if asyncio.iscoroutine(main) else _await(main)
+    size = env_size()
+    job = Job(env_rank() if size > 1 else 0, size)
+    if job.under_mpi:
+        _prefix_output(job.rank)
+    previous, _current = _current, job
+    outcome: BaseException | None = None
+    try:
+        with _signal_handlers(job), asyncio.Runner(debug=debug,
+                                                   loop_factory=_loop_factory(use_uvloop)) as runner:
+            return runner.run(job.supervise(coro))
+    except BaseException as exc:
+        outcome = exc
+        stop = job.stop
+        if not job.under_mpi and stop is not None and isinstance(exc, asyncio.CancelledError):
+            if stop.signal == signal.SIGINT:
+                raise KeyboardInterrupt() from None
+            raise SystemExit(128 + stop.signal) from None
+        raise
+    finally:
+        _current = previous
+        if job.under_mpi and (outcome is not None or job.stop is not None):
+            job.finish(outcome)
