@@ -480,6 +480,20 @@ def _emulate_config(opts: dict[str, str]) -> EmulateConfig:
         raise _UsageError(str(exc)) from None
 
 
+def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type: ``kind(s) > 0``, else a usage error (exit 2)."""
+    def parse(s: str) -> Any:
+        try:
+            value = kind(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
 def _int_arg(s: str) -> int:
     try:
         n = int(s)
@@ -541,14 +555,17 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Producer -> transformers -> consumer: a multicast CONFIG, "
                        "64-byte work messages, frame streams, a multicast STOP; every result "
                        "is checked (exit code 1 on a mismatch). On N ranks, GP i lives on "
-                       "rank i %% N: aiopdbp launch -n 2 -m aiopdbp demo")
-    s.add_argument("--transformers", type=int, default=d.transformers, metavar="K")
-    s.add_argument("--frames", type=int, default=d.frames, help="frames per stream (default %(default)s)")
-    s.add_argument("--height", type=int, default=d.height)
-    s.add_argument("--width", type=int, default=d.width)
-    s.add_argument("--messages", type=int, default=d.messages, help="64-byte work messages (default %(default)s)")
+                       "rank i mod N: aiopdbp launch -n 2 -m aiopdbp demo")
+    s.add_argument("--transformers", type=_positive(int), default=d.transformers, metavar="K")
+    s.add_argument("--frames", type=_positive(int), default=d.frames,
+                   help="frames per stream (default %(default)s)")
+    s.add_argument("--height", type=_positive(int), default=d.height)
+    s.add_argument("--width", type=_positive(int), default=d.width)
+    s.add_argument("--messages", type=_positive(int), default=d.messages,
+                   help="64-byte work messages (default %(default)s)")
     s.add_argument("--seed", type=int, default=d.seed)
-    s.add_argument("--timeout", type=float, default=d.timeout, help="seconds (default %(default)s)")
+    s.add_argument("--timeout", type=_positive(float), default=d.timeout,
+                   help="seconds (default %(default)s)")
     s.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
     s.add_argument("--inject-fault", action="store_true",
                    help="corrupt one byte in xform-0 to show that verification fails (exit 1)")

@@ -84,6 +84,7 @@ class StreamOp(enum.IntEnum):
     END = 2
     ABORT = 3
     DONE = 4
+    CREDIT = 5  # receiver -> sender: ``segno`` more segments of this stream may be sent
 
 
 class MsgType(enum.IntEnum):

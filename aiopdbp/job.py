@@ -53,12 +53,12 @@ import sys
 import threading
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from typing import Any, Protocol, TextIO, TypeVar
+from typing import Any, NoReturn, Protocol, TextIO, TypeVar
 
 T = TypeVar("T")
 
 __all__ = ["Job", "Stop", "StopKind", "run", "current_job", "env_rank", "env_size",
-           "unlink_own_shm", "consequence_of"]
+           "unlink_own_shm", "own_shm", "record_own_shm", "consequence_of"]
 
 #: environment variables that MPI launchers set to this process's rank
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK",
@@ -159,6 +159,11 @@ class Job:
     def under_mpi(self) -> bool:
         return self.size > 1
 
+    @property
+    def stopped(self) -> bool:
+        """Whether the job was asked to stop (a signal, a peer's stop)."""
+        return self.stop is not None
+
     # -- nodes ----------------------------------------------------------------
     def attach(self, peer: Peer) -> None:
         """A node started: it can now tell the other ranks about a stop."""
@@ -189,10 +194,11 @@ class Job:
         # A plain signal handler (not loop.add_signal_handler): it runs at the
         # next bytecode even while a coroutine keeps the loop busy.
         self._signals += 1
-        if self._signals > 1 or self._loop is None:
+        loop = self._loop
+        if self._signals > 1 or loop is None:
             _hard_exit(128 + signum)
         stop = Stop(StopKind.INTERRUPTED, self.rank, signum)
-        self._loop.call_soon_threadsafe(self.request_stop, stop)
+        loop.call_soon_threadsafe(self.request_stop, stop)
 
     # -- failing --------------------------------------------------------------
     async def fail(self, exc: BaseException, peer: Peer | None = None) -> None:
@@ -215,7 +221,7 @@ class Job:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(CONSEQUENCE_GRACE):
                     await self._wait_stop()
-            if self.stop is not None:
+            if self.stopped:
                 self.consequence = True
                 self.reported = exc
                 return
@@ -299,17 +305,38 @@ def unlink_own_shm() -> list[str]:
     by this very process are touched: they belong to this job.
     """
     removed: list[str] = []
-    try:
-        with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
-            paths = {line.split(None, 5)[5].strip() for line in f
-                     if "/dev/shm/mpich_shm_" in line and "(deleted)" not in line}
-    except (OSError, IndexError):
-        return removed
-    for path in sorted(paths):
+    for path in own_shm():
         with contextlib.suppress(OSError):
             os.unlink(path)
             removed.append(path)
     return removed
+
+
+def own_shm() -> list[str]:
+    """The MPICH shared-memory segments this process maps."""
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
+            return sorted({line.split(None, 5)[5].strip() for line in f
+                           if "/dev/shm/mpich_shm_" in line and "(deleted)" not in line})
+    except (OSError, IndexError):
+        return []
+
+
+#: set by ``aiopdbp launch``: a directory where ranks list their segments
+JOB_DIR_ENV = "AIOPDBP_JOB_DIR"
+
+
+def record_own_shm() -> None:
+    """Tell the launcher which segments this rank maps (right after MPI
+    init), so that it can remove them even if the rank is killed."""
+    where = os.environ.get(JOB_DIR_ENV)
+    if not where:
+        return
+    segs = own_shm()
+    if segs:
+        with contextlib.suppress(OSError):
+            with open(os.path.join(where, f"shm.{os.getpid()}"), "w", encoding="utf-8") as f:
+                f.write("\n".join(segs) + "\n")
 
 
 def _flush_all() -> None:
@@ -320,14 +347,14 @@ def _flush_all() -> None:
             stream.flush()
 
 
-def _hard_exit(code: int) -> None:
+def _hard_exit(code: int) -> NoReturn:
     """End the process now: no MPI_Finalize (peers may be gone), no leftovers."""
     unlink_own_shm()
     _flush_all()
     os._exit(code)
 
 
-def _abort(code: int) -> None:
+def _abort(code: int) -> NoReturn:
     """Abort the whole MPI job (the peers may not know we failed)."""
     unlink_own_shm()
     _flush_all()
@@ -435,7 +462,8 @@ def _loop_factory(use_uvloop: bool | None) -> Callable[[], asyncio.AbstractEvent
             import uvloop
         except ImportError:
             return None
-        return uvloop.new_event_loop  # type: ignore[no-any-return]
+        loop_factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+        return loop_factory
     return None
 
 

@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -123,9 +124,10 @@ class JobWatch:
     ended (MPICH leaves them behind when a job is aborted or killed).
     """
 
-    def __init__(self, root: int, interval: float = 0.1) -> None:
+    def __init__(self, root: int, interval: float = 0.1, job_dir: str | None = None) -> None:
         self.root = root
         self.interval = interval
+        self.job_dir = job_dir          # where aiopdbp ranks list their segments
         self.pids: dict[int, str] = {}       # pid -> start time (guards pid reuse)
         self.ranks: set[int] = set()
         self.segments: set[str] = set()
@@ -144,9 +146,12 @@ class JobWatch:
         self.scan()  # a last look (processes that are still around)
 
     def _run(self) -> None:
+        start = time.monotonic()
         while not self._stop.is_set():
             self.scan()
-            self._stop.wait(self.interval)
+            # MPI creates its segments at start-up: look often then
+            fast = time.monotonic() - start < 5.0
+            self._stop.wait(min(self.interval, 0.025) if fast else self.interval)
 
     def scan(self) -> None:
         """One look at the process tree under ``root``."""
@@ -231,6 +236,12 @@ class JobWatch:
 
     def remove_leftovers(self) -> list[str]:
         """Delete the job's shared-memory segments that are still there."""
+        if self.job_dir is not None and os.path.isdir(self.job_dir):
+            for name in os.listdir(self.job_dir):
+                if name.startswith("shm."):
+                    with open(os.path.join(self.job_dir, name), encoding="utf-8") as f:
+                        self.segments.update(p for p in f.read().split() if
+                                             p.startswith("/dev/shm/mpich_shm_"))
         removed = []
         for path in sorted(self.segments):
             with contextlib.suppress(OSError):
@@ -296,7 +307,7 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
     """Run an ``mpiexec`` command line as :func:`launch` does (signals,
     leftovers) and return its exit status; ``popen`` goes to ``Popen``."""
     say = say or (lambda line: print(f"aiopdbp launch: {line}", file=sys.stderr, flush=True))
-    got: list[tuple[int, float]] = []
+    got: list[tuple[int, float]] = []  # (signal number, when)
     main_thread = threading.current_thread() is threading.main_thread()
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -308,10 +319,13 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
             with contextlib.suppress(OSError):
                 proc.send_signal(signum)
 
-    proc = subprocess.Popen(list(cmd), env=None if env is None else dict(env), start_new_session=True,
+    job_dir = tempfile.mkdtemp(prefix="aiopdbp-job-")
+    full_env = dict(os.environ if env is None else env)
+    full_env["AIOPDBP_JOB_DIR"] = job_dir
+    proc = subprocess.Popen(list(cmd), env=full_env, start_new_session=True,
                             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
                             **popen)
-    watch = JobWatch(proc.pid).start()
+    watch = JobWatch(proc.pid, job_dir=job_dir).start()
     old: dict[int, Any] = {}
     if main_thread:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -334,17 +348,18 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
                 watch.signal_ranks(signal.SIGTERM)
                 with contextlib.suppress(OSError):
                     proc.terminate()
-                got.append((signal.SIGTERM, now))
+                got.append((int(signal.SIGTERM), now))
             with contextlib.suppress(subprocess.TimeoutExpired):
                 rc = proc.wait(0.05)
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
         watch.stop()
         watch.kill_all()  # ranks that outlived mpiexec
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
         watch.remove_leftovers()
+        shutil.rmtree(job_dir, ignore_errors=True)
     if timed_out:
         say(f"job timed out after {timeout:g} s and was stopped")
         return 124

@@ -35,6 +35,9 @@ from .tables import NodeType, PType, Tables
 from .transport.base import Transport
 
 log = logging.getLogger("aiopdbp.node")
+
+#: the name rule's default wait (seconds); also the handshake's default
+DEFAULT_NAME_TIMEOUT = 30.0
 T = TypeVar("T")
 
 
@@ -54,13 +57,23 @@ class Node:
     ``allow_pickle``
         allow arbitrary Python objects as payloads (pickle protocol 5).
         **Trusted clusters only**: unpickling runs code chosen by the sender.
+    ``name_timeout``
+        the name rule: ``send``, ``send_stream`` and ``lookup`` wait up to this
+        many seconds for a name that is not registered yet (another rank may
+        still be starting), then raise :class:`UnknownProcessError`; their
+        ``timeout=`` overrides it (``0``: do not wait).  A name that was
+        registered and freed since fails at once.  Also the default of
+        ``handshake_timeout``.
     """
 
     def __init__(self, transport: Transport | None = None, *, pipe_capacity: int = 1024,
                  max_pipes: int = 65536, stream_pipes: int = 1024, stream_window: int = 16,
                  allow_pickle: bool = False, remote: RemoteConfig | None = None,
-                 close_timeout: float | None = None, handshake_timeout: float | None = None) -> None:
+                 close_timeout: float | None = None, handshake_timeout: float | None = None,
+                 name_timeout: float = DEFAULT_NAME_TIMEOUT) -> None:
         self.transport = transport
+        self.name_timeout = name_timeout
+        self._left: set[str] = set()                # names registered once and freed since
         self.rank = transport.rank if transport is not None else 0
         self.size = transport.size if transport is not None else 1
         self.allow_pickle = allow_pickle
@@ -93,6 +106,8 @@ class Node:
                 cfg.close_timeout = close_timeout
             if handshake_timeout is not None:
                 cfg.handshake_timeout = handshake_timeout
+            elif cfg.handshake_timeout is None:
+                cfg.handshake_timeout = name_timeout  # one rule for "is it there yet?"
             self._remote = Remote(self, transport, cfg)
 
     def __repr__(self) -> str:
@@ -215,6 +230,7 @@ class Node:
     def _on_update(self, op: str, args: tuple[Any, ...], result: Any) -> None:
         tables = self.tables
         if op == "proc_reg":
+            self._left.discard(args[0])
             for fut in (*self._name_waiters.pop(args[0], ()), *self._pid_waiters.pop(result, ())):
                 if not fut.done():
                     fut.set_result(None)
@@ -234,6 +250,8 @@ class Node:
                         fut.set_result(None)
         elif op in ("pipe_release", "proc_free"):
             pid = args[0]
+            if op == "proc_free":
+                self._left.add(self.tables.name_of(pid))
             self._targets.pop(pid, None)
             for fut in self._bind_waiters.pop(pid, ()):
                 if not fut.done():
@@ -342,27 +360,32 @@ class Node:
 
     # -- name resolution ----------------------------------------------------------
     async def lookup(self, name: str, timeout: float | None = None) -> int:
-        """The pid of ``name``; with ``timeout``, wait that long for it to be
-        registered (else raise :class:`UnknownProcessError` at once).  A GP
-        created with :meth:`process` is registered with its pipe already
-        bound, so a send can follow at once.
+        """The pid of ``name``, waiting for it to be registered by the name
+        rule: up to ``timeout`` seconds, by default the node's
+        ``name_timeout``; then :class:`UnknownProcessError`.  A GP created
+        with :meth:`process` is registered with its pipe already bound, so a
+        send can follow at once.
 
         Cancellation: nothing to undo.
         """
         return await self._resolve(name, timeout)
 
     async def _resolve(self, name: str, timeout: float | None) -> int:
+        """The name rule (see ``name_timeout``), shared by every API."""
         pid = self._pids.get(name)
         if pid is not None:
             return pid
-        if not timeout:
+        wait = self.name_timeout if timeout is None else timeout
+        if wait <= 0 or name in self._left:
             raise UnknownProcessError(name)
+        if self._closed:
+            raise ClosedResourceError(f"node {self.rank} is closed")
         fut = asyncio.get_running_loop().create_future()
         self._name_waiters.setdefault(name, []).append(fut)
         try:
-            await asyncio.wait_for(fut, timeout)
+            await asyncio.wait_for(fut, wait)
         except TimeoutError:
-            raise TimeoutError(f"no GP named {name!r} was registered within {timeout} s") from None
+            raise UnknownProcessError(name, wait) from None
         finally:
             waiters = self._name_waiters.get(name)
             if waiters and fut in waiters:
@@ -387,7 +410,7 @@ class Node:
             raise NoPipeError(f"GP {name!r} has no private pipe bound")
         return tgt
 
-    async def _reserve(self, tgt: Target, timeout: float | None) -> None:
+    async def _reserve(self, tgt: Target, timeout: float | None, dest: str = "the destination") -> None:
         try:
             tgt.reserve_nowait()
             return
@@ -400,7 +423,11 @@ class Node:
                 async with asyncio.timeout(timeout):
                     await tgt.reserve()
             except TimeoutError:
-                raise TimeoutError(f"destination stayed full for {timeout} s") from None
+                where = (f"on the link to host {getattr(tgt, 'host', '?')}" if getattr(tgt, 'remote', False)
+                         else "in its pipe")
+                raise TimeoutError(f"timed out after {timeout:g} s waiting for room {where} to send "
+                                   f"to {dest} (backpressure: it is not read as fast as it is "
+                                   "sent to)") from None
 
     # -- streams -------------------------------------------------------------------
     async def _open_stream(self, gp: GP, pid: int, meta: StreamMeta,
@@ -422,14 +449,17 @@ class Node:
                 target = self._targets.get(pid)
                 if target is None:
                     target = self._link(entry.node)
+                meta.window = self.stream_window
                 open_data = _pack_meta(meta)
             out = OutgoingStream(key, pid, pipe_a, target, asyncio.get_running_loop().create_future(),
                                  incoming)
+            if incoming is None:
+                out.credits = self.stream_window
             self._streams_out[key] = out
             # The OPEN travels the message path, so the receiver sees the
             # stream in arrival order with the sender's messages.
             tgt = await self._target_for(pid, timeout)
-            await self._reserve(tgt, timeout)
+            await self._reserve(tgt, timeout, f"GP {entry.name!r}")
             self._submit(CDU(Kind.STREAM, gp.pid, (pid,), open_data, meta.com,
                              next(self._ids), sno, 0, self.rank, (), StreamOp.OPEN))
             return out
@@ -572,9 +602,31 @@ class Node:
             out.broken = BrokenResourceError(f"stream receiver failed: {error}")
             if origin is not None and origin != self.rank:
                 out.broken.origin_rank = origin
+            out.wake()
             if not out.done.done():
                 out.done.set_exception(out.broken)
                 out.done.exception()
+
+    def _stream_credit(self, stream: IncomingStream, n: int) -> None:
+        """A remote stream's receiver consumed ``n`` segments: tell its sender."""
+        if self._remote is not None and stream.key[0] != self.rank:
+            self._remote.send_credit(stream.key, stream.dest_pid, stream.source_pid, n)
+
+    def _stream_credit_in(self, key: tuple[int, int], n: int) -> None:
+        out = self._streams_out.get(key)
+        if out is not None:
+            out.grant(n)
+
+    def _break_streams_to(self, host: int, exc: BaseException) -> None:
+        """Host ``host`` is gone: every stream sent there fails with ``exc``."""
+        for out in list(self._streams_out.values()):
+            if out.incoming is None and getattr(out.target, "host", None) == host:
+                if out.broken is None:
+                    out.broken = exc
+                if not out.done.done():
+                    out.done.set_exception(exc)
+                    out.done.exception()
+                out.wake()
 
     def _open_routed(self, cdu: CDU) -> None:
         out = self._streams_out.get((cdu.source_n, cdu.sno))

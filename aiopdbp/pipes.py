@@ -64,7 +64,7 @@ class Pipe(Generic[T]):
 
     __slots__ = (
         "pipe_id", "capacity", "_items", "_reserved", "_recv_waiters",
-        "_space_waiters", "_closed", "_eof", "on_ready", "label",
+        "_space_waiters", "_closed", "_eof", "on_ready", "label", "_error",
     )
 
     def __init__(self, capacity: int, pipe_id: int = -1, label: str = "") -> None:
@@ -78,6 +78,7 @@ class Pipe(Generic[T]):
         self._recv_waiters: deque[asyncio.Future[None]] = deque()
         self._space_waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
+        self._error: BaseException | None = None
         self._eof = False
         # Called when the pipe goes from empty to non-empty (the PipeManager
         # uses it to learn which public pipes have work without polling).
@@ -103,6 +104,8 @@ class Pipe(Generic[T]):
     # -- producing -------------------------------------------------------------
     def _check_send(self) -> None:
         if self._closed:
+            if self._error is not None:
+                raise self._error  # what broke it, not a derived "pipe closed"
             raise BrokenResourceError(f"pipe {self.label or self.pipe_id} was closed by its reader")
         if self._eof:
             raise ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed for sending")
@@ -273,16 +276,19 @@ class Pipe(Generic[T]):
                 break
         return out
 
-    def close(self) -> None:
+    def close(self, error: BaseException | None = None) -> None:
         """Close the pipe (idempotent): queued items are discarded, receivers
-        get ClosedResourceError, senders BrokenResourceError."""
+        get ClosedResourceError, senders BrokenResourceError -- or ``error``,
+        the cause of the close (e.g. the failure of the host behind a link),
+        which every sender then sees."""
         if self._closed:
             return
         self._closed = True
+        self._error = error
         self._items.clear()
         self._reserved = 0
         _fail_all(self._recv_waiters, ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed"))
-        _fail_all(self._space_waiters, BrokenResourceError(
+        _fail_all(self._space_waiters, error if error is not None else BrokenResourceError(
             f"pipe {self.label or self.pipe_id} was closed by its reader"))
 
     async def aclose(self) -> None:

@@ -210,11 +210,13 @@ class GP:
         """Send a short or command message (the patent's INFO); returns once queued.
 
         ``dest`` is a GP name or an iterable of names (multicast: one CDU with a
-        set of destinations, copied per host only at the last hop).  An unknown
-        name raises :class:`~aiopdbp.errors.UnknownProcessError` at once when
-        ``timeout`` is None; with a ``timeout`` the call waits that long for the
-        name to be registered and for room in the destination's pipe
-        (backpressure), then raises ``TimeoutError``.
+        set of destinations, copied per host only at the last hop).  A name
+        that is not registered yet is waited for by the name rule (the node's
+        ``name_timeout``, 30 s by default, or ``timeout``), then
+        :class:`~aiopdbp.errors.UnknownProcessError`.  A full destination pipe
+        makes the call wait (backpressure): forever without ``timeout``,
+        else up to ``timeout`` seconds, then ``TimeoutError`` saying what it
+        waited for.
 
         Cancellation: a cancelled send has queued nothing (reservations already
         taken are given back).
@@ -234,7 +236,7 @@ class GP:
             try:
                 tgt.reserve_nowait()
             except WouldBlock:
-                await node._reserve(tgt, timeout)
+                await node._reserve(tgt, timeout, f"GP {dest!r}")
             node._submit(CDU(kind, self.pid, (pid,), data, com, next(node._ids), 0, 0,
                                        node.rank))
             return
@@ -259,7 +261,7 @@ class GP:
         taken: list[Any] = []
         try:
             for tgt in targets:
-                await node._reserve(tgt, timeout)
+                await node._reserve(tgt, timeout, f"the multicast group {names!r}")
                 taken.append(tgt)
         except BaseException:
             for tgt in taken:

@@ -122,7 +122,7 @@ class RemoteConfig:
     link_capacity: int = 4096         # CDUs queued for one host before senders wait
     large: int = 32 << 10             # payloads >= this travel as split zero-copy frames
     max_inflight: int = 16            # posted sends per host
-    handshake_timeout: float = 60.0
+    handshake_timeout: float | None = None  # None: the node's name_timeout (30 s)
     close_timeout: float = 60.0
     bind_timeout: float = 30.0        # wait for a receiving GP to bind its pipe
 
@@ -194,8 +194,9 @@ class HostLink:
 
     def fail(self, exc: BaseException) -> None:
         """The host is gone: senders waiting on this link get ``exc``."""
-        self.error = exc
-        self._pending.close()
+        if self.error is None:
+            self.error = exc
+        self._pending.close(self.error)
 
     # -- SBP writer: CDUs -> blocks (coalescing) ------------------------------
     def put_reserved(self, cdu: CDU) -> None:
@@ -475,6 +476,7 @@ class Remote:
         self._closing = False
         self.protocol_errors = 0
         self.peer_stop: Stop | None = None
+        self.failed: dict[int, BaseException] = {}   # host -> what broke it
         self._acks: set[int] | None = None
         self.fallback_allocs = 0
         self._warned_fallback = False
@@ -497,7 +499,7 @@ class Remote:
                                         name=f"aiopdbp-rbp-reader-{src.host}")
         me = [self.rank, socket.gethostname(), _host_ip(),
               int(NodeType.MASTER if self.rank == 0 else NodeType.COMPUTE)]
-        timeout = self.cfg.handshake_timeout
+        timeout = self.cfg.handshake_timeout if self.cfg.handshake_timeout is not None else 30.0
         if self.rank == 0:
             self._on_hinfo(0, {"hosts": [me], "window": self.cfg.recv_window})
         else:
@@ -549,6 +551,8 @@ class Remote:
                 raise BrokenResourceError(f"no remote host {host}")
             link = self.links[host] = HostLink(self, host)
             link.start()
+            if host in self.failed:
+                link.fail(self.failed[host])
         return link
 
     # --------------------------------------------------- replicated tables
@@ -594,7 +598,8 @@ class Remote:
             else:
                 self._control(origin, Control(MsgType.TABLE, {
                     "seq": -1, "op": op, "args": args, "req": req, "origin": origin,
-                    "error": str(exc), "etype": type(exc).__name__}))
+                    "error": str(exc), "etype": type(exc).__name__,
+                    "name": getattr(exc, "name", None)}))
             return
         self._seq += 1
         msg = Control(MsgType.TABLE, {"seq": self._seq, "op": op, "args": args, "req": req,
@@ -668,18 +673,27 @@ class Remote:
                   key[1], 0, key[0], (), StreamOp.DONE)
         self._control(key[0], cdu)
 
+    def send_credit(self, key: tuple[int, int], dest_pid: int, src_pid: int, n: int) -> None:
+        """Give a remote stream sender ``n`` segments of credit back."""
+        cdu = CDU(Kind.STREAM, dest_pid, (src_pid,), None, 0, 0, key[1], n, key[0], (),
+                  StreamOp.CREDIT)
+        self._control(key[0], cdu)
+
     def _on_control(self, src: int, buf: memoryview) -> None:
         try:
             items = decode(buf)
         except ProtocolError as exc:
             self.protocol_errors += 1
             log.error("malformed control message from host %d: %s", src, exc)
+            self.fail_host(src, ProtocolError(f"malformed control message from host {src}: {exc}"))
             return
         for item in items:
             if isinstance(item, CDU):
                 if item.op is StreamOp.DONE:
                     err = bytes(item.data).decode(errors="replace") if item.data is not None else None
                     self.node._stream_done((item.source_n, item.sno), err, src)
+                elif item.op is StreamOp.CREDIT:
+                    self.node._stream_credit_in((item.source_n, item.sno), item.segno)
                 continue
             body = item.body
             t = item.type
@@ -700,6 +714,17 @@ class Remote:
                     s.ready.set()
             elif t is MsgType.ERROR:
                 self._on_peer_stop(src, body)
+
+    def fail_host(self, host: int, exc: BaseException) -> None:
+        """Host ``host`` can no longer be talked to: everything that depends
+        on it fails with ``exc`` (the first cause wins)."""
+        if host not in self.failed:
+            self.failed[host] = exc
+            log.debug("host %d: %s", host, exc)
+        link = self.links.get(host)
+        if link is not None:
+            link.fail(self.failed[host])
+        self.node._break_streams_to(host, self.failed[host])
 
     # ------------------------------------------------- job-wide stops
     def tell_peers(self, stop: Stop) -> None:
@@ -741,9 +766,7 @@ class Remote:
             stop = Stop(StopKind.PEER_FAILED, rank, 0, message)
             exc = RankFailedError(f"rank {rank} failed: {message}", rank)
         self.peer_stop = stop
-        link = self.links.get(src)
-        if link is not None:
-            link.fail(exc)
+        self.fail_host(src, exc)
         job = current_job()
         if job is not None:
             job.request_stop(stop, tell=False)
@@ -800,11 +823,10 @@ class Remote:
                 cdus = decode(buf, allow_pickle=self.node.allow_pickle)
         except ProtocolError as exc:
             self.protocol_errors += 1
-            log.error("malformed data message from host %d dropped: %s", src, exc)
             if slot is not None:
                 self.pool.recv.release(slot)
-            s.owed += n
-            self._return_credit(s, force=True)
+            log.error("malformed data message from host %d: %s", src, exc)
+            self.fail_host(src, ProtocolError(f"malformed data message from host {src}: {exc}"))
             return
         if not s.queue and not s.busy and self._place_now(s, cdus, slot, n):
             return  # delivered without a hop to the RBP reader
@@ -1035,12 +1057,14 @@ def _settle(cdu: CDU, in_block: bool) -> None:
 
 
 def _rebuild_error(body: dict[str, Any]) -> PDBPError:
+    """The error rank 0 refused a table update with, as the same class and
+    message (``name`` carries the GP name of the name errors)."""
     etype = body.get("etype", "")
-    args = body.get("args", [])
-    if etype == "DuplicateProcessError" and args:
-        return DuplicateProcessError(str(args[0]))
-    if etype == "UnknownProcessError":
-        return UnknownProcessError(str(body.get("error", "")))
+    name = body.get("name")
+    if etype == "DuplicateProcessError" and isinstance(name, str):
+        return DuplicateProcessError(name)
+    if etype == "UnknownProcessError" and isinstance(name, str):
+        return UnknownProcessError(name)
     return PDBPError(str(body.get("error", "table update refused")))
 
 

@@ -53,15 +53,17 @@ class StreamMeta:
     com: int = 0
     borrowed: bool = False                 # segments are views of sender memory that may change
     extra: dict[str, Any] = field(default_factory=dict)
+    window: int = 0                        # remote sender's credit window (segments), 0: none
 
     def to_wire(self) -> dict[str, Any]:
         return {"kind": self.kind, "nbytes": self.nbytes, "dtype": self.dtype,
-                "shape": list(self.shape), "com": self.com}
+                "shape": list(self.shape), "com": self.com, "window": self.window}
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> StreamMeta:
         return cls(str(d.get("kind", "bytes")), int(d.get("nbytes", -1)), str(d.get("dtype", "")),
-                   tuple(int(x) for x in d.get("shape", ())), int(d.get("com", 0)))
+                   tuple(int(x) for x in d.get("shape", ())), int(d.get("com", 0)),
+                   window=int(d.get("window", 0)))
 
 
 # --------------------------------------------------------------------- cutting
@@ -171,6 +173,7 @@ class IncomingStream:
         self._pipe = pipe
         self._window = window
         self._next = 0
+        self._consumed = 0                 # segments not yet credited back to the sender
         self._nbytes = 0
         self._stash: dict[int, CDU] = {}
         self._finished = False
@@ -249,6 +252,14 @@ class IncomingStream:
             return None
         data = cdu.data
         self._nbytes += int(data.nbytes) if hasattr(data, "nbytes") else len(data)
+        window = self.meta.window
+        if window:
+            # Give a remote sender its credit back in half-windows: it never
+            # runs more than a window ahead of what this GP consumed.
+            self._consumed += 1
+            if self._consumed >= max(1, window // 2):
+                n, self._consumed = self._consumed, 0
+                self._node._stream_credit(self, n)
         return data
 
     def __aiter__(self) -> IncomingStream:
@@ -301,8 +312,10 @@ class IncomingStream:
                          else _as_u8(seg).copy())
         if self.meta.kind == "ndarray" or (parts and parts[0].dtype != np.uint8):
             if not parts:
-                return np.empty((0,), dtype=np.dtype(meta.dtype or "u1"))
-            whole = np.concatenate([p.reshape(1) if p.ndim == 0 else p for p in parts])
+                return np.empty((0, *meta.shape[1:]), dtype=np.dtype(meta.dtype or "u1"))
+            # the announced dtype, exactly: concatenate would make it native-endian
+            whole = np.concatenate([p.reshape(1) if p.ndim == 0 else p for p in parts],
+                                   dtype=np.dtype(meta.dtype) if meta.dtype else None)
             if out is not None:
                 dst = _flat_bytes(out, whole.nbytes)
                 dst[:] = whole.reshape(-1).view(np.uint8)
@@ -312,7 +325,7 @@ class IncomingStream:
         flat = _flat_bytes(out, total)
         pos = 0
         for p in parts:
-            flat[pos:pos + p.size] = p
+            flat[pos:pos + p.size] = p.reshape(-1)
             pos += p.size
         return memoryview(flat.data)
 
@@ -339,9 +352,17 @@ class IncomingStream:
 
 # ------------------------------------------------------------------- sending
 class OutgoingStream:
-    """Sender-side handle of one bound stream (its MTA row)."""
+    """Sender-side handle of one bound stream (its MTA row).
 
-    __slots__ = ("key", "dest_pid", "pipe_a", "target", "done", "broken", "incoming", "routed")
+    ``credits`` bounds the segments in flight to a *remote* receiver (its
+    stream window): each reserve takes one, and the receiver gives them back
+    (``grant``) as its GP consumes segments.  A cancelled sender is thus never
+    more than a window ahead of its ABORT.  ``None`` for a local receiver,
+    whose bounded PipeB gives the same backpressure.
+    """
+
+    __slots__ = ("key", "dest_pid", "pipe_a", "target", "done", "broken", "incoming", "routed",
+                 "credits", "_credit_waiter")
 
     def __init__(self, key: tuple[int, int], dest_pid: int, pipe_a: Pipe[CDU], target: Any,
                  done: asyncio.Future[None], incoming: IncomingStream | None) -> None:
@@ -356,10 +377,34 @@ class OutgoingStream:
         # sent before the stream is then ahead of it on the way, so no
         # segment can overtake them (they travel different public pipes).
         self.routed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.credits: int | None = None
+        self._credit_waiter: asyncio.Future[None] | None = None
+
+    def grant(self, n: int) -> None:
+        """The receiver consumed ``n`` segments: that many more may be sent."""
+        if self.credits is not None:
+            self.credits += n
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake a sender waiting for credit (granted, or the stream broke)."""
+        w = self._credit_waiter
+        if w is not None and not w.done():
+            w.set_result(None)
 
     async def reserve(self) -> None:
         if self.broken is not None:
             raise self.broken
+        if self.credits is not None:
+            while self.credits <= 0:
+                fut = self._credit_waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await fut
+                finally:
+                    self._credit_waiter = None
+                if self.broken is not None:
+                    raise self.broken
+            self.credits -= 1
         tgt = self.target
         try:
             try:
@@ -374,14 +419,64 @@ class OutgoingStream:
             raise self.broken
 
 
+def _needs_pickle(dt: np.dtype[Any]) -> bool:
+    return dt.hasobject or dt.fields is not None or dt.subdtype is not None or dt.itemsize == 0
+
+
+def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
+    """Describe chunk ``k`` of a stream, or refuse it (``TypeError`` /
+    ``ValueError``) before anything of it is sent.
+
+    A stream carries bytes-like buffers or numpy/device arrays of plain
+    (non-object, non-structured) dtypes; every chunk of one stream has the
+    kind, dtype and trailing shape of its first chunk, so the receiver can
+    gather it into one buffer or array.
+    """
+    if isinstance(chunk, np.generic):
+        chunk = np.asarray(chunk)
+    if isinstance(chunk, str):
+        raise TypeError(f"chunk {k}: cannot stream a str; encode it to bytes first")
+    if _is_array(chunk):
+        dt = np.dtype(chunk.dtype)
+        if _needs_pickle(dt):
+            raise TypeError(f"chunk {k}: cannot stream an array of dtype {dt} (object, structured "
+                            "or sub-array dtypes need pickling: send them with gp.send() and "
+                            "open_node(allow_pickle=True))")
+        meta = StreamMeta("ndarray", int(chunk.nbytes), dt.str, tuple(chunk.shape))
+    else:
+        try:
+            mv = memoryview(chunk)
+        except TypeError:
+            raise TypeError(f"chunk {k}: cannot stream a {type(chunk).__name__}: give a buffer, "
+                            "an array or an (async) iterable of them") from None
+        meta = StreamMeta("bytes", mv.nbytes)
+    if first is not None:
+        if meta.kind != first.kind:
+            raise TypeError(f"chunk {k} is {'an array' if meta.kind == 'ndarray' else 'bytes'}, "
+                            f"the stream's first chunk was {'an array' if first.kind == 'ndarray' else 'bytes'}")
+        if meta.kind == "ndarray":
+            if meta.dtype != first.dtype:
+                raise ValueError(f"chunk {k} has dtype {np.dtype(meta.dtype)}, the stream's is "
+                                 f"{np.dtype(first.dtype)}")
+            if tuple(meta.shape[1:]) != tuple(first.shape[1:]) or not meta.shape or not first.shape:
+                raise ValueError(f"chunk {k} has shape {meta.shape}, which does not continue the "
+                                 f"stream's {first.shape} along its first axis")
+    return meta
+
+
+_NO_CHUNK = object()
+
+
 async def send_stream(gp: GP, dest: str, source: Any, *, segment_size: int = DEFAULT_SEGMENT,
                       com: int = 0, timeout: float | None = None) -> int:
     """Body of :meth:`GP.send_stream`; returns the number of bytes sent."""
     if segment_size < 1:
         raise ValueError("segment_size must be >= 1")
     node = gp.node
-    pid = await node._resolve(dest, timeout)
-    is_buffer = _is_array(source)
+    # Refuse bad input before anything is sent: a buffer is checked whole;
+    # an iterable's first chunk is taken now (it fixes the stream's dtype
+    # and shape, which the OPEN announces), the others as they come.
+    is_buffer = _is_array(source) or isinstance(source, (str, np.generic))
     if not is_buffer:
         try:  # a buffer first: array.array is also iterable, but one buffer
             memoryview(source)
@@ -390,12 +485,34 @@ async def send_stream(gp: GP, dest: str, source: Any, *, segment_size: int = DEF
             if not isinstance(source, (AsyncIterable, Iterable)):
                 raise TypeError(f"cannot stream a {type(source).__name__}: give a buffer, an "
                                 "array or an (async) iterable of them") from None
-    meta = describe(source, com) if is_buffer else StreamMeta(com=com, borrowed=True)
+    first: Any = _NO_CHUNK
+    if is_buffer:
+        meta = first_meta = check_chunk(source, None, 0)
+        meta.borrowed = describe(source, com).borrowed
+        chunks = _chunks([source])
+    else:
+        chunks = _chunks(source)
+        try:
+            first = await anext(chunks, _NO_CHUNK)
+            first_meta = check_chunk(first, None, 0) if first is not _NO_CHUNK else StreamMeta()
+        except BaseException:
+            await chunks.aclose()
+            raise
+        # An iterable's length is unknown: the OPEN announces kind, dtype and
+        # the trailing shape (after a leading 0).
+        meta = StreamMeta(first_meta.kind, -1, first_meta.dtype,
+                          (0, *first_meta.shape[1:]) if first_meta.shape else (), borrowed=True)
+    meta.com = com
     try:
-        async with asyncio.timeout(timeout):
-            out = await node._open_stream(gp, pid, meta, timeout)
-    except TimeoutError:
-        raise TimeoutError(f"stream to {dest!r} could not be opened within {timeout} s") from None
+        pid = await node._resolve(dest, timeout)
+        try:
+            async with asyncio.timeout(timeout):
+                out = await node._open_stream(gp, pid, meta, timeout)
+        except TimeoutError:
+            raise TimeoutError(f"stream to {dest!r} could not be opened within {timeout} s") from None
+    except BaseException:
+        await chunks.aclose()
+        raise
     segno = 0
     nbytes = 0
     pipe_a = out.pipe_a
@@ -405,12 +522,22 @@ async def send_stream(gp: GP, dest: str, source: Any, *, segment_size: int = DEF
     try:
         async with asyncio.timeout(timeout):
             await out.routed
-            chunks = _chunks([source] if is_buffer else source)
             async with contextlib.aclosing(chunks):  # no generator left to the GC
-                async for chunk in chunks:
-                    if segno == 0 and not is_buffer and _is_array(chunk):
-                        meta.kind, meta.dtype = "ndarray", chunk.dtype.str
+                k = 0
+                pending = first
+                while True:
+                    if pending is not _NO_CHUNK:
+                        chunk, pending = pending, _NO_CHUNK
+                    else:
+                        chunk = await anext(chunks, _NO_CHUNK)
+                        if chunk is _NO_CHUNK:
+                            break
+                        if not is_buffer:
+                            check_chunk(chunk, first_meta, k)
+                    k += 1
                     for seg in cut(chunk, segment_size):
+                        if not seg.nbytes:
+                            continue  # nothing to carry: the OPEN has dtype and shape
                         await out.reserve()
                         pipe_a.force_put(CDU(Kind.STREAM, src_pid, (out.dest_pid,), seg, com, 0,
                                              sno, segno, rank))

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -93,6 +95,8 @@ def run_mpi(
         full_env.update(TCP_ENV)
     if env:
         full_env.update(env)
+    job_dir = tempfile.mkdtemp(prefix="aiopdbp-test-job-")
+    full_env["AIOPDBP_JOB_DIR"] = job_dir  # ranks list their shm segments there
     cmd = [mpiexec, "-n", str(n), sys.executable, str(script), *map(str, args)]
     proc = subprocess.Popen(
         cmd,
@@ -105,7 +109,7 @@ def run_mpi(
     )
     # MPICH leaves /dev/shm segments behind when a job is aborted or killed:
     # remove the ones *this* job's processes mapped, whatever the outcome.
-    watch = JobWatch(proc.pid).start()
+    watch = JobWatch(proc.pid, job_dir=job_dir).start()
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -125,6 +129,8 @@ def _forget(watch: JobWatch) -> None:
     watch.stop()
     watch.kill_all()
     watch.remove_leftovers()
+    if watch.job_dir is not None:
+        shutil.rmtree(watch.job_dir, ignore_errors=True)
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:

@@ -160,13 +160,37 @@ async def test_send_to_self_arrives(pdbp_node) -> None:
         assert (await me.recv()).data == b"note"
 
 
-async def test_send_to_unknown_name_raises_immediately(pdbp_node) -> None:
-    async with pdbp_node.process("p") as p:
+async def test_send_to_unknown_name_raises_after_name_timeout() -> None:
+    async with aiopdbp.open_node(name_timeout=0.05) as node, node.process("p") as p:
         with pytest.raises(UnknownProcessError) as info:
             await p.send("nobody", b"x")
-        assert info.value.name == "nobody"
+        assert (info.value.name, info.value.waited) == ("nobody", 0.05)
+        assert "within 0.05 s" in str(info.value) and "name_timeout" in str(info.value)
+
+
+async def test_send_to_unknown_name_with_zero_timeout_raises_at_once(pdbp_node) -> None:
+    async with pdbp_node.process("p") as p:
+        with pytest.raises(UnknownProcessError) as info:
+            await p.send("nobody", b"x", timeout=0)
+        assert info.value.waited is None
         with pytest.raises(LookupError):
             p.send_nowait("nobody", b"x")
+
+
+async def test_send_to_freed_name_raises_at_once(pdbp_node) -> None:
+    async with pdbp_node.process("p") as p:
+        async with pdbp_node.process("gone"):
+            pass
+        with pytest.raises(UnknownProcessError) as info:
+            await p.send("gone", b"x")  # no wait: it was there and left
+        assert info.value.waited is None
+
+
+async def test_lookup_waits_for_name_by_default(pdbp_node, pdbp_spawn) -> None:
+    looking = await pdbp_spawn(pdbp_node.lookup("late"))
+    assert not looking.done()
+    async with pdbp_node.process("late") as late:
+        assert await looking == late.pid
 
 
 async def test_send_with_timeout_waits_for_name_registration(pdbp_node, pdbp_spawn) -> None:
@@ -192,11 +216,11 @@ async def test_send_with_timeout_waits_for_pipe_bind(pdbp_node, pdbp_spawn) -> N
         await late.free()
 
 
-async def test_send_with_timeout_raises_timeouterror_when_never_registered(pdbp_node) -> None:
+async def test_send_with_timeout_raises_unknownprocesserror_when_never_registered(pdbp_node) -> None:
     async with pdbp_node.process("p") as p:
-        with pytest.raises(TimeoutError):
+        with pytest.raises(UnknownProcessError) as info:
             await p.send("never", b"x", timeout=0.01)
-        assert "never" not in pdbp_node._name_waiters or not pdbp_node._name_waiters["never"]
+        assert info.value.waited == 0.01
 
 
 async def test_send_to_registered_gp_without_pipe_raises_nopipeerror(pdbp_node) -> None:
@@ -355,7 +379,7 @@ async def test_multicast_array_is_one_shared_read_only_copy(pdbp_node) -> None:
 async def test_multicast_with_unknown_name_raises_and_delivers_nothing(pdbp_node) -> None:
     async with pdbp_node.process("a") as a, pdbp_node.process("p") as p:
         with pytest.raises(UnknownProcessError):
-            await p.send(["a", "nobody"], b"x")
+            await p.send(["a", "nobody"], b"x", timeout=0)
         await p.send("a", b"after")
         assert (await a.recv()).data == b"after"
 
@@ -364,7 +388,7 @@ async def test_multicast_to_full_destination_times_out_and_delivers_to_none() ->
     async with aiopdbp.open_node(pipe_capacity=1) as node:
         async with node.process("a") as a, node.process("b") as b, node.process("p") as p:
             await p.send("b", b"fill")
-            with pytest.raises(TimeoutError):
+            with pytest.raises(TimeoutError, match="waiting for room in its pipe"):
                 await p.send(["a", "b"], b"multi", timeout=0.01)
             p.send_nowait("a", b"single")  # a's slot was given back
             assert (await a.recv()).data == b"single"
@@ -443,7 +467,7 @@ async def test_send_with_timeout_raises_timeouterror_while_destination_full() ->
     async with aiopdbp.open_node(pipe_capacity=1) as node:
         async with node.process("c") as c, node.process("p") as p:
             await p.send("c", b"1")
-            with pytest.raises(TimeoutError):
+            with pytest.raises(TimeoutError, match="room in its pipe to send to GP 'c'"):
                 await p.send("c", b"2", timeout=0.01)
             assert (await c.recv()).data == b"1"
             await p.send("c", b"3")

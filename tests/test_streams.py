@@ -47,11 +47,11 @@ def _assert_stream_resources_free(node: aiopdbp.Node, bound_gps: int) -> None:
 
 
 async def _idle_source(release: asyncio.Event) -> AsyncIterator[bytes]:
-    """A chunk source that yields nothing until released, then ends: the stream is
-    open (its OPEN is queued) and the test can feed the stream's pipe itself."""
+    """A chunk source that yields one empty chunk (which opens the stream and
+    carries nothing), then nothing until released: the test can feed the
+    stream's pipe itself."""
+    yield b""
     await release.wait()
-    return
-    yield b""  # pragma: no cover - makes this an async generator
 
 
 def _segment(stream: IncomingStream, src: aiopdbp.GP, dst: aiopdbp.GP, segno: int, data: bytes) -> CDU:
@@ -220,7 +220,7 @@ async def test_stream_from_array_array_buffer_round_trips(pdbp_node) -> None:
 async def test_send_stream_to_unknown_name_raises_unknownprocesserror(pdbp_node) -> None:
     async with pdbp_node.process("p") as p:
         with pytest.raises(UnknownProcessError):
-            await p.send_stream("nobody", DATA)
+            await p.send_stream("nobody", DATA, timeout=0)
         _assert_stream_resources_free(pdbp_node, 1)
 
 

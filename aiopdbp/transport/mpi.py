@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ClosedResourceError
+from ..job import record_own_shm
 from .base import AllocFn, Buffer, Channel, DeliverFn, Transport
 
 if TYPE_CHECKING:
@@ -160,6 +161,7 @@ class MPITransport(Transport):
         self.size = base.Get_size()
         self._control: MPI.Comm = base.Dup()
         self._data: MPI.Comm = base.Dup()
+        record_own_shm()  # the launcher removes them should this rank be killed
         self._control.Set_name("aiopdbp.control")
         self._data.Set_name("aiopdbp.data")
         self._drain_timeout = drain_timeout

@@ -102,19 +102,24 @@ class Run:
         self._buf = bytearray(8)
 
     async def _scenario(self) -> None:
-        async with aiopdbp.open_node(**self.sc.node_options()) as node:
+        # Not ``async with open_node()``: an error leaving that block fails
+        # the whole job (aiopdbp.job), and this runner must go on with the
+        # next scenario, so it closes the node itself.
+        node = aiopdbp.open_node(**self.sc.node_options())
+        await node.start()
+        try:
             if node.size != SIZE:
                 raise RuntimeError(f"open_node() gave a node of size {node.size} under {SIZE} ranks "
                                    f"(transport {node.transport!r})")
-            try:
-                await scenarios.run_on_node(self.sc, node)
-            except BaseException:
-                if scenarios.VERBOSE:
-                    print(f"rank {RANK} node at failure: {node.stats()}\n"
-                          f"  remote: {node._remote.stats() if node._remote else None}\n"
-                          f"  transport: {node.transport.stats() if node.transport else None}",
-                          file=sys.stderr, flush=True)
-                raise
+            await scenarios.run_on_node(self.sc, node)
+        except BaseException:
+            if scenarios.VERBOSE:
+                print(f"rank {RANK} node at failure: {node.stats()}\n"
+                      f"  transport: {node.transport.stats() if node.transport else None}",
+                      file=sys.stderr, flush=True)
+            await node.aclose(graceful=False)
+            raise
+        await node.aclose()
 
     async def _watch(self) -> int:
         """Return the rank of the first peer that reports a failure."""
