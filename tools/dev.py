@@ -45,7 +45,7 @@ WINDOWS = os.name == "nt"
 BIN = VENV / ("Scripts" if WINDOWS else "bin")
 EXE = ".exe" if WINDOWS else ""
 VENV_PY = BIN / f"python{EXE}"
-DEFAULT_EXTRAS = "test"
+DEFAULT_EXTRAS = "test,video"  # video: PyAV, so the video-quality example's tests run
 COMMANDS = ("setup", "demo", "test", "bench")
 
 
