@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=1)
     g.add_argument("--frames", type=int, default=scenes.DEFAULT_FRAMES, help="frames per clip (>= 40)")
     g.add_argument("--format", choices=("mp4", "mkv", "h264"), default="mp4")
+    g.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="encoding processes")
 
     a = sub.add_parser("analyse", help="analyse clip files (or directories of clips) once")
     a.add_argument("paths", nargs="+", type=Path, metavar="PATH")
@@ -125,7 +126,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if launcher_rank() != 0:
         return 0                  # under a launcher, rank 0 writes the files
     t0 = time.perf_counter()
-    paths = scenes.generate(args.out, args.streams, args.seed, args.frames, args.format)
+    paths = scenes.generate(args.out, args.streams, args.seed, args.frames, args.format, jobs=args.jobs)
     print(f"wrote {len(paths)} clips ({args.frames} frames of {scenes.WIDTH}x{scenes.HEIGHT}) and "
           f"truth.json/truth.csv to {args.out} in {time.perf_counter() - t0:.1f} s")
     return 0
@@ -160,7 +161,9 @@ def load_bank(args: argparse.Namespace) -> list[Any]:
             c.flags = truth.get(c.name, "")
         return bank
     specs = scenes.plan_set(args.bank, args.seed, args.bank_frames)
-    return [scenes.encode_packets(s) for s in specs]
+    # under a launcher every rank makes the same bank; alone, use the machine's cores
+    jobs = 1 if launcher_rank() or os.environ.get("PMI_SIZE", "1") != "1" else (os.cpu_count() or 1)
+    return scenes.encode_bank(specs, jobs)
 
 
 def cmd_live(args: argparse.Namespace) -> int:
@@ -203,15 +206,19 @@ def cmd_live(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "generate":
-        return cmd_generate(args)
-    if args.command == "analyse":
-        return cmd_analyse(args)
-    if args.command == "live":
-        return cmd_live(args)
-    from .tune import main as tune_main
+    try:
+        if args.command == "generate":
+            return cmd_generate(args)
+        if args.command == "analyse":
+            return cmd_analyse(args)
+        if args.command == "live":
+            return cmd_live(args)
+        from .tune import main as tune_main
 
-    return tune_main([int(s) for s in args.seeds.split(",")], args.clips)
+        return tune_main([int(s) for s in args.seeds.split(",")], args.clips)
+    except (ValueError, OSError) as exc:      # bad input (av's errors are ValueErrors): say so
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

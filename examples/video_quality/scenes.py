@@ -352,19 +352,40 @@ def read_truth(directory: str | Path) -> dict[str, str]:
         return {row["file"]: row["flags"] for row in csv.DictReader(f)}
 
 
+def _encode_to(job: tuple[ClipSpec, Path]) -> None:
+    encode_clip(*job)
+
+
 def generate(out: str | Path, streams: int, seed: int = 1, frames: int = DEFAULT_FRAMES,
-             fmt: str = "mp4", specs: Sequence[ClipSpec] | None = None) -> list[Path]:
-    """Encode a set of clips into ``out`` with their ground truth; returns the clip paths."""
+             fmt: str = "mp4", specs: Sequence[ClipSpec] | None = None, jobs: int = 1) -> list[Path]:
+    """Encode a set of clips into ``out`` with their ground truth; returns the clip paths.
+
+    ``jobs`` > 1 encodes in that many processes.
+    """
     if fmt not in ("mp4", "mkv", "h264"):
         raise ValueError(f"format must be mp4, mkv or h264, got {fmt!r}")
     outdir = Path(out)
     outdir.mkdir(parents=True, exist_ok=True)
     specs = list(specs) if specs is not None else plan_set(streams, seed, frames)
-    paths, records = [], []
-    for spec in specs:
-        path = outdir / f"{spec.name}.{fmt}"
-        encode_clip(spec, path)
-        paths.append(path)
-        records.append(truth_record(spec, path.name))
-    write_truth(outdir, records)
+    paths = [outdir / f"{spec.name}.{fmt}" for spec in specs]
+    work = list(zip(specs, paths))
+    if jobs > 1 and len(work) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(min(jobs, len(work))) as ex:
+            list(ex.map(_encode_to, work))
+    else:
+        for job in work:
+            _encode_to(job)
+    write_truth(outdir, [truth_record(spec, path.name) for spec, path in work])
     return paths
+
+
+def encode_bank(specs: Sequence[ClipSpec], jobs: int = 1) -> list[Any]:
+    """:func:`encode_packets` of every spec, in ``jobs`` processes when > 1."""
+    if jobs > 1 and len(specs) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(min(jobs, len(specs))) as ex:
+            return list(ex.map(encode_packets, specs))
+    return [encode_packets(s) for s in specs]
