@@ -214,7 +214,10 @@ class StreamStates:
             raise ValueError("a batch holds at most one frame per stream")
         if b and (int(slots.min()) < 0 or int(slots.max()) >= self.n):
             raise ValueError(f"slot out of range [0, {self.n})")
-        prev = self.prev[slots]
+        # a batch usually holds consecutive slots: then slices, not gathers, move the state
+        contiguous = b > 0 and bool((xp.diff(slots) == 1).all())
+        run = slice(int(slots[0]), int(slots[0]) + b) if contiguous else slots
+        prev = self.prev[run]
         step = b if not self.chunk else self.chunk
         parts = [measure(xp, frames[i:i + step], prev[i:i + step], self.height, self.width)
                  for i in range(0, b, step)] or [measure(xp, frames, prev, self.height, self.width)]
@@ -223,7 +226,7 @@ class StreamStates:
         if restart is not None:
             has_prev = has_prev & ~xp.asarray(restart, dtype=bool)
         smooth = xp.where(has_prev, smooth, xp.nan).astype(xp.float32)
-        self.prev[slots] = luma_rows(frames, self.height, self.width)
+        self.prev[run] = luma_rows(frames, self.height, self.width)
         self.has_prev[slots] = True
         self._update_verdicts(slots, blur, smooth, has_prev)
         return BatchResult(blur, smooth, block, self.flags[slots])

@@ -102,8 +102,8 @@ class RunResult:
     tick_start: Array = field(default_factory=lambda: np.zeros(0))
     tick_done: Array = field(default_factory=lambda: np.zeros(0))
     collect_busy: Array = field(default_factory=lambda: np.zeros(0))
-    ingest_stats: dict[str, Array] = field(default_factory=dict)      # name -> (rounds, 5)
-    analyser_stats: dict[str, Array] = field(default_factory=dict)    # name -> (batches, 6)
+    ingest_stats: dict[str, Array] = field(default_factory=dict)      # name -> (rounds, 6)
+    analyser_stats: dict[str, Array] = field(default_factory=dict)    # name -> (batches, 7)
     cross_rank_share: float = 0.0
 
 
@@ -138,13 +138,13 @@ def to_device(xp: Any, frames: Array) -> Any:
 
 # ----------------------------------------------------------------- helpers --
 def decode_chunk(sources: dict[int, Source], chunk: Array, height: int, width: int
-                 ) -> tuple[Array, Array, float]:
+                 ) -> tuple[Array, Array, tuple[float, float]]:
     """Decode the current frame of each stream of ``chunk`` into one stacked batch.
 
     Returns (frames (B, H*3/2, W) read-only, meta (B, 3) [stream, frame, restart],
-    busy seconds); streams whose clip has ended are left out.
+    (busy seconds, CPU seconds of this thread)); streams whose clip has ended are left out.
     """
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     frames = np.empty((len(chunk), height * 3 // 2, width), np.uint8)
     meta = np.empty((len(chunk), 3), np.int64)
     n = 0
@@ -159,7 +159,7 @@ def decode_chunk(sources: dict[int, Source], chunk: Array, height: int, width: i
         n += 1
     out = frames[:n] if n < len(chunk) else frames
     out.flags.writeable = False          # read-only: a local receiver shares it, no copy
-    return out, meta[:n].copy(), time.perf_counter() - t0
+    return out, meta[:n].copy(), (time.perf_counter() - t0, time.thread_time() - c0)
 
 
 async def _call(pool: ThreadPoolExecutor | None, fn: Callable[..., Any], *args: Any) -> Any:
@@ -183,34 +183,44 @@ async def ingest_role(gp: GP, rank: int, plan: Plan, cfg: Config, table: StreamT
         while (item := await q.get()) is not None:
             seq, meta, frames = item
             await gp.send(dest, meta, com=seq, timeout=cfg.timeout)
-            await gp.send_stream(dest, frames, com=seq, segment_size=cfg.segment, timeout=cfg.timeout)
+            # one segment per batch: a local analyser then gets a view of this array, no copy
+            await gp.send_stream(dest, frames, com=seq, segment_size=max(cfg.segment, frames.nbytes),
+                                 timeout=cfg.timeout)
         await gp.command(dest, END, timeout=cfg.timeout)
 
     seq = 0
+    chunks = [(j, ids[lo:lo + cfg.batch]) for j, ids in routes.items() for lo in range(0, len(ids), cfg.batch)]
+    lanes = asyncio.Semaphore(max(1, cfg.threads))   # decode chunks in flight (threads: in parallel)
 
     async def one_round(r: int) -> int:
         """Decode and send round r; the number of frames decoded."""
         nonlocal seq
         t_start = time.perf_counter()
-        busy, n = 0.0, 0
+        busy = [0.0, 0.0]
         held: list[tuple[int, int, Array, Array]] = []
-        for j, ids in routes.items():
-            for lo in range(0, len(ids), cfg.batch):
-                frames, meta, dt = await _call(pool, decode_chunk, sources, ids[lo:lo + cfg.batch],
-                                               cfg.height, cfg.width)
-                busy += dt
-                if not len(meta):
-                    continue
-                n += len(meta)
+
+        async def one_chunk(j: int, ids: Array) -> int:
+            nonlocal seq
+            async with lanes:
+                frames, meta, (dt, dc) = await _call(pool, decode_chunk, sources, ids, cfg.height, cfg.width)
+            busy[0] += dt
+            busy[1] += dc
+            if len(meta):
                 if cfg.phased:
                     held.append((j, seq, meta, frames))
                 else:
                     await queues[j].put((seq, meta, frames))
                 seq += 1
+            return len(meta)
+
+        if pool is None:
+            n = sum([await one_chunk(j, ids) for j, ids in chunks])
+        else:
+            n = sum(await asyncio.gather(*(one_chunk(j, ids) for j, ids in chunks)))
         t_decoded = time.perf_counter()
         for j, s, meta, frames in held:
             await queues[j].put((s, meta, frames))
-        stats.append((r, n, busy, t_start, t_decoded))
+        stats.append((r, n, busy[0], t_start, t_decoded, busy[1]))
         return n
 
     tasks = [asyncio.create_task(sender(j)) for j in range(len(analysers))]
@@ -235,10 +245,18 @@ async def ingest_role(gp: GP, rank: int, plan: Plan, cfg: Config, table: StreamT
     finally:
         for t in tasks:
             t.cancel()
-    await gp.send(COLLECTOR, np.array(stats, np.float64).reshape(-1, 5), timeout=cfg.timeout)
+    await gp.send(COLLECTOR, np.array(stats, np.float64).reshape(-1, 6), timeout=cfg.timeout)
 
 
 # ---------------------------------------------------------------- analyser --
+def segment_frames(seg: Any, stream: IncomingStream) -> Array:
+    """A stream segment as (n, H*3/2, W) frames: segments are cut along axis 0, and
+    a segment that arrives as raw bytes is viewed with the stream's dtype and shape."""
+    if isinstance(seg, np.ndarray) and seg.ndim == len(stream.meta.shape):
+        return seg
+    return np.frombuffer(seg, dtype=np.dtype(stream.meta.dtype)).reshape(-1, *stream.meta.shape[1:])
+
+
 async def analyser_role(gp: GP, j: int, plan: Plan, cfg: Config, xp: Any,
                         pool: ThreadPoolExecutor | None) -> None:
     members = plan.members(j)
@@ -246,31 +264,38 @@ async def analyser_role(gp: GP, j: int, plan: Plan, cfg: Config, xp: Any,
                           chunk=CPU_CHUNK if xp is np else None)
     slot_of = plan.slot_of
     metas: dict[tuple[str, int], Array] = {}
-    early: dict[tuple[str, int], tuple[Array, float, float]] = {}
-    held: dict[int, list[tuple[Array, Array, float, float]]] = {}
+    early: dict[tuple[str, int], tuple[list[Array], float, float]] = {}
+    held: dict[int, list[tuple[Array, list[Array], float, float]]] = {}
     stats: list[tuple[float, ...]] = []
 
-    def analyse(meta: Array, frames: Array) -> tuple[Array, float]:
-        t0 = time.perf_counter()
+    def analyse(meta: Array, frames: Array) -> tuple[Array, float, float]:
+        t0, c0 = time.perf_counter(), time.thread_time()
         batch = to_device(xp, frames)
         res = states.analyse(batch, slot_of[meta[:, 0]], meta[:, 2].astype(bool))
         rows = result_rows(xp, meta[:, 0], meta[:, 1], res)
-        return rows, time.perf_counter() - t0
+        return rows, time.perf_counter() - t0, time.thread_time() - c0
 
-    async def process(meta: Array, frames: Array, t_r0: float, t_r1: float) -> None:
+    async def process(meta: Array, parts: list[Array], t_r0: float, t_r1: float) -> None:
         if cfg.phased:               # hold the tick's batches until all its frames are here
             r = int(meta[0, 1])
             got = held.setdefault(r, [])
-            got.append((meta, frames, t_r0, t_r1))
+            got.append((meta, parts, t_r0, t_r1))
             if sum(len(m) for m, *_ in got) < len(members):
                 return
             batches = held.pop(r)
         else:
-            batches = [(meta, frames, t_r0, t_r1)]
-        for meta, frames, t_r0, t_r1 in batches:
-            rows, busy = await _call(pool if xp is np else None, analyse, meta, frames)
-            await gp.send(COLLECTOR, rows, timeout=cfg.timeout)
-            stats.append((meta[0, 1], len(meta), t_r0, t_r1, busy, time.perf_counter()))
+            batches = [(meta, parts, t_r0, t_r1)]
+        for meta, parts, t_r0, t_r1 in batches:
+            at, busy, cpu, out = 0, 0.0, 0.0, []
+            for frames in parts:     # usually one segment = the whole batch
+                rows, dt, dc = await _call(pool if xp is np else None, analyse, meta[at:at + len(frames)], frames)
+                at += len(frames)
+                busy, cpu = busy + dt, cpu + dc
+                out.append(rows)
+            if at != len(meta):
+                raise RuntimeError(f"{gp.name}: batch of {at} frames for a table of {len(meta)}")
+            await gp.send(COLLECTOR, np.concatenate(out), timeout=cfg.timeout)
+            stats.append((meta[0, 1], len(meta), t_r0, t_r1, busy, time.perf_counter(), cpu))
 
     ends = 0
     while ends < plan.ranks:
@@ -278,20 +303,20 @@ async def analyser_role(gp: GP, j: int, plan: Plan, cfg: Config, xp: Any,
         if isinstance(item, IncomingStream):
             key = (item.source, item.com)
             t_r0 = time.perf_counter()
-            frames = await item.read()
+            parts = [segment_frames(seg, item) async for seg in item]   # views, no gather copy
             t_r1 = time.perf_counter()
             meta = metas.pop(key, None)
             if meta is None:
-                early[key] = (frames, t_r0, t_r1)
+                early[key] = (parts, t_r0, t_r1)
             else:
-                await process(meta, frames, t_r0, t_r1)
+                await process(meta, parts, t_r0, t_r1)
         elif item.kind is Kind.COMMAND and item.com == END:
             ends += 1
         elif item.kind is Kind.SHORT:
             key = (item.source, item.com)
             if key in early:
-                frames, t_r0, t_r1 = early.pop(key)
-                await process(item.data, frames, t_r0, t_r1)
+                parts, t_r0, t_r1 = early.pop(key)
+                await process(item.data, parts, t_r0, t_r1)
             else:
                 metas[key] = item.data
         else:
@@ -299,7 +324,7 @@ async def analyser_role(gp: GP, j: int, plan: Plan, cfg: Config, xp: Any,
     if metas or early or held:
         raise RuntimeError(f"{gp.name}: {len(metas)} tables without frames, {len(early)} batches "
                            f"without a table, {len(held)} incomplete ticks at the end")
-    await gp.command(COLLECTOR, END, np.array(stats, np.float64).reshape(-1, 6), timeout=cfg.timeout)
+    await gp.command(COLLECTOR, END, np.array(stats, np.float64).reshape(-1, 7), timeout=cfg.timeout)
 
 
 # --------------------------------------------------------------- collector --

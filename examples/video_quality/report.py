@@ -182,18 +182,20 @@ def timing_report(res: Any, cfg: Any) -> dict[str, Any]:
     ana = {name: st for name, st in res.analyser_stats.items()}
     per_tick: list[dict[str, float]] = []
     for t in ticks:
-        dec = np.zeros(ranks)
+        dec, dec_cpu = np.zeros(ranks), np.zeros(ranks)
         t_decoded = []
         for r, st in ing.items():
             rows = st[st[:, 0] == t]
             dec[r] += rows[:, 2].sum()
+            dec_cpu[r] += rows[:, 5].sum()
             t_decoded.extend(rows[:, 4].tolist())
-        an = np.zeros(ranks)
+        an, an_cpu = np.zeros(ranks), np.zeros(ranks)
         t_read, t_done = [], []
         for name, st in ana.items():
             r = int(name.split("-")[1])
             rows = st[st[:, 0] == t]
             an[r] += rows[:, 4].sum()
+            an_cpu[r] += rows[:, 6].sum()
             t_read.extend(rows[:, 3].tolist())
             t_done.extend(rows[:, 5].tolist())
         col = np.zeros(ranks)
@@ -202,6 +204,7 @@ def timing_report(res: Any, cfg: Any) -> dict[str, Any]:
         d: dict[str, float] = {
             "latency": float(lat[t]), "decode_max": float(dec.max()), "decode_sum": float(dec.sum()),
             "analysis_max": float(an.max()), "analysis_sum": float(an.sum()),
+            "decode_cpu_sum": float(dec_cpu.sum()), "analysis_cpu_sum": float(an_cpu.sum()),
             "collect": float(col[0]), "busiest_rank": busiest, "other": float(lat[t]) - busiest,
         }
         if cfg.phased and t_decoded and t_read and t_done:
@@ -235,6 +238,9 @@ def timing_report(res: Any, cfg: Any) -> dict[str, Any]:
         lines.append(f"  analysis busy {med['analysis_max']:.3f} s on the busiest rank, {med['analysis_sum']:.3f} s "
                      f"in all: {rate(med['analysis_sum'])} per analyser GP, {rate(med['analysis_max'])} over "
                      f"{res.analysers} GP(s)")
+        lines.append(f"  CPU time (thread): decode {med['decode_cpu_sum']:.3f} s = "
+                     f"{med['decode_cpu_sum'] / n * 1e6:.0f} us/frame, analysis {med['analysis_cpu_sum']:.3f} s = "
+                     f"{med['analysis_cpu_sum'] / n * 1e6:.0f} us/frame (busy > CPU: the core was shared)")
         lines.append(f"  collect  busy {med['collect']:.3f} s (rank 0)")
         lines.append(f"  other    {med['other']:.3f} s = latency - busiest rank's busy time "
                      f"(transfer of {n * frame_bytes / 1e6:.0f} MB, {res.cross_rank_share:.0%} across ranks, "
