@@ -285,6 +285,16 @@ def test_analyse_on_two_ranks_gives_the_same_csv(clips: Path, one_process_csv: P
     assert out.read_bytes() == one_process_csv.read_bytes()
 
 
+@pytest.mark.timeout(180)
+def test_analyse_gives_the_same_csv_with_small_batches_threads_and_local_placement(
+        clips: Path, one_process_csv: Path, tmp_path: Path) -> None:
+    out = tmp_path / "results.csv"
+    r = run_cli("analyse", str(clips), "--out", str(out), "--batch", "5", "--threads", "2",
+                "--analysers", "2", "--placement", "local")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert out.read_bytes() == one_process_csv.read_bytes()
+
+
 @pytest.mark.timeout(120)
 def test_blur_score_falls_as_the_blur_sigma_grows() -> None:
     pytest.importorskip("av")

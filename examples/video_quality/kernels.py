@@ -76,65 +76,117 @@ def luma_rows(frames: Any, height: int, width: int) -> Any:
     return frames.reshape(frames.shape[0], -1)[:, :height * width]
 
 
-def absdiff(xp: Any, a: Any, b: Any) -> Any:
-    """|a - b| for unsigned integer arrays, without overflow or a wider copy."""
-    d = xp.maximum(a, b)
-    d -= xp.minimum(a, b)
+class Scratch:
+    """Reusable work buffers for the measures, one per (name, dtype, row length).
+
+    A fresh multi-megabyte temporary per operation costs more in page faults
+    than the arithmetic (glibc hands large freed blocks back to the kernel), so
+    the big intermediates are written into buffers kept here; a batch with
+    fewer rows uses the first rows of a bigger buffer.  ``None`` everywhere
+    below means "allocate".
+    """
+
+    def __init__(self, xp: Any) -> None:
+        self.xp = xp
+        self._bufs: dict[tuple[str, str, int], Any] = {}
+
+    def get(self, name: str, rows: int, cols: int, dtype: Any) -> Any:
+        key = (name, self.xp.dtype(dtype).str, cols)
+        buf = self._bufs.get(key)
+        if buf is None or buf.shape[0] < rows:
+            buf = self._bufs[key] = self.xp.empty((rows, cols), dtype=dtype)
+        return buf[:rows]
+
+
+def _buf(scratch: Scratch | None, xp: Any, name: str, rows: int, cols: int, dtype: Any) -> Any:
+    return xp.empty((rows, cols), dtype=dtype) if scratch is None else scratch.get(name, rows, cols, dtype)
+
+
+def _acc(xp: Any, bound: int) -> Any:
+    """The narrowest unsigned accumulator that holds a sum up to ``bound`` (narrow sums vectorise)."""
+    return xp.uint32 if bound < 2**32 else xp.uint64
+
+
+def absdiff(xp: Any, a: Any, b: Any, scratch: Scratch | None = None, name: str = "absdiff") -> Any:
+    """|a - b| for unsigned integer (B, N) arrays, without overflow or a wider copy."""
+    d = _buf(scratch, xp, name, a.shape[0], a.shape[1], a.dtype)
+    low = _buf(scratch, xp, name + "-low", a.shape[0], a.shape[1], a.dtype)
+    xp.maximum(a, b, out=d)
+    xp.minimum(a, b, out=low)
+    d -= low
     return d
 
 
-def contrast(xp: Any, cur: Any) -> tuple[Any, Any]:
-    """(centred float32 luma, RMS contrast = std of the luma) of (B, N) uint8 rows."""
-    y = cur.astype(xp.float32)
-    y -= (y.sum(axis=1) / y.shape[1])[:, None]
-    return y, xp.sqrt(xp.einsum("bi,bi->b", y, y) / y.shape[1])
+def contrast(xp: Any, cur: Any, scratch: Scratch | None = None) -> Any:
+    """RMS contrast (the standard deviation of the luma) of (B, N) uint8 rows, float64 (B,).
+
+    Exact integer sums, so a frame's score never depends on which frames share
+    its batch (or its device).
+    """
+    b, n = cur.shape
+    s1 = cur.sum(axis=1, dtype=_acc(xp, 255 * n)).astype(xp.float64)
+    sq = _buf(scratch, xp, "sq16", b, n, xp.uint16)
+    sq[...] = cur
+    sq *= sq
+    s2 = sq.sum(axis=1, dtype=_acc(xp, 255 * 255 * n)).astype(xp.float64)
+    return xp.sqrt(xp.maximum(s2 / n - (s1 / n) ** 2, 0.0))
 
 
-def laplacian_var(xp: Any, cur: Any, height: int, width: int) -> Any:
-    """Variance of the 4-neighbour Laplacian over each frame's interior, (B,).
+def laplacian_var(xp: Any, cur: Any, height: int, width: int, scratch: Scratch | None = None) -> Any:
+    """Variance of the 4-neighbour Laplacian over each frame's interior, float64 (B,).
 
     Computed on the flattened rows, where the neighbours of pixel p are p +- 1
     and p +- W, so every operation runs over long contiguous runs; the two
     border columns, where p +- 1 wraps to the next row, are then taken out of
-    the sums.  int16 holds the Laplacian of uint8 luma exactly.
+    the sums.  int16 holds the Laplacian of uint8 luma exactly and the sums are
+    exact integers.
     """
+    b = cur.shape[0]
     n, w = height * width, width
-    y = cur.astype(xp.int16)
-    lap = y[:, w:n - w] * 4
+    y = _buf(scratch, xp, "y16", b, n, xp.int16)
+    y[...] = cur
+    lap = _buf(scratch, xp, "lap", b, n - 2 * w, xp.int16)
+    xp.multiply(y[:, w:n - w], 4, out=lap)
     lap -= y[:, w - 1:n - w - 1]
     lap -= y[:, w + 1:n - w + 1]
     lap -= y[:, :n - 2 * w]
     lap -= y[:, 2 * w:]
-    f = lap.astype(xp.float32)
-    border = f.reshape(f.shape[0], height - 2, w)[:, :, ::w - 1]       # columns 0 and W-1
+    border = lap.reshape(b, height - 2, w)[:, :, ::w - 1].astype(xp.int64)   # columns 0 and W-1
+    sq = _buf(scratch, xp, "lap2", b, n - 2 * w, xp.int32)
+    sq[...] = lap
+    sq *= sq
     count = (height - 2) * (width - 2)
-    mean = (f.sum(axis=1) - border.sum(axis=(1, 2))) / count
-    sq = (xp.einsum("bi,bi->b", f, f) - (border * border).sum(axis=(1, 2))) / count
-    return xp.maximum(sq - mean * mean, 0.0)
+    s1 = lap.sum(axis=1, dtype=xp.int32 if 1020 * n < 2**31 else xp.int64) - border.sum(axis=(1, 2))
+    s2 = sq.sum(axis=1, dtype=xp.int64) - (border * border).sum(axis=(1, 2))
+    mean = s1.astype(xp.float64) / count
+    return xp.maximum(s2.astype(xp.float64) / count - mean * mean, 0.0)
 
 
-def blur_score(xp: Any, cur: Any, height: int, width: int, std: Any | None = None) -> Any:
+def blur_score(xp: Any, cur: Any, height: int, width: int, std: Any | None = None,
+               scratch: Scratch | None = None) -> Any:
     """``var(Laplacian(Y)) / var(Y)`` per frame of (B, H*W) uint8 rows (0 if constant), (B,)."""
     if std is None:
-        std = contrast(xp, cur)[1]
+        std = contrast(xp, cur, scratch)
     var = std * std
-    lap = laplacian_var(xp, cur, height, width)
+    lap = laplacian_var(xp, cur, height, width, scratch)
     return xp.where(var > EPS, lap / xp.maximum(var, EPS), 0.0).astype(xp.float32)
 
 
-def temporal_score(xp: Any, cur: Any, prev: Any, std: Any | None = None) -> Any:
+def temporal_score(xp: Any, cur: Any, prev: Any, std: Any | None = None,
+                   scratch: Scratch | None = None) -> Any:
     """``mean |Y - prev| / std(Y)`` per frame of (B, N) uint8 rows, (B,).
 
     0 for two equal frames; +inf when a constant frame follows a different one.
     """
     if std is None:
-        std = contrast(xp, cur)[1]
-    mad = absdiff(xp, cur, prev).sum(axis=1, dtype=xp.uint32) / cur.shape[1]
+        std = contrast(xp, cur, scratch)
+    n = cur.shape[1]
+    mad = absdiff(xp, cur, prev, scratch).sum(axis=1, dtype=_acc(xp, 255 * n)).astype(xp.float64) / n
     ratio = mad / xp.maximum(std, EPS)
     return xp.where(std > EPS, ratio, xp.where(mad > 0, xp.inf, 0.0)).astype(xp.float32)
 
 
-def blockiness(xp: Any, cur: Any, height: int, width: int) -> Any:
+def blockiness(xp: Any, cur: Any, height: int, width: int, scratch: Scratch | None = None) -> Any:
     """Mean |step| across the 8-pixel block grid over the mean |step| elsewhere, (B,).
 
     1 means no blocking.  Horizontal steps on the flattened rows: pair (p, p+1)
@@ -144,13 +196,14 @@ def blockiness(xp: Any, cur: Any, height: int, width: int) -> Any:
     if width % BLOCK or height % BLOCK:
         raise ValueError("blockiness needs a frame size that is a multiple of 8")
     b, n, w = cur.shape[0], height * width, width
-    h_steps = absdiff(xp, cur[:, 1:], cur[:, :-1])
-    h_all = h_steps.sum(axis=1, dtype=xp.uint32)
-    h_grid_wrap = h_steps[:, BLOCK - 1::BLOCK].sum(axis=1, dtype=xp.uint32)
-    h_wrap = h_steps[:, w - 1::w].sum(axis=1, dtype=xp.uint32)
-    v_steps = absdiff(xp, cur[:, w:], cur[:, :n - w])
-    v_all = v_steps.sum(axis=1, dtype=xp.uint32)
-    v_grid = v_steps.reshape(b, height - 1, w)[:, BLOCK - 1::BLOCK, :].sum(axis=(1, 2), dtype=xp.uint32)
+    h_steps = absdiff(xp, cur[:, 1:], cur[:, :-1], scratch, "h-steps")
+    acc = _acc(xp, 255 * n)
+    h_all = h_steps.sum(axis=1, dtype=acc).astype(xp.int64)
+    h_grid_wrap = h_steps[:, BLOCK - 1::BLOCK].sum(axis=1, dtype=acc).astype(xp.int64)
+    h_wrap = h_steps[:, w - 1::w].sum(axis=1, dtype=acc).astype(xp.int64)
+    v_steps = absdiff(xp, cur[:, w:], cur[:, :n - w], scratch, "v-steps")
+    v_all = v_steps.sum(axis=1, dtype=acc).astype(xp.int64)
+    v_grid = v_steps.reshape(b, height - 1, w)[:, BLOCK - 1::BLOCK, :].sum(axis=(1, 2), dtype=acc).astype(xp.int64)
     n_h_grid = (w // BLOCK - 1) * height
     n_v_grid = (height // BLOCK - 1) * w
     n_inner = (w - 1) * height - n_h_grid + (height - 1) * w - n_v_grid
@@ -170,12 +223,13 @@ class BatchResult:
     flags: Any
 
 
-def measure(xp: Any, frames: Any, prev: Any, height: int, width: int) -> tuple[Any, Any, Any]:
+def measure(xp: Any, frames: Any, prev: Any, height: int, width: int,
+            scratch: Scratch | None = None) -> tuple[Any, Any, Any]:
     """(blur, temporal score, blockiness) of an I420 batch against ``prev`` (B, H*W) uint8."""
     cur = luma_rows(frames, height, width)
-    std = contrast(xp, cur)[1]
-    return (blur_score(xp, cur, height, width, std), temporal_score(xp, cur, prev, std),
-            blockiness(xp, cur, height, width))
+    std = contrast(xp, cur, scratch)
+    return (blur_score(xp, cur, height, width, std, scratch), temporal_score(xp, cur, prev, std, scratch),
+            blockiness(xp, cur, height, width, scratch))
 
 
 class StreamStates:
@@ -200,6 +254,7 @@ class StreamStates:
         self.still_run = xp.zeros(n, dtype=xp.int32)
         self.jumps = xp.zeros(n, dtype=xp.int32)
         self.flags = xp.zeros(n, dtype=xp.int32)
+        self.scratch = Scratch(xp)
 
     def analyse(self, frames: Any, slots: Any, restart: Any | None = None) -> BatchResult:
         """Analyse one batch: ``frames`` (B, H*3/2, W) uint8 on ``xp``'s device,
@@ -219,7 +274,7 @@ class StreamStates:
         run = slice(int(slots[0]), int(slots[0]) + b) if contiguous else slots
         prev = self.prev[run]
         step = b if not self.chunk else self.chunk
-        parts = [measure(xp, frames[i:i + step], prev[i:i + step], self.height, self.width)
+        parts = [measure(xp, frames[i:i + step], prev[i:i + step], self.height, self.width, self.scratch)
                  for i in range(0, b, step)] or [measure(xp, frames, prev, self.height, self.width)]
         blur, smooth, block = (xp.concatenate([p[k] for p in parts]) for k in range(3))
         has_prev = self.has_prev[slots]
