@@ -205,7 +205,7 @@ def main() -> int:
     ap.add_argument("--analysers", type=int, default=1, help="analyser GPs per rank")
     ap.add_argument("--placement", choices=("spread", "local"), default="spread")
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1, help="compute threads per rank (0: on the event loop)")
     ap.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
     ap.add_argument("--clips", type=Path, help="replay these clips (default: generate --bank clips)")
     ap.add_argument("--bank", type=int, default=24)

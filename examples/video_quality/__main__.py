@@ -49,8 +49,9 @@ def _pipeline_args(p: argparse.ArgumentParser) -> None:
                    help="spread: round-robin over all analysers (frames cross ranks); "
                         "local: analysers on the stream's ingest rank (default spread)")
     g.add_argument("--batch", type=int, default=256, help="frames per send_stream, at most (default 256)")
-    g.add_argument("--threads", type=int, default=0,
-                   help="decode and analyse in a pool of this many threads per rank (default 0: inline)")
+    g.add_argument("--threads", type=int, default=1,
+                   help="decode and analyse in a pool of this many threads per rank, off the event loop "
+                        "(default 1; 0: inline; 2+ uses more cores in one process)")
     g.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
                    help="analysers on CuPy/GPU when present (auto), or force one")
     g.add_argument("--timeout", type=float, default=120.0, help="seconds any one wait may take")
@@ -69,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=1)
     g.add_argument("--frames", type=int, default=scenes.DEFAULT_FRAMES, help="frames per clip (>= 40)")
     g.add_argument("--format", choices=("mp4", "mkv", "h264"), default="mp4")
+    g.add_argument("--crf", type=int, default=18,
+                   help="libx264 quality: 18 (default, ~290 kbit/s, the thresholds' tuning) .. 28 (~90 kbit/s, 3G-like)")
     g.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="encoding processes")
 
     a = sub.add_parser("analyse", help="analyse clip files (or directories of clips) once")
@@ -126,7 +129,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if launcher_rank() != 0:
         return 0                  # under a launcher, rank 0 writes the files
     t0 = time.perf_counter()
-    paths = scenes.generate(args.out, args.streams, args.seed, args.frames, args.format, jobs=args.jobs)
+    paths = scenes.generate(args.out, args.streams, args.seed, args.frames, args.format, jobs=args.jobs,
+                           crf=args.crf)
     print(f"wrote {len(paths)} clips ({args.frames} frames of {scenes.WIDTH}x{scenes.HEIGHT}) and "
           f"truth.json/truth.csv to {args.out} in {time.perf_counter() - t0:.1f} s")
     return 0

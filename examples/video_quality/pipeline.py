@@ -79,7 +79,7 @@ class Config:
     segment: int = 4 << 20                   # send_stream segment size
     queue: int = 4                           # batches queued per destination
     timeout: float = 120.0
-    threads: int = 0                         # decode/analyse in a thread pool of this size
+    threads: int = 1                         # decode/analyse in a thread pool of this size (0: inline)
     device: str = "auto"                     # "auto", "cpu" or "gpu"
     fps: float = 25.0                        # live: tick rate (0: as fast as possible)
     ticks: int = 0                           # live: ticks in all (warm-up included)
@@ -102,7 +102,7 @@ class RunResult:
     tick_start: Array = field(default_factory=lambda: np.zeros(0))
     tick_done: Array = field(default_factory=lambda: np.zeros(0))
     collect_busy: Array = field(default_factory=lambda: np.zeros(0))
-    ingest_stats: dict[str, Array] = field(default_factory=dict)      # name -> (rounds, 6)
+    ingest_stats: dict[str, Array] = field(default_factory=dict)      # name -> (rounds + 1, 7)
     analyser_stats: dict[str, Array] = field(default_factory=dict)    # name -> (batches, 7)
     cross_rank_share: float = 0.0
 
@@ -195,7 +195,7 @@ async def ingest_role(gp: GP, rank: int, plan: Plan, cfg: Config, table: StreamT
     async def one_round(r: int) -> int:
         """Decode and send round r; the number of frames decoded."""
         nonlocal seq
-        t_start = time.perf_counter()
+        t_start, p_start = time.perf_counter(), time.process_time()
         busy = [0.0, 0.0]
         held: list[tuple[int, int, Array, Array]] = []
 
@@ -220,7 +220,7 @@ async def ingest_role(gp: GP, rank: int, plan: Plan, cfg: Config, table: StreamT
         t_decoded = time.perf_counter()
         for j, s, meta, frames in held:
             await queues[j].put((s, meta, frames))
-        stats.append((r, n, busy[0], t_start, t_decoded, busy[1]))
+        stats.append((r, n, busy[0], t_start, t_decoded, busy[1], p_start))
         return n
 
     tasks = [asyncio.create_task(sender(j)) for j in range(len(analysers))]
@@ -245,7 +245,9 @@ async def ingest_role(gp: GP, rank: int, plan: Plan, cfg: Config, table: StreamT
     finally:
         for t in tasks:
             t.cancel()
-    await gp.send(COLLECTOR, np.array(stats, np.float64).reshape(-1, 6), timeout=cfg.timeout)
+    # the process's CPU clock at the end closes the last round (all threads of this rank)
+    stats.append((-1, 0, 0.0, time.perf_counter(), 0.0, 0.0, time.process_time()))
+    await gp.send(COLLECTOR, np.array(stats, np.float64).reshape(-1, 7), timeout=cfg.timeout)
 
 
 # ---------------------------------------------------------------- analyser --

@@ -182,13 +182,17 @@ def timing_report(res: Any, cfg: Any) -> dict[str, Any]:
     ana = {name: st for name, st in res.analyser_stats.items()}
     per_tick: list[dict[str, float]] = []
     for t in ticks:
-        dec, dec_cpu = np.zeros(ranks), np.zeros(ranks)
+        dec, dec_cpu, proc = np.zeros(ranks), np.zeros(ranks), np.zeros(ranks)
         t_decoded = []
         for r, st in ing.items():
             rows = st[st[:, 0] == t]
             dec[r] += rows[:, 2].sum()
             dec_cpu[r] += rows[:, 5].sum()
             t_decoded.extend(rows[:, 4].tolist())
+            # CPU of the whole rank from this round's start to the next one's (or the end)
+            after = st[(st[:, 0] == t + 1) | (st[:, 0] == -1)]
+            if len(rows) and len(after):
+                proc[r] = after[0, 6] - rows[0, 6]
         an, an_cpu = np.zeros(ranks), np.zeros(ranks)
         t_read, t_done = [], []
         for name, st in ana.items():
@@ -205,6 +209,7 @@ def timing_report(res: Any, cfg: Any) -> dict[str, Any]:
             "latency": float(lat[t]), "decode_max": float(dec.max()), "decode_sum": float(dec.sum()),
             "analysis_max": float(an.max()), "analysis_sum": float(an.sum()),
             "decode_cpu_sum": float(dec_cpu.sum()), "analysis_cpu_sum": float(an_cpu.sum()),
+            "process_cpu_sum": float(proc.sum()),
             "collect": float(col[0]), "busiest_rank": busiest, "other": float(lat[t]) - busiest,
         }
         if cfg.phased and t_decoded and t_read and t_done:
@@ -240,7 +245,8 @@ def timing_report(res: Any, cfg: Any) -> dict[str, Any]:
                      f"{res.analysers} GP(s)")
         lines.append(f"  CPU time (thread): decode {med['decode_cpu_sum']:.3f} s = "
                      f"{med['decode_cpu_sum'] / n * 1e6:.0f} us/frame, analysis {med['analysis_cpu_sum']:.3f} s = "
-                     f"{med['analysis_cpu_sum'] / n * 1e6:.0f} us/frame (busy > CPU: the core was shared)")
+                     f"{med['analysis_cpu_sum'] / n * 1e6:.0f} us/frame (busy > CPU: the core was shared); "
+                     f"all threads of all ranks {med['process_cpu_sum']:.3f} s")
         lines.append(f"  collect  busy {med['collect']:.3f} s (rank 0)")
         lines.append(f"  other    {med['other']:.3f} s = latency - busiest rank's busy time "
                      f"(transfer of {n * frame_bytes / 1e6:.0f} MB, {res.cross_rank_share:.0%} across ranks, "

@@ -23,7 +23,7 @@ A *clip* is a sequence of output frames, each showing one source time:
   quantisation (defocus).
 
 Kinds combine (``blurred+frozen`` ...).  Every clip is encoded with libx264
-(CRF 18, no B-frames, one reference frame, a keyframe every 25 frames with
+(CRF 18 by default, no B-frames, one reference frame, a keyframe every 25 frames with
 SPS/PPS repeated, so a decoder can join at any keyframe) and the ground truth
 is written next to the clips (``truth.json`` and ``truth.csv``).
 """
@@ -223,6 +223,7 @@ class ClipSpec:
     blur_sigma: float = 0.0
     freeze: tuple[int, int] | None = None       # (first output frame of the stall, length)
     drops: list[tuple[int, int]] = field(default_factory=list)  # (output frame, source frames skipped)
+    crf: int = 18                               # libx264 quality (18: ~290 kbit/s; 28: ~90, 3G-like)
 
     def timeline(self) -> list[int]:
         """The source time shown by each output frame."""
@@ -244,14 +245,16 @@ class ClipSpec:
 
 def make_spec(name: str, seed: int, kind: str, frames: int = DEFAULT_FRAMES,
               brightness: float | None = None, contrast: float | None = None,
-              blur_sigma: float | None = None) -> ClipSpec:
+              blur_sigma: float | None = None, crf: int = 18) -> ClipSpec:
     """Draw the degradation parameters of a clip of the given kind from ``seed``."""
     if frames < 40:
         raise ValueError(f"clips need at least 40 frames to carry a degradation, got {frames}")
     flags = canonical_flags(kind)
     parts = flags.split("+")
     rng = np.random.default_rng([seed, 7])
-    spec = ClipSpec(name, seed, flags, frames, brightness, contrast)
+    if not 0 <= crf <= 51:
+        raise ValueError(f"crf must be in 0..51, got {crf}")
+    spec = ClipSpec(name, seed, flags, frames, brightness, contrast, crf=crf)
     if "blurred" in parts:
         spec.blur_sigma = float(rng.uniform(1.6, 3.0)) if blur_sigma is None else blur_sigma
     elif blur_sigma is not None:
@@ -268,7 +271,7 @@ def make_spec(name: str, seed: int, kind: str, frames: int = DEFAULT_FRAMES,
     return spec
 
 
-def plan_set(streams: int, seed: int, frames: int = DEFAULT_FRAMES) -> list[ClipSpec]:
+def plan_set(streams: int, seed: int, frames: int = DEFAULT_FRAMES, crf: int = 18) -> list[ClipSpec]:
     """The specs of a generated set: kinds cycle through :data:`KIND_CYCLE`."""
     if streams < 1:
         raise ValueError(f"--streams must be >= 1, got {streams}")
@@ -276,7 +279,7 @@ def plan_set(streams: int, seed: int, frames: int = DEFAULT_FRAMES) -> list[Clip
     for i in range(streams):
         kind = KIND_CYCLE[i % len(KIND_CYCLE)]
         clip_seed = seed * 100_003 + i
-        specs.append(make_spec(f"clip{seed}-{i:04d}", clip_seed, kind, frames))
+        specs.append(make_spec(f"clip{seed}-{i:04d}", clip_seed, kind, frames, crf=crf))
     return specs
 
 
@@ -302,7 +305,7 @@ def encode_clip(spec: ClipSpec, target: str | Path | io.BytesIO, fmt: str | None
         container = av.open(str(target), "w", format=fmt)
     try:
         stream = container.add_stream("libx264", rate=FPS, options={
-            "crf": "18", "preset": "veryfast", "tune": "zerolatency", "x264-params": X264_PARAMS})
+            "crf": str(spec.crf), "preset": "veryfast", "tune": "zerolatency", "x264-params": X264_PARAMS})
         stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "yuv420p"
         for i, img in enumerate(render_clip(spec)):
             frame = av.VideoFrame.from_ndarray(img, format="yuv420p")
@@ -357,7 +360,8 @@ def _encode_to(job: tuple[ClipSpec, Path]) -> None:
 
 
 def generate(out: str | Path, streams: int, seed: int = 1, frames: int = DEFAULT_FRAMES,
-             fmt: str = "mp4", specs: Sequence[ClipSpec] | None = None, jobs: int = 1) -> list[Path]:
+             fmt: str = "mp4", specs: Sequence[ClipSpec] | None = None, jobs: int = 1,
+             crf: int = 18) -> list[Path]:
     """Encode a set of clips into ``out`` with their ground truth; returns the clip paths.
 
     ``jobs`` > 1 encodes in that many processes.
@@ -366,7 +370,7 @@ def generate(out: str | Path, streams: int, seed: int = 1, frames: int = DEFAULT
         raise ValueError(f"format must be mp4, mkv or h264, got {fmt!r}")
     outdir = Path(out)
     outdir.mkdir(parents=True, exist_ok=True)
-    specs = list(specs) if specs is not None else plan_set(streams, seed, frames)
+    specs = list(specs) if specs is not None else plan_set(streams, seed, frames, crf)
     paths = [outdir / f"{spec.name}.{fmt}" for spec in specs]
     work = list(zip(specs, paths))
     if jobs > 1 and len(work) > 1:
