@@ -135,6 +135,9 @@ def run(args: argparse.Namespace) -> int:
                    "seconds_to_prepare": round(t_bank, 2)}
     rep["run_seconds_incl_setup"] = round(t_run, 2)
     rep["command"] = " ".join(sys.argv)
+    rate = 8 * np.mean([len(p) for c in bank for p in c.packets]) * 25 / 1000
+    rep["bank_label"] = f"{rate:.0f} kbit/s"
+    rep["bank"]["kbit_per_s_at_25fps"] = round(float(rate), 1)
     print(f"{args.streams} live QCIF streams, {res.ranks} rank(s): {res.ranks} ingest GP(s), "
           f"{res.analysers} analyser GP(s) [{res.device}], 1 collector; placement {args.placement}, "
           f"batch {args.batch}, threads {args.threads}; bank of {len(bank)} clips "
@@ -166,7 +169,7 @@ def plot(out: Path, reports: list[Path]) -> int:
     import matplotlib.pyplot as plt
 
     data = [json.loads(p.read_text(encoding="utf-8")) for p in reports]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.4 * len(reports) + 2.5), 5))
     labels = []
     colours = {"decode": "#4477aa", "transfer / other": "#ccbb44", "analysis": "#228833", "collect": "#aa3377"}
     for i, rep in enumerate(data):
@@ -175,21 +178,25 @@ def plot(out: Path, reports: list[Path]) -> int:
             parts = {"decode": m["phase_decode"], "transfer / other": m["phase_transfer"],
                      "analysis": m["phase_analysis"], "collect": m["phase_collect"]}
             kind = "phased"
-        else:
-            parts = {"decode": m["decode_max"], "analysis": m["analysis_max"], "collect": m["collect"],
-                     "transfer / other": max(0.0, m["other"])}
+        else:   # busy times of the busiest rank; the rest of the latency is transfer and waiting
+            busy = m["decode_max"] + m["analysis_max"] + m["collect"]
+            scale = min(1.0, m["latency"] / busy) if busy > 0 else 1.0   # threads > 1 overlap
+            parts = {"decode": m["decode_max"] * scale, "analysis": m["analysis_max"] * scale,
+                     "collect": m["collect"] * scale, "transfer / other": max(0.0, m["latency"] - busy * scale)}
             kind = "pipelined"
         bottom = 0.0
         for name, v in parts.items():
             ax.bar(i, v, bottom=bottom, color=colours[name], label=name if i == 0 else None)
             bottom += v
         ax.text(i, m["latency"] + 0.02, f"{m['latency']:.2f} s", ha="center")
-        labels.append(f"{rep['ranks']} rank(s)\n{kind}\n{rep['device'].split()[0]}")
+        labels.append(f"{rep['ranks']} rank{'s' * (rep['ranks'] > 1)}\n{rep['threads']} thread{'s' * (rep['threads'] > 1)}\n"
+                      f"{kind}\n{rep.get('bank_label', '')}")
     ax.axhline(1.5, color="red", linestyle="--", linewidth=1, label="target 1.5 s")
+    ax.set_ylim(0, 1.25 * max([1.5] + [rep["median"]["latency"] for rep in data]))
     ax.set_xticks(range(len(data)), labels)
     ax.set_ylabel("seconds per tick (median)")
     ax.set_title(f"{data[0]['streams']} QCIF streams: one tick, split by stage")
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     print(f"wrote {out}")

@@ -225,7 +225,8 @@ def demux(target: Any, name: str, fmt: str | None = None) -> ClipPackets:
     with av.open(target if not isinstance(target, Path) else str(target), "r", format=fmt) as c:
         stream = c.streams.video[0]
         extradata = stream.codec_context.extradata
-        packets, keys = [], []
+        packets: list[bytes] = []
+        keys: list[int] = []
         for p in c.demux(stream):
             if p.size:
                 if p.is_keyframe:

@@ -325,4 +325,5 @@ def result_rows(xp: Any, streams: Any, frame_numbers: Any, r: BatchResult) -> np
     table = xp.stack([xp.asarray(streams, dtype=xp.float64), xp.asarray(frame_numbers, dtype=xp.float64),
                       r.blur.astype(xp.float64), r.smoothness.astype(xp.float64),
                       r.blockiness.astype(xp.float64), r.flags.astype(xp.float64)], axis=1)
-    return table if xp is np else xp.asnumpy(table)
+    out: np.ndarray[Any, Any] = table if xp is np else xp.asnumpy(table)
+    return out

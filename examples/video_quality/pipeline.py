@@ -194,7 +194,6 @@ async def ingest_role(gp: GP, rank: int, plan: Plan, cfg: Config, table: StreamT
 
     async def one_round(r: int) -> int:
         """Decode and send round r; the number of frames decoded."""
-        nonlocal seq
         t_start, p_start = time.perf_counter(), time.process_time()
         busy = [0.0, 0.0]
         held: list[tuple[int, int, Array, Array]] = []

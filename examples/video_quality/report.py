@@ -167,7 +167,8 @@ def timing_report(res: Any, cfg: Any) -> dict[str, Any]:
     stage's *busy* time (inside decode calls, inside the analysis, inside the
     collector's bookkeeping) as the busiest rank's and as the sum over ranks;
     ``other`` = latency - the busiest rank's decode + analysis (+ collect on
-    rank 0): communication and waiting.  With ``--phased`` the stages do not
+    rank 0): communication and waiting (only meaningful with at most one
+    compute thread per rank, when a rank's stages cannot overlap).  With ``--phased`` the stages do not
     overlap, and the phases are timed apart from timestamps: decode (TICK to
     the last ingest done decoding), transfer (to the last batch read by an
     analyser), analysis (to the last result sent), collect (to the last result
@@ -248,9 +249,13 @@ def timing_report(res: Any, cfg: Any) -> dict[str, Any]:
                      f"{med['analysis_cpu_sum'] / n * 1e6:.0f} us/frame (busy > CPU: the core was shared); "
                      f"all threads of all ranks {med['process_cpu_sum']:.3f} s")
         lines.append(f"  collect  busy {med['collect']:.3f} s (rank 0)")
-        lines.append(f"  other    {med['other']:.3f} s = latency - busiest rank's busy time "
-                     f"(transfer of {n * frame_bytes / 1e6:.0f} MB, {res.cross_rank_share:.0%} across ranks, "
-                     "and waiting)")
+        if cfg.threads > 1:
+            lines.append(f"  other    n/a: with --threads {cfg.threads} the busy times of a rank's threads overlap "
+                         f"(transfer of {n * frame_bytes / 1e6:.0f} MB, {res.cross_rank_share:.0%} across ranks)")
+        else:
+            lines.append(f"  other    {med['other']:.3f} s = latency - busiest rank's busy time "
+                         f"(transfer of {n * frame_bytes / 1e6:.0f} MB, {res.cross_rank_share:.0%} across ranks, "
+                         "and waiting)")
         if "phase_decode" in med:
             lines.append(f"  phased: decode {med['phase_decode']:.3f} s, transfer {med['phase_transfer']:.3f} s "
                          f"({n * frame_bytes / 1e6 / max(med['phase_transfer'], 1e-9):,.0f} MB/s), analysis "

@@ -51,7 +51,12 @@ def main(seeds: Sequence[int], per_seed: int = 24) -> int:
     specs = [s for seed in seeds for s in scenes.plan_set(per_seed, seed)]
     with ProcessPoolExecutor(2) as ex:
         results = list(ex.map(clip_measures, specs))
-    sharp, blurred, still, moving, jumps, ordinary = [], [], [], [], [], []
+    sharp: list[float] = []
+    blurred: list[float] = []
+    still: list[float] = []
+    moving: list[float] = []
+    jumps: list[float] = []
+    ordinary: list[float] = []
     wrong = 0
     for spec, rows in results:
         (blurred if "blurred" in spec.kind else sharp).append(float(np.median(rows[:, 0])))
