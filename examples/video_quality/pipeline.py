@@ -100,6 +100,7 @@ class RunResult:
     device: str
     wall: float
     tick_start: Array = field(default_factory=lambda: np.zeros(0))
+    tick_lag: Array = field(default_factory=lambda: np.zeros(0))    # start - schedule (fps > 0)
     tick_done: Array = field(default_factory=lambda: np.zeros(0))
     collect_busy: Array = field(default_factory=lambda: np.zeros(0))
     ingest_stats: dict[str, Array] = field(default_factory=dict)      # name -> (rounds + 1, 7)
@@ -338,6 +339,7 @@ async def collector_role(gp: GP, plan: Plan, cfg: Config, table: StreamTable, de
     ticks = cfg.ticks if cfg.mode == "live" else 0
     counts = np.zeros(ticks, np.int64)
     res.tick_start = np.full(ticks, np.nan)
+    res.tick_lag = np.zeros(ticks)
     res.tick_done = np.full(ticks, np.nan)
     res.collect_busy = np.zeros(ticks)
     done_events = [asyncio.Event() for _ in range(ticks)]
@@ -349,7 +351,9 @@ async def collector_role(gp: GP, plan: Plan, cfg: Config, table: StreamTable, de
             if t >= cfg.inflight:
                 await done_events[t - cfg.inflight].wait()
             if cfg.fps > 0:
-                await asyncio.sleep(max(0.0, t0 + t / cfg.fps - time.perf_counter()))
+                due = t0 + t / cfg.fps
+                await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                res.tick_lag[t] = time.perf_counter() - due
             res.tick_start[t] = time.perf_counter()
             await gp.command(plan.ingests, TICK, np.array([t], np.int64), timeout=cfg.timeout)
         if ticks:

@@ -256,6 +256,15 @@ def timing_report(res: Any, cfg: Any) -> dict[str, Any]:
             lines.append(f"  other    {med['other']:.3f} s = latency - busiest rank's busy time "
                          f"(transfer of {n * frame_bytes / 1e6:.0f} MB, {res.cross_rank_share:.0%} across ranks, "
                          "and waiting)")
+        if cfg.fps > 0:
+            period = 1.0 / cfg.fps
+            lag = res.tick_lag[cfg.warmup:cfg.ticks]
+            late = int((lag > period).sum())
+            out["late_ticks"] = late
+            lines.append(f"  real time at {cfg.fps:g} fps: " + (
+                "kept up (every tick started on schedule)" if late == 0 else
+                f"fell behind: {late} of {len(lag)} tick(s) started more than one frame period late "
+                f"(up to {lag.max():.2f} s)"))
         if "phase_decode" in med:
             lines.append(f"  phased: decode {med['phase_decode']:.3f} s, transfer {med['phase_transfer']:.3f} s "
                          f"({n * frame_bytes / 1e6 / max(med['phase_transfer'], 1e-9):,.0f} MB/s), analysis "
