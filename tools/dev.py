@@ -48,7 +48,7 @@ WINDOWS = os.name == "nt"
 BIN = VENV / ("Scripts" if WINDOWS else "bin")
 EXE = ".exe" if WINDOWS else ""
 VENV_PY = BIN / f"python{EXE}"
-DEFAULT_EXTRAS = "test,bench"
+DEFAULT_EXTRAS = "test,bench,video"  # bench: plots/progress; video: PyAV for the video example
 COMMANDS = ("setup", "demo", "test", "bench")
 
 
