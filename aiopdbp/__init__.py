@@ -27,8 +27,10 @@ from .errors import (
 )
 from .node import Node, open_node, run
 from .pipes import Pipe, PipePool
-from .process import GP, Message
-from .streams import IncomingStream
+from .message import Message
+from .process import GP
+from .stats import LinkStats, NodeStats
+from .streams import IncomingStream, StreamState
 from .sync import (
     ALGORITHMS,
     Barrier,
@@ -47,7 +49,7 @@ __all__ = [
     "CDU", "GP", "BarrierError", "BrokenResourceError", "ClosedResourceError",
     "DeviceError", "DuplicateProcessError", "HandshakeError", "HostLostError", "RankFailedError", "IncomingStream", "Kind", "Message", "NoPipeError",
     "Node", "NodeType", "PDBPError", "PType", "Pipe", "PipePool", "ProtocolError", "StreamError",
-    "StreamOp", "Tables", "TransportError", "UnknownProcessError", "WouldBlock", "__version__",
+    "StreamOp", "StreamState", "LinkStats", "NodeStats", "Tables", "TransportError", "UnknownProcessError", "WouldBlock", "__version__",
     "open_node", "run", "ALGORITHMS", "Barrier", "BarrierStats", "BarrierSummary",
     "BarrierTimeoutError", "NeighbourStats", "Neighbours", "aggregate_stats", "open_cluster",
 ]

@@ -62,6 +62,7 @@ __all__ = [
     "Limits", "MsgType", "Payload", "StreamOp", "VERSION", "decode", "encode_block",
     "encode_cdu", "encode_control", "frame_size", "peek_header",
     "bp_header", "encode_record", "encode_small_into", "encode_split", "decode_split",
+    "SHORT", "SHORT_NONE", "SHORT_MAX", "bps_header", "encode_shorts", "decode_shorts",
 ]
 
 VERSION: int = 1
@@ -90,25 +91,31 @@ class StreamOp(enum.IntEnum):
 class MsgType(enum.IntEnum):
     """Level-1 MESP message type."""
 
-    # CMP, control channel (paper section 4.1)
-    REG = 0x01
-    APIPE = 0x02
-    RELEASE = 0x03
-    CANCEL = 0x04
-    AR = 0x05
-    AAP = 0x06
-    HINFO = 0x07
-    MBINFO = 0x08
+    # CMP, control channel (paper section 4.1); see aiopdbp.control
+    REG = 0x01      # RegMsg: register a GP (with its pipe)
+    APIPE = 0x02    # APipeMsg: bind a pipe to a GP
+    RELEASE = 0x03  # ReleaseMsg: release a GP's pipe, or free the GP
+    CANCEL = 0x04   # CancelMsg: undo a request whose requester gave up
+    AR = 0x05       # ARMsg: answer to RegMsg
+    AAP = 0x06      # AAPMsg: answer to APipeMsg (and ReleaseMsg)
+    HINFO = 0x07    # HInfoMsg: one host's / all hosts' info (initialisation)
+    MBINFO = 0x08   # MBInfoMsg: all GP-pipe bindings (initialisation)
     # runtime control messages
-    TABLE = 0x09  # one ordered table update broadcast by rank 0
-    CREDIT = 0x0A  # flow-control credit return
-    BYE = 0x0B  # graceful close, carries how much was sent
-    ERROR = 0x0C  # a rank reports a fatal error
+    TABLE = 0x09    # one ordered table update broadcast by rank 0
+    CREDIT = 0x0A   # per-destination flow-control credit return
+    BYE = 0x0B      # graceful close, carries how much was sent
+    ERROR = 0x0C    # a rank stops the job (failure, interrupt) -- StopMsg
+    STREAM_DONE = 0x0D    # a stream's receiver consumed it (or gave up)
+    STREAM_CREDIT = 0x0E  # a stream's receiver consumed segments
+    STOP_ACK = 0x0F       # a rank heard of a failure
+    TABLE_REQ = 0x20      # a stream-binding (MTA) update asked of rank 0
+    TABLE_ACK = 0x21      # rank 0's answer to TABLE_REQ
     # DMP, data channel (paper section 4.3)
     UDATA = 0x10
     LOCAL = 0x11
     REMOTE = 0x12
     BP = 0x13
+    BPS = 0x14  # a coalesced block of short-message records (compact format)
 
 
 class Payload(enum.IntEnum):
@@ -167,18 +174,23 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 CONTROL_SCHEMAS: dict[MsgType, dict[str, type | tuple[type, ...]]] = {
-    MsgType.REG: {"name": str, "ptype": int, "node": int, "req": int},
-    MsgType.APIPE: {"pid": int, "req": int},
-    MsgType.RELEASE: {"pid": int, "pipe": int},
-    MsgType.CANCEL: {"pid": int, "req": int},
-    MsgType.AR: {"req": int, "ok": bool, "pid": int, "error": str},
-    MsgType.AAP: {"req": int, "pipe": int},
-    MsgType.HINFO: {"hosts": list},  # entries [nid, name, ip, ntype]
+    MsgType.REG: {"req": int, "name": str, "ptype": int, "node": int, "pipe": int},
+    MsgType.APIPE: {"req": int, "pid": int, "pipe": int},
+    MsgType.RELEASE: {"req": int, "pid": int, "free": bool},
+    MsgType.CANCEL: {"req": int, "pid": int},
+    MsgType.AR: {"req": int, "ok": bool, "pid": int, "error": str, "etype": str},
+    MsgType.AAP: {"req": int, "ok": bool, "pipe": int, "error": str},
+    MsgType.HINFO: {"hosts": list, "gp_window": int},  # hosts: [nid, name, ip, ntype]
     MsgType.MBINFO: {"bindings": list},
     MsgType.TABLE: {"seq": int, "op": str, "args": list},
-    MsgType.CREDIT: {"bytes": int, "blocks": int},
+    MsgType.CREDIT: {"grants": list},  # [pid, bytes] pairs
     MsgType.BYE: {"sent": int},
-    MsgType.ERROR: {"message": str},
+    MsgType.ERROR: {"kind": str, "rank": int, "signal": int, "message": str},
+    MsgType.STREAM_DONE: {"node": int, "sno": int, "ok": bool, "error": str},
+    MsgType.STREAM_CREDIT: {"node": int, "sno": int, "segments": int},
+    MsgType.STOP_ACK: {"rank": int},
+    MsgType.TABLE_REQ: {"req": int, "op": str, "args": list},
+    MsgType.TABLE_ACK: {"req": int, "ok": bool, "error": str},
 }
 
 _L1 = struct.Struct("<BBHI")
@@ -195,6 +207,8 @@ _COPY_MAX = 8192  # encode_block copies payloads up to this size into the block
 _NONE, _BYTES, _NDARRAY, _PICKLE = (int(t) for t in Payload)
 _STREAM = int(Kind.STREAM)
 _BP = int(MsgType.BP)
+_BPS = int(MsgType.BPS)
+_BLOCKS = frozenset((_BP, _BPS))
 _KINDS = {int(k): k for k in Kind}
 _OPS = {int(o): o for o in StreamOp}
 _MSGTYPES = {int(m): m for m in MsgType}
@@ -540,8 +554,8 @@ def _check_body(mtype: MsgType, body: object, seq: type | tuple[type, ...]) -> s
     if mtype == MsgType.HINFO:
         for entry in body["hosts"]:
             if not (isinstance(entry, seq) and isinstance(entry, (list, tuple))
-                    and len(entry) == 4):
-                return "HINFO host entries are [nid, name, ip, ntype]"
+                    and len(entry) in (4, 5)):
+                return "HINFO host entries are [nid, name, ip, ntype(, gp_window)]"
     return None
 
 
@@ -565,6 +579,95 @@ def encode_control(msg: Control, *, limits: Limits = DEFAULT_LIMITS) -> bytes:
 def frame_size(parts: Sequence[Buffer]) -> int:
     """Total bytes of an encoded frame (all its parts)."""
     return sum(memoryview(p).nbytes for p in parts)
+
+
+# ---------------------------------------------------------- short records
+#
+# A BPS frame (level-1 type BPS, ``count`` records) carries the commonest
+# CDU compactly: a short or command message to ONE GP with a ``bytes`` (or
+# no) payload below 64 KiB.  Each record is 15 bytes ``<IIIBH``:
+#     dest pid u32 | source pid u32 | com u32 | flags u8 | payload_len u16
+# flags: bits 0-1 the Kind (COMMAND or SHORT), bit 7 "payload is None";
+# then payload_len bytes.  No id/sno/segno (they are 0 for messages), no
+# alignment.  Writers pack records straight into a pool block with
+# ``SHORT.pack_into`` and write ``bps_header`` in front.
+
+SHORT = struct.Struct("<IIIBH")
+SHORT_NONE = 0x80          # flags bit: the payload is None
+SHORT_MAX = 0xFFFF         # largest payload of a short record
+_SHORT_KINDS = frozenset((int(Kind.COMMAND), int(Kind.SHORT)))
+
+
+def bps_header(count: int, body_len: int) -> bytes:
+    """The level-1 header of a BPS frame of ``count`` short records."""
+    if not 0 < count <= 0xFFFF:
+        raise ValueError("a BPS block holds 1..65535 records")
+    return _L1.pack(VERSION, _BPS, count, body_len)
+
+
+def encode_shorts(records: Iterable[tuple[int, int, Kind, int, bytes | None]]) -> bytes:
+    """One BPS frame of ``(dest, source, kind, com, data)`` records."""
+    body = bytearray()
+    count = 0
+    for dest, src, kind, com, data in records:
+        if int(kind) not in _SHORT_KINDS:
+            raise ValueError(f"a short record carries COMMAND or SHORT, not {kind!r}")
+        if data is not None and (type(data) is not bytes or len(data) > SHORT_MAX):
+            raise ValueError("a short record carries None or bytes of at most 65535 bytes")
+        try:
+            body += SHORT.pack(dest, src, com, int(kind) | (SHORT_NONE if data is None else 0),
+                               0 if data is None else len(data))
+        except struct.error as exc:
+            raise ValueError(f"short record field out of range: {exc}") from exc
+        if data:
+            body += data
+        count += 1
+    return bps_header(count, len(body)) + bytes(body)
+
+
+def _decode_shorts(mv: memoryview, count: int) -> list[tuple[int, int, int, int, Any]]:
+    b = bytes(mv)   # slicing bytes makes the payload objects in one step
+    end = len(b)
+    off = _L1.size
+    unpack = SHORT.unpack_from
+    size = SHORT.size
+    kinds = _SHORT_KINDS
+    out: list[tuple[int, int, int, int, Any]] = []
+    append = out.append
+    for _ in range(count):
+        if off + size > end:
+            raise ProtocolError("truncated short record")
+        dest, src, com, flags, n = unpack(b, off)
+        off += size
+        k = flags & 0x7F
+        if k not in kinds:
+            raise ProtocolError(f"bad short record kind {k}")
+        if flags & SHORT_NONE:
+            if n:
+                raise ProtocolError("None payload with a length")
+            append((dest, src, k, com, None))
+            continue
+        stop = off + n
+        if stop > end:
+            raise ProtocolError("truncated short record payload")
+        append((dest, src, k, com, b[off:stop]))
+        off = stop
+    if off != end:
+        raise ProtocolError(f"{end - off} trailing bytes after the last short record")
+    return out
+
+
+def decode_shorts(buf: Buffer, *, limits: Limits = DEFAULT_LIMITS) -> list[tuple[int, int, int, int, Any]]:
+    """Decode one BPS frame in bulk: ``[(dest, source, kind, com, data), ...]``
+    with ``data`` a ``bytes`` copy (or None) and ``kind`` an int; no CDU
+    objects.  Raises only :class:`ProtocolError`."""
+    mv = _byte_view(buf)
+    mt, count, body_len = _header(mv, limits)
+    if mt is not MsgType.BPS:
+        raise ProtocolError(f"not a BPS frame: {mt.name}")
+    if len(mv) != _L1.size + body_len:
+        raise ProtocolError(f"frame holds {len(mv) - _L1.size} body bytes, header says {body_len}")
+    return _decode_shorts(mv, count)
 
 
 # ---------------------------------------------------------------- decoding
@@ -596,7 +699,7 @@ def _header(mv: memoryview, limits: Limits, off: int = 0) -> tuple[MsgType, int,
             raise ProtocolError(f"control frame with record count {count}")
         if body_len > limits.max_control:
             raise ProtocolError(f"control body of {body_len} bytes > {limits.max_control}")
-    elif count != 1 and (mtype != _BP or count == 0):
+    elif count != 1 and (mtype not in _BLOCKS or count == 0):
         raise ProtocolError(f"{mt.name} frame with record count {count}")
     return mt, count, body_len
 
@@ -774,6 +877,9 @@ def decode(buf: Buffer, *, allow_pickle: bool = False,
     if count == 0:
         return [_decode_control(mt, mv[_L1.size:], limits)]
     try:
+        if mt is MsgType.BPS:
+            return [CDU(_KINDS[k], src, (dest,), data, com)
+                    for dest, src, k, com, data in _decode_shorts(mv, count)]
         return _decode_records(mv, count, allow_pickle, limits)
     except ProtocolError:
         raise

@@ -2,26 +2,24 @@
 
 Theory of operation
 -------------------
-GPs never deliver anything themselves.  A sending GP *reserves* a slot at the
-final target (a local private pipe, a stream's bound pipe ``PipeB``, or the
-link to a remote host) and writes its CDU into one of the host's **public
-pipes** (CPS): the message pipe, or the stream pipe ``PipeA`` bound to its
-data stream.  A public pipe that turns non-empty announces itself on the
-manager's *ready* queue; the manager wakes once, drains every ready pipe in
-batches (no Task and no wake-up per message) and routes each CDU:
-
-* a short/command message or a stream OPEN goes to every destination GP in
-  ``dest_ps``: a local GP's private pipe, or -- once per host, whatever the
-  number of GPs there (multicast fan-out happens at the receiving host) -- the
-  link to a remote host;
-* a stream SEGMENT/END/ABORT is looked up in the stream map (MTA) by
-  ``(source node, sno)`` and goes to the stream's ``PipeB`` if the receiver is
-  local, else to the receiver's host.
+GPs never deliver anything themselves.  A sending GP reserves room at the
+final target (a local private pipe or a stream's ``PipeB``: a slot; a remote
+host's link: credit towards the destination GP -- see :mod:`aiopdbp.router`)
+and writes its CDU, as a ``(target, pid, item)`` entry, into one of the
+host's **public pipes** (CPS): the message pipe, or the stream pipe ``PipeA``
+bound to its data stream.  A public pipe that turns non-empty announces
+itself on the manager's *ready* queue; the manager wakes once, drains every
+ready pipe in batches (no Task and no wake-up per message) and routes each
+entry: ``target.put_to(pid, item)`` -- into a local GP's private pipe, into a
+stream's PipeB, or onto the link of a remote host (whose SBP coalesces it).
 
 Because every slot was reserved by the sender, routing never waits: one slow
-GP stalls only the GPs that send to it, never the manager.  CDUs that arrive
-from the network enter through :meth:`PipeManager.route` as well, so local and
-remote traffic share one routing function.
+GP stalls only the GPs that send to it, never the manager.
+
+*The fast path is the same path.*  When no public pipe holds anything,
+:meth:`PipeManager.submit` routes the entry in the sender's task at once --
+exactly what the manager would do next, without the hop to its task; the
+order is unchanged, because nothing is queued ahead.
 """
 
 from __future__ import annotations
@@ -29,48 +27,36 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
-from .codec import CDU, Kind, StreamOp
 from .pipes import Pipe
-
-if TYPE_CHECKING:
-    from .node import Node
 
 log = logging.getLogger("aiopdbp.manager")
 
-BATCH = 512  # CDUs routed from one public pipe before looking at the next one
+__all__ = ["BATCH", "PipeManager"]
 
-
-class Target(Protocol):
-    """Where the manager can put a CDU: a Pipe, or a link to a remote host."""
-
-    remote: bool
-
-    def reserve_nowait(self) -> None: ...
-    async def reserve(self) -> None: ...
-    def unreserve(self) -> None: ...
-    def put_reserved(self, item: Any) -> None: ...
-    def force_put(self, item: Any) -> None: ...
+BATCH = 512  # entries routed from one public pipe before looking at the next one
 
 
 class PipeManager:
-    """Routes CDUs from the public pipes to private pipes or remote hosts."""
+    """Routes ``(target, pid, item)`` entries from the public pipes."""
 
-    def __init__(self, node: Node) -> None:
-        self._node = node
-        self._ready: deque[Pipe[CDU]] = deque()
+    def __init__(self) -> None:
+        self._ready: deque[Pipe[Any]] = deque()
         self._wakeup: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
+        #: the message group of the CPS: short messages, commands, stream OPENs
+        self.public: Pipe[Any] = Pipe(1 << 30, 0, "cps-msg")
+        self.watch(self.public)
         self.routed = 0
         self.dropped = 0
 
     # -- public pipes announce themselves ---------------------------------------
-    def watch(self, pipe: Pipe[CDU]) -> None:
+    def watch(self, pipe: Pipe[Any]) -> None:
         """Make ``pipe`` a public pipe this manager drains."""
         pipe.on_ready = self._on_ready
 
-    def _on_ready(self, pipe: Pipe[CDU]) -> None:
+    def _on_ready(self, pipe: Pipe[Any]) -> None:
         self._ready.append(pipe)
         w = self._wakeup
         if w is not None and not w.done():
@@ -78,8 +64,18 @@ class PipeManager:
 
     @property
     def idle(self) -> bool:
-        """True when no public pipe holds a CDU."""
+        """True when no public pipe holds an entry."""
         return not self._ready
+
+    def submit(self, target: Any, pid: int, item: Any) -> None:
+        """Route one message-path entry (its room was reserved): at once when
+        nothing is queued ahead of it, else behind what is."""
+        if not self._ready:
+            if target.put_to(pid, item) is False:
+                self.dropped += 1  # its GP left between the send and now
+            self.routed += 1
+        else:
+            self.public.force_put((target, pid, item))
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> None:
@@ -100,22 +96,30 @@ class PipeManager:
             if not task.cancelled():  # we were cancelled, not the task
                 raise
 
+    async def drain(self) -> None:
+        """Wait until every public pipe is empty (routed).
+
+        Cancellation: nothing to undo.
+        """
+        while self._ready:
+            await asyncio.sleep(0)
+
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         ready = self._ready
-        route = self.route
         while True:
             while ready:
                 pipe = ready.popleft()
                 batch = pipe.drain_nowait(BATCH)
                 if len(pipe):
                     ready.append(pipe)  # fairness: others go first
-                for cdu in batch:
+                for target, pid, item in batch:
                     try:
-                        route(cdu)
-                    except Exception:  # never let one bad CDU kill routing
+                        if target.put_to(pid, item) is False:
+                            self.dropped += 1  # its GP left between the send and now
+                    except Exception:  # never let one bad entry kill routing
                         self.dropped += 1
-                        log.exception("dropping CDU that could not be routed: %r", cdu)
+                        log.exception("dropping a CDU that could not be routed: %r", item)
                 self.routed += len(batch)
                 if len(batch) == BATCH:
                     await asyncio.sleep(0)  # let consumers run on long bursts
@@ -124,39 +128,3 @@ class PipeManager:
                 await self._wakeup
             finally:
                 self._wakeup = None
-
-    # -- routing -----------------------------------------------------------------
-    def route(self, cdu: CDU) -> None:
-        """Put one CDU where it goes (never waits; the slot was reserved)."""
-        node = self._node
-        if cdu.kind is Kind.STREAM and cdu.op is not StreamOp.OPEN:
-            tgt = node._stream_target(cdu)
-            if tgt is None:
-                self.dropped += 1
-                return
-            if cdu.op is StreamOp.ABORT:
-                tgt.force_put(cdu)
-            else:
-                tgt.put_reserved(cdu)
-            return
-        targets = node._targets
-        dests = cdu.dest_ps
-        if len(dests) == 1:
-            tgt = targets.get(dests[0])
-            if tgt is None:
-                self.dropped += 1  # freed between the send and now
-                return
-            tgt.put_reserved(cdu)
-            if cdu.kind is Kind.STREAM:  # an OPEN: its segments may follow now
-                node._open_routed(cdu)
-            return
-        seen: set[int] = set()
-        for pid in dests:
-            tgt = targets.get(pid)
-            if tgt is None:
-                self.dropped += 1
-                continue
-            if id(tgt) in seen:
-                continue
-            seen.add(id(tgt))
-            tgt.put_reserved(cdu)

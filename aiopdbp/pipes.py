@@ -65,7 +65,10 @@ class Pipe(Generic[T]):
     __slots__ = (
         "pipe_id", "capacity", "_items", "_reserved", "_recv_waiters",
         "_space_waiters", "_closed", "_eof", "on_ready", "label", "_error",
+        "appended", "taken", "watch_at", "on_watch",
     )
+
+    remote = False  # the target protocol (aiopdbp.router): a local pipe
 
     def __init__(self, capacity: int, pipe_id: int = -1, label: str = "") -> None:
         if capacity < 1:
@@ -83,6 +86,13 @@ class Pipe(Generic[T]):
         # Called when the pipe goes from empty to non-empty (the PipeManager
         # uses it to learn which public pipes have work without polling).
         self.on_ready: Callable[[Pipe[T]], None] | None = None
+        # Items ever appended / taken, and a watch: ``on_watch(self)`` runs
+        # when ``taken`` reaches ``watch_at`` (flow control returns credit
+        # for remote items once the reader has taken them).
+        self.appended = 0
+        self.taken = 0
+        self.watch_at = 1 << 62
+        self.on_watch: Callable[[Pipe[T]], None] | None = None
 
     # -- state -------------------------------------------------------------
     def __len__(self) -> int:
@@ -110,14 +120,15 @@ class Pipe(Generic[T]):
         if self._eof:
             raise ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed for sending")
 
-    def reserve_nowait(self) -> None:
-        """Reserve one slot or raise :class:`WouldBlock`."""
+    def reserve_nowait(self, pid: int = 0, nbytes: int = 0) -> None:
+        """Reserve one slot or raise :class:`WouldBlock` (``pid`` and
+        ``nbytes`` are the target protocol's; a pipe counts items)."""
         self._check_send()
         if len(self._items) + self._reserved >= self.capacity:
             raise WouldBlock
         self._reserved += 1
 
-    async def reserve(self) -> None:
+    async def reserve(self, pid: int = 0, nbytes: int = 0) -> None:
         """Reserve one slot, waiting for room.
 
         Cancellation: a cancelled reserve holds no slot; a wake-up it had
@@ -152,7 +163,7 @@ class Pipe(Generic[T]):
                     _wake_first(self._space_waiters)
                 return
 
-    def unreserve(self) -> None:
+    def unreserve(self, pid: int = 0, nbytes: int = 0) -> None:
         """Give back a reservation that will not be used."""
         if self._reserved > 0:
             self._reserved -= 1
@@ -179,6 +190,30 @@ class Pipe(Generic[T]):
     def _append(self, item: T) -> None:
         was_empty = not self._items
         self._items.append(item)
+        self.appended += 1
+        if self._recv_waiters:
+            _wake_first(self._recv_waiters)
+        if was_empty and self.on_ready is not None:
+            self.on_ready(self)
+
+    def put_to(self, pid: int, item: T) -> bool:
+        """Target protocol (see :mod:`aiopdbp.router`): put a reserved item;
+        False when it was dropped (the pipe is closed: its reader left)."""
+        if self._reserved > 0:
+            self._reserved -= 1
+        if self._closed:
+            return False
+        self._append(item)
+        return True
+
+    def put_many(self, items: list[T]) -> None:
+        """Append items past capacity in one go (a batch that arrived from
+        another host: its flow control bounded it); one wake-up."""
+        if self._closed or not items:
+            return
+        was_empty = not self._items
+        self._items.extend(items)
+        self.appended += len(items)
         if self._recv_waiters:
             _wake_first(self._recv_waiters)
         if was_empty and self.on_ready is not None:
@@ -212,6 +247,9 @@ class Pipe(Generic[T]):
             item = self._items.popleft()
             if self._space_waiters:
                 _wake_first(self._space_waiters)
+            self.taken += 1
+            if self.taken >= self.watch_at and self.on_watch is not None:
+                self.on_watch(self)
             return item
         if self._closed:
             raise ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed")
@@ -226,10 +264,7 @@ class Pipe(Generic[T]):
         a wake-up it had received is passed on to the next receiver.
         """
         if self._items:
-            item = self._items.popleft()
-            if self._space_waiters:
-                _wake_first(self._space_waiters)
-            return item
+            return self.receive_nowait()
         loop = asyncio.get_running_loop()
         while True:
             if self._closed:
@@ -251,9 +286,7 @@ class Pipe(Generic[T]):
                         pass
                 raise
             if self._items:
-                item = self._items.popleft()
-                if self._space_waiters:
-                    _wake_first(self._space_waiters)
+                item = self.receive_nowait()
                 if self._items and self._recv_waiters:
                     _wake_first(self._recv_waiters)
                 return item
@@ -269,6 +302,9 @@ class Pipe(Generic[T]):
             items.clear()
         else:
             out = [items.popleft() for _ in range(limit)]
+        self.taken += len(out)
+        if self.taken >= self.watch_at and self.on_watch is not None:
+            self.on_watch(self)
         while self._space_waiters and self.free > 0:
             before = len(self._space_waiters)
             _wake_first(self._space_waiters)

@@ -32,6 +32,7 @@ import numpy as np
 
 from .codec import CDU, Kind
 from .errors import ClosedResourceError, NoPipeError, WouldBlock
+from .message import Message, credit_cost
 from .pipes import Pipe
 from .streams import DEFAULT_SEGMENT, IncomingStream, send_stream
 from .tables import PType
@@ -39,31 +40,7 @@ from .tables import PType
 if TYPE_CHECKING:
     from .node import Node
 
-
-class Message:
-    """A short or command message as the receiving GP sees it.
-
-    ``source`` is the sender's name, ``kind`` its :class:`~aiopdbp.codec.Kind`
-    (``SHORT`` or ``COMMAND``), ``com`` the command code, ``data`` the payload:
-    ``bytes`` for bytes-like data, a ``numpy.ndarray`` (same dtype and shape)
-    for arrays, the object itself for pickled payloads, or ``None``.
-    """
-
-    __slots__ = ("source", "kind", "com", "data", "id", "source_pid")
-
-    def __init__(self, source: str, kind: Kind, com: int, data: Any, id: int = 0, source_pid: int = 0) -> None:
-        self.source = source
-        self.kind = kind
-        self.com = com
-        self.data = data
-        self.id = id
-        self.source_pid = source_pid
-
-    def __repr__(self) -> str:
-        d = self.data
-        desc = f"{type(d).__name__}[{len(d)}]" if isinstance(d, (bytes, bytearray, memoryview)) else \
-            (f"ndarray{d.shape}:{d.dtype}" if isinstance(d, np.ndarray) else type(d).__name__)
-        return f"<Message from {self.source!r} {self.kind.name} com={self.com} {desc}>"
+__all__ = ["GP", "Message", "snapshot"]
 
 
 def snapshot(data: Any, allow_pickle: bool, shared: bool) -> Any:
@@ -147,6 +124,9 @@ class GP:
         self.ptype = ptype
         self._pipe: Pipe[Any] | None = None
         self._freed = False
+        # hot-path aliases: a send is a few dict lookups and one call
+        self._router = node.router
+        self._submit = node.manager.submit
 
     def __repr__(self) -> str:
         return f"<GP {self.name!r} pid={self.pid} {self.ptype.name} on node {self.node.rank}>"
@@ -160,6 +140,15 @@ class GP:
         if self._freed:
             raise ClosedResourceError(f"GP {self.name!r} was freed")
 
+    def bound(self, pipe: Pipe[Any] | None) -> None:
+        """The node bound (or, with None, released) this GP's private pipe."""
+        self._pipe = pipe
+
+    def mark_freed(self) -> None:
+        """The node freed this GP (its node closed)."""
+        self._pipe = None
+        self._freed = True
+
     # -- CPI: pipes --------------------------------------------------------------
     async def apply_pipe(self, timeout: float | None = None) -> None:
         """Bind a private pipe from the pool (the paper's prcsApplyPipe).
@@ -170,7 +159,7 @@ class GP:
         """
         self._check()
         if self._pipe is None:
-            await self.node._apply_pipe(self, timeout)
+            await self.node.apply_pipe(self, timeout)
 
     async def release_pipe(self, *, reason: BaseException | None = None) -> None:
         """Return the private pipe to the pool (prcsReleasePipe).
@@ -184,7 +173,7 @@ class GP:
         a cancelled call has released the pipe.
         """
         if self._pipe is not None:
-            await self.node._release_pipe(self, reason)
+            await self.node.release_pipe(self, reason)
 
     async def free(self, *, reason: BaseException | None = None) -> None:
         """Unregister the GP (prcsFree); releases its pipe first.  Idempotent.
@@ -195,7 +184,7 @@ class GP:
             return
         await self.release_pipe(reason=reason)
         self._freed = True
-        await self.node._free(self)
+        await self.node.free(self)
 
     async def __aenter__(self) -> GP:
         await self.apply_pipe()
@@ -213,75 +202,84 @@ class GP:
         set of destinations, copied per host only at the last hop).  A name
         that is not registered yet is waited for by the name rule (the node's
         ``name_timeout``, 30 s by default, or ``timeout``), then
-        :class:`~aiopdbp.errors.UnknownProcessError`.  A full destination pipe
-        makes the call wait (backpressure): forever without ``timeout``,
-        else up to ``timeout`` seconds, then ``TimeoutError`` saying what it
-        waited for.
+        :class:`~aiopdbp.errors.UnknownProcessError`.  A full destination
+        (its pipe, or its credit on its host) makes the call wait
+        (backpressure): forever without ``timeout``, else up to ``timeout``
+        seconds, then ``TimeoutError`` saying what it waited for.
 
         Cancellation: a cancelled send has queued nothing (reservations already
         taken are given back).
         """
-        self._check()
-        _check_com(com)
-        node = self.node
-        if isinstance(dest, str):
-            # Snapshot first: a refused payload must not hold a reservation.
-            data = snapshot(data, node.allow_pickle, False)
-            pid = node._pids.get(dest)
-            if pid is None:
-                pid = await node._resolve(dest, timeout)
-            tgt = node._targets.get(pid)
-            if tgt is None:
-                tgt = await node._target_for(pid, timeout)
-            try:
-                tgt.reserve_nowait()
-            except WouldBlock:
-                await node._reserve(tgt, timeout, f"GP {dest!r}")
-            node._submit(CDU(kind, self.pid, (pid,), data, com, next(node._ids), 0, 0,
-                                       node.rank))
+        if self._freed:
+            raise ClosedResourceError(f"GP {self.name!r} was freed")
+        if type(com) is not int or not 0 <= com <= 0xFFFFFFFF:
+            _check_com(com)
+        if not isinstance(dest, str):
+            await self._multicast(list(dest), data, com, kind, timeout)
             return
-        await self._multicast(list(dest), data, com, kind, timeout)
+        router = self._router
+        # Snapshot first: a refused payload must not hold a reservation.
+        if data is not None and type(data) is not bytes:
+            data = snapshot(data, self.node.allow_pickle, False)
+        pid = router.pids.get(dest)
+        if pid is None:
+            pid = await router.resolve(dest, timeout)
+        tgt = router.targets.get(pid)
+        if tgt is None:
+            tgt = await router.target(pid, timeout)
+        cost = credit_cost(data)
+        try:
+            tgt.reserve_nowait(pid, cost)
+        except WouldBlock:
+            await router.reserve(tgt, pid, cost, timeout, f"GP {dest!r}")
+        self._submit(tgt, pid, Message.make((self.name, kind, com, data, self.pid)))
 
     async def _multicast(self, names: list[str], data: Any, com: int, kind: Kind,
                          timeout: float | None) -> None:
         node = self.node
+        router = self._router
         if not names:
             raise ValueError("multicast to an empty set of names")
-        pids = tuple(dict.fromkeys([await node._resolve(n, timeout) for n in names]))
+        pids = tuple(dict.fromkeys([await router.resolve(n, timeout) for n in names]))
         data = snapshot(data, node.allow_pickle, len(pids) > 1)
-        targets: list[Any] = []
-        seen: set[int] = set()
+        cost = credit_cost(data)
+        plan: list[tuple[Any, int]] = []   # (target, pid): every slot to reserve
         for pid in pids:
-            tgt = node._targets.get(pid)
+            tgt = router.targets.get(pid)
             if tgt is None:
-                tgt = await node._target_for(pid, timeout)
-            if id(tgt) not in seen:
-                seen.add(id(tgt))
-                targets.append(tgt)
-        taken: list[Any] = []
+                tgt = await router.target(pid, timeout)
+            plan.append((tgt, pid))
+        taken: list[tuple[Any, int]] = []
         try:
-            for tgt in targets:
-                await node._reserve(tgt, timeout, f"the multicast group {names!r}")
-                taken.append(tgt)
+            for tgt, pid in plan:
+                await router.reserve(tgt, pid, cost, timeout, f"the multicast group {names!r}")
+                taken.append((tgt, pid))
         except BaseException:
-            for tgt in taken:
-                tgt.unreserve()
+            for tgt, pid in taken:
+                tgt.unreserve(pid, cost)
             raise
-        node._submit(CDU(kind, self.pid, pids, data, com, next(node._ids), 0, 0, node.rank))
+        msg = Message.make((self.name, kind, com, data, self.pid))
+        by_link: dict[int, tuple[Any, list[int]]] = {}
+        for tgt, pid in plan:
+            if tgt.remote:  # one CDU per remote host, fanned out there
+                by_link.setdefault(id(tgt), (tgt, []))[1].append(pid)
+            else:
+                self._submit(tgt, pid, msg)
+        for tgt, remote_pids in by_link.values():
+            self._submit(tgt, remote_pids[0], CDU(kind, self.pid, tuple(remote_pids), data, com,
+                                                  0, 0, 0, node.rank))
 
     def send_nowait(self, dest: str, data: Any = None, *, com: int = 0, kind: Kind = Kind.SHORT) -> None:
-        """Send to one GP without waiting; raises ``WouldBlock`` when its pipe
-        is full, ``UnknownProcessError`` for an unknown name."""
+        """Send to one GP without waiting; raises ``WouldBlock`` when it is
+        full, ``UnknownProcessError`` for a name not registered (now)."""
         self._check()
         _check_com(com)
-        node = self.node
-        data = snapshot(data, node.allow_pickle, False)
-        pid = node.tables.pid_of(dest)
-        tgt = node._targets.get(pid)
-        if tgt is None:
-            raise NoPipeError(f"GP {dest!r} has no private pipe bound")
-        tgt.reserve_nowait()
-        node._submit(CDU(kind, self.pid, (pid,), data, com, next(node._ids), 0, 0, node.rank))
+        router = self._router
+        data = snapshot(data, self.node.allow_pickle, False)
+        pid = router.tables.pid_of(dest)
+        tgt = router.target_nowait(pid)
+        tgt.reserve_nowait(pid, credit_cost(data))
+        self._submit(tgt, pid, Message.make((self.name, kind, com, data, self.pid)))
 
     async def command(self, dest: str | Iterable[str], com: int, data: Any = None, *,
                       timeout: float | None = None) -> None:
@@ -310,13 +308,6 @@ class GP:
         return await send_stream(self, dest, data, segment_size=segment_size, com=com, timeout=timeout)
 
     # -- CPI: receiving ------------------------------------------------------------
-    def _deliver(self, cdu: CDU) -> Message | IncomingStream:
-        if cdu.kind is Kind.STREAM:
-            stream: IncomingStream = self.node._stream_for_open(cdu)
-            return stream
-        return Message(self.node.tables.name_of(cdu.source_p), cdu.kind, cdu.com, cdu.data, cdu.id,
-                       cdu.source_p)
-
     def _inbox(self) -> Pipe[Any]:
         self._check()
         pipe = self._pipe
@@ -332,20 +323,23 @@ class GP:
 
         Cancellation: a cancelled receive takes nothing from the pipe.
         """
-        pipe = self._inbox()
+        pipe = self._pipe
+        if pipe is None or self._freed:
+            pipe = self._inbox()
         try:
-            cdu = pipe.receive_nowait()
+            item: Message | IncomingStream = pipe.receive_nowait()
+            return item
         except WouldBlock:
-            if timeout is None:
-                cdu = await pipe.receive()
-            else:
-                async with asyncio.timeout(timeout):
-                    cdu = await pipe.receive()
-        return self._deliver(cdu)
+            pass
+        if timeout is None:
+            return await pipe.receive()  # type: ignore[no-any-return]
+        async with asyncio.timeout(timeout):
+            return await pipe.receive()  # type: ignore[no-any-return]
 
     def recv_nowait(self) -> Message | IncomingStream:
         """The next item, or ``WouldBlock`` when the pipe is empty."""
-        return self._deliver(self._inbox().receive_nowait())
+        item: Message | IncomingStream = self._inbox().receive_nowait()
+        return item
 
     def __aiter__(self) -> GP:
         return self

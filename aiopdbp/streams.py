@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -38,8 +39,66 @@ from .pipes import Pipe
 
 if TYPE_CHECKING:
     from .process import GP
+    from .router import Target
+
+__all__ = ["DEFAULT_SEGMENT", "IncomingStream", "OutgoingStream", "StreamMeta", "StreamOwner",
+           "StreamState", "check_chunk", "cut", "describe", "send_stream"]
 
 DEFAULT_SEGMENT = 1 << 20
+
+
+class StreamState(enum.Enum):
+    """Where one stream is, on either side (h11-style: states and the
+    transitions allowed between them; anything else is a bug)."""
+
+    OPENING = "opening"  # outgoing: bound, its OPEN not routed yet
+    OPEN = "open"        # segments flow
+    ENDING = "ending"    # outgoing: END queued, waiting for the receiver's DONE
+    DONE = "done"        # delivered whole (receiver: END verified)
+    ABORTED = "aborted"  # the sender gave up (cancelled, failed)
+    BROKEN = "broken"    # the receiver gave up, or a peer, host or protocol failed
+
+
+_TRANSITIONS: dict[StreamState, frozenset[StreamState]] = {
+    StreamState.OPENING: frozenset({StreamState.OPEN, StreamState.ABORTED, StreamState.BROKEN}),
+    StreamState.OPEN: frozenset({StreamState.ENDING, StreamState.DONE, StreamState.ABORTED,
+                                 StreamState.BROKEN}),
+    StreamState.ENDING: frozenset({StreamState.DONE, StreamState.ABORTED, StreamState.BROKEN}),
+    StreamState.DONE: frozenset(),
+    StreamState.ABORTED: frozenset(),
+    StreamState.BROKEN: frozenset(),
+}
+_TERMINAL = frozenset({StreamState.DONE, StreamState.ABORTED, StreamState.BROKEN})
+
+
+class _StateMachine:
+    """A stream side's state with checked transitions."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: StreamState) -> None:
+        self.state = state
+
+    def move(self, new: StreamState) -> bool:
+        """Go to ``new``; False (no change) when already ended; a transition
+        the table does not allow is a bug."""
+        if self.state in _TERMINAL:
+            return False
+        if new not in _TRANSITIONS[self.state]:
+            raise RuntimeError(f"stream state {self.state.name} -> {new.name} is not allowed")
+        self.state = new
+        return True
+
+    @property
+    def ended(self) -> bool:
+        return self.state in _TERMINAL
+
+
+class StreamOwner(Protocol):
+    """What a stream needs of the table that keeps it (:mod:`aiopdbp.streamtable`)."""
+
+    def incoming_closed(self, stream: IncomingStream, error: str | None, notify: bool) -> None: ...
+    def give_credit(self, stream: IncomingStream, segments: int) -> None: ...
 
 
 @dataclass(slots=True)
@@ -157,47 +216,50 @@ class IncomingStream:
     ``memoryview`` per segment of a bytes stream, an ``ndarray`` per segment
     of an array stream); ``await stream.read()`` gathers the whole stream (or
     what is left of it) into one ``memoryview`` (bytes streams) or one
-    ``numpy.ndarray`` with the sender's dtype and shape (array streams).  ``source`` is the sender's name, ``com`` the
-    command code given to ``send_stream``.
+    ``numpy.ndarray`` with the sender's dtype and shape (array streams).
+    ``source`` is the sender's name, ``com`` the command code given to
+    ``send_stream``, ``state`` a :class:`StreamState`.
     """
 
-    def __init__(self, gp_node: Any, key: tuple[int, int], source: str, pipe: Pipe[CDU],
-                 window: int) -> None:
-        self._node = gp_node
+    def __init__(self, owner: StreamOwner, key: tuple[int, int], source: str, pipe: Pipe[CDU],
+                 window: int, source_pid: int = 0, dest_pid: int = 0,
+                 meta: StreamMeta | None = None) -> None:
+        self._owner = owner
         self.key = key
         self.sno = key[1]
-        self.source_pid = 0
-        self.dest_pid = 0
+        self.source_pid = source_pid
+        self.dest_pid = dest_pid
         self.source = source
-        self.meta = StreamMeta()
-        self._pipe = pipe
+        self.meta = meta if meta is not None else StreamMeta()
+        self.pipe = pipe                   # PipeB, the stream's bound private pipe
+        self._sm = _StateMachine(StreamState.OPEN)
         self._window = window
         self._next = 0
         self._consumed = 0                 # segments not yet credited back to the sender
         self._nbytes = 0
         self._stash: dict[int, CDU] = {}
-        self._finished = False
         self._error: BaseException | None = None
-        self._opened = asyncio.get_running_loop().create_future()
 
     def __repr__(self) -> str:
-        return f"<IncomingStream {self.key} from {self.source!r} seg {self._next}>"
+        return f"<IncomingStream {self.key} from {self.source!r} seg {self._next} {self.state.name}>"
 
     @property
     def com(self) -> int:
         return self.meta.com
 
     @property
+    def state(self) -> StreamState:
+        return self._sm.state
+
+    @property
     def finished(self) -> bool:
-        return self._finished
+        """True once the END was verified (the stream is DONE)."""
+        return self._sm.state is StreamState.DONE
 
-    def _open(self, meta: StreamMeta) -> None:
-        self.meta = meta
-        if not self._opened.done():
-            self._opened.set_result(None)
-
-    def _fail(self, exc: BaseException) -> None:
-        if self._error is None and not self._finished:
+    def fail(self, exc: BaseException) -> None:
+        """The stream broke from outside (its GP left, the node or the
+        sender's host is gone): reads raise ``exc``."""
+        if self._sm.move(StreamState.BROKEN):
             self._error = exc
 
     async def _next_cdu(self) -> CDU:
@@ -209,7 +271,7 @@ class IncomingStream:
             if cdu is not None:
                 return cdu
             try:
-                cdu = await self._pipe.receive()
+                cdu = await self.pipe.receive()
             except (BrokenResourceError, ClosedResourceError, EOFError) as exc:
                 if self._error is not None:
                     raise self._error from exc
@@ -218,7 +280,8 @@ class IncomingStream:
                 self._error = StreamError(
                     f"stream {self.key} from {self.source!r} was aborted by its sender"
                     f"{': ' + bytes(cdu.data).decode(errors='replace') if cdu.data else ''}")
-                self._close(notify=False)
+                self._sm.move(StreamState.ABORTED)
+                self._owner.incoming_closed(self, None, False)
                 raise self._error
             if cdu.segno == self._next:
                 return cdu
@@ -230,12 +293,13 @@ class IncomingStream:
 
     def _protocol_fail(self, why: str) -> None:
         self._error = StreamError(f"stream {self.key} from {self.source!r}: {why}")
-        self._close(notify=True, error=str(self._error))
+        self._sm.move(StreamState.BROKEN)
+        self._owner.incoming_closed(self, str(self._error), True)
         raise self._error
 
     async def _next_segment(self) -> Any | None:
         """Next segment's data, or None after a verified END."""
-        if self._finished:
+        if self._sm.state is StreamState.DONE:
             return None
         cdu = await self._next_cdu()
         self._next += 1
@@ -247,8 +311,8 @@ class IncomingStream:
             if nbytes != self._nbytes:
                 self._protocol_fail(f"END announced {nseg} segments/{nbytes} bytes, "
                                     f"received {self._next - 1}/{self._nbytes}")
-            self._finished = True
-            self._close(notify=True)
+            self._sm.move(StreamState.DONE)
+            self._owner.incoming_closed(self, None, True)
             return None
         data = cdu.data
         self._nbytes += int(data.nbytes) if hasattr(data, "nbytes") else len(data)
@@ -259,7 +323,7 @@ class IncomingStream:
             self._consumed += 1
             if self._consumed >= max(1, window // 2):
                 n, self._consumed = self._consumed, 0
-                self._node._stream_credit(self, n)
+                self._owner.give_credit(self, n)
         return data
 
     def __aiter__(self) -> IncomingStream:
@@ -292,7 +356,6 @@ class IncomingStream:
         segments already consumed are not given back, so treat the stream as
         broken (``aclose()`` it).
         """
-        await self._opened
         meta = self.meta
         if meta.nbytes >= 0 and self._next == 0:
             # numpy's allocator asks the kernel for huge pages on big buffers,
@@ -329,19 +392,17 @@ class IncomingStream:
             pos += p.size
         return memoryview(flat.data)
 
-    def _close(self, *, notify: bool, error: str | None = None) -> None:
-        self._node._incoming_closed(self, error if not self._finished else None, notify)
-
     async def aclose(self) -> None:
         """Abandon the stream (idempotent).  The sender's ``send_stream``
         fails with ``BrokenResourceError``; later reads raise ``StreamError``.
 
         Cancellation: never suspends.
         """
-        if self._finished or self._error is not None:
+        if self._sm.ended:
             return
         self._error = StreamError(f"stream {self.key} was closed by its receiver")
-        self._close(notify=True, error="receiver closed the stream")
+        self._sm.move(StreamState.BROKEN)
+        self._owner.incoming_closed(self, "receiver closed the stream", True)
 
     async def __aenter__(self) -> IncomingStream:
         return self
@@ -362,23 +423,58 @@ class OutgoingStream:
     """
 
     __slots__ = ("key", "dest_pid", "pipe_a", "target", "done", "broken", "incoming", "routed",
-                 "credits", "_credit_waiter")
+                 "credits", "_credit_waiter", "_sm", "host")
 
-    def __init__(self, key: tuple[int, int], dest_pid: int, pipe_a: Pipe[CDU], target: Any,
-                 done: asyncio.Future[None], incoming: IncomingStream | None) -> None:
+    def __init__(self, key: tuple[int, int], dest_pid: int, pipe_a: Pipe[Any], target: Target,
+                 incoming: IncomingStream | None, host: int) -> None:
+        loop = asyncio.get_running_loop()
         self.key = key
         self.dest_pid = dest_pid
         self.pipe_a = pipe_a
         self.target = target
-        self.done = done
+        self.host = host                    # the receiver's host
+        self.done: asyncio.Future[None] = loop.create_future()
         self.broken: BaseException | None = None
         self.incoming = incoming
         # Set when the PipeManager has routed the OPEN: every message this GP
         # sent before the stream is then ahead of it on the way, so no
         # segment can overtake them (they travel different public pipes).
-        self.routed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.routed: asyncio.Future[None] = loop.create_future()
         self.credits: int | None = None
         self._credit_waiter: asyncio.Future[None] | None = None
+        self._sm = _StateMachine(StreamState.OPENING)
+
+    @property
+    def state(self) -> StreamState:
+        return self._sm.state
+
+    def opened(self) -> None:
+        """The OPEN was routed: segments may follow."""
+        if self._sm.move(StreamState.OPEN) and not self.routed.done():
+            self.routed.set_result(None)
+
+    def ending(self) -> None:
+        """The END is queued."""
+        self._sm.move(StreamState.ENDING)
+
+    def delivered(self) -> None:
+        """The receiver took the whole stream."""
+        if self._sm.move(StreamState.DONE) and not self.done.done():
+            self.done.set_result(None)
+
+    def aborted(self) -> None:
+        """The sender gave up (an ABORT follows)."""
+        self._sm.move(StreamState.ABORTED)
+
+    def break_(self, exc: BaseException) -> None:
+        """The receiver gave up, or its host is gone: the sender gets ``exc``."""
+        if self.broken is None:
+            self.broken = exc
+        self._sm.move(StreamState.BROKEN)
+        if not self.done.done():
+            self.done.set_exception(exc)
+            self.done.exception()
+        self.wake()
 
     def grant(self, n: int) -> None:
         """The receiver consumed ``n`` segments: that many more may be sent."""
@@ -393,6 +489,10 @@ class OutgoingStream:
             w.set_result(None)
 
     async def reserve(self) -> None:
+        """Room for one more CDU of this stream (credit, or a PipeB slot).
+
+        Cancellation: a cancelled reserve holds nothing.
+        """
         if self.broken is not None:
             raise self.broken
         if self.credits is not None:
@@ -405,6 +505,7 @@ class OutgoingStream:
                 if self.broken is not None:
                     raise self.broken
             self.credits -= 1
+            return  # a link takes stream data without GP credit
         tgt = self.target
         try:
             try:
@@ -503,11 +604,12 @@ async def send_stream(gp: GP, dest: str, source: Any, *, segment_size: int = DEF
         meta = StreamMeta(first_meta.kind, -1, first_meta.dtype,
                           (0, *first_meta.shape[1:]) if first_meta.shape else (), borrowed=True)
     meta.com = com
+    streams = node.streams
     try:
-        pid = await node._resolve(dest, timeout)
+        pid = await node.router.resolve(dest, timeout)
         try:
             async with asyncio.timeout(timeout):
-                out = await node._open_stream(gp, pid, meta, timeout)
+                out = await streams.open_outgoing(gp.pid, pid, meta, timeout)
         except TimeoutError:
             raise TimeoutError(f"stream to {dest!r} could not be opened within {timeout} s") from None
     except BaseException:
@@ -515,7 +617,8 @@ async def send_stream(gp: GP, dest: str, source: Any, *, segment_size: int = DEF
         raise
     segno = 0
     nbytes = 0
-    pipe_a = out.pipe_a
+    put = out.pipe_a.force_put
+    target = out.target
     sno = out.key[1]
     src_pid = gp.pid
     rank = node.rank
@@ -539,23 +642,27 @@ async def send_stream(gp: GP, dest: str, source: Any, *, segment_size: int = DEF
                         if not seg.nbytes:
                             continue  # nothing to carry: the OPEN has dtype and shape
                         await out.reserve()
-                        pipe_a.force_put(CDU(Kind.STREAM, src_pid, (out.dest_pid,), seg, com, 0,
-                                             sno, segno, rank))
+                        # PipeA holds (target, pid, CDU) for the PipeManager;
+                        # pid 0: stream data takes no GP credit
+                        put((target, 0, CDU(Kind.STREAM, src_pid, (pid,), seg, com, 0, sno, segno,
+                                            rank)))
                         segno += 1
                         nbytes += int(seg.nbytes)
             await out.reserve()
-            pipe_a.force_put(CDU(Kind.STREAM, src_pid, (out.dest_pid,), nbytes.to_bytes(8, "little"),
-                                 com, 0, sno, segno, rank, (), StreamOp.END))
+            put((target, 0, CDU(Kind.STREAM, src_pid, (pid,), nbytes.to_bytes(8, "little"),
+                                com, 0, sno, segno, rank, (), StreamOp.END)))
+            out.ending()
             await out.done
         return nbytes
     except BaseException as exc:
         if not out.done.done() and out.broken is None:
+            out.aborted()
             why = "sender cancelled" if isinstance(exc, asyncio.CancelledError) else \
                 f"sender failed: {type(exc).__name__}: {exc}"
-            pipe_a.force_put(CDU(Kind.STREAM, src_pid, (out.dest_pid,), why.encode(), com, 0, sno,
-                                 segno, rank, (), StreamOp.ABORT))
+            put((target, 0, CDU(Kind.STREAM, src_pid, (pid,), why.encode(), com, 0, sno, segno,
+                                rank, (), StreamOp.ABORT)))
         if isinstance(exc, TimeoutError):
             raise TimeoutError(f"stream to {dest!r} did not complete within {timeout} s") from None
         raise
     finally:
-        node._close_outgoing(out)
+        streams.close_outgoing(out)

@@ -127,8 +127,7 @@ def cancel_to_error() -> tuple[float, int]:
 
 
 def soak(cdus: int) -> list[dict[str, Any]]:
-    job = _launch("-n", "3", str(ROOT / "benchmarks" / "soak.py"), "--cdus", str(cdus),
-                  "--recv-window", str(32 << 20), "--link-capacity", "4096")
+    job = _launch("-n", "3", str(ROOT / "benchmarks" / "soak.py"), "--cdus", str(cdus))
     rc = job.finish(timeout=1800)
     rows = [json.loads(line.split("SOAK ", 1)[1]) for line in job.lines if "SOAK " in line]
     if rc != 0 or len(rows) != 3:

@@ -148,8 +148,7 @@ async def main(args: argparse.Namespace) -> None:
                            "out_of_order", "streams_completed_after_cancel", "cancel_attempts"), 0)
     # Small queues, so that senders often wait (backpressure) and a
     # cancellation finds them waiting.
-    remote = aiopdbp.remote.RemoteConfig(link_capacity=args.link_capacity,
-                                         recv_window=args.recv_window)
+    remote = aiopdbp.remote.RemoteConfig(gp_window=args.gp_window)
     async with aiopdbp.open_node(pipe_capacity=args.pipe_capacity, remote=remote) as node:
         n, k = node.size, args.gps
         gps_total = n * k
@@ -182,6 +181,6 @@ if __name__ == "__main__":
                    "(more than the stream window, so a cancelled stream is cut short)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--pipe-capacity", type=int, default=16, help="CDUs per private pipe")
-    p.add_argument("--link-capacity", type=int, default=32, help="CDUs queued per remote host")
-    p.add_argument("--recv-window", type=int, default=64 << 10, help="credit window, bytes")
+    p.add_argument("--gp-window", type=int, default=64 << 10,
+                   help="per-destination credit window, bytes (small: senders often wait)")
     aiopdbp.run(main(p.parse_args()))

@@ -34,6 +34,7 @@ from aiopdbp.codec import (
     encode_block,
     encode_cdu,
     encode_control,
+    encode_shorts,
     frame_size,
     peek_header,
 )
@@ -171,7 +172,9 @@ def sample_frames() -> list[bytes]:
                      op=StreamOp.END)),
         frame_of(CDU(Kind.SHORT, 1, (2,), {"x": np.arange(3.0)}), allow_pickle=True),
         join(encode_block([CDU(Kind.SHORT, 1, (2,), b"ab"), CDU(Kind.COMMAND, 9, (8, 7), None)])),
-        encode_control(Control(MsgType.REG, {"name": "gp", "ptype": 1, "node": 0, "req": 3})),
+        encode_control(Control(MsgType.REG, {"name": "gp", "ptype": 1, "node": 0, "req": 3,
+                                             "pipe": -1})),
+        encode_shorts([(2, 1, Kind.SHORT, 5, b"hi"), (3, 1, Kind.COMMAND, 0, None)]),
     ]
 
 
@@ -447,7 +450,8 @@ def test_decoder_allocates_only_what_arrives() -> None:
 
 
 def test_decode_control_over_max_control_raises() -> None:
-    frame = encode_control(Control(MsgType.ERROR, {"message": "x" * 200}))
+    frame = encode_control(Control(MsgType.ERROR, {"kind": "failed", "rank": 0, "signal": 0,
+                                                   "message": "x" * 200}))
     with pytest.raises(ProtocolError, match="control body"):
         decode(frame, limits=Limits(max_control=100))
 
@@ -584,7 +588,8 @@ def test_decode_control_extra_keys_allowed() -> None:
 
 
 def test_encode_control_accepts_tuples_for_list_fields() -> None:
-    frame = encode_control(Control(MsgType.HINFO, {"hosts": ((0, "n0", "10.0.0.1", 1),)}))
+    frame = encode_control(Control(MsgType.HINFO, {"hosts": ((0, "n0", "10.0.0.1", 1),),
+                                                   "gp_window": 1}))
     got = decode_one(frame)
     assert got.body["hosts"] == [[0, "n0", "10.0.0.1", 1]]
 
@@ -729,3 +734,46 @@ def test_encode_small_into_declines_other_shapes_and_reports_no_room() -> None:
     assert encode_small_into(buf, 0, CDU(Kind.SHORT, 1, (2, 3), b"x")) == 0  # multicast
     assert encode_small_into(buf, 0, CDU(Kind.SHORT, 1, (2,), np.zeros(2))) == 0  # array
     assert encode_small_into(buf, 0, CDU(Kind.SHORT, 1, (2,), b"x" * 100)) == -1  # too big
+
+
+# ------------------------------------------------------- short records (BPS)
+from aiopdbp.codec import SHORT_MAX, decode_shorts  # noqa: E402
+
+short_records = st.lists(
+    st.tuples(st.integers(1, 2**32 - 1), st.integers(1, 2**32 - 1),
+              st.sampled_from([Kind.SHORT, Kind.COMMAND]), st.integers(0, 2**32 - 1),
+              st.one_of(st.none(), st.binary(max_size=300))),
+    min_size=1, max_size=40)
+
+
+@FAST
+@given(short_records)
+def test_short_records_round_trip_in_bulk(records: list[Any]) -> None:
+    frame = encode_shorts(records)
+    assert decode_shorts(frame) == [(d, s, int(k), c, p) for d, s, k, c, p in records]
+    assert [(c.dest_ps, c.source_p, c.kind, c.com, None if c.data is None else bytes(c.data))
+            for c in decode(frame)] == [((d,), s, k, c, p) for d, s, k, c, p in records]
+
+
+@FAST
+@given(short_records, st.data())
+def test_mutated_short_block_decodes_or_raises_protocol_error(records: list[Any], data: st.DataObject) -> None:
+    frame = bytearray(encode_shorts(records))
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(0, len(frame) - 1))
+        frame[i] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(frame)))
+    for decoder in (decode_shorts, decode):
+        try:
+            decoder(bytes(frame[:cut]))
+        except ProtocolError:
+            pass
+
+
+def test_short_record_refuses_what_it_cannot_carry() -> None:
+    with pytest.raises(ValueError):
+        encode_shorts([(1, 2, Kind.STREAM, 0, b"x")])
+    with pytest.raises(ValueError):
+        encode_shorts([(1, 2, Kind.SHORT, 0, bytes(SHORT_MAX + 1))])
+    with pytest.raises(ValueError):
+        encode_shorts([(2**32, 2, Kind.SHORT, 0, b"")])

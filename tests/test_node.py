@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import aiopdbp
-from aiopdbp import CDU, BrokenResourceError, ClosedResourceError, IncomingStream, Kind, NodeType
+from aiopdbp import CDU, BrokenResourceError, ClosedResourceError, IncomingStream, Kind, Message, NodeType
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -39,7 +39,7 @@ async def test_leaving_open_node_frees_all_gps_and_leaves_no_task() -> None:
         await stream_sender
     assert node.tables.pta == {} and node.tables.mta == {}
     stats = node.stats()
-    assert (stats["gps"], stats["pipes_in_use"], stats["streams_in"], stats["streams_out"]) == (0, 0, 0, 0)
+    assert (stats.gps, stats.pipes_in_use, stats.streams_in, stats.streams_out) == (0, 0, 0, 0)
     assert asyncio.all_tasks() == {asyncio.current_task()}
     with pytest.raises(ClosedResourceError):
         await bound.recv()
@@ -153,7 +153,7 @@ async def test_stream_reader_blocked_gets_brokenresourceerror_when_node_closes(p
     finally:
         sender.cancel()
     await asyncio.gather(sender, return_exceptions=True)
-    assert node.stats()["streams_out"] == 0
+    assert node.stats().streams_out == 0
     assert asyncio.all_tasks() == {asyncio.current_task()}
 
 
@@ -161,24 +161,24 @@ async def test_stream_reader_blocked_gets_brokenresourceerror_when_node_closes(p
 async def test_stats_counts_gps_pipes_routed_and_table_version() -> None:
     async with aiopdbp.open_node() as node:
         base = node.stats()
-        assert (base["rank"], base["size"], base["gps"], base["routed"], base["dropped"]) == (0, 1, 0, 0, 0)
+        assert (base.rank, base.size, base.gps, base.routed, base.dropped) == (0, 1, 0, 0, 0)
         async with node.process("c") as c, node.process("p") as p:
             stats = node.stats()
-            assert (stats["gps"], stats["pipes_in_use"], stats["pipes_created"]) == (2, 2, 2)
-            assert stats["table_version"] == base["table_version"] + 2  # one bound registration each
-            assert stats["table_digest"] == node.tables.digest != base["table_digest"]
+            assert (stats.gps, stats.pipes_in_use, stats.pipes_created) == (2, 2, 2)
+            assert stats.table_version == base.table_version + 2  # one bound registration each
+            assert stats.table_digest == node.tables.digest != base.table_digest
             for i in range(3):
                 await p.send("c", bytes([i]))
             for _ in range(3):
                 await c.recv()
-            assert node.stats()["routed"] == 3
+            assert node.stats().routed == 3
             await p.send(["c", "p"], b"both")
             await c.recv()
             await p.recv()
-            assert node.stats()["routed"] == 4  # one CDU, two deliveries
+            assert node.stats().routed == 5  # one multicast: an entry per destination pipe
         stats = node.stats()
-        assert (stats["gps"], stats["pipes_in_use"], stats["pipes_created"]) == (0, 0, 2)
-        assert stats["table_version"] == base["table_version"] + 6  # + 2x (release + free)
+        assert (stats.gps, stats.pipes_in_use, stats.pipes_created) == (0, 0, 2)
+        assert stats.table_version == base.table_version + 6  # + 2x (release + free)
 
 
 async def test_stats_counts_dropped_cdu_for_gp_gone_before_routing() -> None:
@@ -186,13 +186,13 @@ async def test_stats_counts_dropped_cdu_for_gp_gone_before_routing() -> None:
         async with node.process("p") as p:
             c = await node.register("c")
             await c.apply_pipe()
-            # Queue a CDU in the public pipe as the PipeManager would see it
-            # under load (an idle manager routes a send at once).
-            node._public.force_put(CDU(Kind.SHORT, p.pid, (c.pid,), b"x"))
+            # Queue an entry in the public message pipe as the PipeManager
+            # would see it under load (an idle manager routes a send at once).
+            node.manager.public.force_put((c.pipe, c.pid, Message("p", Kind.SHORT, 0, b"x", p.pid)))
             await c.free()
             await p.send("p", b"marker")
             assert (await p.recv()).data == b"marker"  # routing passed the dropped CDU
-            assert node.stats()["dropped"] == 1
+            assert node.stats().dropped == 1
 
 
 # ------------------------------------------------------------------------ run

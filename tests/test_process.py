@@ -41,18 +41,18 @@ async def test_register_apply_release_free_update_pta_each_step(pdbp_node) -> No
     await gp.apply_pipe()
     assert gp.pipe is not None
     assert node.tables.pta[gp.pid].pipe == gp.pipe.pipe_id
-    assert node.stats()["pipes_in_use"] == 1
+    assert node.stats().pipes_in_use == 1
 
     await gp.release_pipe()
     assert gp.pipe is None
     assert node.tables.pta[gp.pid].pipe is None
-    assert node.stats()["pipes_in_use"] == 0
+    assert node.stats().pipes_in_use == 0
 
     await gp.free()
     assert gp.pid not in node.tables.pta
     with pytest.raises(UnknownProcessError):
         node.tables.pid_of("worker")
-    assert node.stats()["gps"] == 0
+    assert node.stats().gps == 0
 
 
 async def test_register_duplicate_name_raises_duplicateprocesserror(pdbp_node) -> None:
@@ -72,12 +72,12 @@ async def test_apply_release_free_are_idempotent(pdbp_node) -> None:
     pipe = gp.pipe
     await gp.apply_pipe()
     assert gp.pipe is pipe
-    assert pdbp_node.stats()["pipes_in_use"] == 1
+    assert pdbp_node.stats().pipes_in_use == 1
     await gp.release_pipe()
     await gp.release_pipe()
     await gp.free()
     await gp.free()
-    assert pdbp_node.stats()["gps"] == 0
+    assert pdbp_node.stats().gps == 0
 
 
 async def test_name_can_be_registered_again_after_free(pdbp_node) -> None:
@@ -95,7 +95,7 @@ async def test_released_pipe_is_rebound_to_another_gp(pdbp_node) -> None:
         async with node.process("second") as second:
             assert second.pipe.pipe_id == pipe_id
             assert node.tables.pta[second.pid].pipe == pipe_id
-            assert node.stats()["pipes_created"] == 2  # no new pipe was made
+            assert node.stats().pipes_created == 2  # no new pipe was made
             with pytest.raises(NoPipeError):
                 await sender.send("first", b"x")
             await sender.send("second", b"y")
@@ -108,8 +108,8 @@ async def test_process_context_manager_frees_on_exception(pdbp_node) -> None:
         async with pdbp_node.process("w") as gp:
             raise RuntimeError("boom")
     assert "w" not in pdbp_node.tables.by_name
-    assert pdbp_node.stats()["pipes_in_use"] == 0
-    assert pdbp_node.stats()["gps"] == 0
+    assert pdbp_node.stats().pipes_in_use == 0
+    assert pdbp_node.stats().gps == 0
     with pytest.raises(ClosedResourceError):
         await gp.recv()
 

@@ -40,8 +40,8 @@ async def _recv_stream(gp: aiopdbp.GP) -> IncomingStream:
 
 def _assert_stream_resources_free(node: aiopdbp.Node, bound_gps: int) -> None:
     stats = node.stats()
-    assert (stats["streams_in"], stats["streams_out"]) == (0, 0)
-    assert stats["pipes_in_use"] == bound_gps
+    assert (stats.streams_in, stats.streams_out) == (0, 0)
+    assert stats.pipes_in_use == bound_gps
     assert node.cps_streams.in_use == 0
     assert node.tables.mta == {}
 
@@ -287,7 +287,7 @@ async def test_finished_stream_removes_mta_row_and_returns_pipes(pdbp_node) -> N
         sender = asyncio.create_task(p.send_stream("c", DATA, segment_size=100))
         stream = await _recv_stream(c)
         stats = node.stats()
-        assert (stats["streams_in"], stats["streams_out"], stats["pipes_in_use"]) == (1, 1, 3)
+        assert (stats.streams_in, stats.streams_out, stats.pipes_in_use) == (1, 1, 3)
         assert list(node.tables.mta) == [stream.key]
         assert node.cps_streams.in_use == 1
         await stream.read()
@@ -319,7 +319,7 @@ async def test_out_of_order_segments_are_delivered_in_order(pdbp_node) -> None:
         random.Random(1).shuffle(cdus)
         assert [cdu.segno for cdu in cdus] != sorted(cdu.segno for cdu in cdus)
         for cdu in cdus:
-            stream._pipe.force_put(cdu)
+            stream.pipe.force_put(cdu)
         assert [bytes(seg) async for seg in stream] == segs
         sender.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -331,8 +331,8 @@ async def test_duplicate_segment_raises_streamerror(pdbp_node) -> None:
         release = asyncio.Event()
         sender = asyncio.create_task(p.send_stream("c", _idle_source(release)))
         stream = await _recv_stream(c)
-        stream._pipe.force_put(_segment(stream, p, c, 0, b"a"))
-        stream._pipe.force_put(_segment(stream, p, c, 0, b"a"))
+        stream.pipe.force_put(_segment(stream, p, c, 0, b"a"))
+        stream.pipe.force_put(_segment(stream, p, c, 0, b"a"))
         assert bytes(await stream.__anext__()) == b"a"
         with pytest.raises(StreamError, match="duplicate"):
             await stream.__anext__()
@@ -348,7 +348,7 @@ async def test_missing_segment_beyond_window_raises_streamerror() -> None:
             sender = asyncio.create_task(p.send_stream("c", _idle_source(release)))
             stream = await _recv_stream(c)
             for segno in range(1, 6):  # segment 0 never comes
-                stream._pipe.force_put(_segment(stream, p, c, segno, b"x"))
+                stream.pipe.force_put(_segment(stream, p, c, segno, b"x"))
             with pytest.raises(StreamError, match="missing"):
                 await stream.read()
             release.set()
@@ -362,8 +362,8 @@ async def test_end_with_wrong_byte_count_raises_streamerror(pdbp_node) -> None:
         release = asyncio.Event()
         sender = asyncio.create_task(p.send_stream("c", _idle_source(release)))
         stream = await _recv_stream(c)
-        stream._pipe.force_put(_segment(stream, p, c, 0, b"abc"))
-        stream._pipe.force_put(_end(stream, p, c, 1, 4))
+        stream.pipe.force_put(_segment(stream, p, c, 0, b"abc"))
+        stream.pipe.force_put(_end(stream, p, c, 1, 4))
         with pytest.raises(StreamError):
             await stream.read()
         release.set()

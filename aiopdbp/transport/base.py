@@ -100,6 +100,36 @@ class Transport(abc.ABC):
         Task per message.  The default wraps :meth:`send` in a task."""
         return asyncio.ensure_future(self.send(dest, channel, blocks))
 
+    def post_nowait(self, dest: int, channel: Channel,
+                    blocks: Sequence[Buffer]) -> asyncio.Future[None] | None:
+        """Like :meth:`post`, but None when the sends completed at once (the
+        common case for small messages: no future to make).  Errors raise."""
+        fut = self.post(dest, channel, blocks)
+        if fut.done():
+            fut.result()
+            return None
+        return fut
+
+    def add_poller(self, poller: Callable[[], bool]) -> Callable[[], None]:
+        """Have ``poller()`` called by the transport's progress (device
+        staging's CUDA events); returns a function that removes it.  The
+        default calls it from a loop task every iteration while it reports
+        work (transports without a progress engine)."""
+        loop = asyncio.get_running_loop()
+        stop = False
+
+        def tick() -> None:
+            if not stop:
+                poller()
+                loop.call_later(0.0002, tick)
+
+        loop.call_soon(tick)
+
+        def remove() -> None:
+            nonlocal stop
+            stop = True
+        return remove
+
     def abort(self, message: str, code: int = 1) -> None:  # pragma: no cover - default
         """Tear the whole job down (used when a rank's program raised)."""
         raise SystemExit(code)

@@ -37,10 +37,12 @@ import importlib.util
 import itertools
 import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ClosedResourceError
+from ..backoff import Backoff
+from ..errors import ClosedResourceError, HandshakeError
 from ..job import record_own_shm
 from .base import AllocFn, Buffer, Channel, DeliverFn, Transport
 
@@ -150,6 +152,7 @@ class MPITransport(Transport):
         spin_us: float | None = None,
         max_backoff_us: float | None = None,
         drain_timeout: float = 5.0,
+        join_timeout: float = 30.0,
     ) -> None:
         super().__init__()
         _MPI = load_mpi()
@@ -159,17 +162,23 @@ class MPITransport(Transport):
         self._base: MPI.Comm = base
         self.rank = base.Get_rank()
         self.size = base.Get_size()
-        self._control: MPI.Comm = base.Dup()
-        self._data: MPI.Comm = base.Dup()
+        # Idup, not Dup: a rank that never creates its transport must not
+        # block the others inside MPI, where no timeout and no Ctrl-C reach
+        # them; start() waits for both, bounded by ``join_timeout``.
+        self._control: MPI.Comm
+        self._data: MPI.Comm
+        self._control, req_c = base.Idup()
+        self._data, req_d = base.Idup()
+        self._joining: list[Any] = [req_c, req_d]
+        self.join_timeout = join_timeout
         record_own_shm()  # the launcher removes them should this rank be killed
-        self._control.Set_name("aiopdbp.control")
-        self._data.Set_name("aiopdbp.data")
         self._drain_timeout = drain_timeout
         self._started = False
         self._freed = False
+        self._engine_tag = (TAG + next(_sessions)) % 32768
         self._engine: ProgressEngine = ProgressEngine(
             [self._control, self._data],  # index == Channel value
-            tag=(TAG + next(_sessions)) % 32768,
+            tag=self._engine_tag,
             mode=progress,
             spin_s=None if spin_us is None else spin_us * 1e-6,
             max_backoff_s=None if max_backoff_us is None else max_backoff_us * 1e-6,
@@ -212,8 +221,25 @@ class MPITransport(Transport):
         self._check_open()
         if self._started:
             raise RuntimeError("MPITransport.start() called twice")
+        await self._join()
         self._engine.start(deliver, asyncio.get_running_loop(), alloc)
         self._started = True
+
+    async def _join(self) -> None:
+        """Wait until every rank has created its transport (the Idups)."""
+        _MPI = load_mpi()
+        backoff = Backoff(50e-6, 5e-3)
+        deadline = time.monotonic() + self.join_timeout
+        while not _MPI.Request.Testall(self._joining):
+            if time.monotonic() > deadline:
+                raise HandshakeError(
+                    f"rank {self.rank}: not every one of the {self.size} ranks opened its node "
+                    f"within {self.join_timeout:g} s (a rank that never calls open_node(), or is "
+                    "stuck before it; raise handshake_timeout / name_timeout to wait longer)")
+            await backoff.sleep()
+        self._joining = []
+        self._control.Set_name("aiopdbp.control")
+        self._data.Set_name("aiopdbp.data")
 
     def _post(self, dest: int, channel: Channel, blocks: Sequence[Buffer]) -> asyncio.Future[None] | None:
         if self._closed:
@@ -246,6 +272,27 @@ class MPITransport(Transport):
         fut = self._post(dest, channel, blocks)
         if fut is not None:
             await fut
+
+    def post_nowait(self, dest: int, channel: Channel,
+                    blocks: Sequence[Buffer]) -> asyncio.Future[None] | None:
+        """Post the sends now; None when they completed at once (eager),
+        else a future.  Errors (closed transport, bad rank) raise."""
+        return self._post(dest, channel, blocks)
+
+    def add_poller(self, poller: Callable[[], bool]) -> Callable[[], None]:
+        """Call ``poller()`` at every progress step (see the engine)."""
+        return self._engine.add_poller(poller)
+
+    @property
+    def control_comm(self) -> Any:
+        """The control channel's communicator (after :meth:`start`); other
+        components (the liveness heartbeat) use it with tags of their own."""
+        return self._control
+
+    @property
+    def tag(self) -> int:
+        """The tag of this transport's messages on its communicators."""
+        return self._engine_tag
 
     def post(self, dest: int, channel: Channel, blocks: Sequence[Buffer]) -> asyncio.Future[None]:
         """Post the sends now (like :meth:`send`, no task); the future completes
@@ -343,6 +390,8 @@ class MPITransport(Transport):
         if self._freed:
             return
         self._freed = True
+        if self._joining:
+            return  # the Idups never completed: nothing to free safely
         _MPI = load_mpi()
         if _MPI.Is_finalized():
             return

@@ -15,11 +15,18 @@ assert MPITransport.mpi_world_size() == 2
 assert MPITransport.available()
 assert "mpi4py.MPI" not in sys.modules, "mpi_world_size()/available() imported mpi4py.MPI"
 
-os.environ["AIOPDBP_PROGRESS"] = "thread"
+os.environ["AIOPDBP_PROGRESS"] = "poll"
 t = MPITransport()  # progress="auto" -> env
 from mpi4py import MPI  # noqa: E402  (already initialised by the transport)
 
+# MULTIPLE: the liveness heartbeat thread calls MPI beside the event loop
 assert MPI.Query_thread() == MPI.THREAD_MULTIPLE, MPI.Query_thread()
-assert t.progress_mode == "thread", t.progress_mode
-assert MPITransport(progress="poll").progress_mode == "poll"  # explicit wins over env
+assert t.progress_mode == "poll", t.progress_mode
+os.environ["AIOPDBP_PROGRESS"] = "thread"
+try:
+    MPITransport()
+except ValueError as exc:  # the thread mode is gone: say so, do not fall back silently
+    assert "progress mode" in str(exc), exc
+else:
+    raise AssertionError("AIOPDBP_PROGRESS=thread was accepted")
 print(f"rank {t.rank} OK env size={t.size} mode={t.progress_mode} thread_level={MPI.Query_thread()}", flush=True)

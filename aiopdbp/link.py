@@ -1,0 +1,390 @@
+"""The send side of the DDBP towards one remote host: SCBP_h and its sender.
+
+Theory of operation
+-------------------
+A :class:`HostLink` is the routing target (:mod:`aiopdbp.router`) of every GP
+that lives on host ``h``.  It does the paper's SBP work without a task:
+
+* **Per-destination credit.**  Host ``h`` lets this host have ``window``
+  bytes of messages (payload + :data:`~aiopdbp.message.CREDIT_OVERHEAD` each)
+  outstanding per destination GP; it gives them back (``grant``) as that GP
+  takes them.  A sender reserves credit for *its* destination before
+  queuing, so a GP that stops reading stops only its own senders; every other
+  GP of ``h`` keeps receiving at full rate, and ``h`` never holds more than
+  ``window`` bytes per (sending host, GP).  Stream segments (pid 0) take no GP
+  credit: a stream has its own window of segments (:mod:`aiopdbp.streams`).
+* **Coalescing.**  The first CDU for ``h`` in a loop iteration leaves at once,
+  as a frame of its own (latency).  The CDUs that follow in the same
+  iteration are encoded straight into the open block of the sub-pool SCBP_h
+  -- short messages in the 15-byte compact record of a BPS block, anything
+  else as a full record of a BP block -- and the block is sent when it is
+  full or at the end of the iteration (``call_soon``): a burst becomes one
+  MPI message per 64 KiB, whatever the number of senders.
+* **Large payloads** (``>= large``: stream segments, big messages) are not
+  copied: a split frame, its header and the caller's buffer as two messages.
+* **Sending.**  Up to ``max_inflight`` MPI sends per host are in flight; more
+  wait in order and go as earlier ones complete (the progress engine's
+  completion callback), so blocks of different hosts travel in parallel.
+  A block returns to the pool when its send has completed.
+
+Everything here runs in the event loop thread and never awaits, except
+:meth:`HostLink.reserve` (a sender waiting for credit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import struct
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from .codec import (
+    CDU,
+    SHORT,
+    SHORT_MAX,
+    SHORT_NONE,
+    VERSION,
+    MsgType,
+    bp_header,
+    bps_header,
+    encode_cdu,
+    encode_record,
+    encode_split,
+)
+from .errors import WouldBlock
+from .message import Message
+from .pool import SendPool, Slot
+from .transport.base import Channel, Transport
+
+log = logging.getLogger("aiopdbp.link")
+
+__all__ = ["HostLink", "LinkStats"]
+
+_BPS = int(MsgType.BPS)
+_BP = int(MsgType.BP)
+_DATA = Channel.DATA
+# level-1 header + one short record: a lone short message in one pack
+_LONE = struct.Struct("<BBHI" + SHORT.format[1:])
+
+
+@dataclass(frozen=True)
+class LinkStats:
+    """Counters of one :class:`HostLink` (``node.stats().links[h]``)."""
+
+    host: int
+    cdus: int            # CDUs handed to the link
+    lone: int            # CDUs sent at once, in a frame of their own
+    blocks: int          # coalesced blocks sent (BPS + BP)
+    splits: int          # large payloads sent as split frames
+    messages: int        # MPI messages posted
+    bytes: int           # bytes posted
+    inflight: int        # MPI sends not complete yet
+    queued: int          # blocks waiting for an in-flight slot
+    credit_waits: int    # times a sender waited for a destination's credit
+    credit_short: int    # destinations whose credit is below their window now
+    credit_min: int      # the least credit left towards any destination (bytes)
+    pool_fallbacks: int  # blocks taken outside the pool (its row was full)
+
+
+class _Block:
+    """The open block of SCBP_h being filled: a pool slot (or a private
+    buffer when the row is full), its kind (BPS/BP), fill level and count."""
+
+    __slots__ = ("slot", "view", "kind", "pos", "count", "limit")
+
+    def __init__(self, slot: Slot | None, view: memoryview, kind: int) -> None:
+        self.slot = slot
+        self.view = view
+        self.kind = kind
+        self.pos = 8      # after the level-1 header, written at flush
+        self.count = 0
+        self.limit = len(view)
+
+
+class HostLink:
+    """Routing target for every GP on one remote host (SCBP_h + its sender)."""
+
+    remote = True
+
+    def __init__(self, host: int, transport: Transport, pool: SendPool, *, window: int,
+                 block_size: int, large: int, max_inflight: int, allow_pickle: bool) -> None:
+        self.host = host
+        self.window = window
+        self._transport = transport
+        self._pool = pool
+        self._block_size = block_size
+        self._large = large
+        self._max_inflight = max_inflight
+        self._allow_pickle = allow_pickle
+        self._credit: dict[int, int] = {}
+        self._credit_waiters: dict[int, deque[asyncio.Future[None]]] = {}
+        self._open: _Block | None = None
+        self._batching = False
+        self._units: deque[tuple[list[Any], int, Slot | None]] = deque()
+        self._inflight = 0
+        self.error: BaseException | None = None
+        self.sent_msgs = 0          # data messages posted (the BYE count)
+        self._cdus = self._lone = self._blocks = self._splits = self._bytes = 0
+        self._credit_waits = self._fallbacks = 0
+
+    # --------------------------------------------------------------- credit
+    def reserve_nowait(self, pid: int = 0, nbytes: int = 0) -> None:
+        """Take ``nbytes`` of GP ``pid``'s credit, or raise :class:`WouldBlock`
+        (pid 0: stream data, no GP credit).  A message larger than the window
+        goes once half the window is free (credit may run negative)."""
+        if self.error is not None:
+            raise self.error
+        if not pid:
+            return
+        c = self._credit.get(pid, self.window)
+        if c >= nbytes or c * 2 >= self.window:
+            self._credit[pid] = c - nbytes
+            return
+        raise WouldBlock
+
+    async def reserve(self, pid: int = 0, nbytes: int = 0) -> None:
+        """Take credit towards GP ``pid``, waiting for it (backpressure).
+
+        Cancellation: a cancelled reserve holds no credit; a wake-up it got
+        is passed on to the next waiter of the same GP.
+        """
+        loop = asyncio.get_running_loop()
+        self._credit_waits += 1
+        while True:
+            try:
+                self.reserve_nowait(pid, nbytes)
+                return
+            except WouldBlock:
+                pass
+            fut: asyncio.Future[None] = loop.create_future()
+            waiters = self._credit_waiters.setdefault(pid, deque())
+            waiters.append(fut)
+            try:
+                await fut
+            except asyncio.CancelledError:
+                if fut.done() and not fut.cancelled() and fut.exception() is None:
+                    self._wake(pid)
+                elif fut in waiters:
+                    waiters.remove(fut)
+                raise
+
+    def unreserve(self, pid: int = 0, nbytes: int = 0) -> None:
+        """Give back credit that will not be used."""
+        self.grant(pid, nbytes)
+
+    def grant(self, pid: int, nbytes: int) -> None:
+        """Host ``h`` gives back ``nbytes`` of GP ``pid``'s credit."""
+        if not pid:
+            return
+        c = self._credit.get(pid, self.window) + nbytes
+        if c >= self.window:
+            self._credit.pop(pid, None)   # back to a full window: forget it
+        else:
+            self._credit[pid] = c
+        self._wake(pid)
+
+    def _wake(self, pid: int) -> None:
+        waiters = self._credit_waiters.get(pid)
+        while waiters:
+            fut = waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self._credit_waiters.pop(pid, None)
+
+    def fail(self, exc: BaseException) -> None:
+        """Host ``h`` is gone: every sender waiting for it gets ``exc``."""
+        if self.error is not None:
+            return
+        self.error = exc
+        for waiters in self._credit_waiters.values():
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_exception(exc)
+                    fut.exception()
+        self._credit_waiters.clear()
+
+    # ------------------------------------------------------------ putting
+    def put_to(self, pid: int, item: Any) -> bool:
+        """Encode one routed item for host ``h`` (its credit was reserved):
+        a :class:`Message` for GP ``pid``, or a CDU (streams, multicast).
+        False when it was dropped (the host is gone)."""
+        if self.error is not None:
+            return False  # the sender was told, or will be, by reserve
+        self._cdus += 1
+        if type(item) is Message:
+            data = item[3]
+            if data is None or (type(data) is bytes and len(data) <= SHORT_MAX and len(data) < self._large):
+                self._put_short(pid, item, data)
+                return True
+            item = CDU(item[1], item[4], (pid,), data, item[2])
+        self._put_cdu(item)
+        return True
+
+    def _begin(self) -> bool:
+        """True for the first CDU of this loop iteration (it leaves at once)."""
+        if self._batching:
+            return False
+        self._batching = True
+        asyncio.get_running_loop().call_soon(self._end_batch)
+        return not self._units and self._open is None
+
+    def _end_batch(self) -> None:
+        self._batching = False
+        self._flush()
+
+    def _put_short(self, pid: int, msg: Message, data: bytes | None) -> None:
+        n = 0 if data is None else len(data)
+        flags = int(msg[1]) | (SHORT_NONE if data is None else 0)
+        if self._begin():
+            frame = _LONE.pack(VERSION, _BPS, 1, SHORT.size + n, pid, msg[4], msg[2], flags, n)
+            self._lone += 1
+            self._post([frame + data if data else frame], None)
+            return
+        blk = self._open
+        if blk is None or blk.kind != _BPS or blk.pos + SHORT.size + n > blk.limit or blk.count == 0xFFFF:
+            blk = self._new_block(_BPS)
+        pos = blk.pos
+        SHORT.pack_into(blk.view, pos, pid, msg[4], msg[2], flags, n)
+        pos += SHORT.size
+        if data:
+            blk.view[pos:pos + n] = data
+            pos += n
+        blk.pos = pos
+        blk.count += 1
+
+    def _put_cdu(self, cdu: CDU) -> None:
+        data = cdu.data
+        if data is not None and _large_enough(data, self._large):
+            self._flush()
+            head, payload = encode_split(cdu)
+            self._splits += 1
+            self._post([head, payload], None)
+            return
+        if self._begin():
+            frame = encode_cdu(cdu, allow_pickle=self._allow_pickle)
+            self._lone += 1
+            self._post([b"".join(frame) if len(frame) > 1 else frame[0]], None)
+            return
+        blk = self._open
+        at = blk.pos if blk is not None and blk.kind == _BP else 8
+        parts, n = encode_record(cdu, at, allow_pickle=self._allow_pickle)
+        if blk is None or blk.kind != _BP or blk.pos + n > blk.limit or blk.count == 0xFFFF:
+            if n + 8 > self._block_size:  # too big for a block, not splittable: its own frame
+                self._flush()
+                frame = encode_cdu(cdu, allow_pickle=self._allow_pickle)
+                self._post([b"".join(bytes(p) for p in frame)], None)
+                return
+            blk = self._new_block(_BP)
+            if blk.pos != at:  # padding depends on the offset: encode again
+                parts, n = encode_record(cdu, blk.pos, allow_pickle=self._allow_pickle)
+        pos = blk.pos
+        view = blk.view
+        for part in parts:
+            k = len(part) if type(part) is bytes else memoryview(part).nbytes
+            view[pos:pos + k] = part
+            pos += k
+        blk.pos = pos
+        blk.count += 1
+
+    def _new_block(self, kind: int) -> _Block:
+        self._flush()
+        try:
+            slot: Slot | None = self._pool.acquire_nowait(self.host, self._block_size)
+        except WouldBlock:
+            slot = None  # the row is full and may not grow: a private buffer
+            self._fallbacks += 1
+        view = slot.view if slot is not None else memoryview(bytearray(self._block_size))
+        blk = self._open = _Block(slot, view, kind)
+        return blk
+
+    def _flush(self) -> None:
+        """Send the open block, if any."""
+        blk = self._open
+        if blk is None:
+            return
+        self._open = None
+        head = bps_header if blk.kind == _BPS else bp_header
+        blk.view[:8] = head(blk.count, blk.pos - 8)
+        self._blocks += 1
+        slot = blk.slot
+        if slot is None:
+            self._post([blk.view[:blk.pos]], None)
+            return
+        pool = self._pool
+        pool.commit(slot, blk.pos)
+        taken = pool.next_filled_nowait(self.host)  # the oldest committed: this one
+        self._post([taken.data], taken)
+
+    # ------------------------------------------------------------ sending
+    def _post(self, blocks: list[Any], slot: Slot | None) -> None:
+        nbytes = sum(len(b) if type(b) is bytes else memoryview(b).nbytes for b in blocks)
+        if self._units or self._inflight >= self._max_inflight:
+            self._units.append((blocks, nbytes, slot))
+            return
+        self._send(blocks, nbytes, slot)
+
+    def _send(self, blocks: list[Any], nbytes: int, slot: Slot | None) -> None:
+        self.sent_msgs += len(blocks)
+        self._bytes += nbytes
+        try:
+            fut = self._transport.post_nowait(self.host, _DATA, blocks)
+        except Exception as exc:  # the transport is closed or broken
+            self._release(slot)
+            self.fail(exc)
+            return
+        if fut is None:
+            self._release(slot)
+            return
+        self._inflight += 1
+        fut.add_done_callback(functools.partial(self._sent, slot))
+
+    def _sent(self, slot: Slot | None, fut: asyncio.Future[None]) -> None:
+        self._inflight -= 1
+        self._release(slot)
+        if not fut.cancelled() and fut.exception() is not None and self.error is None:
+            log.error("sending to host %d failed: %s", self.host, fut.exception())
+            self.fail(fut.exception())  # type: ignore[arg-type]
+            return
+        units = self._units
+        while units and self._inflight < self._max_inflight:
+            self._send(*units.popleft())
+
+    def _release(self, slot: Slot | None) -> None:
+        if slot is not None:
+            try:
+                self._pool.release(slot)
+            except Exception:  # the pool closed during shutdown
+                pass
+
+    # ------------------------------------------------------------- status
+    @property
+    def idle(self) -> bool:
+        """Nothing open, queued or in flight."""
+        return self._open is None and not self._units and self._inflight == 0
+
+    def flush(self) -> None:
+        """Send the open block now (before code that blocks the loop)."""
+        self._flush()
+
+    def stats(self) -> LinkStats:
+        return LinkStats(self.host, self._cdus, self._lone, self._blocks, self._splits, self.sent_msgs,
+                         self._bytes, self._inflight, len(self._units), self._credit_waits,
+                         len(self._credit), min(self._credit.values(), default=self.window),
+                         self._fallbacks)
+
+
+def _large_enough(data: Any, large: int) -> bool:
+    """A payload that travels as the second half of a split frame."""
+    if type(data) is bytes:
+        return len(data) >= large
+    nbytes = getattr(data, "nbytes", None)
+    if nbytes is None or nbytes < large:
+        return False
+    if isinstance(data, memoryview):
+        return True
+    dt = getattr(data, "dtype", None)
+    return dt is not None and not (dt.hasobject or dt.fields is not None or dt.subdtype is not None)

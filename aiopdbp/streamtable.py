@@ -1,0 +1,278 @@
+"""The stream table: this host's live data streams and their MTA bindings.
+
+Theory of operation
+-------------------
+A stream is bound for its whole life (SPEC section 5, the MTA row
+``(Pid, group, sno, PipeA, PipeB)``): on the sending host a public pipe
+*PipeA* from the stream group of the CPS, on the receiving host a private
+pipe *PipeB* from the PPS.  :class:`StreamTable` keeps both ends of every
+stream of this host and moves them through their :class:`StreamState`
+(OPENING -> OPEN -> ENDING -> DONE, or ABORTED / BROKEN):
+
+* :meth:`open_outgoing` binds PipeA (a ``stream_bind`` table update through
+  rank 0), finds the receiver, and sends the OPEN on the *message* path, so
+  the receiver sees the stream in order with the sender's messages; the
+  segments wait until the OPEN is routed (``out.routed``).  For a local
+  receiver it creates the :class:`IncomingStream` right away (its PipeB is
+  the segments' target); for a remote one the OPEN carries the stream's meta
+  and ``stream_window`` credit, and the target is the host's link.
+* :meth:`place` takes the stream CDUs that arrive from other hosts: an OPEN
+  creates the incoming stream and hands it to the receiving GP (through the
+  router, which parks it if the GP is not bound yet); segments, END and
+  ABORT go to the stream's PipeB.
+* Endings travel back on the control channel: the receiver's DONE (whole,
+  or why it gave up) and its segment credit (``StreamDoneMsg``,
+  ``StreamCreditMsg``); a lost or failed host breaks every stream with it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import msgpack
+
+from .codec import CDU, Kind, StreamOp
+from .errors import BrokenResourceError, NoPipeError, ProtocolError, StreamError
+from .message import CREDIT_OVERHEAD
+from .pipes import Pipe, PipePool
+from .router import Router, Target
+from .streams import IncomingStream, OutgoingStream, StreamMeta
+from .tables import Tables
+
+log = logging.getLogger("aiopdbp.streamtable")
+
+__all__ = ["StreamPeers", "StreamTable", "pack_meta", "unpack_meta"]
+
+
+class StreamPeers(Protocol):
+    """How the table reaches a stream's other host (the control channel)."""
+
+    def send_done(self, host: int, key: tuple[int, int], error: str | None) -> None: ...
+    def send_credit(self, host: int, key: tuple[int, int], segments: int) -> None: ...
+
+
+def pack_meta(meta: StreamMeta) -> bytes:
+    """The OPEN's payload: the stream's meta, for the wire."""
+    return msgpack.packb(meta.to_wire())  # type: ignore[no-any-return]
+
+
+def unpack_meta(data: Any) -> StreamMeta:
+    try:
+        return StreamMeta.from_wire(msgpack.unpackb(bytes(data), raw=False))
+    except Exception as exc:
+        raise ProtocolError(f"bad stream OPEN meta: {exc}") from exc
+
+
+class _OpenRoute:
+    """The OPEN's target: delivers it, then lets the stream's segments go."""
+
+    __slots__ = ("target", "out")
+    remote = False
+
+    def __init__(self, target: Target, out: OutgoingStream) -> None:
+        self.target = target
+        self.out = out
+
+    def put_to(self, pid: int, item: Any) -> None:
+        self.target.put_to(pid, item)
+        self.out.opened()
+
+
+class StreamTable:
+    """Both ends of this host's streams (see the module docstring)."""
+
+    def __init__(self, rank: int, window: int, tables: Tables, pps: PipePool, cps: PipePool,
+                 router: Router, *, commit: Callable[..., Awaitable[Any]],
+                 commit_nowait: Callable[..., None],
+                 submit: Callable[[Any, int, Any], None],
+                 watch: Callable[[Pipe[Any]], None]) -> None:
+        self.rank = rank
+        self.window = window
+        self.tables = tables
+        self.pps = pps
+        self.cps = cps
+        self.router = router
+        self.peers: StreamPeers | None = None
+        self._commit = commit
+        self._commit_nowait = commit_nowait
+        self._submit = submit
+        self._watch = watch
+        self._snos = itertools.count(1)
+        self._out: dict[tuple[int, int], OutgoingStream] = {}
+        self._in: dict[tuple[int, int], IncomingStream] = {}
+        self._given_up: set[tuple[int, int]] = set()  # remote streams we dropped: ignore their rest
+        self.dropped = 0
+
+    # --------------------------------------------------------------- sending
+    async def open_outgoing(self, src_pid: int, pid: int, meta: StreamMeta,
+                            timeout: float | None) -> OutgoingStream:
+        """Bind a stream from GP ``src_pid`` to GP ``pid`` and send its OPEN.
+
+        Cancellation: whatever was bound is undone.
+        """
+        entry = self.tables.process(pid)
+        sno = next(self._snos)
+        key = (self.rank, sno)
+        pipe_a = await self.cps.apply()
+        incoming: IncomingStream | None = None
+        out: OutgoingStream | None = None
+        try:
+            await self._commit("stream_bind", self.rank, sno, pid, src_pid, pipe_a.pipe_id)
+            tgt = await self.router.target(pid, timeout)
+            if entry.node == self.rank:
+                incoming = self._new_incoming(key, src_pid, pid, meta, await self.pps.apply())
+                target: Target = incoming.pipe
+                open_item: Any = incoming
+            else:
+                target = tgt
+                meta.window = self.window
+                open_item = CDU(Kind.STREAM, src_pid, (pid,), pack_meta(meta), meta.com, 0, sno, 0,
+                                self.rank, (), StreamOp.OPEN)
+            out = OutgoingStream(key, pid, pipe_a, target, incoming, entry.node)
+            if incoming is None:
+                out.credits = self.window
+            self._out[key] = out
+            await self.router.reserve(tgt, pid, CREDIT_OVERHEAD, timeout, f"GP {entry.name!r}")
+            self._watch(pipe_a)
+            self._submit(_OpenRoute(tgt, out), pid, open_item)
+            return out
+        except BaseException:
+            if incoming is not None:
+                self.incoming_closed(incoming, "the sender failed to open the stream", False)
+            self._out.pop(key, None)
+            self.cps.release(pipe_a)
+            if key in self.tables.mta:
+                self._commit_nowait("stream_unbind", *key)
+            raise
+
+    def close_outgoing(self, out: OutgoingStream) -> None:
+        """The sending side is done: flush PipeA, undo the binding, free it."""
+        if self._out.get(out.key) is not out:
+            return
+        # Route what is still in PipeA (an ABORT among it) before forgetting it.
+        for target, pid, item in out.pipe_a.drain_nowait():
+            target.put_to(pid, item)
+        del self._out[out.key]
+        self.cps.release(out.pipe_a)
+        if out.key in self.tables.mta:
+            self._commit_nowait("stream_unbind", *out.key)
+
+    def done(self, key: tuple[int, int], error: str | None, origin: int) -> None:
+        """The receiver (on rank ``origin``) took the whole stream, or gave up."""
+        out = self._out.get(key)
+        if out is None:
+            return
+        if error is None:
+            out.delivered()
+            return
+        exc = BrokenResourceError(f"stream receiver failed: {error}")
+        if origin != self.rank:
+            exc.origin_rank = origin
+        out.break_(exc)
+
+    def credit(self, key: tuple[int, int], segments: int) -> None:
+        """A remote receiver consumed ``segments`` segments."""
+        out = self._out.get(key)
+        if out is not None:
+            out.grant(segments)
+
+    # ------------------------------------------------------------- receiving
+    def _new_incoming(self, key: tuple[int, int], src_pid: int, dest_pid: int,
+                      meta: StreamMeta, pipe_b: Pipe[Any] | None = None) -> IncomingStream:
+        if pipe_b is None:
+            pipe_b = self.pps.apply_nowait()
+        pipe_b.capacity = max(self.window, meta.window)
+        stream = IncomingStream(self, key, self.tables.name_of(src_pid), pipe_b, max(self.window, meta.window),
+                                src_pid, dest_pid, meta)
+        self._in[key] = stream
+        self._commit_nowait("stream_pipe_b", key[0], key[1], pipe_b.pipe_id)
+        return stream
+
+    def place(self, host: int, cdu: CDU) -> None:
+        """A stream CDU arrived from ``host``."""
+        key = (cdu.source_n, cdu.sno)
+        op = cdu.op
+        stream = self._in.get(key)
+        if op is StreamOp.OPEN:
+            if stream is not None or not cdu.dest_ps:
+                return
+            dest = cdu.dest_ps[0]
+            try:
+                stream = self._new_incoming(key, cdu.source_p, dest, unpack_meta(cdu.data))
+            except (NoPipeError, ProtocolError) as exc:
+                if self.peers is not None:
+                    self.peers.send_done(key[0], key, f"cannot receive the stream: {exc}")
+                return
+            if not self.router.deliver_remote(host, dest, [stream], CREDIT_OVERHEAD):
+                self.incoming_closed(stream, "the receiving GP is gone", True)
+            return
+        if stream is None:
+            if key in self._given_up:
+                if op is StreamOp.END or op is StreamOp.ABORT:
+                    self._given_up.discard(key)
+            else:
+                self.dropped += 1
+            return
+        stream.pipe.force_put(cdu)  # the stream's credit window bounds what comes
+
+    # StreamOwner: what an IncomingStream tells its table
+    def incoming_closed(self, stream: IncomingStream, error: str | None, notify: bool) -> None:
+        """The receiving side is done (finished, aborted, abandoned)."""
+        if self._in.pop(stream.key, None) is None:
+            return
+        sender = stream.key[0]
+        if sender != self.rank:
+            if not stream.finished:
+                self._given_up.add(stream.key)  # drop what is still on its way
+            if notify and self.peers is not None:
+                self.peers.send_done(sender, stream.key, error)
+        elif notify:
+            self.done(stream.key, error, self.rank)
+        self.pps.release(stream.pipe)
+
+    def give_credit(self, stream: IncomingStream, segments: int) -> None:
+        if stream.key[0] != self.rank and self.peers is not None:
+            self.peers.send_credit(stream.key[0], stream.key, segments)
+
+    # --------------------------------------------------------------- failing
+    def abort_to(self, pid: int, why: str) -> None:
+        """GP ``pid`` released its pipe: its incoming streams end, their
+        senders hear ``why``."""
+        for stream in [s for s in self._in.values() if s.dest_pid == pid]:
+            stream.fail(BrokenResourceError(why))
+            self.incoming_closed(stream, why, True)
+
+    def break_host(self, host: int, exc: BaseException) -> None:
+        """Host ``host`` failed or is gone: every stream with it ends with ``exc``."""
+        for out in list(self._out.values()):
+            if out.incoming is None and out.host == host:
+                out.break_(exc)
+        for stream in [s for s in self._in.values() if s.key[0] == host]:
+            err = StreamError(f"stream {stream.key} from {stream.source!r} was cut off: {exc}")
+            err.__cause__ = exc
+            stream.fail(err)
+            self.incoming_closed(stream, None, False)
+
+    def close(self, exc: BaseException) -> None:
+        """The node closes: every live stream ends."""
+        for stream in list(self._in.values()):
+            stream.fail(BrokenResourceError("node closed"))
+            self.incoming_closed(stream, "receiving node closed", True)
+        for out in list(self._out.values()):
+            out.break_(exc)
+
+    @property
+    def outgoing(self) -> int:
+        return len(self._out)
+
+    @property
+    def incoming(self) -> int:
+        return len(self._in)
+
+    def stats(self) -> dict[str, int]:
+        return {"streams_in": len(self._in), "streams_out": len(self._out),
+                "stream_cdus_dropped": self.dropped}
+
