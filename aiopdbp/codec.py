@@ -661,6 +661,22 @@ def decode_shorts(buf: Buffer, *, limits: Limits = DEFAULT_LIMITS) -> list[tuple
     """Decode one BPS frame in bulk: ``[(dest, source, kind, com, data), ...]``
     with ``data`` a ``bytes`` copy (or None) and ``kind`` an int; no CDU
     objects.  Raises only :class:`ProtocolError`."""
+    if type(buf) is memoryview and buf.format == "B" and buf.ndim == 1 and len(buf) >= 8:
+        # the receive path's case: one header check, no generic dispatch
+        version, mtype, count, body_len = _L1.unpack_from(buf)
+        if (version == VERSION and mtype == _BPS and count and len(buf) == 8 + body_len
+                and body_len <= limits.max_frame):
+            if count == 1 and body_len >= SHORT.size:  # a lone message
+                dest, src, com, flags, n = SHORT.unpack_from(buf, 8)
+                k = flags & 0x7F
+                if k in _SHORT_KINDS:
+                    if flags & SHORT_NONE:
+                        if n == 0 and body_len == SHORT.size:
+                            return [(dest, src, k, com, None)]
+                    elif body_len == SHORT.size + n:
+                        return [(dest, src, k, com, buf[8 + SHORT.size:].tobytes())]
+                raise ProtocolError("malformed lone short record")
+            return _decode_shorts(buf, count)
     mv = _byte_view(buf)
     mt, count, body_len = _header(mv, limits)
     if mt is not MsgType.BPS:

@@ -117,12 +117,14 @@ class HostLink:
         self._pool = pool
         self._block_size = block_size
         self._large = large
+        self._short_limit = min(SHORT_MAX + 1, large)  # bytes payloads shorter go as short records
         self._max_inflight = max_inflight
         self._allow_pickle = allow_pickle
         self._credit: dict[int, int] = {}
         self._credit_waiters: dict[int, deque[asyncio.Future[None]]] = {}
         self._open: _Block | None = None
-        self._batching = False
+        self._tick = -1                 # the transport tick of the last lone CDU
+        self._flush_scheduled = False
         self._units: deque[tuple[list[Any], int, Slot | None]] = deque()
         self._inflight = 0
         self.error: BaseException | None = None
@@ -215,46 +217,53 @@ class HostLink:
         if self.error is not None:
             return False  # the sender was told, or will be, by reserve
         self._cdus += 1
-        if type(item) is Message:
-            data = item[3]
-            if data is None or (type(data) is bytes and len(data) <= SHORT_MAX and len(data) < self._large):
-                self._put_short(pid, item, data)
-                return True
-            item = CDU(item[1], item[4], (pid,), data, item[2])
-        self._put_cdu(item)
-        return True
-
-    def _begin(self) -> bool:
-        """True for the first CDU of this loop iteration (it leaves at once)."""
-        if self._batching:
-            return False
-        self._batching = True
-        asyncio.get_running_loop().call_soon(self._end_batch)
-        return not self._units and self._open is None
-
-    def _end_batch(self) -> None:
-        self._batching = False
-        self._flush()
-
-    def _put_short(self, pid: int, msg: Message, data: bytes | None) -> None:
-        n = 0 if data is None else len(data)
-        flags = int(msg[1]) | (SHORT_NONE if data is None else 0)
-        if self._begin():
-            frame = _LONE.pack(VERSION, _BPS, 1, SHORT.size + n, pid, msg[4], msg[2], flags, n)
+        if type(item) is not Message:
+            self._put_cdu(item)
+            return True
+        data = item[3]
+        if data is None:
+            n, flags = 0, int(item[1]) | SHORT_NONE
+        elif type(data) is bytes and len(data) < self._short_limit:
+            n, flags = len(data), int(item[1])
+        else:
+            self._put_cdu(CDU(item[1], item[4], (pid,), data, item[2]))
+            return True
+        # A short message: the commonest CDU, so this is written out flat.
+        tick = self._transport.tick
+        if tick != self._tick and self._open is None and not self._units:
+            # the first CDU of this loop iteration: a frame of its own, now
+            self._tick = tick
+            frame = _LONE.pack(VERSION, _BPS, 1, SHORT.size + n, pid, item[4], item[2], flags, n)
+            if n:
+                frame += data  # type: ignore[operator]
             self._lone += 1
-            self._post([frame + data if data else frame], None)
-            return
+            self._post([frame], len(frame), None)
+            return True
         blk = self._open
         if blk is None or blk.kind != _BPS or blk.pos + SHORT.size + n > blk.limit or blk.count == 0xFFFF:
             blk = self._new_block(_BPS)
         pos = blk.pos
-        SHORT.pack_into(blk.view, pos, pid, msg[4], msg[2], flags, n)
+        SHORT.pack_into(blk.view, pos, pid, item[4], item[2], flags, n)
         pos += SHORT.size
-        if data:
-            blk.view[pos:pos + n] = data
+        if n:
+            blk.view[pos:pos + n] = data  # type: ignore[index]
             pos += n
         blk.pos = pos
         blk.count += 1
+        return True
+
+    def _begin(self) -> bool:
+        """True for the first CDU of this loop iteration (it leaves at once;
+        the transport's ``tick`` tells iterations apart without a callback)."""
+        tick = self._transport.tick
+        if tick == self._tick or self._open is not None or self._units:
+            return False
+        self._tick = tick
+        return True
+
+    def _flush_soon(self) -> None:
+        self._flush_scheduled = False
+        self._flush()
 
     def _put_cdu(self, cdu: CDU) -> None:
         data = cdu.data
@@ -262,12 +271,13 @@ class HostLink:
             self._flush()
             head, payload = encode_split(cdu)
             self._splits += 1
-            self._post([head, payload], None)
+            self._post([head, payload], len(head) + memoryview(payload).nbytes, None)
             return
         if self._begin():
-            frame = encode_cdu(cdu, allow_pickle=self._allow_pickle)
+            parts = encode_cdu(cdu, allow_pickle=self._allow_pickle)
+            frame = b"".join(parts) if len(parts) > 1 else bytes(parts[0])
             self._lone += 1
-            self._post([b"".join(frame) if len(frame) > 1 else frame[0]], None)
+            self._post([frame], len(frame), None)
             return
         blk = self._open
         at = blk.pos if blk is not None and blk.kind == _BP else 8
@@ -275,8 +285,8 @@ class HostLink:
         if blk is None or blk.kind != _BP or blk.pos + n > blk.limit or blk.count == 0xFFFF:
             if n + 8 > self._block_size:  # too big for a block, not splittable: its own frame
                 self._flush()
-                frame = encode_cdu(cdu, allow_pickle=self._allow_pickle)
-                self._post([b"".join(bytes(p) for p in frame)], None)
+                whole = b"".join(bytes(p) for p in encode_cdu(cdu, allow_pickle=self._allow_pickle))
+                self._post([whole], len(whole), None)
                 return
             blk = self._new_block(_BP)
             if blk.pos != at:  # padding depends on the offset: encode again
@@ -292,6 +302,9 @@ class HostLink:
 
     def _new_block(self, kind: int) -> _Block:
         self._flush()
+        if not self._flush_scheduled:  # sent at the end of this loop iteration
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_soon)
         try:
             slot: Slot | None = self._pool.acquire_nowait(self.host, self._block_size)
         except WouldBlock:
@@ -312,20 +325,22 @@ class HostLink:
         self._blocks += 1
         slot = blk.slot
         if slot is None:
-            self._post([blk.view[:blk.pos]], None)
+            self._post([blk.view[:blk.pos]], blk.pos, None)
             return
         pool = self._pool
         pool.commit(slot, blk.pos)
         taken = pool.next_filled_nowait(self.host)  # the oldest committed: this one
-        self._post([taken.data], taken)
+        self._post([taken.data], blk.pos, taken)
 
     # ------------------------------------------------------------ sending
-    def _post(self, blocks: list[Any], slot: Slot | None) -> None:
-        nbytes = sum(len(b) if type(b) is bytes else memoryview(b).nbytes for b in blocks)
+    def _post(self, blocks: list[Any], nbytes: int, slot: Slot | None) -> None:
+        """Send ``blocks`` (``nbytes`` in all) now, or after the sends in
+        flight when ``max_inflight`` are; ``slot`` returns to the pool once
+        the send has completed."""
         if self._units or self._inflight >= self._max_inflight:
             self._units.append((blocks, nbytes, slot))
-            return
-        self._send(blocks, nbytes, slot)
+        else:
+            self._send(blocks, nbytes, slot)
 
     def _send(self, blocks: list[Any], nbytes: int, slot: Slot | None) -> None:
         self.sent_msgs += len(blocks)
@@ -337,7 +352,8 @@ class HostLink:
             self.fail(exc)
             return
         if fut is None:
-            self._release(slot)
+            if slot is not None:
+                self._release(slot)
             return
         self._inflight += 1
         fut.add_done_callback(functools.partial(self._sent, slot))

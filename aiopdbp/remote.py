@@ -99,9 +99,12 @@ log = logging.getLogger("aiopdbp.remote")
 
 __all__ = ["Remote", "RemoteConfig"]
 
+#: data messages smaller than this (a lone message, a handful of records)
+#: skip the receive pool: a plain buffer costs less than the pool's bookkeeping
+RBP_MIN = 4096
 _CTRL = Channel.CONTROL
 _DATA = Channel.DATA
-_BPS = MsgType.BPS
+_BPS = int(MsgType.BPS)
 _KINDS = {int(k): k for k in Kind}
 
 
@@ -503,8 +506,9 @@ class Remote:
     def alloc(self, src: int, channel: Channel, nbytes: int) -> memoryview | None:
         """Where the transport receives a data message: a block of RCBP_src
         (None: the transport's own buffer -- control messages, payload
-        halves of split frames, messages larger than a block)."""
-        if channel != _DATA or nbytes > self.cfg.block_size or src == self.rank:
+        halves of split frames, messages larger than a block, and lone
+        messages below :data:`RBP_MIN`)."""
+        if channel != _DATA or not RBP_MIN <= nbytes <= self.cfg.block_size or src == self.rank:
             return None
         s = self.sources.get(src)
         if s is None or s.split_head is not None:
@@ -528,20 +532,32 @@ class Remote:
         if s is None:
             return
         s.received += 1
-        slot = self._slots.pop(id(buf), None)
-        rpool = self.pool.recv
-        if slot is not None:  # the RBP writer's half: the block is in RCBP_src
+        if s.split_head is None and len(buf) > 1 and buf[1] == _BPS and not self._slots:
+            # the commonest: short messages in a plain buffer (checked in decode)
+            try:
+                self.router.place_shorts(src, decode_shorts(buf))
+            except ProtocolError as exc:
+                self._malformed(src, exc)
+            return
+        slot = self._slots.pop(id(buf), None) if self._slots else None
+        try:
+            if slot is None:
+                self._place(s, buf, False)
+                return
+            rpool = self.pool.recv  # the RBP writer's half: the block is in RCBP_src
             rpool.commit(slot, memoryview(buf).nbytes)
             slot = rpool.next_filled_nowait(src)
-        try:
-            self._place(s, buf, slot is not None)
-        except ProtocolError as exc:
-            self.protocol_errors += 1
-            log.error("malformed data message from host %d: %s", src, exc)
-            self.fail_host(src, ProtocolError(f"malformed data message from host {src}: {exc}"))
-        finally:
-            if slot is not None:  # decoded and copied out: the block goes back at once
+            try:
+                self._place(s, buf, True)
+            finally:  # decoded and copied out: the block goes back at once
                 rpool.release(slot)
+        except ProtocolError as exc:
+            self._malformed(src, exc)
+
+    def _malformed(self, src: int, exc: ProtocolError) -> None:
+        self.protocol_errors += 1
+        log.error("malformed data message from host %d: %s", src, exc)
+        self.fail_host(src, ProtocolError(f"malformed data message from host {src}: {exc}"))
 
     def _place(self, s: _Source, buf: memoryview, in_block: bool) -> None:
         """Decode one data message from host ``s.host`` and hand it on."""
@@ -550,10 +566,10 @@ class Remote:
             head, s.split_head = s.split_head, None
             self._place_cdu(host, decode_split(head, buf), False)
             return
-        mt, body_len = peek_header(buf)
-        if mt is _BPS:
+        if len(buf) > 1 and buf[1] == _BPS:  # the commonest: short messages (checked in decode)
             self.router.place_shorts(host, decode_shorts(buf))
             return
+        mt, body_len = peek_header(buf)
         if mt is MsgType.REMOTE and memoryview(buf).nbytes < 8 + body_len:
             s.split_head = bytes(buf)   # header now, payload next
             return

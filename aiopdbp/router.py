@@ -47,6 +47,7 @@ log = logging.getLogger("aiopdbp.router")
 __all__ = ["Router", "Target"]
 
 _KINDS = {int(k): k for k in Kind}
+_new = tuple.__new__  # Message is a tuple: make one without a Python-level call
 
 
 class Target(Protocol):
@@ -85,7 +86,7 @@ class Router:
         self._name_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._bind_waiters: dict[int, list[asyncio.Future[None]]] = {}
         self._parked: dict[int, deque[tuple[int, list[Any], int]]] = {}
-        self._marks: dict[Pipe[Any], deque[tuple[int, int, int, int]]] = {}
+        self._marks: dict[Pipe[Any], deque[list[int]]] = {}  # [end, host, pid, cost]
         self._owed: dict[tuple[int, int], int] = {}
         self._grants: dict[int, list[tuple[int, int]]] = {}
         self._flush_scheduled = False
@@ -207,8 +208,18 @@ class Router:
     def place_shorts(self, host: int, records: list[tuple[int, int, int, int, Any]]) -> None:
         """Deliver a decoded block of short messages from ``host``."""
         names = self._names
-        make = Message.make
         kinds = _KINDS
+        if len(records) == 1:  # a lone message: no batching to do
+            dest, src, kind, com, data = records[0]
+            msg = _new(Message, (names.get(src) or f"<pid {src}>", kinds[kind], com, data, src))
+            cost = CREDIT_OVERHEAD if data is None else len(data) + CREDIT_OVERHEAD
+            tgt: Any = self.targets.get(dest)
+            if type(tgt) is Pipe and not tgt.closed:  # deliver_remote's common case
+                tgt.put_many([msg])
+                self._mark(tgt, host, dest, cost)
+            else:
+                self.deliver_remote(host, dest, [msg], cost)
+            return
         batches: dict[int, list[Any]] = {}
         costs: dict[int, int] = {}
         for dest, src, kind, com, data in records:
@@ -216,7 +227,7 @@ class Router:
             if msgs is None:
                 msgs = batches[dest] = []
                 costs[dest] = 0
-            msgs.append(make((names.get(src) or f"<pid {src}>", kinds[kind], com, data, src)))
+            msgs.append(_new(Message, (names.get(src) or f"<pid {src}>", kinds[kind], com, data, src)))
             costs[dest] += CREDIT_OVERHEAD if data is None else len(data) + CREDIT_OVERHEAD
         for pid, msgs in batches.items():
             self.deliver_remote(host, pid, msgs, costs[pid])
@@ -273,12 +284,24 @@ class Router:
 
     # ---------------------------------------------------------- credit out
     def _mark(self, pipe: Pipe[Any], host: int, pid: int, cost: int) -> None:
+        """Remember that the items up to ``pipe.appended`` owe ``cost`` to ``host``."""
         marks = self._marks.get(pipe)
         if marks is None:
             marks = self._marks[pipe] = deque()
             pipe.on_watch = self.settle
+        elif marks:
+            last = marks[-1]
+            if last[1] == host and last[2] == pid and last[3] * 8 < self.window:
+                # Extend the last mark rather than add one per batch: credit
+                # then comes back in eighths of the window at the finest.
+                last[0] = pipe.appended
+                last[3] += cost
+                if len(marks) == 1:
+                    pipe.watch_at = last[0]
+                return
+        marks.append([pipe.appended, host, pid, cost])
+        if len(marks) == 1:
             pipe.watch_at = pipe.appended
-        marks.append((pipe.appended, host, pid, cost))
 
     def settle(self, pipe: Pipe[Any]) -> None:
         """The reader took items: what it took from other hosts is credit owed."""

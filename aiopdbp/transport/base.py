@@ -66,6 +66,8 @@ class Transport(abc.ABC):
 
     def __init__(self) -> None:
         self._closed = False
+        self._tick = 0
+        self._tick_pending = False
 
     @abc.abstractmethod
     async def start(self, deliver: DeliverFn) -> None:
@@ -99,6 +101,20 @@ class Transport(abc.ABC):
         reused.  Lets one sender keep a window of sends in flight without a
         Task per message.  The default wraps :meth:`send` in a task."""
         return asyncio.ensure_future(self.send(dest, channel, blocks))
+
+    @property
+    def tick(self) -> int:
+        """A number that changes once per event-loop iteration (while the
+        transport is busy): a link sends the first CDU of a tick at once and
+        coalesces the rest.  The default counts call_soon callbacks."""
+        if not self._tick_pending:
+            self._tick_pending = True
+            asyncio.get_running_loop().call_soon(self._next_tick)
+        return self._tick
+
+    def _next_tick(self) -> None:
+        self._tick += 1
+        self._tick_pending = False
 
     def post_nowait(self, dest: int, channel: Channel,
                     blocks: Sequence[Buffer]) -> asyncio.Future[None] | None:

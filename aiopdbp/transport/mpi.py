@@ -242,16 +242,24 @@ class MPITransport(Transport):
         self._data.Set_name("aiopdbp.data")
 
     def _post(self, dest: int, channel: Channel, blocks: Sequence[Buffer]) -> asyncio.Future[None] | None:
+        if self._closed or not self._started or not 0 <= dest < self.size or channel not in (0, 1):
+            self._refuse(dest, channel)
+        return self._engine.post_send(channel, dest, blocks)
+
+    def _refuse(self, dest: int, channel: Channel) -> None:
         if self._closed:
             raise ClosedResourceError("mpi transport is closed")
         if not self._started:
             raise RuntimeError("MPITransport: send/post before start()")
         if not 0 <= dest < self.size:
             raise ValueError(f"destination rank {dest} out of range 0..{self.size - 1}")
-        ch = int(channel)
-        if ch != 0 and ch != 1:
-            raise ValueError(f"unknown channel {channel!r}")
-        return self._engine.post_send(ch, dest, blocks)
+        raise ValueError(f"unknown channel {channel!r}")
+
+    @property
+    def tick(self) -> int:
+        """The progress engine's step count: it steps at least once per
+        loop iteration while busy, and a send wakes it."""
+        return self._engine.n_steps
 
     async def send(self, dest: int, channel: Channel, blocks: Sequence[Buffer]) -> None:
         """Send each block as one message to rank ``dest``; return when all completed.

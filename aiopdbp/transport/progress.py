@@ -90,6 +90,7 @@ DEFAULT_SPIN_S: Final = 20e-6
 DEFAULT_SPIN_WINDOW_S: Final = 5e-3
 
 _BYTE = MPI.BYTE
+_CHANNELS = (Channel.CONTROL, Channel.DATA)  # index -> member, without an enum call
 _ANY_SOURCE = MPI.ANY_SOURCE
 _Testsome = MPI.Request.Testsome
 
@@ -400,7 +401,7 @@ class ProgressEngine:
         buffer is delivered as it is, our own as a memoryview."""
         if self._alloc is not None:
             try:
-                buf = self._alloc(src, Channel(ch), size)
+                buf = self._alloc(src, _CHANNELS[ch], size)
                 if buf is not None:
                     mv = memoryview(buf)
                     if mv.nbytes != size or mv.readonly or not mv.c_contiguous:
@@ -445,7 +446,7 @@ class ProgressEngine:
                         op.done = True
                         q.append(op)
                     else:
-                        deliveries.append((src, Channel(ch), view))
+                        deliveries.append((src, _CHANNELS[ch], view))
                 else:
                     # Only matched now; its Irecv is posted below, a budget
                     # per step, so that probing (control first) goes on
@@ -477,7 +478,7 @@ class ProgressEngine:
         q = self._fifo[(ch, src)]
         while q and q[0].done:
             op = q.popleft()
-            deliveries.append((op.source, Channel(op.channel), op.view))
+            deliveries.append((op.source, _CHANNELS[op.channel], op.view))
         if not q:
             del self._fifo[(ch, src)]
 
@@ -489,8 +490,9 @@ class ProgressEngine:
         busy = self._receive(deliveries)
         if self._sends:
             busy = self._complete_sends() or busy
-        for poll in self._pollers:
-            busy = poll() or busy
+        if self._pollers:
+            for poll in self._pollers:
+                busy = poll() or busy
         if deliveries:
             deliver = self._deliver
             if deliver is not None:
