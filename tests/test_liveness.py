@@ -263,8 +263,9 @@ def results(out: str) -> dict[int, dict[str, object]]:
 @pytest.mark.mpi
 @requires_mpi
 @pytest.mark.timeout(150)
-def test_stopped_rank_is_reported_lost_by_the_others() -> None:
-    out = check_mpi(run_mpi(SCRIPT, n=3, args=["stop"], timeout=120))
+@pytest.mark.parametrize("tcp", [False, True], ids=["shm", "tcp"])
+def test_stopped_rank_is_reported_lost_by_the_others(tcp: bool) -> None:
+    out = check_mpi(run_mpi(SCRIPT, n=3, args=["stop"], tcp=tcp, timeout=120))
     res = results(out)
     assert sorted(res) == [0, 1, 2], out
     for r in (0, 2):
