@@ -235,7 +235,7 @@ class HostLink:
             self._tick = tick
             frame = _LONE.pack(VERSION, _BPS, 1, SHORT.size + n, pid, item[4], item[2], flags, n)
             if n:
-                frame += data  # type: ignore[operator]
+                frame += data
             self._lone += 1
             self._post([frame], len(frame), None)
             return True
@@ -246,7 +246,7 @@ class HostLink:
         SHORT.pack_into(blk.view, pos, pid, item[4], item[2], flags, n)
         pos += SHORT.size
         if n:
-            blk.view[pos:pos + n] = data  # type: ignore[index]
+            blk.view[pos:pos + n] = data
             pos += n
         blk.pos = pos
         blk.count += 1
