@@ -95,6 +95,7 @@ class StopKind(enum.Enum):
 
     INTERRUPTED = "interrupted"      # a signal, here or on a peer
     PEER_FAILED = "peer failed"      # another rank's program raised
+    HOST_LOST = "host lost"          # a host went silent (liveness)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +110,8 @@ class Stop:
     def describe(self) -> str:
         if self.kind is StopKind.INTERRUPTED:
             return f"interrupted by {signal.Signals(self.signal).name} (on rank {self.rank})"
+        if self.kind is StopKind.HOST_LOST:
+            return f"{self.message}; aborting the job"
         return f"rank {self.rank} failed: {self.message}"
 
     @property
@@ -274,9 +277,13 @@ class Job:
         """After the loop ended: exit the way the outcome demands (MPI)."""
         stop = self.stop
         if stop is not None:
-            local_signal = stop.kind is StopKind.INTERRUPTED
-            if local_signal and self.rank == 0 and not os.environ.get(LAUNCHER_ENV):
-                self._say(f"aiopdbp: job {stop.describe()}")
+            if stop.kind is StopKind.INTERRUPTED:
+                if self.rank == 0 and not os.environ.get(LAUNCHER_ENV):
+                    self._say(f"aiopdbp: job {stop.describe()}")
+            elif stop.kind is StopKind.HOST_LOST:
+                # the lost host cannot hear us: only MPI_Abort ends its rank
+                self._say(f"aiopdbp: rank {self.rank}: {stop.describe()}")
+                _abort(1)
             _hard_exit(stop.exit_code)
         if exc is None or isinstance(exc, (SystemExit, GeneratorExit)):
             return

@@ -118,11 +118,11 @@ class Node:
         self._started = False
         self._closed = False
         self._remote: Remote | None = None
-        self._liveness: Any = None
         self.host_timeout = name_timeout if host_timeout is None else host_timeout
         if transport is not None and self.size > 1:
             self._remote = Remote(transport, cfg, self.tables, self.router, self.streams,
                                   allow_pickle=allow_pickle)
+            self._remote.host_timeout = self.host_timeout
 
     def __repr__(self) -> str:
         return f"<Node {self.rank}/{self.size} gps={len(self._gps)}>"
@@ -140,8 +140,6 @@ class Node:
         self.manager.start()
         if self._remote is not None:
             await self._remote.start()
-            if self._liveness is not None:
-                self._liveness.start()
             job = current_job()
             if job is not None:
                 job.attach(self._remote)
@@ -168,8 +166,6 @@ class Node:
         finally:
             gone = ClosedResourceError(f"node {self.rank} closed")
             self.router.close(gone)
-            if self._liveness is not None:
-                self._liveness.stop()
             if self._remote is not None:
                 job = current_job()
                 if job is not None:
@@ -337,21 +333,22 @@ class Node:
 
     # -- liveness -----------------------------------------------------------------
     async def host_lost(self) -> tuple[int, BaseException]:
-        """Wait until a host is lost (or fails): ``(rank, error)``.
+        """Wait until a host is lost (silent for ``host_timeout``): returns
+        ``(rank, HostLostError)``.  Under ``aiopdbp.run`` the job is aborted
+        ``RemoteConfig.lost_grace`` later (1 s by default), with that message.
 
         Cancellation: nothing to undo.
         """
-        if self._liveness is None:
+        if self._remote is None:
             await asyncio.Event().wait()  # a single host never loses one
-        assert self._liveness is not None
-        lost: tuple[int, BaseException] = await self._liveness.lost()
-        return lost
+        assert self._remote is not None
+        return await self._remote.wait_lost()
 
     def on_host_lost(self, callback: Any) -> None:
-        """Call ``callback(rank, error)`` when a host is lost, before the job
-        is aborted."""
-        if self._liveness is not None:
-            self._liveness.add_callback(callback)
+        """Call ``callback(rank, HostLostError)`` when a host is lost, before
+        the job is aborted."""
+        if self._remote is not None:
+            self._remote.add_lost_callback(callback)
 
     # -- diagnostics ---------------------------------------------------------------
     def stats(self) -> NodeStats:
@@ -373,7 +370,7 @@ class Node:
             failed_hosts=tuple(sorted(r.failed)) if r is not None else (),
             pool=r.pool.stats() if r is not None else {},
             transport=self.transport.stats() if self.transport is not None else {},
-            liveness=self._liveness.stats() if self._liveness is not None else {},
+            liveness=r.liveness_stats() if r is not None else {},
         )
 
     def size_history(self, host: int) -> dict[str, list[tuple[float, int]]]:

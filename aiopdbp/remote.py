@@ -77,6 +77,8 @@ from .errors import (
     BrokenResourceError,
     DuplicateProcessError,
     HandshakeError,
+    HostLostError,
+    TransportError,
     PDBPError,
     ProtocolError,
     RankFailedError,
@@ -123,6 +125,7 @@ class RemoteConfig:
     handshake_timeout: float | None = None  # None: the node's name_timeout (30 s)
     close_timeout: float = 60.0
     bind_timeout: float = 30.0        # keep CDUs for a GP whose binding has not arrived yet
+    lost_grace: float = 1.0           # between reporting a lost host and aborting the job
 
 
 class _Source:
@@ -172,6 +175,11 @@ class Remote:
         self._stopping = False   # the job stops: table requests go unanswered
         self.protocol_errors = 0
         self.fallback_allocs = 0
+        self.host_timeout = 0.0        # liveness: 0 = no heartbeat (set by the node)
+        self._heartbeat: Any = None
+        self._lost_callbacks: list[Any] = []
+        self._lost_waiters: list[asyncio.Future[tuple[int, BaseException]]] = []
+        self.lost: dict[int, BaseException] = {}
         router.links = self.link
         router.grant = self.grant
         streams.peers = self
@@ -186,6 +194,7 @@ class Remote:
         timeout = self.cfg.handshake_timeout if self.cfg.handshake_timeout is not None else 30.0
         self._ready = loop.create_future()
         await self.transport.start(self._on_message, self.alloc)  # type: ignore[call-arg]
+        self._start_heartbeat(loop)
         me = [self.rank, socket.gethostname(), _host_ip(),
               int(NodeType.MASTER if self.rank == 0 else NodeType.COMPUTE), self.cfg.gp_window]
         if self.rank == 0:
@@ -452,6 +461,81 @@ class Remote:
             link.fail(first)
         self.streams.break_host(host, first)
 
+    # liveness
+    def _start_heartbeat(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the heartbeat thread (MPI transports; see aiopdbp.liveness)."""
+        comm = getattr(self.transport, "control_comm", None)
+        if self.host_timeout <= 0 or comm is None:
+            return
+        from .liveness import Heartbeat
+
+        def on_lost(rank: int, silence: float) -> None:  # in the heartbeat thread
+            try:
+                loop.call_soon_threadsafe(self.host_lost, rank)
+            except RuntimeError:  # the loop is closed: nothing waits any more
+                pass
+
+        interval = min(1.0, self.host_timeout / 10)
+        hb = Heartbeat(comm, (getattr(self.transport, "tag", 0) + 16384) % 32768, interval=interval,
+                       timeout=self.host_timeout, on_lost=on_lost)
+        try:
+            hb.start()
+        except TransportError as exc:
+            log.warning("no liveness heartbeat: %s", exc)
+            return
+        self._heartbeat = hb
+
+    def host_lost(self, rank: int) -> None:
+        """Host ``rank`` went silent: everything that depends on it fails with
+        :class:`HostLostError` naming it; the program hears of it (callbacks,
+        :meth:`wait_lost`); then, under ``aiopdbp.run``, the job stops."""
+        if rank in self.lost or self._closing:
+            return
+        hb = self._heartbeat
+        err = hb.error(rank) if hb is not None else HostLostError(f"rank {rank} is lost", rank)
+        self.lost[rank] = err
+        log.error("%s", err)
+        if rank == 0:
+            self._stop_waiting(err)  # no sequencer: no table update completes any more
+        self.fail_host(rank, err)
+        for cb in list(self._lost_callbacks):
+            try:
+                cb(rank, err)
+            except Exception:  # a broken callback must not hide the loss
+                log.exception("on_host_lost callback failed")
+        for fut in self._lost_waiters:
+            if not fut.done():
+                fut.set_result((rank, err))
+        self._lost_waiters.clear()
+        job = current_job()
+        if job is not None:
+            stop = Stop(StopKind.HOST_LOST, rank, 0, str(err))
+            asyncio.get_running_loop().call_later(self.cfg.lost_grace, job.request_stop, stop)
+
+    def add_lost_callback(self, callback: Any) -> None:
+        self._lost_callbacks.append(callback)
+
+    async def wait_lost(self) -> tuple[int, BaseException]:
+        """The first lost host: ``(rank, HostLostError)``.
+
+        Cancellation: nothing to undo.
+        """
+        if self.lost:
+            rank = next(iter(self.lost))
+            return rank, self.lost[rank]
+        fut: asyncio.Future[tuple[int, BaseException]] = asyncio.get_running_loop().create_future()
+        self._lost_waiters.append(fut)
+        return await fut
+
+    def stop_heartbeat(self, timeout: float = 1.0) -> None:
+        hb, self._heartbeat = self._heartbeat, None
+        if hb is not None:
+            hb.stop(timeout)
+
+    def liveness_stats(self) -> dict[str, Any]:
+        hb = self._heartbeat
+        return hb.stats() if hb is not None else {}
+
     # job-wide stops (aiopdbp.job.Peer)
     def tell_peers(self, stop: Stop) -> None:
         """Tell every other rank that this job stops (our interrupt or failure)."""
@@ -624,11 +708,13 @@ class Remote:
                                      for s in self.sources.values()),
                          deadline, "waiting for the other hosts to close", self.rank)
         finally:
+            self.stop_heartbeat()  # before the transport frees the communicator it uses
             self.stop()
 
     def stop(self) -> None:
         """Fail every pending request; release the pool."""
         self._closing = True
+        self.stop_heartbeat(0.2)
         for fut in self._waiting.values():
             if not fut.done():
                 fut.set_exception(BrokenResourceError("node closed"))

@@ -239,3 +239,40 @@ def test_each_line_of_a_rank_is_whole_and_prefixed() -> None:
     assert any(rank == 1 for rank, _ in ranked) and any(rank == 0 for rank, _ in ranked)
     # a line never carries a second rank's prefix in its middle
     assert not any(re.search(r"\S\[\d+\] ", line) for _, line in ranked), job.output
+
+
+# ----------------------------------------------------------------- liveness
+LIVE = SCRIPTS_DIR / "node_liveness.py"
+
+
+def test_stopped_rank_is_reported_lost_then_the_job_aborts() -> None:
+    proc = run_mpi(LIVE, n=3, args=["stop"], timeout=90)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    for r in (0, 1):
+        assert re.search(rf"\[{r}\] LOST rank 2 after [\d.]+ s: HostLostError: rank 2 \(host", out), out
+    assert "aborting the job" in out and "UNEXPECTED" not in out, out
+
+
+def test_rank_busy_in_numpy_longer_than_host_timeout_is_not_lost() -> None:
+    proc = run_mpi(LIVE, n=2, args=["busy"], timeout=90)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "busy for" in out and "[0] OK rank 0 liveness {}" in out and "[1] OK rank 1" in out, out
+
+
+def test_rank_that_never_opens_its_node_gives_handshake_error() -> None:
+    # rank 1 never initialises MPI: rank 0 cannot get out of MPI_Init by
+    # itself, its watchdog ends it with the HandshakeError message
+    proc = run_mpi(LIVE, n=2, args=["nojoin"], timeout=90)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "HandshakeError: MPI did not start within 2 s" in out and "never calls open_node()" in out, out
+    assert "UNEXPECTED" not in out, out
+
+
+def test_rank_that_never_opens_its_node_after_mpi_init_gives_handshake_error() -> None:
+    # rank 1 initialised MPI (it made a transport) but never opens the node
+    proc = run_mpi(SCRIPTS_DIR / "handshake_timeout.py", n=2, timeout=90)
+    out = proc.stdout + proc.stderr
+    assert "HANDSHAKE ERROR" in out and "within 1.0 s" in out, out

@@ -36,6 +36,8 @@ import asyncio
 import importlib.util
 import itertools
 import os
+import select
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -110,14 +112,51 @@ def prepare_mpi_import() -> None:
     mpi4py.rc.thread_level = level
 
 
-def load_mpi() -> Any:
-    """Import (and so initialise) ``mpi4py.MPI`` with aiopdbp's settings."""
-    prepare_mpi_import()
-    from mpi4py import MPI as _MPI
+def load_mpi(timeout: float | None = None) -> Any:
+    """Import (and so initialise) ``mpi4py.MPI`` with aiopdbp's settings.
 
+    ``MPI_Init`` waits for every rank of the job (MPICH's start-up exchange),
+    holding the GIL: no exception, no Ctrl-C, no Python thread reaches this
+    process meanwhile.  With ``timeout``, a forked watchdog process ends it
+    with a clear message when the initialisation takes longer, so a rank
+    that never calls ``open_node()`` does not hang the others for ever.
+    """
+    if "mpi4py.MPI" in sys.modules:
+        return sys.modules["mpi4py.MPI"]
+    prepare_mpi_import()
+    dog = _watchdog(timeout) if timeout is not None and mpi_world_size() > 1 else None
+    try:
+        from mpi4py import MPI as _MPI
+    finally:
+        if dog is not None:
+            fd, pid = dog
+            os.close(fd)            # the watchdog sees EOF and leaves
+            os.waitpid(pid, 0)
     return _MPI
 
 
+def _watchdog(timeout: float) -> tuple[int, int] | None:
+    """Fork a process that kills this one, with the HandshakeError message,
+    unless the pipe it watches is closed within ``timeout`` seconds."""
+    if not hasattr(os, "fork"):  # pragma: no cover - not POSIX
+        return None
+    from ..job import env_rank
+
+    message = (f"aiopdbp: rank {env_rank()}: HandshakeError: MPI did not start within {timeout:g} s: "
+               "not every rank of the job initialised MPI (a rank that never calls open_node(), or is "
+               "stuck before it); raise handshake_timeout / name_timeout to wait longer\n").encode()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the watchdog child
+        try:
+            os.close(w)
+            if not select.select([r], [], [], timeout)[0]:
+                os.write(2, message)
+                os.kill(os.getppid(), signal.SIGKILL)
+        finally:
+            os._exit(0)
+    os.close(r)
+    return w, pid
 class MPITransport(Transport):
     """Blocks between MPI ranks: zero copy, dual channel, one progress engine.
 
@@ -155,7 +194,7 @@ class MPITransport(Transport):
         join_timeout: float = 30.0,
     ) -> None:
         super().__init__()
-        _MPI = load_mpi()
+        _MPI = load_mpi(join_timeout)
         from .progress import ProgressEngine
 
         base = comm if comm is not None else _MPI.COMM_WORLD
