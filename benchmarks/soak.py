@@ -164,10 +164,12 @@ async def main(args: argparse.Namespace) -> None:
                 tg.create_task(receiver(gp, me, len(dests), units, args, stats))
         elapsed = time.perf_counter() - t0
         await node.flush()
+        oversubscribed = bool(node.stats().transport.get("oversubscribed"))
         for gp in gps:
             await gp.free()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print("SOAK " + json.dumps({"rank": node.rank, "ranks": n, "units_per_flow": units,
+                                "oversubscribed": oversubscribed,
                                 "seconds": round(elapsed, 3), "peak_rss_kib": rss, **stats}), flush=True)
 
 

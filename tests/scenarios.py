@@ -1915,3 +1915,74 @@ async def malformed_frame_fails_the_link(ctx: Ctx) -> None:
         await me.send(me.name, b"still alive")
         assert (await me.recv(timeout=ctx.timeout)).data == b"still alive"  # type: ignore[union-attr]
         await ctx.node.register(ctx.name("checked"))
+
+
+# ================================================ per-destination flow control
+SIBLING_CFG = RemoteConfig(gp_window=64 << 10)
+SIBLING_MSG = 1000
+
+
+@scenario(pipe_capacity=64, remote=SIBLING_CFG, timeout=45.0)
+async def stalled_gp_does_not_stop_its_siblings(ctx: Ctx) -> None:
+    """A GP that stops reading holds back only the traffic addressed to it:
+    its sibling on the same host keeps receiving from the same sending host
+    (all of it, while the stalled one still reads nothing), the stalled
+    GP's sender waits (backpressure), and what its host holds for it stays
+    within the per-destination window; then it drains everything in order."""
+    snd_r, rcv_r = ctx.owner(0), ctx.owner(1)
+    slow, fast, done = ctx.name("slow"), ctx.name("fast"), ctx.name("fast-done")
+    checked = ctx.name("checked")
+    n_fast = 3000
+    remote = snd_r != rcv_r
+    bound = (SIBLING_CFG.gp_window // (SIBLING_MSG + aiopdbp.message.CREDIT_OVERHEAD) + 1 if remote
+             else 64)
+
+    async def sender() -> None:
+        s1, s2 = await ctx.process("s1"), await ctx.process("s2")
+        await ctx.lookup(slow)
+        await ctx.lookup(fast)
+        to_slow = 0
+
+        async def stall_slow() -> None:
+            nonlocal to_slow
+            while True:  # until its credit (or pipe) is exhausted: it blocks
+                await s1.send(slow, header(0, to_slow) + bytes(SIBLING_MSG - 16))
+                to_slow += 1
+
+        blocked = asyncio.create_task(stall_slow())
+        for i in range(n_fast):
+            await s2.send(fast, header(1, i) + bytes(SIBLING_MSG - 16), timeout=ctx.timeout)
+        await ctx.node.lookup(done, timeout=ctx.timeout)   # fast got all of it...
+        assert not blocked.done(), "the sender to the stalled GP never had to wait"
+        assert to_slow <= bound, f"{to_slow} messages went to a GP that reads nothing; bound {bound}"
+        await ctx.node.register(checked)
+        blocked.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await blocked
+        await s1.send(slow, b"END", com=1, timeout=ctx.timeout)
+
+    async def receiver() -> None:
+        g_slow, g_fast = await ctx.process("slow"), await ctx.process("fast")
+        for i in range(n_fast):
+            msg = await g_fast.recv(timeout=ctx.timeout)
+            assert isinstance(msg, Message) and parse_header(msg.data)[:2] == (1, i), msg
+        queued = len(g_slow.pipe or ())
+        assert 0 < queued <= bound, f"the stalled GP's host holds {queued} messages; bound {bound}"
+        await ctx.node.register(done)             # ...while slow had read nothing
+        await ctx.node.lookup(checked, timeout=ctx.timeout)
+        seq = 0
+        while True:
+            msg = await g_slow.recv(timeout=ctx.timeout)
+            assert isinstance(msg, Message), msg
+            if msg.com == 1:
+                break
+            assert parse_header(msg.data)[:2] == (0, seq), (parse_header(msg.data)[:2], seq)
+            seq += 1
+        assert seq >= 1
+
+    async with asyncio.TaskGroup() as tg:
+        if ctx.rank == snd_r:
+            tg.create_task(sender())
+        if ctx.rank == rcv_r:
+            tg.create_task(receiver())
+    await ctx.barrier("done")
