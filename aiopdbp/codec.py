@@ -43,7 +43,7 @@ import dataclasses
 import enum
 import pickle
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Union
 
 import msgpack
@@ -62,7 +62,7 @@ __all__ = [
     "Limits", "MsgType", "Payload", "StreamOp", "VERSION", "decode", "encode_block",
     "encode_cdu", "encode_control", "frame_size", "peek_header",
     "bp_header", "encode_record", "encode_small_into", "encode_split", "decode_split",
-    "SHORT", "SHORT_NONE", "SHORT_MAX", "bps_header", "encode_shorts", "decode_shorts",
+    "SHORT", "SHORT_NONE", "SHORT_MAX", "ShortRun", "bps_header", "encode_shorts", "decode_shorts",
 ]
 
 VERSION: int = 1
@@ -596,6 +596,9 @@ SHORT = struct.Struct("<IIIBH")
 SHORT_NONE = 0x80          # flags bit: the payload is None
 SHORT_MAX = 0xFFFF         # largest payload of a short record
 _SHORT_KINDS = frozenset((int(Kind.COMMAND), int(Kind.SHORT)))
+# flags byte -> Kind, or (Kind,) when the payload is None
+_SHORT_KIND_OF: dict[int, Any] = {**{int(k): k for k in (Kind.COMMAND, Kind.SHORT)},
+                                  **{int(k) | 0x80: (k,) for k in (Kind.COMMAND, Kind.SHORT)}}
 
 
 def bps_header(count: int, body_len: int) -> bytes:
@@ -625,65 +628,91 @@ def encode_shorts(records: Iterable[tuple[int, int, Kind, int, bytes | None]]) -
     return bps_header(count, len(body)) + bytes(body)
 
 
-def _decode_shorts(mv: memoryview, count: int) -> list[tuple[int, int, int, int, Any]]:
+#: one run of a decoded BPS frame: (dest pid, records, payload bytes)
+ShortRun = tuple[int, list[Any], int]
+
+
+def _decode_shorts(mv: memoryview, count: int, names: Mapping[int, str] | None,
+                   make: type[tuple[Any, ...]]) -> list[ShortRun]:
+    # One pass from wire to the receiver's record: no intermediate tuple, no
+    # second loop; consecutive records for one GP form one run, so placing
+    # them is one pipe operation.
     b = bytes(mv)   # slicing bytes makes the payload objects in one step
     end = len(b)
     off = _L1.size
     unpack = SHORT.unpack_from
     size = SHORT.size
-    kinds = _SHORT_KINDS
-    out: list[tuple[int, int, int, int, Any]] = []
-    append = out.append
+    kinds = _SHORT_KIND_OF
+    runs: list[ShortRun] = []
+    run: list[Any] = []
+    append = run.append
+    run_dest = -1
+    run_bytes = 0
+    last_src = -1
+    source: Any = None
     for _ in range(count):
         if off + size > end:
             raise ProtocolError("truncated short record")
         dest, src, com, flags, n = unpack(b, off)
         off += size
-        k = flags & 0x7F
-        if k not in kinds:
-            raise ProtocolError(f"bad short record kind {k}")
-        if flags & SHORT_NONE:
+        kind = kinds.get(flags)      # flags with "no payload" map to (kind,)
+        if kind is None:
+            raise ProtocolError(f"bad short record flags 0x{flags:02x}")
+        if type(kind) is tuple:      # a None payload
             if n:
                 raise ProtocolError("None payload with a length")
-            append((dest, src, k, com, None))
-            continue
-        stop = off + n
-        if stop > end:
-            raise ProtocolError("truncated short record payload")
-        append((dest, src, k, com, b[off:stop]))
-        off = stop
+            kind = kind[0]
+            data = None
+        else:
+            stop = off + n
+            if stop > end:
+                raise ProtocolError("truncated short record payload")
+            data = b[off:stop]
+            off = stop
+        if src != last_src:
+            last_src = src
+            source = src if names is None else (names.get(src) or f"<pid {src}>")
+        if dest != run_dest:
+            if run:
+                runs.append((run_dest, run, run_bytes))
+            run = []
+            append = run.append
+            run_dest = dest
+            run_bytes = 0
+        append(make((source, kind, com, data, src)))
+        run_bytes += n
     if off != end:
         raise ProtocolError(f"{end - off} trailing bytes after the last short record")
-    return out
+    runs.append((run_dest, run, run_bytes))
+    return runs
 
 
-def decode_shorts(buf: Buffer, *, limits: Limits = DEFAULT_LIMITS) -> list[tuple[int, int, int, int, Any]]:
-    """Decode one BPS frame in bulk: ``[(dest, source, kind, com, data), ...]``
-    with ``data`` a ``bytes`` copy (or None) and ``kind`` an int; no CDU
-    objects.  Raises only :class:`ProtocolError`."""
+def decode_shorts(buf: Buffer, *, names: Mapping[int, str] | None = None,
+                  make: type[tuple[Any, ...]] = tuple,
+                  limits: Limits = DEFAULT_LIMITS) -> list[ShortRun]:
+    """Decode one BPS frame in bulk, straight into the receiver's records.
+
+    Returns runs ``[(dest, [record, ...], payload_bytes), ...]``: consecutive
+    records for the same destination GP form one run (order kept).  Each
+    record is ``make((source, kind, com, data, source_pid))`` (``make`` a
+    tuple type, e.g. the receiver's message class, called with one tuple): ``source`` is the name
+    ``names`` gives the source pid (``"<pid N>"`` when it has none) or, with
+    no ``names``, the pid; ``kind`` a :class:`Kind`; ``data`` a ``bytes``
+    copy or None.  Raises only :class:`ProtocolError`.
+    """
     if type(buf) is memoryview and buf.format == "B" and buf.ndim == 1 and len(buf) >= 8:
         # the receive path's case: one header check, no generic dispatch
         version, mtype, count, body_len = _L1.unpack_from(buf)
         if (version == VERSION and mtype == _BPS and count and len(buf) == 8 + body_len
                 and body_len <= limits.max_frame):
-            if count == 1 and body_len >= SHORT.size:  # a lone message
-                dest, src, com, flags, n = SHORT.unpack_from(buf, 8)
-                k = flags & 0x7F
-                if k in _SHORT_KINDS:
-                    if flags & SHORT_NONE:
-                        if n == 0 and body_len == SHORT.size:
-                            return [(dest, src, k, com, None)]
-                    elif body_len == SHORT.size + n:
-                        return [(dest, src, k, com, buf[8 + SHORT.size:].tobytes())]
-                raise ProtocolError("malformed lone short record")
-            return _decode_shorts(buf, count)
+            return _decode_shorts(buf, count, names, make)
     mv = _byte_view(buf)
     mt, count, body_len = _header(mv, limits)
     if mt is not MsgType.BPS:
         raise ProtocolError(f"not a BPS frame: {mt.name}")
     if len(mv) != _L1.size + body_len:
         raise ProtocolError(f"frame holds {len(mv) - _L1.size} body bytes, header says {body_len}")
-    return _decode_shorts(mv, count)
+    return _decode_shorts(mv, count, names, make)
 
 
 # ---------------------------------------------------------------- decoding
@@ -894,8 +923,9 @@ def decode(buf: Buffer, *, allow_pickle: bool = False,
         return [_decode_control(mt, mv[_L1.size:], limits)]
     try:
         if mt is MsgType.BPS:
-            return [CDU(_KINDS[k], src, (dest,), data, com)
-                    for dest, src, k, com, data in _decode_shorts(mv, count)]
+            return [CDU(k, src, (dest,), data, com)
+                    for dest, run, _ in _decode_shorts(mv, count, None, tuple)
+                    for _, k, com, data, src in run]
         return _decode_records(mv, count, allow_pickle, limits)
     except ProtocolError:
         raise

@@ -47,6 +47,7 @@ from .codec import (
     SHORT_MAX,
     SHORT_NONE,
     VERSION,
+    Kind,
     MsgType,
     bp_header,
     bps_header,
@@ -87,6 +88,12 @@ class LinkStats:
     credit_short: int    # destinations whose credit is below their window now
     credit_min: int      # the least credit left towards any destination (bytes)
     pool_fallbacks: int  # blocks taken outside the pool (its row was full)
+
+
+_SHORT_SIZE = SHORT.size
+_pack_short = SHORT.pack_into
+_FLAGS = {k: int(k) for k in (Kind.SHORT, Kind.COMMAND)}            # kind -> record flags
+_FLAGS_NONE = {k: int(k) | SHORT_NONE for k in (Kind.SHORT, Kind.COMMAND)}
 
 
 class _Block:
@@ -220,31 +227,55 @@ class HostLink:
         if type(item) is not Message:
             self._put_cdu(item)
             return True
-        data = item[3]
+        if self._put_short(pid, item):
+            return True
+        self._put_cdu(CDU(item[1], item[4], (pid,), item[3], item[2]))
+        return True
+
+    def offer(self, pid: int, nbytes: int, fields: tuple[str, Kind, int, Any, int]) -> bool:
+        """Target protocol: reserve ``nbytes`` of GP ``pid``'s credit and put
+        the message ``fields`` in one step, when neither has to wait; False
+        (nothing taken) otherwise -- the caller then takes the waiting path."""
+        if self.error is not None:
+            return False
+        c = self._credit.get(pid, self.window)
+        if c < nbytes and c * 2 < self.window:
+            return False
+        self._credit[pid] = c - nbytes
+        self._cdus += 1
+        if not self._put_short(pid, fields):
+            self._put_cdu(CDU(fields[1], fields[4], (pid,), fields[3], fields[2]))
+        return True
+
+    def _put_short(self, pid: int, fields: tuple[Any, ...]) -> bool:
+        """Encode a message ``(source, kind, com, data, source_pid)`` as a
+        compact short record (False: its payload needs a full CDU record)."""
+        data = fields[3]
         if data is None:
-            n, flags = 0, int(item[1]) | SHORT_NONE
+            n, flags = 0, _FLAGS_NONE[fields[1]]
         elif type(data) is bytes and len(data) < self._short_limit:
-            n, flags = len(data), int(item[1])
+            n, flags = len(data), _FLAGS[fields[1]]
         else:
-            self._put_cdu(CDU(item[1], item[4], (pid,), data, item[2]))
-            return True
-        # A short message: the commonest CDU, so this is written out flat.
-        tick = self._transport.tick
-        if tick != self._tick and self._open is None and not self._units:
-            # the first CDU of this loop iteration: a frame of its own, now
-            self._tick = tick
-            frame = _LONE.pack(VERSION, _BPS, 1, SHORT.size + n, pid, item[4], item[2], flags, n)
-            if n:
-                frame += data
-            self._lone += 1
-            self._post([frame], len(frame), None)
-            return True
+            return False
+        # The commonest CDU, so this is written out flat.
         blk = self._open
-        if blk is None or blk.kind != _BPS or blk.pos + SHORT.size + n > blk.limit or blk.count == 0xFFFF:
+        if blk is None:
+            if not self._units and self._transport.tick != self._tick:
+                # the first CDU of this loop iteration: a frame of its own, now
+                self._tick = self._transport.tick
+                frame = _LONE.pack(VERSION, _BPS, 1, _SHORT_SIZE + n, pid, fields[4], fields[2],
+                                   flags, n)
+                if n:
+                    frame += data
+                self._lone += 1
+                self._post([frame], len(frame), None)
+                return True
+            blk = self._new_block(_BPS)
+        elif blk.kind != _BPS or blk.pos + _SHORT_SIZE + n > blk.limit or blk.count == 0xFFFF:
             blk = self._new_block(_BPS)
         pos = blk.pos
-        SHORT.pack_into(blk.view, pos, pid, item[4], item[2], flags, n)
-        pos += SHORT.size
+        _pack_short(blk.view, pos, pid, fields[4], fields[2], flags, n)
+        pos += _SHORT_SIZE
         if n:
             blk.view[pos:pos + n] = data
             pos += n

@@ -77,6 +77,15 @@ class PipeManager:
         else:
             self.public.force_put((target, pid, item))
 
+    def offer(self, target: Any, pid: int, nbytes: int, fields: tuple[Any, ...]) -> bool:
+        """Route a message at once when nothing is queued ahead of it and its
+        target has room: ``target.offer`` reserves and puts in one step.
+        False (nothing taken): the caller reserves, waiting, and submits."""
+        if self._ready or not target.offer(pid, nbytes, fields):
+            return False
+        self.routed += 1
+        return True
+
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="aiopdbp-pipemanager")

@@ -16,8 +16,6 @@ __all__ = ["CREDIT_OVERHEAD", "Message", "credit_cost"]
 #: what one queued message costs the receiving host besides its payload.
 CREDIT_OVERHEAD = 64
 
-_new = tuple.__new__
-
 
 def credit_cost(data: Any) -> int:
     """Credit a message with payload ``data`` takes from its destination's
@@ -39,8 +37,10 @@ class Message(tuple):  # type: ignore[type-arg]
     for arrays, the object itself for pickled payloads, or ``None``;
     ``source_pid`` the sender's pid.
 
-    A tuple underneath: the receive path builds one per message, and a tuple
-    is the cheapest object Python makes.
+    A tuple underneath, built from one tuple of those five fields --
+    ``Message((source, kind, com, data, source_pid))`` -- because the receive
+    path builds one per message and a tuple subclass without a Python-level
+    ``__new__`` is the cheapest object with named fields Python makes.
     """
 
     __slots__ = ()
@@ -50,14 +50,6 @@ class Message(tuple):  # type: ignore[type-arg]
     com: int = property(itemgetter(2))  # type: ignore[assignment]
     data: Any = property(itemgetter(3))
     source_pid: int = property(itemgetter(4))  # type: ignore[assignment]
-
-    def __new__(cls, source: str, kind: Kind, com: int, data: Any, source_pid: int = 0) -> Message:
-        return _new(cls, (source, kind, com, data, source_pid))
-
-    @classmethod
-    def make(cls, fields: tuple[str, Kind, int, Any, int]) -> Message:
-        """The fast constructor (no argument parsing)."""
-        return _new(cls, fields)
 
     def __repr__(self) -> str:
         d = self.data

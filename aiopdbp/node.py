@@ -77,11 +77,13 @@ class Node:
         many seconds for a name that is not registered yet (another rank may
         still be starting), then raise :class:`UnknownProcessError`; their
         ``timeout=`` overrides it (``0``: do not wait).  A name that was
-        registered and freed since fails at once.  Also the default of
-        ``handshake_timeout`` and ``host_timeout``.
-    ``host_timeout``
-        liveness: a host not heard of for this long is lost (default
-        ``name_timeout``); ``0`` disables the heartbeat.
+        registered and freed since fails at once.
+    ``handshake_timeout``, ``host_timeout``
+        start-up (every rank joins within it, else :class:`HandshakeError`)
+        and liveness (a host not heard of for this long is lost; ``0``
+        disables the heartbeat).  Both default to the name rule's time,
+        ``max(name_timeout, 30)`` s: a short ``name_timeout`` (fail fast on a
+        typo) never makes a loaded rank look dead.
     ``remote``
         :class:`~aiopdbp.remote.RemoteConfig` tunables of the multi-host runtime.
     """
@@ -104,7 +106,7 @@ class Node:
         if handshake_timeout is not None:
             cfg.handshake_timeout = handshake_timeout
         elif cfg.handshake_timeout is None:
-            cfg.handshake_timeout = name_timeout  # one rule for "is it there yet?"
+            cfg.handshake_timeout = max(name_timeout, DEFAULT_NAME_TIMEOUT)  # one rule for "is it there yet?"
         self.tables = Tables()
         self.pps = PipePool(pipe_capacity, max_pipes, label="pps")
         self.cps_streams = PipePool(1 << 30, stream_pipes, first_id=1 << 20, label="cps")
@@ -118,7 +120,7 @@ class Node:
         self._started = False
         self._closed = False
         self._remote: Remote | None = None
-        self.host_timeout = name_timeout if host_timeout is None else host_timeout
+        self.host_timeout = max(name_timeout, DEFAULT_NAME_TIMEOUT) if host_timeout is None else host_timeout
         if transport is not None and self.size > 1:
             self._remote = Remote(transport, cfg, self.tables, self.router, self.streams,
                                   allow_pickle=allow_pickle)

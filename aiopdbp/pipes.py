@@ -33,7 +33,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from .codec import Kind
 from .errors import BrokenResourceError, ClosedResourceError, NoPipeError, WouldBlock
+from .message import Message
 
 T = TypeVar("T")
 
@@ -180,6 +182,16 @@ class Pipe(Generic[T]):
         if self._closed:
             return
         self._append(item)
+
+    def offer(self, pid: int, nbytes: int, fields: tuple[str, Kind, int, Any, int]) -> bool:
+        """Target protocol (see :mod:`aiopdbp.router`): reserve a slot and put
+        the :class:`~aiopdbp.message.Message` made of ``fields`` in one step
+        when there is room; False (nothing taken) when the caller must wait
+        or the pipe is closed (the waiting path then says why)."""
+        if self._closed or self._eof or len(self._items) + self._reserved >= self.capacity:
+            return False
+        self._append(Message(fields))  # type: ignore[arg-type]
+        return True
 
     def force_put(self, item: T) -> None:
         """Put an item even past capacity (control items such as an ABORT that

@@ -32,7 +32,7 @@ import numpy as np
 
 from .codec import CDU, Kind
 from .errors import ClosedResourceError, NoPipeError, WouldBlock
-from .message import Message, credit_cost
+from .message import CREDIT_OVERHEAD, Message, credit_cost
 from .pipes import Pipe
 from .streams import DEFAULT_SEGMENT, IncomingStream, send_stream
 from .tables import PType
@@ -100,6 +100,9 @@ def _frozen(arr: np.ndarray[Any, Any]) -> bool:
     return isinstance(base, bytes)
 
 
+_SHORT, _COMMAND = Kind.SHORT, Kind.COMMAND
+
+
 def _check_com(com: int) -> None:
     if type(com) is not int and not isinstance(com, int) or not 0 <= com <= 0xFFFFFFFF:
         raise ValueError(f"com must be an int in [0, 2**32), got {com!r}")
@@ -127,6 +130,7 @@ class GP:
         # hot-path aliases: a send is a few dict lookups and one call
         self._router = node.router
         self._submit = node.manager.submit
+        self._offer = node.manager.offer
 
     def __repr__(self) -> str:
         return f"<GP {self.name!r} pid={self.pid} {self.ptype.name} on node {self.node.rank}>"
@@ -214,25 +218,35 @@ class GP:
             raise ClosedResourceError(f"GP {self.name!r} was freed")
         if type(com) is not int or not 0 <= com <= 0xFFFFFFFF:
             _check_com(com)
+        if kind is not _SHORT and kind is not _COMMAND:
+            raise ValueError(f"send() carries Kind.SHORT or Kind.COMMAND messages, not {kind!r} "
+                             "(streams go with send_stream)")
         if not isinstance(dest, str):
             await self._multicast(list(dest), data, com, kind, timeout)
             return
         router = self._router
         # Snapshot first: a refused payload must not hold a reservation.
-        if data is not None and type(data) is not bytes:
-            data = snapshot(data, self.node.allow_pickle, False)
+        if type(data) is bytes:
+            cost = len(data) + CREDIT_OVERHEAD
+        else:
+            if data is not None:
+                data = snapshot(data, self.node.allow_pickle, False)
+            cost = credit_cost(data)
+        fields = (self.name, kind, com, data, self.pid)
         pid = router.pids.get(dest)
-        if pid is None:
+        if pid is not None:
+            tgt = router.targets.get(pid)
+            if tgt is not None and self._offer(tgt, pid, cost, fields):
+                return  # nothing to wait for: routed already
+        else:
             pid = await router.resolve(dest, timeout)
+        # The same path when something has to wait: the name, the binding,
+        # room at the target, or entries queued ahead in the public pipe.
         tgt = router.targets.get(pid)
         if tgt is None:
             tgt = await router.target(pid, timeout)
-        cost = credit_cost(data)
-        try:
-            tgt.reserve_nowait(pid, cost)
-        except WouldBlock:
-            await router.reserve(tgt, pid, cost, timeout, f"GP {dest!r}")
-        self._submit(tgt, pid, Message.make((self.name, kind, com, data, self.pid)))
+        await router.reserve(tgt, pid, cost, timeout, f"GP {dest!r}")
+        self._submit(tgt, pid, Message(fields))
 
     async def _multicast(self, names: list[str], data: Any, com: int, kind: Kind,
                          timeout: float | None) -> None:
@@ -258,7 +272,7 @@ class GP:
             for tgt, pid in taken:
                 tgt.unreserve(pid, cost)
             raise
-        msg = Message.make((self.name, kind, com, data, self.pid))
+        msg = Message((self.name, kind, com, data, self.pid))
         by_link: dict[int, tuple[Any, list[int]]] = {}
         for tgt, pid in plan:
             if tgt.remote:  # one CDU per remote host, fanned out there
@@ -274,12 +288,14 @@ class GP:
         full, ``UnknownProcessError`` for a name not registered (now)."""
         self._check()
         _check_com(com)
+        if kind is not Kind.SHORT and kind is not Kind.COMMAND:
+            raise ValueError(f"send_nowait() carries Kind.SHORT or Kind.COMMAND messages, not {kind!r}")
         router = self._router
         data = snapshot(data, self.node.allow_pickle, False)
         pid = router.tables.pid_of(dest)
         tgt = router.target_nowait(pid)
         tgt.reserve_nowait(pid, credit_cost(data))
-        self._submit(tgt, pid, Message.make((self.name, kind, com, data, self.pid)))
+        self._submit(tgt, pid, Message((self.name, kind, com, data, self.pid)))
 
     async def command(self, dest: str | Iterable[str], com: int, data: Any = None, *,
                       timeout: float | None = None) -> None:

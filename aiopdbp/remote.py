@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .backoff import Backoff
-from .codec import CDU, Kind, MsgType, decode, decode_shorts, decode_split, peek_header
+from .codec import CDU, Kind, MsgType, decode, decode_split, peek_header
 from .control import (
     AAPMsg,
     APipeMsg,
@@ -619,7 +619,7 @@ class Remote:
         if s.split_head is None and len(buf) > 1 and buf[1] == _BPS and not self._slots:
             # the commonest: short messages in a plain buffer (checked in decode)
             try:
-                self.router.place_shorts(src, decode_shorts(buf))
+                self.router.place_shorts(src, buf)
             except ProtocolError as exc:
                 self._malformed(src, exc)
             return
@@ -651,7 +651,7 @@ class Remote:
             self._place_cdu(host, decode_split(head, buf), False)
             return
         if len(buf) > 1 and buf[1] == _BPS:  # the commonest: short messages (checked in decode)
-            self.router.place_shorts(host, decode_shorts(buf))
+            self.router.place_shorts(host, buf)
             return
         mt, body_len = peek_header(buf)
         if mt is MsgType.REMOTE and memoryview(buf).nbytes < 8 + body_len:
@@ -670,7 +670,7 @@ class Remote:
         if cdu.kind is Kind.STREAM:
             self.streams.place(host, cdu)
             return
-        msg = Message.make((self.tables.name_of(cdu.source_p), cdu.kind, cdu.com, cdu.data,
+        msg = Message((self.tables.name_of(cdu.source_p), cdu.kind, cdu.com, cdu.data,
                             cdu.source_p))
         self.router.place_messages(host, cdu.dest_ps, msg, credit_cost(cdu.data))
 

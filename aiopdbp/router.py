@@ -11,7 +11,9 @@ is a dict lookup.  Every target offers the same four calls (the target
 protocol): ``reserve_nowait(pid, nbytes)`` / ``reserve(pid, nbytes)`` take a
 slot in the GP's pipe or ``nbytes`` of credit towards it on its host (a full
 destination makes *its* senders wait, nobody else), ``unreserve`` gives it
-back, ``put_to(pid, item)`` delivers what was reserved.
+back, ``put_to(pid, item)`` delivers what was reserved, and ``offer(pid,
+nbytes, fields)`` does both for a message when neither has to wait (the
+send path's common case: the waiting path is taken only when it says no).
 
 *Names* follow one rule (:meth:`resolve`): a name not registered yet is
 waited for up to the caller's ``timeout`` or the node's ``name_timeout``,
@@ -36,7 +38,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .codec import Kind
+from .codec import Kind, decode_shorts
 from .errors import ClosedResourceError, NoPipeError, UnknownProcessError, WouldBlock
 from .message import CREDIT_OVERHEAD, Message
 from .pipes import Pipe, PipePool
@@ -46,8 +48,6 @@ log = logging.getLogger("aiopdbp.router")
 
 __all__ = ["Router", "Target"]
 
-_KINDS = {int(k): k for k in Kind}
-_new = tuple.__new__  # Message is a tuple: make one without a Python-level call
 
 
 class Target(Protocol):
@@ -59,6 +59,7 @@ class Target(Protocol):
     async def reserve(self, pid: int = 0, nbytes: int = 0) -> None: ...
     def unreserve(self, pid: int = 0, nbytes: int = 0) -> None: ...
     def put_to(self, pid: int, item: Any) -> bool | None: ...
+    def offer(self, pid: int, nbytes: int, fields: tuple[str, Kind, int, Any, int]) -> bool: ...
 
 
 #: grant(host, [(pid, bytes), ...]): give a remote host credit back
@@ -205,32 +206,18 @@ class Router:
                                "(backpressure: it is not read as fast as it is sent to)") from None
 
     # ------------------------------------------------------------ arrivals
-    def place_shorts(self, host: int, records: list[tuple[int, int, int, int, Any]]) -> None:
-        """Deliver a decoded block of short messages from ``host``."""
-        names = self._names
-        kinds = _KINDS
-        if len(records) == 1:  # a lone message: no batching to do
-            dest, src, kind, com, data = records[0]
-            msg = _new(Message, (names.get(src) or f"<pid {src}>", kinds[kind], com, data, src))
-            cost = CREDIT_OVERHEAD if data is None else len(data) + CREDIT_OVERHEAD
-            tgt: Any = self.targets.get(dest)
+    def place_shorts(self, host: int, buf: Any) -> None:
+        """Deliver a BPS frame of short messages from ``host``: decoded
+        straight into :class:`Message` records, one pipe operation per run
+        of records for the same GP (raises only ``ProtocolError``)."""
+        for pid, msgs, nbytes in decode_shorts(buf, names=self._names, make=Message):
+            cost = nbytes + CREDIT_OVERHEAD * len(msgs)
+            tgt: Any = self.targets.get(pid)
             if type(tgt) is Pipe and not tgt.closed:  # deliver_remote's common case
-                tgt.put_many([msg])
-                self._mark(tgt, host, dest, cost)
+                tgt.put_many(msgs)
+                self._mark(tgt, host, pid, cost)
             else:
-                self.deliver_remote(host, dest, [msg], cost)
-            return
-        batches: dict[int, list[Any]] = {}
-        costs: dict[int, int] = {}
-        for dest, src, kind, com, data in records:
-            msgs = batches.get(dest)
-            if msgs is None:
-                msgs = batches[dest] = []
-                costs[dest] = 0
-            msgs.append(_new(Message, (names.get(src) or f"<pid {src}>", kinds[kind], com, data, src)))
-            costs[dest] += CREDIT_OVERHEAD if data is None else len(data) + CREDIT_OVERHEAD
-        for pid, msgs in batches.items():
-            self.deliver_remote(host, pid, msgs, costs[pid])
+                self.deliver_remote(host, pid, msgs, cost)
 
     def place_messages(self, host: int, pids: tuple[int, ...], item: Any, cost: int) -> None:
         """Deliver one item (a Message, or a stream's first contact) from

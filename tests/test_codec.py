@@ -738,6 +738,7 @@ def test_encode_small_into_declines_other_shapes_and_reports_no_room() -> None:
 
 # ------------------------------------------------------- short records (BPS)
 from aiopdbp.codec import SHORT_MAX, decode_shorts  # noqa: E402
+from aiopdbp.message import Message  # noqa: E402
 
 short_records = st.lists(
     st.tuples(st.integers(1, 2**32 - 1), st.integers(1, 2**32 - 1),
@@ -750,7 +751,15 @@ short_records = st.lists(
 @given(short_records)
 def test_short_records_round_trip_in_bulk(records: list[Any]) -> None:
     frame = encode_shorts(records)
-    assert decode_shorts(frame) == [(d, s, int(k), c, p) for d, s, k, c, p in records]
+    runs = decode_shorts(frame)
+    # runs: consecutive records for one destination together, payload bytes counted
+    assert [(d, s, k, c, p) for d, run, _ in runs for s, k, c, p, _ in run] == records
+    assert all(runs[i][0] != runs[i + 1][0] for i in range(len(runs) - 1))
+    assert [n for _, _, n in runs] == [sum(len(r[3] or b"") for r in run) for _, run, _ in runs]
+    names = {s: f"gp{s}" for _, s, _, _, _ in records}
+    named = decode_shorts(frame, names=names, make=Message)
+    assert [(m.source, m.source_pid, m.kind, m.com, m.data) for _, run, _ in named for m in run] == \
+        [(f"gp{s}", s, k, c, p) for _, s, k, c, p in records]
     assert [(c.dest_ps, c.source_p, c.kind, c.com, None if c.data is None else bytes(c.data))
             for c in decode(frame)] == [((d,), s, k, c, p) for d, s, k, c, p in records]
 

@@ -188,7 +188,7 @@ async def test_stats_counts_dropped_cdu_for_gp_gone_before_routing() -> None:
             await c.apply_pipe()
             # Queue an entry in the public message pipe as the PipeManager
             # would see it under load (an idle manager routes a send at once).
-            node.manager.public.force_put((c.pipe, c.pid, Message("p", Kind.SHORT, 0, b"x", p.pid)))
+            node.manager.public.force_put((c.pipe, c.pid, Message(("p", Kind.SHORT, 0, b"x", p.pid))))
             await c.free()
             await p.send("p", b"marker")
             assert (await p.recv()).data == b"marker"  # routing passed the dropped CDU

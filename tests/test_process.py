@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import aiopdbp
+from aiopdbp.node import DEFAULT_NAME_TIMEOUT
 from aiopdbp import (
     ClosedResourceError,
     DuplicateProcessError,
@@ -158,6 +159,21 @@ async def test_send_to_self_arrives(pdbp_node) -> None:
     async with pdbp_node.process("me") as me:
         await me.send("me", b"note")
         assert (await me.recv()).data == b"note"
+
+
+async def test_send_with_stream_kind_is_refused_and_sends_nothing(pdbp_node) -> None:
+    async with pdbp_node.process("p") as p, pdbp_node.process("q") as q:
+        with pytest.raises(ValueError, match="send_stream"):
+            await p.send("q", b"x", kind=Kind.STREAM)
+        with pytest.raises(ValueError, match="Kind.SHORT or Kind.COMMAND"):
+            p.send_nowait("q", b"x", kind=Kind.STREAM)
+        await p.send("q", b"after")
+        assert (await q.recv()).data == b"after"
+
+
+async def test_short_name_timeout_does_not_shorten_liveness() -> None:
+    async with aiopdbp.open_node(name_timeout=0.05) as node:
+        assert node.host_timeout == DEFAULT_NAME_TIMEOUT == 30
 
 
 async def test_send_to_unknown_name_raises_after_name_timeout() -> None:
