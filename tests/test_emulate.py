@@ -28,6 +28,7 @@ except ImportError:  # tests/ is not a package: pytest puts tests/ on sys.path
     from mpirun import REPO_ROOT, requires_mpi
 
 from aiopdbp.emulate import (
+    STATE_DIR,
     ClusterState,
     EmulateConfig,
     EmulateError,
@@ -362,8 +363,11 @@ def test_launch_emulate_runs_hello_cluster_on_3_hosts() -> None:
     assert "barrier: all 3 GPs passed" in r.stdout
     m = re.search(r"emulated cluster (\w+): 3 host\(s\)", r.stderr)
     assert m, r.stderr
-    assert not {n for n in _netns() - before if m.group(1) in n}
-    assert f"apb-{m.group(1)}" not in _root_links()
+    job = m.group(1)
+    assert not {n for n in _netns() - before if job in n}
+    assert f"apb-{job}" not in _root_links()
+    assert job not in _sh("tc", "qdisc", "show")
+    assert not list(STATE_DIR.glob(f"{job}.*"))
 
 
 @requires_emulation
