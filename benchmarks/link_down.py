@@ -16,9 +16,8 @@ time.  Each surviving rank records, on the same clock (``CLOCK_MONOTONIC``
 is one per machine, and the emulated hosts are namespaces of this machine):
 
 * ``lost``: ``await node.host_lost()`` returned -- rank, ``HostLostError``;
-* ``failed``: the first of its pending awaits on the victim (the
-  ``send_stream`` to it, the iteration of its stream) that raised, and with
-  what.
+* ``failed``: each of its pending awaits that raised (the ``send_stream`` to
+  the victim, the iteration of the victim's stream to it), when and with what.
 
 *Detection time* = the survivor's ``lost`` time minus the moment the
 ``ip link set ... down`` command returned (it takes a few ms; its duration
@@ -101,12 +100,8 @@ async def rank_side(ns: argparse.Namespace) -> None:
         chunk = bytes(range(256)) * (ns.chunk // 256) + bytes(ns.chunk % 256)
         got = dict.fromkeys(peers, 0)
         ready = asyncio.Event()
-        failed: list[float] = []
-
         def fail(where: str, exc: BaseException) -> None:
-            if not failed:
-                failed.append(time.monotonic())
-                ev("failed", where=where, **_describe(exc))
+            ev("failed", where=where, **_describe(exc))
 
         async with node.process(f"g{node.rank}") as gp:
             for r in peers:
@@ -245,7 +240,8 @@ def run_once(hosts: int, victim: int, host_timeout: str, link: str, chunk: int,
     per: list[dict[str, Any]] = []
     for r in sorted(survivors):
         lost = next((x for x in evs if x["rank"] == r and x["event"] == "lost"), None)
-        fail = next((x for x in evs if x["rank"] == r and x["event"] == "failed"), None)
+        fails = [x for x in evs if x["rank"] == r and x["event"] == "failed"]
+        fail = fails[0] if fails else None
         if lost is None:
             per.append({"rank": r, "detect_s": None, "error": None, "message": "no HostLostError "
                         "before the job ended", "first_failed": fail,
@@ -255,7 +251,11 @@ def run_once(hosts: int, victim: int, host_timeout: str, link: str, chunk: int,
                     "error": lost.get("type"), "message": lost.get("message"),
                     "liveness": lost.get("liveness"),
                     "first_failed_s": fail["t"] - t_down if fail else None,
-                    "first_failed": fail})
+                    "first_failed": fail,
+                    "failed": [{"where": x["where"], "type": x["type"], "after_s": x["t"] - t_down,
+                                "message": x["message"],
+                                "origin_rank": (x.get("host_lost") or {}).get("origin_rank")}
+                               for x in fails]})
     result["survivors"] = per
     result["host_timeout"] = next((x["value"] for x in evs if x["event"] == "host_timeout"), None)
     return result

@@ -383,7 +383,8 @@ def test_launch_emulate_cleanup_exits_0() -> None:
 def test_link_down_mid_stream_gives_host_lost_error_naming_rank_and_host(tmp_path: Path) -> None:
     # benchmarks/link_down.py: 3 hosts stream N-to-N, host 2's cable is pulled,
     # hosts 0 and 1 must get HostLostError for rank 2 from node.host_lost() and
-    # from their pending send_stream to it (how fast is the benchmark's figure)
+    # from their pending send_stream to it, and their reads of its streams end
+    # with StreamError saying why (how fast is the benchmark's figure)
     out = tmp_path / "ld.json"
     r = _run([sys.executable, "benchmarks/link_down.py", "--hosts", "3", "--host-timeout", "2",
               "--repeat", "1", "--link", "100mbit", "--json", str(out)], timeout=150)
@@ -394,8 +395,11 @@ def test_link_down_mid_stream_gives_host_lost_error_naming_rank_and_host(tmp_pat
     for s in rec["survivors"]:
         assert s["lost_rank"] == 2 and s["error"] == "HostLostError", s
         assert f"rank 2 (host '{rec['victim_host']}')" in s["message"], s
-        assert s["first_failed"]["type"] == "HostLostError", s
-        assert s["first_failed"]["host_lost"]["origin_rank"] == 2, s
+        failed = {f["where"]: f for f in s["failed"]}
+        assert failed["send_stream to g2"]["type"] == "HostLostError", s   # its pending send
+        assert failed["send_stream to g2"]["origin_rank"] == 2, s
+        cut = failed["stream from g2"]                                     # its pending read
+        assert cut["type"] == "StreamError" and "rank 2 (host" in cut["message"], s
         silence = float(re.search(r"not been heard of for ([\d.]+) s", s["message"]).group(1))
         assert silence >= 2.0, s   # declared only after a silence of host_timeout
     assert rec["victim_host"] == f"aiopdbp-{rec['job']}-h2"
