@@ -11,6 +11,8 @@ import csv
 import json
 import math
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +27,7 @@ from aiopdbp.bench.plan import Options, cases, impls_for, parse_rate, parse_size
 from aiopdbp.bench.report import build_rows, build_summary, write_csv, write_json
 from aiopdbp.bench.stats import mean_of_ratios, merge_results, speed_ratio, summarize, trimmed_mean
 from aiopdbp.bench.workload import Checker, Flow, Ring, flows, matches
+from aiopdbp.emulate import STATE_DIR, requirements_problems
 
 try:
     from tests.mpirun import REPO_ROOT, requires_mpi, run_mpi
@@ -111,6 +114,50 @@ def test_main_cli_hands_bench_arguments_to_the_harness(capsys: pytest.CaptureFix
 def test_child_argv_drops_only_the_launch_options() -> None:
     argv = ["-n", "2,3", "--tcp", "--quick", "--out", "x", "-n4", "--ranks=2", "--sizes", "64"]
     assert bench_cli._child_argv(argv) == ["--quick", "--sizes", "64"]
+
+
+def test_child_argv_with_emulate_drops_the_cluster_options() -> None:
+    argv = ["-n", "2,3", "--emulate", "--link", "100mbit", "--hosts", "2", "--link=1gbit",
+            "--line-rate", "1gbit", "--sizes", "64"]
+    assert bench_cli._child_argv(argv, emulate=True) == ["--line-rate", "1gbit", "--sizes", "64"]
+
+
+def test_child_argv_without_emulate_keeps_the_link_label() -> None:
+    assert bench_cli._child_argv(["--link", "25GbE", "--quick"]) == ["--link", "25GbE", "--quick"]
+
+
+def test_emulated_link_labels_rows_with_the_shaped_rate() -> None:
+    env = {"AIOPDBP_EMULATE_JOB": "abc123", "AIOPDBP_EMULATE_LINK_BPS": "1000000000"}
+    assert bench_cli.emulated_link(env, None, 0.0) == ("emulated 1gbit (tbf, no added delay)", 1e9)
+
+
+def test_emulated_link_keeps_explicit_label_and_line_rate() -> None:
+    env = {"AIOPDBP_EMULATE_JOB": "abc123", "AIOPDBP_EMULATE_LINK_BPS": "100000000"}
+    assert bench_cli.emulated_link(env, "lab", 2e8) == ("lab", 2e8)
+
+
+def test_emulated_link_unshaped_has_no_line_rate() -> None:
+    env = {"AIOPDBP_EMULATE_JOB": "abc123", "AIOPDBP_EMULATE_LINK_BPS": "0"}
+    label, rate = bench_cli.emulated_link(env, None, 0.0)
+    assert "unshaped" in label and rate == 0.0
+
+
+def test_emulated_link_outside_emulation_is_the_label() -> None:
+    assert bench_cli.emulated_link({"AIOPDBP_BENCH_LINK": "x"}, None, 0.0) == ("x", 0.0)
+
+
+def test_cli_rejects_hosts_without_emulate(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        bench_cli.main(["-n", "2", "--hosts", "2"])
+    assert exc.value.code == 2
+    assert "--hosts needs --emulate" in capsys.readouterr().err
+
+
+def test_cli_rejects_a_bad_emulated_rate(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        bench_cli.main(["-n", "2", "--emulate", "--link", "fast"])
+    assert exc.value.code == 2
+    assert "bad link rate 'fast'" in capsys.readouterr().err
 
 
 def test_quick_plan_covers_every_test_and_baseline() -> None:
@@ -370,3 +417,59 @@ def test_a_rank_sweep_merges_one_job_per_rank_count(tmp_path: Path) -> None:
     assert sorted({row["ranks"] for row in doc["rows"]}) == [2, 3]
     assert (tmp_path / "n2" / "bench.json").exists() and (tmp_path / "n3" / "bench.json").exists()
     assert "NtoN n=3 k=1 aiopdbp-msg vs alltoall" in doc["summary"]
+
+
+# ========================================================== emulated cluster
+_EMU_PROBLEMS = requirements_problems()
+requires_emulation = pytest.mark.skipif(
+    bool(_EMU_PROBLEMS), reason="emulated cluster unavailable: " + "; ".join(_EMU_PROBLEMS))
+
+
+def _sh(*argv: str) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30).stdout
+
+
+def _leftovers(job: str) -> list[str]:
+    """What the emulated job ``job`` left on the machine, read with ip/tc."""
+    left = [n for n in _sh("ip", "netns", "list").split() if job in n]
+    left += [d["ifname"] for d in json.loads(_sh("ip", "-j", "link", "show")) if job in d["ifname"]]
+    left += [ln for ln in _sh("tc", "qdisc", "show").splitlines() if job in ln]
+    left += [str(p) for p in STATE_DIR.glob(f"{job}.*")]
+    return left
+
+
+@requires_emulation
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(240)
+def test_bench_on_emulated_cluster_labels_rows_and_leaves_nothing(tmp_path: Path) -> None:
+    r = _run_cli(["-n", "2,3", "--emulate", "--tests", "1toN,NtoN", "--sizes", "4K",
+                  "--impls", "aiopdbp-msg,raw", "--repeat", "1", "--warmup", "0",
+                  "--bytes-per-flow", "256K", "--no-plots", "--out", str(tmp_path)], timeout=200)
+    assert r.returncode == 0, r.stdout + r.stderr
+    jobs = re.findall(r"emulated cluster (\w+): (\d) host\(s\)", r.stderr)
+    assert [h for _, h in jobs] == ["2", "3"], r.stderr   # one cluster per rank count
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    assert {(r["test"], r["ranks"]) for r in doc["rows"]} == {(t, n) for t in ("1toN", "NtoN")
+                                                            for n in (2, 3)}
+    for row in doc["rows"]:
+        assert row["line_fraction"] == pytest.approx(row["median"] * 8e6 / 1e9)
+        assert row["transport"].startswith(f"network ({row['ranks']} hosts)"), row["transport"]
+        assert row["transport"].endswith("emulated 1gbit (tbf, no added delay)")
+    for n in (2, 3):
+        meta = json.loads((tmp_path / f"n{n}" / "bench.json").read_text())["meta"]
+        assert meta["line_rate_bps"] == 1e9 and len(set(meta["hosts"])) == n
+    for job, _ in jobs:
+        assert _leftovers(job) == [], job
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root and setpriv to drop capabilities")
+def test_bench_emulate_without_capability_exits_2(tmp_path: Path) -> None:
+    cmd = ["setpriv", "--bounding-set", "-net_admin,-sys_admin", "--", sys.executable, "-m",
+           "aiopdbp", "bench", "-n", "2", "--emulate", "--quick", "--out", str(tmp_path)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=str(REPO_ROOT),
+                       timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "--emulate cannot run here" in r.stderr and "CAP_NET_ADMIN" in r.stderr
+    assert not (tmp_path / "bench.json").exists()

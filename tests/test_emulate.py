@@ -28,6 +28,7 @@ except ImportError:  # tests/ is not a package: pytest puts tests/ on sys.path
     from mpirun import REPO_ROOT, requires_mpi
 
 from aiopdbp.emulate import (
+    STATE_DIR,
     ClusterState,
     EmulateConfig,
     EmulateError,
@@ -362,8 +363,11 @@ def test_launch_emulate_runs_hello_cluster_on_3_hosts() -> None:
     assert "barrier: all 3 GPs passed" in r.stdout
     m = re.search(r"emulated cluster (\w+): 3 host\(s\)", r.stderr)
     assert m, r.stderr
-    assert not {n for n in _netns() - before if m.group(1) in n}
-    assert f"apb-{m.group(1)}" not in _root_links()
+    job = m.group(1)
+    assert not {n for n in _netns() - before if job in n}
+    assert f"apb-{job}" not in _root_links()
+    assert job not in _sh("tc", "qdisc", "show")
+    assert not list(STATE_DIR.glob(f"{job}.*"))
 
 
 @requires_emulation
@@ -371,3 +375,34 @@ def test_launch_emulate_cleanup_exits_0() -> None:
     r = _run([sys.executable, "-m", "aiopdbp", "launch", "--emulate", "--cleanup"], 60)
     assert r.returncode == 0, r.stderr
     assert "leftover emulated cluster" in r.stderr
+
+
+@requires_emulation
+@requires_mpi
+@pytest.mark.timeout(180)
+def test_link_down_mid_stream_gives_host_lost_error_naming_rank_and_host(tmp_path: Path) -> None:
+    # benchmarks/link_down.py: 3 hosts stream N-to-N, host 2's cable is pulled,
+    # hosts 0 and 1 must get HostLostError for rank 2 from node.host_lost() and
+    # from their pending send_stream to it, and their reads of its streams end
+    # with StreamError saying why (how fast is the benchmark's figure)
+    out = tmp_path / "ld.json"
+    r = _run([sys.executable, "benchmarks/link_down.py", "--hosts", "3", "--host-timeout", "2",
+              "--repeat", "1", "--link", "100mbit", "--json", str(out)], timeout=150)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rec = json.loads(out.read_text())["records"][0]
+    assert rec["host_timeout"] == 2 and rec["victim"] == 2
+    assert [s["rank"] for s in rec["survivors"]] == [0, 1]
+    for s in rec["survivors"]:
+        assert s["lost_rank"] == 2 and s["error"] == "HostLostError", s
+        assert f"rank 2 (host '{rec['victim_host']}')" in s["message"], s
+        failed = {f["where"]: f for f in s["failed"]}
+        assert failed["send_stream to g2"]["type"] == "HostLostError", s   # its pending send
+        assert failed["send_stream to g2"]["origin_rank"] == 2, s
+        cut = failed["stream from g2"]                                     # its pending read
+        assert cut["type"] == "StreamError" and "rank 2 (host" in cut["message"], s
+        silence = float(re.search(r"not been heard of for ([\d.]+) s", s["message"]).group(1))
+        assert silence >= 2.0, s   # declared only after a silence of host_timeout
+    assert rec["victim_host"] == f"aiopdbp-{rec['job']}-h2"
+    assert not {n for n in _netns() if rec["job"] in n}
+    assert f"apb-{rec['job']}" not in _root_links()
+    assert not list(STATE_DIR.glob(f"{rec['job']}.*"))

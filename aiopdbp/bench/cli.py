@@ -7,6 +7,12 @@
   :func:`aiopdbp.launch.launch` (``-n 2`` when not given); ``-n 2,3,4`` runs
   one job per rank count, each into ``OUT/nN/``, then merges their results
   into ``OUT/`` (JSON, CSV, plots with one line per rank count).
+* ``--emulate [--link RATE] [--hosts H]`` runs each of those jobs on an
+  emulated cluster (:func:`aiopdbp.emulate.launch_emulated`: one network
+  namespace per host, ``tbf``-shaped links, needs root).  The ranks find the
+  link in ``AIOPDBP_EMULATE_LINK_BPS`` and label their rows with it
+  (``emulated 1gbit (tbf, no added delay)``, ``--line-rate`` from it unless
+  given), also when started as ``aiopdbp launch --emulate -m aiopdbp bench``.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
       help="launch N ranks with mpiexec (a list: one job per rank count, results merged); "
       "default 2, or the size of the MPI job this runs in")
     a("--tcp", action="store_true", help="force MPICH's TCP path between local ranks (when launching)")
+    a("--emulate", action="store_true",
+      help="launch on an emulated cluster (one network namespace per host, links shaped with "
+      "tc tbf, no added delay; needs root): --link is then its rate (default 1gbit)")
+    a("--hosts", type=int, default=None, metavar="H",
+      help="with --emulate: emulated hosts (default one per rank)")
     a("--quick", action="store_true", help="every test, 4 sizes, small volumes, 3 repeats (< 1 min, 2 ranks)")
     a("--tests", type=_csv(TESTS), default=d.tests, help=f"comma list of {', '.join(TESTS)} (default all)")
     a("--impls", type=_csv(IMPLS), default=d.impls, help=f"comma list of {', '.join(IMPLS)} (default all)")
@@ -102,8 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--profile-impls", type=_csv(IMPLS), default=d.profile_impls, help="(aiopdbp-msg,aiopdbp-stream)")
     a("--inject-fault", choices=IMPLS, default="",
       help="self-test: corrupt one byte of one unit sent by IMPL; the run must fail (exit 1)")
-    a("--link", default=os.environ.get("AIOPDBP_BENCH_LINK", ""),
-      help="label of the link, e.g. 'emulated 1gbit' (env AIOPDBP_BENCH_LINK)")
+    a("--link", default=None,
+      help="label of the link, e.g. '25GbE' (env AIOPDBP_BENCH_LINK); with --emulate the "
+      "emulated link's rate each way (1gbit, 100mbit, none; default 1gbit), and the rows are "
+      "labelled with it")
     a("--line-rate", type=_type(parse_rate), default=0.0,
       help="configured line rate (1gbit, 100mbit): rows get the fraction of it")
     a("--seed", type=int, default=d.seed, help="seed of the payloads")
@@ -119,7 +132,9 @@ def to_options(ns: argparse.Namespace, argv: Sequence[str]) -> Options:
     o.tests, o.impls, o.gps_per_rank, o.window = ns.tests, ns.impls, ns.gps_per_rank, ns.window
     o.stream_recv, o.timeout, o.out, o.plots = ns.stream_recv, ns.timeout, ns.out, ns.plots
     o.profile, o.profile_impls, o.inject_fault = ns.profile, ns.profile_impls, ns.inject_fault
-    o.link, o.line_rate, o.seed, o.uvloop = ns.link, ns.line_rate, ns.seed, ns.uvloop
+    # with --emulate, --link is the rate of the cluster to build, not a label
+    o.link, o.line_rate = emulated_link(os.environ, None if ns.emulate else ns.link, ns.line_rate)
+    o.seed, o.uvloop = ns.seed, ns.uvloop
     for name in ("sizes", "bw_sizes", "lat_sizes", "rate_sizes", "repeat", "warmup", "bytes_per_flow",
                  "min_units", "max_units", "lat_iters", "rate_units"):
         v = getattr(ns, name)
@@ -128,6 +143,27 @@ def to_options(ns: argparse.Namespace, argv: Sequence[str]) -> Options:
     o.command = ["aiopdbp", "bench", *argv]
     o.check()
     return o
+
+
+def emulated_link(env: Mapping[str, str], link: str | None, line_rate: float) -> tuple[str, float]:
+    """The link label and line rate (bit/s) of a job.
+
+    On an emulated cluster (``AIOPDBP_EMULATE_JOB`` is set) the default label
+    says what the link is -- ``emulated 1gbit (tbf, no added delay)`` -- and
+    the line rate defaults to the shaped rate; explicit values win.  Elsewhere
+    the label is ``link``, else ``AIOPDBP_BENCH_LINK``.
+    """
+    if "AIOPDBP_EMULATE_JOB" not in env:
+        return (link if link is not None else env.get("AIOPDBP_BENCH_LINK", "")), line_rate
+    from ..emulate import format_rate
+
+    try:
+        bps = int(env.get("AIOPDBP_EMULATE_LINK_BPS", "0"))
+    except ValueError:
+        bps = 0
+    label = (f"emulated {format_rate(bps)} (tbf, no added delay)" if bps > 0
+             else "emulated, unshaped (no tbf, no added delay)")
+    return (link if link is not None else label), (line_rate or float(bps))
 
 
 def _in_mpi_job() -> bool:
@@ -140,18 +176,22 @@ def _world_size() -> int:
     return mpi_world_size()
 
 
-def _child_argv(argv: Sequence[str]) -> list[str]:
-    """``argv`` without the options that only the launching process uses."""
+def _child_argv(argv: Sequence[str], *, emulate: bool = False) -> list[str]:
+    """``argv`` without the options that only the launching process uses
+    (with ``emulate``, ``--link`` is the emulated rate: the ranks get the
+    link from the environment instead)."""
+    valued = ("-n", "--ranks", "--out", "--hosts") + (("--link",) if emulate else ())
     out: list[str] = []
     skip = False
     for tok in argv:
         if skip:
             skip = False
-        elif tok in ("-n", "--ranks", "--out"):
+        elif tok in valued:
             skip = True
-        elif tok.startswith(("--ranks=", "--out=")) or (tok.startswith("-n") and not tok.startswith("--")):
-            pass  # -nN, -n=N
-        elif tok != "--tcp":
+        elif tok.startswith(tuple(f"{v}=" for v in valued if v.startswith("--"))) or (
+                tok.startswith("-n") and not tok.startswith("--")):
+            pass  # -nN, -n=N, --out=X
+        elif tok not in ("--tcp", "--emulate"):
             out.append(tok)
     return out
 
@@ -161,7 +201,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     ns = parser.parse_args(args)
+    if ns.hosts is not None and not ns.emulate:
+        parser.error("--hosts needs --emulate")
     try:
+        if ns.emulate:
+            from ..emulate import EmulateConfig
+
+            EmulateConfig(link=ns.link if ns.link is not None else "1gbit", hosts=ns.hosts)
         opts = to_options(ns, args)
     except ValueError as exc:
         parser.error(str(exc))
@@ -169,6 +215,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         size = _world_size()
         if size < 2:
             print("aiopdbp bench: needs at least 2 ranks (mpiexec -n 2 ...)", file=sys.stderr)
+            return 2
+        if ns.emulate or ns.hosts is not None:
+            print("aiopdbp bench: --emulate/--hosts start an emulated cluster, which a job "
+                  "cannot do from inside; run `aiopdbp bench -n N --emulate` outside mpiexec "
+                  "(or `aiopdbp launch -n N --emulate -m aiopdbp bench`)", file=sys.stderr)
             return 2
         if ns.ranks is not None and ns.ranks != [size]:
             print(f"aiopdbp bench: -n {ns.ranks} inside an MPI job of {size} ranks; run it "
@@ -180,27 +231,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _launch(ns, opts, args)
 
 
-def _launch(ns: argparse.Namespace, opts: Options, argv: Sequence[str]) -> int:
+def _launcher(ns: argparse.Namespace) -> Callable[[int, list[str]], int] | int:
+    """How to start one job (``launch(n, argv) -> exit code``), or an exit code
+    when it cannot be started (the reason printed)."""
     from ..launch import launch
 
+    if not ns.emulate:
+        return lambda n, argv: launch(n, argv, tcp=ns.tcp)
+    from ..emulate import EmulateConfig, requirements_problems
+
+    problems = requirements_problems()  # the clearest error first: privilege and tools
+    if problems:
+        print("aiopdbp bench: --emulate cannot run here: " + "; ".join(problems), file=sys.stderr)
+        return 2
+    config = EmulateConfig(link=ns.link if ns.link is not None else "1gbit", hosts=ns.hosts)
+    return lambda n, argv: launch(n, argv, tcp=ns.tcp, emulate=config)
+
+
+def _run_one(start: Callable[[int, list[str]], int], n: int, argv: list[str]) -> int:
+    """``start(n, argv)`` with launcher failures turned into a message and an exit code."""
+    from ..emulate import EmulateError, EmulationUnavailable
+
+    try:
+        return start(n, argv)
+    except FileNotFoundError as exc:
+        print(f"aiopdbp bench: {exc}", file=sys.stderr)
+        return 127
+    except EmulateError as exc:  # 2: this machine/user cannot emulate; 1: it failed
+        print(f"aiopdbp bench: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, EmulationUnavailable) else 1
+
+
+def _launch(ns: argparse.Namespace, opts: Options, argv: Sequence[str]) -> int:
+    start = _launcher(ns)
+    if isinstance(start, int):
+        return start
     ranks = ns.ranks or [2]
     out = Path(opts.out or time.strftime("aiopdbp-bench-%Y%m%d-%H%M%S")).resolve()
-    base = ["-m", "aiopdbp.bench", *_child_argv(argv)]
+    base = ["-m", "aiopdbp.bench", *_child_argv(argv, emulate=ns.emulate)]
     if len(ranks) == 1:
-        try:
-            return launch(ranks[0], [*base, "--out", str(out)], tcp=ns.tcp)
-        except FileNotFoundError as exc:
-            print(f"aiopdbp bench: {exc}", file=sys.stderr)
-            return 127
+        return _run_one(start, ranks[0], [*base, "--out", str(out)])
     docs: list[dict[str, Any]] = []
     for n in ranks:
         sub = out / f"n{n}"
         print(f"aiopdbp bench: job {len(docs) + 1}/{len(ranks)}: {n} ranks -> {sub}", flush=True)
-        try:
-            rc = launch(n, [*base, "--out", str(sub), "--no-plots"], tcp=ns.tcp)
-        except FileNotFoundError as exc:
-            print(f"aiopdbp bench: {exc}", file=sys.stderr)
-            return 127
+        rc = _run_one(start, n, [*base, "--out", str(sub), "--no-plots"])
         if rc != 0:
             print(f"aiopdbp bench: the {n}-rank job failed (exit {rc}); nothing merged",
                   file=sys.stderr)

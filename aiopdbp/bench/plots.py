@@ -11,7 +11,9 @@
   each implementation, so the floor and raw MPI are seen beside aiopdbp.
 
 Points are the trimmed means (the paper's statistic); the shaded band spans
-min..max of the runs.  With a ``--line-rate`` a horizontal line marks it.
+min..max of the runs.  Lines are named as in the paper (``1-to-3``,
+``3-to-1``, ``4x4``) with the rank count beside.  With a ``--line-rate``
+horizontal lines mark it and 85 % of it (the issue's target).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 from .stats import mean_of_ratios
 
-__all__ = ["write_plots"]
+__all__ = ["pattern_label", "write_plots"]
 
 _FIGS = (("fig8_1toN.png", "1toN", "Fig. 8 style: 1-to-N"),
          ("fig9_Nto1.png", "Nto1", "Fig. 9 style: N-to-1"),
@@ -36,6 +38,23 @@ def _series(rows: Sequence[Mapping[str, Any]], test: str, impl: str, ranks: int
                  if r["test"] == test and r["impl"] == impl and r["ranks"] == ranks)
     return ([p[0] for p in pts], [p[1] * 8 for p in pts], [p[2] * 8 for p in pts],
             [p[3] * 8 for p in pts])  # MB/s -> Mbit/s
+
+
+def pattern_label(test: str, ranks: int) -> str:
+    """The paper's name of a pattern on ``ranks`` ranks: ``1-to-3``, ``3-to-1``, ``4x4``."""
+    if test == "1toN":
+        return f"1-to-{ranks - 1}"
+    if test == "Nto1":
+        return f"{ranks - 1}-to-1"
+    if test == "NtoN":
+        return f"{ranks}x{ranks}"
+    return f"{ranks} ranks"
+
+
+def _line_rate(ax: Any, line: float | None) -> None:
+    if line:
+        ax.axhline(line / 1e6, color="grey", lw=0.8, ls="--", label="line rate")
+        ax.axhline(0.85 * line / 1e6, color="grey", lw=0.8, ls=":", label="85 % of line rate")
 
 
 def _size_axis(ax: Any) -> None:
@@ -84,13 +103,13 @@ def write_plots(out: Path, rows: Sequence[Mapping[str, Any]], meta: Mapping[str,
                 col = colours[c % len(colours)]
                 x, y, lo, hi = _series(rows, test, impl, n)
                 if x:
-                    ax.plot(x, y, "o-", color=col, label=f"aiopdbp, {n} ranks")
+                    ax.plot(x, y, "o-", color=col,
+                            label=f"aiopdbp {pattern_label(test, n)} ({n} ranks)")
                     ax.fill_between(x, lo, hi, color=col, alpha=0.15)
                 x, y, _, _ = _series(rows, test, "raw", n)
                 if x:
-                    ax.plot(x, y, ":", color=col, label=f"raw mpi4py, {n} ranks")
-            if line:
-                ax.axhline(line / 1e6, color="grey", lw=0.8, ls="--", label="line rate")
+                    ax.plot(x, y, ":", color=col, label=f"raw mpi4py {pattern_label(test, n)}")
+            _line_rate(ax, line)
             _size_axis(ax)
             ax.set_ylabel("per-host throughput (Mbit/s)")
             ax.set_title(f"{title}, {'gp.send' if impl == 'aiopdbp-msg' else 'send_stream'}",
@@ -110,10 +129,12 @@ def write_plots(out: Path, rows: Sequence[Mapping[str, Any]], meta: Mapping[str,
             ratio = mean_of_ratios([(ours[s], theirs[s]) for s in ours if s in theirs])
             x, y, _, _ = _series(rows, "NtoN", "aiopdbp-msg", n)
             if x:
-                ax.plot(x, y, "o-", color=col, label=f"aiopdbp, {n} ranks (mean ratio {ratio:.2f}x)")
+                ax.plot(x, y, "o-", color=col,
+                        label=f"aiopdbp {n}x{n} (mean of ratios {ratio:.2f}x)")
             x, y, _, _ = _series(rows, "NtoN", "alltoall", n)
             if x:
-                ax.plot(x, y, "s--", color=col, label=f"MPI_Alltoall, {n} ranks")
+                ax.plot(x, y, "s--", color=col, label=f"MPI_Alltoall {n}x{n}")
+        _line_rate(ax, line)
         _size_axis(ax)
         ax.set_ylabel("per-host throughput (Mbit/s)")
         ax.set_title(f"Fig. 11 style: N-to-N vs MPI_Alltoall ({where})", fontsize=9)
