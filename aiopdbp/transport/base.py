@@ -23,6 +23,13 @@ Contract every implementation keeps:
   event loop thread and must not block; flow control (credits) is the node's
   business, so a transport may deliver whenever a message is complete.
 * ``aclose()`` is idempotent; sends after it raise ``ClosedResourceError``.
+* Raw point-to-point messages (:meth:`Transport.raw_isend` /
+  :meth:`Transport.raw_irecv`, used by the device staging for its pinned
+  chunks): matched by (source, tag) in posting order, like MPI's
+  non-overtaking rule, received straight into the caller's buffer, never
+  coalesced and never seen by ``deliver``.  A send may complete only once
+  a matching receive took it (rendezvous), so a receiver must match every
+  raw message it was sent.
 * Optional receive-buffer hook: ``start(deliver, alloc)``.  Before receiving a
   message of ``n`` bytes the transport may call ``alloc(source, channel, n)``;
   if it returns a writable buffer of exactly ``n`` bytes, the message is
@@ -37,7 +44,7 @@ import abc
 import asyncio
 import enum
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import ClosedResourceError
 
@@ -48,6 +55,23 @@ Buffer = Any  # anything with the buffer protocol (bytes, memoryview, ndarray, .
 DeliverFn = Callable[[int, "Channel", memoryview], None]
 # alloc(source_rank, channel, nbytes) -> writable buffer of exactly nbytes, or None
 AllocFn = Callable[[int, "Channel", int], Any]
+
+
+class RawRequest(Protocol):
+    """A posted raw send or receive (:meth:`Transport.raw_isend`)."""
+
+    #: bytes received (receives, once done; -1 when cancelled)
+    received: int
+
+    def done(self) -> bool:
+        """True once the buffer is free again; never blocks; raises if the
+        operation failed (e.g. a message longer than the receive buffer)."""
+        ...
+
+    def cancel(self) -> None:
+        """Withdraw a receive not matched yet (``done()`` then reports it,
+        with ``received == -1``); no effect on sends."""
+        ...
 
 
 class Channel(enum.IntEnum):
@@ -145,6 +169,17 @@ class Transport(abc.ABC):
             nonlocal stop
             stop = True
         return remove
+
+    #: raw tags are 0 .. raw_tag_limit - 1 (0: the transport has no raw messages)
+    raw_tag_limit: int = 0
+
+    def raw_isend(self, dest: int, tag: int, buf: Buffer) -> RawRequest:
+        """Post a raw send of ``buf`` (kept unmodified until ``done()``) to host ``dest``."""
+        raise NotImplementedError(f"the {self.name} transport has no raw messages")
+
+    def raw_irecv(self, source: int, tag: int, buf: Buffer) -> RawRequest:
+        """Post a raw receive from host ``source`` into the writable ``buf``."""
+        raise NotImplementedError(f"the {self.name} transport has no raw messages")
 
     def abort(self, message: str, code: int = 1) -> None:  # pragma: no cover - default
         """Tear the whole job down (used when a rank's program raised)."""
