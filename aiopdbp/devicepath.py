@@ -177,6 +177,9 @@ class DevicePath:
         self.stager: Stager | None = None
         self._owns_backend = False
         self._sgps: dict[int, SGP] = {}
+        # name -> (device, to_device) from before the registration is applied,
+        # so a transfer that arrives before register() resumes lands right
+        self._by_name: dict[str, tuple[int, bool]] = {}
         self._jobs: list[RecvJob] = []
         self._outs: set[_OutSend] = set()
         self._events: list[tuple[Event, asyncio.Future[None]]] = []
@@ -256,24 +259,45 @@ class DevicePath:
             self.backend.close()
 
     # ----------------------------------------------------------------- SGPs
-    def bind(self, device: int | None) -> tuple[int, Stream]:
-        """Validate an SGP's device (default: the rank's) and make its stream."""
+    def bind(self, name: str, device: int | None, to_device: bool) -> tuple[int, Stream]:
+        """Validate the device of SGP ``name`` (default: the rank's) and make
+        its stream; from now on data for ``name`` lands on that device."""
         backend = self.open().backend
         dev = backend.get_device() if device is None else device
         if type(dev) is not int or not 0 <= dev < backend.device_count():
             raise ValueError(f"device must be an int in [0, {backend.device_count()}), got {device!r}")
-        return dev, backend.create_stream(dev)
+        stream = backend.create_stream(dev)
+        self._by_name[name] = (dev, bool(to_device))
+        return dev, stream
+
+    def unbind(self, name: str) -> None:
+        """SGP ``name`` was not registered after all, or is gone."""
+        self._by_name.pop(name, None)
 
     def add_sgp(self, gp: SGP) -> None:
         self._sgps[gp.pid] = gp
 
     def remove_sgp(self, pid: int) -> None:
-        self._sgps.pop(pid, None)
+        gp = self._sgps.pop(pid, None)
+        if gp is not None:
+            self.unbind(gp.name)
+
+    def _binding(self, pid: int) -> tuple[int, bool] | None:
+        gp = self._sgps.get(pid)
+        if gp is not None:
+            return gp.device, gp.to_device
+        name = self.node.tables.names.get(pid)
+        return None if name is None else self._by_name.get(name)
 
     def device_of(self, pid: int) -> int | None:
         """The device of GP ``pid`` if it is an SGP of this node, else None."""
-        gp = self._sgps.get(pid)
-        return None if gp is None else gp.device
+        b = self._binding(pid)
+        return None if b is None else b[0]
+
+    def wants_device(self, pid: int) -> bool:
+        """True for an SGP of this node opened with ``to_device=True``."""
+        b = self._binding(pid)
+        return b is not None and b[1]
 
     # --------------------------------------------------------------- poller
     def _busy(self) -> bool:
@@ -530,7 +554,8 @@ class DevicePath:
         sent = _OutSend(host, self._tag(host), 0)
         ameta = ArrayMeta(info.dtype, info.shape, info.order or "C", piece)
         sent.npieces = ChunkPlan(ameta).npieces
-        extra: dict[str, Any] = {"dev": ameta.to_wire(), "tag": sent.tag}
+        # the receiver's name: its registration may reach its host after this stream
+        extra: dict[str, Any] = {"dev": ameta.to_wire(), "tag": sent.tag, "to": node.tables.name_of(pid)}
         if kind is not None:
             extra["msg"] = int(kind)
         meta = StreamMeta("device", info.nbytes, info.dtype.str, info.shape, com, extra=extra)
@@ -601,8 +626,8 @@ class DevicePath:
         """The incoming stream class for ``meta`` arriving at GP ``dest_pid``."""
         if meta.kind == "device":
             return DeviceIncomingStream
-        gp = self._sgps.get(dest_pid)
-        if meta.kind == "ndarray" and gp is not None and gp.to_device:
+        if meta.kind == "ndarray" and any(td for _, td in self._by_name.values()):
+            # decided when it is read: its GP may not be known here yet
             return self.h2d_stream_class
         return IncomingStream
 
@@ -619,7 +644,8 @@ class DevicePath:
         job = RecvJob(self.node.transport, host, tag, ameta, stream, self._job_failed)
         self._jobs.append(job)
         self._kick()
-        device = self.device_of(stream.dest_pid)
+        b = self._binding(stream.dest_pid) or self._by_name.get(str(stream.meta.extra.get("to", "")))
+        device = None if b is None else b[0]
         try:
             if device is None:
                 job.attach(HostRecv(ameta, job.post, max_in_flight=self.config.max_in_flight,

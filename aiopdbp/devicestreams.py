@@ -136,24 +136,30 @@ class DeviceIncomingStream(IncomingStream):
 
 
 class HostToDeviceStream(IncomingStream):
-    """A host array stream arriving at an SGP opened with ``to_device=True``:
-    segments and ``read()`` are device arrays on the GP's device."""
+    """A host array stream that may arrive at an SGP opened with
+    ``to_device=True``: if its GP is one (decided when it is read, when the
+    GP is surely known here), segments and ``read()`` are device arrays on
+    the GP's device; otherwise it is an ordinary stream."""
 
     devices: DevicePath  #: set on the per-node subclass (see DevicePath)
 
     async def __anext__(self) -> Any:
-        """The next segment, copied to the device.
+        """The next segment (copied to the device for a to_device SGP).
 
         Cancellation: a cancellation during the copy loses that segment.
         """
         seg = await IncomingStream.__anext__(self)
+        if not self.devices.wants_device(self.dest_pid):
+            return seg
         return await self.devices.to_device(seg, self.dest_pid)
 
     async def read(self, out: Any = None) -> Any:
-        """The whole stream as one device array.
+        """The whole stream (one device array for a to_device SGP).
 
         Cancellation: as for :meth:`IncomingStream.read`.
         """
+        if not self.devices.wants_device(self.dest_pid):
+            return await IncomingStream.read(self, out)
         if out is not None:
             raise ValueError("read(out=...) is not available when the SGP gets host streams on its device")
         return await self.devices.to_device(await IncomingStream.read(self), self.dest_pid)

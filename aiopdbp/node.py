@@ -268,14 +268,21 @@ class Node:
             raise ValueError(f"a GP name is a non-empty str, not {name!r}")
         if ptype is not PType.GPU and (device is not None or to_device):
             raise ValueError("device= and to_device= are for SGPs (ptype=PType.GPU)")
-        bound = self.devices.bind(device) if ptype is PType.GPU else None  # before anything is registered
-        pipe = self.pps.apply_nowait() if bind else None
+        # an SGP's device is known before the registration is, so data that
+        # arrives before this call resumes lands on it
+        bound = self.devices.bind(name, device, to_device) if ptype is PType.GPU else None
         try:
-            pid = await self.commit("proc_reg", name, int(ptype), self.rank,
-                                    pipe.pipe_id if pipe is not None else None)
+            pipe = self.pps.apply_nowait() if bind else None
+            try:
+                pid = await self.commit("proc_reg", name, int(ptype), self.rank,
+                                        pipe.pipe_id if pipe is not None else None)
+            except BaseException:
+                if pipe is not None:
+                    self.pps.release(pipe)
+                raise
         except BaseException:
-            if pipe is not None:
-                self.pps.release(pipe)
+            if bound is not None:
+                self.devices.unbind(name)
             raise
         if bound is not None:
             gp: GP = SGP(self, name, pid, device=bound[0], stream=bound[1], to_device=to_device)
