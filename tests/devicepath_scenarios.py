@@ -151,8 +151,11 @@ async def both(ctx: Ctx, sender: Callable[[], Awaitable[None]], receiver: Callab
 
 
 def pools_full(node: aiopdbp.Node) -> bool:
+    """Nothing staged is left: every pinned chunk is back in the pool (none
+    lost), no transfer and no receive job (draining included) is alive."""
     d = node.stats().devices
-    return "chunks" not in d or (d["chunks_free"] == d["chunks"] and d["chunks_lost"] == 0)
+    return d["jobs"] == 0 and ("chunks" not in d or (
+        d["chunks_free"] == d["chunks"] and d["chunks_lost"] == 0 and d["transfers"] == 0))
 
 
 async def settled(ctx: Ctx) -> None:
@@ -207,7 +210,7 @@ async def device_data_to_ngp_is_numpy(ctx: Ctx) -> None:
         check(await s.read(), host, "read()", device=None)
         s = await dst.recv(timeout=ctx.timeout)
         assert isinstance(s, IncomingStream)
-        segs = [seg async for seg in s]
+        segs = [seg.copy() async for seg in s]  # each as it is when delivered
         assert len(segs) > 1 and all(isinstance(seg, np.ndarray) for seg in segs), [type(x) for x in segs]
         check(np.asfortranarray(np.concatenate(segs, axis=-1)), host, "segments", device=None)
     await both(ctx, sender, receiver)
