@@ -65,9 +65,9 @@ def scenario(*, timeout: float = 30.0, remote_only: bool = False, sim_only: bool
     return deco
 
 
-async def run_inproc(name: str, n: int) -> None:
+async def run_inproc(name: str | Scenario, n: int) -> None:
     """Run device scenario ``name`` on ``n`` in-process hosts (as scenarios.run_inproc)."""
-    sc = SCENARIOS[name]
+    sc = SCENARIOS[name] if isinstance(name, str) else name
 
     async def host(node: aiopdbp.Node) -> None:
         try:
@@ -88,16 +88,19 @@ async def run_inproc(name: str, n: int) -> None:
 
 # ------------------------------------------------------------------ helpers
 def to_dev(node: aiopdbp.Node, host: np.ndarray[Any, Any], device: int = 0) -> Any:
-    """A device copy of ``host`` made by ``node``'s backend (order kept)."""
+    """A device copy of ``host`` made by ``node``'s backend (order kept; a
+    non-contiguous 2-D host array gives a strided view of a device array)."""
+    if host.ndim == 2 and not (host.flags.c_contiguous or host.flags.f_contiguous):
+        full = np.zeros((host.shape[0] * 2, host.shape[1] * 3), host.dtype)
+        full[::2, ::3] = host
+        return to_dev(node, full, device)[::2, ::3]
     backend = node.devices.open().backend
     if backend.name == "sim":
         return backend.asarray(host, device)  # type: ignore[attr-defined]
     import cupy
 
     with cupy.cuda.Device(device):
-        out = cupy.empty(host.shape, host.dtype, order="F" if _is_f(host) else "C")
-        out.set(host)  # keeps strides: a plain asarray would too, but not for views
-        return out
+        return cupy.array(host, order="K")  # C or F as the host array
 
 
 def to_host(arr: Any) -> np.ndarray[Any, Any]:
@@ -136,7 +139,8 @@ def check(got: Any, want: np.ndarray[Any, Any], what: str, *, device: int | None
     assert host.dtype == want.dtype and host.shape == want.shape, \
         f"{what}: {host.dtype}{host.shape} != {want.dtype}{want.shape}"
     if want.size > 1 and (want.flags.c_contiguous or want.flags.f_contiguous):
-        assert _is_f(host) == _is_f(want), f"{what}: memory order changed"
+        flags = got.flags if hasattr(got, "flags") else host.flags  # CuPy's get() gives C order
+        assert (flags.f_contiguous and not flags.c_contiguous) == _is_f(want), f"{what}: memory order changed"
     assert np.array_equal(host, want), f"{what}: content differs"
 
 

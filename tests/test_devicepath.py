@@ -16,9 +16,11 @@ trace, never on timing.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.util
 import re
 import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
@@ -107,6 +109,37 @@ def _make_test(name: str) -> Any:
 for _name in dsc.SCENARIOS:
     globals()[f"test_{_name}"] = _make_test(_name)
 del _name
+
+
+# ---------------------------------------- the scenarios over a fake CuPy
+@pytest.fixture
+def fake_cupy(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A fake ``cupy`` (host memory, synchronous copies; tests/fake_cupy.py)
+    in ``sys.modules`` for one test: the CuPy backend's plumbing, no GPU."""
+    try:
+        from tests import fake_cupy as fake
+    except ImportError:
+        import fake_cupy as fake  # type: ignore[no-redef]
+    saved = sys.modules.get("cupy")
+    cp = fake.install(2)
+    monkeypatch.setattr(dsc, "BACKEND", "cupy")
+    yield cp
+    if saved is None:
+        sys.modules.pop("cupy", None)
+    else:
+        sys.modules["cupy"] = saved
+
+
+@pytest.mark.parametrize("hosts", [1, 2])
+@pytest.mark.parametrize("name", [n for n in dsc.SCENARIOS if n not in dsc.SIM_ONLY])
+async def test_device_scenario_over_fake_cupy(name: str, hosts: int, fake_cupy: Any) -> None:
+    """The CuPy backend's calls through the whole device path (pointers,
+    offsets, streams, events) over a fake cupy; CUDA itself: the gpu tests."""
+    if hosts == 1 and name in dsc.REMOTE_ONLY:
+        pytest.skip("needs two hosts")
+    sc = dsc.SCENARIOS[name]
+    opts = DeviceConfig(backend="cupy", pool_bytes=4 << 20, chunk_size=CHUNK, max_in_flight=4)
+    await dsc.run_inproc(dataclasses.replace(sc, options={"device": opts}), hosts)
 
 
 # ------------------------------------------------------------------ helpers
