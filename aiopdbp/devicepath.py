@@ -71,6 +71,7 @@ from .devicestreams import (
 from .errors import BrokenResourceError, ClosedResourceError, DeviceError, StreamError, TransportError
 from .message import CREDIT_OVERHEAD, Message, credit_cost
 from .streams import IncomingStream, StreamMeta, StreamState
+from .transport.base import LoopPoller
 
 if TYPE_CHECKING:
     from .node import Node
@@ -134,24 +135,6 @@ class _Done:
 
 
 _DONE = _Done()
-
-
-class _LoopPoller:
-    """Calls a poller every 0.2 ms from the event loop (a node without transport)."""
-
-    def __init__(self, poll: Callable[[], bool]) -> None:
-        self._poll = poll
-        self._stop = False
-        self._loop = asyncio.get_running_loop()
-        self._loop.call_soon(self._tick)
-
-    def _tick(self) -> None:
-        if not self._stop:
-            self._poll()
-            self._loop.call_later(0.0002, self._tick)
-
-    def remove(self) -> None:
-        self._stop = True
 
 
 class _OutSend:
@@ -310,7 +293,7 @@ class DevicePath:
             if transport is not None:
                 self._remove_poller = transport.add_poller(self._poll)
             else:
-                self._remove_poller = _LoopPoller(self._poll).remove
+                self._remove_poller = LoopPoller(self._poll).remove  # a single host
 
     def _retire(self) -> None:
         self._retire_scheduled = False

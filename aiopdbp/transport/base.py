@@ -43,6 +43,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import enum
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -72,6 +73,36 @@ class RawRequest(Protocol):
         """Withdraw a receive not matched yet (``done()`` then reports it,
         with ``received == -1``); no effect on sends."""
         ...
+
+
+class LoopPoller:
+    """Calls ``poller()`` from the event loop until :meth:`remove`: every loop
+    iteration (``call_soon``) while it reports progress and for ``spin``
+    seconds after, then on a timer (the loop's timer resolution is about
+    1 ms, too coarse to follow a device copy, fine for an idle wait)."""
+
+    def __init__(self, poller: Callable[[], bool], spin: float = 2e-3, tick: float = 2e-4) -> None:
+        self._poller = poller
+        self._spin = spin
+        self._tick_s = tick
+        self._stop = False
+        self._loop = asyncio.get_running_loop()
+        self._last = time.perf_counter()  # a new poller has work: spin first
+        self._loop.call_soon(self._tick)
+
+    def _tick(self) -> None:
+        if self._stop:
+            return
+        now = time.perf_counter()
+        if self._poller():
+            self._last = now
+        if now - self._last < self._spin:
+            self._loop.call_soon(self._tick)
+        else:
+            self._loop.call_later(self._tick_s, self._tick)
+
+    def remove(self) -> None:
+        self._stop = True
 
 
 class Channel(enum.IntEnum):
@@ -153,22 +184,8 @@ class Transport(abc.ABC):
     def add_poller(self, poller: Callable[[], bool]) -> Callable[[], None]:
         """Have ``poller()`` called by the transport's progress (device
         staging's CUDA events); returns a function that removes it.  The
-        default calls it from a loop task every iteration while it reports
-        work (transports without a progress engine)."""
-        loop = asyncio.get_running_loop()
-        stop = False
-
-        def tick() -> None:
-            if not stop:
-                poller()
-                loop.call_later(0.0002, tick)
-
-        loop.call_soon(tick)
-
-        def remove() -> None:
-            nonlocal stop
-            stop = True
-        return remove
+        default is a :class:`LoopPoller` (transports without a progress engine)."""
+        return LoopPoller(poller).remove
 
     #: raw tags are 0 .. raw_tag_limit - 1 (0: the transport has no raw messages)
     raw_tag_limit: int = 0
