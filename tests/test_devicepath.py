@@ -474,3 +474,34 @@ async def test_stream_error_on_read_after_receiver_device_fault_names_it() -> No
                     await task
     finally:
         sim.close()
+
+
+# ------------------------------------------------------ benchmarks/gpu_stream
+def _gpu_stream_module() -> Any:
+    spec = importlib.util.spec_from_file_location("gpu_stream", dsc._sc.__file__.replace(
+        "tests/scenarios.py", "benchmarks/gpu_stream.py"))
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize(("d2h", "h2d", "share"), [
+    ([(0.0, 1.0), (2.0, 3.0)], [(1.0, 2.0), (3.0, 4.0)], 0.0),   # strictly one after the other
+    ([(0.0, 4.0)], [(1.0, 2.0), (2.5, 3.0)], 1.0),                # the shorter stage always overlapped
+    ([(0.0, 2.0)], [(1.0, 3.0)], 0.5),
+])
+def test_gpu_stream_overlap_share_measures_concurrent_copy_time(d2h: Any, h2d: Any, share: float) -> None:
+    assert _gpu_stream_module().overlap_share(d2h, h2d) == pytest.approx(share)
+
+
+@pytest.mark.mpi
+@requires_mpi
+@pytest.mark.timeout(200)
+def test_gpu_stream_benchmark_runs_with_sim_on_2_ranks() -> None:
+    proc = run_mpi(SCRIPTS_DIR.parent.parent / "benchmarks" / "gpu_stream.py", 2, timeout=180,
+                   args=["--device", "sim", "--size", "4M", "--chunks", "256K", "--inflight", "1,4", "--repeat", "1"])
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "SIMULATED device: a pipeline correctness check, not a performance figure" in proc.stdout
+    rows = [line.split() for line in proc.stdout.splitlines() if line.split()[1:3] == ["256", "KiB"]]
+    assert [r[3] for r in rows] == ["1", "4"] and all(0.0 <= float(r[-1]) <= 1.0 for r in rows), proc.stdout
