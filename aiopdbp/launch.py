@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -104,12 +105,23 @@ def launch_env(
 def launch_command(
     n: int, argv: Sequence[str], *, mpiexec_args: Iterable[str] = (), python: str | None = None
 ) -> list[str]:
-    """``[mpiexec, *mpiexec_args, -n, N, python, *argv]``."""
+    """``[mpiexec, *mpiexec_args, -n, N, python, *argv]``.
+
+    ``argv`` may start with the interpreter itself, as people type it
+    (``aiopdbp launch -n 2 python prog.py``): a bare ``python``/``python3``
+    means this interpreter, a path to one (``/opt/py/bin/python3.12``) that one.
+    """
     if n < 1:
         raise ValueError(f"number of ranks must be >= 1, got {n}")
     if not argv:
         raise ValueError("nothing to launch: argv is empty")
+    if _PYTHON.fullmatch(os.path.basename(argv[0])) and len(argv) > 1:
+        python = argv[0] if os.sep in argv[0] else python
+        argv = argv[1:]
     return [find_mpiexec(), *mpiexec_args, "-n", str(n), python or sys.executable, *argv]
+
+
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 
 
 class JobWatch:

@@ -17,6 +17,8 @@ lives in its own module and the node only calls their public methods:
                     (:mod:`aiopdbp.manager`)
 ``node.router``     names, targets, placement of arrivals (:mod:`aiopdbp.router`)
 ``node.streams``    live streams and their bindings (:mod:`aiopdbp.streamtable`)
+``node.devices``    device support: backend, pinned pool, SGPs
+                    (:mod:`aiopdbp.devicepath`)
 ``Remote``          links, RBP, control messages, handshake, liveness
                     (:mod:`aiopdbp.remote`), on more than one host
 ==================  ============================================================
@@ -36,6 +38,8 @@ import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
+from .device.backend import DeviceBackend
+from .devicepath import DeviceConfig, DevicePath
 from .errors import ClosedResourceError
 from .job import current_job
 from .job import run as run
@@ -44,6 +48,7 @@ from .pipes import PipePool
 from .process import GP
 from .remote import Remote, RemoteConfig
 from .router import Router
+from .sgp import SGP
 from .stats import NodeStats
 from .streamtable import StreamTable
 from .tables import NodeType, PType, Tables
@@ -86,6 +91,12 @@ class Node:
         typo) never makes a loaded rank look dead.
     ``remote``
         :class:`~aiopdbp.remote.RemoteConfig` tunables of the multi-host runtime.
+    ``device``
+        device support (SGPs, device arrays): ``"auto"`` (CuPy if installed,
+        opened on first use), ``"cupy"``, ``"sim"`` (the simulated backend),
+        ``"none"``, a backend instance, or a
+        :class:`~aiopdbp.devicepath.DeviceConfig` (pinned pool size, chunk
+        size, chunks in flight); default: env ``AIOPDBP_DEVICE``, else ``"auto"``.
     """
 
     def __init__(self, transport: Transport | None = None, *, pipe_capacity: int = 1024,
@@ -93,7 +104,8 @@ class Node:
                  allow_pickle: bool = False, remote: RemoteConfig | None = None,
                  close_timeout: float | None = None, handshake_timeout: float | None = None,
                  name_timeout: float = DEFAULT_NAME_TIMEOUT,
-                 host_timeout: float | None = None) -> None:
+                 host_timeout: float | None = None,
+                 device: DeviceConfig | str | DeviceBackend | None = None) -> None:
         self.transport = transport
         self.rank = transport.rank if transport is not None else 0
         self.size = transport.size if transport is not None else 1
@@ -116,6 +128,8 @@ class Node:
         self.streams = StreamTable(self.rank, stream_window, self.tables, self.pps, self.cps_streams,
                                    self.router, commit=self.commit, commit_nowait=self.commit_nowait,
                                    submit=self.manager.submit, watch=self.manager.watch)
+        self.devices = DevicePath(self, device)
+        self.streams.device = self.devices
         self._gps: dict[int, GP] = {}
         self._started = False
         self._closed = False
@@ -139,6 +153,7 @@ class Node:
         if self._started:
             return
         self._started = True
+        self.devices.start()  # a named backend and its pinned pool: now, before any GP
         self.manager.start()
         if self._remote is not None:
             await self._remote.start()
@@ -174,6 +189,7 @@ class Node:
                     job.detach(self._remote)
                 self._remote.stop()
             self.streams.close(gone)
+            self.devices.close()
             for gp in list(self._gps.values()):
                 self._drop_gp(gp)
             self.pps.close()
@@ -233,13 +249,17 @@ class Node:
             self.tables.apply(op, args)
 
     # -- registration (prcsReg / prcsFree) ------------------------------------
-    async def register(self, name: str, ptype: PType = PType.CPU, *, bind: bool = False) -> GP:
+    async def register(self, name: str, ptype: PType = PType.CPU, *, bind: bool = False,
+                       device: int | None = None, to_device: bool = False) -> GP:
         """Register a GP named ``name`` (the paper's prcsReg).
 
         Names are unique across the cluster; a taken name raises
         :class:`~aiopdbp.errors.DuplicateProcessError`.  With ``bind=True`` the
         GP is registered with a private pipe already bound, in one table
         update, so no host ever sees it registered but unable to receive.
+        ``ptype=PType.GPU`` makes an :class:`~aiopdbp.sgp.SGP` on ``device``
+        (default: the rank's; ``DeviceError`` without device support);
+        ``to_device=True``: it receives host arrays on its device too.
 
         Cancellation: a registration that completes after its caller was
         cancelled is undone.
@@ -248,26 +268,42 @@ class Node:
             raise ClosedResourceError(f"node {self.rank} is closed")
         if not isinstance(name, str) or not name:
             raise ValueError(f"a GP name is a non-empty str, not {name!r}")
-        pipe = self.pps.apply_nowait() if bind else None
+        if ptype is not PType.GPU and (device is not None or to_device):
+            raise ValueError("device= and to_device= are for SGPs (ptype=PType.GPU)")
+        # an SGP's device is known before the registration is, so data that
+        # arrives before this call resumes lands on it
+        bound = self.devices.bind(name, device, to_device) if ptype is PType.GPU else None
         try:
-            pid = await self.commit("proc_reg", name, int(ptype), self.rank,
-                                    pipe.pipe_id if pipe is not None else None)
+            pipe = self.pps.apply_nowait() if bind else None
+            try:
+                pid = await self.commit("proc_reg", name, int(ptype), self.rank,
+                                        pipe.pipe_id if pipe is not None else None)
+            except BaseException:
+                if pipe is not None:
+                    self.pps.release(pipe)
+                raise
         except BaseException:
-            if pipe is not None:
-                self.pps.release(pipe)
+            if bound is not None:
+                self.devices.unbind(name)
             raise
-        gp = GP(self, name, pid, ptype)
+        if bound is not None:
+            gp: GP = SGP(self, name, pid, device=bound[0], stream=bound[1], to_device=to_device)
+            self.devices.add_sgp(gp)  # type: ignore[arg-type]
+        else:
+            gp = GP(self, name, pid, ptype)
         if pipe is not None:
             gp.bound(pipe)
         self._gps[pid] = gp
         return gp
 
     @contextlib.asynccontextmanager
-    async def process(self, name: str, ptype: PType = PType.CPU) -> AsyncIterator[GP]:
+    async def process(self, name: str, ptype: PType = PType.CPU, *, device: int | None = None,
+                      to_device: bool = False) -> AsyncIterator[GP]:
         """``async with node.process(name) as gp``: register + apply a pipe on
         entry, release + free on exit (whatever the exit; the exception it
-        leaves with reaches the senders of its streams)."""
-        gp = await self.register(name, ptype, bind=True)
+        leaves with reaches the senders of its streams).  ``ptype=PType.GPU``
+        makes an SGP (see :meth:`register`)."""
+        gp = await self.register(name, ptype, bind=True, device=device, to_device=to_device)
         failure: BaseException | None = None
         try:
             yield gp
@@ -306,6 +342,7 @@ class Node:
     async def free(self, gp: GP) -> None:
         """Unregister ``gp`` (use :meth:`GP.free`)."""
         self._gps.pop(gp.pid, None)
+        self.devices.remove_sgp(gp.pid)
         if gp.pid in self.tables.pta and not self._closed:
             await self.commit("proc_free", gp.pid)
 
@@ -319,6 +356,7 @@ class Node:
             if gp.pid in self.tables.pta:
                 self.commit_nowait("pipe_release", gp.pid)
         self._gps.pop(gp.pid, None)
+        self.devices.remove_sgp(gp.pid)
         if gp.pid in self.tables.pta:
             self.commit_nowait("proc_free", gp.pid)
 
@@ -373,6 +411,7 @@ class Node:
             pool=r.pool.stats() if r is not None else {},
             transport=self.transport.stats() if self.transport is not None else {},
             liveness=r.liveness_stats() if r is not None else {},
+            devices=self.devices.stats(),
         )
 
     def size_history(self, host: int) -> dict[str, list[tuple[float, int]]]:

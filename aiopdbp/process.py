@@ -17,8 +17,9 @@ paper (CPI)          aiopdbp
 ===================  =====================================================
 
 ``async with node.process(name) as gp`` does register + apply on entry and
-release + free on exit.  NGP (``PType.CPU``) and SGP (``PType.GPU``) have the
-same interface: the type is recorded in the PTA and is a scheduling hint.
+release + free on exit.  NGP (``PType.CPU``) and SGP (``PType.GPU``,
+:mod:`aiopdbp.sgp`) have the same interface; device arrays given to
+``send``/``send_stream`` take the device path (:mod:`aiopdbp.devicepath`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .codec import CDU, Kind
+from .device.backend import is_device_array
 from .errors import ClosedResourceError, NoPipeError, WouldBlock
 from .message import CREDIT_OVERHEAD, Message, credit_cost
 from .pipes import Pipe
@@ -69,8 +71,9 @@ def snapshot(data: Any, allow_pickle: bool, shared: bool) -> Any:
         if shared:
             out.flags.writeable = False
         return out
-    if hasattr(data, "__cuda_array_interface__"):
-        return data.copy()
+    if is_device_array(data):
+        raise TypeError("a device array is sent with await gp.send(...) (it waits for the device); "
+                        "send_nowait() cannot")
     if isinstance(data, (bytearray, memoryview)):
         return bytes(data)
     try:
@@ -199,7 +202,7 @@ class GP:
 
     # -- CPI: sending -----------------------------------------------------------
     async def send(self, dest: str | Iterable[str], data: Any = None, *, com: int = 0,
-                   kind: Kind = Kind.SHORT, timeout: float | None = None) -> None:
+                   kind: Kind = Kind.SHORT, timeout: float | None = None, copy: bool = True) -> None:
         """Send a short or command message (the patent's INFO); returns once queued.
 
         ``dest`` is a GP name or an iterable of names (multicast: one CDU with a
@@ -210,6 +213,12 @@ class GP:
         (its pipe, or its credit on its host) makes the call wait
         (backpressure): forever without ``timeout``, else up to ``timeout``
         seconds, then ``TimeoutError`` saying what it waited for.
+
+        A device array (CuPy, ``__cuda_array_interface__``, CUDA DLPack, a
+        simulated one) takes the device path and the call returns once
+        aiopdbp no longer reads it (see :mod:`aiopdbp.devicepath`);
+        ``copy=False`` hands it to an SGP of this node on its device by
+        reference: the sender must not touch it again.
 
         Cancellation: a cancelled send has queued nothing (reservations already
         taken are given back).
@@ -230,6 +239,9 @@ class GP:
             cost = len(data) + CREDIT_OVERHEAD
         else:
             if data is not None:
+                if type(data) is not np.ndarray and is_device_array(data):
+                    await self.node.devices.send(self, dest, data, com=com, kind=kind, timeout=timeout, copy=copy)
+                    return
                 data = snapshot(data, self.node.allow_pickle, False)
             cost = credit_cost(data)
         fields = (self.name, kind, com, data, self.pid)
@@ -254,6 +266,10 @@ class GP:
         router = self._router
         if not names:
             raise ValueError("multicast to an empty set of names")
+        if is_device_array(data):  # one device transfer per receiver
+            for name in dict.fromkeys(names):
+                await node.devices.send(self, name, data, com=com, kind=kind, timeout=timeout, copy=True)
+            return
         pids = tuple(dict.fromkeys([await router.resolve(n, timeout) for n in names]))
         data = snapshot(data, node.allow_pickle, len(pids) > 1)
         cost = credit_cost(data)
@@ -305,15 +321,20 @@ class GP:
         """
         await self.send(dest, data, com=com, kind=Kind.COMMAND, timeout=timeout)
 
-    async def send_stream(self, dest: str, data: Any, *, segment_size: int = DEFAULT_SEGMENT,
-                          com: int = 0, timeout: float | None = None) -> int:
+    async def send_stream(self, dest: str, data: Any, *, segment_size: int | None = None,
+                          com: int = 0, timeout: float | None = None, copy: bool = True) -> int:
         """Send a data stream (the patent's SINFO); returns once delivered.
 
-        ``data`` is one buffer/array (cut into ``segment_size``-byte segments;
-        arrays along their first axis) or an iterable / async iterable of
-        buffers or arrays produced over time.  Returns the number of bytes
-        sent, after the receiver has taken the whole stream.  ``timeout``
-        bounds the whole call.
+        ``data`` is one buffer/array (cut into ``segment_size``-byte segments,
+        default 1 MiB; arrays along their first axis) or an iterable / async
+        iterable of buffers or arrays produced over time.  Returns the number
+        of bytes sent, after the receiver has taken the whole stream.
+        ``timeout`` bounds the whole call.
+
+        A device array is staged through pinned chunks across nodes (its
+        segments are the chunks: ``min(segment_size, chunk_size)`` bytes of
+        whole rows, default one chunk), copied device-to-device on one node
+        (``copy=False``: by reference; see :meth:`send`).
 
         Cancellation: a cancelled (or failing) sender sends an ABORT, so the
         receiver's stream ends with ``StreamError``; the binding is undone and
@@ -321,7 +342,11 @@ class GP:
         """
         self._check()
         _check_com(com)
-        return await send_stream(self, dest, data, segment_size=segment_size, com=com, timeout=timeout)
+        if is_device_array(data):
+            return await self.node.devices.send_stream(self, dest, data, segment_size=segment_size, com=com,
+                                                       timeout=timeout, copy=copy)
+        return await send_stream(self, dest, data, segment_size=segment_size or DEFAULT_SEGMENT, com=com,
+                                 timeout=timeout)
 
     # -- CPI: receiving ------------------------------------------------------------
     def _inbox(self) -> Pipe[Any]:

@@ -312,6 +312,12 @@ class Router:
             self._owe(host, pid, cost)
         pipe.watch_at = 1 << 62
 
+    def refund(self, host: int, pid: int, cost: int) -> None:
+        """Give ``host`` back ``cost`` bytes of GP ``pid``'s credit for
+        something that will never reach the GP's pipe (a device message that
+        failed on the way)."""
+        self._owe(host, pid, cost)
+
     def _owe(self, host: int, pid: int, cost: int) -> None:
         key = (host, pid)
         owed = self._owed.get(key, 0) + cost

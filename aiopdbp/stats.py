@@ -26,7 +26,9 @@ class NodeStats:
     ``credit_owed`` bytes of credit not yet returned, ``protocol_errors``,
     ``fallback_allocs`` (receive-pool row full), ``failed_hosts``, ``pool``
     (the DDBP: UMB and sub-pools), ``transport`` (the progress engine's
-    counters) and ``liveness`` (heartbeats).
+    counters) and ``liveness`` (heartbeats).  ``devices``: the device path
+    (backend, pinned chunks free / in use / lost / high water, device
+    transfers sent and received; see :meth:`aiopdbp.devicepath.DevicePath.stats`).
     """
 
     rank: int
@@ -50,3 +52,4 @@ class NodeStats:
     pool: dict[str, Any] = field(default_factory=dict)
     transport: dict[str, Any] = field(default_factory=dict)
     liveness: dict[str, Any] = field(default_factory=dict)
+    devices: dict[str, Any] = field(default_factory=dict)

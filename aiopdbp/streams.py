@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from .codec import CDU, Kind, StreamOp
+from .device.backend import is_device_array
 from .errors import BrokenResourceError, ClosedResourceError, StreamError, WouldBlock
 from .pipes import Pipe
 
@@ -115,14 +116,20 @@ class StreamMeta:
     window: int = 0                        # remote sender's credit window (segments), 0: none
 
     def to_wire(self) -> dict[str, Any]:
-        return {"kind": self.kind, "nbytes": self.nbytes, "dtype": self.dtype,
-                "shape": list(self.shape), "com": self.com, "window": self.window}
+        d = {"kind": self.kind, "nbytes": self.nbytes, "dtype": self.dtype,
+             "shape": list(self.shape), "com": self.com, "window": self.window}
+        if self.extra:  # e.g. a device stream's staging header (aiopdbp.devicepath)
+            d["extra"] = self.extra
+        return d
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> StreamMeta:
+        extra = d.get("extra", {})
+        if not isinstance(extra, dict):
+            raise ValueError(f"stream meta extra is a {type(extra).__name__}, not a map")
         return cls(str(d.get("kind", "bytes")), int(d.get("nbytes", -1)), str(d.get("dtype", "")),
                    tuple(int(x) for x in d.get("shape", ())), int(d.get("com", 0)),
-                   window=int(d.get("window", 0)))
+                   extra=extra, window=int(d.get("window", 0)))
 
 
 # --------------------------------------------------------------------- cutting
@@ -296,6 +303,15 @@ class IncomingStream:
         self._sm.move(StreamState.BROKEN)
         self._owner.incoming_closed(self, str(self._error), True)
         raise self._error
+
+    async def next_segment(self) -> Any | None:
+        """The next segment's data as it arrived (no private copy), or None
+        after a verified END; raises ``StreamError`` as reading does.  For
+        subclasses that deliver segments their own way (device streams).
+
+        Cancellation: a cancelled wait loses no segment.
+        """
+        return await self._next_segment()
 
     async def _next_segment(self) -> Any | None:
         """Next segment's data, or None after a verified END."""
@@ -537,6 +553,9 @@ def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
         chunk = np.asarray(chunk)
     if isinstance(chunk, str):
         raise TypeError(f"chunk {k}: cannot stream a str; encode it to bytes first")
+    if is_device_array(chunk):
+        raise TypeError(f"chunk {k} is a device array: send_stream() takes a device array whole, "
+                        "not inside an iterable (send each one with its own send_stream())")
     if _is_array(chunk):
         dt = np.dtype(chunk.dtype)
         if _needs_pickle(dt):

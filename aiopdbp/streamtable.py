@@ -20,6 +20,10 @@ stream of this host and moves them through their :class:`StreamState`
   creates the incoming stream and hands it to the receiving GP (through the
   router, which parks it if the GP is not bound yet); segments, END and
   ABORT go to the stream's PipeB.
+* Device streams (OPEN meta kind ``"device"``) are handed to
+  :attr:`StreamTable.device` (:mod:`aiopdbp.devicepath`): it chooses the
+  incoming stream's class, moves the array's chunks outside the link, and
+  feeds the stream's PipeB itself.
 * Endings travel back on the control channel: the receiver's DONE (whole,
   or why it gave up) and its segment credit (``StreamDoneMsg``,
   ``StreamCreditMsg``); a lost or failed host breaks every stream with it.
@@ -44,7 +48,7 @@ from .tables import Tables
 
 log = logging.getLogger("aiopdbp.streamtable")
 
-__all__ = ["StreamPeers", "StreamTable", "pack_meta", "unpack_meta"]
+__all__ = ["StreamDevices", "StreamPeers", "StreamTable", "pack_meta", "unpack_meta"]
 
 
 class StreamPeers(Protocol):
@@ -52,6 +56,15 @@ class StreamPeers(Protocol):
 
     def send_done(self, host: int, key: tuple[int, int], error: str | None) -> None: ...
     def send_credit(self, host: int, key: tuple[int, int], segments: int) -> None: ...
+
+
+class StreamDevices(Protocol):
+    """What the table asks of the device path (:class:`aiopdbp.devicepath.DevicePath`)."""
+
+    def stream_class(self, meta: StreamMeta, dest_pid: int) -> type[IncomingStream]: ...
+    def start_incoming(self, host: int, stream: IncomingStream) -> bool: ...
+    def refuse_incoming(self, host: int, key: tuple[int, int], meta: StreamMeta) -> None: ...
+    def break_host(self, host: int, exc: BaseException) -> None: ...
 
 
 def pack_meta(meta: StreamMeta) -> bytes:
@@ -96,6 +109,7 @@ class StreamTable:
         self.cps = cps
         self.router = router
         self.peers: StreamPeers | None = None
+        self.device: StreamDevices | None = None
         self._commit = commit
         self._commit_nowait = commit_nowait
         self._submit = submit
@@ -185,8 +199,9 @@ class StreamTable:
         if pipe_b is None:
             pipe_b = self.pps.apply_nowait()
         pipe_b.capacity = max(self.window, meta.window)
-        stream = IncomingStream(self, key, self.tables.name_of(src_pid), pipe_b, max(self.window, meta.window),
-                                src_pid, dest_pid, meta)
+        cls = IncomingStream if self.device is None else self.device.stream_class(meta, dest_pid)
+        stream = cls(self, key, self.tables.name_of(src_pid), pipe_b, max(self.window, meta.window),
+                     src_pid, dest_pid, meta)
         self._in[key] = stream
         self._commit_nowait("stream_pipe_b", key[0], key[1], pipe_b.pipe_id)
         return stream
@@ -200,12 +215,18 @@ class StreamTable:
             if stream is not None or not cdu.dest_ps:
                 return
             dest = cdu.dest_ps[0]
+            meta: StreamMeta | None = None
             try:
-                stream = self._new_incoming(key, cdu.source_p, dest, unpack_meta(cdu.data))
+                meta = unpack_meta(cdu.data)
+                stream = self._new_incoming(key, cdu.source_p, dest, meta)
             except (NoPipeError, ProtocolError) as exc:
+                if meta is not None and meta.kind == "device" and self.device is not None:
+                    self.device.refuse_incoming(host, key, meta)  # still takes the chunks sent
                 if self.peers is not None:
                     self.peers.send_done(key[0], key, f"cannot receive the stream: {exc}")
                 return
+            if meta.kind == "device" and self.device is not None and self.device.start_incoming(host, stream):
+                return  # a device message: delivered as a Message once it is complete
             if not self.router.deliver_remote(host, dest, [stream], CREDIT_OVERHEAD):
                 self.incoming_closed(stream, "the receiving GP is gone", True)
             return
@@ -247,6 +268,8 @@ class StreamTable:
 
     def break_host(self, host: int, exc: BaseException) -> None:
         """Host ``host`` failed or is gone: every stream with it ends with ``exc``."""
+        if self.device is not None:
+            self.device.break_host(host, exc)  # its staged chunks will never come or go
         for out in list(self._out.values()):
             if out.incoming is None and out.host == host:
                 out.break_(exc)

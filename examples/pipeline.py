@@ -15,6 +15,18 @@
     python examples/pipeline.py                          # one process
     aiopdbp launch -n 2 examples/pipeline.py --workers 3 # GPs spread over 2 ranks
     python examples/pipeline.py --cpu --chunks 64        # numpy even with CuPy present
+    aiopdbp launch -n 2 examples/pipeline.py --device sim   # SGPs, simulated device
+    aiopdbp launch -n 2 examples/pipeline.py --device cupy  # SGPs, CuPy arrays end to end
+
+With ``--device sim`` or ``--device cupy`` the producer and the workers are
+SGPs (``PType.GPU``) and the data stays on the device: the producer uploads
+each chunk and streams the *device* array; a worker's ``read()`` returns a
+device array on its device, it transforms it there (queued on ``gp.stream``;
+the send is ordered after it by aiopdbp, no synchronize), and streams the
+device result to the sink, an NGP, which receives numpy.  Between ranks the
+arrays are staged through pinned chunks; on one rank they are copied device
+to device.  ``sim`` runs the same code on any machine (the "kernels" are
+numpy functions queued on simulated streams).
 
 GP i of ``[producer, worker-0, ..., worker-(K-1), sink]`` lives on rank i % N.
 """
@@ -69,13 +81,43 @@ def transform(xp: Any, x: Any) -> Any:
     return ((y - lo) / (hi - lo + 1e-6)).astype(xp.float32)
 
 
-async def producer(gp: GP, cfg: argparse.Namespace) -> None:
+class Device:
+    """The example's two device operations -- upload a host array, transform
+    a device array on the GP's stream -- over CuPy or the simulated backend."""
+
+    def __init__(self, node: aiopdbp.Node) -> None:
+        self.backend = node.devices.open().backend
+        self.cupy: Any = None
+        if self.backend.name == "cupy":
+            import cupy
+            self.cupy = cupy
+
+    def upload(self, gp: Any, host: Any) -> Any:
+        if self.cupy is not None:
+            with self.cupy.cuda.Device(gp.device), gp.stream:
+                return self.cupy.asarray(host)
+        return self.backend.asarray(host, gp.device)  # type: ignore[attr-defined]
+
+    def transform(self, gp: Any, x: Any) -> Any:
+        """``transform`` queued on ``gp.stream``: returns before it ran."""
+        if self.cupy is not None:
+            with self.cupy.cuda.Device(gp.device), gp.stream:
+                return transform(self.cupy, x)
+        be: Any = self.backend
+        out = be.empty((x.shape[0], x.shape[1] - 2, x.shape[2] - 2), np.float32, "C", gp.device)
+        be.launch(gp.device_stream, lambda: np.copyto(out.unsafe_host_view(),
+                                                      transform(np, x.unsafe_host_view())))
+        return out
+
+
+async def producer(gp: GP, cfg: argparse.Namespace, dev: Device | None) -> None:
     workers = [f"worker-{w}" for w in range(cfg.workers)]
 
     async def feed(w: int) -> None:
         n = 0
         for c in range(w, cfg.chunks, cfg.workers):
-            await gp.send_stream(workers[w], make_chunk(c, cfg.frames, cfg.height, cfg.width),
+            chunk = make_chunk(c, cfg.frames, cfg.height, cfg.width)
+            await gp.send_stream(workers[w], chunk if dev is None else dev.upload(gp, chunk),
                                  com=c, timeout=cfg.timeout)
             n += 1
         await gp.command(workers[w], STOP, n.to_bytes(4, "little"), timeout=cfg.timeout)
@@ -83,7 +125,7 @@ async def producer(gp: GP, cfg: argparse.Namespace) -> None:
     await asyncio.gather(*(feed(w) for w in range(cfg.workers)))
 
 
-async def worker(gp: GP, cfg: argparse.Namespace, xp: Any) -> None:
+async def worker(gp: GP, cfg: argparse.Namespace, xp: Any, dev: Device | None) -> None:
     done = 0
     while True:
         item = await gp.recv(timeout=cfg.timeout)
@@ -91,8 +133,10 @@ async def worker(gp: GP, cfg: argparse.Namespace, xp: Any) -> None:
             assert item.kind is Kind.COMMAND and item.com == STOP
             await gp.command("sink", STOP, done.to_bytes(4, "little"), timeout=cfg.timeout)
             return
-        frames = await item.read()                      # numpy, host memory
-        if xp is np:
+        frames = await item.read()      # numpy, or (SGP, --device) a device array on gp.device
+        if dev is not None:                             # stays on the device
+            out = dev.transform(gp, frames)
+        elif xp is np:
             out = transform(np, frames)
         else:                                           # host -> GPU -> host
             out = xp.asnumpy(transform(xp, xp.asarray(frames)))
@@ -136,18 +180,20 @@ async def sink(gp: GP, cfg: argparse.Namespace) -> dict[str, Any]:
 
 
 async def main(cfg: argparse.Namespace) -> int:
-    xp = _xp(cfg.cpu)
+    xp = _xp(cfg.cpu or cfg.device != "none")
     names = ["producer", *(f"worker-{w}" for w in range(cfg.workers)), "sink"]
-    async with aiopdbp.open_node() as node:
+    async with aiopdbp.open_node(device=cfg.device) as node:
         rank, size = node.rank, node.size
+        dev = Device(node) if cfg.device != "none" else None
+        sgp = aiopdbp.PType.GPU if dev is not None else aiopdbp.PType.CPU
 
         async def role(name: str) -> Any:
-            async with node.process(name) as gp:
+            async with node.process(name, sgp if name != "sink" else aiopdbp.PType.CPU) as gp:
                 if name == "producer":
-                    return await producer(gp, cfg)
+                    return await producer(gp, cfg, dev)
                 if name == "sink":
                     return await sink(gp, cfg)
-                return await worker(gp, cfg, xp)
+                return await worker(gp, cfg, xp, dev)
 
         mine = [nm for i, nm in enumerate(names) if i % size == rank]
         t0 = time.perf_counter()
@@ -158,7 +204,8 @@ async def main(cfg: argparse.Namespace) -> int:
         res = results["sink"]
         mb_in = cfg.chunks * cfg.frames * cfg.height * cfg.width * 4 / 1e6
         print(f"pipeline: {cfg.chunks} chunks x {cfg.frames} frames {cfg.height}x{cfg.width} "
-              f"float32 ({mb_in:.1f} MB) -> {cfg.workers} workers ({xp.__name__}) -> sink, "
+              f"float32 ({mb_in:.1f} MB) -> {cfg.workers} workers "
+              f"({xp.__name__ if dev is None else 'SGPs, ' + dev.backend.name + ' device'}) -> sink, "
               f"{size} host(s), {elapsed:.3f} s", flush=True)
         print(f"throughput: {mb_in / elapsed:.1f} MB/s in, {cfg.chunks * cfg.frames / elapsed:.0f} "
               "frames/s (end to end, the sink's checks included)", flush=True)
@@ -178,6 +225,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--height", type=int, default=120)
     ap.add_argument("--width", type=int, default=160)
     ap.add_argument("--cpu", action="store_true", help="numpy even when CuPy is present")
+    ap.add_argument("--device", choices=["none", "sim", "cupy"], default="none",
+                    help="SGP producer and workers with device arrays end to end: the simulated "
+                         "backend (any machine) or CuPy (a GPU); default none: NGPs as above")
     ap.add_argument("--timeout", type=float, default=60.0)
     cfg = ap.parse_args(argv)
     if cfg.workers < 1 or cfg.chunks < 0 or cfg.frames < 1 or cfg.height < 3 or cfg.width < 3:
@@ -185,5 +235,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return cfg
 
 
+async def _main(cfg: argparse.Namespace) -> int:
+    try:
+        return await main(cfg)
+    except aiopdbp.DeviceError as exc:  # e.g. --device cupy without CuPy or a GPU
+        print(f"pipeline: --device {cfg.device}: {exc}", file=sys.stderr, flush=True)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(aiopdbp.run(main(parse(sys.argv[1:]))))
+    sys.exit(aiopdbp.run(_main(parse(sys.argv[1:]))))

@@ -117,6 +117,20 @@ def test_pipeline_mpi() -> None:
     assert "2 host(s)" in out and "content OK" in out, out
 
 
+def test_pipeline_device_sim_in_process() -> None:
+    out = run_local([str(EXAMPLES / "pipeline.py"), "--workers", "2", "--chunks", "8", "--device", "sim"])
+    assert "(SGPs, sim device)" in out, out
+    assert "sink: all 8 chunks arrived once, in order per worker, content OK" in out, out
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_pipeline_device_sim_mpi() -> None:
+    out = check_mpi(run_mpi(EXAMPLES / "pipeline.py", n=2,
+                            args=["--workers", "3", "--chunks", "12", "--device", "sim"], timeout=90))
+    assert "2 host(s)" in out and "(SGPs, sim device)" in out and "content OK" in out, out
+
+
 # ----------------------------------------------------------- hello cluster
 def test_hello_cluster_in_process() -> None:
     out = run_local([str(EXAMPLES / "hello_cluster.py")])

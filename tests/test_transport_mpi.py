@@ -229,6 +229,9 @@ def test_launch_command_shape_and_validation() -> None:
         pytest.skip("needs mpiexec")
     cmd = launch_mod.launch_command(3, ["prog.py", "--x", "1"], mpiexec_args=["-v"])
     assert cmd[1:] == ["-v", "-n", "3", sys.executable, "prog.py", "--x", "1"]
+    assert launch_mod.launch_command(2, ["python", "prog.py"])[-2:] == [sys.executable, "prog.py"]
+    assert launch_mod.launch_command(2, ["python3", "prog.py"])[-2:] == [sys.executable, "prog.py"]
+    assert launch_mod.launch_command(2, ["/opt/py/bin/python3.12", "p.py"])[-2:] == ["/opt/py/bin/python3.12", "p.py"]
     with pytest.raises(ValueError):
         launch_mod.launch_command(0, ["prog.py"])
     with pytest.raises(ValueError):

@@ -46,6 +46,8 @@ and every error path can be tested on a machine without a GPU:
   sequence number to :attr:`SimBackend.trace`; :meth:`SimBackend.note` adds
   a caller's mark to the same sequence, so a test asserts *ordering* ("copy
   of chunk 2 ended before the send of chunk 1 completed"), never timing.
+  Entries also carry ``time.perf_counter()``, for benchmarks that measure
+  how much simulated copies overlapped.
 * **Shutdown**: :meth:`SimBackend.close` stops every worker (delays are
   interruptible), fails what is still queued (its events raise
   ``DeviceError``) and joins the threads, so no thread outlives the backend.
@@ -56,6 +58,7 @@ from __future__ import annotations
 import collections
 import itertools
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -94,6 +97,7 @@ class TraceEntry(NamedTuple):
     kind: str  #: operation kind, or the note's text
     stream: str
     nbytes: int
+    time: float = 0.0  #: ``time.perf_counter()`` when logged (wall-clock overlap checks)
 
 
 class SimArray:
@@ -526,7 +530,7 @@ class SimBackend(DeviceBackend):
     def _log(self, phase: str, kind: str, stream: str, nbytes: int) -> int:
         with self._lock:
             seq = next(self._seq)
-            self.trace.append(TraceEntry(seq, phase, kind, stream, nbytes))
+            self.trace.append(TraceEntry(seq, phase, kind, stream, nbytes, time.perf_counter()))
         return seq
 
 

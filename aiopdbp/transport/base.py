@@ -23,6 +23,13 @@ Contract every implementation keeps:
   event loop thread and must not block; flow control (credits) is the node's
   business, so a transport may deliver whenever a message is complete.
 * ``aclose()`` is idempotent; sends after it raise ``ClosedResourceError``.
+* Raw point-to-point messages (:meth:`Transport.raw_isend` /
+  :meth:`Transport.raw_irecv`, used by the device staging for its pinned
+  chunks): matched by (source, tag) in posting order, like MPI's
+  non-overtaking rule, received straight into the caller's buffer, never
+  coalesced and never seen by ``deliver``.  A send may complete only once
+  a matching receive took it (rendezvous), so a receiver must match every
+  raw message it was sent.
 * Optional receive-buffer hook: ``start(deliver, alloc)``.  Before receiving a
   message of ``n`` bytes the transport may call ``alloc(source, channel, n)``;
   if it returns a writable buffer of exactly ``n`` bytes, the message is
@@ -36,8 +43,9 @@ from __future__ import annotations
 import abc
 import asyncio
 import enum
+import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import ClosedResourceError
 
@@ -48,6 +56,53 @@ Buffer = Any  # anything with the buffer protocol (bytes, memoryview, ndarray, .
 DeliverFn = Callable[[int, "Channel", memoryview], None]
 # alloc(source_rank, channel, nbytes) -> writable buffer of exactly nbytes, or None
 AllocFn = Callable[[int, "Channel", int], Any]
+
+
+class RawRequest(Protocol):
+    """A posted raw send or receive (:meth:`Transport.raw_isend`)."""
+
+    #: bytes received (receives, once done; -1 when cancelled)
+    received: int
+
+    def done(self) -> bool:
+        """True once the buffer is free again; never blocks; raises if the
+        operation failed (e.g. a message longer than the receive buffer)."""
+        ...
+
+    def cancel(self) -> None:
+        """Withdraw a receive not matched yet (``done()`` then reports it,
+        with ``received == -1``); no effect on sends."""
+        ...
+
+
+class LoopPoller:
+    """Calls ``poller()`` from the event loop until :meth:`remove`: every loop
+    iteration (``call_soon``) while it reports progress and for ``spin``
+    seconds after, then on a timer (the loop's timer resolution is about
+    1 ms, too coarse to follow a device copy, fine for an idle wait)."""
+
+    def __init__(self, poller: Callable[[], bool], spin: float = 2e-3, tick: float = 2e-4) -> None:
+        self._poller = poller
+        self._spin = spin
+        self._tick_s = tick
+        self._stop = False
+        self._loop = asyncio.get_running_loop()
+        self._last = time.perf_counter()  # a new poller has work: spin first
+        self._loop.call_soon(self._tick)
+
+    def _tick(self) -> None:
+        if self._stop:
+            return
+        now = time.perf_counter()
+        if self._poller():
+            self._last = now
+        if now - self._last < self._spin:
+            self._loop.call_soon(self._tick)
+        else:
+            self._loop.call_later(self._tick_s, self._tick)
+
+    def remove(self) -> None:
+        self._stop = True
 
 
 class Channel(enum.IntEnum):
@@ -129,22 +184,19 @@ class Transport(abc.ABC):
     def add_poller(self, poller: Callable[[], bool]) -> Callable[[], None]:
         """Have ``poller()`` called by the transport's progress (device
         staging's CUDA events); returns a function that removes it.  The
-        default calls it from a loop task every iteration while it reports
-        work (transports without a progress engine)."""
-        loop = asyncio.get_running_loop()
-        stop = False
+        default is a :class:`LoopPoller` (transports without a progress engine)."""
+        return LoopPoller(poller).remove
 
-        def tick() -> None:
-            if not stop:
-                poller()
-                loop.call_later(0.0002, tick)
+    #: raw tags are 0 .. raw_tag_limit - 1 (0: the transport has no raw messages)
+    raw_tag_limit: int = 0
 
-        loop.call_soon(tick)
+    def raw_isend(self, dest: int, tag: int, buf: Buffer) -> RawRequest:
+        """Post a raw send of ``buf`` (kept unmodified until ``done()``) to host ``dest``."""
+        raise NotImplementedError(f"the {self.name} transport has no raw messages")
 
-        def remove() -> None:
-            nonlocal stop
-            stop = True
-        return remove
+    def raw_irecv(self, source: int, tag: int, buf: Buffer) -> RawRequest:
+        """Post a raw receive from host ``source`` into the writable ``buf``."""
+        raise NotImplementedError(f"the {self.name} transport has no raw messages")
 
     def abort(self, message: str, code: int = 1) -> None:  # pragma: no cover - default
         """Tear the whole job down (used when a rank's program raised)."""

@@ -6,6 +6,13 @@ Every block is copied on send, as a network would, and delivered in order per
 queue so control messages overtake queued data, like the dual channel over
 MPI.  Tests run the whole multi-host runtime -- codec, pools, credits, table
 replication, streams -- over it, without mpiexec.
+
+Raw messages (:meth:`InProcTransport.raw_isend`) behave like MPI's
+rendezvous protocol: a send stays pending, its buffer referenced, until a
+receive with the same (source, destination, tag) is posted; then the bytes
+are copied and both complete.  So a sender's chunk is busy until the peer
+took it, as over MPI, and a test sees a receiver that never matches as a
+send that never completes.
 """
 
 from __future__ import annotations
@@ -18,6 +25,35 @@ from typing import Any
 from ..errors import ClosedResourceError, TransportError
 from .base import Buffer, Channel, DeliverFn, Transport
 
+_RawKey = tuple[int, int, int]  # (source, destination, tag)
+
+
+class _RawRequest:
+    """A raw send or receive of the fabric (the RawRequest protocol)."""
+
+    __slots__ = ("buf", "received", "error", "finished", "_queue")
+
+    def __init__(self, buf: Buffer) -> None:
+        mv = memoryview(buf)
+        self.buf = mv if mv.ndim == 1 and mv.format == "B" else mv.cast("B")
+        self.received = 0
+        self.error: BaseException | None = None
+        self.finished = False
+        self._queue: deque[_RawRequest] | None = None  # where it waits for its match
+
+    def done(self) -> bool:
+        if self.error is not None:
+            raise self.error
+        return self.finished
+
+    def cancel(self) -> None:
+        q = self._queue
+        if q is not None and not self.finished:
+            q.remove(self)
+            self._queue = None
+            self.received = -1
+            self.finished = True
+
 
 class InProcFabric:
     """``n`` endpoints that deliver to each other inside one event loop."""
@@ -28,6 +64,28 @@ class InProcFabric:
         self.endpoints = [InProcTransport(self, rank, n) for rank in range(n)]
         self.messages = 0
         self.bytes = 0
+        self._raw: dict[_RawKey, tuple[deque[_RawRequest], deque[_RawRequest]]] = {}
+
+    def raw_post(self, key: _RawKey, req: _RawRequest, send: bool) -> _RawRequest:
+        """Queue a raw send or receive and complete what now matches."""
+        sends, recvs = self._raw.setdefault(key, (deque(), deque()))
+        q = sends if send else recvs
+        q.append(req)
+        req._queue = q
+        while sends and recvs:
+            s, r = sends.popleft(), recvs.popleft()
+            s._queue = r._queue = None
+            n = s.buf.nbytes
+            if n > r.buf.nbytes:
+                r.error = TransportError(f"raw message of {n} bytes truncated to {r.buf.nbytes}")
+            else:
+                r.buf[:n] = s.buf
+                r.received = n
+            s.finished = r.finished = True
+            s.buf = r.buf = memoryview(b"")  # nothing referenced after completion
+        if not sends and not recvs:
+            del self._raw[key]
+        return req
 
     def __getitem__(self, rank: int) -> InProcTransport:
         return self.endpoints[rank]
@@ -144,6 +202,30 @@ class InProcTransport(Transport):
         self._closed = True
         for q in self._queues:
             q.clear()
+
+    raw_tag_limit = 1 << 30
+
+    def raw_isend(self, dest: int, tag: int, buf: Buffer) -> _RawRequest:
+        """Post a raw send (completes when ``dest`` posts the matching receive)."""
+        self._check_raw(dest, tag)
+        if self.fabric.endpoints[dest]._closed:
+            raise TransportError(f"host {dest} has closed its transport")
+        self.fabric.messages += 1
+        return self.fabric.raw_post((self.rank, dest, tag), _RawRequest(buf), True)
+
+    def raw_irecv(self, source: int, tag: int, buf: Buffer) -> _RawRequest:
+        """Post a raw receive into ``buf`` (completes when ``source``'s send matches)."""
+        self._check_raw(source, tag)
+        if memoryview(buf).readonly:
+            raise ValueError("raw_irecv needs a writable buffer")
+        return self.fabric.raw_post((source, self.rank, tag), _RawRequest(buf), False)
+
+    def _check_raw(self, peer: int, tag: int) -> None:
+        self._check_open()
+        if not 0 <= peer < self.size:
+            raise TransportError(f"no host {peer} in a fabric of {self.size}")
+        if not 0 <= tag < self.raw_tag_limit:
+            raise ValueError(f"raw tag {tag} outside [0, {self.raw_tag_limit})")
 
     def abort(self, message: str, code: int = 1) -> None:
         raise TransportError(f"host {self.rank} aborted: {message}")

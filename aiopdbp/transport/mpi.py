@@ -25,6 +25,13 @@ MPICH the cost on the message path is within noise.  If the application
 imported mpi4py first, its choice stands; ``"thread"`` mode then falls back to
 ``"poll"`` with a warning when the level is lower than MULTIPLE.
 
+Raw messages (:meth:`MPITransport.raw_isend`, the device staging's pinned
+chunks) are plain ``Isend``/``Irecv`` on the data communicator with tags
+from :data:`RAW_TAG_BASE` up: the engine only probes its own tag (below
+32768), so it never takes them, and they are never coalesced or copied.
+Their requests are tested by whoever posted them (the device poller, from
+an engine step).
+
 Message sizes: mpi4py 4 uses the MPI-4 large-count (``_c``) entry points when
 the MPI library has them (MPICH >= 4 does), so a single block may exceed
 2 GiB; the receive side allocates exactly the probed byte count.
@@ -57,6 +64,8 @@ __all__ = ["MPITransport", "mpi_world_size", "prepare_mpi_import", "load_mpi"]
 
 #: every message of the transport uses this tag on its channel communicator
 TAG = 0
+#: raw tag t travels as MPI tag RAW_TAG_BASE + t (above every engine tag)
+RAW_TAG_BASE = 32768
 # Each transport a process creates uses the next tag (modulo the guaranteed
 # MPI_TAG_UB of 32767).  Every rank creates its transports in the same order
 # (the Dup() calls are collective), so the tags agree; a message left over
@@ -157,6 +166,33 @@ def _watchdog(timeout: float) -> tuple[int, int] | None:
             os._exit(0)
     os.close(r)
     return w, pid
+class _RawRequest:
+    """An ``Isend``/``Irecv`` of a raw message (the RawRequest protocol)."""
+
+    __slots__ = ("_req", "_status", "_buf", "received")
+
+    def __init__(self, req: Any, status: Any, buf: Buffer) -> None:
+        self._req = req
+        self._status = status
+        self._buf = buf  # MPI may touch it until the request completes
+        self.received = 0
+
+    def done(self) -> bool:
+        req = self._req
+        if req is None:
+            return True
+        if not req.Test(self._status):
+            return False
+        st = self._status
+        self.received = -1 if st.Is_cancelled() else st.Get_count(load_mpi().BYTE)
+        self._req = self._buf = None
+        return True
+
+    def cancel(self) -> None:
+        if self._req is not None:
+            self._req.Cancel()
+
+
 class MPITransport(Transport):
     """Blocks between MPI ranks: zero copy, dual channel, one progress engine.
 
@@ -223,6 +259,7 @@ class MPITransport(Transport):
             max_backoff_s=None if max_backoff_us is None else max_backoff_us * 1e-6,
         )
         self._quiescing: asyncio.Future[None] | None = None
+        self._raw_limit: int | None = None
 
     # ------------------------------------------------------------- helpers
 
@@ -329,6 +366,37 @@ class MPITransport(Transport):
     def add_poller(self, poller: Callable[[], bool]) -> Callable[[], None]:
         """Call ``poller()`` at every progress step (see the engine)."""
         return self._engine.add_poller(poller)
+
+    @property
+    def raw_tag_limit(self) -> int:  # type: ignore[override]
+        """Raw tags available: the MPI library's ``TAG_UB`` above :data:`RAW_TAG_BASE`."""
+        if self._raw_limit is None:
+            ub = self._base.Get_attr(load_mpi().TAG_UB)
+            self._raw_limit = max(0, int(ub or 0) - RAW_TAG_BASE + 1)
+        return self._raw_limit
+
+    def raw_isend(self, dest: int, tag: int, buf: Buffer) -> _RawRequest:
+        """``Isend`` of ``buf`` to rank ``dest`` with raw tag ``tag`` (zero copy)."""
+        _MPI = self._check_raw(dest, tag)
+        req = self._data.Isend([buf, _MPI.BYTE], dest, RAW_TAG_BASE + tag)
+        self._engine.kick()
+        return _RawRequest(req, _MPI.Status(), buf)
+
+    def raw_irecv(self, source: int, tag: int, buf: Buffer) -> _RawRequest:
+        """``Irecv`` from rank ``source`` with raw tag ``tag`` straight into ``buf``."""
+        _MPI = self._check_raw(source, tag)
+        req = self._data.Irecv([buf, _MPI.BYTE], source, RAW_TAG_BASE + tag)
+        self._engine.kick()
+        return _RawRequest(req, _MPI.Status(), buf)
+
+    def _check_raw(self, peer: int, tag: int) -> Any:
+        if self._closed or not self._started:
+            self._refuse(peer, Channel.DATA)
+        if not 0 <= peer < self.size:
+            raise ValueError(f"rank {peer} out of range 0..{self.size - 1}")
+        if not 0 <= tag < self.raw_tag_limit:
+            raise ValueError(f"raw tag {tag} outside [0, {self.raw_tag_limit})")
+        return load_mpi()
 
     @property
     def control_comm(self) -> Any:

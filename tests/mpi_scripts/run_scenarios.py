@@ -1,6 +1,10 @@
 """SPMD runner of the behaviour scenarios (``tests/scenarios.py``) under mpiexec.
 
-    mpiexec -n 2 python tests/mpi_scripts/run_scenarios.py NAME [NAME ...]
+    mpiexec -n 2 python tests/mpi_scripts/run_scenarios.py [--registry MODULE] NAME [NAME ...]
+
+``--registry MODULE`` takes the scenarios from ``MODULE.SCENARIOS`` (a module
+of ``tests/`` built on ``scenarios.py``, e.g. ``devicepath_scenarios``)
+instead of ``scenarios.SCENARIOS``.
 
 For each scenario, every rank opens its node with ``aiopdbp.open_node(**options)``
 (the MPI transport, since the job has several ranks), runs the scenario,
@@ -47,7 +51,12 @@ sys.path.insert(0, str(TESTS.parent))
 import aiopdbp  # noqa: E402
 from aiopdbp.transport.mpi import load_mpi  # noqa: E402
 
+import importlib  # noqa: E402
+
 import scenarios  # noqa: E402
+
+#: where the scenarios come from (``--registry``)
+REGISTRY = scenarios.SCENARIOS
 
 if os.environ.get("AIOPDBP_SCENARIO_LOG"):
     import logging
@@ -96,7 +105,7 @@ class Run:
     def __init__(self, idx: int, name: str) -> None:
         self.idx = idx
         self.name = name
-        self.sc = scenarios.SCENARIOS[name]
+        self.sc = REGISTRY[name]
         self.notice_reqs: list[object] = []
         self.notices_seen: set[int] = set()
         self._buf = bytearray(8)
@@ -190,9 +199,9 @@ class Run:
 
 
 async def main(names: list[str]) -> int:
-    unknown = [n for n in names if n not in scenarios.SCENARIOS]
+    unknown = [n for n in names if n not in REGISTRY]
     if unknown:
-        print(f"unknown scenarios: {unknown}; known: {sorted(scenarios.SCENARIOS)}", file=sys.stderr)
+        print(f"unknown scenarios: {unknown}; known: {sorted(REGISTRY)}", file=sys.stderr)
         return 2
     failed = 0
     for idx, name in enumerate(names):
@@ -202,7 +211,11 @@ async def main(names: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:] or list(scenarios.SCENARIOS)
+    args = sys.argv[1:]
+    if args[:1] == ["--registry"]:
+        REGISTRY = importlib.import_module(args[1]).SCENARIOS
+        args = args[2:]
+    args = args or list(REGISTRY)
     rc = aiopdbp.run(main(args))
     COMM.Free()
     sys.exit(rc)
