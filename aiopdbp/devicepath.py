@@ -454,7 +454,7 @@ class DevicePath:
         except BaseException:
             tgt.unreserve(pid, cost)
             raise
-        self.node.manager.submit(tgt, pid, Message.make((gp.name, kind, com, payload, gp.pid)))
+        self.node.manager.submit(tgt, pid, Message((gp.name, kind, com, payload, gp.pid)))
         self.counts["sent_local"] += 1
 
     async def send_stream(self, gp: GP, dest: str, data: Any, *, segment_size: int | None, com: int,
@@ -653,7 +653,7 @@ class DevicePath:
         except (BrokenResourceError, ClosedResourceError):
             self.node.router.refund(host, stream.dest_pid, CREDIT_OVERHEAD)
             return
-        msg = Message.make((stream.source, kind, stream.com, arr, stream.source_pid))
+        msg = Message((stream.source, kind, stream.com, arr, stream.source_pid))
         self.node.router.deliver_remote(host, stream.dest_pid, [msg], CREDIT_OVERHEAD)
 
     def refuse_incoming(self, host: int, key: tuple[int, int], meta: StreamMeta) -> None:

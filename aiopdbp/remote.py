@@ -26,9 +26,12 @@ order is one.
 before it receives a data message: one up to ``block_size`` lands in a
 block of the sub-pool RCBP_src.  A block of short messages (BPS) is decoded
 in bulk into :class:`~aiopdbp.message.Message` objects, handed to the
-router per destination GP, and the block is released at once; full records
-(BP) have their payloads copied out first.  Larger messages -- the payload
-half of a split frame -- arrive in their own buffer and are not copied.
+router per destination GP, and the block is released at once; everything
+else that landed in a block has its payload copied out first -- full records
+(BP), and the payload half of a split frame, which the transport may have
+put in a block because it allocates when it probes, before the header half
+is delivered.  Messages larger than a block arrive in their own buffer and
+are not copied.
 
 *Dual channel.*  Everything that is not data travels on the control channel
 as a typed message (:mod:`aiopdbp.control`): table updates, per-destination
@@ -648,7 +651,9 @@ class Remote:
         host = s.host
         if s.split_head is not None:
             head, s.split_head = s.split_head, None
-            self._place_cdu(host, decode_split(head, buf), False)
+            # The payload half may sit in a pool block too: the transport
+            # allocates when it probes, before the header half is delivered.
+            self._place_cdu(host, decode_split(head, buf), in_block)
             return
         if len(buf) > 1 and buf[1] == _BPS:  # the commonest: short messages (checked in decode)
             self.router.place_shorts(host, buf)

@@ -82,5 +82,5 @@ class SGP(GP):
             except asyncio.CancelledError:
                 self._held = item
                 raise
-            return Message.make((item.source, item.kind, item.com, data, item.source_pid))
+            return Message((item.source, item.kind, item.com, data, item.source_pid))
         return item

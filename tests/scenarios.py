@@ -230,8 +230,11 @@ def dump_tasks(title: str) -> None:
     sys.stderr.flush()
 
 
-async def run_on_node(sc: Scenario | str, node: aiopdbp.Node) -> None:
-    """Run one scenario on one (started) node, bounded by its timeout."""
+async def run_on_node(sc: Scenario | str, node: aiopdbp.Node,
+                      on_failure: Callable[[BaseException], None] | None = None) -> None:
+    """Run one scenario on one (started) node, bounded by its timeout;
+    ``on_failure(exc)`` hears of the scenario's own error at once, before
+    its GPs are freed (a peer failing in turn may cancel that cleanup)."""
     sc = SCENARIOS[sc] if isinstance(sc, str) else sc
     try:
         watchdog = None
@@ -243,7 +246,12 @@ async def run_on_node(sc: Scenario | str, node: aiopdbp.Node) -> None:
         try:
             async with asyncio.timeout(sc.timeout) as deadline:
                 async with Ctx(node, sc) as ctx:
-                    await sc.fn(ctx)
+                    try:
+                        await sc.fn(ctx)
+                    except Exception as exc:
+                        if on_failure is not None:  # before the cleanup, which may be cancelled
+                            on_failure(exc)
+                        raise
         except TimeoutError as exc:
             if deadline.expired():
                 raise TimeoutError(f"scenario {sc.name!r} did not finish within {sc.timeout:g} s") from exc
@@ -884,6 +892,46 @@ async def one_to_n(ctx: Ctx) -> None:
         for i, gp in dsts.items():
             tg.create_task(_receive_checked(gp, 1, functools.partial(lambda i, s: f"1n.{i}", i),
                                             functools.partial(lambda i, s: size + i, i), ctx.timeout))
+
+
+@scenario()
+async def split_segments_outlive_their_pool_block(ctx: Ctx) -> None:
+    """Stream segments big enough to travel as split frames (header and
+    payload as two transport messages) are read only after the receive
+    pool's blocks were reused by other traffic from the same host: every
+    byte is still the sender's (the payload half may land in a pool block,
+    as the transport allocates it before the header half is delivered)."""
+    owner = ctx.size - 1
+    seg = 32 << 10
+    nbytes = 6 * seg
+    nside = 3000
+    if ctx.rank == owner:
+        dst = await ctx.process("dst")
+        side = await ctx.process("side")
+    if ctx.rank == 0:
+        src = await ctx.process("src")
+    await ctx.barrier("registered")
+
+    async def send_side() -> None:
+        for i in range(nside):  # ~3 MB coalesced: cycles every block of the pool row
+            await src.send(ctx.name("side"), pattern(f"side{i}", 1000), timeout=ctx.timeout)
+
+    async def receive() -> None:
+        for i in range(nside):
+            msg = await side.recv(timeout=ctx.timeout)
+            assert isinstance(msg, Message) and msg.data == pattern(f"side{i}", 1000), f"side message {i}"
+        st = await dst.recv(timeout=ctx.timeout)
+        assert isinstance(st, IncomingStream), st
+        data = bytes(await st.read())
+        assert len(data) == nbytes and sha(data) == sha(pattern("split", nbytes)), "stream corrupted"
+
+    async with asyncio.TaskGroup() as tg:
+        if ctx.rank == 0:
+            tg.create_task(src.send_stream(ctx.name("dst"), pattern("split", nbytes), segment_size=seg,
+                                           timeout=ctx.timeout))
+            tg.create_task(send_side())
+        if ctx.rank == owner:
+            tg.create_task(receive())
 
 
 @scenario()

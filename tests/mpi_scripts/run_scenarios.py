@@ -120,7 +120,7 @@ class Run:
             if node.size != SIZE:
                 raise RuntimeError(f"open_node() gave a node of size {node.size} under {SIZE} ranks "
                                    f"(transport {node.transport!r})")
-            await scenarios.run_on_node(self.sc, node)
+            await scenarios.run_on_node(self.sc, node, self._report)
         except BaseException:
             if scenarios.VERBOSE:
                 print(f"rank {RANK} node at failure: {node.stats()}\n"
@@ -140,6 +140,13 @@ class Run:
                 self.notices_seen.add(src)
                 return src
             await asyncio.sleep(0.005)
+
+    def _report(self, exc: BaseException) -> None:
+        # At once: a peer that fails in turn may have this run cancelled (and
+        # this cause lost) while the scenario's GPs are being freed.
+        print(f"rank {RANK}: scenario {self.name!r} failed:", file=sys.stderr)
+        traceback.print_exception(exc, file=sys.stderr)
+        sys.stderr.flush()
 
     def _notify(self) -> None:
         for r in range(SIZE):
