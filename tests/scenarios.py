@@ -1114,7 +1114,7 @@ async def table_consistency(ctx: Ctx) -> None:
     k = 6
     gps = []
     for j in range(k):
-        gp = await ctx.node.register(ctx.name("t", ctx.rank, j), PType.GPU if j % 3 == 0 else PType.CPU)
+        gp = await ctx.node.register(ctx.name("t", ctx.rank, j), PType.COMM if j % 3 == 0 else PType.CPU)
         if j % 2 == 0:
             await gp.apply_pipe()
         gps.append(gp)

@@ -33,9 +33,9 @@ async def _yield(times: int = 10) -> None:
 # ------------------------------------------------------------------ lifecycle
 async def test_register_apply_release_free_update_pta_each_step(pdbp_node) -> None:
     node = pdbp_node
-    gp = await node.register("worker", PType.GPU)
+    gp = await node.register("worker", PType.COMM)
     entry = node.tables.pta[gp.pid]
-    assert (entry.name, entry.ptype, entry.node, entry.pipe) == ("worker", PType.GPU, node.rank, None)
+    assert (entry.name, entry.ptype, entry.node, entry.pipe) == ("worker", PType.COMM, node.rank, None)
     assert node.tables.pid_of("worker") == gp.pid
     assert gp.pipe is None
 
