@@ -51,6 +51,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, NoReturn, Protocol, TextIO, TypeVar
@@ -361,10 +362,16 @@ def _hard_exit(code: int) -> NoReturn:
     os._exit(code)
 
 
+#: seconds between the last output and MPI_Abort: hydra's proxy forwards a
+#: rank's output from a pipe, and an abort that came at once lost it under load
+ABORT_FLUSH_S = 0.2
+
+
 def _abort(code: int) -> NoReturn:
     """Abort the whole MPI job (the peers may not know we failed)."""
     unlink_own_shm()
     _flush_all()
+    time.sleep(ABORT_FLUSH_S)
     with contextlib.suppress(Exception):
         from .transport.mpi import load_mpi
 

@@ -345,8 +345,8 @@ class GP:
         if is_device_array(data):
             return await self.node.devices.send_stream(self, dest, data, segment_size=segment_size, com=com,
                                                        timeout=timeout, copy=copy)
-        return await send_stream(self, dest, data, segment_size=segment_size or DEFAULT_SEGMENT, com=com,
-                                 timeout=timeout)
+        return await send_stream(self, dest, data, com=com, timeout=timeout,
+                                 segment_size=DEFAULT_SEGMENT if segment_size is None else segment_size)
 
     # -- CPI: receiving ------------------------------------------------------------
     def _inbox(self) -> Pipe[Any]:

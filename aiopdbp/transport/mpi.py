@@ -19,11 +19,10 @@ shared-memory path the control message surfaces after the backlog's
 rendezvous headers, i.e. after about one probe per queued message.)
 
 MPI thread level: ``MPI_THREAD_MULTIPLE`` is requested (see
-:func:`prepare_mpi_import`) because the ``"thread"`` progress mode calls MPI
-from the progress thread while the event loop thread posts ``Isend``.  With
-MPICH the cost on the message path is within noise.  If the application
-imported mpi4py first, its choice stands; ``"thread"`` mode then falls back to
-``"poll"`` with a warning when the level is lower than MULTIPLE.
+:func:`prepare_mpi_import`) because the liveness heartbeat thread
+(:mod:`aiopdbp.liveness`) calls MPI while the event loop thread posts
+``Isend``.  With MPICH the cost on the message path is within noise.  If the
+application imported mpi4py first, its choice stands.
 
 Raw messages (:meth:`MPITransport.raw_isend`, the device staging's pinned
 chunks) are plain ``Isend``/``Irecv`` on the data communicator with tags
@@ -52,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..backoff import Backoff
 from ..errors import ClosedResourceError, HandshakeError
-from ..job import record_own_shm
+from ..job import ABORT_FLUSH_S, record_own_shm
 from .base import AllocFn, Buffer, Channel, DeliverFn, Transport
 
 if TYPE_CHECKING:
@@ -526,6 +525,9 @@ class MPITransport(Transport):
         try:
             print(message, file=sys.stderr, flush=True)
             sys.stdout.flush()
+            # Hydra's proxy forwards our output from a pipe; MPI_Abort tears it
+            # down, and under load it lost the message (seen in the test suite).
+            time.sleep(ABORT_FLUSH_S)
         finally:
             try:
                 self._base.Abort(code)
