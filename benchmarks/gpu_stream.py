@@ -1,7 +1,7 @@
 """Device streams across 2 ranks: aiopdbp's pipelined staging vs the naive path.
 
-    aiopdbp launch -n 2 python benchmarks/gpu_stream.py                  # CuPy, 1 GiB
-    aiopdbp launch -n 2 python benchmarks/gpu_stream.py --device sim     # anywhere
+    aiopdbp launch -n 2 benchmarks/gpu_stream.py                  # CuPy, 1 GiB
+    aiopdbp launch -n 2 benchmarks/gpu_stream.py --device sim     # anywhere
 
 Rank 0 streams one device array to an SGP on rank 1 (``send_stream``; the
 receiver's ``read()`` returns the complete device array, and ``send_stream``

@@ -23,7 +23,7 @@ Commands:
                           (bench_local, bench_barrier)
 
 ``.venv`` is created with the interpreter that runs this script.  The project is
-installed editable (``pip install -e .[test,bench]``) and a stamp file records what was
+installed editable (``pip install -e .[test,bench,video]``) and a stamp file records what was
 installed; while ``pyproject.toml`` is unchanged since then, pip is not run again,
 so a second call starts at once.  ``--reinstall`` forces the install step.
 """
