@@ -59,6 +59,7 @@ MiB = 1 << 20
 PAYLOAD = bytes(range(64))
 TARGET_MSGS = 300_000.0
 TARGET_GBS = 5.0
+TARGET_VS_QUEUE = 0.5   # issue 8: GP -> GP at least half a bare asyncio.Queue
 
 
 # ------------------------------------------------------------------ messages
@@ -80,6 +81,29 @@ async def msg_run(prods: list[GP], cons: GP, n: int) -> float:
 
     t0 = time.perf_counter()
     await asyncio.gather(consume(), *(produce(p) for p in prods))
+    return total / (time.perf_counter() - t0)
+
+
+async def queue_run(k: int, n: int, maxsize: int) -> float:
+    """The baseline of (a): the same pattern over a bare ``asyncio.Queue``
+    (bounded like a private pipe) between ``k`` producer tasks and one
+    consumer task; msgs/s."""
+    per = n // k
+    total = per * k
+    q: asyncio.Queue[bytes] = asyncio.Queue(maxsize)
+
+    async def produce() -> None:
+        put = q.put
+        for _ in range(per):
+            await put(PAYLOAD)
+
+    async def consume() -> None:
+        get = q.get
+        for _ in range(total):
+            await get()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(consume(), *(produce() for _ in range(k)))
     return total / (time.perf_counter() - t0)
 
 
@@ -173,14 +197,23 @@ async def bench(args: argparse.Namespace, loop_name: str) -> dict[str, Any]:
 
         # (a) short messages
         if args.messages > 0:
-            variants: dict[str, Callable[[], Awaitable[float]]] = {
-                f"{k} -> 1": functools.partial(msg_run, prods[:k], cons, args.messages) for k in args.producers}
+            variants: dict[str, Callable[[], Awaitable[float]]] = {}
+            for k in args.producers:
+                variants[f"{k} -> 1"] = functools.partial(msg_run, prods[:k], cons, args.messages)
+                variants[f"{k} -> 1 asyncio.Queue"] = functools.partial(
+                    queue_run, k, args.messages, node.pps.pipe_capacity)
             samples = await interleaved(variants, args.repeat)
             rows: list[dict[str, Any]] = []
             for key, vals in samples.items():
                 med = statistics.median(vals)
+                if key.endswith("asyncio.Queue"):
+                    rows.append({"pattern": key, "msgs/s (median)": med, "min": min(vals), "max": max(vals),
+                                 "target": "-", "ok": "-", "x Queue": "1"})
+                    continue
+                q = statistics.median(samples[key + " asyncio.Queue"])
                 rows.append({"pattern": key, "msgs/s (median)": med, "min": min(vals), "max": max(vals),
-                             "target": TARGET_MSGS, "ok": "yes" if med >= TARGET_MSGS else "NO"})
+                             "target": TARGET_MSGS, "ok": "yes" if med >= TARGET_MSGS else "NO",
+                             "x Queue": f"{med / q:.2f} (target >= {TARGET_VS_QUEUE})"})
             print(f"\n(a) 64-byte short messages, {args.messages:,} per run, {args.repeat} runs, {loop_name}")
             print_table(rows)
             results["messages"] = [dict(r, samples=samples[r["pattern"]]) for r in rows]
