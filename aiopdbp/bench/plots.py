@@ -80,7 +80,7 @@ def write_plots(out: Path, rows: Sequence[Mapping[str, Any]], meta: Mapping[str,
 
     out.mkdir(parents=True, exist_ok=True)
     made: list[Path] = []
-    where = f"{meta.get('transport')}, {meta.get('event_loop')}"
+    where = f"{_transport_label(meta.get('transport'))}, {meta.get('event_loop')}"
     line = meta.get("line_rate_bps")
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     all_ranks = sorted({int(r["ranks"]) for r in rows})
@@ -156,3 +156,21 @@ def write_plots(out: Path, rows: Sequence[Mapping[str, Any]], meta: Mapping[str,
         fig.suptitle(where, fontsize=8)
         finish(fig, "p2p.png")
     return made, ""
+
+
+def _transport_label(transport: Any) -> str:
+    """One short label for a figure: merged runs list one transport per rank
+    count (``network (3 hosts), emulated 1gbit ...``); keep what they share."""
+    if not isinstance(transport, (list, tuple)):
+        return str(transport)
+    labels = [str(t) for t in transport]
+    if len(set(labels)) <= 1:
+        return labels[0] if labels else "?"
+    import re
+
+    hosts = sorted({int(m) for t in labels for m in re.findall(r"\((\d+) hosts?\)", t)})
+    rest = {re.sub(r"\s*\(\d+ hosts?\)", "", t) for t in labels}
+    if hosts and len(rest) == 1:
+        return f"{rest.pop()}, {'/'.join(map(str, hosts))} hosts"
+    return "; ".join(dict.fromkeys(labels))
+

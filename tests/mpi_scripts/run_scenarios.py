@@ -99,6 +99,12 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _is_handshake_failure(exc: BaseException) -> bool:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return isinstance(exc, aiopdbp.HandshakeError)
+
+
 class Run:
     """One scenario on this rank."""
 
@@ -168,6 +174,11 @@ class Run:
             else:
                 traceback.print_exception(exc, file=sys.stderr)
                 detail = one_line(exc)
+                if _is_handshake_failure(exc):
+                    # The node's Idup collectives may be left unmatched: every
+                    # later node in this job would pair with the wrong ones.
+                    abort(self.name, f"{detail} -- a failed handshake leaves MPI collectives "
+                                     "unmatched, so no later scenario of this job can start")
                 self._notify()
         elif watch in done:
             peer = watch.result()
