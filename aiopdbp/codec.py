@@ -43,7 +43,7 @@ import dataclasses
 import enum
 import pickle
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Union
 
 import msgpack
@@ -633,7 +633,8 @@ ShortRun = tuple[int, list[Any], int]
 
 
 def _decode_shorts(mv: memoryview, count: int, names: Mapping[int, str] | None,
-                   make: type[tuple[Any, ...]]) -> list[ShortRun]:
+                   make: type[tuple[Any, ...]],
+                   unknown: Callable[[int], str] | None = None) -> list[ShortRun]:
     # One pass from wire to the receiver's record: no intermediate tuple, no
     # second loop; consecutive records for one GP form one run, so placing
     # them is one pipe operation.
@@ -671,7 +672,12 @@ def _decode_shorts(mv: memoryview, count: int, names: Mapping[int, str] | None,
             off = stop
         if src != last_src:
             last_src = src
-            source = src if names is None else (names.get(src) or f"<pid {src}>")
+            if names is None:
+                source = src
+            else:
+                source = names.get(src)
+                if source is None:
+                    source = f"<pid {src}>" if unknown is None else unknown(src)
         if dest != run_dest:
             if run:
                 runs.append((run_dest, run, run_bytes))
@@ -689,14 +695,16 @@ def _decode_shorts(mv: memoryview, count: int, names: Mapping[int, str] | None,
 
 def decode_shorts(buf: Buffer, *, names: Mapping[int, str] | None = None,
                   make: type[tuple[Any, ...]] = tuple,
-                  limits: Limits = DEFAULT_LIMITS) -> list[ShortRun]:
+                  limits: Limits = DEFAULT_LIMITS,
+                  unknown: Callable[[int], str] | None = None) -> list[ShortRun]:
     """Decode one BPS frame in bulk, straight into the receiver's records.
 
     Returns runs ``[(dest, [record, ...], payload_bytes), ...]``: consecutive
     records for the same destination GP form one run (order kept).  Each
     record is ``make((source, kind, com, data, source_pid))`` (``make`` a
     tuple type, e.g. the receiver's message class, called with one tuple): ``source`` is the name
-    ``names`` gives the source pid (``"<pid N>"`` when it has none) or, with
+    ``names`` gives the source pid (``unknown(pid)``, by default
+    ``"<pid N>"``, when it has none) or, with
     no ``names``, the pid; ``kind`` a :class:`Kind`; ``data`` a ``bytes``
     copy or None.  Raises only :class:`ProtocolError`.
     """
@@ -705,14 +713,14 @@ def decode_shorts(buf: Buffer, *, names: Mapping[int, str] | None = None,
         version, mtype, count, body_len = _L1.unpack_from(buf)
         if (version == VERSION and mtype == _BPS and count and len(buf) == 8 + body_len
                 and body_len <= limits.max_frame):
-            return _decode_shorts(buf, count, names, make)
+            return _decode_shorts(buf, count, names, make, unknown)
     mv = _byte_view(buf)
     mt, count, body_len = _header(mv, limits)
     if mt is not MsgType.BPS:
         raise ProtocolError(f"not a BPS frame: {mt.name}")
     if len(mv) != _L1.size + body_len:
         raise ProtocolError(f"frame holds {len(mv) - _L1.size} body bytes, header says {body_len}")
-    return _decode_shorts(mv, count, names, make)
+    return _decode_shorts(mv, count, names, make, unknown)
 
 
 # ---------------------------------------------------------------- decoding

@@ -130,6 +130,8 @@ class GP:
         self.ptype = ptype
         self._pipe: Pipe[Any] | None = None
         self._freed = False
+        #: taken from the pipe, then a wait for its sender's name was cancelled
+        self._unnamed: Message | IncomingStream | None = None
         # hot-path aliases: a send is a few dict lookups and one call
         self._router = node.router
         self._submit = node.manager.submit
@@ -365,20 +367,48 @@ class GP:
         Cancellation: a cancelled receive takes nothing from the pipe.
         """
         pipe = self._pipe
-        if pipe is None or self._freed:
+        item: Message | IncomingStream
+        if pipe is None or self._freed or self._unnamed is not None:
+            if self._unnamed is not None:
+                item, self._unnamed = self._unnamed, None
+                return await self._named(item)
             pipe = self._inbox()
         try:
-            item: Message | IncomingStream = pipe.receive_nowait()
-            return item
+            item = pipe.receive_nowait()
         except WouldBlock:
-            pass
-        if timeout is None:
-            return await pipe.receive()  # type: ignore[no-any-return]
-        async with asyncio.timeout(timeout):
-            return await pipe.receive()  # type: ignore[no-any-return]
+            if timeout is None:
+                item = await pipe.receive()
+            else:
+                async with asyncio.timeout(timeout):
+                    item = await pipe.receive()
+        if type(item) is Message:
+            if type(item[0]) is str:
+                return item
+        elif type(item.source) is str:
+            return item
+        return await self._named(item)
+
+    async def _named(self, item: Message | IncomingStream) -> Message | IncomingStream:
+        """``item`` with its sender's name: its data overtook the table update
+        that registers the sender (:class:`~aiopdbp.tables.PendingName`)."""
+        try:
+            name = await self._router.source_name(item.source_pid)
+        except asyncio.CancelledError:
+            self._unnamed = item  # the next recv returns it: nothing is lost
+            raise
+        if type(item) is Message:
+            return Message((name, item[1], item[2], item[3], item[4]))
+        item.source = name
+        return item
 
     def recv_nowait(self) -> Message | IncomingStream:
-        """The next item, or ``WouldBlock`` when the pipe is empty."""
+        """The next item, or ``WouldBlock`` when the pipe is empty.  (An item
+        whose sender's registration has not reached this host yet names it
+        ``"<pid N>"``; :meth:`recv` waits for the name.)"""
+        held = self._unnamed
+        if held is not None:
+            self._unnamed = None
+            return held
         item: Message | IncomingStream = self._inbox().receive_nowait()
         return item
 

@@ -86,6 +86,7 @@ class Router:
         self._ever_bound: set[int] = set()
         self._name_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._bind_waiters: dict[int, list[asyncio.Future[None]]] = {}
+        self._pid_waiters: dict[int, list[asyncio.Future[None]]] = {}
         self._parked: dict[int, deque[tuple[int, list[Any], int]]] = {}
         self._marks: dict[Pipe[Any], deque[list[int]]] = {}  # [end, host, pid, cost]
         self._owed: dict[tuple[int, int], int] = {}
@@ -102,6 +103,7 @@ class Router:
         if op == "proc_reg":
             self._left.discard(args[0])
             _wake(self._name_waiters.pop(args[0], ()))
+            _wake(self._pid_waiters.pop(result, ()))
             if len(args) > 3 and args[3] is not None:
                 self.on_update("pipe_bind", (result, args[3]), args[3])
             elif result in self._parked and self.tables.pta[result].node != self.rank:
@@ -152,6 +154,30 @@ class Router:
             if not waiters:
                 self._name_waiters.pop(name, None)
         return self.tables.pid_of(name)
+
+    async def source_name(self, pid: int) -> str:
+        """The name of GP ``pid`` that sent something here: data can overtake
+        the table update that registers its sender, so wait for that update
+        (at most ``name_timeout``; then the ``"<pid N>"`` placeholder).
+
+        Cancellation: nothing to undo.
+        """
+        name = self.tables.names.get(pid)
+        if name is not None or self._closed is not None:
+            return name or self.tables.name_of(pid)
+        fut = asyncio.get_running_loop().create_future()
+        waiters = self._pid_waiters.setdefault(pid, [])
+        waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, self.name_timeout)
+        except Exception:  # timed out, or the node closed: the placeholder
+            pass
+        finally:
+            if fut in waiters:
+                waiters.remove(fut)
+            if not waiters:
+                self._pid_waiters.pop(pid, None)
+        return self.tables.name_of(pid)
 
     def target_nowait(self, pid: int) -> Target:
         """The target of a bound GP, else :class:`NoPipeError` (or
@@ -210,7 +236,8 @@ class Router:
         """Deliver a BPS frame of short messages from ``host``: decoded
         straight into :class:`Message` records, one pipe operation per run
         of records for the same GP (raises only ``ProtocolError``)."""
-        for pid, msgs, nbytes in decode_shorts(buf, names=self._names, make=Message):
+        for pid, msgs, nbytes in decode_shorts(buf, names=self._names, make=Message,
+                                               unknown=self.tables.name_of):
             cost = nbytes + CREDIT_OVERHEAD * len(msgs)
             tgt: Any = self.targets.get(pid)
             if type(tgt) is Pipe and not tgt.closed:  # deliver_remote's common case
@@ -347,13 +374,15 @@ class Router:
     def close(self, exc: BaseException) -> None:
         """The node closes: every waiter fails with ``exc``; parked items go."""
         self._closed = exc
-        for waiters in (*self._name_waiters.values(), *self._bind_waiters.values()):
+        for waiters in (*self._name_waiters.values(), *self._bind_waiters.values(),
+                        *self._pid_waiters.values()):
             for fut in waiters:
                 if not fut.done():
                     fut.set_exception(exc)
                     fut.exception()
         self._name_waiters.clear()
         self._bind_waiters.clear()
+        self._pid_waiters.clear()
         self._parked.clear()
 
     def stats(self) -> dict[str, int]:

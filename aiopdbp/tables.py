@@ -75,6 +75,16 @@ class StreamEntry:
 UpdateFn = Callable[[str, tuple[Any, ...], Any], None]
 
 
+class PendingName(str):
+    """``"<pid N>"``: the name of a GP whose registration has not reached
+    this host yet -- data can overtake the table update that registers its
+    sender (they travel on different channels).  A ``str``, so it prints and
+    compares as the placeholder; its type tells a receiver to look again
+    (``GP.recv`` waits for the registration before it returns such an item)."""
+
+    __slots__ = ()
+
+
 class Tables:
     """NTA + PTA + MTA with one entry point for updates."""
 
@@ -137,7 +147,9 @@ class Tables:
             raise UnknownProcessError(f"pid {pid}") from None
 
     def name_of(self, pid: int) -> str:
-        return self.names.get(pid) or f"<pid {pid}>"
+        """The GP's name, or a :class:`PendingName` ``"<pid N>"`` while its
+        registration has not reached this host."""
+        return self.names.get(pid) or PendingName(f"<pid {pid}>")
 
     def processes_on(self, node: int) -> list[ProcessEntry]:
         return [p for p in self.pta.values() if p.node == node]

@@ -10,6 +10,7 @@ import pytest
 
 import aiopdbp
 from aiopdbp.node import DEFAULT_NAME_TIMEOUT
+from aiopdbp.tables import PendingName
 from aiopdbp import (
     ClosedResourceError,
     DuplicateProcessError,
@@ -615,3 +616,44 @@ async def test_async_for_ends_when_pipe_released(pdbp_node) -> None:
 async def test_async_for_over_gp_without_pipe_yields_nothing(pdbp_node) -> None:
     gp = await pdbp_node.register("c")
     assert [item async for item in gp] == []
+
+
+# ------------------------------------------- data ahead of its sender's name
+def _unnamed_message(pid: int) -> Message:
+    """What a host builds when data from GP ``pid`` overtakes the table update
+    that registers it (the two travel on different channels)."""
+    return Message((PendingName(f"<pid {pid}>"), Kind.SHORT, 0, b"x", pid))
+
+
+async def test_recv_waits_for_the_name_of_a_sender_registered_after_its_message(pdbp_node, pdbp_spawn) -> None:
+    node = pdbp_node
+    async with node.process("rcv") as rcv:
+        late_pid = rcv.pid + 1
+        rcv.pipe.send_nowait(_unnamed_message(late_pid))
+        task = await pdbp_spawn(rcv.recv())
+        assert not task.done()
+        late = await node.register("late")
+        assert late.pid == late_pid  # pids are handed out in order
+        msg = await task
+        assert (msg.source, type(msg.source), msg.source_pid, msg.data) == ("late", str, late_pid, b"x")
+
+
+async def test_recv_cancelled_while_waiting_for_a_name_loses_nothing(pdbp_node, pdbp_spawn) -> None:
+    node = pdbp_node
+    async with node.process("rcv") as rcv:
+        late_pid = rcv.pid + 1
+        rcv.pipe.send_nowait(_unnamed_message(late_pid))
+        task = await pdbp_spawn(rcv.recv())
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await node.register("late")
+        msg = await rcv.recv()
+        assert (msg.source, msg.data) == ("late", b"x")
+
+
+async def test_recv_gives_the_placeholder_when_the_sender_never_registers() -> None:
+    async with aiopdbp.open_node(name_timeout=0.05) as node, node.process("rcv") as rcv:
+        rcv.pipe.send_nowait(_unnamed_message(999))
+        msg = await rcv.recv()
+        assert (msg.source, msg.data) == ("<pid 999>", b"x")
