@@ -140,7 +140,10 @@ hb.stop()
 s = hb.stats()
 result.update(lost=sorted(hb.lost), departed=s["departed"], received=s["received"], sent=s["sent"],
               stalls=s["stalls"], thread_cpu_s=s["thread_cpu_s"], abandoned=s["abandoned"])
-print("RESULT " + json.dumps(result), flush=True)
+# one write: print() writes the text and the newline separately, and mpiexec
+# merges the ranks' output, so another rank's line could land in between
+sys.stdout.write("RESULT " + json.dumps(result) + "\n")
+sys.stdout.flush()
 # Goodbyes may arrive after our own stop: discard them before Comm_free
 # (MPICH refuses to free a communicator with unmatched messages).
 world_barrier()

@@ -104,4 +104,6 @@ def run(
         traceback.print_exc()
         sys.stderr.flush()
         transport.abort(f"rank {transport.rank}: transport test failed", 1)
-    print(f"rank {transport.rank} OK {transport.progress_mode}", flush=True)
+    # one write (print() writes the newline separately; mpiexec merges ranks' output)
+    sys.stdout.write(f"rank {transport.rank} OK {transport.progress_mode}\n")
+    sys.stdout.flush()

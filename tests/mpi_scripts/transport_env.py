@@ -29,4 +29,5 @@ except ValueError as exc:  # the thread mode is gone: say so, do not fall back s
     assert "progress mode" in str(exc), exc
 else:
     raise AssertionError("AIOPDBP_PROGRESS=thread was accepted")
-print(f"rank {t.rank} OK env size={t.size} mode={t.progress_mode} thread_level={MPI.Query_thread()}", flush=True)
+sys.stdout.write(f"rank {t.rank} OK env size={t.size} mode={t.progress_mode} thread_level={MPI.Query_thread()}\n")
+sys.stdout.flush()  # one write: mpiexec merges the ranks' output
