@@ -194,7 +194,7 @@ class Job:
         if main is not None and not main.done():
             main.cancel(f"aiopdbp: {stop.describe()}")
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def on_signal(self, signum: int, frame: Any) -> None:
         # A plain signal handler (not loop.add_signal_handler): it runs at the
         # next bytecode even while a coroutine keeps the loop busy.
         self._signals += 1
@@ -456,7 +456,7 @@ def _signal_handlers(job: Job) -> Iterator[None]:
     sigs = (signal.SIGINT, signal.SIGTERM)
     old = {s: signal.getsignal(s) for s in sigs}
     for s in sigs:
-        signal.signal(s, job._on_signal)
+        signal.signal(s, job.on_signal)
     try:
         yield
     finally:

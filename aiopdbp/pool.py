@@ -556,7 +556,7 @@ class Slot:
     :meth:`append` several small records (coalescing) before committing.
     """
 
-    __slots__ = ("host", "cell", "view", "used", "_pool", "_mode")
+    __slots__ = ("host", "cell", "view", "used", "owner", "mode")
 
     def __init__(
         self, pool: AsyncPool, host: int, cell: int, view: memoryview, used: int, mode: str
@@ -565,13 +565,13 @@ class Slot:
         self.cell = cell
         self.view = view
         self.used = used
-        self._pool = pool
-        self._mode = mode  # "w" held by writer, "r" held by reader, "" finished
+        self.owner = pool
+        self.mode = mode  # "w" held by writer, "r" held by reader, "" finished
 
     @property
     def room(self) -> int:
         """Bytes still free in the block."""
-        return len(self.view) - self.used if self._mode == "w" else 0
+        return len(self.view) - self.used if self.mode == "w" else 0
 
     @property
     def data(self) -> memoryview:
@@ -580,7 +580,7 @@ class Slot:
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Copy ``data`` after what is there; returns its offset in the block."""
-        if self._mode != "w":
+        if self.mode != "w":
             raise ValueError("slot is not open for writing")
         src = memoryview(data).cast("B")
         n = len(src)
@@ -592,7 +592,7 @@ class Slot:
         return offset
 
     def __repr__(self) -> str:
-        return f"Slot(host={self.host}, cell={self.cell}, used={self.used}, mode={self._mode!r})"
+        return f"Slot(host={self.host}, cell={self.cell}, used={self.used}, mode={self.mode!r})"
 
 
 class _Waiters:
@@ -679,14 +679,14 @@ class AsyncPool:
         self._own(slot, "w")
         n = slot.used if nbytes is None else nbytes
         self.matrix[slot.host].commit(slot.cell, n)
-        slot.used, slot._mode = n, ""
+        slot.used, slot.mode = n, ""
         self._data[slot.host].wake_all()
 
     def abort(self, slot: Slot) -> None:
         """Give an acquired slot back without sending anything."""
         self._own(slot, "w")
         self.matrix[slot.host].abort(slot.cell)
-        slot._mode = ""
+        slot.mode = ""
         self._data[slot.host].wake_all()  # a later committed cell may be next now
         self._space[slot.host].wake_all()
 
@@ -723,7 +723,7 @@ class AsyncPool:
         """The reader is done with ``slot``; its cell may be reused."""
         self._own(slot, "r")
         self.matrix[slot.host].release(slot.cell)
-        slot._mode = ""
+        slot.mode = ""
         self._space[slot.host].wake_all()
 
     def close(self) -> None:
@@ -748,7 +748,7 @@ class AsyncPool:
         return row
 
     def _own(self, slot: Slot, mode: str) -> None:
-        if slot._pool is not self or slot._mode != mode:
+        if slot.owner is not self or slot.mode != mode:
             held = "for writing" if mode == "w" else "for reading"
             raise ValueError(f"{slot!r} is not held {held} here")
 

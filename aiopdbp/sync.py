@@ -282,7 +282,7 @@ class _Registry:
     def on_update(self, op: str, args: tuple[Any, ...], result: Any) -> None:
         if op == "proc_free":
             for member, index in self.watchers.pop(args[0], ()):
-                member._pid_freed(index)
+                member.on_pid_freed(index)
 
 
 _REGISTRIES: weakref.WeakKeyDictionary[Node, _Registry] = weakref.WeakKeyDictionary()
@@ -524,7 +524,7 @@ class _SyncMember:
         await self.aclose()
 
     # -- failure bookkeeping --------------------------------------------------
-    def _pid_freed(self, i: int) -> None:
+    def on_pid_freed(self, i: int) -> None:
         """Table listener: a watched pid was freed (peer ``i``'s companion, or
         with ``_OWN`` this member's own GP)."""
         if i == _OWN:

@@ -104,12 +104,12 @@ class SimArray:
     """A simulated device array: host memory that only the backend touches."""
 
     __aiopdbp_sim_device__ = True
-    __slots__ = ("_data", "device", "_backend")
+    __slots__ = ("_data", "device", "backend")
 
     def __init__(self, data: npt.NDArray[Any], device: int, backend: SimBackend) -> None:
         self._data = data
         self.device = device
-        self._backend = backend
+        self.backend = backend
 
     @property
     def dtype(self) -> np.dtype[Any]:
@@ -138,7 +138,7 @@ class SimArray:
     def get(self) -> npt.NDArray[Any]:
         """A numpy copy, after the device's current stream has drained (like
         ``cupy.ndarray.get()``; blocks)."""
-        self._backend.current_stream(self.device).synchronize()
+        self.backend.current_stream(self.device).synchronize()
         return self._data.copy(order="K")
 
     def unsafe_host_view(self) -> npt.NDArray[Any]:
@@ -147,7 +147,7 @@ class SimArray:
         return self._data
 
     def __getitem__(self, key: Any) -> SimArray:
-        return SimArray(self._data[key], self.device, self._backend)
+        return SimArray(self._data[key], self.device, self.backend)
 
     def __len__(self) -> int:
         return len(self._data)
@@ -163,27 +163,27 @@ class SimEvent:
     """A recorded point of a simulated stream."""
 
     def __init__(self, label: str) -> None:
-        self._flag = threading.Event()
-        self._error: BaseException | None = None
+        self.flag = threading.Event()
+        self.error: BaseException | None = None
         self.label = label
 
     def done(self) -> bool:
-        if not self._flag.is_set():
+        if not self.flag.is_set():
             return False
         self._raise()
         return True
 
     def synchronize(self) -> None:
-        self._flag.wait()
+        self.flag.wait()
         self._raise()
 
     def _raise(self) -> None:
-        if self._error is not None:
-            raise DeviceError(f"simulated device work before event {self.label} failed: {self._error}") from self._error
+        if self.error is not None:
+            raise DeviceError(f"simulated device work before event {self.label} failed: {self.error}") from self.error
 
-    def _complete(self, error: BaseException | None) -> None:
-        self._error = error
-        self._flag.set()
+    def complete(self, error: BaseException | None) -> None:
+        self.error = error
+        self.flag.set()
 
 
 class SimHold:
@@ -193,8 +193,8 @@ class SimHold:
         self.event = event
 
     def release(self) -> None:
-        if not self.event._flag.is_set():
-            self.event._complete(None)
+        if not self.event.flag.is_set():
+            self.event.complete(None)
 
 
 class _Op:
@@ -215,7 +215,7 @@ class SimStream:
     """A simulated stream: a FIFO of operations drained by one worker thread."""
 
     def __init__(self, backend: SimBackend, device: int, name: str) -> None:
-        self._backend = backend
+        self.backend = backend
         self._device = device
         self.name = name
         self._ops: collections.deque[_Op] = collections.deque()
@@ -235,7 +235,7 @@ class SimStream:
             while self._ops and not self._stopping:
                 self._cv.wait()
 
-    def _submit(self, op: _Op) -> None:
+    def submit(self, op: _Op) -> None:
         with self._cv:
             if self._stopping:
                 raise DeviceError(f"simulated stream {self.name} is closed") from ClosedResourceError("backend closed")
@@ -245,7 +245,7 @@ class SimStream:
                 self._thread.start()
             self._cv.notify_all()
 
-    def _stop(self) -> threading.Thread | None:
+    def stop(self) -> threading.Thread | None:
         with self._cv:
             self._stopping = True
             self._cv.notify_all()
@@ -260,7 +260,7 @@ class SimStream:
                 if self._stopping:
                     for op in self._ops:  # fail what never ran: its events must not hang
                         if op.event is not None:
-                            op.event._complete(closed)
+                            op.event.complete(closed)
                     self._ops.clear()
                     self._cv.notify_all()
                     return
@@ -272,12 +272,12 @@ class SimStream:
                 self._cv.notify_all()
 
     def _execute(self, op: _Op, closed: BaseException) -> None:
-        be = self._backend
+        be = self.backend
         if op.kind == "record":
             assert op.event is not None
             err = self._sticky or self._pending_error
             self._pending_error = None
-            op.event._complete(err)
+            op.event.complete(err)
             return
         if op.kind == "wait":
             assert op.wait_for is not None
@@ -286,11 +286,11 @@ class SimStream:
                 self._pending_error = self._pending_error or err
             return
         gate_error = self._wait(op.gate, closed) if op.gate is not None else None
-        be._log("start", op.kind, self.name, op.nbytes)
+        be.log("start", op.kind, self.name, op.nbytes)
         error = self._sticky or op.fail or gate_error
         if error is None:
             delay = be.copy_delay + be.byte_delay * op.nbytes if op.kind != "kernel" else 0.0
-            if delay > 0 and be._stop.wait(delay):
+            if delay > 0 and be.stopping.wait(delay):
                 error = closed
             elif op.fn is not None:
                 try:
@@ -301,17 +301,17 @@ class SimStream:
             if op.sticky:
                 self._sticky = error
             self._pending_error = self._pending_error or error
-            be._log("failed", op.kind, self.name, op.nbytes)
+            be.log("failed", op.kind, self.name, op.nbytes)
         else:
-            be._log("end", op.kind, self.name, op.nbytes)
+            be.log("end", op.kind, self.name, op.nbytes)
 
 
     def _wait(self, event: SimEvent, closed: BaseException) -> BaseException | None:
         """Stall this worker until ``event`` completes (or the backend closes)."""
-        while not event._flag.wait(0.05):
-            if self._backend._stop.is_set():
+        while not event.flag.wait(0.05):
+            if self.backend.stopping.is_set():
                 return closed
-        return event._error
+        return event.error
 
 
 def _bytes_of(arr: SimArray) -> npt.NDArray[np.uint8]:
@@ -352,7 +352,7 @@ class SimBackend(DeviceBackend):
         self._seq = itertools.count()
         self._labels = itertools.count()
         self._counts: collections.Counter[str] = collections.Counter()
-        self._stop = threading.Event()
+        self.stopping = threading.Event()
         self._streams: list[SimStream] = []
         self._holds: list[SimHold] = []
         self._gates: dict[tuple[str, int], SimHold] = {}
@@ -382,7 +382,7 @@ class SimBackend(DeviceBackend):
         return SimArray(data, dev, self)
 
     def inspect(self, obj: Any) -> ArrayInfo:
-        if not isinstance(obj, SimArray) or obj._backend is not self:
+        if not isinstance(obj, SimArray) or obj.backend is not self:
             raise TypeError(f"{type(obj).__name__} is not a device array of this simulated backend")
         data = obj.unsafe_host_view()
         return ArrayInfo(
@@ -423,7 +423,7 @@ class SimBackend(DeviceBackend):
         s = self._stream(stream)
         op = _Op("record")
         op.event = SimEvent(f"{s.name}#{next(self._labels)}")
-        s._submit(op)
+        s.submit(op)
         return op.event
 
     def wait_event(self, stream: Stream, event: Event) -> None:
@@ -431,7 +431,7 @@ class SimBackend(DeviceBackend):
             raise TypeError(f"expected a SimEvent, got {type(event).__name__}")
         op = _Op("wait")
         op.wait_for = event
-        self._stream(stream)._submit(op)
+        self._stream(stream).submit(op)
 
     # -- copies
     def copy_d2h(self, src: Any, src_offset: int, dst: HostBuffer, stream: Stream) -> None:
@@ -476,21 +476,21 @@ class SimBackend(DeviceBackend):
 
     def note(self, text: str) -> int:
         """Add a caller's mark to :attr:`trace`; returns its sequence number."""
-        return self._log("note", text, "", 0)
+        return self.log("note", text, "", 0)
 
     def close(self) -> None:
         """Stop and join every worker; queued operations fail (idempotent)."""
         if self._closed:
             return
         self._closed = True
-        self._stop.set()
+        self.stopping.set()
         with self._lock:
             holds, streams = list(self._holds), list(self._streams)
-        threads = [t for t in (s._stop() for s in streams) if t is not None]  # before waking them
+        threads = [t for t in (s.stop() for s in streams) if t is not None]  # before waking them
         closed = ClosedResourceError("simulated backend closed")
         for hold in holds:
-            if not hold.event._flag.is_set():
-                hold.event._complete(closed)
+            if not hold.event.flag.is_set():
+                hold.event.complete(closed)
         for t in threads:
             t.join()
 
@@ -502,7 +502,7 @@ class SimBackend(DeviceBackend):
         return s
 
     def _stream(self, stream: Stream) -> SimStream:
-        if not isinstance(stream, SimStream) or stream._backend is not self:
+        if not isinstance(stream, SimStream) or stream.backend is not self:
             raise TypeError(f"expected a stream of this simulated backend, got {type(stream).__name__}")
         return stream
 
@@ -525,9 +525,9 @@ class SimBackend(DeviceBackend):
                 if fault.at == "submit":
                     raise DeviceError(f"simulated {kind} failed") from err
                 op.fail, op.sticky = err, fault.sticky
-        s._submit(op)
+        s.submit(op)
 
-    def _log(self, phase: str, kind: str, stream: str, nbytes: int) -> int:
+    def log(self, phase: str, kind: str, stream: str, nbytes: int) -> int:
         with self._lock:
             seq = next(self._seq)
             self.trace.append(TraceEntry(seq, phase, kind, stream, nbytes, time.perf_counter()))

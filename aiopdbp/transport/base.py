@@ -124,6 +124,11 @@ class Transport(abc.ABC):
         self._tick = 0
         self._tick_pending = False
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`aclose` began."""
+        return self._closed
+
     @abc.abstractmethod
     async def start(self, deliver: DeliverFn) -> None:
         """Begin receiving; every incoming block goes to ``deliver``.

@@ -31,7 +31,7 @@ _RawKey = tuple[int, int, int]  # (source, destination, tag)
 class _RawRequest:
     """A raw send or receive of the fabric (the RawRequest protocol)."""
 
-    __slots__ = ("buf", "received", "error", "finished", "_queue")
+    __slots__ = ("buf", "received", "error", "finished", "queue")
 
     def __init__(self, buf: Buffer) -> None:
         mv = memoryview(buf)
@@ -39,7 +39,7 @@ class _RawRequest:
         self.received = 0
         self.error: BaseException | None = None
         self.finished = False
-        self._queue: deque[_RawRequest] | None = None  # where it waits for its match
+        self.queue: deque[_RawRequest] | None = None  # where it waits for its match
 
     def done(self) -> bool:
         if self.error is not None:
@@ -47,10 +47,10 @@ class _RawRequest:
         return self.finished
 
     def cancel(self) -> None:
-        q = self._queue
+        q = self.queue
         if q is not None and not self.finished:
             q.remove(self)
-            self._queue = None
+            self.queue = None
             self.received = -1
             self.finished = True
 
@@ -71,10 +71,10 @@ class InProcFabric:
         sends, recvs = self._raw.setdefault(key, (deque(), deque()))
         q = sends if send else recvs
         q.append(req)
-        req._queue = q
+        req.queue = q
         while sends and recvs:
             s, r = sends.popleft(), recvs.popleft()
-            s._queue = r._queue = None
+            s.queue = r.queue = None
             n = s.buf.nbytes
             if n > r.buf.nbytes:
                 r.error = TransportError(f"raw message of {n} bytes truncated to {r.buf.nbytes}")
@@ -150,7 +150,7 @@ class InProcTransport(Transport):
         if ctl or data:
             self._schedule()
 
-    def _accept(self, source: int, channel: Channel, block: Buffer) -> None:
+    def accept(self, source: int, channel: Channel, block: Buffer) -> None:
         if self._closed:
             return
         mv = memoryview(block).cast("B") if memoryview(block).ndim else memoryview(block)
@@ -168,10 +168,10 @@ class InProcTransport(Transport):
         if not 0 <= dest < self.size:
             raise TransportError(f"no host {dest} in a fabric of {self.size}")
         peer = self.fabric.endpoints[dest]
-        if peer._closed:
+        if peer.closed:
             raise TransportError(f"host {dest} has closed its transport")
         for block in blocks:
-            peer._accept(self.rank, Channel(channel), block)
+            peer.accept(self.rank, Channel(channel), block)
             self.sent += 1
             self.fabric.messages += 1
             self.fabric.bytes += memoryview(block).nbytes
@@ -208,7 +208,7 @@ class InProcTransport(Transport):
     def raw_isend(self, dest: int, tag: int, buf: Buffer) -> _RawRequest:
         """Post a raw send (completes when ``dest`` posts the matching receive)."""
         self._check_raw(dest, tag)
-        if self.fabric.endpoints[dest]._closed:
+        if self.fabric.endpoints[dest].closed:
             raise TransportError(f"host {dest} has closed its transport")
         self.fabric.messages += 1
         return self.fabric.raw_post((self.rank, dest, tag), _RawRequest(buf), True)
