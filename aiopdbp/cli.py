@@ -528,17 +528,9 @@ def cmd_launch(tokens: Sequence[str]) -> int:
     if parsed is None:
         return 0
     n, tcp, argv, emulate = parsed
-    from .emulate import EmulateError, EmulationUnavailable
-    from .launch import launch
+    from .launch import launch, reporting_failures
 
-    try:
-        return launch(n, argv, tcp=tcp, emulate=emulate)
-    except FileNotFoundError as exc:
-        print(f"aiopdbp launch: {exc}", file=sys.stderr)
-        return 127
-    except EmulateError as exc:  # 2: this machine/user cannot emulate; 1: it failed
-        print(f"aiopdbp launch: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, EmulationUnavailable) else 1
+    return reporting_failures("aiopdbp launch", lambda: launch(n, argv, tcp=tcp, emulate=emulate))
 
 
 # ===================================================================== main

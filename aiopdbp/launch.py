@@ -272,6 +272,22 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
         pass
 
 
+def reporting_failures(prog: str, start: Callable[[], int]) -> int:
+    """``start()``, with a launcher that cannot start turned into one line on
+    stderr and an exit code: 127 without ``mpiexec``, 2 where this machine or
+    user cannot emulate a cluster, 1 when the emulation failed."""
+    from .emulate import EmulateError, EmulationUnavailable
+
+    try:
+        return start()
+    except FileNotFoundError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 127
+    except EmulateError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, EmulationUnavailable) else 1
+
+
 def launch(
     n: int,
     argv: Sequence[str],

@@ -15,7 +15,6 @@ inject faults or gate copies are simulator-only: ``SIM_ONLY``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -66,24 +65,8 @@ def scenario(*, timeout: float = 30.0, remote_only: bool = False, sim_only: bool
 
 
 async def run_inproc(name: str | Scenario, n: int) -> None:
-    """Run device scenario ``name`` on ``n`` in-process hosts (as scenarios.run_inproc)."""
-    sc = SCENARIOS[name] if isinstance(name, str) else name
-
-    async def host(node: aiopdbp.Node) -> None:
-        try:
-            await _sc.run_on_node(sc, node)
-        except BaseException:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(1.0):
-                    await node.aclose()
-            raise
-        await node.aclose()
-
-    async with asyncio.timeout(sc.timeout + 30):
-        async with aiopdbp.open_cluster(n, **sc.node_options()) as nodes:
-            async with asyncio.TaskGroup() as tg:
-                for node in nodes:
-                    tg.create_task(host(node))
+    """Run device scenario ``name`` on ``n`` in-process hosts (scenarios.run_inproc)."""
+    await _sc.run_inproc(SCENARIOS[name] if isinstance(name, str) else name, n)
 
 
 # ------------------------------------------------------------------ helpers

@@ -265,14 +265,15 @@ async def run_on_node(sc: Scenario | str, node: aiopdbp.Node,
         raise
 
 
-async def run_inproc(name: str, n: int) -> None:
-    """Run scenario ``name`` on ``n`` in-process hosts, all concurrently.
+async def run_inproc(name: str | Scenario, n: int) -> None:
+    """Run scenario ``name`` (or a :class:`Scenario` of another registry) on
+    ``n`` in-process hosts, all concurrently.
 
     Like one MPI rank each, every host closes its own node as soon as its
     part of the scenario is done (a closing node waits for the others' BYE).
     The first host that fails cancels the others (TaskGroup); the failure is
     re-raised (an ExceptionGroup holding the host's exception)."""
-    sc = SCENARIOS[name]
+    sc = SCENARIOS[name] if isinstance(name, str) else name
     close_timeout = DEFAULT_NODE_OPTIONS["close_timeout"]
 
     async def host(node: aiopdbp.Node) -> None:
@@ -290,7 +291,7 @@ async def run_inproc(name: str, n: int) -> None:
         async with open_cluster(n, **sc.node_options()) as nodes:
             async with asyncio.TaskGroup() as tg:
                 for node in nodes:
-                    tg.create_task(host(node), name=f"scenario-{name}-rank{node.rank}")
+                    tg.create_task(host(node), name=f"scenario-{sc.name}-rank{node.rank}")
 
 
 # ============================================================== data helpers

@@ -250,16 +250,9 @@ def _launcher(ns: argparse.Namespace) -> Callable[[int, list[str]], int] | int:
 
 def _run_one(start: Callable[[int, list[str]], int], n: int, argv: list[str]) -> int:
     """``start(n, argv)`` with launcher failures turned into a message and an exit code."""
-    from ..emulate import EmulateError, EmulationUnavailable
+    from ..launch import reporting_failures
 
-    try:
-        return start(n, argv)
-    except FileNotFoundError as exc:
-        print(f"aiopdbp bench: {exc}", file=sys.stderr)
-        return 127
-    except EmulateError as exc:  # 2: this machine/user cannot emulate; 1: it failed
-        print(f"aiopdbp bench: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, EmulationUnavailable) else 1
+    return reporting_failures("aiopdbp bench", lambda: start(n, argv))
 
 
 def _launch(ns: argparse.Namespace, opts: Options, argv: Sequence[str]) -> int:
