@@ -15,7 +15,6 @@ spinning.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,15 +23,12 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-with warnings.catch_warnings():  # an import-time warning of CuPy is not ours to fail on
-    warnings.simplefilter("ignore")
-    cp = pytest.importorskip("cupy")
 try:
-    _NDEV = int(cp.cuda.runtime.getDeviceCount())
-except Exception:  # no driver, no device
-    _NDEV = 0
-if _NDEV < 1:
-    pytest.skip("no CUDA device", allow_module_level=True)
+    from tests.cuda_guard import cupy_or_skip
+except ImportError:
+    from cuda_guard import cupy_or_skip  # type: ignore[no-redef]
+
+cp, _NDEV = cupy_or_skip()
 
 from aiopdbp.device.backend import Stream  # noqa: E402
 from aiopdbp.device.cupy_backend import CupyBackend, CupyStream  # noqa: E402
