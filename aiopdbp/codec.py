@@ -110,6 +110,7 @@ class MsgType(enum.IntEnum):
     STOP_ACK = 0x0F       # a rank heard of a failure
     TABLE_REQ = 0x20      # a stream-binding (MTA) update asked of rank 0
     TABLE_ACK = 0x21      # rank 0's answer to TABLE_REQ
+    CREDIT_ASK = 0x22     # a sender is parked for credit towards these GPs
     # DMP, data channel (paper section 4.3)
     UDATA = 0x10
     LOCAL = 0x11
@@ -191,6 +192,7 @@ CONTROL_SCHEMAS: dict[MsgType, dict[str, type | tuple[type, ...]]] = {
     MsgType.STOP_ACK: {"rank": int},
     MsgType.TABLE_REQ: {"req": int, "op": str, "args": list},
     MsgType.TABLE_ACK: {"req": int, "ok": bool, "error": str},
+    MsgType.CREDIT_ASK: {"pids": list},
 }
 
 _L1 = struct.Struct("<BBHI")

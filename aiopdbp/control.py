@@ -23,7 +23,7 @@ The paper's kinds carry the operations they name:
 
 and the runtime's own: ``TableMsg`` (one ordered table update, broadcast by
 rank 0), ``TableReqMsg``/``TableAckMsg`` (stream-binding updates),
-``CreditMsg`` (per-destination flow control), ``StreamDoneMsg``,
+``CreditMsg`` and ``CreditAskMsg`` (per-destination flow control), ``StreamDoneMsg``,
 ``StreamCreditMsg``, ``ByeMsg``, ``StopMsg`` and ``StopAckMsg``.
 """
 
@@ -36,7 +36,8 @@ from .codec import Buffer, Control, MsgType, decode, encode_control
 from .errors import ProtocolError
 
 __all__ = [
-    "AAPMsg", "APipeMsg", "ARMsg", "ByeMsg", "CancelMsg", "ControlHandler", "CreditMsg", "CtrlMsg",
+    "AAPMsg", "APipeMsg", "ARMsg", "ByeMsg", "CancelMsg", "ControlHandler", "CreditAskMsg", "CreditMsg",
+    "CtrlMsg",
     "HInfoMsg", "MBInfoMsg", "RegMsg", "ReleaseMsg", "StopAckMsg", "StopMsg", "StreamCreditMsg",
     "StreamDoneMsg", "TableAckMsg", "TableMsg", "TableReqMsg", "decode_control",
 ]
@@ -57,6 +58,7 @@ class ControlHandler(Protocol):
     def on_table_req(self, src: int, msg: TableReqMsg) -> None: ...
     def on_table_ack(self, src: int, msg: TableAckMsg) -> None: ...
     def on_credit(self, src: int, msg: CreditMsg) -> None: ...
+    def on_credit_ask(self, src: int, msg: CreditAskMsg) -> None: ...
     def on_stream_done(self, src: int, msg: StreamDoneMsg) -> None: ...
     def on_stream_credit(self, src: int, msg: StreamCreditMsg) -> None: ...
     def on_bye(self, src: int, msg: ByeMsg) -> None: ...
@@ -273,6 +275,24 @@ class CreditMsg(CtrlMsg):
         if any(n <= 0 for _, n in grants):
             raise ProtocolError("CREDIT grants must be positive")
         return cls(grants)
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class CreditAskMsg(CtrlMsg):
+    """Senders are parked for credit towards ``pids``: return what is owed
+    below the threshold once those GPs have taken what waits for them."""
+
+    TYPE: ClassVar[MsgType] = MsgType.CREDIT_ASK
+    HANDLER: ClassVar[str] = "on_credit_ask"
+    pids: list[int]
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
+        pids = body["pids"]
+        if not pids or any(type(p) is not int or p <= 0 for p in pids):
+            raise ProtocolError("CREDIT_ASK pids must be positive ints")
+        return cls(list(pids))
 
 
 @_register

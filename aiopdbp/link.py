@@ -37,7 +37,9 @@ import asyncio
 import functools
 import logging
 import struct
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,12 +90,24 @@ class LinkStats:
     credit_short: int    # destinations whose credit is below their window now
     credit_min: int      # the least credit left towards any destination (bytes)
     pool_fallbacks: int  # blocks taken outside the pool (its row was full)
+    credit_parked: int = 0  # senders parked for credit now
+    credit_asks: int = 0    # CreditAskMsg sent (a sender parked, see "Credit")
 
 
 _SHORT_SIZE = SHORT.size
 _pack_short = SHORT.pack_into
 _FLAGS = {k: int(k) for k in (Kind.SHORT, Kind.COMMAND)}            # kind -> record flags
 _FLAGS_NONE = {k: int(k) | SHORT_NONE for k in (Kind.SHORT, Kind.COMMAND)}
+
+
+class _Waiter:
+    """A sender parked for credit: its future and what it needs."""
+
+    __slots__ = ("fut", "nbytes")
+
+    def __init__(self, fut: asyncio.Future[None], nbytes: int) -> None:
+        self.fut = fut
+        self.nbytes = nbytes
 
 
 class _Block:
@@ -117,7 +131,8 @@ class HostLink:
     remote = True
 
     def __init__(self, host: int, transport: Transport, pool: SendPool, *, window: int,
-                 block_size: int, large: int, max_inflight: int, allow_pickle: bool) -> None:
+                 block_size: int, large: int, max_inflight: int, allow_pickle: bool,
+                 ask: Callable[[int, int], None] | None = None) -> None:
         self.host = host
         self.window = window
         self._transport = transport
@@ -127,8 +142,12 @@ class HostLink:
         self._short_limit = min(SHORT_MAX + 1, large)  # bytes payloads shorter go as short records
         self._max_inflight = max_inflight
         self._allow_pickle = allow_pickle
-        self._credit: dict[int, int] = {}
-        self._credit_waiters: dict[int, deque[asyncio.Future[None]]] = {}
+        self._credit: dict[int, int] = {}          # pid -> credit left (absent: a full window)
+        self._queues: dict[int, deque[_Waiter]] = {}  # pid -> parked senders, FIFO
+        self._progress_at: dict[int, float] = {}   # pid -> last progress of its queue
+        self._asked: set[int] = set()              # pids asked for credit since the last grant
+        self._ask = ask
+        self._asks = 0
         self._open: _Block | None = None
         self._tick = -1                 # the transport tick of the last lone CDU
         self._flush_scheduled = False
@@ -140,81 +159,151 @@ class HostLink:
         self._credit_waits = self._fallbacks = 0
 
     # --------------------------------------------------------------- credit
+    # One admission rule (see the module docstring, "Credit"): ``_admit`` is
+    # the only place credit is taken; the fast paths (``reserve_nowait``,
+    # ``offer``) are the waiting path that found it need not park.
+    def _admit(self, pid: int, nbytes: int) -> bool:
+        """Take ``nbytes`` of GP ``pid``'s credit if the rule allows it *now*:
+        nobody is parked for ``pid`` and the credit covers ``min(nbytes,
+        window)`` (a message larger than the window goes once the whole
+        window is back, and credit runs negative by the excess)."""
+        if pid in self._queues:
+            return False                      # never jump a parked sender
+        c = self._credit.get(pid, self.window)
+        if c >= nbytes or c >= self.window:
+            self._credit[pid] = c - nbytes
+            return True
+        return False
+
     def reserve_nowait(self, pid: int = 0, nbytes: int = 0) -> None:
         """Take ``nbytes`` of GP ``pid``'s credit, or raise :class:`WouldBlock`
-        (pid 0: stream data, no GP credit).  A message larger than the window
-        goes once half the window is free (credit may run negative)."""
+        (pid 0: stream data, no GP credit; its segments have a window of
+        their own)."""
         if self.error is not None:
             raise self.error
-        if not pid:
-            return
-        c = self._credit.get(pid, self.window)
-        if c >= nbytes or c * 2 >= self.window:
-            self._credit[pid] = c - nbytes
-            return
-        raise WouldBlock
+        if pid and not self._admit(pid, nbytes):
+            raise WouldBlock
 
     async def reserve(self, pid: int = 0, nbytes: int = 0) -> None:
-        """Take credit towards GP ``pid``, waiting for it (backpressure).
+        """Take credit towards GP ``pid``, waiting for it (backpressure) in
+        FIFO order behind the senders already parked for ``pid``.
 
-        Cancellation: a cancelled reserve holds no credit; a wake-up it got
-        is passed on to the next waiter of the same GP.
+        Cancellation: a cancelled reserve holds no credit.  If a grant had
+        already reserved for it, the credit goes back and is handed on to
+        the next parked sender; if it was the head of the queue, the senders
+        behind it are served as far as the credit covers.
         """
-        loop = asyncio.get_running_loop()
+        if self.error is not None:
+            raise self.error
+        if pid and not self._admit(pid, nbytes):
+            await self._park(pid, nbytes)
+
+    async def _park(self, pid: int, nbytes: int) -> None:
+        """Park behind the waiters of ``pid``; a grant reserves for us."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter = _Waiter(fut, nbytes)
+        queue = self._queues.get(pid)
+        if queue is None:
+            queue = self._queues[pid] = deque()
+        queue.append(waiter)
         self._credit_waits += 1
-        while True:
-            try:
-                self.reserve_nowait(pid, nbytes)
-                return
-            except WouldBlock:
-                pass
-            fut: asyncio.Future[None] = loop.create_future()
-            waiters = self._credit_waiters.setdefault(pid, deque())
-            waiters.append(fut)
-            try:
-                await fut
-            except asyncio.CancelledError:
-                if fut.done() and not fut.cancelled() and fut.exception() is None:
-                    self._wake(pid)
-                elif fut in waiters:
-                    waiters.remove(fut)
-                raise
+        self._progress_at.setdefault(pid, time.monotonic())
+        if len(queue) == 1:
+            self._ask_for(pid)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                # reserved on our behalf just before the cancel: give it back
+                self._credit[pid] = self._credit.get(pid, self.window) + nbytes
+            else:
+                try:
+                    queue.remove(waiter)
+                except ValueError:
+                    pass
+                if not queue and self._queues.get(pid) is queue:
+                    self._drop_queue(pid)
+            self._serve(pid)
+            raise
 
     def unreserve(self, pid: int = 0, nbytes: int = 0) -> None:
         """Give back credit that will not be used."""
         self.grant(pid, nbytes)
 
     def grant(self, pid: int, nbytes: int) -> None:
-        """Host ``h`` gives back ``nbytes`` of GP ``pid``'s credit."""
+        """Host ``h`` gives back ``nbytes`` of GP ``pid``'s credit; parked
+        senders are served in order for as much as it covers."""
         if not pid:
             return
-        c = self._credit.get(pid, self.window) + nbytes
-        if c >= self.window:
-            self._credit.pop(pid, None)   # back to a full window: forget it
-        else:
-            self._credit[pid] = c
-        self._wake(pid)
+        self._asked.discard(pid)
+        self._credit[pid] = self._credit.get(pid, self.window) + nbytes
+        self._serve(pid)
 
-    def _wake(self, pid: int) -> None:
-        waiters = self._credit_waiters.get(pid)
-        while waiters:
-            fut = waiters.popleft()
-            if not fut.done():
-                fut.set_result(None)
-                return
-        self._credit_waiters.pop(pid, None)
+    def _serve(self, pid: int) -> None:
+        """Hand credit to the parked senders of ``pid``, head first, while it
+        covers the head's need (a large head holds the smaller ones behind
+        it: FIFO, so none of them can starve it)."""
+        queue = self._queues.get(pid)
+        c = self._credit.get(pid, self.window)
+        window = self.window
+        while queue:
+            waiter = queue[0]
+            if waiter.fut.done():             # cancelled while parked
+                queue.popleft()
+                continue
+            if c < waiter.nbytes and c < window:
+                break
+            queue.popleft()
+            c -= waiter.nbytes
+            waiter.fut.set_result(None)
+            self._progress_at[pid] = time.monotonic()
+        if queue:
+            self._credit[pid] = c
+            self._ask_for(pid)
+        else:
+            if queue is not None:
+                self._drop_queue(pid)
+            if c >= window:
+                self._credit.pop(pid, None)   # back to a full window: forget it
+            else:
+                self._credit[pid] = c
+
+    def _drop_queue(self, pid: int) -> None:
+        self._queues.pop(pid, None)
+        self._progress_at.pop(pid, None)
+        self._asked.discard(pid)
+
+    def _ask_for(self, pid: int) -> None:
+        """A sender is parked for ``pid``: ask host ``h`` once per grant for
+        the credit it owes below its return threshold (see "Credit")."""
+        if pid not in self._asked and self._ask is not None and self.error is None:
+            self._asked.add(pid)
+            self._asks += 1
+            self._ask(self.host, pid)
 
     def fail(self, exc: BaseException) -> None:
         """Host ``h`` is gone: every sender waiting for it gets ``exc``."""
         if self.error is not None:
             return
         self.error = exc
-        for waiters in self._credit_waiters.values():
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_exception(exc)
-                    fut.exception()
-        self._credit_waiters.clear()
+        for queue in self._queues.values():
+            for waiter in queue:
+                if not waiter.fut.done():
+                    waiter.fut.set_exception(exc)
+                    waiter.fut.exception()
+        self._queues.clear()
+        self._progress_at.clear()
+
+    def waits(self) -> list[tuple[int, int, int, float]]:
+        """What is parked now: ``(pid, senders, bytes the head needs, time of
+        the last progress (``time.monotonic()``: a parked sender was served,
+        or the first one parked))`` per destination GP."""
+        out = []
+        for pid, queue in self._queues.items():
+            live = [w for w in queue if not w.fut.done()]
+            if live:
+                out.append((pid, len(live), live[0].nbytes, self._progress_at.get(pid, 0.0)))
+        return out
 
     # ------------------------------------------------------------ putting
     def put_to(self, pid: int, item: Any) -> bool:
@@ -236,12 +325,8 @@ class HostLink:
         """Target protocol: reserve ``nbytes`` of GP ``pid``'s credit and put
         the message ``fields`` in one step, when neither has to wait; False
         (nothing taken) otherwise -- the caller then takes the waiting path."""
-        if self.error is not None:
+        if self.error is not None or not self._admit(pid, nbytes):
             return False
-        c = self._credit.get(pid, self.window)
-        if c < nbytes and c * 2 < self.window:
-            return False
-        self._credit[pid] = c - nbytes
         self._cdus += 1
         if not self._put_short(pid, fields):
             self._put_cdu(CDU(fields[1], fields[4], (pid,), fields[3], fields[2]))
@@ -421,7 +506,7 @@ class HostLink:
         return LinkStats(self.host, self._cdus, self._lone, self._blocks, self._splits, self.sent_msgs,
                          self._bytes, self._inflight, len(self._units), self._credit_waits,
                          len(self._credit), min(self._credit.values(), default=self.window),
-                         self._fallbacks)
+                         self._fallbacks, sum(len(q) for q in self._queues.values()), self._asks)
 
 
 def _large_enough(data: Any, large: int) -> bool:

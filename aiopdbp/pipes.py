@@ -124,52 +124,55 @@ class Pipe(Generic[T]):
 
     def reserve_nowait(self, pid: int = 0, nbytes: int = 0) -> None:
         """Reserve one slot or raise :class:`WouldBlock` (``pid`` and
-        ``nbytes`` are the target protocol's; a pipe counts items)."""
+        ``nbytes`` are the target protocol's; a pipe counts items).  A slot
+        is never taken past a sender already parked for one."""
         self._check_send()
-        if len(self._items) + self._reserved >= self.capacity:
+        if self._space_waiters or len(self._items) + self._reserved >= self.capacity:
             raise WouldBlock
         self._reserved += 1
 
     async def reserve(self, pid: int = 0, nbytes: int = 0) -> None:
-        """Reserve one slot, waiting for room.
+        """Reserve one slot, waiting for room in FIFO order.
 
-        Cancellation: a cancelled reserve holds no slot; a wake-up it had
-        received is passed on to the next waiting sender.
+        Cancellation: a cancelled reserve holds no slot; a slot that had
+        been handed to it goes to the next parked sender.
         """
         self._check_send()
-        if len(self._items) + self._reserved < self.capacity and not self._space_waiters:
+        if not self._space_waiters and len(self._items) + self._reserved < self.capacity:
             self._reserved += 1
             return
-        await self._wait_space()
-        self._reserved += 1
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._space_waiters.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self.unreserve()  # the slot handed to us goes to the next sender
+            else:
+                try:
+                    self._space_waiters.remove(fut)
+                except ValueError:
+                    pass
+            raise
+        # ``_serve_space`` reserved the slot for us; a close since then
+        # dropped every reservation and says why here.
+        self._check_send()
 
-    async def _wait_space(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            fut: asyncio.Future[None] = loop.create_future()
-            self._space_waiters.append(fut)
-            try:
-                await fut
-            except asyncio.CancelledError:
-                if fut.done() and not fut.cancelled() and fut.exception() is None:
-                    _wake_first(self._space_waiters)  # hand our wake-up on
-                else:
-                    try:
-                        self._space_waiters.remove(fut)
-                    except ValueError:
-                        pass
-                raise
-            self._check_send()
-            if len(self._items) + self._reserved < self.capacity:
-                if self.free > 1:
-                    _wake_first(self._space_waiters)
-                return
+    def _serve_space(self) -> None:
+        """Hand free slots to the parked senders, oldest first (each gets its
+        slot reserved before it runs, so no newcomer can take it)."""
+        waiters = self._space_waiters
+        while waiters and len(self._items) + self._reserved < self.capacity:
+            fut = waiters.popleft()
+            if not fut.done():
+                self._reserved += 1
+                fut.set_result(None)
 
     def unreserve(self, pid: int = 0, nbytes: int = 0) -> None:
         """Give back a reservation that will not be used."""
         if self._reserved > 0:
             self._reserved -= 1
-            _wake_first(self._space_waiters)
+            self._serve_space()
 
     def put_reserved(self, item: T) -> None:
         """Put an item into a slot reserved earlier (never waits).
@@ -188,7 +191,8 @@ class Pipe(Generic[T]):
         the :class:`~aiopdbp.message.Message` made of ``fields`` in one step
         when there is room; False (nothing taken) when the caller must wait
         or the pipe is closed (the waiting path then says why)."""
-        if self._closed or self._eof or len(self._items) + self._reserved >= self.capacity:
+        if (self._closed or self._eof or self._space_waiters
+                or len(self._items) + self._reserved >= self.capacity):
             return False
         self._append(Message(fields))  # type: ignore[arg-type]
         return True
@@ -258,7 +262,7 @@ class Pipe(Generic[T]):
         if self._items:
             item = self._items.popleft()
             if self._space_waiters:
-                _wake_first(self._space_waiters)
+                self._serve_space()
             self.taken += 1
             if self.taken >= self.watch_at and self.on_watch is not None:
                 self.on_watch(self)
@@ -317,11 +321,8 @@ class Pipe(Generic[T]):
         self.taken += len(out)
         if self.taken >= self.watch_at and self.on_watch is not None:
             self.on_watch(self)
-        while self._space_waiters and self.free > 0:
-            before = len(self._space_waiters)
-            _wake_first(self._space_waiters)
-            if len(self._space_waiters) == before:
-                break
+        if self._space_waiters:
+            self._serve_space()
         return out
 
     def close(self, error: BaseException | None = None) -> None:

@@ -61,6 +61,7 @@ from .control import (
     ARMsg,
     ByeMsg,
     CancelMsg,
+    CreditAskMsg,
     CreditMsg,
     CtrlMsg,
     HInfoMsg,
@@ -225,7 +226,7 @@ class Remote:
             link = self.links[host] = HostLink(
                 host, self.transport, self.pool.send, window=self._windows.get(host, cfg.gp_window),
                 block_size=cfg.block_size, large=cfg.large, max_inflight=cfg.max_inflight,
-                allow_pickle=self.allow_pickle)
+                allow_pickle=self.allow_pickle, ask=self.ask_credit)
             if host in self.failed:
                 link.fail(self.failed[host])
         return link
@@ -426,6 +427,15 @@ class Remote:
         """Give ``host`` credit back for GPs here (the router calls it)."""
         if host not in self.failed:
             self._control(host, CreditMsg(grants))
+
+    def ask_credit(self, host: int, pid: int) -> None:
+        """A sender here is parked for GP ``pid``'s credit on ``host``."""
+        if host not in self.failed:
+            self._control(host, CreditAskMsg([pid]))
+
+    def on_credit_ask(self, src: int, msg: CreditAskMsg) -> None:
+        for pid in msg.pids:
+            self.router.on_ask(src, pid)
 
     def on_credit(self, src: int, msg: CreditMsg) -> None:
         link = self.links.get(src)

@@ -90,6 +90,8 @@ class Router:
         self._parked: dict[int, deque[tuple[int, list[Any], int]]] = {}
         self._marks: dict[Pipe[Any], deque[list[int]]] = {}  # [end, host, pid, cost]
         self._owed: dict[tuple[int, int], int] = {}
+        self._pending: dict[tuple[int, int], int] = {}  # (host, pid) -> credit of items not taken yet
+        self._asked: set[tuple[int, int]] = set()         # senders parked for credit (CreditAskMsg)
         self._grants: dict[int, list[tuple[int, int]]] = {}
         self._flush_scheduled = False
         self._closed: BaseException | None = None
@@ -299,6 +301,8 @@ class Router:
     # ---------------------------------------------------------- credit out
     def _mark(self, pipe: Pipe[Any], host: int, pid: int, cost: int) -> None:
         """Remember that the items up to ``pipe.appended`` owe ``cost`` to ``host``."""
+        key = (host, pid)
+        self._pending[key] = self._pending.get(key, 0) + cost
         marks = self._marks.get(pipe)
         if marks is None:
             marks = self._marks[pipe] = deque()
@@ -323,7 +327,7 @@ class Router:
         taken = pipe.taken
         while marks and marks[0][0] <= taken:
             _, host, pid, cost = marks.popleft()
-            self._owe(host, pid, cost)
+            self._taken(host, pid, cost)
         if marks:
             pipe.watch_at = marks[0][0]
         else:
@@ -336,7 +340,7 @@ class Router:
         marks = self._marks.pop(pipe, None)
         while marks:
             _, host, pid, cost = marks.popleft()
-            self._owe(host, pid, cost)
+            self._taken(host, pid, cost)
         pipe.watch_at = 1 << 62
 
     def refund(self, host: int, pid: int, cost: int) -> None:
@@ -345,13 +349,32 @@ class Router:
         failed on the way)."""
         self._owe(host, pid, cost)
 
+    def _taken(self, host: int, pid: int, cost: int) -> None:
+        key = (host, pid)
+        left = self._pending.get(key, 0) - cost
+        if left > 0:
+            self._pending[key] = left
+        else:
+            self._pending.pop(key, None)
+        self._owe(host, pid, cost)
+
+    def on_ask(self, host: int, pid: int) -> None:
+        """A sender on ``host`` is parked for GP ``pid``'s credit: what is
+        owed below the return threshold goes back as soon as the GP has
+        taken everything of ``host``'s that waits for it (see "Credit")."""
+        key = (host, pid)
+        self._asked.add(key)
+        if key not in self._pending and self._owed.get(key):
+            self._owe(host, pid, 0)
+
     def _owe(self, host: int, pid: int, cost: int) -> None:
         key = (host, pid)
         owed = self._owed.get(key, 0) + cost
-        if owed * 4 < self.window:
+        if owed * 4 < self.window and not (owed and key in self._asked and key not in self._pending):
             self._owed[key] = owed
             return
         self._owed.pop(key, None)
+        self._asked.discard(key)   # the grant answers the ask; a sender still parked asks again
         self._grants.setdefault(host, []).append((pid, owed))
         if not self._flush_scheduled:
             self._flush_scheduled = True

@@ -17,6 +17,7 @@ from aiopdbp.control import (
     ARMsg,
     ByeMsg,
     CancelMsg,
+    CreditAskMsg,
     CreditMsg,
     CtrlMsg,
     HInfoMsg,
@@ -43,7 +44,8 @@ EXAMPLES: list[CtrlMsg] = [
     CancelMsg(8, 11),
     HInfoMsg([[0, "h0", "10.0.0.1", 1, 1 << 20]], 1 << 20), MBInfoMsg([[1, "gp", 0, 0, 3]]),
     TableMsg(9, "proc_reg", ["gp", 0, 1, None]), TableReqMsg(10, "stream_bind", [1, 2, 3, 4, 5]),
-    TableAckMsg(10, False, "no"), CreditMsg([(1, 4096), (2, 65536)]), StreamDoneMsg(1, 2, True, ""),
+    TableAckMsg(10, False, "no"), CreditMsg([(1, 4096), (2, 65536)]), CreditAskMsg([3, 7]),
+    StreamDoneMsg(1, 2, True, ""),
     StreamDoneMsg(1, 3, False, "receiver closed the stream"), StreamCreditMsg(1, 2, 8), ByeMsg(42),
     StopMsg("failed", 1, 0, "ValueError: boom"), StopMsg("interrupted", 2, 2, ""), StopAckMsg(0),
 ]
