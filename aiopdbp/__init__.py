@@ -12,6 +12,7 @@ from .errors import (
     BarrierError,
     BrokenResourceError,
     ClosedResourceError,
+    DeadlockError,
     DeviceError,
     DuplicateProcessError,
     HandshakeError,
@@ -30,6 +31,7 @@ from .pipes import Pipe, PipePool
 from .message import Message
 from .process import GP
 from .stats import LinkStats, NodeStats
+from .stall import WaitEdge
 from .streams import IncomingStream, StreamState
 from .sync import (
     ALGORITHMS,
@@ -47,7 +49,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CDU", "GP", "BarrierError", "BrokenResourceError", "ClosedResourceError",
-    "DeviceError", "DuplicateProcessError", "HandshakeError", "HostLostError", "RankFailedError", "IncomingStream", "Kind", "Message", "NoPipeError",
+    "DeadlockError", "DeviceError", "DuplicateProcessError", "WaitEdge", "HandshakeError", "HostLostError", "RankFailedError", "IncomingStream", "Kind", "Message", "NoPipeError",
     "Node", "NodeType", "PDBPError", "PType", "Pipe", "PipePool", "ProtocolError", "StreamError",
     "StreamOp", "StreamState", "LinkStats", "NodeStats", "Tables", "TransportError", "UnknownProcessError", "WouldBlock", "__version__",
     "open_node", "run", "ALGORITHMS", "Barrier", "BarrierStats", "BarrierSummary",

@@ -111,6 +111,8 @@ class MsgType(enum.IntEnum):
     TABLE_REQ = 0x20      # a stream-binding (MTA) update asked of rank 0
     TABLE_ACK = 0x21      # rank 0's answer to TABLE_REQ
     CREDIT_ASK = 0x22     # a sender is parked for credit towards these GPs
+    STALL = 0x23          # a rank's stale waits, to rank 0 (aiopdbp.stall)
+    DEADLOCK = 0x24       # rank 0 found a cycle of waits: fail them
     # DMP, data channel (paper section 4.3)
     UDATA = 0x10
     LOCAL = 0x11
@@ -193,6 +195,8 @@ CONTROL_SCHEMAS: dict[MsgType, dict[str, type | tuple[type, ...]]] = {
     MsgType.TABLE_REQ: {"req": int, "op": str, "args": list},
     MsgType.TABLE_ACK: {"req": int, "ok": bool, "error": str},
     MsgType.CREDIT_ASK: {"pids": list},
+    MsgType.STALL: {"edges": list, "idle": list},
+    MsgType.DEADLOCK: {"cycle": list},
 }
 
 _L1 = struct.Struct("<BBHI")

@@ -23,7 +23,8 @@ The paper's kinds carry the operations they name:
 
 and the runtime's own: ``TableMsg`` (one ordered table update, broadcast by
 rank 0), ``TableReqMsg``/``TableAckMsg`` (stream-binding updates),
-``CreditMsg`` and ``CreditAskMsg`` (per-destination flow control), ``StreamDoneMsg``,
+``CreditMsg`` and ``CreditAskMsg`` (per-destination flow control), ``StallMsg``
+and ``DeadlockMsg`` (:mod:`aiopdbp.stall`), ``StreamDoneMsg``,
 ``StreamCreditMsg``, ``ByeMsg``, ``StopMsg`` and ``StopAckMsg``.
 """
 
@@ -37,7 +38,7 @@ from .errors import ProtocolError
 
 __all__ = [
     "AAPMsg", "APipeMsg", "ARMsg", "ByeMsg", "CancelMsg", "ControlHandler", "CreditAskMsg", "CreditMsg",
-    "CtrlMsg",
+    "CtrlMsg", "DeadlockMsg", "StallMsg",
     "HInfoMsg", "MBInfoMsg", "RegMsg", "ReleaseMsg", "StopAckMsg", "StopMsg", "StreamCreditMsg",
     "StreamDoneMsg", "TableAckMsg", "TableMsg", "TableReqMsg", "decode_control",
 ]
@@ -59,6 +60,8 @@ class ControlHandler(Protocol):
     def on_table_ack(self, src: int, msg: TableAckMsg) -> None: ...
     def on_credit(self, src: int, msg: CreditMsg) -> None: ...
     def on_credit_ask(self, src: int, msg: CreditAskMsg) -> None: ...
+    def on_stall(self, src: int, msg: StallMsg) -> None: ...
+    def on_deadlock(self, src: int, msg: DeadlockMsg) -> None: ...
     def on_stream_done(self, src: int, msg: StreamDoneMsg) -> None: ...
     def on_stream_credit(self, src: int, msg: StreamCreditMsg) -> None: ...
     def on_bye(self, src: int, msg: ByeMsg) -> None: ...
@@ -293,6 +296,54 @@ class CreditAskMsg(CtrlMsg):
         if not pids or any(type(p) is not int or p <= 0 for p in pids):
             raise ProtocolError("CREDIT_ASK pids must be positive ints")
         return cls(list(pids))
+
+
+def _edges(value: Any, what: str) -> list[list[Any]]:
+    """Wait-for edges: ``[gp, rank, waits_for, waits_for_rank, resource, seconds]``."""
+    out = []
+    for e in value:
+        if (not isinstance(e, (list, tuple)) or len(e) != 6 or not isinstance(e[0], str)
+                or type(e[1]) is not int or not isinstance(e[2], str) or type(e[3]) is not int
+                or not isinstance(e[4], str) or not isinstance(e[5], (int, float))):
+            raise ProtocolError(f"{what}: bad wait edge {e!r}")
+        out.append(list(e))
+    return out
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class StallMsg(CtrlMsg):
+    """A rank's view for rank 0's deadlock detector: its stale waits
+    (``edges``) and its GPs that hold data and do not read (``idle``)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.STALL
+    HANDLER: ClassVar[str] = "on_stall"
+    edges: list[list[Any]]
+    idle: list[str]
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
+        idle = body["idle"]
+        if any(not isinstance(n, str) for n in idle):
+            raise ProtocolError("STALL idle must be names")
+        return cls(_edges(body["edges"], "STALL"), list(idle))
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeadlockMsg(CtrlMsg):
+    """Rank 0 found this cycle of waits (edges as in :class:`StallMsg`)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.DEADLOCK
+    HANDLER: ClassVar[str] = "on_deadlock"
+    cycle: list[list[Any]]
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
+        cycle = _edges(body["cycle"], "DEADLOCK")
+        if not cycle:
+            raise ProtocolError("DEADLOCK with an empty cycle")
+        return cls(cycle)
 
 
 @_register

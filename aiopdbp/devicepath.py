@@ -447,7 +447,7 @@ class DevicePath:
             await self._send_remote(gp, pid, data, com=com, kind=kind, timeout=timeout, segment_size=None)
             return
         cost = credit_cost(data)
-        await router.reserve(tgt, pid, cost, timeout, f"GP {dest!r}")
+        await router.reserve(tgt, pid, cost, timeout, f"GP {dest!r}", gp.name)
         try:
             async with asyncio.timeout(timeout):
                 payload = await self.local_payload(gp, data, self.device_of(pid), copy)

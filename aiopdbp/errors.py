@@ -8,6 +8,8 @@ it; *Broken* means the **other side** went away.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class PDBPError(Exception):
     """Base class of every error raised by aiopdbp.
@@ -112,3 +114,19 @@ class DeviceError(PDBPError):
     ``CUDARuntimeError``) is attached as ``__cause__``.  A transfer that hits
     one fails; a stream sender's failure reaches the receiver as
     :class:`StreamError`."""
+
+
+class DeadlockError(PDBPError):
+    """GPs wait in ``send`` for each other in a cycle and none of them reads:
+    ``cycle`` is the wait-for graph, a tuple of
+    :class:`~aiopdbp.stall.WaitEdge` (``gp``, ``rank``, ``waits_for``,
+    ``waits_for_rank``, ``resource``, ``seconds``), in cycle order.  Raised
+    by the ``send`` calls of the cycle (see :mod:`aiopdbp.stall`)."""
+
+    def __init__(self, cycle: tuple[Any, ...]) -> None:
+        self.cycle = cycle
+        names = " -> ".join([*(f"{e.gp!r} (rank {e.rank})" for e in cycle), repr(cycle[0].gp)])
+        super().__init__(
+            f"deadlock: {names}: each GP waits in send for {cycle[0].resource} of the next, and "
+            "none of them reads (each sends more than a window to the next before receiving); "
+            "receive in another task, or send less before receiving")

@@ -49,6 +49,7 @@ from .process import GP
 from .remote import Remote, RemoteConfig
 from .router import Router
 from .sgp import SGP
+from .stall import DEFAULT_STALL_TIMEOUT, StallWatch, WaitEdge
 from .stats import NodeStats
 from .streamtable import StreamTable
 from .tables import NodeType, PType, Tables
@@ -97,6 +98,12 @@ class Node:
         ``"none"``, a backend instance, or a
         :class:`~aiopdbp.devicepath.DeviceConfig` (pinned pool size, chunk
         size, chunks in flight); default: env ``AIOPDBP_DEVICE``, else ``"auto"``.
+    ``stall_timeout``
+        a send that has waited this long for its destination to read is
+        logged (the ``aiopdbp.stall`` logger), and so is a GP that holds data
+        and has not called ``recv`` for as long; GPs that wait for each other
+        in a cycle while none reads fail with :class:`~aiopdbp.errors.DeadlockError`
+        (:mod:`aiopdbp.stall`).  Default 30 s; ``None`` or ``0``: off.
     """
 
     def __init__(self, transport: Transport | None = None, *, pipe_capacity: int = 1024,
@@ -105,7 +112,8 @@ class Node:
                  close_timeout: float | None = None, handshake_timeout: float | None = None,
                  name_timeout: float = DEFAULT_NAME_TIMEOUT,
                  host_timeout: float | None = None,
-                 device: DeviceConfig | str | DeviceBackend | None = None) -> None:
+                 device: DeviceConfig | str | DeviceBackend | None = None,
+                 stall_timeout: float | None = DEFAULT_STALL_TIMEOUT) -> None:
         self.transport = transport
         self.rank = transport.rank if transport is not None else 0
         self.size = transport.size if transport is not None else 1
@@ -135,13 +143,26 @@ class Node:
         self._closed = False
         self._remote: Remote | None = None
         self.host_timeout = max(name_timeout, DEFAULT_NAME_TIMEOUT) if host_timeout is None else host_timeout
+        multi = transport is not None and self.size > 1
+        self.stall = StallWatch(
+            self.rank, self.router.waits, self.router.readers, timeout=stall_timeout or 0.0,
+            report=self._send_stall if multi and self.rank != 0 else None,
+            broadcast=self._send_deadlock if multi else None)
         if transport is not None and self.size > 1:
             self._remote = Remote(transport, cfg, self.tables, self.router, self.streams,
-                                  allow_pickle=allow_pickle)
+                                  allow_pickle=allow_pickle, stall=self.stall)
             self._remote.host_timeout = self.host_timeout
 
     def __repr__(self) -> str:
         return f"<Node {self.rank}/{self.size} gps={len(self._gps)}>"
+
+    def _send_stall(self, edges: list[WaitEdge], idle: list[str]) -> None:
+        if self._remote is not None:
+            self._remote.send_stall(edges, idle)
+
+    def _send_deadlock(self, cycle: tuple[WaitEdge, ...]) -> None:
+        if self._remote is not None:
+            self._remote.send_deadlock(cycle)
 
     # -- lifecycle --------------------------------------------------------------
     async def start(self) -> None:
@@ -155,6 +176,7 @@ class Node:
         self._started = True
         self.devices.start()  # a named backend and its pinned pool: now, before any GP
         self.manager.start()
+        self.stall.start()
         if self._remote is not None:
             await self._remote.start()
             job = current_job()
@@ -175,6 +197,7 @@ class Node:
         if self._closed:
             return
         self._closed = True
+        self.stall.stop()
         try:
             if self._started and graceful:
                 await self.manager.drain()
@@ -412,6 +435,7 @@ class Node:
             transport=self.transport.stats() if self.transport is not None else {},
             liveness=r.liveness_stats() if r is not None else {},
             devices=self.devices.stats(),
+            stall=self.stall.stats(),
         )
 
     def size_history(self, host: int) -> dict[str, list[tuple[float, int]]]:

@@ -259,7 +259,7 @@ class GP:
         tgt = router.targets.get(pid)
         if tgt is None:
             tgt = await router.target(pid, timeout)
-        await router.reserve(tgt, pid, cost, timeout, f"GP {dest!r}")
+        await router.reserve(tgt, pid, cost, timeout, f"GP {dest!r}", self.name)
         self._submit(tgt, pid, Message(fields))
 
     async def _multicast(self, names: list[str], data: Any, com: int, kind: Kind,
@@ -284,7 +284,7 @@ class GP:
         taken: list[tuple[Any, int]] = []
         try:
             for tgt, pid in plan:
-                await router.reserve(tgt, pid, cost, timeout, f"the multicast group {names!r}")
+                await router.reserve(tgt, pid, cost, timeout, f"the multicast group {names!r}", self.name)
                 taken.append((tgt, pid))
         except BaseException:
             for tgt, pid in taken:

@@ -48,6 +48,7 @@ import asyncio
 import logging
 import socket
 import time
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +64,7 @@ from .control import (
     CancelMsg,
     CreditAskMsg,
     CreditMsg,
+    DeadlockMsg,
     CtrlMsg,
     HInfoMsg,
     MBInfoMsg,
@@ -70,6 +72,7 @@ from .control import (
     ReleaseMsg,
     StopAckMsg,
     StopMsg,
+    StallMsg,
     StreamCreditMsg,
     StreamDoneMsg,
     TableAckMsg,
@@ -93,6 +96,7 @@ from .job import Stop, StopKind, current_job
 from .link import HostLink, LinkStats
 from .message import Message, credit_cost
 from .pool import BufferPool, Slot
+from .stall import StallWatch, WaitEdge
 from .tables import NodeType
 from .transport.base import Channel, Transport
 
@@ -148,8 +152,9 @@ class Remote:
     """The multi-host half of a :class:`~aiopdbp.node.Node`."""
 
     def __init__(self, transport: Transport, cfg: RemoteConfig, tables: Tables, router: Router,
-                 streams: StreamTable, *, allow_pickle: bool) -> None:
+                 streams: StreamTable, *, allow_pickle: bool, stall: StallWatch | None = None) -> None:
         self.transport = transport
+        self.stall = stall
         self.cfg = cfg
         self.rank = transport.rank
         self.size = transport.size
@@ -427,6 +432,26 @@ class Remote:
         """Give ``host`` credit back for GPs here (the router calls it)."""
         if host not in self.failed:
             self._control(host, CreditMsg(grants))
+
+    # stalls and deadlocks (aiopdbp.stall: the watch is the node's)
+    def send_stall(self, edges: list[WaitEdge], idle: list[str]) -> None:
+        """This rank's stale waits, to rank 0's deadlock detector."""
+        self._control(0, StallMsg([list(dataclasses.astuple(e)) for e in edges], idle))
+
+    def send_deadlock(self, cycle: tuple[WaitEdge, ...]) -> None:
+        """Rank 0: every other rank fails its waits of ``cycle``."""
+        body = [list(dataclasses.astuple(e)) for e in cycle]
+        for h in range(1, self.size):
+            if h not in self.failed:
+                self._control(h, DeadlockMsg(body))
+
+    def on_stall(self, src: int, msg: StallMsg) -> None:
+        if self.stall is not None and self.rank == 0:
+            self.stall.on_report(src, [WaitEdge(*e) for e in msg.edges], msg.idle)
+
+    def on_deadlock(self, src: int, msg: DeadlockMsg) -> None:
+        if self.stall is not None:
+            self.stall.on_deadlock(tuple(WaitEdge(*e) for e in msg.cycle))
 
     def ask_credit(self, host: int, pid: int) -> None:
         """A sender here is parked for GP ``pid``'s credit on ``host``."""

@@ -42,6 +42,7 @@ from .codec import Kind, decode_shorts
 from .errors import ClosedResourceError, NoPipeError, UnknownProcessError, WouldBlock
 from .message import CREDIT_OVERHEAD, Message
 from .pipes import Pipe, PipePool
+from .stall import Waits
 from .tables import Tables
 
 log = logging.getLogger("aiopdbp.router")
@@ -97,6 +98,7 @@ class Router:
         self._closed: BaseException | None = None
         self.dropped = 0
         self.parked = 0
+        self.waits = Waits()                      # senders waiting on a destination (aiopdbp.stall)
         tables.subscribe(self.on_update)
 
     # ----------------------------------------------------------- table hook
@@ -208,11 +210,13 @@ class Router:
         return self.target_nowait(pid)
 
     async def reserve(self, tgt: Target, pid: int, cost: int, timeout: float | None,
-                      dest: str) -> None:
+                      dest: str, src: str = "?") -> None:
         """Reserve room for one CDU to GP ``pid`` at ``tgt``: a slot in its
         pipe or ``cost`` bytes of its credit; waits while it is full
         (backpressure): forever, or up to ``timeout``, then ``TimeoutError``
-        saying what it waited for.
+        saying what it waited for.  The wait is registered (``waits``, the
+        sender's name ``src``) so that a stall is reported and a cycle of
+        such waits fails with :class:`~aiopdbp.errors.DeadlockError`.
 
         Cancellation: a cancelled reserve holds nothing.
         """
@@ -221,17 +225,32 @@ class Router:
             return
         except WouldBlock:
             pass
-        if timeout is None:
-            await tgt.reserve(pid, cost)
-            return
+        entry = self.tables.pta.get(pid)
+        wait = self.waits.begin(src, "credit" if tgt.remote else "a pipe slot",
+                                entry.name if entry is not None else f"<pid {pid}>",
+                                entry.node if entry is not None else -1)
         try:
+            if timeout is None:
+                await tgt.reserve(pid, cost)
+                return
             async with asyncio.timeout(timeout):
                 await tgt.reserve(pid, cost)
+        except asyncio.CancelledError:
+            wait.check()
+            raise
         except TimeoutError:
             where = (f"for credit from host {getattr(tgt, 'host', '?')}" if tgt.remote
                      else "for room in its pipe")
             raise TimeoutError(f"timed out after {timeout:g} s waiting {where} to send to {dest} "
                                "(backpressure: it is not read as fast as it is sent to)") from None
+        finally:
+            self.waits.end(wait)
+
+    def readers(self) -> list[tuple[str, int, int]]:
+        """``(name, queued, taken)`` of every GP bound here (stall reports)."""
+        names = self._names
+        return [(names.get(pid, f"<pid {pid}>"), len(tgt), tgt.taken)
+                for pid, tgt in self.targets.items() if type(tgt) is Pipe]
 
     # ------------------------------------------------------------ arrivals
     def place_shorts(self, host: int, buf: Any) -> None:

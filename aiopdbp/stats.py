@@ -29,6 +29,9 @@ class NodeStats:
     counters) and ``liveness`` (heartbeats).  ``devices``: the device path
     (backend, pinned chunks free / in use / lost / high water, device
     transfers sent and received; see :meth:`aiopdbp.devicepath.DevicePath.stats`).
+    ``stall``: ``waiting`` sends waiting on a destination now, ``stalls``
+    waits reported as stalled, ``deadlocks`` cycles of waits failed
+    (:mod:`aiopdbp.stall`).
     """
 
     rank: int
@@ -53,3 +56,4 @@ class NodeStats:
     transport: dict[str, Any] = field(default_factory=dict)
     liveness: dict[str, Any] = field(default_factory=dict)
     devices: dict[str, Any] = field(default_factory=dict)
+    stall: dict[str, int] = field(default_factory=dict)

@@ -37,6 +37,7 @@ from .codec import CDU, Kind, StreamOp
 from .device.backend import is_device_array
 from .errors import BrokenResourceError, ClosedResourceError, StreamError, WouldBlock
 from .pipes import Pipe
+from .stall import Waits
 
 if TYPE_CHECKING:
     from .process import GP
@@ -439,11 +440,14 @@ class OutgoingStream:
     """
 
     __slots__ = ("key", "dest_pid", "pipe_a", "target", "done", "broken", "incoming", "routed",
-                 "credits", "_credit_waiter", "_sm", "host")
+                 "credits", "_credit_waiter", "_sm", "host", "_waits", "_names")
 
     def __init__(self, key: tuple[int, int], dest_pid: int, pipe_a: Pipe[Any], target: Target,
-                 incoming: IncomingStream | None, host: int) -> None:
+                 incoming: IncomingStream | None, host: int, *, waits: Waits | None = None,
+                 names: tuple[str, str] = ("?", "?")) -> None:
         loop = asyncio.get_running_loop()
+        self._waits = waits                 # where a wait for the window is registered (stalls)
+        self._names = names                 # (sending GP, receiving GP)
         self.key = key
         self.dest_pid = dest_pid
         self.pipe_a = pipe_a
@@ -511,6 +515,35 @@ class OutgoingStream:
         """
         if self.broken is not None:
             raise self.broken
+        if self.credits is not None and self.credits > 0:
+            self.credits -= 1
+            return  # a link takes stream data without GP credit
+        tgt = self.target
+        if self.credits is None:
+            try:
+                tgt.reserve_nowait()
+                return
+            except WouldBlock:
+                pass
+            except BrokenResourceError:
+                if self.broken is not None:  # say why: the receiver gave up the stream
+                    raise self.broken from None
+                raise
+        wait = None
+        if self._waits is not None:
+            wait = self._waits.begin(self._names[0], "the segment window of a stream",
+                                     self._names[1], self.host)
+        try:
+            await self._wait_room()
+        except asyncio.CancelledError:
+            if wait is not None:
+                wait.check()
+            raise
+        finally:
+            if wait is not None:
+                self._waits.end(wait)  # type: ignore[union-attr]
+
+    async def _wait_room(self) -> None:
         if self.credits is not None:
             while self.credits <= 0:
                 fut = self._credit_waiter = asyncio.get_running_loop().create_future()
@@ -521,13 +554,9 @@ class OutgoingStream:
                 if self.broken is not None:
                     raise self.broken
             self.credits -= 1
-            return  # a link takes stream data without GP credit
-        tgt = self.target
+            return
         try:
-            try:
-                tgt.reserve_nowait()
-            except WouldBlock:
-                await tgt.reserve()
+            await self.target.reserve()
         except BrokenResourceError:
             if self.broken is not None:  # say why: the receiver gave up the stream
                 raise self.broken from None

@@ -145,11 +145,13 @@ class StreamTable:
                 meta.window = self.window
                 open_item = CDU(Kind.STREAM, src_pid, (pid,), pack_meta(meta), meta.com, 0, sno, 0,
                                 self.rank, (), StreamOp.OPEN)
-            out = OutgoingStream(key, pid, pipe_a, target, incoming, entry.node)
+            out = OutgoingStream(key, pid, pipe_a, target, incoming, entry.node, waits=self.router.waits,
+                                 names=(self.tables.name_of(src_pid), entry.name))
             if incoming is None:
                 out.credits = self.window
             self._out[key] = out
-            await self.router.reserve(tgt, pid, CREDIT_OVERHEAD, timeout, f"GP {entry.name!r}")
+            await self.router.reserve(tgt, pid, CREDIT_OVERHEAD, timeout, f"GP {entry.name!r}",
+                                      self.tables.name_of(src_pid))
             self._watch(pipe_a)
             self._submit(_OpenRoute(tgt, out), pid, open_item)
             return out

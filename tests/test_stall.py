@@ -1,0 +1,152 @@
+"""Stalls are reported, deadlocks fail (aiopdbp.stall), in one process; the
+same over MPI is in test_load.py / mpi_scripts/deadlock.py."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+import aiopdbp
+from aiopdbp import DeadlockError, WaitEdge
+from aiopdbp.stall import find_cycle
+
+STALL = 0.2  # seconds: tests shorten the default 30 s
+
+
+def _edge(a: str, b: str, rank: int = 0) -> WaitEdge:
+    return WaitEdge(a, rank, b, rank, "credit", 1.0)
+
+
+def test_find_cycle_finds_a_two_gp_cycle_of_readers_that_do_not_read() -> None:
+    cycle = find_cycle([_edge("a", "b"), _edge("b", "a")], {"a", "b"})
+    assert cycle is not None
+    assert {(e.gp, e.waits_for) for e in cycle} == {("a", "b"), ("b", "a")}
+
+
+def test_find_cycle_ignores_a_cycle_through_a_gp_that_reads() -> None:
+    assert find_cycle([_edge("a", "b"), _edge("b", "a")], {"a"}) is None
+
+
+def test_find_cycle_finds_a_longer_cycle_and_leaves_out_its_tail() -> None:
+    edges = [_edge("t", "a"), _edge("a", "b"), _edge("b", "c"), _edge("c", "a")]
+    cycle = find_cycle(edges, {"t", "a", "b", "c"})
+    assert cycle is not None
+    assert [e.gp for e in cycle] == ["a", "b", "c"]
+
+
+def test_find_cycle_without_a_cycle_is_none() -> None:
+    assert find_cycle([_edge("a", "b"), _edge("b", "c")], {"a", "b", "c"}) is None
+
+
+@pytest.mark.timeout(20)
+async def test_send_send_cycle_fails_both_sends_with_the_wait_for_graph() -> None:
+    async with aiopdbp.open_node(pipe_capacity=4, stall_timeout=STALL) as node:
+        async with node.process("a") as a, node.process("b") as b:
+            async def flood(gp: aiopdbp.GP, dest: str) -> None:
+                for i in range(10):          # more than the destination's pipe holds
+                    await gp.send(dest, i.to_bytes(4, "little"))
+
+            results = await asyncio.gather(flood(a, "b"), flood(b, "a"), return_exceptions=True)
+            assert all(isinstance(r, DeadlockError) for r in results), results
+            cycle = results[0].cycle  # type: ignore[union-attr]
+            assert {(e.gp, e.waits_for) for e in cycle} == {("a", "b"), ("b", "a")}
+            assert all(e.resource == "a pipe slot" and e.seconds >= STALL for e in cycle)
+            assert node.stats().stall["deadlocks"] == 1
+
+
+class _Seen(logging.Handler):
+    """Sets an event when a record containing ``text`` is logged."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(logging.WARNING)
+        self.text = text
+        self.event = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.event.set()
+
+
+@pytest.mark.timeout(20)
+async def test_slow_receiver_is_reported_and_not_failed(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="aiopdbp.stall")
+    idle = _Seen("has not called recv")
+    logging.getLogger("aiopdbp.stall").addHandler(idle)
+    try:
+        async with aiopdbp.open_node(pipe_capacity=4, stall_timeout=STALL) as node:
+            async with node.process("fast") as fast, node.process("slow") as slow:
+                async def produce() -> None:
+                    for i in range(8):
+                        await fast.send("slow", i.to_bytes(4, "little"))
+
+                producer = asyncio.create_task(produce())
+                await idle.event.wait()       # both reports are out; now read
+                got = [int.from_bytes((await slow.recv()).data, "little")  # type: ignore[union-attr]
+                       for _ in range(8)]
+                await producer                # no error: a slow reader is not a deadlock
+                assert got == list(range(8))
+                assert node.stats().stall["stalls"] == 1
+                assert node.stats().stall["deadlocks"] == 0
+    finally:
+        logging.getLogger("aiopdbp.stall").removeHandler(idle)
+    text = caplog.text
+    assert "stalled: GP 'fast' (rank 0) waits" in text and "a pipe slot of GP 'slow'" in text
+    assert "GP 'slow' has 4 item(s) queued and has not called recv" in text
+
+
+@pytest.mark.timeout(20)
+async def test_stall_watch_off_reports_nothing() -> None:
+    async with aiopdbp.open_node(pipe_capacity=1, stall_timeout=None) as node:
+        async with node.process("p") as p, node.process("q") as q:
+            await p.send("q", b"1")
+            blocked = asyncio.create_task(p.send("q", b"2"))
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert not blocked.done()
+            assert node.stats().stall == {"waiting": 1, "stalls": 0, "deadlocks": 0}
+            assert (await q.recv()).data == b"1"  # type: ignore[union-attr]
+            await blocked
+
+
+# ------------------------------------------------------------- over MPI
+try:
+    from tests.mpirun import SCRIPTS_DIR, check_mpi, requires_mpi, run_mpi, unprefixed
+except ImportError:  # pragma: no cover - run from tests/
+    from mpirun import SCRIPTS_DIR, check_mpi, requires_mpi, run_mpi, unprefixed  # type: ignore[no-redef]
+
+import json  # noqa: E402
+
+
+def _results(out: str) -> dict[int, dict[str, object]]:
+    rows = [json.loads(line.split("RESULT ", 1)[1]) for line in out.splitlines() if "RESULT " in line]
+    return {int(r["rank"]): r for r in rows}
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("tcp", [False, True], ids=["shm", "tcp"])
+def test_send_send_cycle_across_ranks_fails_the_job_with_the_cycle(tcp: bool) -> None:
+    r = run_mpi(SCRIPTS_DIR / "deadlock.py", n=2, tcp=tcp, args=["cycle"], timeout=60)
+    got = _results(check_mpi(r, expect_rc=1))
+    out = r.stdout + unprefixed(r.stderr)
+    assert got, out
+    want = [["g0", 0, "g1", 1, "credit"], ["g1", 1, "g0", 0, "credit"]]
+    for row in got.values():                  # every rank that printed saw the same cycle
+        assert sorted(row["cycle"]) == want, out  # type: ignore[arg-type]
+    assert "DeadlockError: deadlock: 'g" in out, out
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(90)
+def test_slow_receiver_across_ranks_is_reported_and_the_job_succeeds() -> None:
+    r = run_mpi(SCRIPTS_DIR / "deadlock.py", n=2, args=["slow"], timeout=60)
+    got = _results(check_mpi(r))
+    out = r.stdout + unprefixed(r.stderr)
+    assert got[1]["ok"] is True, out
+    assert got[0]["stall"] == {"waiting": 0, "stalls": 1, "deadlocks": 0}, out
+    assert "stalled: GP 'g0' (rank 0) waits" in out and "credit of GP 'g1' (rank 1)" in out, out
+    assert "GP 'g1' has" in out and "has not called recv" in out, out
