@@ -10,9 +10,8 @@ that lives on host ``h``.  It does the paper's SBP work without a task:
   outstanding per destination GP; it gives them back (``grant``) as that GP
   takes them.  A sender reserves credit for *its* destination before
   queuing, so a GP that stops reading stops only its own senders; every other
-  GP of ``h`` keeps receiving at full rate, and ``h`` never holds more than
-  ``window`` bytes per (sending host, GP).  Stream segments (pid 0) take no GP
-  credit: a stream has its own window of segments (:mod:`aiopdbp.streams`).
+  GP of ``h`` keeps receiving at full rate.  Stream segments (pid 0) take no
+  GP credit: a stream has its own window of segments (:mod:`aiopdbp.streams`).
 * **Coalescing.**  The first CDU for ``h`` in a loop iteration leaves at once,
   as a frame of its own (latency).  The CDUs that follow in the same
   iteration are encoded straight into the open block of the sub-pool SCBP_h
@@ -29,6 +28,86 @@ that lives on host ``h``.  It does the paper's SBP work without a task:
 
 Everything here runs in the event loop thread and never awaits, except
 :meth:`HostLink.reserve` (a sender waiting for credit).
+
+Credit: one admission rule, a fair hand-off
+-------------------------------------------
+Per destination GP ``pid`` the link keeps ``credit`` (a full ``window``
+when absent) and a FIFO queue of parked senders, each with the bytes it
+needs.  The **rule** (``_admit``): a request of ``n`` bytes is admitted when
+nobody is parked for ``pid`` and ``credit >= min(n, window)``; it takes
+``n`` (so a message larger than the window goes once the whole window is
+back, and credit runs negative by the excess: never more than
+``max(window, largest message)`` bytes are outstanding per destination).
+``reserve_nowait`` and ``offer`` (the fast paths) are this rule and nothing
+else; ``reserve`` applies it and otherwise parks at the tail.  A ``grant``
+adds the returned bytes and **serves** the queue head first, reserving for
+each waiter before waking it, while the credit covers the head's
+``min(need, window)``; so a newcomer can never spend what a grant returned
+for a parked sender, every grant is used in full, and a large head holds the
+smaller senders behind it (FIFO: none of them can starve it).  A cancelled
+waiter that had been served gives its credit back and the queue is served
+again; one cancelled while parked leaves the queue, and if it was the head,
+the senders behind it are served as far as the credit covers (the rule of
+``asyncio.Semaphore`` and trio's channels).  Local pipe slots follow the
+same hand-off (:meth:`aiopdbp.pipes.Pipe.reserve`).
+
+*Owed credit below a quarter window.*  The receiving host returns credit in
+steps of at least ``window / 4`` (:meth:`aiopdbp.router.Router._owe`: one
+control message per quarter window, not per message).  A remainder below
+that could strand a sender whose need exceeds what is left, so **a parked
+sender asks**: when a queue forms, and again after each grant that leaves
+it non-empty, the link sends host ``h`` one :class:`~aiopdbp.control.CreditAskMsg`.
+Host ``h`` then returns everything owed for ``pid`` as soon as the GP has
+taken every item of ours that waits in its pipe (at once if it already has),
+and that grant answers the ask.  So while a sender is parked, every byte it
+is owed comes back once the destination has read what was sent: a healthy
+job sends at most one ask per grant, an idle one none.
+
+Why nothing waits forever inside the library
+--------------------------------------------
+(the argument of the paper's Algorithm 1: what a sender may hold while it
+waits, and what releases the wait.)
+
+* **Credit** (here).  A parked sender holds nothing of the destination (a
+  multicast may hold credit or slots it reserved for *other* destinations;
+  they are released by those GPs reading, independently).  Outstanding
+  credit of ``pid`` is in one of four places: in flight as data, in ``pid``'s
+  pipe, owed by ``h``, in flight as a grant.  Data in flight lands without
+  waiting (below); items in the pipe become owed when ``pid`` reads; owed
+  credit is granted by the quarter rule or by the ask; grants land.  Hence
+  the only thing a credit wait needs is **the destination GP reading** --
+  never another sender's resources, never the waiter's own.
+* **Pipe slots** of a local GP: released by that GP reading (``receive`` /
+  ``drain`` hand the slot to the head waiter).  Items from other hosts go in
+  past capacity (``put_many``): credit already bounded them, so the receive
+  path never waits for a slot.
+* **Pool blocks.**  Nothing waits for one: the send side takes a block with
+  ``acquire_nowait`` and falls back to a private buffer when the row is full
+  (``pool_fallbacks``); the receive side does the same when the transport
+  allocates (``fallback_allocs``).  Fallbacks are bounded by the credit and
+  stream windows that bound what may be in flight at all.
+* **Stream segment windows**: released by the receiving GP reading segments
+  (:class:`~aiopdbp.streams.IncomingStream`), which returns stream credit.
+* **Table updates** (register, bind, stream binding): a request to rank 0,
+  answered by rank 0's event loop without any resource of the requester; a
+  lost rank 0 fails it through liveness (``host_timeout``).
+* **Sends of the transport**: ``max_inflight`` per host; a completed MPI send
+  frees the next, and MPI sends complete because the receiving transport
+  always posts a buffer (it never waits for the application).
+
+So every wait is released by *a destination GP reading*, and no wait inside
+the library needs the resources of another waiter: there is no cycle of
+waits inside the library.  A cycle can only come from the application (two
+GPs that each send more than a window to the other before reading, as with
+``MPI_Send``); :mod:`aiopdbp.stall` reports a wait that lasts and fails such
+a cycle with :class:`~aiopdbp.errors.DeadlockError`.
+
+*Memory.*  Per (sending host, destination GP) at most ``max(window, largest
+message)`` bytes of messages are outstanding, and per stream ``stream_window``
+segments; so a receiver that keeps what it got makes only its own senders
+wait, and the data a rank holds for its GPs is bounded by ``window x peers
+x GPs`` plus the pools (``RemoteConfig``), whatever the number of sender
+tasks.
 """
 
 from __future__ import annotations
