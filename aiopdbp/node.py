@@ -134,7 +134,7 @@ class Node:
         self.router = Router(self.tables, self.pps, self.rank, name_timeout=name_timeout,
                              bind_timeout=cfg.bind_timeout, window=cfg.gp_window)
         self.streams = StreamTable(self.rank, stream_window, self.tables, self.pps, self.cps_streams,
-                                   self.router, commit=self.commit, commit_nowait=self.commit_nowait,
+                                   self.router,
                                    submit=self.manager.submit, watch=self.manager.watch)
         self.devices = DevicePath(self, device)
         self.streams.device = self.devices
@@ -417,6 +417,7 @@ class Node:
     def stats(self) -> NodeStats:
         """A typed snapshot of the node's counters (see :class:`NodeStats`)."""
         r = self._remote
+        sent, received = r.message_counts() if r is not None else ({}, {})
         return NodeStats(
             rank=self.rank, size=self.size, gps=len(self._gps),
             routed=self.manager.routed,
@@ -436,6 +437,7 @@ class Node:
             liveness=r.liveness_stats() if r is not None else {},
             devices=self.devices.stats(),
             stall=self.stall.stats(),
+            messages_sent=sent, messages_received=received,
         )
 
     def size_history(self, host: int) -> dict[str, list[tuple[float, int]]]:

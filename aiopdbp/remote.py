@@ -168,6 +168,8 @@ class Remote:
                                cfg.threshold, local=self.rank)
         self.links: dict[int, HostLink] = {}
         self.sources = {h: _Source(h) for h in range(self.size) if h != self.rank}
+        self._ctrl_sent: dict[int, dict[str, int]] = {}   # host -> control kind -> messages
+        self._ctrl_recv: dict[int, dict[str, int]] = {}
         self.failed: dict[int, BaseException] = {}   # host -> what broke it
         self.peer_stop: Stop | None = None
         self._slots: dict[int, Slot] = {}
@@ -402,6 +404,9 @@ class Remote:
     def _control(self, dest: int, msg: CtrlMsg, req: int = 0) -> None:
         """Send one control message; if it cannot be sent and ``req`` waits
         for an answer, that wait fails instead of hanging."""
+        kinds = self._ctrl_sent.setdefault(dest, {})
+        kind = type(msg).__name__
+        kinds[kind] = kinds.get(kind, 0) + 1
         try:
             fut = self.transport.post_nowait(dest, _CTRL, [msg.encode()])
         except Exception as exc:  # transport already closed
@@ -425,6 +430,9 @@ class Remote:
             log.error("malformed control message from host %d: %s", src, exc)
             self.fail_host(src, ProtocolError(f"malformed control message from host {src}: {exc}"))
             return
+        kinds = self._ctrl_recv.setdefault(src, {})
+        kind = type(msg).__name__
+        kinds[kind] = kinds.get(kind, 0) + 1
         msg.handle(self, src)
 
     # credit (per destination GP)
@@ -765,6 +773,20 @@ class Remote:
         """Real size over time of the sub-pools for ``host``: SCBP and RCBP
         (the Algorithm 1 statistic)."""
         return {"send": self.pool.send.size_history(host), "recv": self.pool.recv.size_history(host)}
+
+    def message_counts(self) -> tuple[dict[int, dict[str, int]], dict[int, dict[str, int]]]:
+        """Messages sent to and received from each host, per kind: the
+        control kinds by class name (``"TableMsg"``, ``"StreamDoneMsg"``,
+        ...) and ``"data"`` for data-channel messages."""
+        sent = {h: dict(k) for h, k in self._ctrl_sent.items()}
+        for h, link in self.links.items():
+            if link.sent_msgs:
+                sent.setdefault(h, {})["data"] = link.sent_msgs
+        recv = {h: dict(k) for h, k in self._ctrl_recv.items()}
+        for h, src in self.sources.items():
+            if src.received:
+                recv.setdefault(h, {})["data"] = src.received
+        return sent, recv
 
     def link_stats(self) -> dict[int, LinkStats]:
         return {h: link.stats() for h, link in self.links.items()}

@@ -29,6 +29,10 @@ class NodeStats:
     counters) and ``liveness`` (heartbeats).  ``devices``: the device path
     (backend, pinned chunks free / in use / lost / high water, device
     transfers sent and received; see :meth:`aiopdbp.devicepath.DevicePath.stats`).
+    ``messages_sent`` / ``messages_received``: per other host, per kind, the
+    messages exchanged with it -- control messages by class name
+    (``"TableMsg"``, ``"CreditMsg"``, ``"StreamDoneMsg"``, ...) and ``"data"``
+    for data-channel messages (blocks, split frames, lone CDUs).
     ``stall``: ``waiting`` sends waiting on a destination now, ``stalls``
     waits reported as stalled, ``deadlocks`` cycles of waits failed
     (:mod:`aiopdbp.stall`).
@@ -57,3 +61,5 @@ class NodeStats:
     liveness: dict[str, Any] = field(default_factory=dict)
     devices: dict[str, Any] = field(default_factory=dict)
     stall: dict[str, int] = field(default_factory=dict)
+    messages_sent: dict[int, dict[str, int]] = field(default_factory=dict)
+    messages_received: dict[int, dict[str, int]] = field(default_factory=dict)

@@ -9,14 +9,16 @@ pipe *PipeB* from the PPS.  :class:`StreamTable` keeps both ends of every
 stream of this host and moves them through their :class:`StreamState`
 (OPENING -> OPEN -> ENDING -> DONE, or ABORTED / BROKEN):
 
-* :meth:`open_outgoing` binds PipeA (a ``stream_bind`` table update through
-  rank 0), finds the receiver, and sends the OPEN on the *message* path, so
+* :meth:`open_outgoing` binds PipeA (a row of this host's MTA, :attr:`mta`:
+  no table update, nothing through rank 0), finds the receiver, and sends the
+  OPEN on the *message* path, so
   the receiver sees the stream in order with the sender's messages; the
   segments wait until the OPEN is routed (``out.routed``).  For a local
   receiver it creates the :class:`IncomingStream` right away (its PipeB is
   the segments' target); for a remote one the OPEN carries the stream's meta
   and ``stream_window`` credit, and the target is the host's link.
 * :meth:`place` takes the stream CDUs that arrive from other hosts: an OPEN
+  binds PipeB (the receiving host's MTA row: the receiver decides it) and
   creates the incoming stream and hands it to the receiving GP (through the
   router, which parks it if the GP is not bound yet); segments, END and
   ABORT go to the stream's PipeB.
@@ -27,13 +29,19 @@ stream of this host and moves them through their :class:`StreamState`
 * Endings travel back on the control channel: the receiver's DONE (whole,
   or why it gave up) and its segment credit (``StreamDoneMsg``,
   ``StreamCreditMsg``); a lost or failed host breaks every stream with it.
+
+*Only the two hosts.*  Opening, running and closing a stream involves the
+sending and the receiving host and nothing else: the OPEN (data channel)
+and the DONE and credit (control channel) travel between them, each keeps
+its own MTA row, and rank 0 is never asked (the SPEC replicated the MTA with
+every binding; that made every stream of the job queue behind one sequencer).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import msgpack
@@ -44,7 +52,7 @@ from .message import CREDIT_OVERHEAD
 from .pipes import Pipe, PipePool
 from .router import Router, Target
 from .streams import IncomingStream, OutgoingStream, StreamMeta
-from .tables import Tables
+from .tables import StreamEntry, Tables
 
 log = logging.getLogger("aiopdbp.streamtable")
 
@@ -98,9 +106,7 @@ class StreamTable:
     """Both ends of this host's streams (see the module docstring)."""
 
     def __init__(self, rank: int, window: int, tables: Tables, pps: PipePool, cps: PipePool,
-                 router: Router, *, commit: Callable[..., Awaitable[Any]],
-                 commit_nowait: Callable[..., None],
-                 submit: Callable[[Any, int, Any], None],
+                 router: Router, *, submit: Callable[[Any, int, Any], None],
                  watch: Callable[[Pipe[Any]], None]) -> None:
         self.rank = rank
         self.window = window
@@ -110,8 +116,8 @@ class StreamTable:
         self.router = router
         self.peers: StreamPeers | None = None
         self.device: StreamDevices | None = None
-        self._commit = commit
-        self._commit_nowait = commit_nowait
+        #: this host's MTA rows: its outgoing streams (PipeA) and incoming ones (PipeB)
+        self.mta: dict[tuple[int, int], StreamEntry] = {}
         self._submit = submit
         self._watch = watch
         self._snos = itertools.count(1)
@@ -134,7 +140,7 @@ class StreamTable:
         incoming: IncomingStream | None = None
         out: OutgoingStream | None = None
         try:
-            await self._commit("stream_bind", self.rank, sno, pid, src_pid, pipe_a.pipe_id)
+            self.mta[key] = StreamEntry(pid, src_pid, sno, self.rank, pipe_a.pipe_id, -1)
             tgt = await self.router.target(pid, timeout)
             if entry.node == self.rank:
                 incoming = self._new_incoming(key, src_pid, pid, meta, await self.pps.apply())
@@ -160,8 +166,7 @@ class StreamTable:
                 self.incoming_closed(incoming, "the sender failed to open the stream", False)
             self._out.pop(key, None)
             self.cps.release(pipe_a)
-            if key in self.tables.mta:
-                self._commit_nowait("stream_unbind", *key)
+            self.mta.pop(key, None)
             raise
 
     def close_outgoing(self, out: OutgoingStream) -> None:
@@ -173,8 +178,7 @@ class StreamTable:
             target.put_to(pid, item)
         del self._out[out.key]
         self.cps.release(out.pipe_a)
-        if out.key in self.tables.mta:
-            self._commit_nowait("stream_unbind", *out.key)
+        self.mta.pop(out.key, None)
 
     def done(self, key: tuple[int, int], error: str | None, origin: int) -> None:
         """The receiver (on rank ``origin``) took the whole stream, or gave up."""
@@ -205,7 +209,11 @@ class StreamTable:
         stream = cls(self, key, self.tables.name_of(src_pid), pipe_b, max(self.window, meta.window),
                      src_pid, dest_pid, meta)
         self._in[key] = stream
-        self._commit_nowait("stream_pipe_b", key[0], key[1], pipe_b.pipe_id)
+        row = self.mta.get(key)
+        if row is not None:       # a local stream: one row, both ends
+            row.pipe_b = pipe_b.pipe_id
+        else:
+            self.mta[key] = StreamEntry(dest_pid, src_pid, key[1], key[0], -1, pipe_b.pipe_id)
         return stream
 
     def place(self, host: int, cdu: CDU) -> None:
@@ -247,6 +255,8 @@ class StreamTable:
         if self._in.pop(stream.key, None) is None:
             return
         sender = stream.key[0]
+        if sender != self.rank:
+            self.mta.pop(stream.key, None)
         if sender != self.rank:
             if not stream.finished:
                 self._given_up.add(stream.key)  # drop what is still on its way

@@ -1,4 +1,4 @@
-"""The replicated system tables: NTA, PTA and MTA (SPEC section 2).
+"""The replicated system tables: NTA and PTA (SPEC section 2); the MTA row.
 
 * **NTA** node table ``(Nid, Nname, Nip, Ntype)`` -- one row per host (rank).
 * **PTA** process table ``(Pid, Pname, Ptype, PN)`` -- one row per generalized
@@ -6,7 +6,11 @@
   ``node`` the host it lives on.
 * **MTA** stream-mapping table ``(Pid, group, sno, PipeA, PipeB)`` -- one row
   per live data stream: the public pipe ``PipeA`` on the sending host bound to
-  the private pipe ``PipeB`` on the receiving host.
+  the private pipe ``PipeB`` on the receiving host.  **Not replicated** (a
+  departure from SPEC section 2): only the stream's two hosts need the row,
+  so each keeps its half in :attr:`aiopdbp.streamtable.StreamTable.mta`
+  (:class:`StreamEntry`) and a stream is opened and closed by those two hosts
+  alone -- no stream waits on rank 0 or queues behind the streams of others.
 
 Every change goes through :meth:`Tables.apply`, the *single point of update*.
 An update is a plain ``(op, args)`` tuple, so the multi-host runtime can send
@@ -86,10 +90,9 @@ class PendingName(str):
 
 
 class Tables:
-    """NTA + PTA + MTA with one entry point for updates."""
+    """NTA + PTA with one entry point for updates."""
 
-    OPS = ("node_add", "proc_reg", "proc_free", "pipe_bind", "pipe_release",
-           "stream_bind", "stream_pipe_b", "stream_unbind")
+    OPS = ("node_add", "proc_reg", "proc_free", "pipe_bind", "pipe_release")
 
     def __init__(self) -> None:
         self.nta: dict[int, NodeEntry] = {}
@@ -98,7 +101,6 @@ class Tables:
         # pid -> name of every GP ever registered: a message read after its
         # sender was freed still names the sender (the same on every host).
         self.names: dict[int, str] = {}
-        self.mta: dict[tuple[int, int], StreamEntry] = {}
         self.version = 0
         self._next_pid = 1
         self._hash = hashlib.blake2b(digest_size=16)
@@ -161,7 +163,6 @@ class Tables:
             "digest": self.digest,
             "nta": sorted((n.nid, n.name, n.ip, int(n.ntype)) for n in self.nta.values()),
             "pta": sorted((p.pid, p.name, int(p.ptype), p.node, p.pipe) for p in self.pta.values()),
-            "mta": sorted((s.node, s.sno, s.pid, s.group, s.pipe_a, s.pipe_b) for s in self.mta.values()),
         }
 
     # -- update handlers ------------------------------------------------------
@@ -193,19 +194,3 @@ class Tables:
         entry = self.process(pid)
         pipe, entry.pipe = entry.pipe, None
         return pipe
-
-    def _op_stream_bind(self, node: int, sno: int, pid: int, group: int, pipe_a: int) -> tuple[int, int]:
-        key = (node, sno)
-        if key in self.mta:
-            raise PDBPError(f"stream {key} is already bound")
-        self.mta[key] = StreamEntry(pid, group, sno, node, pipe_a, -1)
-        return key
-
-    def _op_stream_pipe_b(self, node: int, sno: int, pipe_b: int) -> int:
-        entry = self.mta.get((node, sno))
-        if entry is not None:
-            entry.pipe_b = pipe_b
-        return pipe_b
-
-    def _op_stream_unbind(self, node: int, sno: int) -> bool:
-        return self.mta.pop((node, sno), None) is not None

@@ -37,7 +37,7 @@ async def test_leaving_open_node_frees_all_gps_and_leaves_no_task() -> None:
         assert isinstance(stream, IncomingStream)
     with pytest.raises(BrokenResourceError):
         await stream_sender
-    assert node.tables.pta == {} and node.tables.mta == {}
+    assert node.tables.pta == {} and node.streams.mta == {}
     stats = node.stats()
     assert (stats.gps, stats.pipes_in_use, stats.streams_in, stats.streams_out) == (0, 0, 0, 0)
     assert asyncio.all_tasks() == {asyncio.current_task()}

@@ -43,7 +43,7 @@ def _assert_stream_resources_free(node: aiopdbp.Node, bound_gps: int) -> None:
     assert (stats.streams_in, stats.streams_out) == (0, 0)
     assert stats.pipes_in_use == bound_gps
     assert node.cps_streams.in_use == 0
-    assert node.tables.mta == {}
+    assert node.streams.mta == {}
 
 
 async def _idle_source(release: asyncio.Event) -> AsyncIterator[bytes]:
@@ -288,7 +288,7 @@ async def test_finished_stream_removes_mta_row_and_returns_pipes(pdbp_node) -> N
         stream = await _recv_stream(c)
         stats = node.stats()
         assert (stats.streams_in, stats.streams_out, stats.pipes_in_use) == (1, 1, 3)
-        assert list(node.tables.mta) == [stream.key]
+        assert list(node.streams.mta) == [stream.key]
         assert node.cps_streams.in_use == 1
         await stream.read()
         await sender
@@ -533,3 +533,25 @@ async def test_stream_to_self_round_trips(pdbp_node) -> None:
         assert stream.source == "me"
         assert bytes(await stream.read()) == DATA
         await sender
+
+
+# ------------------------------------------- opened by the two hosts alone
+try:
+    from tests.mpirun import SCRIPTS_DIR, check_mpi, requires_mpi, run_mpi
+except ImportError:  # pragma: no cover - run from tests/
+    from mpirun import SCRIPTS_DIR, check_mpi, requires_mpi, run_mpi  # type: ignore[no-redef]
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+def test_streams_between_ranks_1_and_2_send_nothing_to_rank_0() -> None:
+    import json
+
+    out = check_mpi(run_mpi(SCRIPTS_DIR / "stream_hosts.py", n=4, timeout=100))
+    row = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
+    assert row["done"] == "ok", out
+    # rank 0 heard nothing from rank 1, and from rank 2 only its "done";
+    # it sent each of them only its "go": no table update, no stream control
+    assert row["received"] == {"1": {}, "2": {"data": 1}}, out
+    assert row["sent"] == {"1": {"data": 1}, "2": {"data": 1}}, out

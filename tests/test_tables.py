@@ -16,8 +16,6 @@ UPDATES: list[tuple[str, tuple[Any, ...]]] = [
     ("proc_reg", ("producer", int(PType.CPU), 0)),
     ("proc_reg", ("consumer", int(PType.GPU), 1)),
     ("pipe_bind", (2, 7)),
-    ("stream_bind", (0, 1, 2, 1, 1 << 20)),
-    ("stream_pipe_b", (0, 1, 9)),
 ]
 
 
@@ -72,7 +70,6 @@ def test_snapshot_reflects_content() -> None:
     assert snap["version"] == len(UPDATES)
     assert snap["nta"] == [(0, "host0", "10.0.0.1", 1), (1, "host1", "10.0.0.2", 0)]
     assert snap["pta"] == [(1, "producer", 0, 0, None), (2, "consumer", 1, 1, 7)]
-    assert snap["mta"] == [(0, 1, 2, 1, 1 << 20, 9)]
 
 
 def test_pid_assignment_sequential_from_one() -> None:
@@ -132,22 +129,11 @@ def test_pipe_bind_and_release_update_pn() -> None:
     assert tables.process(1).pipe is None
 
 
-def test_stream_bind_and_unbind_update_mta() -> None:
-    tables = Tables()
-    key = tables.apply("stream_bind", (0, 3, 2, 1, 100))
-    assert key == (0, 3)
-    assert tables.mta[key].pipe_b == -1
-    tables.apply("stream_pipe_b", (0, 3, 8))
-    assert tables.mta[key].pipe_b == 8
-    assert tables.apply("stream_unbind", (0, 3)) is True
-    assert tables.mta == {}
-    assert tables.apply("stream_unbind", (0, 3)) is False
-
-
-def test_stream_bind_twice_raises_pdbperror() -> None:
-    tables = _tables([("stream_bind", (0, 3, 2, 1, 100))])
-    with pytest.raises(PDBPError):
-        tables.apply("stream_bind", (0, 3, 2, 1, 101))
+def test_stream_bindings_are_not_table_updates() -> None:
+    # The MTA is per host (aiopdbp.streamtable): a stream is bound by its two
+    # hosts, never through the replicated tables.
+    with pytest.raises(PDBPError, match="unknown table update 'stream_bind'"):
+        Tables().apply("stream_bind", (0, 3, 2, 1, 100))
 
 
 def test_processes_on_lists_rows_of_one_node() -> None:
