@@ -51,6 +51,7 @@ from .errors import BrokenResourceError, NoPipeError, ProtocolError, StreamError
 from .message import CREDIT_OVERHEAD
 from .pipes import Pipe, PipePool
 from .router import Router, Target
+from .streamproto import Registry, StreamState
 from .streams import IncomingStream, OutgoingStream, StreamMeta
 from .tables import StreamEntry, Tables
 
@@ -122,8 +123,8 @@ class StreamTable:
         self._watch = watch
         self._snos = itertools.count(1)
         self._out: dict[tuple[int, int], OutgoingStream] = {}
-        self._in: dict[tuple[int, int], IncomingStream] = {}
-        self._given_up: set[tuple[int, int]] = set()  # remote streams we dropped: ignore their rest
+        # incoming streams, and the remote ones this host gave up (their late CDUs are dropped)
+        self._in: Registry[tuple[int, int], IncomingStream] = Registry()
         self.dropped = 0
 
     # --------------------------------------------------------------- sending
@@ -151,10 +152,10 @@ class StreamTable:
                 meta.window = self.window
                 open_item = CDU(Kind.STREAM, src_pid, (pid,), pack_meta(meta), meta.com, 0, sno, 0,
                                 self.rank, (), StreamOp.OPEN)
-            out = OutgoingStream(key, pid, pipe_a, target, incoming, entry.node, waits=self.router.waits,
+            out = OutgoingStream(key, pid, pipe_a, target, incoming, entry.node,
+                                 window=self.window if incoming is None else None, src_pid=src_pid,
+                                 com=meta.com, rank=self.rank, waits=self.router.waits,
                                  names=(self.tables.name_of(src_pid), entry.name))
-            if incoming is None:
-                out.credits = self.window
             self._out[key] = out
             await self.router.reserve(tgt, pid, CREDIT_OVERHEAD, timeout, f"GP {entry.name!r}",
                                       self.tables.name_of(src_pid))
@@ -191,7 +192,7 @@ class StreamTable:
         exc = BrokenResourceError(f"stream receiver failed: {error}")
         if origin != self.rank:
             exc.origin_rank = origin
-        out.break_(exc)
+        out.break_(exc, refused=True)
 
     def credit(self, key: tuple[int, int], segments: int) -> None:
         """A remote receiver consumed ``segments`` segments."""
@@ -208,7 +209,7 @@ class StreamTable:
         cls = IncomingStream if self.device is None else self.device.stream_class(meta, dest_pid)
         stream = cls(self, key, self.tables.name_of(src_pid), pipe_b, max(self.window, meta.window),
                      src_pid, dest_pid, meta)
-        self._in[key] = stream
+        self._in.add(key, stream)
         row = self.mta.get(key)
         if row is not None:       # a local stream: one row, both ends
             row.pipe_b = pipe_b.pipe_id
@@ -220,9 +221,8 @@ class StreamTable:
         """A stream CDU arrived from ``host``."""
         key = (cdu.source_n, cdu.sno)
         op = cdu.op
-        stream = self._in.get(key)
         if op is StreamOp.OPEN:
-            if stream is not None or not cdu.dest_ps:
+            if key in self._in.live or not cdu.dest_ps:
                 return
             dest = cdu.dest_ps[0]
             meta: StreamMeta | None = None
@@ -240,26 +240,29 @@ class StreamTable:
             if not self.router.deliver_remote(host, dest, [stream], CREDIT_OVERHEAD):
                 self.incoming_closed(stream, "the receiving GP is gone", True)
             return
-        if stream is None:
-            if key in self._given_up:
-                if op is StreamOp.END or op is StreamOp.ABORT:
-                    self._given_up.discard(key)
-            else:
-                self.dropped += 1
+        try:
+            found = self._in.get(key)
+        except ProtocolError as exc:  # nobody here knows the stream
+            self.dropped += 1
+            log.debug("host %d: %s dropped", host, exc)
             return
-        stream.pipe.force_put(cdu)  # the stream's credit window bounds what comes
+        if found is None:  # given up here: what was on the way is late, not wrong
+            if op is StreamOp.END or op is StreamOp.ABORT:
+                self._in.settle(key)
+            return
+        found.pipe.force_put(cdu)  # the stream's credit window bounds what comes
 
     # StreamOwner: what an IncomingStream tells its table
     def incoming_closed(self, stream: IncomingStream, error: str | None, notify: bool) -> None:
         """The receiving side is done (finished, aborted, abandoned)."""
-        if self._in.pop(stream.key, None) is None:
+        if self._in.live.get(stream.key) is not stream:
             return
         sender = stream.key[0]
+        # a remote stream given up here: drop what is still on its way
+        self._in.remove(stream.key, given_up=sender != self.rank and
+                        stream.state not in (StreamState.DONE, StreamState.ABORTED))
         if sender != self.rank:
             self.mta.pop(stream.key, None)
-        if sender != self.rank:
-            if not stream.finished:
-                self._given_up.add(stream.key)  # drop what is still on its way
             if notify and self.peers is not None:
                 self.peers.send_done(sender, stream.key, error)
         elif notify:
@@ -274,7 +277,7 @@ class StreamTable:
     def abort_to(self, pid: int, why: str) -> None:
         """GP ``pid`` released its pipe: its incoming streams end, their
         senders hear ``why``."""
-        for stream in [s for s in self._in.values() if s.dest_pid == pid]:
+        for stream in [s for s in self._in.live.values() if s.dest_pid == pid]:
             stream.fail(BrokenResourceError(why))
             self.incoming_closed(stream, why, True)
 
@@ -285,7 +288,7 @@ class StreamTable:
         for out in list(self._out.values()):
             if out.incoming is None and out.host == host:
                 out.break_(exc)
-        for stream in [s for s in self._in.values() if s.key[0] == host]:
+        for stream in [s for s in self._in.live.values() if s.key[0] == host]:
             err = StreamError(f"stream {stream.key} from {stream.source!r} was cut off: {exc}")
             err.__cause__ = exc
             stream.fail(err)
@@ -293,7 +296,7 @@ class StreamTable:
 
     def close(self, exc: BaseException) -> None:
         """The node closes: every live stream ends."""
-        for stream in list(self._in.values()):
+        for stream in list(self._in.live.values()):
             stream.fail(BrokenResourceError("node closed"))
             self.incoming_closed(stream, "receiving node closed", True)
         for out in list(self._out.values()):
