@@ -162,6 +162,9 @@ class _LocalSource:
     async def aclose(self) -> None:
         pass
 
+    def single(self) -> None:
+        return None  # device data never rides in the OPEN
+
     async def segments(self, out: OutgoingStream) -> AsyncGenerator[Any, None]:
         path = self.path
         payload = await path.local_payload(self.gp, self.data, path.device_of(self.pid), self.copy)
@@ -188,6 +191,9 @@ class _StagedSource:
 
     async def aclose(self) -> None:
         pass
+
+    def single(self) -> None:
+        return None  # device data never rides in the OPEN
 
     async def segments(self, out: OutgoingStream) -> AsyncGenerator[Any, None]:
         path, sent, info = self.path, self.sent, self.info

@@ -45,10 +45,12 @@ if TYPE_CHECKING:
     from .process import GP
     from .router import Target
 
-__all__ = ["DEFAULT_SEGMENT", "IncomingStream", "OutgoingStream", "StreamMeta", "StreamOwner",
+__all__ = ["DEFAULT_SEGMENT", "EAGER_LIMIT", "ChunkSource", "HostSource", "Staged", "run_sender", "IncomingStream", "OutgoingStream", "StreamMeta", "StreamOwner",
            "StreamState", "check_chunk", "cut", "describe", "send_stream"]
 
 DEFAULT_SEGMENT = 1 << 20
+#: a stream of at most this many bytes, known when it opens, travels inside its OPEN
+EAGER_LIMIT = 64 << 10
 
 
 class StreamOwner(Protocol):
@@ -383,7 +385,7 @@ class OutgoingStream:
     """
 
     __slots__ = ("key", "dest_pid", "pipe_a", "target", "done", "broken", "incoming", "routed",
-                 "proto", "_credit_waiter", "host", "_waits", "_names", "_head")
+                 "proto", "_credit_waiter", "host", "_waits", "_names", "_head", "carried")
 
     def __init__(self, key: tuple[int, int], dest_pid: int, pipe_a: Pipe[Any], target: Target,
                  incoming: IncomingStream | None, host: int, *, window: int | None = None,
@@ -405,6 +407,7 @@ class OutgoingStream:
         # segment can overtake them (they travel different public pipes).
         self.routed: asyncio.Future[None] = loop.create_future()
         self.proto = sp.SenderProtocol(window)
+        self.carried = 0  # > 0: the OPEN carried the whole stream, this many bytes, and its END
         self._credit_waiter: asyncio.Future[None] | None = None
         self._head = (src_pid, (dest_pid,), com, rank)  # what every CDU of the stream carries
 
@@ -439,10 +442,12 @@ class OutgoingStream:
         """The next segment went outside the stream's CDUs (device staging)."""
         self.proto.handle(sp.SendSegment(nbytes, staged=True))
 
-    def emit_end(self) -> None:
-        """Put the END (after :meth:`reserve`) into PipeA."""
+    def emit_end(self, carried: bool = False) -> None:
+        """Put the END (after :meth:`reserve`) into PipeA (``carried``: the
+        OPEN already carried it)."""
         act = self.proto.handle(sp.End())[0]
-        self.pipe_a.force_put(self._cdu(act.nbytes.to_bytes(8, "little"), act.nseg,  # type: ignore[attr-defined]
+        if not carried:
+            self.pipe_a.force_put(self._cdu(act.nbytes.to_bytes(8, "little"), act.nseg,  # type: ignore[attr-defined]
                                         StreamOp.END))
 
     def cancel(self, exc: BaseException) -> None:
@@ -620,6 +625,7 @@ class ChunkSource(Protocol):
 
     def segments(self, out: OutgoingStream) -> AsyncGenerator[Any, None]: ...
     async def aclose(self) -> None: ...
+    def single(self) -> Any | None: ...
 
 
 class HostSource:
@@ -627,7 +633,7 @@ class HostSource:
     into segments of ``segment_size`` bytes (zero copy), each chunk checked
     against the first one as it comes."""
 
-    __slots__ = ("meta", "_chunks", "_first", "_first_meta", "_is_buffer", "_segment_size")
+    __slots__ = ("meta", "_chunks", "_first", "_first_meta", "_is_buffer", "_segment_size", "_source")
 
     def __init__(self, source: Any, segment_size: int) -> None:
         self._segment_size = segment_size
@@ -649,6 +655,7 @@ class HostSource:
             self.meta = self._first_meta = check_chunk(source, None, 0)
             self.meta.borrowed = describe(source, 0).borrowed
             self._chunks = _chunks([source])
+            self._source = (source,)
         else:
             self._chunks = _chunks(source)
             self._first_meta = self.meta = StreamMeta()
@@ -671,6 +678,15 @@ class HostSource:
 
     async def aclose(self) -> None:
         await self._chunks.aclose()
+
+    def single(self) -> Any | None:
+        """The whole stream as its one segment when it is a buffer of at most
+        :data:`EAGER_LIMIT` bytes (and not empty), else None: what the OPEN
+        may carry (the short-stream fast path)."""
+        if not self._is_buffer or not 0 < self.meta.nbytes <= min(EAGER_LIMIT, self._segment_size):
+            return None
+        segs = list(cut(next(iter(self._source)), self._segment_size))
+        return segs[0] if len(segs) == 1 else None
 
     async def segments(self, out: OutgoingStream) -> AsyncGenerator[Any, None]:
         chunks, size, k = self._chunks, self._segment_size, 0
@@ -706,7 +722,7 @@ async def run_sender(gp: GP, pid: int, meta: StreamMeta, source: ChunkSource, *,
     try:
         try:
             async with asyncio.timeout(timeout):
-                out = await streams.open_outgoing(gp.pid, pid, meta, timeout)
+                out = await streams.open_outgoing(gp.pid, pid, meta, timeout, eager=source.single())
         except TimeoutError:
             raise TimeoutError(f"{what} could not be opened within {timeout} s") from None
     except BaseException:
@@ -715,6 +731,12 @@ async def run_sender(gp: GP, pid: int, meta: StreamMeta, source: ChunkSource, *,
     try:
         async with asyncio.timeout(timeout):
             await out.routed
+            if out.carried:  # the OPEN carried the one segment and the END: nothing to wait for
+                await source.aclose()
+                out.staged(out.carried)
+                out.emit_end(carried=True)
+                await out.done
+                return out.proto.nbytes
             segments = source.segments(out)
             async with contextlib.aclosing(segments):
                 async for seg in segments:

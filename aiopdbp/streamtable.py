@@ -45,6 +45,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import msgpack
+import numpy as np
 
 from .codec import CDU, Kind, StreamOp
 from .errors import BrokenResourceError, NoPipeError, ProtocolError, StreamError
@@ -76,16 +77,37 @@ class StreamDevices(Protocol):
     def break_host(self, host: int, exc: BaseException) -> None: ...
 
 
-def pack_meta(meta: StreamMeta) -> bytes:
-    """The OPEN's payload: the stream's meta, for the wire."""
-    return msgpack.packb(meta.to_wire())  # type: ignore[no-any-return]
+def pack_meta(meta: StreamMeta, eager: Any = None) -> bytes:
+    """The OPEN's payload: the stream's meta, for the wire, and the bytes of
+    ``eager``, the stream's one segment when the OPEN carries it with its END."""
+    d = meta.to_wire()
+    if eager is not None:
+        d["eager"] = memoryview(eager).cast("B") if not isinstance(eager, bytes) else eager
+    return msgpack.packb(d)  # type: ignore[no-any-return]
 
 
 def unpack_meta(data: Any) -> StreamMeta:
+    """The stream meta of an OPEN (its carried segment, if any, in ``extra["eager"]``)."""
     try:
-        return StreamMeta.from_wire(msgpack.unpackb(bytes(data), raw=False))
+        d = msgpack.unpackb(bytes(data), raw=False)
+        eager = d.pop("eager", None)
+        meta = StreamMeta.from_wire(d)
     except Exception as exc:
         raise ProtocolError(f"bad stream OPEN meta: {exc}") from exc
+    if eager is not None:
+        if not isinstance(eager, bytes) or (isinstance(meta.nbytes, int) and
+                                            meta.nbytes >= 0 and len(eager) != meta.nbytes):
+            raise ProtocolError("a stream OPEN carries a segment that is not its whole data")
+        meta.extra["eager"] = eager
+    return meta
+
+
+def _eager_segment(meta: StreamMeta, eager: bytes) -> Any:
+    """The carried segment as a link would have delivered it (a writable copy)."""
+    flat = np.frombuffer(eager, dtype=np.uint8).copy()
+    if meta.kind == "ndarray" and meta.dtype:
+        return flat.view(np.dtype(meta.dtype)).reshape(meta.shape)
+    return flat.data
 
 
 class _OpenRoute:
@@ -129,8 +151,12 @@ class StreamTable:
 
     # --------------------------------------------------------------- sending
     async def open_outgoing(self, src_pid: int, pid: int, meta: StreamMeta,
-                            timeout: float | None) -> OutgoingStream:
+                            timeout: float | None, eager: Any = None) -> OutgoingStream:
         """Bind a stream from GP ``src_pid`` to GP ``pid`` and send its OPEN.
+
+        ``eager``: the stream's one (short) segment; a remote stream's OPEN
+        carries it and the END (``out.carried``), so the stream costs one CDU
+        each way.  The stream protocol sees the same events either way.
 
         Cancellation: whatever was bound is undone.
         """
@@ -150,12 +176,14 @@ class StreamTable:
             else:
                 target = tgt
                 meta.window = self.window
-                open_item = CDU(Kind.STREAM, src_pid, (pid,), pack_meta(meta), meta.com, 0, sno, 0,
+                open_item = CDU(Kind.STREAM, src_pid, (pid,), pack_meta(meta, eager), meta.com, 0, sno, 0,
                                 self.rank, (), StreamOp.OPEN)
             out = OutgoingStream(key, pid, pipe_a, target, incoming, entry.node,
                                  window=self.window if incoming is None else None, src_pid=src_pid,
                                  com=meta.com, rank=self.rank, waits=self.router.waits,
                                  names=(self.tables.name_of(src_pid), entry.name))
+            if incoming is None and eager is not None:
+                out.carried = int(memoryview(eager).nbytes)
             self._out[key] = out
             await self.router.reserve(tgt, pid, CREDIT_OVERHEAD, timeout, f"GP {entry.name!r}",
                                       self.tables.name_of(src_pid))
@@ -235,6 +263,12 @@ class StreamTable:
                 if self.peers is not None:
                     self.peers.send_done(key[0], key, f"cannot receive the stream: {exc}")
                 return
+            eager = meta.extra.pop("eager", None)
+            if eager is not None and meta.kind != "device":  # the OPEN carried the whole stream
+                stream.pipe.force_put(CDU(Kind.STREAM, cdu.source_p, (dest,), _eager_segment(meta, eager),
+                                          meta.com, 0, key[1], 0, key[0]))
+                stream.pipe.force_put(CDU(Kind.STREAM, cdu.source_p, (dest,), len(eager).to_bytes(8, "little"),
+                                          meta.com, 0, key[1], 1, key[0], (), StreamOp.END))
             if meta.kind == "device" and self.device is not None and self.device.start_incoming(host, stream):
                 return  # a device message: delivered as a Message once it is complete
             if not self.router.deliver_remote(host, dest, [stream], CREDIT_OVERHEAD):
