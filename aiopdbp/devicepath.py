@@ -70,11 +70,12 @@ from .devicestreams import (
 )
 from .errors import BrokenResourceError, ClosedResourceError, DeviceError, StreamError, TransportError
 from .message import CREDIT_OVERHEAD, Message, credit_cost
-from .streams import IncomingStream, OutgoingStream, Staged, StreamMeta, StreamState, run_sender
+from .streams import IncomingStream, Staged, StreamMeta, StreamState, run_sender
 from .transport.base import LoopPoller
 
 if TYPE_CHECKING:
     from .node import Node
+    from .streamtable import OutgoingStream
     from .process import GP
     from .sgp import SGP
     from .transport.base import RawRequest

@@ -1,5 +1,13 @@
 """Data streams (the patent's SINFO): segmentation, sending and reassembly.
 
+The protocol of a stream is :mod:`aiopdbp.streamproto` (sans-I/O); this
+module is its I/O for every kind of data: :func:`run_sender` is the one
+sender loop (it pulls segments from a :class:`ChunkSource`: host buffers and
+iterables here, device copies and staging in :mod:`aiopdbp.devicepath`) and
+:class:`IncomingStream` the one receiver (device sinks subclass it in
+:mod:`aiopdbp.devicestreams`).  A stream whose whole data is one short
+buffer travels inside its OPEN (:data:`EAGER_LIMIT`).
+
 Sending (:func:`send_stream`): the sender's writer asks the node to bind a
 public pipe ``PipeA`` to the receiver (an MTA tuple), cuts the source into
 segments of ``segment_size`` bytes, numbers them ``(sno, segno)``, writes them
@@ -27,25 +35,24 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from . import streamproto as sp
-from .codec import CDU, Kind, StreamOp
+from .codec import CDU, StreamOp
 from .device.backend import is_device_array
-from .errors import BrokenResourceError, ClosedResourceError, ProtocolError, StreamError, WouldBlock
+from .errors import BrokenResourceError, ClosedResourceError, ProtocolError, StreamError
 from .pipes import Pipe
-from .stall import Waits
 from .streamproto import StreamState
 
 if TYPE_CHECKING:
     from .process import GP
-    from .router import Target
+    from .streamtable import OutgoingStream
 
-__all__ = ["DEFAULT_SEGMENT", "EAGER_LIMIT", "ChunkSource", "HostSource", "Staged", "run_sender", "IncomingStream", "OutgoingStream", "StreamMeta", "StreamOwner",
+__all__ = ["DEFAULT_SEGMENT", "EAGER_LIMIT", "ChunkSource", "HostSource", "Staged", "run_sender", "IncomingStream", "StreamMeta", "StreamOwner",
            "StreamState", "check_chunk", "cut", "describe", "send_stream"]
 
 DEFAULT_SEGMENT = 1 << 20
@@ -373,185 +380,6 @@ class IncomingStream:
 
 
 # ------------------------------------------------------------------- sending
-class OutgoingStream:
-    """Sender-side handle of one bound stream (its MTA row) and its
-    :class:`~aiopdbp.streamproto.SenderProtocol`.
-
-    ``window`` bounds the segments in flight to a *remote* receiver (its
-    credit window: the receiver gives credit back as its GP consumes
-    segments), so a cancelled sender is never more than a window ahead of its
-    ABORT.  ``None`` for a local receiver, whose bounded PipeB gives the same
-    backpressure.
-    """
-
-    __slots__ = ("key", "dest_pid", "pipe_a", "target", "done", "broken", "incoming", "routed",
-                 "proto", "_credit_waiter", "host", "_waits", "_names", "_head", "carried")
-
-    def __init__(self, key: tuple[int, int], dest_pid: int, pipe_a: Pipe[Any], target: Target,
-                 incoming: IncomingStream | None, host: int, *, window: int | None = None,
-                 src_pid: int = 0, com: int = 0, rank: int = 0, waits: Waits | None = None,
-                 names: tuple[str, str] = ("?", "?")) -> None:
-        loop = asyncio.get_running_loop()
-        self._waits = waits                 # where a wait for the window is registered (stalls)
-        self._names = names                 # (sending GP, receiving GP)
-        self.key = key
-        self.dest_pid = dest_pid
-        self.pipe_a = pipe_a
-        self.target = target
-        self.host = host                    # the receiver's host
-        self.done: asyncio.Future[None] = loop.create_future()
-        self.broken: BaseException | None = None
-        self.incoming = incoming
-        # Set when the PipeManager has routed the OPEN: every message this GP
-        # sent before the stream is then ahead of it on the way, so no
-        # segment can overtake them (they travel different public pipes).
-        self.routed: asyncio.Future[None] = loop.create_future()
-        self.proto = sp.SenderProtocol(window)
-        self.carried = 0  # > 0: the OPEN carried the whole stream, this many bytes, and its END
-        self._credit_waiter: asyncio.Future[None] | None = None
-        self._head = (src_pid, (dest_pid,), com, rank)  # what every CDU of the stream carries
-
-    @property
-    def state(self) -> StreamState:
-        return self.proto.state
-
-    @property
-    def credits(self) -> int | None:
-        """Segments that may go now without waiting (None: no credit window)."""
-        return self.proto.credits
-
-    def _cdu(self, data: Any, segno: int, op: StreamOp = StreamOp.SEGMENT) -> tuple[Target, int, CDU]:
-        src, dest, com, rank = self._head
-        # PipeA holds (target, pid, CDU) for the PipeManager; pid 0: stream
-        # data takes no GP credit
-        return self.target, 0, CDU(Kind.STREAM, src, dest, data, com, 0, self.key[1], segno, rank, (), op)
-
-    def opened(self) -> None:
-        """The OPEN was routed: segments may follow."""
-        if self.proto.state is StreamState.OPENING:
-            self.proto.handle(sp.Opened())
-            if not self.routed.done():
-                self.routed.set_result(None)
-
-    def emit_segment(self, seg: Any) -> None:
-        """Put the next segment (after :meth:`reserve`) into PipeA."""
-        act = self.proto.handle(sp.SendSegment(int(seg.nbytes)))[0]
-        self.pipe_a.force_put(self._cdu(seg, act.segno))  # type: ignore[attr-defined]
-
-    def staged(self, nbytes: int) -> None:
-        """The next segment went outside the stream's CDUs (device staging)."""
-        self.proto.handle(sp.SendSegment(nbytes, staged=True))
-
-    def emit_end(self, carried: bool = False) -> None:
-        """Put the END (after :meth:`reserve`) into PipeA (``carried``: the
-        OPEN already carried it)."""
-        act = self.proto.handle(sp.End())[0]
-        if not carried:
-            self.pipe_a.force_put(self._cdu(act.nbytes.to_bytes(8, "little"), act.nseg,  # type: ignore[attr-defined]
-                                        StreamOp.END))
-
-    def cancel(self, exc: BaseException) -> None:
-        """The sender gave up: an ABORT overtakes backpressure (unless the
-        stream is already over, e.g. the receiver gave up first)."""
-        if self.proto.ended or self.done.done():
-            return
-        why = "sender cancelled" if isinstance(exc, asyncio.CancelledError) else \
-            f"sender failed: {type(exc).__name__}: {exc}"
-        act = self.proto.handle(sp.Cancel(why))[0]
-        self.pipe_a.force_put(self._cdu(why.encode(), act.segno, StreamOp.ABORT))  # type: ignore[attr-defined]
-
-    def delivered(self) -> None:
-        """The receiver took the whole stream."""
-        try:
-            self.proto.handle(sp.Done())
-        except ProtocolError as exc:  # a DONE before the END, or after the sender gave up
-            if not self.proto.ended:
-                self.break_(BrokenResourceError(f"stream receiver: {exc}"))
-            return
-        if not self.done.done():
-            self.done.set_result(None)
-
-    def break_(self, exc: BaseException, refused: bool = False) -> None:
-        """The receiver gave up (``refused``), or its host is gone: the sender gets ``exc``."""
-        if self.broken is None:
-            self.broken = exc
-        if not self.proto.ended:
-            self.proto.handle(sp.Done(str(exc)) if refused else sp.Break(str(exc)))
-        if not self.done.done():
-            self.done.set_exception(exc)
-            self.done.exception()
-        self.wake()
-
-    def grant(self, n: int) -> None:
-        """The receiver consumed ``n`` segments: that many more may be sent."""
-        try:
-            self.proto.handle(sp.Credit(n))
-        except ProtocolError:
-            return  # late (the stream is over) or meaningless: nothing waits on it
-        self.wake()
-
-    def wake(self) -> None:
-        """Wake a sender waiting for credit (granted, or the stream broke)."""
-        w = self._credit_waiter
-        if w is not None and not w.done():
-            w.set_result(None)
-
-    async def reserve(self) -> None:
-        """Room for one more CDU of this stream (credit, or a PipeB slot).
-
-        Cancellation: a cancelled reserve holds nothing.
-        """
-        if self.broken is not None:
-            raise self.broken
-        credits = self.proto.credits
-        if credits is not None:
-            if credits > 0:
-                return  # a link takes stream data without GP credit
-        else:
-            try:
-                self.target.reserve_nowait()
-                return
-            except WouldBlock:
-                pass
-            except BrokenResourceError:
-                if self.broken is not None:  # say why: the receiver gave up the stream
-                    raise self.broken from None
-                raise
-        wait = None
-        if self._waits is not None:
-            wait = self._waits.begin(self._names[0], "the segment window of a stream",
-                                     self._names[1], self.host)
-        try:
-            await self._wait_room()
-        except asyncio.CancelledError:
-            if wait is not None:
-                wait.check()
-            raise
-        finally:
-            if wait is not None:
-                self._waits.end(wait)  # type: ignore[union-attr]
-
-    async def _wait_room(self) -> None:
-        if self.proto.credits is not None:
-            while not self.proto.can_send:
-                fut = self._credit_waiter = asyncio.get_running_loop().create_future()
-                try:
-                    await fut
-                finally:
-                    self._credit_waiter = None
-                if self.broken is not None:
-                    raise self.broken
-            return
-        try:
-            await self.target.reserve()
-        except BrokenResourceError:
-            if self.broken is not None:  # say why: the receiver gave up the stream
-                raise self.broken from None
-            raise
-        if self.broken is not None:  # receiver went away while we waited
-            raise self.broken
-
-
 def _needs_pickle(dt: np.dtype[Any]) -> bool:
     return dt.hasobject or dt.fields is not None or dt.subdtype is not None or dt.itemsize == 0
 

@@ -6,8 +6,9 @@ A stream is bound for its whole life (SPEC section 5, the MTA row
 ``(Pid, group, sno, PipeA, PipeB)``): on the sending host a public pipe
 *PipeA* from the stream group of the CPS, on the receiving host a private
 pipe *PipeB* from the PPS.  :class:`StreamTable` keeps both ends of every
-stream of this host and moves them through their :class:`StreamState`
-(OPENING -> OPEN -> ENDING -> DONE, or ABORTED / BROKEN):
+stream of this host; each end's state (OPENING -> OPEN -> ENDING -> DONE, or
+ABORTED / BROKEN) is its :mod:`aiopdbp.streamproto` state machine, which the
+table and the stream objects feed with what arrives:
 
 * :meth:`open_outgoing` binds PipeA (a row of this host's MTA, :attr:`mta`:
   no table update, nothing through rank 0), finds the receiver, and sends the
@@ -21,11 +22,17 @@ stream of this host and moves them through their :class:`StreamState`
   binds PipeB (the receiving host's MTA row: the receiver decides it) and
   creates the incoming stream and hands it to the receiving GP (through the
   router, which parks it if the GP is not bound yet); segments, END and
-  ABORT go to the stream's PipeB.
+  ABORT go to the stream's PipeB.  An OPEN may carry a short stream's one
+  segment and its END (``open_outgoing(eager=...)``): they go to PipeB at
+  once, as if they had come in their own CDUs.  A CDU of a stream nobody
+  here knows is a ``ProtocolError`` of the protocol's :class:`Registry`
+  (counted as ``stream_cdus_dropped``); one of a stream given up here is late
+  and dropped quietly.
 * Device streams (OPEN meta kind ``"device"``) are handed to
   :attr:`StreamTable.device` (:mod:`aiopdbp.devicepath`): it chooses the
   incoming stream's class, moves the array's chunks outside the link, and
-  feeds the stream's PipeB itself.
+  feeds the stream's segments into PipeB itself (the END comes from the
+  sender, on the stream path).
 * Endings travel back on the control channel: the receiver's DONE (whole,
   or why it gave up) and its segment credit (``StreamDoneMsg``,
   ``StreamCreditMsg``); a lost or failed host breaks every stream with it.
@@ -39,6 +46,7 @@ every binding; that made every stream of the job queue behind one sequencer).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from collections.abc import Callable
@@ -48,17 +56,19 @@ import msgpack
 import numpy as np
 
 from .codec import CDU, Kind, StreamOp
-from .errors import BrokenResourceError, NoPipeError, ProtocolError, StreamError
+from . import streamproto as sp
+from .errors import BrokenResourceError, NoPipeError, ProtocolError, StreamError, WouldBlock
 from .message import CREDIT_OVERHEAD
 from .pipes import Pipe, PipePool
 from .router import Router, Target
 from .streamproto import Registry, StreamState
-from .streams import IncomingStream, OutgoingStream, StreamMeta
+from .stall import Waits
+from .streams import IncomingStream, StreamMeta
 from .tables import StreamEntry, Tables
 
 log = logging.getLogger("aiopdbp.streamtable")
 
-__all__ = ["StreamDevices", "StreamPeers", "StreamTable", "pack_meta", "unpack_meta"]
+__all__ = ["OutgoingStream", "StreamDevices", "StreamPeers", "StreamTable", "pack_meta", "unpack_meta"]
 
 
 class StreamPeers(Protocol):
@@ -108,6 +118,185 @@ def _eager_segment(meta: StreamMeta, eager: bytes) -> Any:
     if meta.kind == "ndarray" and meta.dtype:
         return flat.view(np.dtype(meta.dtype)).reshape(meta.shape)
     return flat.data
+
+
+class OutgoingStream:
+    """Sender-side handle of one bound stream (its MTA row) and its
+    :class:`~aiopdbp.streamproto.SenderProtocol`.
+
+    ``window`` bounds the segments in flight to a *remote* receiver (its
+    credit window: the receiver gives credit back as its GP consumes
+    segments), so a cancelled sender is never more than a window ahead of its
+    ABORT.  ``None`` for a local receiver, whose bounded PipeB gives the same
+    backpressure.
+    """
+
+    __slots__ = ("key", "dest_pid", "pipe_a", "target", "done", "broken", "incoming", "routed",
+                 "proto", "_credit_waiter", "host", "_waits", "_names", "_head", "carried")
+
+    def __init__(self, key: tuple[int, int], dest_pid: int, pipe_a: Pipe[Any], target: Target,
+                 incoming: IncomingStream | None, host: int, *, window: int | None = None,
+                 src_pid: int = 0, com: int = 0, rank: int = 0, waits: Waits | None = None,
+                 names: tuple[str, str] = ("?", "?")) -> None:
+        loop = asyncio.get_running_loop()
+        self._waits = waits                 # where a wait for the window is registered (stalls)
+        self._names = names                 # (sending GP, receiving GP)
+        self.key = key
+        self.dest_pid = dest_pid
+        self.pipe_a = pipe_a
+        self.target = target
+        self.host = host                    # the receiver's host
+        self.done: asyncio.Future[None] = loop.create_future()
+        self.broken: BaseException | None = None
+        self.incoming = incoming
+        # Set when the PipeManager has routed the OPEN: every message this GP
+        # sent before the stream is then ahead of it on the way, so no
+        # segment can overtake them (they travel different public pipes).
+        self.routed: asyncio.Future[None] = loop.create_future()
+        self.proto = sp.SenderProtocol(window)
+        self.carried = 0  # > 0: the OPEN carried the whole stream, this many bytes, and its END
+        self._credit_waiter: asyncio.Future[None] | None = None
+        self._head = (src_pid, (dest_pid,), com, rank)  # what every CDU of the stream carries
+
+    @property
+    def state(self) -> StreamState:
+        return self.proto.state
+
+    @property
+    def credits(self) -> int | None:
+        """Segments that may go now without waiting (None: no credit window)."""
+        return self.proto.credits
+
+    def _cdu(self, data: Any, segno: int, op: StreamOp = StreamOp.SEGMENT) -> tuple[Target, int, CDU]:
+        src, dest, com, rank = self._head
+        # PipeA holds (target, pid, CDU) for the PipeManager; pid 0: stream
+        # data takes no GP credit
+        return self.target, 0, CDU(Kind.STREAM, src, dest, data, com, 0, self.key[1], segno, rank, (), op)
+
+    def opened(self) -> None:
+        """The OPEN was routed: segments may follow."""
+        if self.proto.state is StreamState.OPENING:
+            self.proto.handle(sp.Opened())
+            if not self.routed.done():
+                self.routed.set_result(None)
+
+    def emit_segment(self, seg: Any) -> None:
+        """Put the next segment (after :meth:`reserve`) into PipeA."""
+        act = self.proto.handle(sp.SendSegment(int(seg.nbytes)))[0]
+        self.pipe_a.force_put(self._cdu(seg, act.segno))  # type: ignore[attr-defined]
+
+    def staged(self, nbytes: int) -> None:
+        """The next segment went outside the stream's CDUs (device staging)."""
+        self.proto.handle(sp.SendSegment(nbytes, staged=True))
+
+    def emit_end(self, carried: bool = False) -> None:
+        """Put the END (after :meth:`reserve`) into PipeA (``carried``: the
+        OPEN already carried it)."""
+        act = self.proto.handle(sp.End())[0]
+        if not carried:
+            self.pipe_a.force_put(self._cdu(act.nbytes.to_bytes(8, "little"), act.nseg,  # type: ignore[attr-defined]
+                                        StreamOp.END))
+
+    def cancel(self, exc: BaseException) -> None:
+        """The sender gave up: an ABORT overtakes backpressure (unless the
+        stream is already over, e.g. the receiver gave up first)."""
+        if self.proto.ended or self.done.done():
+            return
+        why = "sender cancelled" if isinstance(exc, asyncio.CancelledError) else \
+            f"sender failed: {type(exc).__name__}: {exc}"
+        act = self.proto.handle(sp.Cancel(why))[0]
+        self.pipe_a.force_put(self._cdu(why.encode(), act.segno, StreamOp.ABORT))  # type: ignore[attr-defined]
+
+    def delivered(self) -> None:
+        """The receiver took the whole stream."""
+        try:
+            self.proto.handle(sp.Done())
+        except ProtocolError as exc:  # a DONE before the END, or after the sender gave up
+            if not self.proto.ended:
+                self.break_(BrokenResourceError(f"stream receiver: {exc}"))
+            return
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def break_(self, exc: BaseException, refused: bool = False) -> None:
+        """The receiver gave up (``refused``), or its host is gone: the sender gets ``exc``."""
+        if self.broken is None:
+            self.broken = exc
+        if not self.proto.ended:
+            self.proto.handle(sp.Done(str(exc)) if refused else sp.Break(str(exc)))
+        if not self.done.done():
+            self.done.set_exception(exc)
+            self.done.exception()
+        self.wake()
+
+    def grant(self, n: int) -> None:
+        """The receiver consumed ``n`` segments: that many more may be sent."""
+        try:
+            self.proto.handle(sp.Credit(n))
+        except ProtocolError:
+            return  # late (the stream is over) or meaningless: nothing waits on it
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake a sender waiting for credit (granted, or the stream broke)."""
+        w = self._credit_waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def reserve(self) -> None:
+        """Room for one more CDU of this stream (credit, or a PipeB slot).
+
+        Cancellation: a cancelled reserve holds nothing.
+        """
+        if self.broken is not None:
+            raise self.broken
+        credits = self.proto.credits
+        if credits is not None:
+            if credits > 0:
+                return  # a link takes stream data without GP credit
+        else:
+            try:
+                self.target.reserve_nowait()
+                return
+            except WouldBlock:
+                pass
+            except BrokenResourceError:
+                if self.broken is not None:  # say why: the receiver gave up the stream
+                    raise self.broken from None
+                raise
+        wait = None
+        if self._waits is not None:
+            wait = self._waits.begin(self._names[0], "the segment window of a stream",
+                                     self._names[1], self.host)
+        try:
+            await self._wait_room()
+        except asyncio.CancelledError:
+            if wait is not None:
+                wait.check()
+            raise
+        finally:
+            if wait is not None:
+                self._waits.end(wait)  # type: ignore[union-attr]
+
+    async def _wait_room(self) -> None:
+        if self.proto.credits is not None:
+            while not self.proto.can_send:
+                fut = self._credit_waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await fut
+                finally:
+                    self._credit_waiter = None
+                if self.broken is not None:
+                    raise self.broken
+            return
+        try:
+            await self.target.reserve()
+        except BrokenResourceError:
+            if self.broken is not None:  # say why: the receiver gave up the stream
+                raise self.broken from None
+            raise
+        if self.broken is not None:  # receiver went away while we waited
+            raise self.broken
 
 
 class _OpenRoute:

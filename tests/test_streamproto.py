@@ -374,3 +374,18 @@ def test_conversation_with_reordering_and_cancel_either_side_ends_both(
         assert s.state is StreamState.DONE
     elif r.state is StreamState.BROKEN:
         assert s.state in (StreamState.BROKEN, StreamState.ABORTED)
+
+
+# ------------------------------------------------ the OPEN of a short stream
+def test_open_meta_round_trip_carries_short_stream_data() -> None:
+    from aiopdbp.streams import StreamMeta
+    from aiopdbp.streamtable import pack_meta, unpack_meta
+    meta = unpack_meta(pack_meta(StreamMeta("bytes", 5, com=3), memoryview(b"hello")))
+    assert (meta.kind, meta.nbytes, meta.com, meta.extra) == ("bytes", 5, 3, {"eager": b"hello"})
+
+
+def test_open_meta_carrying_part_of_the_stream_is_protocol_error() -> None:
+    from aiopdbp.streams import StreamMeta
+    from aiopdbp.streamtable import pack_meta, unpack_meta
+    with pytest.raises(ProtocolError, match="not its whole data"):
+        unpack_meta(pack_meta(StreamMeta("bytes", 9), b"hello"))
