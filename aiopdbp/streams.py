@@ -461,7 +461,7 @@ class HostSource:
     into segments of ``segment_size`` bytes (zero copy), each chunk checked
     against the first one as it comes."""
 
-    __slots__ = ("meta", "_chunks", "_first", "_first_meta", "_is_buffer", "_segment_size", "_source")
+    __slots__ = ("meta", "_chunks", "_first", "_first_meta", "_is_buffer", "_segment_size", "_buffer")
 
     def __init__(self, source: Any, segment_size: int) -> None:
         self._segment_size = segment_size
@@ -483,7 +483,7 @@ class HostSource:
             self.meta = self._first_meta = check_chunk(source, None, 0)
             self.meta.borrowed = describe(source, 0).borrowed
             self._chunks = _chunks([source])
-            self._source = (source,)
+            self._buffer = source
         else:
             self._chunks = _chunks(source)
             self._first_meta = self.meta = StreamMeta()
@@ -505,6 +505,10 @@ class HostSource:
         self.meta = StreamMeta(fm.kind, -1, fm.dtype, (0, *fm.shape[1:]) if fm.shape else (), borrowed=True)
 
     async def aclose(self) -> None:
+        """Close the source's iterator (a generator's ``finally`` runs).
+
+        Cancellation: the iterator may be left unclosed.
+        """
         await self._chunks.aclose()
 
     def single(self) -> Any | None:
@@ -513,7 +517,7 @@ class HostSource:
         may carry (the short-stream fast path)."""
         if not self._is_buffer or not 0 < self.meta.nbytes <= min(EAGER_LIMIT, self._segment_size):
             return None
-        segs = list(cut(next(iter(self._source)), self._segment_size))
+        segs = list(cut(self._buffer, self._segment_size))
         return segs[0] if len(segs) == 1 else None
 
     async def segments(self, out: OutgoingStream) -> AsyncGenerator[Any, None]:
@@ -559,22 +563,22 @@ async def run_sender(gp: GP, pid: int, meta: StreamMeta, source: ChunkSource, *,
     try:
         async with asyncio.timeout(timeout):
             await out.routed
-            if out.carried:  # the OPEN carried the one segment and the END: nothing to wait for
+            if out.carried:
+                # The OPEN carried the one segment and the END: the same
+                # protocol events, nothing to wait for in between.
                 await source.aclose()
                 out.staged(out.carried)
-                out.emit_end(carried=True)
-                await out.done
-                return out.proto.nbytes
-            segments = source.segments(out)
-            async with contextlib.aclosing(segments):
-                async for seg in segments:
-                    if type(seg) is Staged:
-                        out.staged(seg.nbytes)
-                        continue
-                    await out.reserve()
-                    out.emit_segment(seg)
-            await out.reserve()
-            out.emit_end()
+            else:
+                segments = source.segments(out)
+                async with contextlib.aclosing(segments):
+                    async for seg in segments:
+                        if type(seg) is Staged:
+                            out.staged(seg.nbytes)
+                            continue
+                        await out.reserve()
+                        out.emit_segment(seg)
+                await out.reserve()
+            out.emit_end(carried=bool(out.carried))
             await out.done
         return out.proto.nbytes
     except BaseException as exc:
