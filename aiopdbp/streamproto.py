@@ -269,6 +269,13 @@ class SendCredit(Event):
 _NONE: tuple[Event, ...] = ()
 
 
+def _ints(ev: Event, *values: object) -> None:
+    """Numbers of the wire are ints (a float or a bool would corrupt the order)."""
+    for v in values:
+        if type(v) is not int:
+            raise ProtocolError(f"malformed {ev!r}: {v!r} is not an int")
+
+
 class _Side:
     """State and checked transitions, shared by both sides."""
 
@@ -299,7 +306,10 @@ class _Side:
         h = self._handlers.get(type(event))  # type: ignore[attr-defined]
         if h is None:
             raise ProtocolError(f"{type(self).__name__} takes no {type(event).__name__} event")
-        return h(self, event)  # type: ignore[no-any-return]
+        try:
+            return h(self, event)  # type: ignore[no-any-return]
+        except (TypeError, ValueError) as exc:  # a field of the wrong type (checked before any change)
+            raise ProtocolError(f"malformed {event!r}: {exc}") from None
 
 
 # ------------------------------------------------------------------ sender
@@ -338,6 +348,7 @@ class SenderProtocol(_Side):
 
     def _segment(self, ev: SendSegment) -> tuple[Event, ...]:
         self._expect(ev, StreamState.OPEN)
+        _ints(ev, ev.nbytes)
         if ev.nbytes < 0:
             raise ProtocolError(f"a segment of {ev.nbytes} bytes")
         if not ev.staged:
@@ -355,6 +366,7 @@ class SenderProtocol(_Side):
 
     def _credit(self, ev: Credit) -> tuple[Event, ...]:
         self._expect(ev, StreamState.OPENING, StreamState.OPEN, StreamState.ENDING)
+        _ints(ev, ev.n)
         if ev.n < 1:
             raise ProtocolError(f"a credit of {ev.n} segments")
         if self.credits is None:
@@ -422,6 +434,7 @@ class ReceiverProtocol(_Side):
 
     def _segment(self, ev: Segment) -> tuple[Event, ...]:
         self._expect(ev, StreamState.OPEN)
+        _ints(ev, ev.segno, ev.nbytes)
         segno = ev.segno
         nxt = self.next
         if segno < nxt or segno in self._early:
@@ -460,6 +473,7 @@ class ReceiverProtocol(_Side):
 
     def _end(self, ev: End) -> tuple[Event, ...]:
         self._expect(ev, StreamState.OPEN)
+        _ints(ev, ev.nseg, ev.nbytes)
         if self.end is not None:
             raise self._peer_error("a second END")
         if ev.nseg < self.next or ev.nbytes < 0 or any(s >= ev.nseg for s in self._early):

@@ -226,6 +226,31 @@ def test_registry_second_open_is_protocol_error() -> None:
 
 
 # --------------------------------------------------------------- hypothesis
+_JUNK = st.one_of(st.none(), st.text(max_size=2), st.floats(allow_nan=True), st.integers(-3, 3),
+                  st.binary(max_size=2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([Segment, End, Credit, SendSegment, Done]), st.lists(_JUNK, min_size=1, max_size=3),
+       st.booleans())
+def test_malformed_event_fields_answer_protocol_error_only(
+        cls: Any, values: list[Any], sender: bool) -> None:
+    import inspect
+    nargs = len([p for p in inspect.signature(cls).parameters.values()])
+    ev = cls(*(values * 3)[:nargs])
+    side: Any = _sender() if sender else _receiver()
+    try:
+        side.handle(ev)
+    except ProtocolError:
+        pass  # the only exception it may raise
+
+
+def test_segment_number_that_is_not_an_int_is_protocol_error() -> None:
+    with pytest.raises(ProtocolError, match="not an int"):
+        _receiver().handle(Segment(1.0, "a", 1))  # type: ignore[arg-type]
+
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 12).flatmap(lambda n: st.permutations(list(range(n)) + ["end"])))
 def test_receiver_any_arrival_order_within_window_delivers_once_in_order(order: list[Any]) -> None:
@@ -278,15 +303,19 @@ _SEND_EVENTS = st.one_of(
 def test_sender_any_event_sequence_answers_actions_or_protocol_error(
         window: int | None, events: list[Event]) -> None:
     s = SenderProtocol(window)
-    emitted: list[int] = []
+    numbered: list[int] = []  # segment numbers handed out, staged ones (emitted by nobody) included
     for ev in events:
         try:
             actions = s.handle(ev)
         except ProtocolError:
             continue
-        emitted += [a.segno for a in actions if isinstance(a, EmitSegment)]
+        if isinstance(ev, SendSegment):
+            emits = [a.segno for a in actions if isinstance(a, EmitSegment)]
+            assert len(emits) == (0 if ev.staged else 1)
+            numbered.append(s.segno - 1)
+            assert emits in ([], [s.segno - 1])
         assert s.credits is None or s.credits >= 0
-    assert emitted == list(range(len(emitted)))  # numbered without gaps or repeats
+    assert numbered == list(range(len(numbered)))  # without gaps or repeats
 
 
 @settings(max_examples=300, deadline=None)
