@@ -70,7 +70,7 @@ from .devicestreams import (
 )
 from .errors import BrokenResourceError, ClosedResourceError, DeviceError, StreamError, TransportError
 from .message import CREDIT_OVERHEAD, Message, credit_cost
-from .streams import IncomingStream, Staged, StreamMeta, StreamState, run_sender
+from .streams import GenSource, IncomingStream, Staged, StreamMeta, StreamState, run_sender
 from .transport.base import LoopPoller
 
 if TYPE_CHECKING:
@@ -149,94 +149,6 @@ class _OutSend:
         self.npieces = npieces
         self.posted = 0
         self.transfer: Transfer | None = None
-
-
-class _LocalSource:
-    """A device array for a GP of this node (the sender loop's chunk source):
-    its copy on the receiver's device (or numpy for an NGP), in segment views."""
-
-    def __init__(self, path: DevicePath, gp: GP, pid: int, data: Any, segment_size: int | None,
-                 copy: bool) -> None:
-        self.path, self.gp, self.pid, self.data = path, gp, pid, data
-        self.segment_size, self.copy = segment_size, copy
-
-    async def aclose(self) -> None:
-        pass
-
-    def single(self) -> None:
-        return None  # device data never rides in the OPEN
-
-    async def segments(self, out: OutgoingStream) -> AsyncGenerator[Any, None]:
-        path = self.path
-        payload = await path.local_payload(self.gp, self.data, path.device_of(self.pid), self.copy)
-        if isinstance(out.incoming, DeviceIncomingStream):
-            out.incoming.array = payload
-        info = path.open().backend.inspect(self.data)
-        chunk = path.open().pool.chunk_size
-        ameta = ArrayMeta(info.dtype, info.shape, _order_of(payload, path.backend),
-                          min(self.segment_size or chunk, chunk))
-        plan = ChunkPlan(ameta)
-        for s in range(plan.nsegments):
-            yield segment_view(payload, ameta, plan.segment(s))
-
-
-class _StagedSource:
-    """A device array for a GP of another node (the sender loop's chunk
-    source): the stager moves it out piece by piece as raw transport
-    messages (device-to-host copies overlapping the sends); the segments are
-    :class:`~aiopdbp.streams.Staged`, counted by the loop once all are out."""
-
-    def __init__(self, path: DevicePath, gp: GP, data: Any, info: Any, sent: _OutSend,
-                 ameta: ArrayMeta) -> None:
-        self.path, self.gp, self.data, self.info, self.sent, self.ameta = path, gp, data, info, sent, ameta
-
-    async def aclose(self) -> None:
-        pass
-
-    def single(self) -> None:
-        return None  # device data never rides in the OPEN
-
-    async def segments(self, out: OutgoingStream) -> AsyncGenerator[Any, None]:
-        path, sent, info = self.path, self.sent, self.info
-        stager = path.open()
-        wire = path.node.transport
-        assert wire is not None
-        host = sent.host
-
-        def post(piece: Piece, buf: memoryview) -> Any:
-            req = wire.raw_isend(host, sent.tag, buf)
-            sent.posted += 1
-            return req
-
-        path._outs.add(sent)
-        try:
-            own = path._sgps.get(self.gp.pid)
-            if own is not None:  # also after the sending SGP's own stream
-                s = stager.copy_streams(info.device)[0]
-                stager.backend.wait_event(s, stager.backend.record_event(own.device_stream))
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-            def staged(_: Transfer) -> None:
-                if not fut.done():
-                    fut.set_result(None)
-
-            sent.transfer = stager.send(self.data, post, piece_size=self.ameta.piece_size, on_done=staged)
-            path._kick()
-            # the receiver may give up while the pieces go out: stop at once
-            await asyncio.wait([fut, out.done], return_when=asyncio.FIRST_COMPLETED)
-            if out.broken is not None:
-                raise out.broken
-            await fut
-            if sent.transfer.error is not None:
-                raise sent.transfer.error
-        except BaseException as exc:
-            path._stop(sent, exc)
-            raise
-        finally:
-            path._outs.discard(sent)
-        plan = ChunkPlan(self.ameta)
-        for i in range(plan.nsegments):
-            yield Staged(plan.segment(i).nbytes)
 
 
 class DevicePath:
@@ -558,7 +470,7 @@ class DevicePath:
                                            segment_size=segment_size)
         info = self.open().backend.inspect(data)
         meta = StreamMeta("device", info.nbytes, info.dtype.str, info.shape, com)
-        source = _LocalSource(self, gp, pid, data, segment_size, copy)
+        source = GenSource(lambda out: self._local_segments(out, gp, pid, data, segment_size, copy))
         n = await run_sender(gp, pid, meta, source, timeout=timeout, what=f"stream to {dest!r}")
         self.counts["sent_local"] += 1
         return n
@@ -589,11 +501,71 @@ class DevicePath:
         if kind is not None:
             extra["msg"] = int(kind)
         meta = StreamMeta("device", info.nbytes, info.dtype.str, info.shape, com, extra=extra)
-        source = _StagedSource(self, gp, data, info, sent, ameta)
+        source = GenSource(lambda out: self._staged_segments(out, gp, data, info, sent, ameta))
         n = await run_sender(gp, pid, meta, source, timeout=timeout,
                              what=f"device array to GP {node.tables.name_of(pid)!r}")
         self.counts["sent_remote"] += 1
         return n
+
+    async def _local_segments(self, out: OutgoingStream, gp: GP, pid: int, data: Any,
+                              segment_size: int | None, copy: bool) -> AsyncGenerator[Any, None]:
+        """Chunk source of a device array for a GP of this node: its copy on
+        the receiver's device (or numpy for an NGP), in segment views."""
+        payload = await self.local_payload(gp, data, self.device_of(pid), copy)
+        if isinstance(out.incoming, DeviceIncomingStream):
+            out.incoming.array = payload
+        info = self.open().backend.inspect(data)
+        chunk = self.open().pool.chunk_size
+        ameta = ArrayMeta(info.dtype, info.shape, _order_of(payload, self.backend),
+                          min(segment_size or chunk, chunk))
+        plan = ChunkPlan(ameta)
+        for i in range(plan.nsegments):
+            yield segment_view(payload, ameta, plan.segment(i))
+
+    async def _staged_segments(self, out: OutgoingStream, gp: GP, data: Any, info: Any, sent: _OutSend,
+                               ameta: ArrayMeta) -> AsyncGenerator[Any, None]:
+        """Chunk source of a device array for a GP of another node: the
+        stager moves it out piece by piece as raw transport messages (its
+        device-to-host copies overlap the sends); the segments are
+        :class:`~aiopdbp.streams.Staged`, counted once all are out."""
+        stager = self.open()
+        wire = self.node.transport
+        assert wire is not None
+
+        def post(piece: Piece, buf: memoryview) -> Any:
+            req = wire.raw_isend(sent.host, sent.tag, buf)
+            sent.posted += 1
+            return req
+
+        self._outs.add(sent)
+        try:
+            own = self._sgps.get(gp.pid)
+            if own is not None:  # also after the sending SGP's own stream
+                s = stager.copy_streams(info.device)[0]
+                stager.backend.wait_event(s, stager.backend.record_event(own.device_stream))
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            def staged(_: Transfer) -> None:
+                if not fut.done():
+                    fut.set_result(None)
+
+            sent.transfer = stager.send(data, post, piece_size=ameta.piece_size, on_done=staged)
+            self._kick()
+            # the receiver may give up while the pieces go out: stop at once
+            await asyncio.wait([fut, out.done], return_when=asyncio.FIRST_COMPLETED)
+            if out.broken is not None:
+                raise out.broken
+            await fut
+            if sent.transfer.error is not None:
+                raise sent.transfer.error
+        except BaseException as exc:
+            self._stop(sent, exc)
+            raise
+        finally:
+            self._outs.discard(sent)
+        plan = ChunkPlan(ameta)
+        for i in range(plan.nsegments):
+            yield Staged(plan.segment(i).nbytes)
 
     def _stop(self, sent: _OutSend, exc: BaseException) -> None:
         """Stop staging out; if pieces are missing, the terminator tells the receiver."""

@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from .process import GP
     from .streamtable import OutgoingStream
 
-__all__ = ["DEFAULT_SEGMENT", "EAGER_LIMIT", "ChunkSource", "HostSource", "Staged", "run_sender", "IncomingStream", "StreamMeta", "StreamOwner",
+__all__ = ["DEFAULT_SEGMENT", "EAGER_LIMIT", "ChunkSource", "GenSource", "HostSource", "Staged", "run_sender", "IncomingStream", "StreamMeta", "StreamOwner",
            "StreamState", "check_chunk", "cut", "describe", "send_stream"]
 
 DEFAULT_SEGMENT = 1 << 20
@@ -454,6 +454,28 @@ class ChunkSource(Protocol):
     def segments(self, out: OutgoingStream) -> AsyncGenerator[Any, None]: ...
     async def aclose(self) -> None: ...
     def single(self) -> Any | None: ...
+
+
+class GenSource:
+    """A chunk source made of a function that, given the stream, returns an
+    async generator of its segments (what the device path uses)."""
+
+    __slots__ = ("_gen",)
+
+    def __init__(self, gen: Callable[[OutgoingStream], AsyncGenerator[Any, None]]) -> None:
+        self._gen = gen
+
+    def segments(self, out: OutgoingStream) -> AsyncGenerator[Any, None]:
+        return self._gen(out)
+
+    async def aclose(self) -> None:
+        """Nothing to release before the generator started.
+
+        Cancellation: never suspends.
+        """
+
+    def single(self) -> None:
+        return None  # produced on the way: never carried in the OPEN
 
 
 class HostSource:
