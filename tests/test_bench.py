@@ -473,3 +473,44 @@ def test_bench_emulate_without_capability_exits_2(tmp_path: Path) -> None:
     assert r.returncode == 2, r.stdout + r.stderr
     assert "--emulate cannot run here" in r.stderr and "CAP_NET_ADMIN" in r.stderr
     assert not (tmp_path / "bench.json").exists()
+
+
+# ================================================================= pingpong
+def test_pingpong_echo_check_detects_one_wrong_byte() -> None:
+    from aiopdbp.bench.pingpong import Payloads
+
+    for size in (8, 64 << 10):
+        pl = Payloads(size)
+        bad = bytearray(pl.raw[1])
+        bad[size // 2] ^= 1
+        assert pl.check(memoryview(pl.raw[1]), 1) and pl.check(pl.writable[0], 0)
+        assert not pl.check(bad, 1) and not pl.check(pl.raw[0], 1)
+
+
+def test_pingpong_summary_halves_the_median_round_trip() -> None:
+    from aiopdbp.bench.pingpong import Result, summarize_runs
+
+    runs = []
+    for base in (1000, 2000, 3000):
+        r0, r1 = Result(), Result()
+        r0.rtt_ns = [base, base, 10 * base]
+        r0.cpu_s = r1.cpu_s = 3e-6
+        runs.append([r0, r1])
+    row = summarize_runs(8, runs)
+    assert row["latency_us"] == pytest.approx(1.0) and row["bandwidth_GBps"] == pytest.approx(16 / 2000)
+    assert row["cpu_us_per_rt"] == pytest.approx(2.0)
+
+
+def test_cli_hands_pingpong_to_its_own_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ei:
+        bench_cli.main(["pingpong", "--impls", "nope"])
+    assert ei.value.code == 2 and "floor-lib" in capsys.readouterr().err
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(200)
+def test_pingpong_quick_checks_the_echo_of_every_impl() -> None:
+    r = _run_cli(["pingpong", "--quick"], timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "echo checked for aiopdbp, aiopdbp-ro, mpi4py, floor, floor-lib" in r.stdout

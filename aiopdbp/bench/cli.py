@@ -199,6 +199,10 @@ def _child_argv(argv: Sequence[str], *, emulate: bool = False) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """``aiopdbp bench [options]``; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["pingpong"]:  # request/response (issue 18): its own parser
+        from .pingpong import main as pingpong_main
+
+        return pingpong_main(args[1:])
     parser = build_parser()
     ns = parser.parse_args(args)
     if ns.hosts is not None and not ns.emulate:

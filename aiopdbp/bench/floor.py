@@ -112,7 +112,7 @@ class Floor:
         for dst, blk in pending.items():
             self._post(dst, BLOCK_TAG, blk)
 
-    async def send(self, dst: int, chan: int, data: bytes) -> None:
+    async def send(self, dst: int, chan: int, data: Any) -> None:
         """Send ``data`` to rank ``dst`` on channel ``chan`` (the buffer must stay unchanged).
 
         Cancellation: the message is already posted or packed when the call
