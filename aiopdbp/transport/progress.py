@@ -60,6 +60,7 @@ from typing import Any, Final
 from ..backoff import Backoff
 from ..errors import TransportError
 from .base import AllocFn, Channel, DeliverFn
+from .doorbell import RING_AFTER_S, Doorbell
 from .mpi import prepare_mpi_import
 
 prepare_mpi_import()
@@ -88,6 +89,8 @@ STEP_RECV_BYTES: Final = 1 << 20
 FULL_SCAN_EVERY: Final = 32
 DEFAULT_SPIN_S: Final = 20e-6
 DEFAULT_SPIN_WINDOW_S: Final = 5e-3
+#: the idle back-off's cap once every peer can ring our doorbell
+DEFAULT_IDLE_MAX_S: Final = 50e-3
 
 _BYTE = MPI.BYTE
 _CHANNELS = (Channel.CONTROL, Channel.DATA)  # index -> member, without an enum call
@@ -257,6 +260,10 @@ class ProgressEngine:
         self._spin_window = DEFAULT_SPIN_WINDOW_S if spin_window_s is None else spin_window_s
         most = _env_float("AIOPDBP_MAX_BACKOFF_US", 1e-3, 1e-6) if max_backoff_s is None else max_backoff_s
         self._backoff = Backoff(50e-6, most)
+        self._short_most = most
+        self._idle_most = max(most, _env_float("AIOPDBP_IDLE_MAX_US", DEFAULT_IDLE_MAX_S, 1e-6))
+        self._bell: Doorbell | None = None
+        self._last_to = [-1e9] * self._comms[0].Get_size()   # when we last sent to each rank
         self._inline_limit = inline_recv_limit
         cache = DEFAULT_RECV_CACHE_BYTES if recv_cache_bytes is None else recv_cache_bytes
         self._cache = RecvBufferCache(cache, RECV_CACHE_MIN_SIZE)
@@ -286,14 +293,34 @@ class ProgressEngine:
         self.n_steps = self.n_spins = self.n_idle_sleeps = self.n_wakeups = 0
         self.n_deliver_errors = self.n_alloc_errors = self.n_user_allocs = 0
         self.n_send_calls = self.n_completed = self.n_testsome = self.n_testsome_hits = 0
+        self.n_rings = 0
 
     # ------------------------------------------------------------- lifecycle
     def start(self, deliver: DeliverFn, loop: asyncio.AbstractEventLoop,
-              alloc: AllocFn | None = None) -> None:
+              alloc: AllocFn | None = None, doorbell: Doorbell | None = None) -> None:
+        """Begin stepping in ``loop``; with ``doorbell`` (peers' addresses set),
+        an idle engine waits on it (see :mod:`aiopdbp.transport.doorbell`)."""
         self._deliver = deliver
         self._alloc = alloc
         self._loop = loop
+        if doorbell is not None:
+            self._bell = doorbell
+            loop.add_reader(doorbell.fileno(), self._on_ring)
         self._task = loop.create_task(self._run(), name="aiopdbp-progress")
+
+    def _on_ring(self) -> None:
+        bell = self._bell
+        if bell is not None and bell.drain():
+            self.n_rings += 1
+            self.kick()
+
+    def _close_bell(self) -> None:
+        bell, self._bell = self._bell, None
+        if bell is not None:
+            loop = self._loop
+            if loop is not None and not loop.is_closed():
+                loop.remove_reader(bell.fileno())
+            bell.close()
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Drain own in-flight requests (up to ``timeout`` s), then end.
@@ -341,6 +368,13 @@ class ProgressEngine:
         comm = self._comms[channel]
         tag = self._tag
         self.n_send_calls += 1
+        if self._bell is not None:
+            # Ring when our previous send to dest is older than RING_AFTER_S:
+            # dest may be asleep then (see the doorbell module); never otherwise.
+            now = time.perf_counter()
+            if now - self._last_to[dest] > RING_AFTER_S:
+                self._bell.ring(dest)
+            self._last_to[dest] = now
         reqs = []
         for b in blocks:
             reqs.append(comm.Isend([b, _BYTE], dest, tag))
@@ -547,8 +581,11 @@ class ProgressEngine:
                     t_yield = perf()
                     await sleep(0)
                     continue
-                # idle: back off until a send or a timer wakes us
+                # idle: back off until a send, a ring or a timer wakes us
                 self.n_idle_sleeps += 1
+                bell = self._bell
+                self._backoff.most = (self._idle_most if bell is not None and bell.everyone_rings
+                                      else self._short_most)
                 fut = self._wake = loop.create_future()
                 handle = loop.call_later(self._backoff.delay(), _resolve, fut)
                 try:
@@ -562,6 +599,8 @@ class ProgressEngine:
         except asyncio.CancelledError:
             self._abandon()
             raise
+        finally:
+            self._close_bell()
 
     # ------------------------------------------------------------- failures
     def _fail(self, exc: BaseException) -> None:
@@ -605,6 +644,7 @@ class ProgressEngine:
             "idle_sleeps": self.n_idle_sleeps, "wakeups": self.n_wakeups,
             "inflight": len(self._sends) + len(self._recvs),
             "deliver_errors": self.n_deliver_errors, "alloc_errors": self.n_alloc_errors,
-            "user_allocs": self.n_user_allocs,
+            "user_allocs": self.n_user_allocs, "rings_heard": self.n_rings,
+            "doorbell": self._bell is not None and self._bell.everyone_rings,
             "recv_cache_hits": self._cache.hits, "recv_cache_misses": self._cache.misses,
         }
