@@ -302,7 +302,9 @@ def _payload(data: Any, allow_pickle: bool,
         hit = _META_ENC.get((dt, data.shape))
         if hit is not None:  # dtype and shape checked before
             if data.ndim == 1 and dt.itemsize == 1 and data.flags.c_contiguous:
-                view = data.data  # already flat bytes
+                view = data.data  # already flat bytes (maybe as int8, bool, S1)
+                if view.format != "B":
+                    view = view.cast("B")
             else:
                 view = np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
             return _NDARRAY, hit, [view] if view.nbytes else [], view.nbytes

@@ -164,7 +164,7 @@ def test_quick_plan_covers_every_test_and_baseline() -> None:
     o = Options()
     o.apply_quick()
     tests = {c.test for c in cases(o)}
-    assert tests == {"latency", "bw", "rate", "1toN", "Nto1", "NtoN"}
+    assert tests == {"bw", "rate", "1toN", "Nto1", "NtoN"}  # latency: bench pingpong
     assert impls_for("NtoN", o.impls) == ["aiopdbp-msg", "aiopdbp-stream", "raw", "floor",
                                           "floor64k", "alltoall"]
     assert "alltoall" not in impls_for("1toN", o.impls)
@@ -514,3 +514,15 @@ def test_pingpong_quick_checks_the_echo_of_every_impl() -> None:
     r = _run_cli(["pingpong", "--quick"], timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "echo checked for aiopdbp, aiopdbp-ro, mpi4py, floor, floor-lib" in r.stdout
+
+
+def test_tests_latency_is_an_alias_of_pingpong() -> None:
+    got = bench_cli.latency_alias(["-n", "2", "--tests", "latency", "--lat-sizes", "8,64", "--tcp"])
+    assert got == ["-n", "2", "--sizes", "8,64", "--tcp"]
+    assert bench_cli.latency_alias(["--tests=latency"]) == ["--sizes", "8"]
+
+
+def test_tests_latency_mixed_with_other_tests_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ei:
+        bench_cli.main(["--tests", "latency,bw"])
+    assert ei.value.code == 2 and "bench pingpong" in capsys.readouterr().err

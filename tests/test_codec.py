@@ -789,11 +789,14 @@ def test_short_record_refuses_what_it_cannot_carry() -> None:
 
 
 @pytest.mark.parametrize("arr", [np.arange(4, dtype=np.int16), np.arange(6, dtype=">f4").reshape(2, 3)[:, ::2],
-                                 np.array([1, 2], dtype="M8[s]"), np.float64(2.5)])
+                                 np.array([1, 2], dtype="M8[s]"), np.float64(2.5),
+                                 np.arange(4, dtype=np.int8), np.array([True, False])])
 def test_ndarray_sent_twice_decodes_the_same_both_times(arr: Any) -> None:
     # the second encode/decode takes the cached meta of this dtype and shape
     for _ in range(2):
-        frame = b"".join(bytes(p) for p in encode_cdu(CDU(Kind.SHORT, 5, (7,), arr, 0)))
+        parts = encode_cdu(CDU(Kind.SHORT, 5, (7,), arr, 0))
+        assert all(memoryview(p).format == "B" for p in parts)  # blocks are filled from bytes
+        frame = b"".join(bytes(p) for p in parts)
         got = decode(memoryview(frame))[0].data
         want = np.asarray(arr)
         assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
