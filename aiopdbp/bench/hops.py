@@ -13,8 +13,14 @@ every process of a host, so stamps of the two ranks compare directly):
 Hops: send path ``a1 - a0``; MPI ``b0 - a1`` (transit plus the polling
 granularity: the receiver's step must come round); receive path ``b1 - b0``;
 wake-up ``b2 - b1`` (the loop switching to the task that awaits ``recv``).
-The two public engine methods are wrapped at class level for this run only
-and restored after it, so the timed runs carry no instrumentation.
+The send path is split at the frame's encoding (``encode_cdu`` as the link
+calls it) and the receive path at its decoding (``decode`` as the remote
+half calls it), so each hop also shows: before encoding (snapshot, routing,
+credit), encoding, posting (link, transport, ``Isend``); probe and receive
+(``Improbe``, ``Mrecv``, buffer, dispatch), decoding, and delivery (the
+``Message``, routing, credit marks, the pipe, the waiter's future).
+The engine methods and the two module functions are wrapped for this run
+only and restored after it, so the timed runs carry no instrumentation.
 """
 
 from __future__ import annotations
@@ -31,11 +37,13 @@ from .aio import AioSide, gp_name
 
 __all__ = ["format_hops", "hop_table"]
 
-HOPS = ("send path", "MPI", "receive path", "wake-up", "one way")
+HOPS = ("send path", "  before encoding", "  encoding", "  posting", "MPI", "receive path",
+        "  probe and receive", "  decoding", "  delivery", "wake-up", "one way")
 
 
 def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[str, Any] | None:
     """Run the diagnostic ping-pong; rank 0 gets ``{hop: [0->1 us, 1->0 us]}``, others None."""
+    from .. import link, remote
     from ..transport.progress import ProgressEngine
 
     ns = time.perf_counter_ns
@@ -55,6 +63,23 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
         if self.n_recvs != n:
             steps.append((t, ns()))
         return busy
+
+    encs: list[tuple[int, int]] = []
+    decs: list[tuple[int, int]] = []
+    orig_enc: Callable[..., Any] = getattr(link, "encode_cdu")  # the name link.py calls
+    orig_dec: Callable[..., Any] = getattr(remote, "decode")  # the name remote.py calls
+
+    def encode_cdu(*a: Any, **k: Any) -> Any:
+        t = ns()
+        out = orig_enc(*a, **k)
+        encs.append((t, ns()))
+        return out
+
+    def decode(*a: Any, **k: Any) -> Any:
+        t = ns()
+        out = orig_dec(*a, **k)
+        decs.append((t, ns()))
+        return out
 
     sends: list[int] = []
     recvs: list[int] = []
@@ -79,26 +104,38 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
                     await gp.send(peer, msg.data)  # type: ignore[union-attr]
         return None
 
-    setattr(ProgressEngine, "post_send", post_send)
-    setattr(ProgressEngine, "step", step)
+    patches = [(ProgressEngine, "post_send", post_send, orig_post), (ProgressEngine, "step", step, orig_step),
+               (link, "encode_cdu", encode_cdu, orig_enc), (remote, "decode", decode, orig_dec)]
+    for obj, name, new, _ in patches:
+        setattr(obj, name, new)
     try:
         side.measure(body)
     finally:
-        setattr(ProgressEngine, "post_send", orig_post)
-        setattr(ProgressEngine, "step", orig_step)
-    got = ctl.gather((sends, recvs, posts, steps), root=0)
+        for obj, name, _, old in patches:
+            setattr(obj, name, old)
+    got = ctl.gather((sends, recvs, posts, steps, encs, decs), root=0)
     if rank != 0:
         return None
-    (s0, r0, p0, st0), (s1, r1, p1, st1) = got[0], got[1]
-    fwd = _hops(s0, p0, st1, r1, warm)
-    back = _hops(s1, p1, st0, r0, warm)
+    (s0, r0, p0, st0, e0, d0), (s1, r1, p1, st1, e1, d1) = got[0], got[1]
+    fwd = _hops(s0, p0, st1, r1, e0, d1, warm)
+    back = _hops(s1, p1, st0, r0, e1, d0, warm)
     return {"iters": iters, "hops": {h: [fwd[h], back[h]] for h in HOPS}}
 
 
+def _first(stamps: list[tuple[int, int]], starts: list[int], lo: int, hi: int) -> tuple[int, int] | None:
+    """The first (entry, exit) stamp entered in [lo, hi]."""
+    i = bisect.bisect_left(starts, lo)
+    if i < len(stamps) and stamps[i][1] <= hi:
+        return stamps[i]
+    return None
+
+
 def _hops(sends: list[int], posts: list[int], steps: list[tuple[int, int]], recvs: list[int],
-          warm: int) -> dict[str, float]:
+          encs: list[tuple[int, int]], decs: list[tuple[int, int]], warm: int) -> dict[str, float]:
     """Median of each hop (us) over the measured messages of one direction."""
     ends = [e for _, e in steps]
+    enc_in = [a for a, _ in encs]
+    dec_in = [a for a, _ in decs]
     rows: list[tuple[float, ...]] = []
     for i in range(warm, min(len(sends), len(recvs))):
         a0 = sends[i]
@@ -112,7 +149,12 @@ def _hops(sends: list[int], posts: list[int], steps: list[tuple[int, int]], recv
         b0, b1 = steps[k]
         b2 = recvs[i]
         b0 = max(b0, a1)
-        rows.append((a1 - a0, b0 - a1, b1 - b0, b2 - b1, b2 - a0))
+        enc = _first(encs, enc_in, a0, a1)
+        dec = _first(decs, dec_in, b0, b1)
+        if enc is None or dec is None:
+            continue
+        rows.append((a1 - a0, enc[0] - a0, enc[1] - enc[0], a1 - enc[1], b0 - a1, b1 - b0,
+                     dec[0] - b0, dec[1] - dec[0], b1 - dec[1], b2 - b1, b2 - a0))
     if not rows:
         return {h: float("nan") for h in HOPS}
     med = np.median(np.array(rows, dtype=np.float64), axis=0) / 1e3
