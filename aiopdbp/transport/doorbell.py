@@ -35,9 +35,9 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from typing import Final
+from typing import Any, Final
 
-__all__ = ["ADDRESS_BYTES", "Doorbell", "RING_AFTER_S"]
+__all__ = ["ADDRESS_BYTES", "Doorbell", "DoorbellJoin", "RING_AFTER_S"]
 
 #: a send rings its destination when the previous send to it is older than this
 RING_AFTER_S: Final = 2e-3
@@ -111,3 +111,21 @@ class Doorbell:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class DoorbellJoin:
+    """The address exchange in flight: this rank's doorbell (None: none here),
+    the ``Iallgather`` request and its buffers (kept alive until it completes)."""
+
+    __slots__ = ("bell", "req", "mine", "every")
+
+    def __init__(self, bell: Doorbell | None, req: Any, mine: bytearray, every: bytearray) -> None:
+        self.bell, self.req, self.mine, self.every = bell, req, mine, every
+
+    def done(self) -> bool:
+        """True once every address is here (the doorbell's peers are then set)."""
+        if not self.req.Test():
+            return False
+        if self.bell is not None:
+            self.bell.set_peers(bytes(self.every))
+        return True

@@ -53,7 +53,7 @@ from ..backoff import Backoff
 from ..errors import ClosedResourceError, HandshakeError
 from ..job import ABORT_FLUSH_S, record_own_shm
 from .base import AllocFn, Buffer, Channel, DeliverFn, Transport
-from .doorbell import ADDRESS_BYTES, Doorbell
+from .doorbell import ADDRESS_BYTES, Doorbell, DoorbellJoin
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -298,8 +298,7 @@ class MPITransport(Transport):
         if self._started:
             raise RuntimeError("MPITransport.start() called twice")
         await self._join()
-        bell = await self._doorbells()
-        self._engine.start(deliver, asyncio.get_running_loop(), alloc, bell)
+        self._engine.start(deliver, asyncio.get_running_loop(), alloc, self._doorbells())
         self._started = True
 
     async def _join(self) -> None:
@@ -318,10 +317,13 @@ class MPITransport(Transport):
         self._control.Set_name("aiopdbp.control")
         self._data.Set_name("aiopdbp.data")
 
-    async def _doorbells(self) -> Doorbell | None:
-        """Make this rank's doorbell and exchange every rank's address (an
-        ``Iallgather`` every rank takes part in, bounded by ``join_timeout``);
-        None when disabled (``AIOPDBP_DOORBELL=0``) or the socket fails."""
+    def _doorbells(self) -> DoorbellJoin:
+        """Make this rank's doorbell and start the exchange of every rank's
+        address (an ``Iallgather`` every rank takes part in).  Nothing waits
+        for it: the engine completes it in the background and uses the
+        doorbell from then on (a rank that never opens its node must fail
+        the handshake, not this).  No doorbell when disabled
+        (``AIOPDBP_DOORBELL=0``) or the socket fails."""
         _MPI = load_mpi()
         bell: Doorbell | None = None
         if os.environ.get("AIOPDBP_DOORBELL", "1").strip() != "0":
@@ -332,16 +334,7 @@ class MPITransport(Transport):
         mine = bytearray(bell.packed_address() if bell is not None else b"\xff" * ADDRESS_BYTES)
         every = bytearray(ADDRESS_BYTES * self.size)
         req = self._control.Iallgather([mine, _MPI.BYTE], [every, _MPI.BYTE])
-        backoff = Backoff(50e-6, 5e-3)
-        deadline = time.monotonic() + self.join_timeout
-        while not req.Test():
-            if time.monotonic() > deadline:
-                raise HandshakeError(f"rank {self.rank}: the doorbell exchange did not complete "
-                                     f"within {self.join_timeout:g} s")
-            await backoff.sleep()
-        if bell is not None:
-            bell.set_peers(bytes(every))
-        return bell
+        return DoorbellJoin(bell, req, mine, every)
 
     def _post(self, dest: int, channel: Channel, blocks: Sequence[Buffer]) -> asyncio.Future[None] | None:
         if self._closed or not self._started or not 0 <= dest < self.size or channel not in (0, 1):

@@ -77,7 +77,7 @@ from typing import Any, Final
 from ..backoff import Backoff
 from ..errors import TransportError
 from .base import AllocFn, Channel, DeliverFn
-from .doorbell import RING_AFTER_S, Doorbell
+from .doorbell import RING_AFTER_S, Doorbell, DoorbellJoin
 from .mpi import prepare_mpi_import
 
 prepare_mpi_import()
@@ -280,6 +280,7 @@ class ProgressEngine:
         self._short_most = most
         self._idle_most = max(most, _env_float("AIOPDBP_IDLE_MAX_US", DEFAULT_IDLE_MAX_S, 1e-6))
         self._bell: Doorbell | None = None
+        self._joining: DoorbellJoin | None = None
         self._last_to = [-1e9] * self._comms[0].Get_size()   # when we last sent to each rank
         self._inline_limit = inline_recv_limit
         cache = DEFAULT_RECV_CACHE_BYTES if recv_cache_bytes is None else recv_cache_bytes
@@ -314,16 +315,26 @@ class ProgressEngine:
 
     # ------------------------------------------------------------- lifecycle
     def start(self, deliver: DeliverFn, loop: asyncio.AbstractEventLoop,
-              alloc: AllocFn | None = None, doorbell: Doorbell | None = None) -> None:
-        """Begin stepping in ``loop``; with ``doorbell`` (peers' addresses set),
-        an idle engine waits on it (see :mod:`aiopdbp.transport.doorbell`)."""
+              alloc: AllocFn | None = None, doorbell: DoorbellJoin | None = None) -> None:
+        """Begin stepping in ``loop``; once ``doorbell``'s address exchange
+        completes, an idle engine waits on it (see :mod:`aiopdbp.transport.doorbell`)."""
         self._deliver = deliver
         self._alloc = alloc
         self._loop = loop
-        if doorbell is not None:
-            self._bell = doorbell
-            loop.add_reader(doorbell.fileno(), self._on_ring)
+        self._joining = doorbell
         self._task = loop.create_task(self._run(), name="aiopdbp-progress")
+
+    def _join_bell(self) -> None:
+        """Use the doorbell once every rank's address is here (checked once per
+        loop iteration while the exchange runs; MPI errors end the engine)."""
+        join = self._joining
+        if join is None or not join.done():
+            return
+        self._joining = None
+        bell = join.bell
+        if bell is not None and self._loop is not None:
+            self._bell = bell
+            self._loop.add_reader(bell.fileno(), self._on_ring)
 
     def _on_ring(self) -> None:
         bell = self._bell
@@ -332,6 +343,11 @@ class ProgressEngine:
             self.kick()
 
     def _close_bell(self) -> None:
+        join, self._joining = self._joining, None
+        if join is not None:
+            _ABANDONED.append(join)  # MPI may still write its buffers
+            if join.bell is not None:
+                join.bell.close()
         bell, self._bell = self._bell, None
         if bell is not None:
             loop = self._loop
@@ -580,6 +596,8 @@ class ProgressEngine:
                         end = t_resume + spin
                         while not busy and perf() < end:
                             busy = self.step()
+                    if self._joining is not None:
+                        self._join_bell()
                 except MPI.Exception as exc:
                     self._fail(exc)
                     return
