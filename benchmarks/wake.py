@@ -15,6 +15,7 @@ round trip and the job's wall time (compare with ``AIOPDBP_SPIN_US=0``).
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 
@@ -132,6 +133,10 @@ async def _pairs(gp, rank: int, ping) -> None:
     if rank % 2 == 0:
         print(f"pairs: rank {rank}: 3000 round trips in {time.perf_counter() - t0:.3f} s, "
               f"median {np.median(rtts) / 1e3:.1f} us", flush=True)
+    if os.environ.get("WAKE_STATS"):
+        t = gp.node.stats().transport
+        print(f"rank {rank}: " + ", ".join(f"{k}={t.get(k)}" for k in (
+            "steps", "spins", "idle_sleeps", "wakeups", "rings_heard", "rings_sent", "ring_failures", "doorbell")), flush=True)
 
 
 if __name__ == "__main__":

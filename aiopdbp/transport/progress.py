@@ -46,9 +46,13 @@ load).  Why no message waits for a timer: we only sleep after
 was progress, so a peer whose previous send to us is younger than 2 ms knows
 we are awake, and every other send rings.  Once every peer has rung us (the
 hello each engine sends at start), the timer is only a safety net and the
-cap grows from 1 ms to 50 ms (``AIOPDBP_IDLE_MAX_US``): a rank blocked in
-``recv`` costs ~20 wake-ups per second instead of ~1000 (measured: 0.05
-instead of 0.55 CPU-s per 10 s).  A peer that cannot ring us (another host,
+cap grows from 1 ms to 50 ms (``AIOPDBP_IDLE_MAX_US``) after a second
+without progress: a rank blocked in ``recv`` costs ~20 wake-ups per second
+instead of ~1000 (measured: 0.05 instead of 0.55 CPU-s per 10 s).  During a
+conversation the cap stays 1 ms: under heavy CPU contention (load 15 on 2
+cores) a 50 ms cap there sometimes turned an 8 B ping-pong from ~30 us into
+milliseconds -- some wake-up the doorbell should have given was missed, for
+a reason not found yet -- so the timer stays the bound it was.  A peer that cannot ring us (another host,
 another network namespace) keeps the cap at 1 ms (``AIOPDBP_MAX_BACKOFF_US``).
 No thread blocks in MPI for us: MPICH's blocking waits busy-poll a core.
 
@@ -106,8 +110,10 @@ STEP_RECV_BYTES: Final = 1 << 20
 FULL_SCAN_EVERY: Final = 32
 DEFAULT_SPIN_S: Final = 20e-6
 DEFAULT_SPIN_WINDOW_S: Final = 5e-3
-#: the idle back-off's cap once every peer can ring our doorbell
+#: the idle back-off's cap once every peer can ring our doorbell ...
 DEFAULT_IDLE_MAX_S: Final = 50e-3
+#: ... and nothing happened for this long
+LONG_IDLE_S: Final = 1.0
 
 _BYTE = MPI.BYTE
 _CHANNELS = (Channel.CONTROL, Channel.DATA)  # index -> member, without an enum call
@@ -401,18 +407,19 @@ class ProgressEngine:
         comm = self._comms[channel]
         tag = self._tag
         self.n_send_calls += 1
-        if self._bell is not None:
-            # Ring when our previous send to dest is older than RING_AFTER_S:
-            # dest may be asleep then (see the doorbell module); never otherwise.
-            now = time.perf_counter()
-            if now - self._last_to[dest] > RING_AFTER_S:
-                self._bell.ring(dest)
-            self._last_to[dest] = now
         reqs = []
         for b in blocks:
             reqs.append(comm.Isend([b, _BYTE], dest, tag))
             self.bytes_sent += len(b) if type(b) is bytes else memoryview(b).nbytes
         self.n_sends += len(reqs)
+        if self._bell is not None:
+            # Ring when our previous send to dest is older than RING_AFTER_S:
+            # dest may be asleep then (see the doorbell module); never
+            # otherwise.  After the Isend: the woken engine must find it.
+            now = time.perf_counter()
+            if now - self._last_to[dest] > RING_AFTER_S:
+                self._bell.ring(dest)
+            self._last_to[dest] = now
         if len(reqs) == 1:
             if reqs[0].Test():
                 self.n_fast_sends += 1
@@ -610,7 +617,11 @@ class ProgressEngine:
                     self._backoff.reset()
                 if self._stopping and (not self.pending() or time.monotonic() >= self._deadline):
                     return
-                if busy or self.pending() or now - last_active < window:
+                # Idle only if the window had passed *before* this step's
+                # probe (t_resume): a preemption between the probe and here
+                # must not put us to sleep past a message that came meanwhile
+                # (its sender may not ring: see the doorbell module).
+                if busy or self.pending() or t_resume - last_active < window:
                     if yield_cpu is not None and not busy:
                         yield_cpu()  # oversubscribed: let a runnable rank have this core
                     t_yield = perf()
@@ -619,8 +630,13 @@ class ProgressEngine:
                 # idle: back off until a send, a ring or a timer wakes us
                 self.n_idle_sleeps += 1
                 bell = self._bell
-                self._backoff.most = (self._idle_most if bell is not None and bell.everyone_rings
-                                      else self._short_most)
+                # The long cap only after a second without progress: while a
+                # conversation goes on, a wake-up the doorbell misses costs at
+                # most the short cap (a safety net we measured we need under
+                # heavy CPU contention, see the module doc).
+                long_idle = now - last_active > LONG_IDLE_S
+                self._backoff.most = (self._idle_most if long_idle and bell is not None
+                                      and bell.everyone_rings else self._short_most)
                 fut = self._wake = loop.create_future()
                 handle = loop.call_later(self._backoff.delay(), _resolve, fut)
                 try:
@@ -681,5 +697,7 @@ class ProgressEngine:
             "deliver_errors": self.n_deliver_errors, "alloc_errors": self.n_alloc_errors,
             "user_allocs": self.n_user_allocs, "rings_heard": self.n_rings,
             "doorbell": self._bell is not None and self._bell.everyone_rings,
+            "rings_sent": self._bell.rung if self._bell is not None else 0,
+            "ring_failures": self._bell.ring_failures if self._bell is not None else 0,
             "recv_cache_hits": self._cache.hits, "recv_cache_misses": self._cache.misses,
         }
