@@ -20,11 +20,16 @@ engine a file descriptor after all, for the peers on its host:
   sleeps after ``spin_window`` (5 ms, > :data:`RING_AFTER_S`) without any
   progress, and receiving our previous message was progress; so an engine
   that may be asleep is always rung, and a stream of messages rings once;
+* a ring is sent after the ``Isend``, so the engine it wakes finds the
+  message; an engine decides to sleep on the time taken *before* its last
+  probe, so a preemption between probe and decision cannot make it sleep
+  past a message whose sender did not ring;
 * each engine rings every peer once at start (its rank in the datagram) and
-  records whom it heard: only when *every* peer has proven it can ring us
-  does the engine sleep long (``AIOPDBP_IDLE_MAX_US``, 50 ms) when idle;
-  otherwise (a peer on another host or in another network namespace, where
-  the abstract name does not reach) it keeps the 1 ms timer.
+  records whom it heard: only when *every* peer has proven it can ring us,
+  and nothing happened for a second, does the engine sleep long
+  (``AIOPDBP_IDLE_MAX_US``, 50 ms) when idle; otherwise (a conversation
+  going on, or a peer on another host or in another network namespace,
+  where the abstract name does not reach) it keeps the 1 ms timer.
 
 A lost or refused ring costs latency, never a message: the idle timer still
 fires.  A full socket buffer means rings are already pending: dropped.
