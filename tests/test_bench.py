@@ -164,7 +164,7 @@ def test_quick_plan_covers_every_test_and_baseline() -> None:
     o = Options()
     o.apply_quick()
     tests = {c.test for c in cases(o)}
-    assert tests == {"latency", "bw", "rate", "1toN", "Nto1", "NtoN"}
+    assert tests == {"bw", "rate", "1toN", "Nto1", "NtoN"}  # latency: bench pingpong
     assert impls_for("NtoN", o.impls) == ["aiopdbp-msg", "aiopdbp-stream", "raw", "floor",
                                           "floor64k", "alltoall"]
     assert "alltoall" not in impls_for("1toN", o.impls)
@@ -501,3 +501,56 @@ def test_bench_streams_fails_on_a_corrupted_unit(tmp_path: Path, kind: str) -> N
     assert r.returncode != 0
     assert f"VERIFICATION FAILED: {kind} unit 1" in r.stdout + r.stderr
     assert not (tmp_path / "streams.json").exists()
+
+
+# ================================================================= pingpong
+def test_pingpong_echo_check_detects_one_wrong_byte() -> None:
+    from aiopdbp.bench.pingpong import Payloads
+
+    for size in (8, 64 << 10):
+        pl = Payloads(size)
+        bad = bytearray(pl.raw[1])
+        bad[size // 2] ^= 1
+        assert pl.check(memoryview(pl.raw[1]), 1) and pl.check(pl.writable[0], 0)
+        assert not pl.check(bad, 1) and not pl.check(pl.raw[0], 1)
+
+
+def test_pingpong_summary_halves_the_median_round_trip() -> None:
+    from aiopdbp.bench.pingpong import Result, summarize_runs
+
+    runs = []
+    for base in (1000, 2000, 3000):
+        r0, r1 = Result(), Result()
+        r0.rtt_ns = [base, base, 10 * base]
+        r0.cpu_s = r1.cpu_s = 3e-6
+        runs.append([r0, r1])
+    row = summarize_runs(8, runs)
+    assert row["latency_us"] == pytest.approx(1.0) and row["bandwidth_GBps"] == pytest.approx(16 / 2000)
+    assert row["cpu_us_per_rt"] == pytest.approx(2.0)
+
+
+def test_cli_hands_pingpong_to_its_own_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ei:
+        bench_cli.main(["pingpong", "--impls", "nope"])
+    assert ei.value.code == 2 and "floor-lib" in capsys.readouterr().err
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(200)
+def test_pingpong_quick_checks_the_echo_of_every_impl() -> None:
+    r = _run_cli(["pingpong", "--quick"], timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "echo checked for aiopdbp, aiopdbp-ro, mpi4py, floor, floor-lib" in r.stdout
+
+
+def test_tests_latency_is_an_alias_of_pingpong() -> None:
+    got = bench_cli.latency_alias(["-n", "2", "--tests", "latency", "--lat-sizes", "8,64", "--tcp"])
+    assert got == ["-n", "2", "--sizes", "8,64", "--tcp"]
+    assert bench_cli.latency_alias(["--tests=latency"]) == ["--sizes", "8"]
+
+
+def test_tests_latency_mixed_with_other_tests_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ei:
+        bench_cli.main(["--tests", "latency,bw"])
+    assert ei.value.code == 2 and "bench pingpong" in capsys.readouterr().err

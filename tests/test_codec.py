@@ -786,3 +786,25 @@ def test_short_record_refuses_what_it_cannot_carry() -> None:
         encode_shorts([(1, 2, Kind.SHORT, 0, bytes(SHORT_MAX + 1))])
     with pytest.raises(ValueError):
         encode_shorts([(2**32, 2, Kind.SHORT, 0, b"")])
+
+
+@pytest.mark.parametrize("arr", [np.arange(4, dtype=np.int16), np.arange(6, dtype=">f4").reshape(2, 3)[:, ::2],
+                                 np.array([1, 2], dtype="M8[s]"), np.float64(2.5),
+                                 np.arange(4, dtype=np.int8), np.array([True, False])])
+def test_ndarray_sent_twice_decodes_the_same_both_times(arr: Any) -> None:
+    # the second encode/decode takes the cached meta of this dtype and shape
+    for _ in range(2):
+        parts = encode_cdu(CDU(Kind.SHORT, 5, (7,), arr, 0))
+        assert all(memoryview(p).format == "B" for p in parts)  # blocks are filled from bytes
+        frame = b"".join(bytes(p) for p in parts)
+        got = decode(memoryview(frame))[0].data
+        want = np.asarray(arr)
+        assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
+
+
+def test_cached_ndarray_meta_still_obeys_a_smaller_max_ndim() -> None:
+    arr = np.zeros((1, 1, 1), dtype=np.uint8)
+    frame = b"".join(bytes(p) for p in encode_cdu(CDU(Kind.SHORT, 5, (7,), arr, 0)))
+    decode(memoryview(frame))  # cached now
+    with pytest.raises(ProtocolError):
+        decode(memoryview(frame), limits=Limits(max_ndim=2))

@@ -141,9 +141,11 @@ def test_aclose_idempotent_and_send_after_close_raises(tcp: bool, mode: str) -> 
 @requires_mpi
 @pytest.mark.timeout(TEST_TIMEOUT)
 @pytest.mark.parametrize("mode", ["auto"])
-def test_idle_transport_does_not_spin_a_core(mode: str) -> None:
-    # "auto" is the default (poll with back-off); AIOPDBP_PROGRESS must not leak in
-    env = {"AIOPDBP_PROGRESS": ""}
+@pytest.mark.parametrize("doorbell", ["1", "0"])
+def test_idle_transport_does_not_spin_a_core(mode: str, doorbell: str) -> None:
+    # "auto" is the default (poll with back-off); AIOPDBP_PROGRESS must not leak in.
+    # With the doorbell the ping after idling rings the peer; without, its timer finds it.
+    env = {"AIOPDBP_PROGRESS": "", "AIOPDBP_DOORBELL": doorbell}
     out = check_mpi(run_mpi(_script("idle"), 2, args=[mode], env=env, timeout=JOB_TIMEOUT))
     _ok_ranks(out, 2, "poll" if mode == "auto" else mode)
 

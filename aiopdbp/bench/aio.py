@@ -121,28 +121,6 @@ class AioSide:
         await self.node.flush(timeout=t)
 
     # ------------------------------------------------------------------ drivers
-    async def latency(self, ring: Ring, iters: int, warmup: int, send_ring: Ring,
-                      checker: Checker) -> Measure:
-        """Ping-pong between GP 0 of rank 0 and GP 0 of rank 1."""
-        if self.rank > 1:
-            return Measure()
-        gp, t = self.gps[0], self.timeout
-        peer = gp_name(1 - self.rank, 0)
-        units, p, check = send_ring.units, ring.count, checker.check
-        send, recv = gp.send, gp.recv
-        t0 = c0 = 0.0
-        for i in range(warmup + iters):
-            if i == warmup:
-                t0, c0 = time.perf_counter(), time.process_time()
-            if self.rank == 0:
-                await send(peer, units[i % p], timeout=t)
-                check(peer, _data(await recv(timeout=t)))
-            else:
-                check(peer, _data(await recv(timeout=t)))
-                await send(peer, units[i % p], timeout=t)
-        return Measure(time.perf_counter() - t0, time.process_time() - c0, iters, iters,
-                       checker.errors)
-
     async def bandwidth(self, ring: Ring, windows: int, warmup: int, send_ring: Ring,
                         checker: Checker) -> Measure:
         """osu_bw from rank 0 to rank 1 with ``gp.send``; an ack after every window."""

@@ -29,7 +29,7 @@ from typing import Any
 from .plan import DEFAULT_SIZES, Options, parse_rate, parse_sizes
 from .workload import IMPLS, TESTS
 
-__all__ = ["build_parser", "main", "register"]
+__all__ = ["build_parser", "latency_alias", "main", "register"]
 
 HELP = "benchmarks: aiopdbp vs raw mpi4py, MPI_Alltoall and an asyncio floor (aiopdbp bench -h)"
 _LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "SLURM_STEP_NUM_TASKS")
@@ -197,6 +197,42 @@ def _child_argv(argv: Sequence[str], *, emulate: bool = False) -> list[str]:
     return out
 
 
+def latency_alias(argv: Sequence[str]) -> list[str] | str | None:
+    """``--tests latency`` is ``aiopdbp bench pingpong`` now (one latency test,
+    one floor): its arguments (``--lat-sizes`` as ``--sizes``, ``--lat-iters``
+    as ``--iters``), an error text when mixed with other tests, else None."""
+    args = list(argv)
+    tests: list[str] = []
+    for i, tok in enumerate(args):
+        if tok == "--tests" and i + 1 < len(args):
+            tests = args[i + 1].split(",")
+        elif tok.startswith("--tests="):
+            tests = tok.split("=", 1)[1].split(",")
+    if "latency" not in tests:
+        return None
+    if len(set(tests)) > 1:
+        return ("the latency test is `aiopdbp bench pingpong` (--tests latency alone is its alias); "
+                "run it apart from " + ",".join(t for t in tests if t != "latency"))
+    rename = {"--lat-sizes": "--sizes", "--lat-iters": "--iters"}
+    keep = {"-n", "--ranks", "--repeat", "--out", "--timeout", *rename}
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        tok, val = args[i], args[i + 1] if i + 1 < len(args) else ""
+        if tok in keep and val:
+            if tok in ("-n", "--ranks") and "," in val:
+                return "--tests latency (pingpong) runs one rank count"
+            out += [rename.get(tok, tok), val]
+            i += 2
+            continue
+        if tok in ("--tcp", "--quick"):
+            out.append(tok)
+        elif tok == "--no-uvloop":
+            out.append(tok)
+        i += 1
+    return out if "--sizes" in out else ["--sizes", "8", *out]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``aiopdbp bench [options]``; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -204,7 +240,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .streams import main as streams_main
 
         return streams_main(args[1:])
+    if args[:1] == ["pingpong"]:  # request/response (issue 18): its own parser
+        from .pingpong import main as pingpong_main
+
+        return pingpong_main(args[1:])
     parser = build_parser()
+    alias = latency_alias(args)
+    if alias is not None:
+        if isinstance(alias, str):
+            parser.error(alias)
+        from .pingpong import main as pingpong_main
+
+        return pingpong_main(alias)
     ns = parser.parse_args(args)
     if ns.hosts is not None and not ns.emulate:
         parser.error("--hosts needs --emulate")

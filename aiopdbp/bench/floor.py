@@ -46,7 +46,7 @@ import numpy as np
 
 from .workload import Checker, Flow, Measure, Ring
 
-__all__ = ["ACK_CHAN", "Floor", "run_bandwidth", "run_flows", "run_latency"]
+__all__ = ["ACK_CHAN", "Floor", "run_bandwidth", "run_flows"]
 
 BLOCK_TAG = 30000           #: MPI tag of a coalesced block
 ACK_CHAN = 900              #: channel of the bandwidth test's acks
@@ -112,7 +112,7 @@ class Floor:
         for dst, blk in pending.items():
             self._post(dst, BLOCK_TAG, blk)
 
-    async def send(self, dst: int, chan: int, data: bytes) -> None:
+    async def send(self, dst: int, chan: int, data: Any) -> None:
         """Send ``data`` to rank ``dst`` on channel ``chan`` (the buffer must stay unchanged).
 
         Cancellation: the message is already posted or packed when the call
@@ -243,29 +243,6 @@ class Floor:
 
 
 # ======================================================================= drivers
-async def run_latency(fl: Floor, ring: Ring, iters: int, warmup: int, send_ring: Ring,
-                      checker: Checker) -> Measure:
-    """Ping-pong between ranks 0 and 1 (see :func:`aiopdbp.bench.raw.latency`)."""
-    rank = fl.rank
-    if rank > 1:
-        return Measure()
-    peer, units, p = 1 - rank, send_ring.units, ring.count
-    send, recv, check = fl.send, fl.recv, checker.check
-    t0 = c0 = 0.0
-    for i in range(warmup + iters):
-        if i == warmup:
-            t0, c0 = time.perf_counter(), time.process_time()
-        if rank == 0:
-            await send(peer, 0, units[i % p])
-            src, _, data = await recv()
-            check(src, data)
-        else:
-            src, _, data = await recv()
-            check(src, data)
-            await send(peer, 0, units[i % p])
-    return Measure(time.perf_counter() - t0, time.process_time() - c0, iters, iters, checker.errors)
-
-
 async def run_bandwidth(fl: Floor, ring: Ring, windows: int, warmup: int, send_ring: Ring,
                         checker: Checker) -> Measure:
     """osu_bw from rank 0 to rank 1, an ack after every window."""

@@ -74,7 +74,7 @@ class Options:
 
     tests: tuple[str, ...] = TESTS
     sizes: tuple[int, ...] = DEFAULT_SIZES      #: patterns and bw
-    lat_sizes: tuple[int, ...] = (8,)
+    lat_sizes: tuple[int, ...] = (8,)          #: `--tests latency`: pingpong sizes
     rate_sizes: tuple[int, ...] = (64,)
     bw_sizes: tuple[int, ...] = (65536, 1 << 20, 4 << 20)
     impls: tuple[str, ...] = IMPLS
@@ -139,7 +139,7 @@ class Case:
 
     test: str
     size: int
-    units: int   #: latency: round trips; bw: windows; rate/patterns: units per flow
+    units: int   #: bw: windows; rate/patterns: units per flow
     window: int  #: units per raw window (and per bw window)
 
     @property
@@ -163,9 +163,7 @@ def cases(opts: Options) -> list[Case]:
     for test in opts.tests:
         if not impls_for(test, opts.impls):
             continue
-        if test == "latency":
-            out += [Case(test, s, opts.lat_iters, 1) for s in opts.lat_sizes]
-        elif test == "rate":
+        if test == "rate":
             out += [Case(test, s, opts.rate_units, window_for(s, opts.window)) for s in opts.rate_sizes]
         elif test == "bw":
             for s in opts.bw_sizes:

@@ -13,7 +13,6 @@ already-touched numpy buffer per flow that holds a window of units, reused
 for every window, and compares every window with the expected bytes (one
 ``numpy.array_equal`` per window) before posting the next.
 
-* :func:`latency` -- osu_latency: blocking ``Send``/``Recv`` ping-pong.
 * :func:`bandwidth` -- osu_bw: windows of ``Isend``/``Irecv`` + ``Waitall``,
   a 4-byte ack after each window.
 * :func:`flows` -- windowed ``Isend``/``Irecv`` over any set of flows (the
@@ -34,7 +33,7 @@ import numpy as np
 
 from .workload import RING_BYTES, Checker, Flow, Measure, Ring
 
-__all__ = ["alltoall", "bandwidth", "flows", "latency"]
+__all__ = ["alltoall", "bandwidth", "flows"]
 
 TAG_ACK = 1000
 
@@ -44,36 +43,6 @@ def _buf(nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
     b = np.empty(nbytes, dtype=np.uint8)
     b.fill(0)
     return b
-
-
-def latency(comm: Any, ring: Ring, iters: int, warmup: int, send_ring: Ring, checker: Checker) -> Measure:
-    """osu_latency between ranks 0 and 1; ``elapsed`` covers ``iters`` round trips."""
-    from mpi4py import MPI
-
-    rank = comm.Get_rank()
-    if rank > 1:
-        return Measure()
-    peer = 1 - rank
-    byte = MPI.BYTE
-    specs = [[u, byte] for u in send_ring.units]
-    p = ring.count
-    rbuf = bytearray(ring.size)
-    rspec = [rbuf, byte]
-    send, recv, check = comm.Send, comm.Recv, checker.check
-    t0 = c0 = 0.0
-    for i in range(warmup + iters):
-        if i == warmup:
-            t0, c0 = time.perf_counter(), time.process_time()
-        if rank == 0:
-            send(specs[i % p], peer, 0)
-            recv(rspec, peer, 0)
-            check(peer, rbuf)
-        else:
-            recv(rspec, peer, 0)
-            check(peer, rbuf)
-            send(specs[i % p], peer, 0)
-    t, c = time.perf_counter() - t0, time.process_time() - c0
-    return Measure(t, c, iters, iters, checker.errors)
 
 
 def bandwidth(comm: Any, ring: Ring, windows: int, warmup: int, send_ring: Ring,

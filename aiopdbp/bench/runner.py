@@ -32,7 +32,7 @@ from typing import Any
 
 from . import raw
 from .aio import AioSide, loop_factory
-from .floor import Floor, run_bandwidth, run_flows, run_latency
+from .floor import Floor, run_bandwidth, run_flows
 from .plan import Case, Options, cases, impls_for
 from .report import Progress, collect_meta, write_outputs
 from .workload import Checker, Measure, Ring, flows
@@ -103,10 +103,7 @@ class Job:
     def _dispatch(self, case: Case, impl: str, fl: Any, ring: Ring, send_ring: Ring,
                   checker: Checker) -> Measure:
         t, u = case.test, case.units
-        warm = max(1, u // 10)
         if impl == "raw":
-            if t == "latency":
-                return raw.latency(self.raw_comm, ring, u, warm, send_ring, checker)
             if t == "bw":
                 return raw.bandwidth(self.raw_comm, ring, u, 1, send_ring, checker)
             return raw.flows(self.raw_comm, fl, ring, u, send_ring, checker)
@@ -116,8 +113,6 @@ class Job:
             return self.floor_runner.run(self._floor(case, impl == "floor64k", fl, ring, send_ring,
                                                      checker))
         aio = self.aio
-        if t == "latency":
-            return aio.measure(lambda: aio.latency(ring, u, warm, send_ring, checker))
         if t == "bw":
             return aio.measure(lambda: aio.bandwidth(ring, u, 1, send_ring, checker))
         return aio.measure(lambda: aio.flows(fl, ring, u, send_ring, checker,
@@ -130,9 +125,6 @@ class Job:
         await f.start()
         try:
             async with asyncio.timeout(self.opts.timeout):
-                if case.test == "latency":
-                    return await run_latency(f, ring, case.units, max(1, case.units // 10), send_ring,
-                                             checker)
                 if case.test == "bw":
                     return await run_bandwidth(f, ring, case.units, 1, send_ring, checker)
                 return await run_flows(f, fl, ring, case.units, send_ring, checker)
@@ -185,9 +177,7 @@ def _run_record(case: Case, impl: str, rep: int, ms: list[Measure], n: int, k: i
     """One measured run as stored in the JSON (value in the test's unit)."""
     el = max(m.elapsed for m in ms)
     recvd = sum(m.recvd for m in ms)
-    if case.test == "latency":
-        value = ms[0].elapsed / case.units / 2 * 1e6
-    elif case.test == "bw":
+    if case.test == "bw":
         value = ms[1].recvd * case.size / ms[0].elapsed / 1e6
     elif case.test == "rate":
         value = recvd / el

@@ -41,7 +41,8 @@ __all__ = [
 ]
 
 #: point-to-point (OSU-style) tests and the paper's patterns
-TESTS = ("latency", "bw", "rate", "1toN", "Nto1", "NtoN")
+#: (the ping-pong latency test is ``aiopdbp bench pingpong``: :mod:`aiopdbp.bench.pingpong`)
+TESTS = ("bw", "rate", "1toN", "Nto1", "NtoN")
 PATTERNS = ("1toN", "Nto1", "NtoN")
 #: implementations, in the order rows are shown
 IMPLS = ("aiopdbp-msg", "aiopdbp-stream", "raw", "floor", "floor64k", "alltoall")
@@ -80,7 +81,7 @@ def flows(test: str, nranks: int, gps_per_rank: int = 1) -> list[Flow]:
     if nranks < 2:
         raise ValueError(f"{test} needs at least 2 ranks, got {nranks}")
     k = range(gps_per_rank if test in PATTERNS else 1)
-    if test in ("latency", "bw"):
+    if test == "bw":
         return [Flow(0, 1, 0)]
     if test == "rate":
         h = nranks // 2

@@ -53,6 +53,7 @@ from ..backoff import Backoff
 from ..errors import ClosedResourceError, HandshakeError
 from ..job import ABORT_FLUSH_S, record_own_shm
 from .base import AllocFn, Buffer, Channel, DeliverFn, Transport
+from .doorbell import ADDRESS_BYTES, Doorbell, DoorbellJoin
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -297,7 +298,7 @@ class MPITransport(Transport):
         if self._started:
             raise RuntimeError("MPITransport.start() called twice")
         await self._join()
-        self._engine.start(deliver, asyncio.get_running_loop(), alloc)
+        self._engine.start(deliver, asyncio.get_running_loop(), alloc, self._doorbells())
         self._started = True
 
     async def _join(self) -> None:
@@ -315,6 +316,25 @@ class MPITransport(Transport):
         self._joining = []
         self._control.Set_name("aiopdbp.control")
         self._data.Set_name("aiopdbp.data")
+
+    def _doorbells(self) -> DoorbellJoin:
+        """Make this rank's doorbell and start the exchange of every rank's
+        address (an ``Iallgather`` every rank takes part in).  Nothing waits
+        for it: the engine completes it in the background and uses the
+        doorbell from then on (a rank that never opens its node must fail
+        the handshake, not this).  No doorbell when disabled
+        (``AIOPDBP_DOORBELL=0``) or the socket fails."""
+        _MPI = load_mpi()
+        bell: Doorbell | None = None
+        if os.environ.get("AIOPDBP_DOORBELL", "1").strip() != "0":
+            try:
+                bell = Doorbell(self.rank, self.size)
+            except OSError:  # no abstract Unix sockets here: the idle timer only
+                bell = None
+        mine = bytearray(bell.packed_address() if bell is not None else b"\xff" * ADDRESS_BYTES)
+        every = bytearray(ADDRESS_BYTES * self.size)
+        req = self._control.Iallgather([mine, _MPI.BYTE], [every, _MPI.BYTE])
+        return DoorbellJoin(bell, req, mine, every)
 
     def _post(self, dest: int, channel: Channel, blocks: Sequence[Buffer]) -> asyncio.Future[None] | None:
         if self._closed or not self._started or not 0 <= dest < self.size or channel not in (0, 1):

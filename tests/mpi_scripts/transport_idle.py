@@ -6,6 +6,7 @@ period still arrives promptly.  argv: [progress-mode]."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 
@@ -44,6 +45,15 @@ async def main(t: MPITransport, inbox: Inbox) -> None:
         await inbox.wait_count(2, timeout=5)
         await t.send(0, Channel.CONTROL, [b"pong"])
     print(f"INFO rank {t.rank} first exchange after idle {(time.perf_counter() - t0) * 1e3:.2f} ms", flush=True)
+    st2 = t.stats()
+    if os.environ.get("AIOPDBP_DOORBELL") == "0":
+        assert not st2["doorbell"] and st2["rings_heard"] == 0, st2
+    else:
+        # every peer rang us at start; the ping after idling rang rank 1 awake
+        assert st1["doorbell"], st1
+        if t.rank == 1:
+            assert st2["rings_heard"] > st0["rings_heard"], (st0, st2)
+    print(f"INFO rank {t.rank} doorbell={st2['doorbell']} rings_heard={st2['rings_heard']}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,171 @@
+"""Where an 8 B one-way hop's time goes (``aiopdbp bench pingpong --hops``).
+
+A diagnostic run, separate from the timed ones: the ``aiopdbp-ro`` ping-pong
+with ``time.perf_counter_ns`` timestamps (``CLOCK_MONOTONIC``, one clock for
+every process of a host, so stamps of the two ranks compare directly):
+
+* ``a0`` the sender calls ``gp.send``; ``a1`` the progress engine's
+  ``post_send`` returned (the ``Isend`` is posted);
+* ``b0``/``b1`` the receiver's progress step that received it began/ended
+  (``Improbe``, ``Mrecv``, decode, routing, the pipe, the waiter woken);
+* ``b2`` the receiver's ``gp.recv`` returned.
+
+Hops: send path ``a1 - a0``; MPI ``b0 - a1`` (transit plus the polling
+granularity: the receiver's step must come round); receive path ``b1 - b0``;
+wake-up ``b2 - b1`` (the loop switching to the task that awaits ``recv``).
+The send path is split at the frame's encoding (``encode_cdu`` as the link
+calls it) and the receive path at its decoding (``decode`` as the remote
+half calls it), so each hop also shows: before encoding (snapshot, routing,
+credit), encoding, posting (link, transport, ``Isend``); probe and receive
+(``Improbe``, ``Mrecv``, buffer, dispatch), decoding, and delivery (the
+``Message``, routing, credit marks, the pipe, the waiter's future).
+The engine methods and the two module functions are wrapped for this run
+only and restored after it, so the timed runs carry no instrumentation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .aio import AioSide, gp_name
+
+__all__ = ["format_hops", "hop_table"]
+
+HOPS = ("send path", "  before encoding", "  encoding", "  posting", "MPI", "receive path",
+        "  probe and receive", "  decoding", "  delivery", "wake-up", "one way")
+
+
+def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[str, Any] | None:
+    """Run the diagnostic ping-pong; rank 0 gets ``{hop: [0->1 us, 1->0 us]}``, others None."""
+    from .. import link, remote
+    from ..transport.progress import ProgressEngine
+
+    ns = time.perf_counter_ns
+    posts: list[int] = []
+    steps: list[tuple[int, int]] = []
+    orig_post: Callable[..., Any] = ProgressEngine.post_send
+    orig_step: Callable[..., bool] = ProgressEngine.step
+
+    def post_send(self: ProgressEngine, *a: Any) -> Any:
+        out = orig_post(self, *a)
+        posts.append(ns())
+        return out
+
+    def step(self: ProgressEngine) -> bool:
+        n, t = self.n_recvs, ns()
+        busy = orig_step(self)
+        if self.n_recvs != n:
+            steps.append((t, ns()))
+        return busy
+
+    encs: list[tuple[int, int]] = []
+    decs: list[tuple[int, int]] = []
+    orig_enc: Callable[..., Any] = getattr(link, "encode_cdu")  # the name link.py calls
+    orig_dec: Callable[..., Any] = getattr(remote, "decode")  # the name remote.py calls
+
+    def encode_cdu(*a: Any, **k: Any) -> Any:
+        t = ns()
+        out = orig_enc(*a, **k)
+        encs.append((t, ns()))
+        return out
+
+    def decode(*a: Any, **k: Any) -> Any:
+        t = ns()
+        out = orig_dec(*a, **k)
+        decs.append((t, ns()))
+        return out
+
+    sends: list[int] = []
+    recvs: list[int] = []
+    warm = max(2, iters // 10)
+
+    async def body() -> Any:
+        if rank > 1:
+            return None
+        gp = side.gps[0]
+        peer = gp_name(1 - rank, 0)
+        async with asyncio.timeout(side.timeout):
+            for i in range(warm + iters):
+                if rank == 0:
+                    sends.append(ns())
+                    await gp.send(peer, pl.readonly[i & 1])
+                    msg = await gp.recv()
+                    recvs.append(ns())
+                else:
+                    msg = await gp.recv()
+                    recvs.append(ns())
+                    sends.append(ns())
+                    await gp.send(peer, msg.data)  # type: ignore[union-attr]
+        return None
+
+    patches = [(ProgressEngine, "post_send", post_send, orig_post), (ProgressEngine, "step", step, orig_step),
+               (link, "encode_cdu", encode_cdu, orig_enc), (remote, "decode", decode, orig_dec)]
+    for obj, name, new, _ in patches:
+        setattr(obj, name, new)
+    try:
+        side.measure(body)
+    finally:
+        for obj, name, _, old in patches:
+            setattr(obj, name, old)
+    got = ctl.gather((sends, recvs, posts, steps, encs, decs), root=0)
+    if rank != 0:
+        return None
+    (s0, r0, p0, st0, e0, d0), (s1, r1, p1, st1, e1, d1) = got[0], got[1]
+    fwd = _hops(s0, p0, st1, r1, e0, d1, warm)
+    back = _hops(s1, p1, st0, r0, e1, d0, warm)
+    return {"iters": iters, "hops": {h: [fwd[h], back[h]] for h in HOPS}}
+
+
+def _first(stamps: list[tuple[int, int]], starts: list[int], lo: int, hi: int) -> tuple[int, int] | None:
+    """The first (entry, exit) stamp entered in [lo, hi]."""
+    i = bisect.bisect_left(starts, lo)
+    if i < len(stamps) and stamps[i][1] <= hi:
+        return stamps[i]
+    return None
+
+
+def _hops(sends: list[int], posts: list[int], steps: list[tuple[int, int]], recvs: list[int],
+          encs: list[tuple[int, int]], decs: list[tuple[int, int]], warm: int) -> dict[str, float]:
+    """Median of each hop (us) over the measured messages of one direction."""
+    ends = [e for _, e in steps]
+    enc_in = [a for a, _ in encs]
+    dec_in = [a for a, _ in decs]
+    rows: list[tuple[float, ...]] = []
+    for i in range(warm, min(len(sends), len(recvs))):
+        a0 = sends[i]
+        j = bisect.bisect_left(posts, a0)
+        if j == len(posts):
+            continue
+        a1 = posts[j]
+        k = bisect.bisect_left(ends, a1)
+        if k == len(steps):
+            continue
+        b0, b1 = steps[k]
+        b2 = recvs[i]
+        b0 = max(b0, a1)
+        enc = _first(encs, enc_in, a0, a1)
+        dec = _first(decs, dec_in, b0, b1)
+        if enc is None or dec is None:
+            continue
+        rows.append((a1 - a0, enc[0] - a0, enc[1] - enc[0], a1 - enc[1], b0 - a1, b1 - b0,
+                     dec[0] - b0, dec[1] - dec[0], b1 - dec[1], b2 - b1, b2 - a0))
+    if not rows:
+        return {h: float("nan") for h in HOPS}
+    med = np.median(np.array(rows, dtype=np.float64), axis=0) / 1e3
+    return dict(zip(HOPS, (float(x) for x in med)))
+
+
+def format_hops(doc: dict[str, Any]) -> str:
+    """Markdown table of :func:`hop_table`'s result."""
+    lines = [f"8 B one-way hops, aiopdbp-ro, medians of {doc['iters']} round trips (us)",
+             "| hop | rank 0 -> 1 | rank 1 -> 0 |", "|---|---|---|"]
+    for h, (a, b) in doc["hops"].items():
+        lines.append(f"| {h} | {a:.2f} | {b:.2f} |")
+    lines.append("(the hops' medians need not add up to the one-way median)")
+    return "\n".join(lines)

@@ -1,0 +1,136 @@
+"""A doorbell per progress engine: a sender on the same host wakes an idle receiver.
+
+Theory of operation
+===================
+
+MPI gives asyncio nothing to wait on, so an idle progress engine used to wake
+on a loop timer every millisecond to probe: a quiet rank spent ~50 us of CPU
+per wake-up (0.5 CPU-s per 10 s idle), and a message landing just after the
+engine went to sleep waited up to a millisecond.  The doorbell gives the
+engine a file descriptor after all, for the peers on its host:
+
+* every engine binds a ``SOCK_DGRAM`` Unix socket with an abstract name
+  (nothing on disk to clean up, gone with the process) and the transport
+  exchanges the names at start (an ``Iallgather``);
+* the loop watches the socket (``add_reader``): a datagram resolves the
+  engine's idle wait at once -- the kernel wakes the process, which on a
+  busy host is also the fastest way back to a core;
+* a sender rings a destination when its *previous* send to that destination
+  was more than :data:`RING_AFTER_S` ago.  Why that is enough: an engine only
+  sleeps after ``spin_window`` (5 ms, > :data:`RING_AFTER_S`) without any
+  progress, and receiving our previous message was progress; so an engine
+  that may be asleep is always rung, and a stream of messages rings once;
+* a ring is sent after the ``Isend``, so the engine it wakes finds the
+  message; an engine decides to sleep on the time taken *before* its last
+  probe, so a preemption between probe and decision cannot make it sleep
+  past a message whose sender did not ring;
+* each engine rings every peer once at start (its rank in the datagram) and
+  records whom it heard: only when *every* peer has proven it can ring us,
+  and nothing happened for a second, does the engine sleep long
+  (``AIOPDBP_IDLE_MAX_US``, 50 ms) when idle; otherwise (a conversation
+  going on, or a peer on another host or in another network namespace,
+  where the abstract name does not reach) it keeps the 1 ms timer.
+
+A lost or refused ring costs latency, never a message: the idle timer still
+fires.  A full socket buffer means rings are already pending: dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from typing import Any, Final
+
+__all__ = ["ADDRESS_BYTES", "Doorbell", "DoorbellJoin", "RING_AFTER_S"]
+
+#: a send rings its destination when the previous send to it is older than this
+RING_AFTER_S: Final = 2e-3
+#: bytes of an address in the exchange (a Linux abstract name fits in 107)
+ADDRESS_BYTES: Final = 104
+
+
+class Doorbell:
+    """This engine's socket, the peers' addresses, and who has rung us."""
+
+    def __init__(self, rank: int, size: int) -> None:
+        self.rank, self.size = rank, size
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.setblocking(False)
+        name = f"\0aiopdbp.{os.getpid()}.{uuid.uuid4().hex}".encode()
+        self.sock.bind(name)
+        self.address = name
+        self._me = rank.to_bytes(4, "little")
+        self._peers: list[bytes | None] = [None] * size
+        self._heard = {rank}
+        self.rung = self.ring_failures = self.heard = 0
+
+    def packed_address(self) -> bytes:
+        """This doorbell's address, padded to :data:`ADDRESS_BYTES` for the exchange."""
+        return self.address.ljust(ADDRESS_BYTES, b"\xff")
+
+    def set_peers(self, packed: bytes) -> None:
+        """The exchanged addresses (rank order), then ring every peer once (the hello)."""
+        for r in range(self.size):
+            raw = packed[r * ADDRESS_BYTES:(r + 1) * ADDRESS_BYTES].rstrip(b"\xff")
+            self._peers[r] = raw if r != self.rank and raw else None
+        for r in range(self.size):
+            self.ring(r)
+
+    def ring(self, dest: int) -> None:
+        """Wake ``dest``'s engine should it sleep (no-op for a peer we cannot reach)."""
+        addr = self._peers[dest]
+        if addr is None:
+            return
+        try:
+            self.sock.sendto(self._me, addr)
+            self.rung += 1
+        except BlockingIOError:
+            pass  # its buffer is full of rings: it will wake anyway
+        except OSError:  # not on this host (or gone): its idle timer covers it
+            self._peers[dest] = None
+            self.ring_failures += 1
+
+    def drain(self) -> bool:
+        """Read every pending ring; True if there was one."""
+        got = False
+        while True:
+            try:
+                data = self.sock.recv(64)
+            except (BlockingIOError, InterruptedError):
+                return got
+            except OSError:
+                return got
+            got = True
+            self.heard += 1
+            if len(data) == 4:
+                self._heard.add(int.from_bytes(data, "little"))
+
+    @property
+    def everyone_rings(self) -> bool:
+        """True once every peer has rung us (so none relies on our idle timer)."""
+        return len(self._heard) >= self.size
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class DoorbellJoin:
+    """The address exchange in flight: this rank's doorbell (None: none here),
+    the ``Iallgather`` request and its buffers (kept alive until it completes)."""
+
+    __slots__ = ("bell", "req", "mine", "every")
+
+    def __init__(self, bell: Doorbell | None, req: Any, mine: bytearray, every: bytearray) -> None:
+        self.bell, self.req, self.mine, self.every = bell, req, mine, every
+
+    def done(self) -> bool:
+        """True once every address is here (the doorbell's peers are then set)."""
+        if not self.req.Test():
+            return False
+        if self.bell is not None:
+            self.bell.set_peers(bytes(self.every))
+        return True
