@@ -51,3 +51,21 @@ async def test_stream_to_a_gp_that_leaves_before_its_open_is_routed_raises() -> 
             assert isinstance(incoming, aiopdbp.IncomingStream)
             assert bytes(await incoming.read()) == b"y" * 50
             await asyncio.gather(tasks[0], tasks[2])
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(240)
+def test_seeded_stress_delivers_exactly_once_or_names_the_error() -> None:
+    # 3 ranks, 20 s of seed 1: random GPs, 1-256 senders, messages and
+    # streams, cancellations, GPs closing mid-traffic (benchmarks/stress.py).
+    r = run_mpi(STRESS, n=3, args=["--worker", "--seconds", "20", "--seed", "1"], timeout=200)
+    out = f"--- stdout ---\n{r.stdout}\n--- stderr ---\n{unprefixed(r.stderr)}"
+    rows = {row["rank"]: row for row in (json.loads(line.split("STRESS ", 1)[1])
+                                         for line in unprefixed(r.stdout).splitlines()
+                                         if line.startswith("STRESS "))}
+    assert r.returncode == 0 and sorted(rows) == [0, 1, 2], out
+    assert all(row["ok"] for row in rows.values()), out
+    job = rows[0]["job"]                      # an idle seed cannot pass
+    for what in ("cancelled", "closes", "raised_after_close", "credit_waits", "delivered"):
+        assert job[what] > 0, (what, job)
