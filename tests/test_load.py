@@ -100,6 +100,10 @@ def test_load_patterns_finish_with_every_payload_checked(job: str) -> None:
         [(c, k) for c in range(len(cases)) for k in range(n)], out
     for row in rows:                       # the script asserts it too; the report shows it
         waits = row["credit_waits"]
-        assert isinstance(waits, dict) and all(v > 0 for v in waits.values()), row
+        assert isinstance(waits, dict), row
+        if str(row["label"]).startswith("multicast"):   # one send waits for the slowest
+            assert not waits or any(v > 0 for v in waits.values()), row
+        else:
+            assert all(v > 0 for v in waits.values()), row
     received = sum(int(row["items"]) for row in rows)  # type: ignore[call-overload]
     assert received > 0, out
