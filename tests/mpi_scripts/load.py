@@ -18,7 +18,8 @@ one GP per rank (``g<r>``):
 ``reqresp``    the ring as background traffic, and a client GP on rank 0 that
                sends ``count // 8`` requests one at a time to a server GP on
                rank N-1 and checks every reply
-``mixed``      the ring, every 4th item a ``send_stream`` instead of a message
+``mixed``      the ring, every 4th item a ``send_stream`` instead of a message,
+               from ``senders`` tasks of their own beside the message tasks
 ``multicast``  rank 0 -> every other rank in one ``send`` per item
 ``shortstream`` the short-stream benchmark: every rank sends ``count``
                ``send_stream`` calls to the next (``senders`` in flight), then
@@ -197,22 +198,29 @@ class Runner:
             # round-robin would find each destination's credit back by its next turn
             work = iter([(d, i) for d in flow.dests for i in range(flow.count)])
         names = {d: gp_name(case, d) for d in range(SIZE)}
+        streams: Any = iter(())
+        if flow.mode == "mixed":  # its streams go from tasks of their own, beside the messages
+            items = list(work)
+            work = iter([x for x in items if x[1] % 4 != 3])
+            streams = iter([x for x in items if x[1] % 4 == 3])
 
-        async def task(t: int) -> None:
+        async def task(t: int, work: Any) -> None:
             for dest, i in work:
                 seq = self.seqs.get((t, dest), 0)
                 self.seqs[(t, dest)] = seq + 1
                 data = payload(RANK, t, seq, case.size)
                 if flow.mode == "mcast":
                     await gp.send([names[d] for d in dest], data)
-                elif flow.mode == "stream" or (flow.mode == "mixed" and i % 4 == 3):
+                elif flow.mode == "stream" or work is streams:
                     await gp.send_stream(names[dest], data)
                 else:
                     await gp.send(names[dest], data)
 
         async with asyncio.TaskGroup() as tg:
             for t in range(case.senders):
-                tg.create_task(task(t))
+                tg.create_task(task(t, work))
+                if flow.mode == "mixed":
+                    tg.create_task(task(case.senders + t, streams))
 
     async def receive(self, gp: aiopdbp.GP, expect: dict[int, int]) -> None:
         by_name = {gp_name(self.case, r): r for r in expect}
