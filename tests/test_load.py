@@ -5,9 +5,9 @@ Each job is one ``mpiexec`` run of ``tests/mpi_scripts/load.py`` with many
 cases (a node per case), so the subset costs a few job start-ups, not one
 per case.  It contains the issue's reproducers, which hung before the fair
 credit hand-off (commit 10b85ba): 2 ranks one-way 300 x 4 KiB from 32
-senders (with a 64 KiB window and with the issue's own 1 MiB), the 3-rank
-ring of 2000 x 4 KiB from 16 senders, fan-in to one GP from 2 ranks, the
-4-rank ring of 64 KiB x 16 and the short-stream benchmark (1000
+senders, the 3-rank ring of 2000 x 4 KiB from 16 senders and the 4-rank
+ring of 64 KiB x 16 (each with a 64 KiB window and with the issue's own
+1 MiB), fan-in to one GP from 2 ranks and the short-stream benchmark (1000
 ``send_stream`` of 4 KiB, 16 in flight, then 1000 messages) on 4 ranks.
 Every case checks every payload (content, count, per-task order) and that
 every sending rank waited for credit; see the script's docstring.  The full
@@ -52,6 +52,7 @@ JOBS: dict[str, tuple[int, bool, list[str]]] = {
     ]),
     "3-shm": (3, False, [
         "ring,senders=16,size=4096,count=2000",       # the 3-rank ring
+        "ring,senders=16,size=4096,count=2000,window=1048576",   # ... at its own window
         "fanin,senders=32,size=4096",                 # two ranks to one GP
         "alltoall,senders=16,size=64",
         "multicast,senders=16,size=65536",
@@ -65,6 +66,7 @@ JOBS: dict[str, tuple[int, bool, list[str]]] = {
     "4-shm": (4, False, [
         "shortstream,senders=16,size=4096,count=1000",  # the short-stream benchmark
         "ring,senders=16,size=65536",                   # the 4-rank ring
+        "ring,senders=16,size=65536,window=1048576",    # ... at its own window
         "fanin,senders=64,size=4096",
         "alltoall,senders=4,size=4096",
         "reqresp,senders=16,size=4096",
