@@ -57,6 +57,7 @@ import resource
 import struct
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -268,9 +269,10 @@ class Runner:
         case, node = self.case, self.node
         extra: dict[str, Any] = {}
         async with node.process(gp_name(case, RANK)) as gp, asyncio.TaskGroup() as tg:
-            for r in range(SIZE):
-                if r != RANK:
-                    await node.lookup(gp_name(case, r), timeout=30)
+            # only the GPs this rank sends to: a rank with nothing to do may
+            # already have freed its GP (a freed name fails a lookup at once)
+            for r in sorted({d for f in case.flows if f.src == RANK for d in f.dests}):
+                await node.lookup(gp_name(case, r), timeout=30)
             expect: dict[int, int] = {}
             for f in case.flows:
                 for d in f.dests:
@@ -332,6 +334,7 @@ async def run_case(case: Case, timeout: float) -> bool:
         row["error"] = f"timeout: not finished within {timeout:g} s (received {runner.items})"
         row["stats"] = repr(node.stats())
     except BaseException as exc:  # noqa: BLE001 - reported, then the job fails
+        traceback.print_exception(exc, file=sys.stderr)
         while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
             exc = exc.exceptions[0]
         row["error"] = f"{type(exc).__name__}: {exc}"
