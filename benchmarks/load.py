@@ -105,9 +105,10 @@ def matrix(args: argparse.Namespace) -> int:
                             break
                         results.setdefault((n, transport, case), []).append(got)
                         done = i + 1
-                        if not all(r["ok"] for r in got) or len(got) < n:
+                        if not all(r["ok"] for r in got) or len(got) != n:
                             print(f"FAILED {n} ranks {transport} rep {rep}: {case}: "
-                                  f"{[r.get('error') for r in got if not r['ok']]}\n{err}", file=sys.stderr)
+                                  f"{[r.get('error') for r in got if not r['ok']]} "
+                                  f"(rows {[(r['rank'], r['label']) for r in got]})\n{err}", file=sys.stderr)
                             break
                     if done == 0:      # the job did not even report its first case
                         results.setdefault((n, transport, todo[0]), []).append([])
