@@ -171,6 +171,7 @@ class LinkStats:
     pool_fallbacks: int  # blocks taken outside the pool (its row was full)
     credit_parked: int = 0  # senders parked for credit now
     credit_asks: int = 0    # CreditAskMsg sent (a sender parked, see "Credit")
+    credit_out: int = 0     # bytes of credit outstanding towards all GPs of h (window - credit)
 
 
 _SHORT_SIZE = SHORT.size
@@ -585,7 +586,8 @@ class HostLink:
         return LinkStats(self.host, self._cdus, self._lone, self._blocks, self._splits, self.sent_msgs,
                          self._bytes, self._inflight, len(self._units), self._credit_waits,
                          len(self._credit), min(self._credit.values(), default=self.window),
-                         self._fallbacks, sum(len(q) for q in self._queues.values()), self._asks)
+                         self._fallbacks, sum(len(q) for q in self._queues.values()), self._asks,
+                         sum(self.window - c for c in self._credit.values()))
 
 
 def _large_enough(data: Any, large: int) -> bool:

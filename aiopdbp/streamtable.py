@@ -227,6 +227,12 @@ class OutgoingStream:
         if not self.done.done():
             self.done.set_exception(exc)
             self.done.exception()
+        if not self.routed.done():
+            # Broken before its OPEN was routed (the receiver left while the
+            # OPEN queued): ``opened`` will not move a broken stream, so the
+            # sender waiting for the routing hears it here.
+            self.routed.set_exception(exc)
+            self.routed.exception()
         self.wake()
 
     def grant(self, n: int) -> None:

@@ -1,5 +1,6 @@
 """Stalls are reported, deadlocks fail (aiopdbp.stall), in one process; the
-same over MPI is in test_load.py / mpi_scripts/deadlock.py."""
+same over MPI with mpi_scripts/deadlock.py and mpi_scripts/stall_exit.py (leaving
+a stalled job: Ctrl-C, a cancelled send, a finished rank)."""
 
 from __future__ import annotations
 
@@ -150,3 +151,117 @@ def test_slow_receiver_across_ranks_is_reported_and_the_job_succeeds() -> None:
     assert got[0]["stall"] == {"waiting": 0, "stalls": 1, "deadlocks": 0}, out
     assert "stalled: GP 'g0' (rank 0) waits" in out and "credit of GP 'g1' (rank 1)" in out, out
     assert "GP 'g1' has" in out and "has not called recv" in out, out
+
+
+# ------------------------------------------- leaving a stalled job, in seconds
+import contextlib  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+try:
+    from tests.mpirun import REPO_ROOT
+except ImportError:  # pragma: no cover - run from tests/
+    from mpirun import REPO_ROOT  # type: ignore[no-redef]
+
+#: every rank gone this long after the interrupt or the cancel (issue 15 item 5)
+LEAVE_WITHIN = 5.0
+
+
+class _Job:
+    """``aiopdbp launch -n 2 stall_exit.py MODE``, its output watched line by line."""
+
+    def __init__(self, mode: str) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MPI_LOCAL"))}
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
+        env["PYTHONUNBUFFERED"] = "1"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "aiopdbp", "launch", "-n", "2", str(SCRIPTS_DIR / "stall_exit.py"), mode],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=str(REPO_ROOT),
+            start_new_session=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for(self, word: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(word in line for line in self.lines):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.kill()
+                pytest.fail(f"no {word!r} line:\n{self.output}", pytrace=False)
+            time.sleep(0.02)
+
+    def pids(self) -> list[int]:
+        return [int(m.group(1)) for line in self.lines if (m := re.search(r"ready (\d+)$", line))]
+
+    def finish(self) -> tuple[int, float]:
+        """Exit code and seconds from now until the job (every rank) is gone."""
+        t0 = time.monotonic()
+        try:
+            rc = self.proc.wait(90)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"the job did not end within 90 s:\n{self.output}", pytrace=False)
+        took = time.monotonic() - t0
+        self._reader.join(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return rc, took
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+        self._reader.join(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+def test_ctrl_c_after_a_stall_ends_every_rank_within_5_s() -> None:
+    job = _Job("ctrlc")
+    job.wait_for("stalled")
+    os.kill(job.proc.pid, signal.SIGINT)           # Ctrl-C: to the launcher
+    rc, took = job.finish()
+    assert rc == 130, job.output
+    assert took < LEAVE_WITHIN, f"the job took {took:.1f} s to end\n{job.output}"
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+def test_ctrl_c_to_a_stuck_rank_ends_a_finished_rank_within_5_s() -> None:
+    # rank 0 finished and waits in its close handshake (close_timeout 60 s)
+    job = _Job("finished")
+    job.wait_for("finished")
+    os.kill(job.pids()[1], signal.SIGINT)          # only the rank that does not finish
+    rc, took = job.finish()
+    assert rc == 130, job.output
+    assert took < LEAVE_WITHIN, f"the job took {took:.1f} s to end\n{job.output}"
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+def test_cancelled_stalled_send_ends_every_rank_within_5_s() -> None:
+    job = _Job("cancel")
+    job.wait_for("stalled")                        # the application gives up 1 s later
+    rc, took = job.finish()
+    assert rc == 1, job.output
+    assert "TimeoutError" in unprefixed(job.output), job.output
+    assert took < 1.0 + LEAVE_WITHIN, f"the job took {took:.1f} s to end\n{job.output}"
