@@ -41,7 +41,7 @@ from typing import Any
 from .device.backend import DeviceBackend
 from .devicepath import DeviceConfig, DevicePath
 from .errors import ClosedResourceError
-from .job import current_job
+from .job import current_job, root_cause, summary
 from .job import run as run
 from .manager import PipeManager
 from .pipes import PipePool
@@ -332,6 +332,9 @@ class Node:
             yield gp
         except BaseException as exc:
             failure = exc
+            job = current_job()
+            if job is not None:
+                job.note_gp_failure(exc, name)   # a failure report names the GP
             raise
         finally:
             await gp.free(reason=failure)
@@ -355,7 +358,7 @@ class Node:
             return
         gp.bound(None)
         why = (f"GP {gp.name!r} on rank {self.rank} released its pipe" if reason is None else
-               f"GP {gp.name!r} on rank {self.rank} left with {type(reason).__name__}: {reason}")
+               f"GP {gp.name!r} on rank {self.rank} left with {summary(root_cause(reason, self.rank))}")
         self.streams.abort_to(gp.pid, why)
         self.router.forget_pipe(pipe)
         self.pps.release(pipe)

@@ -589,7 +589,7 @@ class Remote:
         self._stop_waiting(RankFailedError(f"the job is stopping ({stop.describe()})", stop.rank))
         if failed:
             self._acks = set()
-        msg = StopMsg("failed" if failed else "interrupted", stop.rank, stop.signal, stop.message)
+        msg = StopMsg("failed" if failed else "interrupted", stop.rank, stop.signal, stop.message, stop.gp)
         for h in range(self.size):
             if h != self.rank:
                 self._control(h, msg)
@@ -611,8 +611,8 @@ class Remote:
             exc = RankFailedError(f"rank {msg.rank} was interrupted", msg.rank)
         else:
             self._control(src, StopAckMsg(self.rank))
-            stop = Stop(StopKind.PEER_FAILED, msg.rank, 0, msg.message)
-            exc = RankFailedError(f"rank {msg.rank} failed: {msg.message}", msg.rank)
+            stop = Stop(StopKind.PEER_FAILED, msg.rank, 0, msg.message, msg.gp)
+            exc = RankFailedError(stop.describe(), msg.rank)
         self.peer_stop = stop
         self._stop_waiting(exc)
         self.fail_host(src, exc)

@@ -288,6 +288,7 @@ class IncomingStream:
                 self._error = StreamError(
                     f"stream {self.key} from {self.source!r} was aborted by its sender"
                     f"{': ' + bytes(cdu.data).decode(errors='replace') if cdu.data else ''}")
+                self._error.origin_rank = self.key[0]   # the sender's rank (aiopdbp.job)
                 self._sm.move(StreamState.ABORTED)
                 self._owner.incoming_closed(self, None, False)
                 raise self._error

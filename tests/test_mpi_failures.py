@@ -207,7 +207,8 @@ def test_failing_rank_traceback_comes_first_and_whole(mode: str) -> None:
     message = "boom from rank 1" if mode == "raise" else "consumer broke at segment 10"
     assert f"ValueError: {message}" in own, out
     assert 'fail_job.py", line' in own and "raise ValueError" in own, out   # the raising frame
-    assert "rank 1 failed" in own, out
+    gp = "g1" if mode == "raise" else "consumer"
+    assert f"aiopdbp: rank 1 (GP {gp}) failed: ValueError: {message}; stopping the job" in own, out
     # the peer's errors are consequences, never a second traceback
     zero = [line for rank, line in rank_lines(out) if rank == 0]
     assert not any(line.startswith("Traceback") for line in zero), out
@@ -220,6 +221,47 @@ def test_failing_rank_under_plain_mpiexec_ends_the_job() -> None:
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     assert "ValueError: boom from rank 1" in out and "[1] Traceback" in out, out
+
+
+# ------------------------------------------- the failure rule (issue 19)
+GP_FAILURE = SCRIPTS_DIR / "gp_failure.py"
+FAILED_LINE = "aiopdbp: rank 1 (GP g1) failed: KeyError: 'missing'"
+_OWN_PRINTS = re.compile(r"^(raising|blocked) at [\d.]+$")
+
+
+def _assert_failure_rule(out: str, n: int) -> None:
+    """Rank 1's KeyError comes first, whole, naming rank and GP; every other
+    rank prints exactly one line naming rank 1, its GP and its error."""
+    ranked = [(r, line) for r, line in rank_lines(out) if line and not _OWN_PRINTS.match(line)]
+    assert ranked and ranked[0][0] == 1, out
+    assert ranked[0][1].startswith(("Traceback", "  + Exception Group Traceback")), out
+    own = "\n".join(line for r, line in ranked if r == 1)
+    assert "KeyError: 'missing'" in own and 'gp_failure.py", line' in own, out   # the raising frame
+    assert f"{FAILED_LINE}; stopping the job" in own, out
+    for r in range(n):
+        if r != 1:
+            assert [line for rr, line in ranked if rr == r] == [FAILED_LINE], out
+    for noise in ("NoPipeError", "apply_pipe", "BrokenResourceError", "StreamError", "never retrieved",
+                  "Task was destroyed", "Exception ignored"):
+        assert noise not in out, out
+
+
+@pytest.mark.parametrize("mode", ["consumer", "blocked", "bidi"])
+def test_gp_failure_is_shown_first_and_peers_print_one_line_under_launch(mode: str) -> None:
+    # consumer: rank 0 keeps sending to g1, which raises on its 10th recv;
+    # blocked: rank 0 is blocked in send to g1 (no credit left) when g1 raises;
+    # bidi: g1 raises while streams are open both ways.  Rank 2 is a bystander.
+    job = _launch("-n", "3", str(GP_FAILURE), mode)
+    rc = job.finish(timeout=60)
+    assert rc == 1, job.output
+    _assert_failure_rule(job.output, 3)
+
+
+def test_gp_failure_under_plain_mpiexec_names_the_failing_rank_on_every_rank() -> None:
+    job = _mpiexec(3, str(GP_FAILURE), "consumer")
+    rc = job.finish(timeout=60)
+    assert rc != 0, job.output
+    _assert_failure_rule(job.output, 3)
 
 
 def test_handshake_timeout_raises_handshake_error_on_waiting_rank() -> None:
