@@ -200,6 +200,9 @@ class Node:
         self.stall.stop()
         try:
             if self._started and graceful:
+                # what the program left open (a Barrier of a GP not freed)
+                # closes while the peers can still hear it
+                await asyncio.gather(*(gp.aclose_owned() for gp in list(self._gps.values())))
                 await self.manager.drain()
                 if self._remote is not None:
                     await self._remote.close()

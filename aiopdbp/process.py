@@ -33,7 +33,7 @@ import numpy as np
 
 from .codec import CDU, Kind
 from .device.backend import is_device_array
-from .errors import ClosedResourceError, NoPipeError, WouldBlock
+from .errors import ClosedResourceError, NoPipeError, PDBPError, WouldBlock
 from .message import CREDIT_OVERHEAD, Message, credit_cost
 from .pipes import Pipe
 from .streams import DEFAULT_SEGMENT, IncomingStream, send_stream
@@ -130,6 +130,7 @@ class GP:
         self.ptype = ptype
         self._pipe: Pipe[Any] | None = None
         self._freed = False
+        self._owned: list[Any] = []       # closed when the GP is freed (own())
         #: taken from the pipe, then a wait for its sender's name was cancelled
         self._unnamed: Message | IncomingStream | None = None
         # hot-path aliases: a send is a few dict lookups and one call
@@ -185,21 +186,67 @@ class GP:
             await self.node.release_pipe(self, reason)
 
     async def free(self, *, reason: BaseException | None = None) -> None:
-        """Unregister the GP (prcsFree); releases its pipe first.  Idempotent.
+        """Unregister the GP (prcsFree); releases its pipe first, then closes
+        what it still owns (a :class:`~aiopdbp.sync.Barrier` or
+        :class:`~aiopdbp.sync.Neighbours` not closed: see :meth:`own`).
+        Idempotent.
 
-        Cancellation: as for ``release_pipe``.
+        Cancellation: as for ``release_pipe``; a cancelled close of what it
+        owns still frees the GP.
         """
         if self._freed:
             return
         await self.release_pipe(reason=reason)
-        self._freed = True
-        await self.node.free(self)
+        try:
+            await self.aclose_owned()
+        finally:
+            self._freed = True
+            await self.node.free(self)
+
+    def own(self, resource: Any) -> None:
+        """Close ``resource`` (anything with an ``async aclose()``) when this
+        GP is freed, if it is still open then: a program that returns
+        without closing its Barrier still ends cleanly.  Barriers and
+        Neighbours call this when they open; ``resource.aclose()`` must be
+        idempotent and call :meth:`disown`."""
+        if resource not in self._owned:
+            self._owned.append(resource)
+
+    def disown(self, resource: Any) -> None:
+        """``resource`` was closed by its user: the GP no longer closes it."""
+        if resource in self._owned:
+            self._owned.remove(resource)
+
+    async def aclose_owned(self) -> None:
+        """Close everything this GP still owns, concurrently (a barrier's
+        close waits for its peers' closes).  Errors of peers that went away
+        meanwhile (:class:`~aiopdbp.errors.PDBPError`) are ignored: this is
+        cleanup, the GP is leaving anyway.
+
+        Cancellation: the closes are cancelled; what they hold is freed when
+        the node closes.
+        """
+        owned, self._owned = self._owned[::-1], []
+        if not owned:
+            return
+        results = await asyncio.gather(*(r.aclose() for r in owned), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, PDBPError):
+                raise r
 
     async def __aenter__(self) -> GP:
+        """``async with gp``: apply a pipe on entry.
+
+        Cancellation: as for :meth:`apply_pipe`.
+        """
         await self.apply_pipe()
         return self
 
     async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        """Free the GP on exit (:meth:`free`), whatever the exit.
+
+        Cancellation: as for :meth:`free`.
+        """
         await self.free(reason=exc)
 
     # -- CPI: sending -----------------------------------------------------------

@@ -305,6 +305,13 @@ class _Gone:
 
 
 _UNSET: Any = object()
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """An autoclose nobody awaits: its error (the node closed meanwhile) is
+    cleanup noise, never "Task exception was never retrieved"."""
+    if not task.cancelled():
+        task.exception()
 _OWN: Final = -2     # watch index of a member's own GP
 _SETTLE: Final = 0.02  # s a closing member still listens after seeing a peer freed
 
@@ -408,6 +415,7 @@ class _SyncMember:
             raise
         self._comp = comp
         self._opened = True
+        self.gp.own(self)   # closed when its GP is freed, if the program did not
 
     def _watch(self, pid: int, index: int) -> None:
         if pid in self.gp.node.tables.pta:
@@ -448,6 +456,7 @@ class _SyncMember:
                 await asyncio.shield(task)
             return
         self._closed = True
+        self.gp.disown(self)
         comp = self._comp
         try:
             if comp is not None:
@@ -531,6 +540,7 @@ class _SyncMember:
             if not self._closed and self._autoclose is None:
                 self._autoclose = asyncio.get_running_loop().create_task(
                     self.aclose(), name=f"aiopdbp-sync-autoclose-{self.companion_of(self.member)}")
+                self._autoclose.add_done_callback(_retrieve)
             return
         if i in self._gone:
             return
