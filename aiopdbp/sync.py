@@ -873,18 +873,14 @@ class Barrier(_SyncMember):
         and tree algorithms compute the result once (at the master/root) and
         send it to everybody, so every member gets the same bits; butterfly
         also does (each pair combines the same two operands).  Dissemination
-        supports only ``"max"``/``"min"`` when n is not a power of two (a sum
-        would count some members twice); its sums may differ in the last bit
-        between members.
+        works for any n (when n is not a power of two, a sum carries a second
+        partial sum in some steps so that nobody is counted twice); its float
+        sums may differ in the last bit between members.
 
         Cancellation: as for :meth:`wait`.
         """
         if op not in _UFUNCS:
             raise ValueError(f"unknown reduction {op!r}; choose 'sum', 'max' or 'min'")
-        n = self.size
-        if self.algorithm == "dissemination" and op == "sum" and n & (n - 1):
-            raise ValueError("dissemination cannot sum over a group whose size is not a power of "
-                             "two (it would count some members twice); use 'tree' or 'counter'")
         scalar = not isinstance(value, np.ndarray)
         arr = np.array(value)
         if arr.dtype.hasobject:
@@ -969,16 +965,40 @@ class Barrier(_SyncMember):
     async def _peerwise(self, acc: Any, ufunc: Any, deadline: float | None, t: float | None) -> Any:
         i, n = self.index, self.size
         butterfly = self.algorithm == "butterfly"
-        for k in range(_ceil_log2(n)):
+        steps = _ceil_log2(n)
+        # A dissemination sum over n members, n not a power of two: the last
+        # step must add only the r = n - 2^(L-1) members not counted yet.
+        # Besides its window A_k of the 2^k values ending at itself, each
+        # member keeps B_k, the window of the (r mod 2^k) values ending at
+        # itself: B_{k+1} = B_k, or A_k + (the sender's B_k) when bit k of r
+        # is set (then both travel together).  The last step sends B = the
+        # window of r.  Same messages and steps; max/min overlap harmlessly.
+        exact = ufunc is np.add and not butterfly and n & (n - 1)
+        r = n - (1 << (steps - 1)) if exact else 0
+        window = np.zeros_like(acc) if exact else None
+        for k in range(steps):
             d = 1 << k
             if butterfly:
                 to = frm = i ^ d
             else:
                 to, frm = (i + d) % n, (i - d) % n
-            await self._put(to, _OP_EXCHANGE, k, acc, deadline, t)
-            got = await self._gather((frm,), _OP_EXCHANGE, k, deadline, t)
-            if ufunc is not None:
-                acc = ufunc(acc, got[frm])
+            last = k == steps - 1
+            both = exact and not last and r & d
+            out = acc
+            if exact and last:
+                out = window
+            elif both:
+                out = np.concatenate((acc, window))
+            await self._put(to, _OP_EXCHANGE, k, out, deadline, t)
+            got = (await self._gather((frm,), _OP_EXCHANGE, k, deadline, t))[frm]
+            if ufunc is None:
+                continue
+            if both:
+                m = acc.shape[0]
+                window = ufunc(acc, got[m:])
+                acc = ufunc(acc, got[:m])
+            else:
+                acc = ufunc(acc, got)
         return acc
 
     async def _put(self, j: int, op: int, step: int, data: Any, deadline: float | None,
