@@ -108,17 +108,18 @@ class StreamMeta:
     """What the OPEN of a stream announces."""
 
     kind: str = "bytes"                    # "bytes" or "ndarray"
-    nbytes: int = -1                       # total bytes, -1 if unknown (iterable source)
+    nbytes: int | None = None              # total bytes; None: unknown (an iterable source)
     dtype: str = ""                        # numpy dtype str for ndarray streams
-    shape: tuple[int, ...] = ()            # full shape for ndarray streams (when known)
+    shape: tuple[int | None, ...] = ()     # ndarray streams: first axis None when unknown
     com: int = 0
     borrowed: bool = False                 # segments are views of sender memory that may change
     extra: dict[str, Any] = field(default_factory=dict)
     window: int = 0                        # remote sender's credit window (segments), 0: none
 
     def to_wire(self) -> dict[str, Any]:
-        d = {"kind": self.kind, "nbytes": self.nbytes, "dtype": self.dtype,
-             "shape": list(self.shape), "com": self.com, "window": self.window}
+        # on the wire an unknown size is -1 and an unknown length 0
+        d = {"kind": self.kind, "nbytes": -1 if self.nbytes is None else self.nbytes, "dtype": self.dtype,
+             "shape": [0 if x is None else x for x in self.shape], "com": self.com, "window": self.window}
         if self.extra:  # e.g. a device stream's staging header (aiopdbp.devicepath)
             d["extra"] = self.extra
         return d
@@ -128,9 +129,13 @@ class StreamMeta:
         extra = d.get("extra", {})
         if not isinstance(extra, dict):
             raise ValueError(f"stream meta extra is a {type(extra).__name__}, not a map")
-        return cls(str(d.get("kind", "bytes")), int(d.get("nbytes", -1)), str(d.get("dtype", "")),
-                   tuple(int(x) for x in d.get("shape", ())), int(d.get("com", 0)),
-                   extra=extra, window=int(d.get("window", 0)))
+        nbytes: int | None = int(d.get("nbytes", -1))
+        shape: tuple[int | None, ...] = tuple(int(x) for x in d.get("shape", ()))
+        if nbytes is not None and nbytes < 0:
+            nbytes = None
+            shape = (None, *shape[1:]) if shape else ()
+        return cls(str(d.get("kind", "bytes")), nbytes, str(d.get("dtype", "")), shape,
+                   int(d.get("com", 0)), extra=extra, window=int(d.get("window", 0)))
 
 
 # --------------------------------------------------------------------- cutting
@@ -375,7 +380,7 @@ class IncomingStream:
         broken (``aclose()`` it).
         """
         meta = self.meta
-        if meta.nbytes >= 0 and self._next == 0:
+        if meta.nbytes is not None and self._next == 0:
             # numpy's allocator asks the kernel for huge pages on big buffers,
             # which makes first-touch page faults several times cheaper.
             flat = _flat_bytes(out, meta.nbytes)
@@ -570,6 +575,19 @@ def _needs_pickle(dt: np.dtype[Any]) -> bool:
     return dt.hasobject or dt.fields is not None or dt.subdtype is not None or dt.itemsize == 0
 
 
+#: what send_stream takes, for its errors
+_ACCEPTED = ("give bytes, a bytearray or memoryview, a numpy array, or an ordered (async) iterable "
+             "(list, tuple, generator) of those, each item one chunk")
+#: iterables without an order: their chunks would arrive in no defined order
+_UNORDERED = (set, frozenset, dict)
+
+
+def _a(obj: Any) -> str:
+    """``a set`` / ``an int``: what the user passed, for an error message."""
+    name = type(obj).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
 def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
     """Describe chunk ``k`` of a stream, or refuse it (``TypeError`` /
     ``ValueError``) before anything of it is sent.
@@ -582,7 +600,8 @@ def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
     if isinstance(chunk, np.generic):
         chunk = np.asarray(chunk)
     if isinstance(chunk, str):
-        raise TypeError(f"chunk {k}: cannot stream a str; encode it to bytes first")
+        raise TypeError(f"a str cannot be streamed (chunk {k} of the stream): encode it to bytes "
+                        "first, e.g. text.encode()")
     if is_device_array(chunk):
         raise TypeError(f"chunk {k} is a device array: send_stream() takes a device array whole, "
                         "not inside an iterable (send each one with its own send_stream())")
@@ -597,8 +616,8 @@ def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
         try:
             mv = memoryview(chunk)
         except TypeError:
-            raise TypeError(f"chunk {k}: cannot stream a {type(chunk).__name__}: give a buffer, "
-                            "an array or an (async) iterable of them") from None
+            raise TypeError(f"chunk {k} of the stream (item {k} of the iterable given to send_stream) "
+                            f"is {_a(chunk)}, which cannot be streamed: {_ACCEPTED}") from None
         meta = StreamMeta("bytes", mv.nbytes)
     if first is not None:
         if meta.kind != first.kind:
@@ -632,9 +651,8 @@ async def send_stream(gp: GP, dest: str, source: Any, *, segment_size: int = DEF
             memoryview(source)
             is_buffer = True
         except TypeError:
-            if not isinstance(source, (AsyncIterable, Iterable)):
-                raise TypeError(f"cannot stream a {type(source).__name__}: give a buffer, an "
-                                "array or an (async) iterable of them") from None
+            if not isinstance(source, (AsyncIterable, Iterable)) or isinstance(source, _UNORDERED):
+                raise TypeError(f"send_stream cannot stream {_a(source)}: {_ACCEPTED}") from None
     first: Any = _NO_CHUNK
     if is_buffer:
         meta = first_meta = check_chunk(source, None, 0)
@@ -649,9 +667,9 @@ async def send_stream(gp: GP, dest: str, source: Any, *, segment_size: int = DEF
             await chunks.aclose()
             raise
         # An iterable's length is unknown: the OPEN announces kind, dtype and
-        # the trailing shape (after a leading 0).
-        meta = StreamMeta(first_meta.kind, -1, first_meta.dtype,
-                          (0, *first_meta.shape[1:]) if first_meta.shape else (), borrowed=True)
+        # the trailing shape (after a leading None).
+        meta = StreamMeta(first_meta.kind, None, first_meta.dtype,
+                          (None, *first_meta.shape[1:]) if first_meta.shape else (), borrowed=True)
     meta.com = com
     streams = node.streams
     try:

@@ -975,7 +975,7 @@ class Barrier(_SyncMember):
         # window of r.  Same messages and steps; max/min overlap harmlessly.
         exact = ufunc is np.add and not butterfly and n & (n - 1)
         r = n - (1 << (steps - 1)) if exact else 0
-        window = np.zeros_like(acc) if exact else None
+        window: Any = np.zeros_like(acc) if exact else None
         for k in range(steps):
             d = 1 << k
             if butterfly:
