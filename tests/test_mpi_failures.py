@@ -296,6 +296,16 @@ def test_handshake_timeout_raises_handshake_error_on_waiting_rank() -> None:
     assert "UNEXPECTED" not in out
 
 
+# ------------------------------------------------------- nothing to launch
+@pytest.mark.parametrize(("argv", "said"), [(["missing.py"], "can't open file 'missing.py'"),
+                                             (["-m", "no_such_module_here"], "no module named")])
+def test_launch_of_missing_script_prints_one_message_and_starts_no_rank(argv: list[str], said: str) -> None:
+    job = _launch("-n", "2", *argv)
+    assert job.finish(timeout=60) == 2, job.output
+    lines = [line for line in job.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and said in lines[0] and "no rank was started" in lines[0], job.output
+
+
 # -------------------------------------------------------------------- output
 def test_each_line_of_a_rank_is_whole_and_prefixed() -> None:
     job = _launch("-n", "2", "-m", "aiopdbp", "demo", "--messages", "200", "--frames", "4")
