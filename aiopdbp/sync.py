@@ -73,7 +73,9 @@ neighbours only (halo exchange before each Jacobi iteration), no global barrier:
 # stalls all traffic from the sending host.  So a closing member sends LEAVE
 # only to peers that have not left yet, and keeps its companion until every
 # peer has left or been freed (at most ``linger`` seconds): then nobody sends
-# to it any more when it frees it.
+# to it any more when it frees it.  A member the program does not close is
+# closed by its GP when the GP is freed (``GP.own``), before the GP's own
+# ``proc_free``, so the LEAVE goes out while everybody can still hear it.
 #
 # *Names.*  Group names are cluster-wide: reuse one only after every member
 # closed its previous barrier of that name (companion names must be free).
@@ -808,6 +810,13 @@ class Barrier(_SyncMember):
 
     Statistics: :attr:`stats` (:class:`BarrierStats`);
     :func:`aggregate_stats` sums them over the members.
+
+    Cleanup: ``async with Barrier(...) as bar`` opens on entry and closes
+    (:meth:`aclose`) on exit.  A barrier left open is closed by its GP when
+    the GP is freed (:meth:`GP.own`), or by the node when it closes, so a
+    program may simply return.
+
+    Cancellation: see :meth:`wait` and :meth:`aclose`.
     """
 
     _suffix = "#sync"
@@ -1040,6 +1049,11 @@ class Neighbours(_SyncMember):
     from every neighbour, of the same exchange (round-tagged: a fast
     neighbour's next halo is held back, never mixed).  No global barrier is
     involved: a GP waits only for its neighbours.
+
+    Cleanup: as for :class:`Barrier` (an async context manager, closed by
+    its GP when the GP is freed if the program did not close it).
+
+    Cancellation: see :meth:`exchange` and :meth:`aclose`.
     """
 
     _suffix = "#nbr"
