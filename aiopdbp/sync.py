@@ -304,6 +304,7 @@ class _Gone:
     rounds: int | None      # rounds it completed (None: unknown, freed without LEAVE)
     reason: str
     since: float
+    rank: int | None = None  # where it lived, when known
 
 
 _UNSET: Any = object()
@@ -353,6 +354,7 @@ class _SyncMember:
         self._ready: set[int] = set()           # peers whose pipe we have seen bound
         self._watched: list[int] = []           # pids watched for proc_free
         self._peer_pid: dict[int, int] = {}     # peer index -> its companion's pid
+        self._peer_rank: dict[int, int] = {}    # peer index -> its companion's rank
         self._remote_peers: set[int] = set()    # peers whose companion is on another host
         self._autoclose: asyncio.Task[None] | None = None
 
@@ -429,6 +431,8 @@ class _SyncMember:
         if j not in self._peer_pid:
             self._peer_pid[j] = pid
             entry = self.gp.node.tables.pta.get(pid)
+            if entry is not None:
+                self._peer_rank[j] = entry.node
             if entry is not None and entry.node != self.gp.node.rank:
                 self._remote_peers.add(j)
             self._watch(pid, j)
@@ -572,8 +576,13 @@ class _SyncMember:
     def _gone_error(self, i: int, g: _Gone) -> BarrierError:
         name = self._names[i]
         if g.rounds is None:
-            return BarrierError(f"{self._prefix()}: member {name!r} is gone ({g.reason})")
-        return BarrierError(f"{self._prefix()}: member {name!r} {g.reason} (after {g.rounds} round(s))")
+            err = BarrierError(f"{self._prefix()}: member {name!r} is gone ({g.reason})")
+        else:
+            err = BarrierError(f"{self._prefix()}: member {name!r} {g.reason} (after {g.rounds} round(s))")
+        rank = g.rank if g.rank is not None else self._peer_rank.get(i)
+        if rank is not None and rank != self.gp.node.rank:
+            err.origin_rank = rank   # under aiopdbp.run: a consequence of that rank (aiopdbp.job)
+        return err
 
     def _check_gone(self, pending: Iterable[int], now: float, at_start: bool) -> float | None:
         """Raise if a gone member makes this round impossible; else return
@@ -617,7 +626,9 @@ class _SyncMember:
             old = self._gone.get(i)
             if old is None or old.rounds is None:
                 why = "left the group" if op == _OP_LEAVE else f"failed ({reason})"
-                self._gone[i] = _Gone(rounds, why, asyncio.get_running_loop().time())
+                entry = self.gp.node.tables.pta.get(item.source_pid)
+                self._gone[i] = _Gone(rounds, why, asyncio.get_running_loop().time(),
+                                      entry.node if entry is not None else None)
             return
         i = self._sender_of(item, com & 0xFFFF)
         key = (op, (com >> 23) & 0x3F, (com >> 16) & _ROUND_MASK, -1 if i is None else i)

@@ -246,11 +246,12 @@ def _assert_failure_rule(out: str, n: int) -> None:
         assert noise not in out, out
 
 
-@pytest.mark.parametrize("mode", ["consumer", "blocked", "bidi"])
+@pytest.mark.parametrize("mode", ["consumer", "blocked", "bidi", "barrier"])
 def test_gp_failure_is_shown_first_and_peers_print_one_line_under_launch(mode: str) -> None:
     # consumer: rank 0 keeps sending to g1, which raises on its 10th recv;
     # blocked: rank 0 is blocked in send to g1 (no credit left) when g1 raises;
-    # bidi: g1 raises while streams are open both ways.  Rank 2 is a bystander.
+    # bidi: g1 raises while streams are open both ways; barrier: g1 raises
+    # while g0 waits in a Barrier with it.  Rank 2 is a bystander.
     job = _launch("-n", "3", str(GP_FAILURE), mode)
     rc = job.finish(timeout=60)
     assert rc == 1, job.output

@@ -9,6 +9,8 @@ Modes (argv[1]):
               credit towards a full pipe is spent), g1 is told so and raises
   bidi     -- g0 and g1 each stream to the other; g1's reader raises after
               10 segments while both streams are open
+  barrier  -- g0 and g1 pass a Barrier; g1 raises before round 3 while g0
+              waits in it
 """
 import asyncio
 import sys
@@ -72,13 +74,23 @@ async def bidi(node: aiopdbp.Node) -> None:
             tg.create_task(reader())
 
 
+async def barrier(node: aiopdbp.Node) -> None:
+    async with node.process(f"g{node.rank}") as gp:
+        bar = aiopdbp.Barrier(gp, "pair", ["g0", "g1"])
+        for i in range(5):
+            if node.rank == 1 and i == 2:
+                say("raising")
+                {}["missing"]
+            await bar.wait()
+
+
 async def main(mode: str) -> None:
     async with aiopdbp.open_node() as node:
         if node.rank > 1:
             async with node.process(f"bystander-{node.rank}") as gp:
                 await gp.recv()
             return
-        await {"consumer": consumer, "blocked": blocked, "bidi": bidi}[mode](node)
+        await {"consumer": consumer, "blocked": blocked, "bidi": bidi, "barrier": barrier}[mode](node)
 
 
 aiopdbp.run(main(sys.argv[1]))
