@@ -181,8 +181,11 @@ class Router:
         return self.tables.pid_of(name)
 
     def close_names(self, name: str) -> tuple[str, ...]:
-        """Registered names close to ``name`` (a misspelling's "did you mean")."""
-        return tuple(difflib.get_close_matches(name, list(self.pids), n=3, cutoff=0.6))
+        """Names close to ``name`` (a misspelling's "did you mean"): those
+        registered now, then those registered once and freed since."""
+        now = difflib.get_close_matches(name, list(self.pids), n=3, cutoff=0.6)
+        gone = difflib.get_close_matches(name, [n for n in self._left if n not in self.pids], n=3, cutoff=0.6)
+        return tuple((now + gone)[:3])
 
     def _hint(self, name: str, wait: float) -> None:
         # a misspelt name would otherwise wait out the name timeout silently
