@@ -49,7 +49,7 @@ import asyncio
 import importlib.util
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -70,11 +70,12 @@ from .devicestreams import (
 )
 from .errors import BrokenResourceError, ClosedResourceError, DeviceError, StreamError, TransportError
 from .message import CREDIT_OVERHEAD, Message, credit_cost
-from .streams import IncomingStream, StreamMeta, StreamState
+from .streams import GenSource, IncomingStream, Staged, StreamMeta, StreamState, run_sender
 from .transport.base import LoopPoller
 
 if TYPE_CHECKING:
     from .node import Node
+    from .streamtable import OutgoingStream
     from .process import GP
     from .sgp import SGP
     from .transport.base import RawRequest
@@ -469,52 +470,10 @@ class DevicePath:
                                            segment_size=segment_size)
         info = self.open().backend.inspect(data)
         meta = StreamMeta("device", info.nbytes, info.dtype.str, info.shape, com)
-        try:
-            async with asyncio.timeout(timeout):
-                out = await node.streams.open_outgoing(gp.pid, pid, meta, timeout)
-        except TimeoutError:
-            raise TimeoutError(f"stream to {dest!r} could not be opened within {timeout} s") from None
-        segno = 0
-        try:
-            async with asyncio.timeout(timeout):
-                await out.routed
-                payload = await self.local_payload(gp, data, self.device_of(pid), copy)
-                if isinstance(out.incoming, DeviceIncomingStream):
-                    out.incoming.array = payload
-                order = _order_of(payload, self.backend)
-                piece = min(segment_size or self.open().pool.chunk_size, self.open().pool.chunk_size)
-                ameta = ArrayMeta(info.dtype, info.shape, order, piece)
-                plan = ChunkPlan(ameta)
-                put, target = out.pipe_a.force_put, out.target
-                for s in range(plan.nsegments):
-                    await out.reserve()
-                    view = segment_view(payload, ameta, plan.segment(s))
-                    put((target, 0, CDU(Kind.STREAM, gp.pid, (pid,), view, com, 0, out.key[1], segno, node.rank)))
-                    segno += 1
-                await out.reserve()
-                put((target, 0, CDU(Kind.STREAM, gp.pid, (pid,), info.nbytes.to_bytes(8, "little"), com, 0,
-                                    out.key[1], segno, node.rank, (), StreamOp.END)))
-                out.ending()
-                await out.done
-            self.counts["sent_local"] += 1
-            return info.nbytes
-        except BaseException as exc:
-            self._abort_out(out, gp.pid, pid, com, segno, exc)
-            if isinstance(exc, TimeoutError):
-                raise TimeoutError(f"stream to {dest!r} did not complete within {timeout} s") from None
-            raise
-        finally:
-            node.streams.close_outgoing(out)
-
-    def _abort_out(self, out: Any, src_pid: int, pid: int, com: int, segno: int, exc: BaseException) -> None:
-        """The sender gave up: tell the receiver with an ABORT (unless it gave up first)."""
-        if out.done.done() or out.broken is not None:
-            return
-        out.aborted()
-        why = "sender cancelled" if isinstance(exc, asyncio.CancelledError) else \
-            f"sender failed: {type(exc).__name__}: {exc}"
-        out.pipe_a.force_put((out.target, 0, CDU(Kind.STREAM, src_pid, (pid,), why.encode(), com, 0, out.key[1],
-                                                 segno, self.node.rank, (), StreamOp.ABORT)))
+        source = GenSource(lambda out: self._local_segments(out, gp, pid, data, segment_size, copy))
+        n = await run_sender(gp, pid, meta, source, timeout=timeout, what=f"stream to {dest!r}")
+        self.counts["sent_local"] += 1
+        return n
 
     def _tag(self, host: int) -> int:
         transport = self.node.transport
@@ -542,55 +501,71 @@ class DevicePath:
         if kind is not None:
             extra["msg"] = int(kind)
         meta = StreamMeta("device", info.nbytes, info.dtype.str, info.shape, com, extra=extra)
-        try:
-            async with asyncio.timeout(timeout):
-                out = await node.streams.open_outgoing(gp.pid, pid, meta, timeout)
-        except TimeoutError:
-            raise TimeoutError(f"device array to GP {node.tables.name_of(pid)!r} could not be sent "
-                               f"within {timeout} s") from None
-        wire = node.transport
+        source = GenSource(lambda out: self._staged_segments(out, gp, data, info, sent, ameta))
+        n = await run_sender(gp, pid, meta, source, timeout=timeout,
+                             what=f"device array to GP {node.tables.name_of(pid)!r}")
+        self.counts["sent_remote"] += 1
+        return n
+
+    async def _local_segments(self, out: OutgoingStream, gp: GP, pid: int, data: Any,
+                              segment_size: int | None, copy: bool) -> AsyncGenerator[Any, None]:
+        """Chunk source of a device array for a GP of this node: its copy on
+        the receiver's device (or numpy for an NGP), in segment views."""
+        payload = await self.local_payload(gp, data, self.device_of(pid), copy)
+        if isinstance(out.incoming, DeviceIncomingStream):
+            out.incoming.array = payload
+        info = self.open().backend.inspect(data)
+        chunk = self.open().pool.chunk_size
+        ameta = ArrayMeta(info.dtype, info.shape, _order_of(payload, self.backend),
+                          min(segment_size or chunk, chunk))
+        plan = ChunkPlan(ameta)
+        for i in range(plan.nsegments):
+            yield segment_view(payload, ameta, plan.segment(i))
+
+    async def _staged_segments(self, out: OutgoingStream, gp: GP, data: Any, info: Any, sent: _OutSend,
+                               ameta: ArrayMeta) -> AsyncGenerator[Any, None]:
+        """Chunk source of a device array for a GP of another node: the
+        stager moves it out piece by piece as raw transport messages (its
+        device-to-host copies overlap the sends); the segments are
+        :class:`~aiopdbp.streams.Staged`, counted once all are out."""
+        stager = self.open()
+        wire = self.node.transport
         assert wire is not None
 
         def post(piece: Piece, buf: memoryview) -> Any:
-            req = wire.raw_isend(host, sent.tag, buf)
+            req = wire.raw_isend(sent.host, sent.tag, buf)
             sent.posted += 1
             return req
 
         self._outs.add(sent)
         try:
-            async with asyncio.timeout(timeout):
-                await out.routed
-                own = self._sgps.get(gp.pid)
-                if own is not None:  # also after the sending SGP's own stream
-                    s = stager.copy_streams(info.device)[0]
-                    stager.backend.wait_event(s, stager.backend.record_event(own.device_stream))
-                fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            own = self._sgps.get(gp.pid)
+            if own is not None:  # also after the sending SGP's own stream
+                s = stager.copy_streams(info.device)[0]
+                stager.backend.wait_event(s, stager.backend.record_event(own.device_stream))
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-                def staged(_: Transfer) -> None:
-                    if not fut.done():
-                        fut.set_result(None)
+            def staged(_: Transfer) -> None:
+                if not fut.done():
+                    fut.set_result(None)
 
-                sent.transfer = stager.send(data, post, piece_size=piece, on_done=staged)
-                self._kick()
-                await asyncio.wait([fut, out.done], return_when=asyncio.FIRST_COMPLETED)
-                if out.broken is not None:
-                    raise out.broken
-                await fut
-                if sent.transfer.error is not None:
-                    raise sent.transfer.error
-                await out.done
-            self.counts["sent_remote"] += 1
-            return info.nbytes
+            sent.transfer = stager.send(data, post, piece_size=ameta.piece_size, on_done=staged)
+            self._kick()
+            # the receiver may give up while the pieces go out: stop at once
+            await asyncio.wait([fut, out.done], return_when=asyncio.FIRST_COMPLETED)
+            if out.broken is not None:
+                raise out.broken
+            await fut
+            if sent.transfer.error is not None:
+                raise sent.transfer.error
         except BaseException as exc:
             self._stop(sent, exc)
-            self._abort_out(out, gp.pid, pid, com, 0, exc)
-            if isinstance(exc, TimeoutError):
-                raise TimeoutError(f"device array to GP {node.tables.name_of(pid)!r} was not delivered "
-                                   f"within {timeout} s") from None
             raise
         finally:
             self._outs.discard(sent)
-            node.streams.close_outgoing(out)
+        plan = ChunkPlan(ameta)
+        for i in range(plan.nsegments):
+            yield Staged(plan.segment(i).nbytes)
 
     def _stop(self, sent: _OutSend, exc: BaseException) -> None:
         """Stop staging out; if pieces are missing, the terminator tells the receiver."""

@@ -29,8 +29,10 @@ terminator.  A receiver that gives up (its GP left, ``aclose()``, a device
 error) cancels the receives it posted, tells the sender (the stream's
 ordinary DONE-with-error) and keeps *draining* -- receiving into a scratch
 buffer and counting matches, cancelled receives excepted -- until one of
-those two ends.  The success path needs no END message on the wire: the
-receiver synthesises it when the last piece is on the device.
+those two ends.  On success the sender's END travels on the ordinary stream
+path once its last piece is out; it may overtake the last segments' copies
+to the device, which the stream protocol allows (:mod:`aiopdbp.streamproto`:
+the stream is done when every segment announced by the END has arrived).
 
 **Receiving** (:class:`RecvJob`, one per incoming device stream), states::
 
@@ -43,8 +45,8 @@ a pinned chunk, host-to-device copy), an NGP a numpy array that the pieces
 are received into directly (:class:`HostRecv`: no pinned memory, no copy,
 no device needed on that rank).  Each completed segment is put into the
 stream's PipeB as a segment CDU whose data is a view of the destination, so
-:class:`DeviceIncomingStream` reuses the ordinary stream's ordering, END
-check, ABORT and failure handling; its ``read()`` returns the destination
+:class:`DeviceIncomingStream` is the ordinary receiver (ordering, END
+check, ABORT and failure handling by the stream protocol); its ``read()`` returns the destination
 itself.
 """
 
@@ -57,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .codec import CDU, Kind, StreamOp
+from .codec import CDU, Kind
 from .device.chunks import ArrayMeta, ChunkPlan, Piece, Segment, segment_view
 from .device.staging import TransferState
 from .errors import ClosedResourceError, ProtocolError, StreamError
@@ -375,12 +377,9 @@ class RecvJob:
 
     def on_done(self, transfer: Any) -> None:
         if transfer.error is None:
-            stream = self.stream
+            # every segment is in the stream's PipeB; the sender's END (on the
+            # stream path, sent once its last piece was out) completes it
             self._move(JobState.DONE)
-            if stream is not None and stream.state not in _ENDED:
-                stream.pipe.force_put(CDU(Kind.STREAM, stream.source_pid, (stream.dest_pid,),
-                                          self.meta.nbytes.to_bytes(8, "little"), stream.com, 0, stream.sno,
-                                          self.plan.nsegments, self.host, (), StreamOp.END))
             return
         self.give_up(transfer.error)
 

@@ -343,7 +343,11 @@ class Node:
             await gp.free(reason=failure)
 
     async def apply_pipe(self, gp: GP, timeout: float | None) -> None:
-        """Bind a private pipe to ``gp`` (use :meth:`GP.apply_pipe`)."""
+        """Bind a private pipe to ``gp`` (use :meth:`GP.apply_pipe`).
+
+        Cancellation: the pipe goes back to the pool and ``gp`` stays unbound
+        on this host.
+        """
         if self._closed:
             raise ClosedResourceError(f"node {self.rank} is closed")
         pipe = await self.pps.apply(timeout)
@@ -355,7 +359,12 @@ class Node:
         gp.bound(pipe)
 
     async def release_pipe(self, gp: GP, reason: BaseException | None = None) -> None:
-        """Unbind ``gp``'s pipe (use :meth:`GP.release_pipe`)."""
+        """Unbind ``gp``'s pipe (use :meth:`GP.release_pipe`).
+
+        Cancellation: the pipe is unbound and back in the pool before the first
+        suspension; only the table update to the other hosts may still be on
+        its way.
+        """
         pipe = gp.pipe
         if pipe is None:
             return
@@ -369,7 +378,11 @@ class Node:
             await self.commit("pipe_release", gp.pid)
 
     async def free(self, gp: GP) -> None:
-        """Unregister ``gp`` (use :meth:`GP.free`)."""
+        """Unregister ``gp`` (use :meth:`GP.free`).
+
+        Cancellation: this host forgets ``gp`` before the first suspension; the
+        table update that frees its name everywhere may still be on its way.
+        """
         self._gps.pop(gp.pid, None)
         self.devices.remove_sgp(gp.pid)
         if gp.pid in self.tables.pta and not self._closed:

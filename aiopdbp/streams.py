@@ -1,5 +1,13 @@
 """Data streams (the patent's SINFO): segmentation, sending and reassembly.
 
+The protocol of a stream is :mod:`aiopdbp.streamproto` (sans-I/O); this
+module is its I/O for every kind of data: :func:`run_sender` is the one
+sender loop (it pulls segments from a :class:`ChunkSource`: host buffers and
+iterables here, device copies and staging in :mod:`aiopdbp.devicepath`) and
+:class:`IncomingStream` the one receiver (device sinks subclass it in
+:mod:`aiopdbp.devicestreams`).  A stream whose whole data is one short
+buffer travels inside its OPEN (:data:`EAGER_LIMIT`).
+
 Sending (:func:`send_stream`): the sender's writer asks the node to bind a
 public pipe ``PipeA`` to the receiver (an MTA tuple), cuts the source into
 segments of ``segment_size`` bytes, numbers them ``(sno, segno)``, writes them
@@ -25,75 +33,31 @@ of memory the sender may change after ``send_stream`` returns.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-import enum
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from .codec import CDU, Kind, StreamOp
+from . import streamproto as sp
+from .codec import CDU, StreamOp
 from .device.backend import is_device_array
-from .errors import BrokenResourceError, ClosedResourceError, StreamError, WouldBlock
+from .errors import BrokenResourceError, ClosedResourceError, ProtocolError, StreamError
 from .pipes import Pipe
-from .stall import Waits
+from .streamproto import StreamState
 
 if TYPE_CHECKING:
     from .process import GP
-    from .router import Target
+    from .streamtable import OutgoingStream
 
-__all__ = ["DEFAULT_SEGMENT", "IncomingStream", "OutgoingStream", "StreamMeta", "StreamOwner",
+__all__ = ["DEFAULT_SEGMENT", "EAGER_LIMIT", "ChunkSource", "GenSource", "HostSource", "Staged", "run_sender", "IncomingStream", "StreamMeta", "StreamOwner",
            "StreamState", "check_chunk", "cut", "describe", "send_stream"]
 
 DEFAULT_SEGMENT = 1 << 20
-
-
-class StreamState(enum.Enum):
-    """Where one stream is, on either side (h11-style: states and the
-    transitions allowed between them; anything else is a bug)."""
-
-    OPENING = "opening"  # outgoing: bound, its OPEN not routed yet
-    OPEN = "open"        # segments flow
-    ENDING = "ending"    # outgoing: END queued, waiting for the receiver's DONE
-    DONE = "done"        # delivered whole (receiver: END verified)
-    ABORTED = "aborted"  # the sender gave up (cancelled, failed)
-    BROKEN = "broken"    # the receiver gave up, or a peer, host or protocol failed
-
-
-_TRANSITIONS: dict[StreamState, frozenset[StreamState]] = {
-    StreamState.OPENING: frozenset({StreamState.OPEN, StreamState.ABORTED, StreamState.BROKEN}),
-    StreamState.OPEN: frozenset({StreamState.ENDING, StreamState.DONE, StreamState.ABORTED,
-                                 StreamState.BROKEN}),
-    StreamState.ENDING: frozenset({StreamState.DONE, StreamState.ABORTED, StreamState.BROKEN}),
-    StreamState.DONE: frozenset(),
-    StreamState.ABORTED: frozenset(),
-    StreamState.BROKEN: frozenset(),
-}
-_TERMINAL = frozenset({StreamState.DONE, StreamState.ABORTED, StreamState.BROKEN})
-
-
-class _StateMachine:
-    """A stream side's state with checked transitions."""
-
-    __slots__ = ("state",)
-
-    def __init__(self, state: StreamState) -> None:
-        self.state = state
-
-    def move(self, new: StreamState) -> bool:
-        """Go to ``new``; False (no change) when already ended; a transition
-        the table does not allow is a bug."""
-        if self.state in _TERMINAL:
-            return False
-        if new not in _TRANSITIONS[self.state]:
-            raise RuntimeError(f"stream state {self.state.name} -> {new.name} is not allowed")
-        self.state = new
-        return True
-
-    @property
-    def ended(self) -> bool:
-        return self.state in _TERMINAL
+#: a stream of at most this many bytes, known when it opens, travels inside its OPEN
+EAGER_LIMIT = 64 << 10
 
 
 class StreamOwner(Protocol):
@@ -245,16 +209,13 @@ class IncomingStream:
         self.source = source
         self.meta = meta if meta is not None else StreamMeta()
         self.pipe = pipe                   # PipeB, the stream's bound private pipe
-        self._sm = _StateMachine(StreamState.OPEN)
-        self._window = window
-        self._next = 0
-        self._consumed = 0                 # segments not yet credited back to the sender
-        self._nbytes = 0
-        self._stash: dict[int, CDU] = {}
+        self._proto = sp.ReceiverProtocol(window, self.meta.window)
+        self._proto.handle(sp.Open())
+        self._ready: collections.deque[Any] = collections.deque()  # in order, not yet read
         self._error: BaseException | None = None
 
     def __repr__(self) -> str:
-        return f"<IncomingStream {self.key} from {self.source!r} seg {self._next} {self.state.name}>"
+        return f"<IncomingStream {self.key} from {self.source!r} seg {self._proto.next} {self.state.name}>"
 
     @property
     def com(self) -> int:
@@ -262,54 +223,52 @@ class IncomingStream:
 
     @property
     def state(self) -> StreamState:
-        return self._sm.state
+        return self._proto.state
 
     @property
     def finished(self) -> bool:
         """True once the END was verified (the stream is DONE)."""
-        return self._sm.state is StreamState.DONE
+        return self._proto.state is StreamState.DONE
 
     def fail(self, exc: BaseException) -> None:
         """The stream broke from outside (its GP left, the node or the
         sender's host is gone): reads raise ``exc``."""
-        if self._sm.move(StreamState.BROKEN):
+        if not self._proto.ended:
+            self._proto.handle(sp.Break(str(exc)))
             self._error = exc
 
-    async def _next_cdu(self) -> CDU:
-        """The CDU with segno == self._next (or a terminal END/ABORT)."""
-        while True:
-            if self._error is not None:
-                raise self._error
-            cdu = self._stash.pop(self._next, None)
-            if cdu is not None:
-                return cdu
-            try:
-                cdu = await self.pipe.receive()
-            except (BrokenResourceError, ClosedResourceError, EOFError) as exc:
-                if self._error is not None:
-                    raise self._error from exc
-                raise StreamError(f"stream {self.key} from {self.source!r} was cut off") from exc
-            if cdu.op is StreamOp.ABORT:
-                self._error = StreamError(
-                    f"stream {self.key} from {self.source!r} was aborted by its sender"
-                    f"{': ' + bytes(cdu.data).decode(errors='replace') if cdu.data else ''}")
+    def _feed(self, cdu: CDU) -> None:
+        """One CDU from PipeB through the protocol, and its actions carried out."""
+        proto = self._proto
+        op = cdu.op
+        try:
+            if op is StreamOp.ABORT:
+                actions = proto.handle(sp.Abort(bytes(cdu.data).decode(errors="replace")))
+            elif op is StreamOp.END:
+                actions = proto.handle(sp.End(cdu.segno, _end_bytes(cdu.data)))
+            else:
+                data = cdu.data
+                actions = proto.handle(sp.Segment(cdu.segno, data, int(data.nbytes) if hasattr(data, "nbytes")
+                                                  else len(data)))
+        except ProtocolError as exc:
+            self._error = StreamError(f"stream {self.key} from {self.source!r}: {exc}")
+            if not proto.ended:
+                proto.handle(sp.Break(str(exc)))
+            self._owner.incoming_closed(self, str(self._error), True)
+            raise self._error from None
+        for act in actions:
+            kind = type(act)
+            if kind is sp.Deliver:
+                self._ready.append(act.data)  # type: ignore[attr-defined]
+            elif kind is sp.SendDone:
+                self._owner.incoming_closed(self, act.error, True)  # type: ignore[attr-defined]
+            elif kind is sp.Aborted:
+                why = act.why  # type: ignore[attr-defined]
+                self._error = StreamError(f"stream {self.key} from {self.source!r} was aborted by its "
+                                          f"sender{': ' + why if why else ''}")
                 self._error.origin_rank = self.key[0]   # the sender's rank (aiopdbp.job)
-                self._sm.move(StreamState.ABORTED)
                 self._owner.incoming_closed(self, None, False)
                 raise self._error
-            if cdu.segno == self._next:
-                return cdu
-            if cdu.segno < self._next or cdu.segno in self._stash:
-                self._protocol_fail(f"duplicate segment {cdu.segno}")
-            if len(self._stash) >= self._window:
-                self._protocol_fail(f"segment {self._next} missing (reorder window of {self._window} exceeded)")
-            self._stash[cdu.segno] = cdu
-
-    def _protocol_fail(self, why: str) -> None:
-        self._error = StreamError(f"stream {self.key} from {self.source!r}: {why}")
-        self._sm.move(StreamState.BROKEN)
-        self._owner.incoming_closed(self, str(self._error), True)
-        raise self._error
 
     async def next_segment(self) -> Any | None:
         """The next segment's data as it arrived (no private copy), or None
@@ -322,32 +281,24 @@ class IncomingStream:
 
     async def _next_segment(self) -> Any | None:
         """Next segment's data, or None after a verified END."""
-        if self._sm.state is StreamState.DONE:
-            return None
-        cdu = await self._next_cdu()
-        self._next += 1
-        if cdu.op is StreamOp.END:
-            # END is numbered after the last segment and carries the byte count:
-            # the graceful close says how much was sent, so nothing is lost silently.
-            nseg = cdu.segno
-            nbytes = _end_bytes(cdu.data)
-            if nbytes != self._nbytes:
-                self._protocol_fail(f"END announced {nseg} segments/{nbytes} bytes, "
-                                    f"received {self._next - 1}/{self._nbytes}")
-            self._sm.move(StreamState.DONE)
-            self._owner.incoming_closed(self, None, True)
-            return None
-        data = cdu.data
-        self._nbytes += int(data.nbytes) if hasattr(data, "nbytes") else len(data)
-        window = self.meta.window
-        if window:
-            # Give a remote sender its credit back in half-windows: it never
-            # runs more than a window ahead of what this GP consumed.
-            self._consumed += 1
-            if self._consumed >= max(1, window // 2):
-                n, self._consumed = self._consumed, 0
-                self._owner.give_credit(self, n)
-        return data
+        ready = self._ready
+        while True:
+            if self._error is not None:
+                raise self._error
+            if ready:
+                data = ready.popleft()
+                for act in self._proto.handle(sp.Consumed()):
+                    self._owner.give_credit(self, act.n)  # type: ignore[attr-defined]
+                return data
+            if self._proto.state is StreamState.DONE:
+                return None
+            try:
+                cdu = await self.pipe.receive()
+            except (BrokenResourceError, ClosedResourceError, EOFError) as exc:
+                if self._error is not None:
+                    raise self._error from exc
+                raise StreamError(f"stream {self.key} from {self.source!r} was cut off") from exc
+            self._feed(cdu)
 
     def __aiter__(self) -> IncomingStream:
         return self
@@ -380,7 +331,7 @@ class IncomingStream:
         broken (``aclose()`` it).
         """
         meta = self.meta
-        if meta.nbytes is not None and self._next == 0:
+        if meta.nbytes is not None and self._proto.next == len(self._ready):  # nothing read yet
             # numpy's allocator asks the kernel for huge pages on big buffers,
             # which makes first-touch page faults several times cheaper.
             flat = _flat_bytes(out, meta.nbytes)
@@ -421,11 +372,11 @@ class IncomingStream:
 
         Cancellation: never suspends.
         """
-        if self._sm.ended:
+        if self._proto.ended:
             return
         self._error = StreamError(f"stream {self.key} was closed by its receiver")
-        self._sm.move(StreamState.BROKEN)
-        self._owner.incoming_closed(self, "receiver closed the stream", True)
+        for act in self._proto.handle(sp.Close("receiver closed the stream")):
+            self._owner.incoming_closed(self, act.error, True)  # type: ignore[attr-defined]
 
     async def __aenter__(self) -> IncomingStream:
         return self
@@ -435,142 +386,6 @@ class IncomingStream:
 
 
 # ------------------------------------------------------------------- sending
-class OutgoingStream:
-    """Sender-side handle of one bound stream (its MTA row).
-
-    ``credits`` bounds the segments in flight to a *remote* receiver (its
-    stream window): each reserve takes one, and the receiver gives them back
-    (``grant``) as its GP consumes segments.  A cancelled sender is thus never
-    more than a window ahead of its ABORT.  ``None`` for a local receiver,
-    whose bounded PipeB gives the same backpressure.
-    """
-
-    __slots__ = ("key", "dest_pid", "pipe_a", "target", "done", "broken", "incoming", "routed",
-                 "credits", "_credit_waiter", "_sm", "host", "_waits", "_names")
-
-    def __init__(self, key: tuple[int, int], dest_pid: int, pipe_a: Pipe[Any], target: Target,
-                 incoming: IncomingStream | None, host: int, *, waits: Waits | None = None,
-                 names: tuple[str, str] = ("?", "?")) -> None:
-        loop = asyncio.get_running_loop()
-        self._waits = waits                 # where a wait for the window is registered (stalls)
-        self._names = names                 # (sending GP, receiving GP)
-        self.key = key
-        self.dest_pid = dest_pid
-        self.pipe_a = pipe_a
-        self.target = target
-        self.host = host                    # the receiver's host
-        self.done: asyncio.Future[None] = loop.create_future()
-        self.broken: BaseException | None = None
-        self.incoming = incoming
-        # Set when the PipeManager has routed the OPEN: every message this GP
-        # sent before the stream is then ahead of it on the way, so no
-        # segment can overtake them (they travel different public pipes).
-        self.routed: asyncio.Future[None] = loop.create_future()
-        self.credits: int | None = None
-        self._credit_waiter: asyncio.Future[None] | None = None
-        self._sm = _StateMachine(StreamState.OPENING)
-
-    @property
-    def state(self) -> StreamState:
-        return self._sm.state
-
-    def opened(self) -> None:
-        """The OPEN was routed: segments may follow."""
-        if self._sm.move(StreamState.OPEN) and not self.routed.done():
-            self.routed.set_result(None)
-
-    def ending(self) -> None:
-        """The END is queued."""
-        self._sm.move(StreamState.ENDING)
-
-    def delivered(self) -> None:
-        """The receiver took the whole stream."""
-        if self._sm.move(StreamState.DONE) and not self.done.done():
-            self.done.set_result(None)
-
-    def aborted(self) -> None:
-        """The sender gave up (an ABORT follows)."""
-        self._sm.move(StreamState.ABORTED)
-
-    def break_(self, exc: BaseException) -> None:
-        """The receiver gave up, or its host is gone: the sender gets ``exc``."""
-        if self.broken is None:
-            self.broken = exc
-        self._sm.move(StreamState.BROKEN)
-        if not self.done.done():
-            self.done.set_exception(exc)
-            self.done.exception()
-        self.wake()
-
-    def grant(self, n: int) -> None:
-        """The receiver consumed ``n`` segments: that many more may be sent."""
-        if self.credits is not None:
-            self.credits += n
-        self.wake()
-
-    def wake(self) -> None:
-        """Wake a sender waiting for credit (granted, or the stream broke)."""
-        w = self._credit_waiter
-        if w is not None and not w.done():
-            w.set_result(None)
-
-    async def reserve(self) -> None:
-        """Room for one more CDU of this stream (credit, or a PipeB slot).
-
-        Cancellation: a cancelled reserve holds nothing.
-        """
-        if self.broken is not None:
-            raise self.broken
-        if self.credits is not None and self.credits > 0:
-            self.credits -= 1
-            return  # a link takes stream data without GP credit
-        tgt = self.target
-        if self.credits is None:
-            try:
-                tgt.reserve_nowait()
-                return
-            except WouldBlock:
-                pass
-            except BrokenResourceError:
-                if self.broken is not None:  # say why: the receiver gave up the stream
-                    raise self.broken from None
-                raise
-        wait = None
-        if self._waits is not None:
-            wait = self._waits.begin(self._names[0], "the segment window of a stream",
-                                     self._names[1], self.host)
-        try:
-            await self._wait_room()
-        except asyncio.CancelledError:
-            if wait is not None:
-                wait.check()
-            raise
-        finally:
-            if wait is not None:
-                self._waits.end(wait)  # type: ignore[union-attr]
-
-    async def _wait_room(self) -> None:
-        if self.credits is not None:
-            while self.credits <= 0:
-                fut = self._credit_waiter = asyncio.get_running_loop().create_future()
-                try:
-                    await fut
-                finally:
-                    self._credit_waiter = None
-                if self.broken is not None:
-                    raise self.broken
-            self.credits -= 1
-            return
-        try:
-            await self.target.reserve()
-        except BrokenResourceError:
-            if self.broken is not None:  # say why: the receiver gave up the stream
-                raise self.broken from None
-            raise
-        if self.broken is not None:  # receiver went away while we waited
-            raise self.broken
-
-
 def _needs_pickle(dt: np.dtype[Any]) -> bool:
     return dt.hasobject or dt.fields is not None or dt.subdtype is not None or dt.itemsize == 0
 
@@ -636,100 +451,198 @@ def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
 _NO_CHUNK = object()
 
 
+class Staged:
+    """A segment a chunk source carried itself, outside the stream's CDUs
+    (device staging's raw messages): the sender loop only counts it."""
+
+    __slots__ = ("nbytes",)
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+
+
+class ChunkSource(Protocol):
+    """Where the sender loop (:func:`run_sender`) takes a stream's segments.
+
+    :meth:`segments` yields, once the OPEN is routed, each segment in order:
+    a buffer or array for the loop to carry (after a credit), or
+    :class:`Staged` for one the source carried itself.  It may watch ``out``
+    (e.g. ``out.done`` fails when the receiver gives up).  :meth:`aclose`
+    releases what the source holds when the stream ends before it started.
+    """
+
+    def segments(self, out: OutgoingStream) -> AsyncGenerator[Any, None]: ...
+    async def aclose(self) -> None: ...
+    def single(self) -> Any | None: ...
+
+
+class GenSource:
+    """A chunk source made of a function that, given the stream, returns an
+    async generator of its segments (what the device path uses)."""
+
+    __slots__ = ("_gen",)
+
+    def __init__(self, gen: Callable[[OutgoingStream], AsyncGenerator[Any, None]]) -> None:
+        self._gen = gen
+
+    def segments(self, out: OutgoingStream) -> AsyncGenerator[Any, None]:
+        return self._gen(out)
+
+    async def aclose(self) -> None:
+        """Nothing to release before the generator started.
+
+        Cancellation: never suspends.
+        """
+
+    def single(self) -> None:
+        return None  # produced on the way: never carried in the OPEN
+
+
+class HostSource:
+    """Host data: one buffer or array, or an (async) iterable of them, cut
+    into segments of ``segment_size`` bytes (zero copy), each chunk checked
+    against the first one as it comes."""
+
+    __slots__ = ("meta", "_chunks", "_first", "_first_meta", "_is_buffer", "_segment_size", "_buffer")
+
+    def __init__(self, source: Any, segment_size: int) -> None:
+        self._segment_size = segment_size
+        self._first: Any = _NO_CHUNK
+        # Refuse bad input before anything is sent: a buffer is checked whole;
+        # an iterable's first chunk is taken in start() (it fixes the stream's
+        # dtype and shape, which the OPEN announces), the others as they come.
+        is_buffer = _is_array(source) or isinstance(source, (str, np.generic))
+        if not is_buffer:
+            try:  # a buffer first: array.array is also iterable, but one buffer
+                memoryview(source)
+                is_buffer = True
+            except TypeError:
+                if not isinstance(source, (AsyncIterable, Iterable)) or isinstance(source, _UNORDERED):
+                    raise TypeError(f"send_stream cannot stream {_a(source)}: {_ACCEPTED}") from None
+        self._is_buffer = is_buffer
+        if is_buffer:
+            self.meta = self._first_meta = check_chunk(source, None, 0)
+            self.meta.borrowed = describe(source, 0).borrowed
+            self._chunks = _chunks([source])
+            self._buffer = source
+        else:
+            self._chunks = _chunks(source)
+            self._first_meta = self.meta = StreamMeta()
+
+    async def start(self) -> None:
+        """Take an iterable's first chunk: the stream's kind, dtype and
+        trailing shape (its size is unknown: ``nbytes`` None, a leading None).
+
+        Cancellation: the source is closed.
+        """
+        if self._is_buffer:
+            return
+        try:
+            self._first = first = await anext(self._chunks, _NO_CHUNK)
+            fm = self._first_meta = check_chunk(first, None, 0) if first is not _NO_CHUNK else StreamMeta()
+        except BaseException:
+            await self._chunks.aclose()
+            raise
+        self.meta = StreamMeta(fm.kind, None, fm.dtype, (None, *fm.shape[1:]) if fm.shape else (), borrowed=True)
+
+    async def aclose(self) -> None:
+        """Close the source's iterator (a generator's ``finally`` runs).
+
+        Cancellation: the iterator may be left unclosed.
+        """
+        await self._chunks.aclose()
+
+    def single(self) -> Any | None:
+        """The whole stream as its one segment when it is a buffer of at most
+        :data:`EAGER_LIMIT` bytes (and not empty), else None: what the OPEN
+        may carry (the short-stream fast path)."""
+        nbytes = self.meta.nbytes
+        if not self._is_buffer or nbytes is None or not 0 < nbytes <= min(EAGER_LIMIT, self._segment_size):
+            return None
+        segs = list(cut(self._buffer, self._segment_size))
+        return segs[0] if len(segs) == 1 else None
+
+    async def segments(self, out: OutgoingStream) -> AsyncGenerator[Any, None]:
+        chunks, size, k = self._chunks, self._segment_size, 0
+        async with contextlib.aclosing(chunks):  # no generator left to the GC
+            pending = self._first
+            while True:
+                if pending is not _NO_CHUNK:
+                    chunk, pending = pending, _NO_CHUNK
+                else:
+                    chunk = await anext(chunks, _NO_CHUNK)
+                    if chunk is _NO_CHUNK:
+                        break
+                    if not self._is_buffer:
+                        check_chunk(chunk, self._first_meta, k)
+                k += 1
+                for seg in cut(chunk, size):
+                    if seg.nbytes:  # an empty one carries nothing: the OPEN has dtype and shape
+                        yield seg
+
+
+async def run_sender(gp: GP, pid: int, meta: StreamMeta, source: ChunkSource, *,
+                     timeout: float | None, what: str) -> int:
+    """THE sender loop of every stream, host or device data: open the stream
+    to GP ``pid``, send what ``source`` yields under the stream protocol
+    (:mod:`aiopdbp.streamproto`: a credit or pipe slot per segment), the END,
+    and wait until the receiver has it all; returns the bytes sent.  On
+    failure or cancellation the receiver gets an ABORT.  ``what`` names the
+    stream in timeout errors.
+
+    Cancellation: the receiver's stream is aborted; the binding is undone.
+    """
+    streams = gp.node.streams
+    try:
+        try:
+            async with asyncio.timeout(timeout):
+                out = await streams.open_outgoing(gp.pid, pid, meta, timeout, eager=source.single())
+        except TimeoutError:
+            raise TimeoutError(f"{what} could not be opened within {timeout} s") from None
+    except BaseException:
+        await source.aclose()
+        raise
+    try:
+        async with asyncio.timeout(timeout):
+            await out.routed
+            if out.carried:
+                # The OPEN carried the one segment and the END: the same
+                # protocol events, nothing to wait for in between.
+                await source.aclose()
+                out.staged(out.carried)
+            else:
+                segments = source.segments(out)
+                async with contextlib.aclosing(segments):
+                    async for seg in segments:
+                        if type(seg) is Staged:
+                            out.staged(seg.nbytes)
+                            continue
+                        await out.reserve()
+                        out.emit_segment(seg)
+                await out.reserve()
+            out.emit_end(carried=bool(out.carried))
+            await out.done
+        return out.proto.nbytes
+    except BaseException as exc:
+        out.cancel(exc)
+        if isinstance(exc, TimeoutError):
+            raise TimeoutError(f"{what} did not complete within {timeout} s") from None
+        raise
+    finally:
+        streams.close_outgoing(out)
+
+
 async def send_stream(gp: GP, dest: str, source: Any, *, segment_size: int = DEFAULT_SEGMENT,
                       com: int = 0, timeout: float | None = None) -> int:
     """Body of :meth:`GP.send_stream`; returns the number of bytes sent."""
     if segment_size < 1:
         raise ValueError("segment_size must be >= 1")
-    node = gp.node
-    # Refuse bad input before anything is sent: a buffer is checked whole;
-    # an iterable's first chunk is taken now (it fixes the stream's dtype
-    # and shape, which the OPEN announces), the others as they come.
-    is_buffer = _is_array(source) or isinstance(source, (str, np.generic))
-    if not is_buffer:
-        try:  # a buffer first: array.array is also iterable, but one buffer
-            memoryview(source)
-            is_buffer = True
-        except TypeError:
-            if not isinstance(source, (AsyncIterable, Iterable)) or isinstance(source, _UNORDERED):
-                raise TypeError(f"send_stream cannot stream {_a(source)}: {_ACCEPTED}") from None
-    first: Any = _NO_CHUNK
-    if is_buffer:
-        meta = first_meta = check_chunk(source, None, 0)
-        meta.borrowed = describe(source, com).borrowed
-        chunks = _chunks([source])
-    else:
-        chunks = _chunks(source)
-        try:
-            first = await anext(chunks, _NO_CHUNK)
-            first_meta = check_chunk(first, None, 0) if first is not _NO_CHUNK else StreamMeta()
-        except BaseException:
-            await chunks.aclose()
-            raise
-        # An iterable's length is unknown: the OPEN announces kind, dtype and
-        # the trailing shape (after a leading None).
-        meta = StreamMeta(first_meta.kind, None, first_meta.dtype,
-                          (None, *first_meta.shape[1:]) if first_meta.shape else (), borrowed=True)
-    meta.com = com
-    streams = node.streams
+    src = HostSource(source, segment_size)
+    await src.start()
+    src.meta.com = com
     try:
-        pid = await node.router.resolve(dest, timeout)
-        try:
-            async with asyncio.timeout(timeout):
-                out = await streams.open_outgoing(gp.pid, pid, meta, timeout)
-        except TimeoutError:
-            raise TimeoutError(f"stream to {dest!r} could not be opened within {timeout} s") from None
+        pid = await gp.node.router.resolve(dest, timeout)
     except BaseException:
-        await chunks.aclose()
+        await src.aclose()
         raise
-    segno = 0
-    nbytes = 0
-    put = out.pipe_a.force_put
-    target = out.target
-    sno = out.key[1]
-    src_pid = gp.pid
-    rank = node.rank
-    try:
-        async with asyncio.timeout(timeout):
-            await out.routed
-            async with contextlib.aclosing(chunks):  # no generator left to the GC
-                k = 0
-                pending = first
-                while True:
-                    if pending is not _NO_CHUNK:
-                        chunk, pending = pending, _NO_CHUNK
-                    else:
-                        chunk = await anext(chunks, _NO_CHUNK)
-                        if chunk is _NO_CHUNK:
-                            break
-                        if not is_buffer:
-                            check_chunk(chunk, first_meta, k)
-                    k += 1
-                    for seg in cut(chunk, segment_size):
-                        if not seg.nbytes:
-                            continue  # nothing to carry: the OPEN has dtype and shape
-                        await out.reserve()
-                        # PipeA holds (target, pid, CDU) for the PipeManager;
-                        # pid 0: stream data takes no GP credit
-                        put((target, 0, CDU(Kind.STREAM, src_pid, (pid,), seg, com, 0, sno, segno,
-                                            rank)))
-                        segno += 1
-                        nbytes += int(seg.nbytes)
-            await out.reserve()
-            put((target, 0, CDU(Kind.STREAM, src_pid, (pid,), nbytes.to_bytes(8, "little"),
-                                com, 0, sno, segno, rank, (), StreamOp.END)))
-            out.ending()
-            await out.done
-        return nbytes
-    except BaseException as exc:
-        if not out.done.done() and out.broken is None:
-            out.aborted()
-            why = "sender cancelled" if isinstance(exc, asyncio.CancelledError) else \
-                f"sender failed: {type(exc).__name__}: {exc}"
-            put((target, 0, CDU(Kind.STREAM, src_pid, (pid,), why.encode(), com, 0, sno, segno,
-                                rank, (), StreamOp.ABORT)))
-        if isinstance(exc, TimeoutError):
-            raise TimeoutError(f"stream to {dest!r} did not complete within {timeout} s") from None
-        raise
-    finally:
-        streams.close_outgoing(out)
+    return await run_sender(gp, pid, src.meta, src, timeout=timeout, what=f"stream to {dest!r}")

@@ -511,3 +511,31 @@ def test_bench_emulate_without_capability_exits_2(tmp_path: Path) -> None:
     assert r.returncode == 2, r.stdout + r.stderr
     assert "--emulate cannot run here" in r.stderr and "CAP_NET_ADMIN" in r.stderr
     assert not (tmp_path / "bench.json").exists()
+
+
+# ------------------------------------------------- aiopdbp bench streams
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(180)
+def test_bench_streams_quick_checks_every_unit_and_writes_rows(tmp_path: Path) -> None:
+    r = _run_cli(["streams", "--quick", "--out", str(tmp_path)], timeout=150)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads((tmp_path / "streams.json").read_text())
+    got = {(row["n"], row["size"], row["inflight"]) for row in doc["rows"]}
+    assert got == {(2, s, k) for s in (4096, 65536, 1 << 20) for k in (1, 16)}
+    for row in doc["rows"]:
+        assert row["streams_per_s"] > 0 and row["msgs_per_s"] > 0
+        assert row["ratio"] == pytest.approx(row["streams_per_s"] / row["msgs_per_s"])
+    assert (tmp_path / "streams.csv").read_text().count("\n") == 1 + len(doc["rows"])
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("kind", ["stream", "msg"])
+def test_bench_streams_fails_on_a_corrupted_unit(tmp_path: Path, kind: str) -> None:
+    r = _run_cli(["streams", "--quick", "--sizes", "4K", "--inflight", "1", "--inject-fault", kind,
+                  "--out", str(tmp_path)], timeout=150)
+    assert r.returncode != 0
+    assert f"VERIFICATION FAILED: {kind} unit 1" in r.stdout + r.stderr
+    assert not (tmp_path / "streams.json").exists()

@@ -15,6 +15,8 @@ Commands:
     demo  [ARGS...]       run ``aiopdbp demo ARGS`` from .venv
     test  [PYTEST ARGS]   run ``python -m pytest`` (the whole suite) from .venv;
                           exits with pytest's exit code
+    docs  [SPHINX ARGS]   build the documentation site into docs/_build/html
+                          (Sphinx; a warning fails the build)
     bench [-n N] [ARGS...]
                           run ``aiopdbp bench -n N ARGS`` (the benchmark harness;
                           N defaults to 2, a list 2,3,4 sweeps rank counts)
@@ -23,7 +25,7 @@ Commands:
                           (bench_local, bench_barrier)
 
 ``.venv`` is created with the interpreter that runs this script.  The project is
-installed editable (``pip install -e .[test,bench,video]``) and a stamp file records what was
+installed editable (``pip install -e .[test,bench,video,docs]``) and a stamp file records what was
 installed; while ``pyproject.toml`` is unchanged since then, pip is not run again,
 so a second call starts at once.  ``--reinstall`` forces the install step.
 """
@@ -48,8 +50,10 @@ WINDOWS = os.name == "nt"
 BIN = VENV / ("Scripts" if WINDOWS else "bin")
 EXE = ".exe" if WINDOWS else ""
 VENV_PY = BIN / f"python{EXE}"
-DEFAULT_EXTRAS = "test,bench,video"  # bench: plots/progress; video: PyAV for the video example
-COMMANDS = ("setup", "demo", "test", "bench")
+# bench: plots/progress; video: PyAV for the video example; docs: Sphinx for the site
+DEFAULT_EXTRAS = "test,bench,video,docs"
+COMMANDS = ("setup", "demo", "test", "bench", "docs")
+DOCS_OUT = ROOT / "docs" / "_build" / "html"
 
 
 def say(msg: str) -> None:
@@ -226,6 +230,15 @@ def cmd_test(args: list[str]) -> int:
     return run([str(VENV_PY), "-m", "pytest", *args])
 
 
+def cmd_docs(args: list[str]) -> int:
+    """Build the documentation site (Sphinx, warnings are errors) into docs/_build/html."""
+    rc = run([str(VENV_PY), "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", *args,
+              str(ROOT / "docs"), str(DOCS_OUT)])
+    if rc == 0:
+        say(f"docs built: open {DOCS_OUT / 'index.html'}")
+    return rc
+
+
 def cmd_bench(args: list[str]) -> int:
     """``aiopdbp bench ARGS``, or ``mpiexec -n N python benchmarks/NAME.py ARGS``."""
     nprocs, rest = "2", list(args)
@@ -279,6 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_demo(args)
     if command == "test":
         return cmd_test(args)
+    if command == "docs":
+        return cmd_docs(args)
     return cmd_bench(args)
 
 

@@ -10,7 +10,9 @@ Modules (each usable on its own):
 * :mod:`~aiopdbp.bench.aio` / :mod:`~aiopdbp.bench.raw` / :mod:`~aiopdbp.bench.floor`
   -- the aiopdbp, raw mpi4py and asyncio-floor drivers;
 * :mod:`~aiopdbp.bench.stats` -- the paper's statistic, ratios, merging;
-* :mod:`~aiopdbp.bench.report` / :mod:`~aiopdbp.bench.plots` -- table, JSON, CSV, PNG.
+* :mod:`~aiopdbp.bench.report` / :mod:`~aiopdbp.bench.plots` -- table, JSON, CSV, PNG;
+* :mod:`~aiopdbp.bench.streams` -- ``aiopdbp bench streams``: streams against
+  messages of the same bytes.
 
 Nothing here imports mpi4py until a job starts.
 """

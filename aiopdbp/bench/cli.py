@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         "OSU-style point-to-point tests with aiopdbp, side by side with raw mpi4py, "
         "MPI_Alltoall and an asyncio floor, in the same job. Results: table, JSON, CSV, PNG.",
         epilog="examples: aiopdbp bench --quick | aiopdbp bench -n 2,3,4 --tests NtoN --tcp | "
+        "aiopdbp bench streams --help | "
         "mpiexec -n 4 python -m aiopdbp bench --tests 1toN,Nto1 --sizes 4K,64K,1M")
     a = p.add_argument
     a("-n", "--ranks", type=_ranks, default=None, metavar="N[,N...]",
@@ -199,6 +200,10 @@ def _child_argv(argv: Sequence[str], *, emulate: bool = False) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """``aiopdbp bench [options]``; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["streams"]:  # its own command: streams vs messages of the same bytes
+        from .streams import main as streams_main
+
+        return streams_main(args[1:])
     parser = build_parser()
     ns = parser.parse_args(args)
     if ns.hosts is not None and not ns.emulate:

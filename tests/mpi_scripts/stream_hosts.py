@@ -41,8 +41,8 @@ async def main() -> None:
                        "received": delta(after.messages_received, before.messages_received),
                        "sent": delta(after.messages_sent, before.messages_sent)}
                 os.write(1, f"RESULT {json.dumps(row)}\n".encode())
-                await gp.send("g1", b"bye")   # they leave (free their GPs) only now
-                await gp.send("g2", b"bye")
+                for r in range(1, node.size):  # they leave (free their GPs) only now
+                    await gp.send(f"g{r}", b"bye")
             elif node.rank == 1:
                 await gp.recv()
                 sem = asyncio.Semaphore(8)
@@ -66,6 +66,8 @@ async def main() -> None:
                         assert (data == np.arange(1 << 20, dtype=np.int32)).all()
                 ok = sorted(seen) == list(range(50))
                 await gp.send("g0", b"ok" if ok else b"corrupt")
+                await gp.recv()
+            else:  # rank 3 stays until rank 0 is done: a freed name fails others' lookups
                 await gp.recv()
             await asyncio.sleep(0)
 

@@ -1,0 +1,268 @@
+"""``aiopdbp bench streams``: streams against messages of the same bytes.
+
+Each rank's GP sends to the next rank's GP (a ring), ``count`` units of
+``size`` bytes with ``inflight`` calls outstanding, once as ``send_stream``
+(one stream per unit; the receiver ``read()``s it) and once as ``gp.send``
+(one message per unit), the two interleaved repeat by repeat in the same
+job.  Every unit is a numpy ``uint8`` array filled with its sequence number
+(mod 251) and the receiver checks every byte of it and the count, so a
+corrupt, lost or duplicated unit fails the run.  A run's time is the slowest
+rank's, from a barrier until its sends returned and its receives are
+checked.  Rows: units/s of each kind and their ratio (streams / messages),
+medians of the repeats.  ``--quick`` checks the data and times nothing
+worth reading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["VerificationError", "main"]
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+class VerificationError(Exception):
+    """A receiver got a wrong, missing or extra unit (the run is void)."""
+
+
+def _sizes(text: str) -> list[int]:
+    from .plan import parse_sizes
+
+    return [int(s) for s in parse_sizes(text)]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(t) for t in text.split(",") if t]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="aiopdbp bench streams", allow_abbrev=False,
+        description="Streams/s against messages/s of the same bytes: each rank's GP sends to the "
+        "next rank's, send_stream per unit vs gp.send per unit, interleaved in one job.")
+    a = p.add_argument
+    a("-n", "--ranks", type=_ints, default=[2], metavar="N[,N...]", help="rank counts (default 2)")
+    a("--sizes", type=_sizes, default=[4 * KiB, 64 * KiB, MiB, 16 * MiB], help="4K,64K,1M,16M")
+    a("--inflight", type=_ints, default=[1, 16], help="calls outstanding per sender (1,16)")
+    a("--volume", type=_sizes, default=[64 * MiB], help="bytes per sender per run (64M)")
+    a("--max-units", type=int, default=2000, help="most units per run (2000)")
+    a("--repeat", type=int, default=3, help="measured runs per point and kind (3)")
+    a("--quick", action="store_true", help="small volumes, 1 repeat: checks the data")
+    a("--tcp", action="store_true", help="force MPICH's TCP path between local ranks")
+    a("--out", default="", help="folder for streams.json / streams.csv / streams.png")
+    a("--inject-fault", choices=("stream", "msg"), default=None,
+      help="rank 0 corrupts one byte of one unit of this kind (shows that the check fails)")
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    ns = build_parser().parse_args(list(argv))
+    if ns.quick:
+        ns.volume, ns.max_units, ns.repeat = [256 * KiB], 64, 1
+        ns.sizes = [s for s in ns.sizes if s <= MiB] or ns.sizes[:1]
+    from ..transport.mpi import mpi_world_size
+
+    if mpi_world_size() > 1:
+        return _job(ns)
+    from ..launch import launch, reporting_failures
+
+    out = Path(ns.out or time.strftime("aiopdbp-bench-streams-%Y%m%d-%H%M%S")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for n in ns.ranks:
+        part = out / f"n{n}.json"
+        argv_n = ["-m", "aiopdbp.bench", "streams", "--sizes", ",".join(map(str, ns.sizes)),
+                  "--inflight", ",".join(map(str, ns.inflight)), "--volume", str(ns.volume[0]),
+                  "--max-units", str(ns.max_units), "--repeat", str(ns.repeat), "--out", str(part)]
+        if ns.inject_fault:
+            argv_n += ["--inject-fault", ns.inject_fault]
+        rc = reporting_failures("aiopdbp bench streams", lambda: launch(n, argv_n, tcp=ns.tcp))
+        if rc != 0:
+            return rc
+        rows += json.loads(part.read_text())["rows"]
+    notes = _write(out, rows, ns, list(argv))
+    print(_table(rows))
+    for note in notes:
+        print(note)
+    return 0
+
+
+def _write(out: Path, rows: list[dict[str, Any]], ns: argparse.Namespace, argv: Sequence[str]
+           ) -> list[str]:
+    """streams.json, streams.csv and streams.png (when matplotlib is there);
+    returns notes for the user."""
+    from .report import machine_info, write_csv, write_json
+
+    meta = {"command": " ".join(["aiopdbp", "bench", "streams", *argv]),
+            "transport": "tcp" if ns.tcp else "shm", "machine": machine_info(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    write_json(out / "streams.json", {"meta": meta, "rows": rows})
+    write_csv(out / "streams.csv", [{k: v for k, v in r.items() if k not in ("stream_s", "msg_s")}
+                                   for r in rows], meta)
+    notes = [f"results: {out / 'streams.json'}, {out / 'streams.csv'}"]
+    made = _plot(out / "streams.png", rows, meta)
+    notes.append(f"plot: {made}" if made else
+                 "plot skipped: matplotlib is not installed (pip install 'aiopdbp[bench]')")
+    return notes
+
+
+def _plot(path: Path, rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> Path | None:
+    """Units/s of streams (solid) and messages (dashed) against the unit size,
+    one colour per (ranks, in flight); beside it the ratio."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, axr) = plt.subplots(1, 2, figsize=(11, 4.2))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    keys = sorted({(r["n"], r["inflight"]) for r in rows})
+    for c, (n, k) in enumerate(keys):
+        sel = sorted((r for r in rows if r["n"] == n and r["inflight"] == k), key=lambda r: r["size"])
+        x = [r["size"] for r in sel]
+        col = colours[c % len(colours)]
+        ax.plot(x, [r["streams_per_s"] for r in sel], "o-", color=col,
+                label=f"send_stream, {n} ranks, {k} in flight")
+        ax.plot(x, [r["msgs_per_s"] for r in sel], "s--", color=col, label=f"gp.send, {n} ranks, {k} in flight")
+        axr.plot(x, [r["ratio"] for r in sel], "o-", color=col, label=f"{n} ranks, {k} in flight")
+    for a in (ax, axr):
+        a.set_xscale("log", base=2)
+        a.set_xlabel("unit size (bytes)")
+        a.grid(True, which="both", alpha=0.3)
+    ax.set_yscale("log")
+    ax.set_ylabel("units/s per sending rank (median)")
+    ax.set_title("streams vs messages of the same bytes", fontsize=10)
+    ax.legend(fontsize=6)
+    axr.axhline(0.5, color="grey", ls=":", lw=0.8, label="0.5x (issue 17 target at 4 KiB)")
+    axr.set_ylabel("streams/s / messages/s")
+    axr.set_title("ratio", fontsize=10)
+    axr.legend(fontsize=6)
+    fig.suptitle(f"{meta['transport']}, {meta['machine'].get('cpu_model', '')}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    head = f"{'n':>2} {'size':>7} {'infl':>4} {'units':>5} {'streams/s':>10} {'msgs/s':>10} " \
+           f"{'ratio':>6} {'stream MB/s':>11} {'msg MB/s':>9}"
+    out = [head, "-" * len(head)]
+    for r in rows:
+        out.append(f"{r['n']:>2} {_fmt(r['size']):>7} {r['inflight']:>4} {r['units']:>5} "
+                   f"{r['streams_per_s']:>10.0f} {r['msgs_per_s']:>10.0f} {r['ratio']:>6.2f} "
+                   f"{r['stream_MBps']:>11.0f} {r['msg_MBps']:>9.0f}")
+    return "\n".join(out)
+
+
+def _fmt(n: int) -> str:
+    return f"{n // MiB}M" if n >= MiB and n % MiB == 0 else f"{n // KiB}K" if n % KiB == 0 else str(n)
+
+
+# ------------------------------------------------------------- in the job
+def _job(ns: argparse.Namespace) -> int:
+    import aiopdbp
+
+    from ..transport.mpi import load_mpi
+
+    comm = load_mpi().COMM_WORLD.Dup()   # the harness's barrier and gathers, before the node's
+
+    async def body() -> list[dict[str, Any]]:
+        async with aiopdbp.open_node() as node:
+            n, r = node.size, node.rank
+            async with node.process(f"bench-{r}") as gp:
+                nxt, prv = f"bench-{(r + 1) % n}", f"bench-{(r - 1) % n}"
+                await node.lookup(nxt, timeout=60)
+                await node.lookup(prv, timeout=60)
+                rows = []
+                for size in ns.sizes:
+                    units = max(4, min(ns.max_units, ns.volume[0] // size))
+                    payloads = [np.full(size, i % 251, dtype=np.uint8) for i in range(min(units, 251))]
+                    bad = payloads[1].copy() if ns.inject_fault and r == 0 else None
+                    if bad is not None:
+                        bad[size // 2] ^= 0xFF
+                    for k in ns.inflight:
+                        times: dict[str, list[float]] = {"stream": [], "msg": []}
+                        for rep in range(ns.repeat + 1):        # the first is a warm-up
+                            for kind in ("stream", "msg"):
+                                await node.flush()
+                                comm.Barrier()
+                                faulty = bad if kind == ns.inject_fault else None
+                                t = await _run(gp, nxt, kind, payloads, units, k, faulty)
+                                # What this rank sent must be on the wire before
+                                # the loop blocks in the harness's collective.
+                                await node.flush()
+                                slowest = max(comm.allgather(t))
+                                if rep:
+                                    times[kind].append(slowest)
+                        ts, tm = statistics.median(times["stream"]), statistics.median(times["msg"])
+                        rows.append({"n": n, "size": size, "inflight": k, "units": units,
+                                     "streams_per_s": units / ts, "msgs_per_s": units / tm,
+                                     "ratio": tm / ts, "stream_MBps": units * size / ts / 1e6,
+                                     "msg_MBps": units * size / tm / 1e6,
+                                     "stream_s": times["stream"], "msg_s": times["msg"]})
+                await node.flush()
+                comm.Barrier()
+                return rows
+
+    rows = aiopdbp.run(body())
+    if comm.Get_rank() == 0:
+        out = Path(ns.out) if ns.out else None
+        if out is not None and out.suffix == ".json":
+            out.write_text(json.dumps({"rows": rows}))
+        else:
+            print(_table(rows))
+    comm.Free()
+    return 0
+
+
+async def _run(gp: Any, dest: str, kind: str, payloads: list[np.ndarray[Any, Any]], units: int,
+               inflight: int, faulty: np.ndarray[Any, Any] | None = None) -> float:
+    """One run: ``units`` units to ``dest`` (``inflight`` outstanding) while
+    receiving and checking as many; this rank's seconds.  ``faulty`` replaces
+    unit 1 (``--inject-fault``)."""
+    it = iter(range(units))
+
+    async def sender() -> None:
+        for i in it:
+            data = faulty if i == 1 and faulty is not None else payloads[i % len(payloads)]
+            if kind == "stream":
+                await gp.send_stream(dest, data, segment_size=max(data.nbytes, 1))
+            else:
+                await gp.send(dest, data)
+
+    async def receiver() -> None:
+        got = []
+        for _ in range(units):
+            item = await gp.recv()
+            data = await item.read() if kind == "stream" else np.frombuffer(item.data, np.uint8)
+            v = int(data[0])
+            if data.size != payloads[0].size or not (data == v).all():
+                raise VerificationError(f"VERIFICATION FAILED: {kind} unit {v} from {item.source}: "
+                                        f"wrong bytes or size ({data.size} B)")
+            got.append(v)
+        want = sorted(i % 251 for i in range(units))
+        if sorted(got) != want:
+            raise VerificationError(f"VERIFICATION FAILED: {kind}: units lost or duplicated")
+
+    t0 = time.perf_counter()
+    await asyncio.gather(receiver(), *(sender() for _ in range(inflight)))
+    return time.perf_counter() - t0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(sys.argv[1:]))

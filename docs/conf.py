@@ -1,0 +1,33 @@
+"""Sphinx configuration of the aiopdbp documentation (``python3 tools/dev.py docs``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # document the checkout, installed or not
+
+import aiopdbp  # noqa: E402
+
+project = "aiopdbp"
+author = "the aiopdbp developers"
+copyright = "2026, the aiopdbp developers"
+release = version = aiopdbp.__version__
+
+extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon"]
+source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
+exclude_patterns = ["_build", "tutorial/*.py"]
+myst_heading_anchors = 3          # README-style links to a heading on another page
+myst_enable_extensions = ["colon_fence"]
+
+html_theme = "furo"
+html_title = f"aiopdbp {release}"
+html_static_path: list[str] = []
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_typehints_format = "short"
+autodoc_default_options = {"members": True, "show-inheritance": True}
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False

@@ -1,0 +1,88 @@
+"""The documentation site cannot rot: every tutorial program runs as shown, in
+one process and under ``aiopdbp launch -n 2`` (same lines printed); every
+public name has a place in the API reference; every public coroutine says what
+a cancellation leaves behind.  (``tools/dev.py docs`` builds the site with
+warnings as errors; ``.ci/run`` runs it.)"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import aiopdbp
+
+try:
+    from tests.mpirun import REPO_ROOT, requires_mpi, unprefixed
+except ImportError:  # tests/ is not a package
+    from mpirun import REPO_ROOT, requires_mpi, unprefixed
+
+DOCS = REPO_ROOT / "docs"
+TUTORIAL = sorted((DOCS / "tutorial").glob("*.py"))
+_LAUNCHER_VARS = ("PMI_FD", "PMI_RANK", "PMI_SIZE", "PMI_PORT", "MPI_LOCALNRANKS", "MPI_LOCALRANKID")
+
+
+def _run(cmd: list[str], cwd: Path) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARS}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=100, env=env, cwd=cwd)
+    assert proc.returncode == 0, f"{cmd} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert not proc.stderr.strip(), f"{cmd} wrote to stderr:\n{proc.stderr}"
+    return sorted(unprefixed(proc.stdout).splitlines())
+
+
+def test_every_tutorial_program_is_shown_on_a_page() -> None:
+    pages = "".join(p.read_text() for p in (DOCS / "tutorial").glob("*.md"))
+    assert TUTORIAL
+    for prog in TUTORIAL:
+        assert f"literalinclude}} {prog.name}" in pages, f"{prog.name} is on no tutorial page"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("prog", TUTORIAL, ids=[p.stem for p in TUTORIAL])
+def test_tutorial_program_runs_in_one_process(prog: Path, tmp_path: Path) -> None:
+    assert _run([sys.executable, str(prog)], tmp_path), "the program printed nothing"
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("prog", TUTORIAL, ids=[p.stem for p in TUTORIAL])
+def test_tutorial_program_prints_the_same_on_two_ranks(prog: Path, tmp_path: Path) -> None:
+    one = _run([sys.executable, str(prog)], tmp_path)
+    two = _run([sys.executable, "-m", "aiopdbp", "launch", "-n", "2", str(prog)], tmp_path)
+    assert two == one
+
+
+def test_api_reference_documents_every_public_name() -> None:
+    text = (DOCS / "reference.md").read_text()
+    documented = set(re.findall(r"\.\. auto\w+:: aiopdbp\.(\w+)$", text, re.M))
+    public = {n for n in aiopdbp.__all__ if not n.startswith("__")}
+    assert public - documented == set(), "missing from docs/reference.md"
+    assert documented - public <= set(), "documented but not exported"
+
+
+def _public_coroutines() -> list[tuple[str, object]]:
+    found: list[tuple[str, object]] = []
+    for name in aiopdbp.__all__:
+        obj = getattr(aiopdbp, name)
+        if inspect.iscoroutinefunction(obj):
+            found.append((name, obj))
+        elif inspect.isclass(obj):
+            for attr, fn in inspect.getmembers(obj):
+                if not attr.startswith("_") and (inspect.iscoroutinefunction(fn)
+                                                 or inspect.isasyncgenfunction(fn)):
+                    found.append((f"{name}.{attr}", fn))
+    return found
+
+
+def test_every_public_coroutine_has_a_cancellation_paragraph() -> None:
+    found = _public_coroutines()
+    assert len(found) > 20
+    missing = [n for n, fn in found if "Cancellation:" not in (inspect.getdoc(fn) or "")]
+    assert missing == []

@@ -1,0 +1,420 @@
+"""The sans-I/O stream protocol (aiopdbp.streamproto): event sequences in, actions out."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aiopdbp.errors import ProtocolError
+from aiopdbp.streamproto import (
+    Abort, Aborted, Break, Cancel, Close, Consumed, Credit, Deliver, Done, EmitAbort, EmitEnd,
+    EmitSegment, End, Event, Fail, Finished, Open, Opened, ReceiverProtocol, Registry, Segment,
+    SendCredit, SendDone, SendSegment, SenderProtocol, StreamState,
+)
+
+pytestmark = pytest.mark.timeout(60)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _sender(window: int | None = 4) -> SenderProtocol:
+    s = SenderProtocol(window)
+    s.handle(Opened())
+    return s
+
+
+def _receiver(window: int = 4, credit: int = 0) -> ReceiverProtocol:
+    r = ReceiverProtocol(window, credit)
+    r.handle(Open())
+    return r
+
+
+def test_import_loads_no_io_library_in_fresh_interpreter() -> None:
+    # the package's __init__ imports the I/O layers; the module itself must not
+    code = ("import sys, types\n"
+            f"pkg = types.ModuleType('aiopdbp'); pkg.__path__ = [{str(ROOT / 'aiopdbp')!r}]\n"
+            "sys.modules['aiopdbp'] = pkg\n"
+            "import aiopdbp.streamproto\n"
+            "import json; print(json.dumps([m for m in ('asyncio', 'mpi4py', 'cupy', 'numpy') "
+            "if m in sys.modules]))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True)
+    assert json.loads(out.stdout) == []
+
+
+# ------------------------------------------------------------------- sender
+def test_sender_segments_numbered_and_end_counts_them() -> None:
+    s = _sender(None)
+    assert s.handle(SendSegment(10)) == (EmitSegment(0),)
+    assert s.handle(SendSegment(5)) == (EmitSegment(1),)
+    assert s.handle(End()) == (EmitEnd(2, 15),)
+    assert s.handle(Done()) == (Finished(),)
+    assert s.state is StreamState.DONE
+
+
+def test_sender_segment_before_opened_is_protocol_error() -> None:
+    with pytest.raises(ProtocolError):
+        SenderProtocol(4).handle(SendSegment(1))
+
+
+def test_sender_segment_without_credit_is_protocol_error() -> None:
+    s = _sender(2)
+    s.handle(SendSegment(1))
+    s.handle(SendSegment(1))
+    assert not s.can_send
+    with pytest.raises(ProtocolError):
+        s.handle(SendSegment(1))
+    s.handle(Credit(1))
+    assert s.handle(SendSegment(1)) == (EmitSegment(2),)
+
+
+def test_sender_staged_segment_takes_no_credit_and_emits_nothing() -> None:
+    s = _sender(1)
+    assert s.handle(SendSegment(100, staged=True)) == ()
+    assert s.handle(SendSegment(100, staged=True)) == ()
+    assert s.handle(End()) == (EmitEnd(2, 200),)
+
+
+def test_sender_done_before_end_is_protocol_error() -> None:
+    s = _sender()
+    with pytest.raises(ProtocolError):
+        s.handle(Done())
+
+
+def test_sender_done_with_error_fails_the_stream() -> None:
+    s = _sender()
+    assert s.handle(Done("receiver closed")) == (Fail("receiver closed"),)
+    assert s.state is StreamState.BROKEN
+
+
+def test_sender_cancel_emits_abort_and_ends_it() -> None:
+    s = _sender()
+    s.handle(SendSegment(1))
+    assert s.handle(Cancel("cancelled")) == (EmitAbort(1, "cancelled"),)
+    assert s.state is StreamState.ABORTED
+    for ev in (SendSegment(1), End(), Credit(1), Done(), Cancel("again")):
+        with pytest.raises(ProtocolError):
+            s.handle(ev)
+
+
+def test_sender_zero_credit_is_protocol_error() -> None:
+    with pytest.raises(ProtocolError):
+        _sender().handle(Credit(0))
+
+
+def test_side_given_a_foreign_event_answers_protocol_error() -> None:
+    with pytest.raises(ProtocolError):
+        _sender().handle(Segment(0, b"", 0))
+    with pytest.raises(ProtocolError):
+        _receiver().handle(SendSegment(1))
+    with pytest.raises(ProtocolError):
+        _receiver().handle(Event())
+
+
+# ----------------------------------------------------------------- receiver
+def test_receiver_delivers_in_order_and_finishes_at_end() -> None:
+    r = _receiver()
+    assert r.handle(Segment(0, "a", 1)) == (Deliver("a"),)
+    assert r.handle(Segment(1, "b", 1)) == (Deliver("b"),)
+    assert r.handle(End(2, 2)) == (Finished(), SendDone(None))
+    assert r.state is StreamState.DONE
+
+
+def test_receiver_reorders_early_segments() -> None:
+    r = _receiver()
+    assert r.handle(Segment(2, "c", 1)) == ()
+    assert r.handle(Segment(1, "b", 1)) == ()
+    assert r.handle(Segment(0, "a", 1)) == (Deliver("a"), Deliver("b"), Deliver("c"))
+
+
+def test_receiver_end_before_segments_waits_for_them() -> None:
+    r = _receiver()
+    assert r.handle(End(2, 3)) == ()
+    assert r.handle(Segment(0, "a", 1)) == (Deliver("a"),)
+    assert r.handle(Segment(1, "b", 2)) == (Deliver("b"), Finished(), SendDone(None))
+
+
+def test_receiver_duplicate_segment_breaks_the_stream() -> None:
+    r = _receiver()
+    r.handle(Segment(0, "a", 1))
+    with pytest.raises(ProtocolError, match="duplicate"):
+        r.handle(Segment(0, "a", 1))
+    assert r.state is StreamState.BROKEN
+
+
+def test_receiver_segment_out_of_window_breaks_the_stream() -> None:
+    r = _receiver(window=2)
+    with pytest.raises(ProtocolError, match="window"):
+        r.handle(Segment(2, "c", 1))
+    assert r.state is StreamState.BROKEN
+
+
+def test_receiver_segment_beyond_end_is_protocol_error() -> None:
+    r = _receiver()
+    r.handle(End(1, 1))
+    with pytest.raises(ProtocolError):
+        r.handle(Segment(1, "x", 1))
+
+
+def test_receiver_end_with_wrong_byte_count_is_protocol_error() -> None:
+    r = _receiver()
+    r.handle(Segment(0, "a", 1))
+    with pytest.raises(ProtocolError, match="END announced"):
+        r.handle(End(1, 7))
+    assert r.state is StreamState.BROKEN
+
+
+def test_receiver_gives_credit_back_each_half_window() -> None:
+    r = _receiver(window=4, credit=4)
+    for i in range(4):
+        r.handle(Segment(i, i, 1))
+    assert [r.handle(Consumed()) for _ in range(4)] == [(), (SendCredit(2),), (), (SendCredit(2),)]
+
+
+def test_receiver_without_credit_window_gives_none() -> None:
+    r = _receiver(credit=0)
+    r.handle(Segment(0, "a", 1))
+    assert r.handle(Consumed()) == ()
+
+
+def test_receiver_abort_reports_and_late_segment_is_protocol_error() -> None:
+    r = _receiver()
+    assert r.handle(Abort("sender cancelled")) == (Aborted("sender cancelled"),)
+    with pytest.raises(ProtocolError):
+        r.handle(Segment(0, "a", 1))
+
+
+def test_receiver_close_tells_the_sender() -> None:
+    r = _receiver()
+    assert r.handle(Close("receiver closed")) == (SendDone("receiver closed"),)
+    assert r.state is StreamState.BROKEN
+
+
+def test_receiver_break_tells_nobody() -> None:
+    r = _receiver()
+    assert r.handle(Break("host lost")) == ()
+    assert r.state is StreamState.BROKEN
+
+
+# ----------------------------------------------------------------- registry
+def test_registry_unknown_stream_is_protocol_error() -> None:
+    reg: Registry[tuple[int, int], str] = Registry()
+    with pytest.raises(ProtocolError, match="unknown stream"):
+        reg.get((1, 1))
+
+
+def test_registry_given_up_stream_is_late_not_unknown() -> None:
+    reg: Registry[tuple[int, int], str] = Registry()
+    reg.add((1, 1), "s")
+    reg.remove((1, 1), given_up=True)
+    assert reg.get((1, 1)) is None
+    reg.settle((1, 1))
+    with pytest.raises(ProtocolError):
+        reg.get((1, 1))
+
+
+def test_registry_second_open_is_protocol_error() -> None:
+    reg: Registry[int, str] = Registry()
+    reg.add(1, "s")
+    with pytest.raises(ProtocolError):
+        reg.add(1, "t")
+
+
+# --------------------------------------------------------------- hypothesis
+_JUNK = st.one_of(st.none(), st.text(max_size=2), st.floats(allow_nan=True), st.integers(-3, 3),
+                  st.binary(max_size=2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([Segment, End, Credit, SendSegment, Done]), st.lists(_JUNK, min_size=1, max_size=3),
+       st.booleans())
+def test_malformed_event_fields_answer_protocol_error_only(
+        cls: Any, values: list[Any], sender: bool) -> None:
+    import inspect
+    nargs = len([p for p in inspect.signature(cls).parameters.values()])
+    ev = cls(*(values * 3)[:nargs])
+    side: Any = _sender() if sender else _receiver()
+    try:
+        side.handle(ev)
+    except ProtocolError:
+        pass  # the only exception it may raise
+
+
+def test_segment_number_that_is_not_an_int_is_protocol_error() -> None:
+    with pytest.raises(ProtocolError, match="not an int"):
+        _receiver().handle(Segment(1.0, "a", 1))  # type: ignore[arg-type]
+
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 12).flatmap(lambda n: st.permutations(list(range(n)) + ["end"])))
+def test_receiver_any_arrival_order_within_window_delivers_once_in_order(order: list[Any]) -> None:
+    n = len(order) - 1
+    r = _receiver(window=n)
+    got: list[Any] = []
+    for item in order:
+        ev: Event = End(n, n) if item == "end" else Segment(item, item, 1)
+        got += [a.data for a in r.handle(ev) if isinstance(a, Deliver)]
+    assert got == list(range(n))
+    assert r.state is StreamState.DONE
+
+
+_RECV_EVENTS = st.one_of(
+    st.builds(Segment, st.integers(-2, 8), st.none(), st.integers(0, 3)),
+    st.builds(End, st.integers(-1, 8), st.integers(-1, 12)),
+    st.builds(Abort, st.text(max_size=3)), st.builds(Close, st.text(max_size=3)),
+    st.builds(Break, st.text(max_size=3)), st.just(Consumed()), st.just(Open()),
+    st.just(SendSegment(1)), st.just(Credit(1)))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(1, 4), st.integers(0, 4), st.lists(_RECV_EVENTS, max_size=25))
+def test_receiver_any_event_sequence_answers_actions_or_protocol_error(
+        window: int, credit: int, events: list[Event]) -> None:
+    r = _receiver(window, credit)
+    delivered = 0
+    for ev in events:
+        was_ended = r.ended
+        try:
+            actions = r.handle(ev)
+        except ProtocolError:
+            continue  # the only exception it may raise
+        assert all(isinstance(a, Event) for a in actions)
+        if was_ended:
+            assert isinstance(ev, Consumed)  # nothing else is accepted once over
+        delivered += sum(isinstance(a, Deliver) for a in actions)
+        assert delivered == r.next  # each segment number delivered exactly once, in order
+
+
+_SEND_EVENTS = st.one_of(
+    st.builds(SendSegment, st.integers(-1, 5), st.booleans()), st.just(End()), st.just(Opened()),
+    st.builds(Credit, st.integers(-1, 3)), st.builds(Done, st.none() | st.text(max_size=3)),
+    st.builds(Cancel, st.text(max_size=3)), st.builds(Break, st.text(max_size=3)),
+    st.just(Segment(0, None, 0)))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.none() | st.integers(1, 4), st.lists(_SEND_EVENTS, max_size=25))
+def test_sender_any_event_sequence_answers_actions_or_protocol_error(
+        window: int | None, events: list[Event]) -> None:
+    s = SenderProtocol(window)
+    numbered: list[int] = []  # segment numbers handed out, staged ones (emitted by nobody) included
+    for ev in events:
+        try:
+            actions = s.handle(ev)
+        except ProtocolError:
+            continue
+        if isinstance(ev, SendSegment):
+            emits = [a.segno for a in actions if isinstance(a, EmitSegment)]
+            assert len(emits) == (0 if ev.staged else 1)
+            numbered.append(s.segno - 1)
+            assert emits in ([], [s.segno - 1])
+        assert s.credits is None or s.credits >= 0
+    assert numbered == list(range(len(numbered)))  # without gaps or repeats
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 4), st.integers(0, 10), st.data())
+def test_conversation_with_reordering_and_cancel_either_side_ends_both(
+        window: int, nseg: int, data: st.DataObject) -> None:
+    """A sender and a receiver joined by a channel that reorders the data it
+    carries (segments, END, ABORT) and keeps control messages in order; either
+    side may give up at any point.  Both sides end; a stream nobody gave up is
+    delivered whole and in order; only ProtocolError is ever raised, and only
+    for events that arrive after their side ended."""
+    s, r = _sender(window), _receiver(window, window)
+    to_r: list[Event] = []
+    to_s: list[Event] = []
+    got: list[int] = []
+    ready = 0  # delivered, not yet consumed
+    cancel = data.draw(st.sampled_from([None, "sender", "receiver"]))
+    cancel_at = data.draw(st.integers(0, 3 * nseg + 3))
+
+    def feed_r(ev: Event) -> None:
+        nonlocal ready
+        try:
+            acts = r.handle(ev)
+        except ProtocolError:
+            assert r.ended  # late after a give-up, never a legal exchange
+            return
+        for a in acts:
+            if isinstance(a, Deliver):
+                got.append(a.data)
+                ready += 1
+            elif isinstance(a, SendDone):
+                to_s.append(Done(a.error))
+
+    def feed_s(ev: Event) -> None:
+        try:
+            acts = s.handle(ev)
+        except ProtocolError:
+            assert s.ended
+            return
+        for a in acts:
+            if isinstance(a, EmitSegment):
+                to_r.append(Segment(a.segno, a.segno, 1))
+            elif isinstance(a, EmitEnd):
+                to_r.append(End(a.nseg, a.nbytes))
+            elif isinstance(a, EmitAbort):
+                to_r.append(Abort(a.why))
+
+    for step in range(20 * (nseg + 2)):
+        if cancel and step == cancel_at:
+            if cancel == "sender" and not s.ended:
+                feed_s(Cancel("cancelled"))
+            elif cancel == "receiver" and not r.ended:
+                feed_r(Close("closed"))
+        moves = []
+        if not s.ended and s.state is StreamState.OPEN and s.can_send:
+            moves.append("send")
+        if to_r:
+            moves.append("to_r")
+        if to_s:
+            moves.append("to_s")
+        if ready:
+            moves.append("consume")
+        if not moves:
+            break
+        move = data.draw(st.sampled_from(moves))
+        if move == "send":
+            feed_s(SendSegment(1) if s.segno < nseg else End())
+        elif move == "to_r":
+            feed_r(to_r.pop(data.draw(st.integers(0, len(to_r) - 1))))  # any order
+        elif move == "to_s":
+            feed_s(to_s.pop(0))  # the control channel keeps its order
+        else:
+            ready -= 1
+            try:
+                for a in r.handle(Consumed()):
+                    if isinstance(a, SendCredit):
+                        to_s.append(Credit(a.n))
+            except ProtocolError:
+                pytest.fail("Consumed is always accepted")
+    assert s.ended and r.ended
+    assert got == list(range(len(got)))
+    if s.state is StreamState.DONE:
+        assert r.state is StreamState.DONE and got == list(range(nseg))
+    if cancel is None:
+        assert s.state is StreamState.DONE
+    elif r.state is StreamState.BROKEN:
+        assert s.state in (StreamState.BROKEN, StreamState.ABORTED)
+
+
+# ------------------------------------------------ the OPEN of a short stream
+def test_open_meta_round_trip_carries_short_stream_data() -> None:
+    from aiopdbp.streams import StreamMeta
+    from aiopdbp.streamtable import pack_meta, unpack_meta
+    meta = unpack_meta(pack_meta(StreamMeta("bytes", 5, com=3), memoryview(b"hello")))
+    assert (meta.kind, meta.nbytes, meta.com, meta.extra) == ("bytes", 5, 3, {"eager": b"hello"})
+
+
+def test_open_meta_carrying_part_of_the_stream_is_protocol_error() -> None:
+    from aiopdbp.streams import StreamMeta
+    from aiopdbp.streamtable import pack_meta, unpack_meta
+    with pytest.raises(ProtocolError, match="not its whole data"):
+        unpack_meta(pack_meta(StreamMeta("bytes", 9), b"hello"))
