@@ -29,7 +29,10 @@ rank's failure (it carries ``origin_rank``; for an exception group, every
 leaf that is not a cancellation does) is a *consequence*: the rank prints
 nothing while it waits (at most :data:`CONSEQUENCE_GRACE`) for that rank's
 report, then the one line that names the rank, the GP and the error where
-the failure started -- never a traceback or advice of its own.  Only if that
+the failure started -- never a traceback or advice of its own.  The failing
+rank tells the others :data:`TELL_DELAY` after its traceback (hydra forwards
+each rank's output on its own); each prints its line before acknowledging,
+and the failing rank exits once all have (hydra then ends the rest).  Only if that
 rank reports nothing in time (it caught its error and went on) is the
 consequence reported as this rank's own failure.
 
@@ -76,8 +79,10 @@ _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_R
 LAUNCHER_ENV = "AIOPDBP_LAUNCHER"
 #: how long a failing rank waits for the peers to acknowledge its failure
 ACK_GRACE = 1.0
-#: how long after a peer's failure notice a rank prints its one line about it
-PEER_LINE_DELAY = 0.3
+#: how long a failing rank waits between printing its traceback and telling
+#: the others (who then print their line): hydra forwards each rank's pipe on
+#: its own, and the traceback must come first in the merged output
+TELL_DELAY = 0.2
 #: how long a rank whose error came from a peer waits for that peer's report
 #: (the peer reports when its error leaves its node block, after its GPs and
 #: tasks have unwound); the job still ends within 10 s when it never comes
@@ -215,9 +220,8 @@ class Job:
         self._stopped: asyncio.Event | None = None     # created in the loop
         self._signals = 0
         self._gp_failures: list[tuple[BaseException, str]] = []   # (exception, GP name)
-        self._stop_at = 0.0                                       # when self.stop was set
-        self._told_at = 0.0                                       # when we told of our failure
         self._line_said = False
+        self._line_lock = threading.Lock()
 
     @property
     def under_mpi(self) -> bool:
@@ -245,9 +249,11 @@ class Job:
         if self.stop is not None:
             return
         self.stop = stop
-        self._stop_at = time.monotonic()
-        if stop.kind is StopKind.PEER_FAILED and stop.rank != self.rank and self._loop is not None:
-            self._loop.call_later(PEER_LINE_DELAY, self._peer_line)
+        if stop.kind is StopKind.PEER_FAILED and stop.rank != self.rank:
+            # at once, before the notice is acknowledged: the failing rank
+            # exits when every rank has acknowledged, and hydra then kills
+            # the ranks left
+            self._peer_line()
         if tell and stop.rank == self.rank:
             for peer in list(self._peers):
                 peer.tell_peers(stop)
@@ -314,9 +320,9 @@ class Job:
                 self.reported = exc
                 return
         self.report(exc)
+        await asyncio.sleep(TELL_DELAY)   # the traceback is forwarded before any peer's line
         stop = self.describe_failure(exc)
         peers = list(self._peers) if peer is None else [peer]
-        self._told_at = time.monotonic()
         for p in peers:
             p.tell_peers(stop)
         acked = True
@@ -346,12 +352,11 @@ class Job:
     def _peer_line(self) -> None:
         """The one line a rank prints about another rank's failure, naming
         where it started (under a plain mpiexec each rank's output is read
-        among the others').  It comes :data:`PEER_LINE_DELAY` after the
-        notice so that hydra, which forwards each rank's pipe on its own,
-        shows the failing rank's traceback first."""
-        if self._line_said or self.stop is None:
-            return
-        self._line_said = True
+        among the others')."""
+        with self._line_lock:
+            if self._line_said or self.stop is None:
+                return
+            self._line_said = True
         self._say(f"aiopdbp: {self.stop.describe()}")
 
     def _say(self, line: str) -> None:
@@ -383,7 +388,6 @@ class Job:
                 self._say(f"aiopdbp: rank {self.rank}: {stop.describe()}")
                 _abort(1)
             elif stop.rank != self.rank:
-                time.sleep(max(0.0, self._stop_at + PEER_LINE_DELAY - time.monotonic()))
                 self._peer_line()
             _hard_exit(stop.exit_code)
         if exc is None or isinstance(exc, (SystemExit, GeneratorExit)):
@@ -393,9 +397,10 @@ class Job:
             _abort(1)
         if self.consequence or self.acked:
             if self.acked:
-                # the peers print their line PEER_LINE_DELAY after our notice;
-                # hydra kills them as soon as this rank exits non-zero
-                time.sleep(max(0.0, self._told_at + PEER_LINE_DELAY + 0.3 - time.monotonic()))
+                # every peer printed its line before it acknowledged; give
+                # hydra a moment to forward them (it kills the ranks left
+                # when this one exits)
+                time.sleep(ABORT_FLUSH_S)
             _hard_exit(1)
         _abort(1)
 

@@ -374,11 +374,19 @@ class Node:
         self.streams.abort_to(gp.pid, why)
         self.router.forget_pipe(pipe)
         self.pps.release(pipe)
-        if not self._closed:
+        if self._closed:
+            return
+        if reason is not None:
+            # A GP leaving with an exception does not wait for rank 0: its
+            # loop may be blocked (a raw MPI call), and this rank must go on
+            # to report the failure.  Rank 0 gets the request in order.
+            self.commit_nowait("pipe_release", gp.pid)
+        else:
             await self.commit("pipe_release", gp.pid)
 
-    async def free(self, gp: GP) -> None:
-        """Unregister ``gp`` (use :meth:`GP.free`).
+    async def free(self, gp: GP, *, wait: bool = True) -> None:
+        """Unregister ``gp`` (use :meth:`GP.free`); ``wait=False``: ask for
+        the table update without waiting for it (a GP leaving with an error).
 
         Cancellation: this host forgets ``gp`` before the first suspension; the
         table update that frees its name everywhere may still be on its way.
@@ -386,7 +394,10 @@ class Node:
         self._gps.pop(gp.pid, None)
         self.devices.remove_sgp(gp.pid)
         if gp.pid in self.tables.pta and not self._closed:
-            await self.commit("proc_free", gp.pid)
+            if wait:
+                await self.commit("proc_free", gp.pid)
+            else:
+                self.commit_nowait("proc_free", gp.pid)
 
     def _drop_gp(self, gp: GP) -> None:
         """Free a GP synchronously (node shutdown)."""

@@ -25,6 +25,7 @@ release + free on exit.  NGP (``PType.CPU``) and SGP (``PType.GPU``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pickle
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -42,7 +43,10 @@ from .tables import PType
 if TYPE_CHECKING:
     from .node import Node
 
-__all__ = ["GP", "Message", "snapshot"]
+__all__ = ["GP", "Message", "snapshot", "FAILED_CLOSE_TIMEOUT"]
+
+#: how long a GP leaving with an exception tries to close what it owns
+FAILED_CLOSE_TIMEOUT = 1.0
 
 
 def snapshot(data: Any, allow_pickle: bool, shared: bool) -> Any:
@@ -189,7 +193,11 @@ class GP:
         """Unregister the GP (prcsFree); releases its pipe first, then closes
         what it still owns (a :class:`~aiopdbp.sync.Barrier` or
         :class:`~aiopdbp.sync.Neighbours` not closed: see :meth:`own`).
-        Idempotent.
+        Idempotent.  With ``reason`` (the GP leaves with an exception) it
+        waits for nobody: the table updates are sent without waiting for
+        rank 0, and closing what it owns is bounded by
+        :data:`FAILED_CLOSE_TIMEOUT` -- the failure must be reported even
+        when a peer's event loop is blocked.
 
         Cancellation: as for ``release_pipe``; a cancelled close of what it
         owns still frees the GP.
@@ -198,10 +206,15 @@ class GP:
             return
         await self.release_pipe(reason=reason)
         try:
-            await self.aclose_owned()
+            if reason is None:
+                await self.aclose_owned()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(FAILED_CLOSE_TIMEOUT):
+                        await self.aclose_owned()
         finally:
             self._freed = True
-            await self.node.free(self)
+            await self.node.free(self, wait=reason is None)
 
     def own(self, resource: Any) -> None:
         """Close ``resource`` (anything with an ``async aclose()``) when this

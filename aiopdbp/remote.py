@@ -614,7 +614,6 @@ class Remote:
             stop = Stop(StopKind.INTERRUPTED, msg.rank, msg.signal or 2, msg.message)
             exc = RankFailedError(f"rank {msg.rank} was interrupted", msg.rank)
         else:
-            self._control(src, StopAckMsg(self.rank))
             stop = Stop(StopKind.PEER_FAILED, msg.rank, 0, msg.message, msg.gp)
             exc = RankFailedError(stop.describe(), msg.rank)
         self.peer_stop = stop
@@ -622,7 +621,10 @@ class Remote:
         self.fail_host(src, exc)
         job = current_job()
         if job is not None:
-            job.request_stop(stop, tell=False)
+            job.request_stop(stop, tell=False)   # prints this rank's line about it
+        if msg.kind != "interrupted":
+            # acknowledged after the line is out: the failing rank exits then
+            self._control(src, StopAckMsg(self.rank))
 
     def _stop_waiting(self, exc: BaseException) -> None:
         """The job stops: no table request will be answered any more."""
