@@ -515,6 +515,29 @@ def _launch_doc() -> str:
             "  --emulate --cleanup removes leftovers of jobs whose owner died.")
 
 
+def _unrunnable(argv: Sequence[str]) -> str | None:
+    """Why python could not start ``argv`` (a missing script, an unknown
+    ``-m`` module), or None.  Other leading python options are not checked."""
+    if argv[0] == "-m":
+        if len(argv) < 2:
+            return "-m needs a module name"
+        import importlib.util
+
+        sys.path.insert(0, os.getcwd())   # as `python -m` does in each rank
+        try:
+            spec = importlib.util.find_spec(argv[1])
+        except (ImportError, ValueError) as exc:
+            return f"no module named {argv[1]!r} ({exc})"
+        finally:
+            sys.path.pop(0)
+        return None if spec is not None else f"no module named {argv[1]!r}"
+    if argv[0].startswith("-"):
+        return None
+    if not os.path.exists(argv[0]):
+        return f"can't open file {argv[0]!r}: no such file"
+    return None
+
+
 def cmd_launch(tokens: Sequence[str]) -> int:
     if set(tokens) == {"--emulate", "--cleanup"}:
         from .emulate import cleanup_main
@@ -528,6 +551,10 @@ def cmd_launch(tokens: Sequence[str]) -> int:
     if parsed is None:
         return 0
     n, tcp, argv, emulate = parsed
+    problem = _unrunnable(argv)
+    if problem:   # once here, instead of once per rank from each rank's python
+        print(f"aiopdbp launch: error: {problem} (no rank was started)", file=sys.stderr)
+        return 2
     from .launch import launch, reporting_failures
 
     return reporting_failures("aiopdbp launch", lambda: launch(n, argv, tcp=tcp, emulate=emulate))

@@ -188,7 +188,7 @@ CONTROL_SCHEMAS: dict[MsgType, dict[str, type | tuple[type, ...]]] = {
     MsgType.TABLE: {"seq": int, "op": str, "args": list},
     MsgType.CREDIT: {"grants": list},  # [pid, bytes] pairs
     MsgType.BYE: {"sent": int},
-    MsgType.ERROR: {"kind": str, "rank": int, "signal": int, "message": str},
+    MsgType.ERROR: {"kind": str, "rank": int, "signal": int, "message": str, "gp": str},
     MsgType.STREAM_DONE: {"node": int, "sno": int, "ok": bool, "error": str},
     MsgType.STREAM_CREDIT: {"node": int, "sno": int, "segments": int},
     MsgType.STOP_ACK: {"rank": int},

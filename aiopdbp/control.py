@@ -390,7 +390,8 @@ class ByeMsg(CtrlMsg):
 @_register
 @dataclasses.dataclass(frozen=True, slots=True)
 class StopMsg(CtrlMsg):
-    """Rank ``rank`` stops the job: ``kind`` "failed" or "interrupted"."""
+    """Rank ``rank`` stops the job: ``kind`` "failed" or "interrupted";
+    ``gp`` names the GP a failure left ("" when not known)."""
 
     TYPE: ClassVar[MsgType] = MsgType.ERROR
     HANDLER: ClassVar[str] = "on_stop"
@@ -398,12 +399,13 @@ class StopMsg(CtrlMsg):
     rank: int
     signal: int
     message: str
+    gp: str = ""
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
         if body["kind"] not in ("failed", "interrupted"):
             raise ProtocolError(f"unknown stop kind {body['kind']!r}")
-        return cls(body["kind"], body["rank"], body["signal"], body["message"])
+        return cls(body["kind"], body["rank"], body["signal"], body["message"], body["gp"])
 
 
 @_register

@@ -32,18 +32,29 @@ class UnknownProcessError(PDBPError, LookupError):
     """A generalized process name that is registered on no host.
 
     ``waited`` is how long the caller waited for the name (see the name rule
-    in the README); the message says how to wait longer.
+    in the README); the message says how to wait longer.  ``suggestions``
+    are registered names close to it ("did you mean"); ``freed_on`` is the
+    rank of a GP of that name that was registered and freed since (then
+    ``origin_rank`` is that rank when it is another one).
     """
 
-    def __init__(self, name: str, waited: float | None = None) -> None:
-        if waited is None:
+    def __init__(self, name: str, waited: float | None = None, *,
+                 suggestions: tuple[str, ...] = (), freed_on: int | None = None) -> None:
+        if freed_on is not None:
+            msg = (f"the generalized process named {name!r} (on rank {freed_on}) was freed: it left its "
+                   "`async with node.process()` block, failed, or called free()")
+        elif waited is None:
             msg = f"no generalized process named {name!r} is registered"
         else:
             msg = (f"no generalized process named {name!r} was registered within {waited:g} s "
                    "(wait longer with timeout=... or open_node(name_timeout=...))")
+        if suggestions:
+            msg += "; did you mean " + " or ".join(repr(s) for s in suggestions) + "?"
         super().__init__(msg)
         self.name = name
         self.waited = waited
+        self.suggestions = suggestions
+        self.freed_on = freed_on
 
 
 class DuplicateProcessError(PDBPError, ValueError):

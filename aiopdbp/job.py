@@ -21,10 +21,20 @@ interpreter's exit.  A second SIGINT exits at once.
 *Failing.*  When an exception leaves a node's ``async with`` block under MPI,
 the node calls :meth:`Job.fail` *before* it closes anything: the rank prints
 its complete traceback (first, so it precedes every consequence on the
-peers), removes its shared-memory segments, then the node tells the peers.
-An exception that merely reflects another rank's failure (it carries
-``origin_rank``, or a peer already reported a failure) is a *consequence*:
-the rank prints one line instead of a traceback.
+peers) and the line "rank r (GP g) failed: KeyError: ...", removes its
+shared-memory segments, then the node tells the peers.  The GP is known
+because a GP block that an exception leaves notes it
+(:meth:`Job.note_gp_failure`).  An exception that merely reflects another
+rank's failure (it carries ``origin_rank``; for an exception group, every
+leaf that is not a cancellation does) is a *consequence*: the rank prints
+nothing while it waits (at most :data:`CONSEQUENCE_GRACE`) for that rank's
+report, then the one line that names the rank, the GP and the error where
+the failure started -- never a traceback or advice of its own.  The failing
+rank tells the others :data:`TELL_DELAY` after its traceback (hydra forwards
+each rank's output on its own); each prints its line before acknowledging,
+and the failing rank exits once all have (hydra then ends the rest).  Only if that
+rank reports nothing in time (it caught its error and went on) is the
+consequence reported as this rank's own failure.
 
 *Exiting.*  Under MPI a rank that stopped or failed never calls
 ``MPI_Finalize`` (the peers may not be there to match it): it flushes its
@@ -59,7 +69,8 @@ from typing import Any, NoReturn, Protocol, TextIO, TypeVar
 T = TypeVar("T")
 
 __all__ = ["Job", "Stop", "StopKind", "run", "current_job", "env_rank", "env_size",
-           "unlink_own_shm", "own_shm", "record_own_shm", "consequence_of"]
+           "unlink_own_shm", "own_shm", "record_own_shm", "consequence_of", "leaves", "root_cause",
+           "summary", "where"]
 
 #: environment variables that MPI launchers set to this process's rank
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK",
@@ -68,8 +79,14 @@ _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_R
 LAUNCHER_ENV = "AIOPDBP_LAUNCHER"
 #: how long a failing rank waits for the peers to acknowledge its failure
 ACK_GRACE = 1.0
+#: how long a failing rank waits between printing its traceback and telling
+#: the others (who then print their line): hydra forwards each rank's pipe on
+#: its own, and the traceback must come first in the merged output
+TELL_DELAY = 0.2
 #: how long a rank whose error came from a peer waits for that peer's report
-CONSEQUENCE_GRACE = 3.0
+#: (the peer reports when its error leaves its node block, after its GPs and
+#: tasks have unwound); the job still ends within 10 s when it never comes
+CONSEQUENCE_GRACE = 5.0
 
 
 def env_rank() -> int:
@@ -107,17 +124,23 @@ class Stop:
     rank: int
     signal: int = 0
     message: str = ""
+    gp: str = ""          # the GP the failure left, when known
 
     def describe(self) -> str:
         if self.kind is StopKind.INTERRUPTED:
             return f"interrupted by {signal.Signals(self.signal).name} (on rank {self.rank})"
         if self.kind is StopKind.HOST_LOST:
             return f"{self.message}; aborting the job"
-        return f"rank {self.rank} failed: {self.message}"
+        return f"{where(self.rank, self.gp)} failed: {self.message}"
 
     @property
     def exit_code(self) -> int:
         return 128 + self.signal if self.kind is StopKind.INTERRUPTED else 1
+
+
+def where(rank: int, gp: str = "") -> str:
+    """``rank 1 (GP g1)``, or ``rank 1`` when the GP is not known."""
+    return f"rank {rank} (GP {gp})" if gp else f"rank {rank}"
 
 
 class Peer(Protocol):
@@ -128,9 +151,14 @@ class Peer(Protocol):
     async def wait_acks(self, timeout: float) -> bool: ...
 
 
-def consequence_of(exc: BaseException) -> int | None:
-    """The rank an error came from, when it only reflects another rank's
-    failure or action (``origin_rank`` set by the remote layer), else None."""
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions of an exception group, recursively (``[exc]`` else)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in leaves(sub)]
+    return [exc]
+
+
+def _origin(exc: BaseException) -> int | None:
     seen: set[int] = set()
     e: BaseException | None = exc
     while e is not None and id(e) not in seen:
@@ -140,6 +168,39 @@ def consequence_of(exc: BaseException) -> int | None:
             return origin
         e = e.__cause__ or e.__context__
     return None
+
+
+def consequence_of(exc: BaseException, rank: int | None = None) -> int | None:
+    """The rank an error came from, when it only reflects another rank's
+    failure or action (``origin_rank`` set by the remote layer), else None.
+
+    An exception group (a ``TaskGroup``'s) is a consequence when every leaf
+    that is not a cancellation is one; ``rank`` (this rank) does not count
+    as another rank."""
+    origin: int | None = None
+    for leaf in leaves(exc):
+        if isinstance(leaf, asyncio.CancelledError):
+            continue
+        o = _origin(leaf)
+        if o is None or o == rank:
+            return None
+        if origin is None:
+            origin = o
+    return origin
+
+
+def root_cause(exc: BaseException, rank: int | None = None) -> BaseException:
+    """The exception that started a failure: the first leaf of a group that
+    is neither a cancellation nor a consequence of another rank."""
+    found = [leaf for leaf in leaves(exc) if not isinstance(leaf, asyncio.CancelledError)]
+    own = [leaf for leaf in found if _origin(leaf) in (None, rank)]
+    return (own or found or [exc])[0]
+
+
+def summary(exc: BaseException) -> str:
+    """``KeyError: 'missing'``: an exception in one line."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 # ------------------------------------------------------------------ the job
@@ -158,6 +219,9 @@ class Job:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped: asyncio.Event | None = None     # created in the loop
         self._signals = 0
+        self._gp_failures: list[tuple[BaseException, str]] = []   # (exception, GP name)
+        self._line_said = False
+        self._line_lock = threading.Lock()
 
     @property
     def under_mpi(self) -> bool:
@@ -185,6 +249,11 @@ class Job:
         if self.stop is not None:
             return
         self.stop = stop
+        if stop.kind is StopKind.PEER_FAILED and stop.rank != self.rank:
+            # at once, before the notice is acknowledged: the failing rank
+            # exits when every rank has acknowledged, and hydra then kills
+            # the ranks left
+            self._peer_line()
         if tell and stop.rank == self.rank:
             for peer in list(self._peers):
                 peer.tell_peers(stop)
@@ -205,23 +274,44 @@ class Job:
         loop.call_soon_threadsafe(self.request_stop, stop)
 
     # -- failing --------------------------------------------------------------
+    def note_gp_failure(self, exc: BaseException, gp: str) -> None:
+        """An exception left GP ``gp``'s block: if it fails the job, the
+        report names the GP.  Cancellations and consequences are not noted."""
+        if consequence_of(exc, self.rank) is not None:
+            return
+        if all(isinstance(leaf, asyncio.CancelledError) for leaf in leaves(exc)):
+            return
+        self._gp_failures.append((root_cause(exc, self.rank), gp))
+        del self._gp_failures[:-16]   # a program that catches and goes on
+
+    def _gp_of(self, cause: BaseException) -> str:
+        for noted, gp in reversed(self._gp_failures):
+            if noted is cause:
+                return gp
+        return ""
+
+    def describe_failure(self, exc: BaseException) -> Stop:
+        """The stop a failure with ``exc`` makes: its root cause, its GP."""
+        cause = root_cause(exc, self.rank)
+        return Stop(StopKind.PEER_FAILED, self.rank, 0, summary(cause), self._gp_of(cause))
+
     async def fail(self, exc: BaseException, peer: Peer | None = None) -> None:
         """An exception leaves a node block: report it before anything closes.
 
-        Prints the rank's complete traceback (or, for an error that only
-        reflects a peer's failure, one line), removes this rank's
-        shared-memory segments, and tells the other ranks.
+        Prints the rank's complete traceback, removes this rank's
+        shared-memory segments, and tells the other ranks.  An error that
+        only reflects a peer's failure prints nothing: the rank waits for
+        that peer's report (its notice stops this rank, which then prints
+        one line naming the peer, see :meth:`finish`).
 
         Cancellation: the waits are bounded; a cancelled call has reported.
         """
         if self.reported is exc or self.stop is not None:
             return
-        origin = consequence_of(exc)
-        if origin is not None and origin != self.rank:
+        origin = consequence_of(exc, self.rank)
+        if origin is not None:
             # Give the rank the error came from time to report first; its
             # FAILED notice makes this rank stop quietly.
-            self._say(f"aiopdbp: rank {self.rank}: {type(exc).__name__}: {exc} "
-                      f"(a consequence of rank {origin}; waiting for its report)")
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(CONSEQUENCE_GRACE):
                     await self._wait_stop()
@@ -230,7 +320,8 @@ class Job:
                 self.reported = exc
                 return
         self.report(exc)
-        stop = Stop(StopKind.PEER_FAILED, self.rank, 0, f"{type(exc).__name__}: {exc}")
+        await asyncio.sleep(TELL_DELAY)   # the traceback is forwarded before any peer's line
+        stop = self.describe_failure(exc)
         peers = list(self._peers) if peer is None else [peer]
         for p in peers:
             p.tell_peers(stop)
@@ -253,9 +344,20 @@ class Job:
         self.reported = exc
         unlink_own_shm()
         text = "".join(traceback.format_exception(exc))
-        sys.stderr.write(f"{text}aiopdbp: rank {self.rank} failed; stopping the job\n"
-                         if self.under_mpi else text)
+        if self.under_mpi:
+            text += f"aiopdbp: {self.describe_failure(exc).describe()}; stopping the job\n"
+        sys.stderr.write(text)
         sys.stderr.flush()
+
+    def _peer_line(self) -> None:
+        """The one line a rank prints about another rank's failure, naming
+        where it started (under a plain mpiexec each rank's output is read
+        among the others')."""
+        with self._line_lock:
+            if self._line_said or self.stop is None:
+                return
+            self._line_said = True
+        self._say(f"aiopdbp: {self.stop.describe()}")
 
     def _say(self, line: str) -> None:
         sys.stderr.write(line + "\n")
@@ -285,6 +387,8 @@ class Job:
                 # the lost host cannot hear us: only MPI_Abort ends its rank
                 self._say(f"aiopdbp: rank {self.rank}: {stop.describe()}")
                 _abort(1)
+            elif stop.rank != self.rank:
+                self._peer_line()
             _hard_exit(stop.exit_code)
         if exc is None or isinstance(exc, (SystemExit, GeneratorExit)):
             return
@@ -292,6 +396,11 @@ class Job:
             self.report(exc)    # raised outside any node: the peers do not know
             _abort(1)
         if self.consequence or self.acked:
+            if self.acked:
+                # every peer printed its line before it acknowledged; give
+                # hydra a moment to forward them (it kills the ranks left
+                # when this one exits)
+                time.sleep(ABORT_FLUSH_S)
             _hard_exit(1)
         _abort(1)
 

@@ -41,7 +41,7 @@ from typing import Any
 from .device.backend import DeviceBackend
 from .devicepath import DeviceConfig, DevicePath
 from .errors import ClosedResourceError
-from .job import current_job
+from .job import current_job, root_cause, summary
 from .job import run as run
 from .manager import PipeManager
 from .pipes import PipePool
@@ -200,6 +200,9 @@ class Node:
         self.stall.stop()
         try:
             if self._started and graceful:
+                # what the program left open (a Barrier of a GP not freed)
+                # closes while the peers can still hear it
+                await asyncio.gather(*(gp.aclose_owned() for gp in list(self._gps.values())))
                 await self.manager.drain()
                 if self._remote is not None:
                     await self._remote.close()
@@ -332,6 +335,9 @@ class Node:
             yield gp
         except BaseException as exc:
             failure = exc
+            job = current_job()
+            if job is not None:
+                job.note_gp_failure(exc, name)   # a failure report names the GP
             raise
         finally:
             await gp.free(reason=failure)
@@ -364,15 +370,23 @@ class Node:
             return
         gp.bound(None)
         why = (f"GP {gp.name!r} on rank {self.rank} released its pipe" if reason is None else
-               f"GP {gp.name!r} on rank {self.rank} left with {type(reason).__name__}: {reason}")
+               f"GP {gp.name!r} on rank {self.rank} left with {summary(root_cause(reason, self.rank))}")
         self.streams.abort_to(gp.pid, why)
         self.router.forget_pipe(pipe)
         self.pps.release(pipe)
-        if not self._closed:
+        if self._closed:
+            return
+        if reason is not None:
+            # A GP leaving with an exception does not wait for rank 0: its
+            # loop may be blocked (a raw MPI call), and this rank must go on
+            # to report the failure.  Rank 0 gets the request in order.
+            self.commit_nowait("pipe_release", gp.pid)
+        else:
             await self.commit("pipe_release", gp.pid)
 
-    async def free(self, gp: GP) -> None:
-        """Unregister ``gp`` (use :meth:`GP.free`).
+    async def free(self, gp: GP, *, wait: bool = True) -> None:
+        """Unregister ``gp`` (use :meth:`GP.free`); ``wait=False``: ask for
+        the table update without waiting for it (a GP leaving with an error).
 
         Cancellation: this host forgets ``gp`` before the first suspension; the
         table update that frees its name everywhere may still be on its way.
@@ -380,7 +394,10 @@ class Node:
         self._gps.pop(gp.pid, None)
         self.devices.remove_sgp(gp.pid)
         if gp.pid in self.tables.pta and not self._closed:
-            await self.commit("proc_free", gp.pid)
+            if wait:
+                await self.commit("proc_free", gp.pid)
+            else:
+                self.commit_nowait("proc_free", gp.pid)
 
     def _drop_gp(self, gp: GP) -> None:
         """Free a GP synchronously (node shutdown)."""

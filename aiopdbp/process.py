@@ -25,6 +25,7 @@ release + free on exit.  NGP (``PType.CPU``) and SGP (``PType.GPU``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pickle
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,7 @@ import numpy as np
 
 from .codec import CDU, Kind
 from .device.backend import is_device_array
-from .errors import ClosedResourceError, NoPipeError, WouldBlock
+from .errors import ClosedResourceError, NoPipeError, PDBPError, WouldBlock
 from .message import CREDIT_OVERHEAD, Message, credit_cost
 from .pipes import Pipe
 from .streams import DEFAULT_SEGMENT, IncomingStream, send_stream
@@ -42,7 +43,10 @@ from .tables import PType
 if TYPE_CHECKING:
     from .node import Node
 
-__all__ = ["GP", "Message", "snapshot"]
+__all__ = ["GP", "Message", "snapshot", "FAILED_CLOSE_TIMEOUT"]
+
+#: how long a GP leaving with an exception tries to close what it owns
+FAILED_CLOSE_TIMEOUT = 1.0
 
 
 def snapshot(data: Any, allow_pickle: bool, shared: bool) -> Any:
@@ -130,6 +134,7 @@ class GP:
         self.ptype = ptype
         self._pipe: Pipe[Any] | None = None
         self._freed = False
+        self._owned: list[Any] = []       # closed when the GP is freed (own())
         #: taken from the pipe, then a wait for its sender's name was cancelled
         self._unnamed: Message | IncomingStream | None = None
         # hot-path aliases: a send is a few dict lookups and one call
@@ -185,21 +190,76 @@ class GP:
             await self.node.release_pipe(self, reason)
 
     async def free(self, *, reason: BaseException | None = None) -> None:
-        """Unregister the GP (prcsFree); releases its pipe first.  Idempotent.
+        """Unregister the GP (prcsFree); releases its pipe first, then closes
+        what it still owns (a :class:`~aiopdbp.sync.Barrier` or
+        :class:`~aiopdbp.sync.Neighbours` not closed: see :meth:`own`).
+        Idempotent.  With ``reason`` (the GP leaves with an exception) it
+        waits for nobody: the table updates are sent without waiting for
+        rank 0, and closing what it owns is bounded by
+        :data:`FAILED_CLOSE_TIMEOUT` -- the failure must be reported even
+        when a peer's event loop is blocked.
 
-        Cancellation: as for ``release_pipe``.
+        Cancellation: as for ``release_pipe``; a cancelled close of what it
+        owns still frees the GP.
         """
         if self._freed:
             return
         await self.release_pipe(reason=reason)
-        self._freed = True
-        await self.node.free(self)
+        try:
+            if reason is None:
+                await self.aclose_owned()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(FAILED_CLOSE_TIMEOUT):
+                        await self.aclose_owned()
+        finally:
+            self._freed = True
+            await self.node.free(self, wait=reason is None)
+
+    def own(self, resource: Any) -> None:
+        """Close ``resource`` (anything with an ``async aclose()``) when this
+        GP is freed, if it is still open then: a program that returns
+        without closing its Barrier still ends cleanly.  Barriers and
+        Neighbours call this when they open; ``resource.aclose()`` must be
+        idempotent and call :meth:`disown`."""
+        if resource not in self._owned:
+            self._owned.append(resource)
+
+    def disown(self, resource: Any) -> None:
+        """``resource`` was closed by its user: the GP no longer closes it."""
+        if resource in self._owned:
+            self._owned.remove(resource)
+
+    async def aclose_owned(self) -> None:
+        """Close everything this GP still owns, concurrently (a barrier's
+        close waits for its peers' closes).  Errors of peers that went away
+        meanwhile (:class:`~aiopdbp.errors.PDBPError`) are ignored: this is
+        cleanup, the GP is leaving anyway.
+
+        Cancellation: the closes are cancelled; what they hold is freed when
+        the node closes.
+        """
+        owned, self._owned = self._owned[::-1], []
+        if not owned:
+            return
+        results = await asyncio.gather(*(r.aclose() for r in owned), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, PDBPError):
+                raise r
 
     async def __aenter__(self) -> GP:
+        """``async with gp``: apply a pipe on entry.
+
+        Cancellation: as for :meth:`apply_pipe`.
+        """
         await self.apply_pipe()
         return self
 
     async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        """Free the GP on exit (:meth:`free`), whatever the exit.
+
+        Cancellation: as for :meth:`free`.
+        """
         await self.free(reason=exc)
 
     # -- CPI: sending -----------------------------------------------------------

@@ -370,8 +370,12 @@ class Remote:
         self._seq = msg.seq
         try:
             self.tables.apply(msg.op, msg.args)
-        except PDBPError as exc:  # cannot happen if every host applies the same order
-            log.critical("replica diverged applying %s: %s", msg, exc)
+        except PDBPError as exc:
+            if self._closing or self._stopping:
+                # tearing down, this host applied its own releases alone
+                log.debug("table update %s after local teardown: %s", msg, exc)
+            else:  # cannot happen if every host applies the same order
+                log.critical("replica diverged applying %s: %s", msg, exc)
 
     def on_ar(self, src: int, msg: ARMsg) -> None:
         if msg.req in self._cancelled:
@@ -589,7 +593,7 @@ class Remote:
         self._stop_waiting(RankFailedError(f"the job is stopping ({stop.describe()})", stop.rank))
         if failed:
             self._acks = set()
-        msg = StopMsg("failed" if failed else "interrupted", stop.rank, stop.signal, stop.message)
+        msg = StopMsg("failed" if failed else "interrupted", stop.rank, stop.signal, stop.message, stop.gp)
         for h in range(self.size):
             if h != self.rank:
                 self._control(h, msg)
@@ -610,15 +614,17 @@ class Remote:
             stop = Stop(StopKind.INTERRUPTED, msg.rank, msg.signal or 2, msg.message)
             exc = RankFailedError(f"rank {msg.rank} was interrupted", msg.rank)
         else:
-            self._control(src, StopAckMsg(self.rank))
-            stop = Stop(StopKind.PEER_FAILED, msg.rank, 0, msg.message)
-            exc = RankFailedError(f"rank {msg.rank} failed: {msg.message}", msg.rank)
+            stop = Stop(StopKind.PEER_FAILED, msg.rank, 0, msg.message, msg.gp)
+            exc = RankFailedError(stop.describe(), msg.rank)
         self.peer_stop = stop
         self._stop_waiting(exc)
         self.fail_host(src, exc)
         job = current_job()
         if job is not None:
-            job.request_stop(stop, tell=False)
+            job.request_stop(stop, tell=False)   # prints this rank's line about it
+        if msg.kind != "interrupted":
+            # acknowledged after the line is out: the failing rank exits then
+            self._control(src, StopAckMsg(self.rank))
 
     def _stop_waiting(self, exc: BaseException) -> None:
         """The job stops: no table request will be answered any more."""

@@ -33,6 +33,7 @@ GP is gone, or after ``bind_timeout``.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -47,7 +48,11 @@ from .tables import Tables
 
 log = logging.getLogger("aiopdbp.router")
 
-__all__ = ["Router", "Target"]
+__all__ = ["Router", "Target", "NAME_HINT_AFTER"]
+
+#: after this long waiting for a name that is not registered, a close
+#: registered name is logged as a likely misspelling (the wait goes on)
+NAME_HINT_AFTER = 2.0
 
 
 
@@ -83,8 +88,10 @@ class Router:
         self.targets: dict[int, Target] = {}      # bound GPs: pid -> where their CDUs go
         self.pids = tables.by_name                 # name -> pid (hot path)
         self._names = tables.names
-        self._left: set[str] = set()              # names registered once and freed since
+        self._left: dict[str, int] = {}           # names registered once and freed since -> rank
+        self._home: dict[int, int] = {}           # pid -> the rank of its GP
         self._ever_bound: set[int] = set()
+        self._released: set[int] = set()          # GPs whose pipe was released (and not bound again)
         self._name_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._bind_waiters: dict[int, list[asyncio.Future[None]]] = {}
         self._pid_waiters: dict[int, list[asyncio.Future[None]]] = {}
@@ -105,7 +112,8 @@ class Router:
     def on_update(self, op: str, args: tuple[Any, ...], result: Any) -> None:
         """Follow the replicated tables (called by ``Tables.apply``)."""
         if op == "proc_reg":
-            self._left.discard(args[0])
+            self._left.pop(args[0], None)
+            self._home[result] = args[2]
             _wake(self._name_waiters.pop(args[0], ()))
             _wake(self._pid_waiters.pop(result, ()))
             if len(args) > 3 and args[3] is not None:
@@ -118,6 +126,7 @@ class Router:
             if entry is None:
                 return
             self._ever_bound.add(pid)
+            self._released.discard(pid)
             if entry.node == self.rank:
                 self.targets[pid] = self.pps.get(pipe_id)
             elif self.links is not None:
@@ -128,7 +137,11 @@ class Router:
         elif op in ("pipe_release", "proc_free"):
             pid = args[0]
             if op == "proc_free":
-                self._left.add(self.tables.name_of(pid))
+                self._left[self.tables.name_of(pid)] = self._home.pop(pid, -1)
+            if op == "pipe_release":
+                self._released.add(pid)     # "bind one first" would be wrong advice now
+            else:
+                self._released.discard(pid)
             self.targets.pop(pid, None)
             _wake(self._bind_waiters.pop(pid, ()))  # the waiter re-checks and fails clearly
             if pid in self._parked:
@@ -141,23 +154,45 @@ class Router:
         if pid is not None:
             return pid
         wait = self.name_timeout if timeout is None else timeout
-        if wait <= 0 or name in self._left:
-            raise UnknownProcessError(name)
+        home = self._left.get(name)
+        if home is not None:
+            exc = UnknownProcessError(name, freed_on=home)
+            if home not in (self.rank, -1):
+                exc.origin_rank = home   # under aiopdbp.run: a consequence of that rank
+            raise exc
+        if wait <= 0:
+            raise UnknownProcessError(name, suggestions=self.close_names(name))
         if self._closed is not None:
             raise ClosedResourceError(f"node {self.rank} is closed")
         fut = asyncio.get_running_loop().create_future()
         waiters = self._name_waiters.setdefault(name, [])
         waiters.append(fut)
+        hint = asyncio.get_running_loop().call_later(min(NAME_HINT_AFTER, wait / 2), self._hint, name, wait)
         try:
             await asyncio.wait_for(fut, wait)
         except TimeoutError:
-            raise UnknownProcessError(name, wait) from None
+            raise UnknownProcessError(name, wait, suggestions=self.close_names(name)) from None
         finally:
+            hint.cancel()
             if fut in waiters:
                 waiters.remove(fut)
             if not waiters:
                 self._name_waiters.pop(name, None)
         return self.tables.pid_of(name)
+
+    def close_names(self, name: str) -> tuple[str, ...]:
+        """Names close to ``name`` (a misspelling's "did you mean"): those
+        registered now, then those registered once and freed since."""
+        now = difflib.get_close_matches(name, list(self.pids), n=3, cutoff=0.6)
+        gone = difflib.get_close_matches(name, [n for n in self._left if n not in self.pids], n=3, cutoff=0.6)
+        return tuple((now + gone)[:3])
+
+    def _hint(self, name: str, wait: float) -> None:
+        # a misspelt name would otherwise wait out the name timeout silently
+        close = self.close_names(name)
+        if close and name not in self.pids:
+            log.warning("waiting up to %g s for a GP named %r to be registered; did you mean %s?",
+                        wait, name, " or ".join(repr(c) for c in close))
 
     async def source_name(self, pid: int) -> str:
         """The name of GP ``pid`` that sent something here: data can overtake
@@ -189,8 +224,16 @@ class Router:
         tgt = self.targets.get(pid)
         if tgt is not None:
             return tgt
-        name = self.tables.process(pid).name  # raises for a freed pid
-        raise NoPipeError(f"GP {name!r} has no private pipe bound (it must apply_pipe() first)")
+        entry = self.tables.process(pid)  # raises for a freed pid
+        if pid in self._released:
+            # it had one and gave it back: it left its block (or failed)
+            exc = NoPipeError(f"GP {entry.name!r} on rank {entry.node} released its pipe (it left its "
+                              "`async with node.process()` block, failed, or called release_pipe()): "
+                              "nothing more can be sent to it")
+            if entry.node != self.rank:
+                exc.origin_rank = entry.node   # under aiopdbp.run: a consequence of that rank
+            raise exc
+        raise NoPipeError(f"GP {entry.name!r} has no private pipe bound (it must apply_pipe() first)")
 
     async def target(self, pid: int, timeout: float | None) -> Target:
         """The target of GP ``pid``; with ``timeout``, wait that long for its

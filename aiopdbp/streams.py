@@ -72,17 +72,18 @@ class StreamMeta:
     """What the OPEN of a stream announces."""
 
     kind: str = "bytes"                    # "bytes" or "ndarray"
-    nbytes: int = -1                       # total bytes, -1 if unknown (iterable source)
+    nbytes: int | None = None              # total bytes; None: unknown (an iterable source)
     dtype: str = ""                        # numpy dtype str for ndarray streams
-    shape: tuple[int, ...] = ()            # full shape for ndarray streams (when known)
+    shape: tuple[int | None, ...] = ()     # ndarray streams: first axis None when unknown
     com: int = 0
     borrowed: bool = False                 # segments are views of sender memory that may change
     extra: dict[str, Any] = field(default_factory=dict)
     window: int = 0                        # remote sender's credit window (segments), 0: none
 
     def to_wire(self) -> dict[str, Any]:
-        d = {"kind": self.kind, "nbytes": self.nbytes, "dtype": self.dtype,
-             "shape": list(self.shape), "com": self.com, "window": self.window}
+        # on the wire an unknown size is -1 and an unknown length 0
+        d = {"kind": self.kind, "nbytes": -1 if self.nbytes is None else self.nbytes, "dtype": self.dtype,
+             "shape": [0 if x is None else x for x in self.shape], "com": self.com, "window": self.window}
         if self.extra:  # e.g. a device stream's staging header (aiopdbp.devicepath)
             d["extra"] = self.extra
         return d
@@ -92,9 +93,13 @@ class StreamMeta:
         extra = d.get("extra", {})
         if not isinstance(extra, dict):
             raise ValueError(f"stream meta extra is a {type(extra).__name__}, not a map")
-        return cls(str(d.get("kind", "bytes")), int(d.get("nbytes", -1)), str(d.get("dtype", "")),
-                   tuple(int(x) for x in d.get("shape", ())), int(d.get("com", 0)),
-                   extra=extra, window=int(d.get("window", 0)))
+        nbytes: int | None = int(d.get("nbytes", -1))
+        shape: tuple[int | None, ...] = tuple(int(x) for x in d.get("shape", ()))
+        if nbytes is not None and nbytes < 0:
+            nbytes = None
+            shape = (None, *shape[1:]) if shape else ()
+        return cls(str(d.get("kind", "bytes")), nbytes, str(d.get("dtype", "")), shape,
+                   int(d.get("com", 0)), extra=extra, window=int(d.get("window", 0)))
 
 
 # --------------------------------------------------------------------- cutting
@@ -261,6 +266,7 @@ class IncomingStream:
                 why = act.why  # type: ignore[attr-defined]
                 self._error = StreamError(f"stream {self.key} from {self.source!r} was aborted by its "
                                           f"sender{': ' + why if why else ''}")
+                self._error.origin_rank = self.key[0]   # the sender's rank (aiopdbp.job)
                 self._owner.incoming_closed(self, None, False)
                 raise self._error
 
@@ -325,7 +331,7 @@ class IncomingStream:
         broken (``aclose()`` it).
         """
         meta = self.meta
-        if meta.nbytes >= 0 and self._proto.next == len(self._ready):  # nothing read yet
+        if meta.nbytes is not None and self._proto.next == len(self._ready):  # nothing read yet
             # numpy's allocator asks the kernel for huge pages on big buffers,
             # which makes first-touch page faults several times cheaper.
             flat = _flat_bytes(out, meta.nbytes)
@@ -384,6 +390,19 @@ def _needs_pickle(dt: np.dtype[Any]) -> bool:
     return dt.hasobject or dt.fields is not None or dt.subdtype is not None or dt.itemsize == 0
 
 
+#: what send_stream takes, for its errors
+_ACCEPTED = ("give bytes, a bytearray or memoryview, a numpy array, or an ordered (async) iterable "
+             "(list, tuple, generator) of those, each item one chunk")
+#: iterables without an order: their chunks would arrive in no defined order
+_UNORDERED = (set, frozenset, dict)
+
+
+def _a(obj: Any) -> str:
+    """``a set`` / ``an int``: what the user passed, for an error message."""
+    name = type(obj).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
 def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
     """Describe chunk ``k`` of a stream, or refuse it (``TypeError`` /
     ``ValueError``) before anything of it is sent.
@@ -396,7 +415,8 @@ def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
     if isinstance(chunk, np.generic):
         chunk = np.asarray(chunk)
     if isinstance(chunk, str):
-        raise TypeError(f"chunk {k}: cannot stream a str; encode it to bytes first")
+        raise TypeError(f"a str cannot be streamed (chunk {k} of the stream): encode it to bytes "
+                        "first, e.g. text.encode()")
     if is_device_array(chunk):
         raise TypeError(f"chunk {k} is a device array: send_stream() takes a device array whole, "
                         "not inside an iterable (send each one with its own send_stream())")
@@ -411,8 +431,8 @@ def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
         try:
             mv = memoryview(chunk)
         except TypeError:
-            raise TypeError(f"chunk {k}: cannot stream a {type(chunk).__name__}: give a buffer, "
-                            "an array or an (async) iterable of them") from None
+            raise TypeError(f"chunk {k} of the stream (item {k} of the iterable given to send_stream) "
+                            f"is {_a(chunk)}, which cannot be streamed: {_ACCEPTED}") from None
         meta = StreamMeta("bytes", mv.nbytes)
     if first is not None:
         if meta.kind != first.kind:
@@ -497,9 +517,8 @@ class HostSource:
                 memoryview(source)
                 is_buffer = True
             except TypeError:
-                if not isinstance(source, (AsyncIterable, Iterable)):
-                    raise TypeError(f"cannot stream a {type(source).__name__}: give a buffer, an "
-                                    "array or an (async) iterable of them") from None
+                if not isinstance(source, (AsyncIterable, Iterable)) or isinstance(source, _UNORDERED):
+                    raise TypeError(f"send_stream cannot stream {_a(source)}: {_ACCEPTED}") from None
         self._is_buffer = is_buffer
         if is_buffer:
             self.meta = self._first_meta = check_chunk(source, None, 0)
@@ -512,7 +531,7 @@ class HostSource:
 
     async def start(self) -> None:
         """Take an iterable's first chunk: the stream's kind, dtype and
-        trailing shape (its length is unknown: a leading 0).
+        trailing shape (its size is unknown: ``nbytes`` None, a leading None).
 
         Cancellation: the source is closed.
         """
@@ -524,7 +543,7 @@ class HostSource:
         except BaseException:
             await self._chunks.aclose()
             raise
-        self.meta = StreamMeta(fm.kind, -1, fm.dtype, (0, *fm.shape[1:]) if fm.shape else (), borrowed=True)
+        self.meta = StreamMeta(fm.kind, None, fm.dtype, (None, *fm.shape[1:]) if fm.shape else (), borrowed=True)
 
     async def aclose(self) -> None:
         """Close the source's iterator (a generator's ``finally`` runs).
@@ -537,7 +556,8 @@ class HostSource:
         """The whole stream as its one segment when it is a buffer of at most
         :data:`EAGER_LIMIT` bytes (and not empty), else None: what the OPEN
         may carry (the short-stream fast path)."""
-        if not self._is_buffer or not 0 < self.meta.nbytes <= min(EAGER_LIMIT, self._segment_size):
+        nbytes = self.meta.nbytes
+        if not self._is_buffer or nbytes is None or not 0 < nbytes <= min(EAGER_LIMIT, self._segment_size):
             return None
         segs = list(cut(self._buffer, self._segment_size))
         return segs[0] if len(segs) == 1 else None

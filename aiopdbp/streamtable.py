@@ -106,7 +106,7 @@ def unpack_meta(data: Any) -> StreamMeta:
         raise ProtocolError(f"bad stream OPEN meta: {exc}") from exc
     if eager is not None:
         if not isinstance(eager, bytes) or (isinstance(meta.nbytes, int) and
-                                            meta.nbytes >= 0 and len(eager) != meta.nbytes):
+                                            meta.nbytes is not None and len(eager) != meta.nbytes):
             raise ProtocolError("a stream OPEN carries a segment that is not its whole data")
         meta.extra["eager"] = eager
     return meta

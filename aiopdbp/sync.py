@@ -73,7 +73,9 @@ neighbours only (halo exchange before each Jacobi iteration), no global barrier:
 # stalls all traffic from the sending host.  So a closing member sends LEAVE
 # only to peers that have not left yet, and keeps its companion until every
 # peer has left or been freed (at most ``linger`` seconds): then nobody sends
-# to it any more when it frees it.
+# to it any more when it frees it.  A member the program does not close is
+# closed by its GP when the GP is freed (``GP.own``), before the GP's own
+# ``proc_free``, so the LEAVE goes out while everybody can still hear it.
 #
 # *Names.*  Group names are cluster-wide: reuse one only after every member
 # closed its previous barrier of that name (companion names must be free).
@@ -302,9 +304,17 @@ class _Gone:
     rounds: int | None      # rounds it completed (None: unknown, freed without LEAVE)
     reason: str
     since: float
+    rank: int | None = None  # where it lived, when known
 
 
 _UNSET: Any = object()
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """An autoclose nobody awaits: its error (the node closed meanwhile) is
+    cleanup noise, never "Task exception was never retrieved"."""
+    if not task.cancelled():
+        task.exception()
 _OWN: Final = -2     # watch index of a member's own GP
 _SETTLE: Final = 0.02  # s a closing member still listens after seeing a peer freed
 
@@ -344,6 +354,7 @@ class _SyncMember:
         self._ready: set[int] = set()           # peers whose pipe we have seen bound
         self._watched: list[int] = []           # pids watched for proc_free
         self._peer_pid: dict[int, int] = {}     # peer index -> its companion's pid
+        self._peer_rank: dict[int, int] = {}    # peer index -> its companion's rank
         self._remote_peers: set[int] = set()    # peers whose companion is on another host
         self._autoclose: asyncio.Task[None] | None = None
 
@@ -408,6 +419,7 @@ class _SyncMember:
             raise
         self._comp = comp
         self._opened = True
+        self.gp.own(self)   # closed when its GP is freed, if the program did not
 
     def _watch(self, pid: int, index: int) -> None:
         if pid in self.gp.node.tables.pta:
@@ -419,6 +431,8 @@ class _SyncMember:
         if j not in self._peer_pid:
             self._peer_pid[j] = pid
             entry = self.gp.node.tables.pta.get(pid)
+            if entry is not None:
+                self._peer_rank[j] = entry.node
             if entry is not None and entry.node != self.gp.node.rank:
                 self._remote_peers.add(j)
             self._watch(pid, j)
@@ -448,6 +462,7 @@ class _SyncMember:
                 await asyncio.shield(task)
             return
         self._closed = True
+        self.gp.disown(self)
         comp = self._comp
         try:
             if comp is not None:
@@ -531,6 +546,7 @@ class _SyncMember:
             if not self._closed and self._autoclose is None:
                 self._autoclose = asyncio.get_running_loop().create_task(
                     self.aclose(), name=f"aiopdbp-sync-autoclose-{self.companion_of(self.member)}")
+                self._autoclose.add_done_callback(_retrieve)
             return
         if i in self._gone:
             return
@@ -560,8 +576,13 @@ class _SyncMember:
     def _gone_error(self, i: int, g: _Gone) -> BarrierError:
         name = self._names[i]
         if g.rounds is None:
-            return BarrierError(f"{self._prefix()}: member {name!r} is gone ({g.reason})")
-        return BarrierError(f"{self._prefix()}: member {name!r} {g.reason} (after {g.rounds} round(s))")
+            err = BarrierError(f"{self._prefix()}: member {name!r} is gone ({g.reason})")
+        else:
+            err = BarrierError(f"{self._prefix()}: member {name!r} {g.reason} (after {g.rounds} round(s))")
+        rank = g.rank if g.rank is not None else self._peer_rank.get(i)
+        if rank is not None and rank != self.gp.node.rank:
+            err.origin_rank = rank   # under aiopdbp.run: a consequence of that rank (aiopdbp.job)
+        return err
 
     def _check_gone(self, pending: Iterable[int], now: float, at_start: bool) -> float | None:
         """Raise if a gone member makes this round impossible; else return
@@ -605,7 +626,9 @@ class _SyncMember:
             old = self._gone.get(i)
             if old is None or old.rounds is None:
                 why = "left the group" if op == _OP_LEAVE else f"failed ({reason})"
-                self._gone[i] = _Gone(rounds, why, asyncio.get_running_loop().time())
+                entry = self.gp.node.tables.pta.get(item.source_pid)
+                self._gone[i] = _Gone(rounds, why, asyncio.get_running_loop().time(),
+                                      entry.node if entry is not None else None)
             return
         i = self._sender_of(item, com & 0xFFFF)
         key = (op, (com >> 23) & 0x3F, (com >> 16) & _ROUND_MASK, -1 if i is None else i)
@@ -798,6 +821,13 @@ class Barrier(_SyncMember):
 
     Statistics: :attr:`stats` (:class:`BarrierStats`);
     :func:`aggregate_stats` sums them over the members.
+
+    Cleanup: ``async with Barrier(...) as bar`` opens on entry and closes
+    (:meth:`aclose`) on exit.  A barrier left open is closed by its GP when
+    the GP is freed (:meth:`GP.own`), or by the node when it closes, so a
+    program may simply return.
+
+    Cancellation: see :meth:`wait` and :meth:`aclose`.
     """
 
     _suffix = "#sync"
@@ -863,18 +893,14 @@ class Barrier(_SyncMember):
         and tree algorithms compute the result once (at the master/root) and
         send it to everybody, so every member gets the same bits; butterfly
         also does (each pair combines the same two operands).  Dissemination
-        supports only ``"max"``/``"min"`` when n is not a power of two (a sum
-        would count some members twice); its sums may differ in the last bit
-        between members.
+        works for any n (when n is not a power of two, a sum carries a second
+        partial sum in some steps so that nobody is counted twice); its float
+        sums may differ in the last bit between members.
 
         Cancellation: as for :meth:`wait`.
         """
         if op not in _UFUNCS:
             raise ValueError(f"unknown reduction {op!r}; choose 'sum', 'max' or 'min'")
-        n = self.size
-        if self.algorithm == "dissemination" and op == "sum" and n & (n - 1):
-            raise ValueError("dissemination cannot sum over a group whose size is not a power of "
-                             "two (it would count some members twice); use 'tree' or 'counter'")
         scalar = not isinstance(value, np.ndarray)
         arr = np.array(value)
         if arr.dtype.hasobject:
@@ -959,16 +985,40 @@ class Barrier(_SyncMember):
     async def _peerwise(self, acc: Any, ufunc: Any, deadline: float | None, t: float | None) -> Any:
         i, n = self.index, self.size
         butterfly = self.algorithm == "butterfly"
-        for k in range(_ceil_log2(n)):
+        steps = _ceil_log2(n)
+        # A dissemination sum over n members, n not a power of two: the last
+        # step must add only the r = n - 2^(L-1) members not counted yet.
+        # Besides its window A_k of the 2^k values ending at itself, each
+        # member keeps B_k, the window of the (r mod 2^k) values ending at
+        # itself: B_{k+1} = B_k, or A_k + (the sender's B_k) when bit k of r
+        # is set (then both travel together).  The last step sends B = the
+        # window of r.  Same messages and steps; max/min overlap harmlessly.
+        exact = ufunc is np.add and not butterfly and n & (n - 1)
+        r = n - (1 << (steps - 1)) if exact else 0
+        window: Any = np.zeros_like(acc) if exact else None
+        for k in range(steps):
             d = 1 << k
             if butterfly:
                 to = frm = i ^ d
             else:
                 to, frm = (i + d) % n, (i - d) % n
-            await self._put(to, _OP_EXCHANGE, k, acc, deadline, t)
-            got = await self._gather((frm,), _OP_EXCHANGE, k, deadline, t)
-            if ufunc is not None:
-                acc = ufunc(acc, got[frm])
+            last = k == steps - 1
+            both = exact and not last and r & d
+            out = acc
+            if exact and last:
+                out = window
+            elif both:
+                out = np.concatenate((acc, window))
+            await self._put(to, _OP_EXCHANGE, k, out, deadline, t)
+            got = (await self._gather((frm,), _OP_EXCHANGE, k, deadline, t))[frm]
+            if ufunc is None:
+                continue
+            if both:
+                m = acc.shape[0]
+                window = ufunc(acc, got[m:])
+                acc = ufunc(acc, got[:m])
+            else:
+                acc = ufunc(acc, got)
         return acc
 
     async def _put(self, j: int, op: int, step: int, data: Any, deadline: float | None,
@@ -1010,6 +1060,11 @@ class Neighbours(_SyncMember):
     from every neighbour, of the same exchange (round-tagged: a fast
     neighbour's next halo is held back, never mixed).  No global barrier is
     involved: a GP waits only for its neighbours.
+
+    Cleanup: as for :class:`Barrier` (an async context manager, closed by
+    its GP when the GP is freed if the program did not close it).
+
+    Cancellation: see :meth:`exchange` and :meth:`aclose`.
     """
 
     _suffix = "#nbr"

@@ -14,6 +14,11 @@ Figures (each the median of ``--repeat`` runs, min-max beside it):
   ``mpiexec``, SIGTERM to each rank (what Slurm's ``srun`` does).
 * **raise → job end**: rank 1 raises inside its node while rank 0 waits;
   from the raise (a timestamp rank 1 prints) to the launcher's exit.
+* **GP raise → job end, 3 ranks** (``gp_failure.py``, issue 19): rank 1's GP
+  raises KeyError while rank 0 sends to it (``consumer``), is blocked in
+  ``send`` to it (``blocked``), streams both ways with it (``bidi``) or
+  waits in a Barrier with it (``barrier``); rank 2 is a bystander.  From the
+  raise to the launcher's exit.  ``--only gp-failure`` measures just these.
 * **cancelled remote stream → receiver error**: rank 0 cancels a 1 GiB
   ``send_stream`` once rank 1 has read 50 segments; from the cancel to the
   receiver's ``StreamError``, and the segments that still arrived.
@@ -103,8 +108,8 @@ def signal_to_end(sig: int, every_rank: bool) -> float:
     return job.ended - t0
 
 
-def raise_to_end(mode: str) -> float:
-    job = _launch("-n", "2", str(SCRIPTS / "fail_job.py"), mode)
+def raise_to_end(mode: str, script: str = "fail_job.py", n: int = 2) -> float:
+    job = _launch("-n", str(n), str(SCRIPTS / script), mode)
     rc = job.finish()
     stamp = [line for line in job.lines if "raising at" in line]
     if rc == 0 or not stamp:
@@ -144,13 +149,23 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--soak-cdus", type=int, default=1_000_000)
     p.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "faults.json")
+    p.add_argument("--only", choices=("gp-failure",), help="measure only these figures (no JSON written)")
     args = p.parse_args()
     out: dict[str, Any] = {}
     r = args.repeat
+    gp_modes = ("consumer", "blocked", "bidi", "barrier")
+    if args.only == "gp-failure":
+        print("| figure | median | min | max |\n|---|---:|---:|---:|")
+        for mode in gp_modes:
+            v = _stat([raise_to_end(mode, "gp_failure.py", 3) for _ in range(r)])
+            print(f"| gp_failure_{mode}_s | {v['median']:.3f} | {v['min']:.3f} | {v['max']:.3f} |")
+        return 0
     out["sigint_launcher_s"] = _stat([signal_to_end(signal.SIGINT, False) for _ in range(r)])
     out["sigterm_every_rank_s"] = _stat([signal_to_end(signal.SIGTERM, True) for _ in range(r)])
     out["raise_s"] = _stat([raise_to_end("raise") for _ in range(r)])
     out["raise_midstream_s"] = _stat([raise_to_end("midstream") for _ in range(r)])
+    for mode in gp_modes:
+        out[f"gp_failure_{mode}_s"] = _stat([raise_to_end(mode, "gp_failure.py", 3) for _ in range(r)])
     cancels = [cancel_to_error() for _ in range(r)]
     out["cancel_to_error_s"] = _stat([c[0] for c in cancels])
     out["segments_after_cancel"] = _stat([float(c[1]) for c in cancels])

@@ -256,6 +256,44 @@ def _doc(ranks: int, cpu: str = "cpu") -> dict[str, Any]:
     return {"meta": meta, "rows": build_rows(runs, meta), "runs": runs}
 
 
+def _full_doc() -> dict[str, Any]:
+    """Every test, every implementation, wide numbers, two rank counts."""
+    runs = []
+    for test, sizes in (("latency", [8]), ("bw", [65536]), ("rate", [64]), ("1toN", [64, 4194304]),
+                        ("Nto1", [291]), ("NtoN", [64, 4096])):
+        impls = ["aiopdbp-msg", "aiopdbp-stream", "raw", "floor", "floor64k"] + (["alltoall"] if test == "NtoN" else [])
+        for size in sizes:
+            for ranks in (2, 4):
+                for r in _runs({i: [123456.789, 0.00123456, 98765.4321] for i in impls}, test=test, size=size):
+                    r |= {"ranks": ranks, "cpu_txrx_us": None, "cpu_tx_us": 1234.5678, "cpu_rx_us": 0.0012345}
+                    runs.append(r)
+    meta = {"ranks": [2, 4], "transport": "tcp (UCX_TLS=tcp,self MPIR_CVAR_NOLOCAL=1)", "event_loop": "uvloop",
+            "machine": {"mpi_library": "MPICH Version: 5.0.2 MPICH Release date: Fri Sep 25 20:45:26 2026",
+                        "cpu_model": "AMD EPYC 9654 96-Core Processor", "cpu_usable": 192,
+                        "kernel": "6.18.44-fc-v595"}}
+    rows = build_rows(runs, meta)
+    return {"meta": meta, "rows": rows, "summary": build_summary(rows)}
+
+
+@pytest.mark.parametrize("rich", [True, False])
+def test_printed_report_fits_100_columns(rich: bool, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiopdbp.bench.report import print_report
+
+    if rich:
+        pytest.importorskip("rich")
+    else:
+        monkeypatch.setitem(sys.modules, "rich", None)     # the plain tables
+    doc = _full_doc()
+    print_report(doc, ["results: /a/rather/long/output/directory/bench.json, /a/rather/long/output/directory/"
+                       "bench.csv", "plots: " + ", ".join(f"/out/dir/fig{i}_something.png" for i in range(6))])
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100, out
+    for impl in ("aiopdbp-msg", "aiopdbp-stream", "floor64k", "alltoall"):
+        assert impl in out
+    assert "98,765" in out and "xa2a" in out and "bench.csv" in out
+
+
 def test_merge_results_joins_jobs_of_a_rank_sweep() -> None:
     merged = merge_results([_doc(2), _doc(3)])
     assert [r["ranks"] for r in merged["rows"]] == [2, 3]

@@ -451,7 +451,7 @@ def test_decoder_allocates_only_what_arrives() -> None:
 
 def test_decode_control_over_max_control_raises() -> None:
     frame = encode_control(Control(MsgType.ERROR, {"kind": "failed", "rank": 0, "signal": 0,
-                                                   "message": "x" * 200}))
+                                                   "message": "x" * 200, "gp": ""}))
     with pytest.raises(ProtocolError, match="control body"):
         decode(frame, limits=Limits(max_control=100))
 

@@ -207,7 +207,8 @@ def test_failing_rank_traceback_comes_first_and_whole(mode: str) -> None:
     message = "boom from rank 1" if mode == "raise" else "consumer broke at segment 10"
     assert f"ValueError: {message}" in own, out
     assert 'fail_job.py", line' in own and "raise ValueError" in own, out   # the raising frame
-    assert "rank 1 failed" in own, out
+    gp = "g1" if mode == "raise" else "consumer"
+    assert f"aiopdbp: rank 1 (GP {gp}) failed: ValueError: {message}; stopping the job" in own, out
     # the peer's errors are consequences, never a second traceback
     zero = [line for rank, line in rank_lines(out) if rank == 0]
     assert not any(line.startswith("Traceback") for line in zero), out
@@ -222,11 +223,88 @@ def test_failing_rank_under_plain_mpiexec_ends_the_job() -> None:
     assert "ValueError: boom from rank 1" in out and "[1] Traceback" in out, out
 
 
+# ------------------------------------------- the failure rule (issue 19)
+GP_FAILURE = SCRIPTS_DIR / "gp_failure.py"
+FAILED_LINE = "aiopdbp: rank 1 (GP g1) failed: KeyError: 'missing'"
+_OWN_PRINTS = re.compile(r"^(raising|blocked) at [\d.]+$")
+
+
+def _assert_failure_rule(out: str, n: int) -> None:
+    """Rank 1's KeyError comes first, whole, naming rank and GP; every other
+    rank prints exactly one line naming rank 1, its GP and its error."""
+    ranked = [(r, line) for r, line in rank_lines(out) if line and not _OWN_PRINTS.match(line)]
+    assert ranked and ranked[0][0] == 1, out
+    assert ranked[0][1].startswith(("Traceback", "  + Exception Group Traceback")), out
+    own = "\n".join(line for r, line in ranked if r == 1)
+    assert "KeyError: 'missing'" in own and 'gp_failure.py", line' in own, out   # the raising frame
+    assert f"{FAILED_LINE}; stopping the job" in own, out
+    for r in range(n):
+        if r != 1:
+            assert [line for rr, line in ranked if rr == r] == [FAILED_LINE], out
+    for noise in ("NoPipeError", "apply_pipe", "BrokenResourceError", "StreamError", "never retrieved",
+                  "Task was destroyed", "Exception ignored"):
+        assert noise not in out, out
+
+
+@pytest.mark.parametrize("mode", ["consumer", "blocked", "bidi", "barrier"])
+def test_gp_failure_is_shown_first_and_peers_print_one_line_under_launch(mode: str) -> None:
+    # consumer: rank 0 keeps sending to g1, which raises on its 10th recv;
+    # blocked: rank 0 is blocked in send to g1 (no credit left) when g1 raises;
+    # bidi: g1 raises while streams are open both ways; barrier: g1 raises
+    # while g0 waits in a Barrier with it.  Rank 2 is a bystander.
+    job = _launch("-n", "3", str(GP_FAILURE), mode)
+    rc = job.finish(timeout=60)
+    assert rc == 1, job.output
+    _assert_failure_rule(job.output, 3)
+
+
+def test_gp_failure_under_plain_mpiexec_names_the_failing_rank_on_every_rank() -> None:
+    job = _mpiexec(3, str(GP_FAILURE), "consumer")
+    rc = job.finish(timeout=60)
+    assert rc != 0, job.output
+    _assert_failure_rule(job.output, 3)
+
+
+# ------------------------------------------------ clean exits (issue 19)
+CLEAN_EXIT = SCRIPTS_DIR / "clean_exit.py"
+
+
+@pytest.mark.parametrize("repeat", range(5))
+def test_program_returning_with_open_barrier_exits_without_noise(repeat: int) -> None:
+    # 3 ranks pass a Barrier 3 times, exchange halos and return without
+    # closing anything: the GP closes what it owns; some runs used to print
+    # "Task exception was never retrieved ... _SyncMember.aclose()"
+    proc = run_mpi(CLEAN_EXIT, n=3, args=["process"], timeout=90)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert sorted(proc.stdout.splitlines()) == ["[0] done", "[1] done", "[2] done"], out
+    assert proc.stderr == "", out
+
+
+def test_program_returning_with_unfreed_gp_and_barrier_exits_without_noise() -> None:
+    # the GP came from node.register and is never freed: the node cleans up
+    proc = run_mpi(CLEAN_EXIT, n=3, args=["register"], timeout=90)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert sorted(proc.stdout.splitlines()) == ["[0] done", "[1] done", "[2] done"], out
+    assert proc.stderr == "", out
+
+
 def test_handshake_timeout_raises_handshake_error_on_waiting_rank() -> None:
     proc = run_mpi(SCRIPTS_DIR / "handshake_timeout.py", n=2, timeout=90)
     out = proc.stdout + proc.stderr
     assert "HANDSHAKE ERROR" in out and "within 1.0 s" in out, out
     assert "UNEXPECTED" not in out
+
+
+# ------------------------------------------------------- nothing to launch
+@pytest.mark.parametrize(("argv", "said"), [(["missing.py"], "can't open file 'missing.py'"),
+                                             (["-m", "no_such_module_here"], "no module named")])
+def test_launch_of_missing_script_prints_one_message_and_starts_no_rank(argv: list[str], said: str) -> None:
+    job = _launch("-n", "2", *argv)
+    assert job.finish(timeout=60) == 2, job.output
+    lines = [line for line in job.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and said in lines[0] and "no rank was started" in lines[0], job.output
 
 
 # -------------------------------------------------------------------- output

@@ -185,6 +185,28 @@ async def test_send_to_unknown_name_raises_after_name_timeout() -> None:
         assert "within 0.05 s" in str(info.value) and "name_timeout" in str(info.value)
 
 
+async def test_send_to_misspelt_name_suggests_the_registered_one() -> None:
+    async with aiopdbp.open_node(name_timeout=0.05) as node, node.process("p") as p, \
+            node.process("worker-1"), node.process("worker-2"):
+        with pytest.raises(UnknownProcessError) as info:
+            await p.send("wroker-1", b"x")
+        assert info.value.suggestions[0] == "worker-1"
+        assert "did you mean 'worker-1'" in str(info.value), info.value
+        with pytest.raises(UnknownProcessError, match="did you mean 'worker-1'"):
+            await p.send("wroker-1", b"x", timeout=0)
+        with pytest.raises(UnknownProcessError) as info:
+            await p.send("zzz", b"x")
+        assert info.value.suggestions == () and "did you mean" not in str(info.value)
+
+
+async def test_waiting_for_misspelt_name_logs_the_suggestion_while_it_waits(pdbp_node, caplog) -> None:
+    async with pdbp_node.process("p") as p, pdbp_node.process("worker-1"):
+        with caplog.at_level("WARNING", logger="aiopdbp.router"), pytest.raises(UnknownProcessError):
+            await p.send("wroker-1", b"x", timeout=0.2)   # the hint comes after half the wait
+        assert any("'wroker-1'" in r.getMessage() and "did you mean 'worker-1'" in r.getMessage()
+                   for r in caplog.records), caplog.records
+
+
 async def test_send_to_unknown_name_with_zero_timeout_raises_at_once(pdbp_node) -> None:
     async with pdbp_node.process("p") as p:
         with pytest.raises(UnknownProcessError) as info:
@@ -201,6 +223,8 @@ async def test_send_to_freed_name_raises_at_once(pdbp_node) -> None:
         with pytest.raises(UnknownProcessError) as info:
             await p.send("gone", b"x")  # no wait: it was there and left
         assert info.value.waited is None
+        assert info.value.freed_on == 0 and "was freed" in str(info.value)
+        assert info.value.origin_rank is None   # freed on this rank: not another rank's doing
 
 
 async def test_lookup_waits_for_name_by_default(pdbp_node, pdbp_spawn) -> None:
@@ -238,6 +262,17 @@ async def test_send_with_timeout_raises_unknownprocesserror_when_never_registere
         with pytest.raises(UnknownProcessError) as info:
             await p.send("never", b"x", timeout=0.01)
         assert info.value.waited == 0.01
+
+
+async def test_send_to_gp_that_released_its_pipe_says_so_not_apply_pipe(pdbp_node) -> None:
+    async with pdbp_node.process("p") as p, pdbp_node.process("left") as left:
+        await left.release_pipe()
+        with pytest.raises(NoPipeError, match="'left' on rank 0 released its pipe") as info:
+            await p.send("left", b"x")
+        assert "apply_pipe" not in str(info.value)
+        await left.apply_pipe()          # bound again: it receives again
+        await p.send("left", b"x")
+        assert (await left.recv()).data == b"x"
 
 
 async def test_send_to_registered_gp_without_pipe_raises_nopipeerror(pdbp_node) -> None:

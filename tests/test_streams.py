@@ -232,6 +232,47 @@ async def test_send_stream_of_non_buffer_raises_typeerror(pdbp_node) -> None:
             await p.send_stream("c", DATA, segment_size=0)
 
 
+async def test_stream_from_generator_announces_unknown_size_as_none(pdbp_node) -> None:
+    def rows():
+        for i in range(3):
+            yield np.full((2, 4), i, dtype=np.float32)
+
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        sender = asyncio.create_task(p.send_stream("c", rows()))
+        stream = await _recv_stream(c)
+        assert (stream.meta.nbytes, stream.meta.shape, stream.meta.dtype) == (None, (None, 4), "<f4")
+        assert (await stream.read()).shape == (6, 4)
+        await sender
+        sender = asyncio.create_task(p.send_stream("c", iter([b"ab", b"cd"])))
+        stream = await _recv_stream(c)
+        assert (stream.meta.nbytes, stream.meta.shape) == (None, ())
+        assert bytes(await stream.read()) == b"abcd"
+        await sender
+
+
+def test_stream_meta_unknown_size_travels_as_none() -> None:
+    from aiopdbp.streams import StreamMeta
+
+    meta = StreamMeta("ndarray", None, "<f4", (None, 4))
+    assert meta.to_wire()["nbytes"] == -1 and meta.to_wire()["shape"] == [0, 4]   # the wire is unchanged
+    assert StreamMeta.from_wire(meta.to_wire()) == meta
+    known = StreamMeta("ndarray", 0, "<f4", (0, 4))                                # an empty array
+    assert StreamMeta.from_wire(known.to_wire()) == known
+
+
+@pytest.mark.parametrize(("source", "named"), [({b"a", b"b"}, "cannot stream a set"),
+                                               ({"k": b"v"}, "cannot stream a dict"),
+                                               (42, "cannot stream an int"),
+                                               ([b"ok", 3], "chunk 1 of the stream (item 1 of the iterable "
+                                                            "given to send_stream) is an int")])
+async def test_send_stream_of_unsupported_type_names_it_and_what_is_accepted(pdbp_node, source, named) -> None:
+    async with pdbp_node.process("c"), pdbp_node.process("p") as p:
+        with pytest.raises(TypeError) as info:
+            await p.send_stream("c", source)
+        assert named in str(info.value)
+        assert "give bytes, a bytearray or memoryview, a numpy array, or an ordered (async) iterable" in str(info.value)
+
+
 # ------------------------------------------------------------------ delivery
 async def test_send_stream_returns_only_after_receiver_consumed_everything(pdbp_node) -> None:
     async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:

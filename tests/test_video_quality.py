@@ -228,7 +228,7 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def one_process_csv(clips: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("run1") / "results.csv"
-    r = run_cli("analyse", str(clips), "--out", str(out), "--check")
+    r = run_cli("analyse", str(clips), "--out", str(out), "--check", "--truth", str(clips / "truth.csv"))
     assert r.returncode == 0, r.stdout + r.stderr
     return out
 
@@ -278,8 +278,8 @@ def test_blur_score_is_the_same_at_any_brightness_and_contrast(one_process_csv: 
 @pytest.mark.timeout(240)
 def test_analyse_on_two_ranks_gives_the_same_csv(clips: Path, one_process_csv: Path, tmp_path: Path) -> None:
     out = tmp_path / "results.csv"
-    r = run_mpi("-m", n=2, args=["examples.video_quality", "analyse", str(clips), "--out", str(out), "--check"],
-                timeout=180)
+    r = run_mpi("-m", n=2, args=["examples.video_quality", "analyse", str(clips), "--out", str(out), "--check",
+                                 "--truth", str(clips / "truth.csv")], timeout=180)
     stdout = check_mpi(r)
     assert "on 2 rank(s)" in stdout and "22/22" in stdout
     assert out.read_bytes() == one_process_csv.read_bytes()
@@ -293,6 +293,24 @@ def test_analyse_gives_the_same_csv_with_small_batches_threads_and_local_placeme
                 "--analysers", "2", "--placement", "local")
     assert r.returncode == 0, r.stdout + r.stderr
     assert out.read_bytes() == one_process_csv.read_bytes()
+
+
+@pytest.mark.timeout(180)
+def test_analyse_reads_no_truth_csv_it_was_not_given(clips: Path, tmp_path: Path) -> None:
+    # a truth.csv of someone else's beside the clips: never read without --truth
+    other = tmp_path / "clips"
+    other.mkdir()
+    for p in sorted(clips.glob("*.mp4"))[:2]:
+        (other / p.name).write_bytes(p.read_bytes())
+    (other / "truth.csv").write_text("name,label\nx,y\n")
+    r = run_cli("analyse", str(other), "--out", str(tmp_path / "r.csv"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ground truth" not in r.stdout and "KeyError" not in r.stderr
+    r = run_cli("analyse", str(other), "--out", str(tmp_path / "r.csv"), "--check")
+    assert r.returncode != 0 and "--check needs --truth FILE" in r.stderr, r.stdout + r.stderr
+    r = run_cli("analyse", str(other), "--out", str(tmp_path / "r.csv"), "--truth", str(other / "truth.csv"))
+    assert r.returncode != 0 and "not a ground-truth file written by `generate`" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
 
 
 @pytest.mark.timeout(120)

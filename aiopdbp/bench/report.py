@@ -21,7 +21,9 @@ import os
 import platform
 import socket
 import sys
+import shutil
 import tempfile
+import textwrap
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -314,18 +316,48 @@ def _num(v: Any) -> str:
     return str(v)
 
 
-def _table_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
-    out = []
+#: the printed report fits a terminal this wide (full detail: bench.json, bench.csv)
+REPORT_WIDTH = 100
+#: ratio columns of the printed tables
+_SHORT = {"raw": "xraw", "floor": "xfloor", "floor64k": "xf64k", "alltoall": "xa2a"}
+_LEGEND = ("median of the timed runs; ±: half the min..max range, in % of the median; xB: speed "
+           "ratio to baseline B at the same point (> 1: aiopdbp faster; xf64k: floor64k, xa2a: "
+           "alltoall); cpu us: CPU µs per unit, sender/receiver.  Trimmed means, quartiles and "
+           "the rest: bench.json, bench.csv.")
+
+
+def _spread(r: Mapping[str, Any]) -> str:
+    vals = [r.get(k) for k in ("min", "max", "median")]
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in vals) or not vals[2]:
+        return "-"
+    lo, hi, med = (float(v) for v in vals)  # type: ignore[arg-type]
+    return f"±{(hi - lo) / 2 / abs(med):.0%}"
+
+
+def _table_rows(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[dict[str, str]]]]:
+    """The printed tables: one per test (its unit in the title), in order of
+    appearance, with the columns that fit :data:`REPORT_WIDTH`; a column
+    that is empty in every row (a baseline not run) is left out."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
     for r in rows:
-        cpu = r.get("cpu_txrx_us") or "/".join(_num(r.get(c)) for c in ("cpu_tx_us", "cpu_rx_us"))
-        out.append({
-            "test": r["test"], "n": str(r["ranks"]), "size": fmt_bytes(r["size"]), "impl": r["impl"],
-            "median": _num(r["median"]), "tmean": _num(r["trimmed_mean"]),
-            "min..max": f"{_num(r['min'])}..{_num(r['max'])}", "unit": r["unit"],
-            **{f"x{b}": _num(r.get(f"vs_{b}")) for b in BASELINES},
-            "cpu us/unit": cpu if isinstance(cpu, str) else _num(cpu),
-        })
-    return out
+        groups.setdefault(r["test"], []).append(r)
+    tables = []
+    for test, rs in groups.items():
+        ranks = sorted({str(r["ranks"]) for r in rs})
+        units = sorted({str(r["unit"]) for r in rs})
+        title = f"{test} ({', '.join(units)}), n={','.join(ranks)}"
+        out = []
+        for r in rs:
+            cpu = r.get("cpu_txrx_us") or "/".join(_num(r.get(c)) for c in ("cpu_tx_us", "cpu_rx_us"))
+            row = {"n": str(r["ranks"])} if len(ranks) > 1 else {}
+            row |= {"size": fmt_bytes(r["size"]), "impl": r["impl"], "median": _num(r["median"]),
+                    "±": _spread(r)}
+            row |= {_SHORT[b]: _num(r.get(f"vs_{b}")) for b in BASELINES}
+            row["cpu us"] = cpu if isinstance(cpu, str) else _num(cpu)
+            out.append(row)
+        empty = [c for c in out[0] if all(row[c] in ("-", "-/-") for row in out)]
+        tables.append((title, [{k: v for k, v in row.items() if k not in empty} for row in out]))
+    return tables
 
 
 def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -343,33 +375,48 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _wrap(text: str, indent: str = "") -> str:
+    return textwrap.fill(text, REPORT_WIDTH, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False)
+
+
 def print_report(doc: Mapping[str, Any], notes: Sequence[str] = ()) -> None:
-    """The table (rich when installed), the paper-style summary and ``notes``."""
+    """The tables (rich when installed), the paper-style summary and
+    ``notes``, all within :data:`REPORT_WIDTH` columns."""
     meta = doc["meta"]
     m = meta.get("machine", {})
     head = (f"aiopdbp bench: ranks {meta.get('ranks')}, transport {meta.get('transport')}, "
             f"loop {meta.get('event_loop')}, {m.get('mpi_library', '?')[:60]}; "
             f"{m.get('cpu_model')} ({m.get('cpu_usable')} cores), kernel {m.get('kernel')}")
-    table = _table_rows(doc["rows"])
+    print(_wrap(head, "  "))
+    print(_wrap(_LEGEND, "  "), flush=True)
+    tables = _table_rows(doc["rows"])
     try:
+        from rich import box
         from rich.console import Console
         from rich.table import Table
     except ImportError:
-        print(head + "\n" + format_table(table), flush=True)
+        for title, rows in tables:
+            print(f"\n{title}\n{format_table(rows)}", flush=True)
     else:
-        t = Table(title=head, title_justify="left")
-        for c in table[0] if table else []:
-            t.add_column(c, justify="left" if c in ("test", "impl", "unit") else "right")
-        for r in table:
-            t.add_row(*r.values())
-        Console(width=None if sys.stdout.isatty() else 220).print(t)
+        width = REPORT_WIDTH
+        if sys.stdout.isatty():
+            width = min(width, shutil.get_terminal_size((REPORT_WIDTH, 24)).columns)
+        console = Console(width=width)
+        for title, rows in tables:
+            t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
+            for c in rows[0] if rows else []:
+                t.add_column(c, justify="left" if c in ("impl",) else "right", no_wrap=True)
+            for r in rows:
+                t.add_row(*r.values())
+            console.print(t)
     summary = doc.get("summary", {})
     if summary:
         print("mean of per-size speed ratios (trimmed means, > 1 = aiopdbp faster):")
         for k, v in summary.items():
-            print(f"  {k}: {_num(v['mean_of_ratios'])}  ({len(v['sizes'])} sizes)")
+            print(_wrap(f"  {k}: {_num(v['mean_of_ratios'])}  ({len(v['sizes'])} sizes)", "    "))
     for n in notes:
-        print(n)
+        print(_wrap(n, "  "))
     sys.stdout.flush()
 
 

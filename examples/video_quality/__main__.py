@@ -10,8 +10,9 @@
 
 ``analyse`` and ``live`` run the GP pipeline (one process, or every rank under
 ``aiopdbp launch`` / ``mpiexec``); only rank 0 prints.  Exit status: 0, or 1 with
-``--check`` when a verdict differs from the ground truth (``truth.csv`` next to
-the clips; in live mode, the truth of the replayed clips).
+``--check`` when a verdict differs from the ground truth.  The ground truth is
+read only from ``--truth FILE`` (the ``truth.csv`` that ``generate`` wrote),
+never from a file found next to the clips; a generated live bank knows its own.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ def _pipeline_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--timeout", type=float, default=120.0, help="seconds any one wait may take")
     g.add_argument("--details", action="store_true", help="add a blockiness column to the CSV")
     g.add_argument("--check", action="store_true", help="exit 1 if a verdict differs from the ground truth")
+    g.add_argument("--truth", type=Path, metavar="FILE",
+                   help="the ground truth to compare with: the truth.csv that `generate` wrote "
+                        "(read only when given)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,13 +142,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_analyse(args: argparse.Namespace) -> int:
     require_av()
+    if args.check and args.truth is None:
+        raise SystemExit("--check needs --truth FILE: the truth.csv that `generate` wrote for these clips")
     paths = find_clips(args.paths)
     width, height = common_size(paths)
-    truth_by_name: dict[str, str] = {}
-    for d in sorted({p.parent for p in paths}):
-        if (d / "truth.csv").exists():
-            truth_by_name.update(scenes.read_truth(d))
-    table = file_table(paths, width, height, truth_by_name or None)
+    truth_by_name = _truth(args.truth, [p.name for p in paths]) if args.truth is not None else None
+    table = file_table(paths, width, height, truth_by_name)
     cfg = _config(args, "analyse", width, height)
     t0 = time.perf_counter()
     res = aiopdbp.run(run_pipeline(cfg, table))
@@ -154,11 +157,29 @@ def cmd_analyse(args: argparse.Namespace) -> int:
     return code
 
 
+def _truth(path: Path, names: list[str]) -> dict[str, str]:
+    """The ground truth of the clips ``names`` from ``--truth`` (a clear exit
+    when the file is not one ``generate`` wrote, or misses some clips)."""
+    try:
+        truth = scenes.read_truth_file(path)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"--truth {path}: {exc}") from None
+    missing = [n for n in names if n not in truth]
+    if missing:
+        raise SystemExit(f"--truth {path} has no verdict for {len(missing)} of the {len(names)} clips "
+                         f"(e.g. {', '.join(missing[:3])})")
+    return truth
+
+
 def load_bank(args: argparse.Namespace) -> list[Any]:
     """The clips live streams replay: a directory's clips, or a generated bank."""
+    if args.clips is None and args.truth is not None:
+        raise SystemExit("--truth goes with --clips (a generated bank knows its own truth)")
     if args.clips is not None:
+        if args.check and args.truth is None:
+            raise SystemExit("--check with --clips needs --truth FILE: the truth.csv that `generate` wrote")
         paths = find_clips([args.clips])
-        truth = scenes.read_truth(args.clips) if (args.clips / "truth.csv").exists() else {}
+        truth = _truth(args.truth, [p.name for p in paths]) if args.truth is not None else {}
         common_size(paths)
         bank = [demux(p, p.name) for p in paths]
         for c in bank:

@@ -350,9 +350,20 @@ def write_truth(out: Path, records: Sequence[dict[str, Any]]) -> None:
 
 
 def read_truth(directory: str | Path) -> dict[str, str]:
-    """file name -> expected verdict flags, from ``truth.csv``."""
-    with open(Path(directory) / "truth.csv", newline="", encoding="utf-8") as f:
-        return {row["file"]: row["flags"] for row in csv.DictReader(f)}
+    """file name -> expected verdict flags, from ``directory/truth.csv``."""
+    return read_truth_file(Path(directory) / "truth.csv")
+
+
+def read_truth_file(path: str | Path) -> dict[str, str]:
+    """file name -> expected verdict flags, from a ``truth.csv`` written by
+    :func:`generate`; ``ValueError`` for a CSV without its columns."""
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        columns = reader.fieldnames or []
+        if "file" not in columns or "flags" not in columns:
+            raise ValueError(f"not a ground-truth file written by `generate`: its columns are "
+                             f"{', '.join(columns) or 'none'}, not file, flags, ...")
+        return {row["file"]: row["flags"] for row in reader}
 
 
 def _encode_to(job: tuple[ClipSpec, Path]) -> None:
