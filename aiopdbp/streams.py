@@ -606,10 +606,9 @@ async def run_sender(gp: GP, pid: int, meta: StreamMeta, source: ChunkSource, *,
         async with asyncio.timeout(timeout):
             await out.routed
             if out.carried:
-                # The OPEN carried the one segment and the END: the same
-                # protocol events, nothing to wait for in between.
+                # The OPEN carried the one segment and the END; the protocol
+                # heard both when it was routed (OutgoingStream.opened).
                 await source.aclose()
-                out.staged(out.carried)
             else:
                 segments = source.segments(out)
                 async with contextlib.aclosing(segments):
@@ -620,7 +619,7 @@ async def run_sender(gp: GP, pid: int, meta: StreamMeta, source: ChunkSource, *,
                         await out.reserve()
                         out.emit_segment(seg)
                 await out.reserve()
-            out.emit_end(carried=bool(out.carried))
+                out.emit_end()
             await out.done
         return out.proto.nbytes
     except BaseException as exc:

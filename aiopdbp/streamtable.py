@@ -177,6 +177,13 @@ class OutgoingStream:
         """The OPEN was routed: segments may follow."""
         if self.proto.state is StreamState.OPENING:
             self.proto.handle(sp.Opened())
+            if self.carried:
+                # The OPEN just routed carried the one segment and the END: the
+                # protocol hears them now, before the receiver's DONE can come
+                # back (it could, before the sender's task resumes, and a DONE
+                # ahead of the END broke a stream that was delivered).
+                self.proto.handle(sp.SendSegment(self.carried, staged=True))
+                self.proto.handle(sp.End())
             if not self.routed.done():
                 self.routed.set_result(None)
 
@@ -189,13 +196,11 @@ class OutgoingStream:
         """The next segment went outside the stream's CDUs (device staging)."""
         self.proto.handle(sp.SendSegment(nbytes, staged=True))
 
-    def emit_end(self, carried: bool = False) -> None:
-        """Put the END (after :meth:`reserve`) into PipeA (``carried``: the
-        OPEN already carried it)."""
+    def emit_end(self) -> None:
+        """Put the END (after :meth:`reserve`) into PipeA."""
         act = self.proto.handle(sp.End())[0]
-        if not carried:
-            self.pipe_a.force_put(self._cdu(act.nbytes.to_bytes(8, "little"), act.nseg,  # type: ignore[attr-defined]
-                                        StreamOp.END))
+        self.pipe_a.force_put(self._cdu(act.nbytes.to_bytes(8, "little"), act.nseg,  # type: ignore[attr-defined]
+                                    StreamOp.END))
 
     def cancel(self, exc: BaseException) -> None:
         """The sender gave up: an ABORT overtakes backpressure (unless the

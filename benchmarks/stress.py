@@ -159,6 +159,9 @@ def worker(args: argparse.Namespace) -> int:
         accepted: dict[str, list[tuple[int, int, int, int]]] = {n: [] for n in everyone}
         cancelled_msgs: dict[str, list[tuple[int, int, int, int]]] = {n: [] for n in everyone}
         cancelled_streams: dict[str, list[tuple[int, int, int, int]]] = {n: [] for n in everyone}
+        # sends that raised a PDBPError: what they were and what they raised (a diagnosis
+        # when such an item arrives all the same)
+        errored: dict[str, dict[tuple[int, int, int, int], str]] = {n: {} for n in everyone}
         late_sends: list[tuple[str, float, str]] = []   # (dest, started at, outcome) of every send
         closed_at: dict[str, float] = {}
         counts: Counter[str] = Counter()
@@ -232,6 +235,8 @@ def worker(args: argparse.Namespace) -> int:
                     except aiopdbp.PDBPError as exc:
                         outcome = type(exc).__name__
                         counts["error " + outcome] += 1
+                        errored[dest][ident] = (f"{'send_stream' if stream else 'send'} of {n} B raised "
+                                                f"{outcome}: {exc}")
                     except TimeoutError:
                         raise
                     counts["ops"] += 1
@@ -264,7 +269,7 @@ def worker(args: argparse.Namespace) -> int:
                 await poll(comm.Ibarrier(), "the end of the sends", ROUND_TIMEOUT)
                 phase[0] = "waiting for accepted items to arrive"
                 # every rank: what was accepted / cancelled for each destination, and close times
-                shared = comm.allgather((accepted, cancelled_msgs, cancelled_streams, closed_at))
+                shared = comm.allgather((accepted, cancelled_msgs, cancelled_streams, closed_at, errored))
                 closes = {k: v for part in shared for k, v in part[3].items()}
                 for g in mine:
                     name = names[(rank, g)]
@@ -288,7 +293,9 @@ def worker(args: argparse.Namespace) -> int:
                     stray = [i for i in got if i not in want and i not in maybe]
                     if stray:
                         kind = "cancelled message(s)" if any(i in never for i in stray) else "unsent item(s)"
-                        raise AssertionError(f"{name} got {len(stray)} {kind}, e.g. {stray[0]}")
+                        why = next((part[4][name][stray[0]] for part in shared
+                                    if stray[0] in part[4][name]), "no outcome recorded")
+                        raise AssertionError(f"{name} got {len(stray)} {kind}, e.g. {stray[0]} ({why})")
                     counts["phantom_streams"] += sum(1 for i in got if i in maybe)
                     counts["delivered"] += len(got)
                     counts["discarded_by_close"] += sum(1 for i in want if i not in got)

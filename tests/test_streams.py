@@ -577,10 +577,7 @@ async def test_stream_to_self_round_trips(pdbp_node) -> None:
 
 
 # ------------------------------------------- opened by the two hosts alone
-try:
-    from tests.mpirun import SCRIPTS_DIR, check_mpi, requires_mpi, run_mpi
-except ImportError:  # pragma: no cover - run from tests/
-    from mpirun import SCRIPTS_DIR, check_mpi, requires_mpi, run_mpi  # type: ignore[no-redef]
+from tests.mpirun import SCRIPTS_DIR, check_mpi, requires_mpi, run_mpi
 
 
 @requires_mpi
@@ -596,3 +593,23 @@ def test_streams_between_ranks_1_and_2_send_nothing_to_rank_0() -> None:
     # it sent each of them only its "go": no table update, no stream control
     assert row["received"] == {"1": {}, "2": {"data": 1}}, out
     assert row["sent"] == {"1": {"data": 1}, "2": {"data": 1}}, out
+
+
+async def test_carried_stream_done_before_the_sender_resumes_completes_it() -> None:
+    # A short remote stream rides whole in its OPEN.  The receiver's DONE can
+    # come back right after the OPEN is routed, before the sending task has
+    # resumed: it must complete the stream.  It broke it with "SendSegment in
+    # state BROKEN" (found by the seeded stress: the receiver had the data).
+    from typing import Any, cast
+
+    from aiopdbp.pipes import Pipe
+    from aiopdbp.streamtable import OutgoingStream
+
+    from aiopdbp import StreamState
+
+    out = OutgoingStream((1, 7), 5, Pipe(4), cast(Any, None), None, 1, window=16)
+    out.carried = 910
+    out.opened()
+    out.delivered()
+    await asyncio.wait_for(out.done, 5)
+    assert out.state is StreamState.DONE and out.broken is None
