@@ -26,10 +26,7 @@ from aiopdbp import BrokenResourceError, DeviceError, IncomingStream, Message, P
 from aiopdbp.device import Fault, is_device_array
 from aiopdbp.devicepath import DeviceConfig
 
-try:
-    from tests import scenarios as _sc
-except ImportError:
-    import scenarios as _sc  # type: ignore[no-redef]
+from tests import scenarios as _sc
 
 Ctx = _sc.Ctx
 Scenario = _sc.Scenario

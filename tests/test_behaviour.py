@@ -28,12 +28,8 @@ from typing import Any
 
 import pytest
 
-try:
-    from tests import scenarios as _scenarios
-    from tests.mpirun import SCRIPTS_DIR, requires_mpi, run_mpi
-except ImportError:  # tests/ is not a package: pytest puts tests/ on sys.path
-    import scenarios as _scenarios
-    from mpirun import SCRIPTS_DIR, requires_mpi, run_mpi
+from tests import scenarios as _scenarios
+from tests.mpirun import SCRIPTS_DIR, requires_mpi, run_mpi
 
 SCENARIOS = _scenarios.SCENARIOS
 run_inproc = _scenarios.run_inproc

@@ -29,10 +29,7 @@ from aiopdbp.bench.stats import mean_of_ratios, merge_results, speed_ratio, summ
 from aiopdbp.bench.workload import Checker, Flow, Ring, flows, matches
 from aiopdbp.emulate import STATE_DIR, requirements_problems
 
-try:
-    from tests.mpirun import REPO_ROOT, requires_mpi, run_mpi
-except ImportError:  # tests/ is not a package: pytest puts tests/ on sys.path
-    from mpirun import REPO_ROOT, requires_mpi, run_mpi
+from tests.mpirun import REPO_ROOT, requires_mpi, run_mpi
 
 _LAUNCHER_VARS = ("AIOPDBP_TRANSPORT", "PMI_FD", "PMI_RANK", "PMI_SIZE", "PMI_PORT",
                   "MPI_LOCALNRANKS", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")

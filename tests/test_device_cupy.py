@@ -23,10 +23,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-try:
-    from tests.cuda_guard import cupy_or_skip
-except ImportError:
-    from cuda_guard import cupy_or_skip  # type: ignore[no-redef]
+from tests.cuda_guard import cupy_or_skip
 
 cp, _NDEV = cupy_or_skip()
 
@@ -34,12 +31,8 @@ from aiopdbp.device.backend import Stream  # noqa: E402
 from aiopdbp.device.cupy_backend import CupyBackend, CupyStream  # noqa: E402
 from aiopdbp.device.staging import Stager, TransferState  # noqa: E402
 
-try:
-    from tests.device_scenarios import *  # noqa: E402, F403  (the shared scenarios)
-    from tests.device_scenarios import Wire, drive  # noqa: E402
-except ImportError:
-    from device_scenarios import *  # type: ignore[no-redef]  # noqa: E402, F403
-    from device_scenarios import Wire, drive  # type: ignore[no-redef]  # noqa: E402
+from tests.device_scenarios import *  # noqa: E402, F403  (the shared scenarios)
+from tests.device_scenarios import Wire, drive  # noqa: E402
 
 _GATE_SRC = r"""
 extern "C" __global__ void aiopdbp_gate(const volatile int* flag) {

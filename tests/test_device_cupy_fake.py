@@ -21,12 +21,8 @@ from aiopdbp.device.cupy_backend import CupyBackend
 from aiopdbp.device.staging import ChunkState, Stager, TransferState
 from aiopdbp.errors import DeviceError
 
-try:
-    from tests import fake_cupy
-    from tests.device_scenarios import CHUNK, Wire, drive, new_stager, roundtrip, states  # noqa: F401
-except ImportError:
-    import fake_cupy  # type: ignore[no-redef]
-    from device_scenarios import CHUNK, Wire, drive, new_stager, roundtrip, states  # type: ignore[no-redef]  # noqa: F401
+from tests import fake_cupy
+from tests.device_scenarios import CHUNK, Wire, drive, new_stager, roundtrip, states  # noqa: F401
 
 D2H, H2D = 2, 1
 

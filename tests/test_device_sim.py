@@ -23,12 +23,8 @@ from aiopdbp.device.sim import Fault, SimArray, SimBackend, SimFault, SimHold
 from aiopdbp.device.staging import ChunkState, Stager, Transfer, TransferState
 from aiopdbp.errors import DeviceError, PDBPError, ProtocolError
 
-try:
-    from tests.device_scenarios import *  # noqa: F403  (the shared scenarios)
-    from tests.device_scenarios import CHUNK, Wire, drive, linger, states
-except ImportError:  # tests/ is on sys.path instead
-    from device_scenarios import *  # type: ignore[no-redef]  # noqa: F403
-    from device_scenarios import CHUNK, Wire, drive, linger, states  # type: ignore[no-redef]
+from tests.device_scenarios import *  # noqa: F403  (the shared scenarios)
+from tests.device_scenarios import CHUNK, Wire, drive, linger, states
 
 
 def _sim_threads() -> list[threading.Thread]:

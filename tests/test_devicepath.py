@@ -33,12 +33,8 @@ from aiopdbp import BrokenResourceError, DeviceError, IncomingStream, Message, P
 from aiopdbp.device import Fault, SimBackend, is_device_array
 from aiopdbp.devicepath import DeviceConfig
 
-try:
-    from tests import devicepath_scenarios as dsc
-    from tests.mpirun import SCRIPTS_DIR, requires_mpi, run_mpi
-except ImportError:
-    import devicepath_scenarios as dsc  # type: ignore[no-redef]
-    from mpirun import SCRIPTS_DIR, requires_mpi, run_mpi  # type: ignore[no-redef]
+from tests import devicepath_scenarios as dsc
+from tests.mpirun import SCRIPTS_DIR, requires_mpi, run_mpi
 
 CHUNK = 256 << 10
 MPI_CONFIGS = {"mpi-2-shm": False, "mpi-2-tcp": True}
@@ -116,10 +112,7 @@ del _name
 def fake_cupy(monkeypatch: pytest.MonkeyPatch) -> Any:
     """A fake ``cupy`` (host memory, synchronous copies; tests/fake_cupy.py)
     in ``sys.modules`` for one test: the CuPy backend's plumbing, no GPU."""
-    try:
-        from tests import fake_cupy as fake
-    except ImportError:
-        import fake_cupy as fake  # type: ignore[no-redef]
+    from tests import fake_cupy as fake
     saved = sys.modules.get("cupy")
     cp = fake.install(2)
     monkeypatch.setattr(dsc, "BACKEND", "cupy")

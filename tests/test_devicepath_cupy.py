@@ -26,10 +26,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-try:
-    from tests.cuda_guard import cupy_or_skip
-except ImportError:
-    from cuda_guard import cupy_or_skip  # type: ignore[no-redef]
+from tests.cuda_guard import cupy_or_skip
 
 cp, _NDEV = cupy_or_skip()
 
@@ -37,12 +34,8 @@ import aiopdbp  # noqa: E402
 from aiopdbp import Message, PType  # noqa: E402
 from aiopdbp.devicepath import DeviceConfig  # noqa: E402
 
-try:
-    from tests import devicepath_scenarios as dsc
-    from tests.mpirun import SCRIPTS_DIR, requires_mpi, run_mpi
-except ImportError:
-    import devicepath_scenarios as dsc  # type: ignore[no-redef]
-    from mpirun import SCRIPTS_DIR, requires_mpi, run_mpi  # type: ignore[no-redef]
+from tests import devicepath_scenarios as dsc
+from tests.mpirun import SCRIPTS_DIR, requires_mpi, run_mpi
 
 CUPY = DeviceConfig(backend="cupy", pool_bytes=4 << 20, chunk_size=dsc.CHUNK, max_in_flight=4)
 NAMES = [n for n in dsc.SCENARIOS if n not in dsc.SIM_ONLY]

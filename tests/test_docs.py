@@ -17,10 +17,7 @@ import pytest
 
 import aiopdbp
 
-try:
-    from tests.mpirun import REPO_ROOT, requires_mpi, unprefixed
-except ImportError:  # tests/ is not a package
-    from mpirun import REPO_ROOT, requires_mpi, unprefixed
+from tests.mpirun import REPO_ROOT, requires_mpi, unprefixed
 
 DOCS = REPO_ROOT / "docs"
 TUTORIAL = sorted((DOCS / "tutorial").glob("*.py"))

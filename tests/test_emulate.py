@@ -22,10 +22,7 @@ from pathlib import Path
 
 import pytest
 
-try:
-    from tests.mpirun import REPO_ROOT, requires_mpi
-except ImportError:  # tests/ is not a package: pytest puts tests/ on sys.path
-    from mpirun import REPO_ROOT, requires_mpi
+from tests.mpirun import REPO_ROOT, requires_mpi
 
 from aiopdbp.emulate import (
     STATE_DIR,

@@ -15,10 +15,7 @@ import sys
 
 import pytest
 
-try:
-    from tests.mpirun import REPO_ROOT, check_mpi, requires_mpi, run_mpi
-except ImportError:  # tests/ is not a package: pytest puts tests/ on sys.path
-    from mpirun import REPO_ROOT, check_mpi, requires_mpi, run_mpi
+from tests.mpirun import REPO_ROOT, check_mpi, requires_mpi, run_mpi
 
 EXAMPLES = REPO_ROOT / "examples"
 TRAPEZOID = "9.000004291534424"

@@ -21,10 +21,7 @@ import pytest
 from aiopdbp.errors import HostLostError, TransportError
 from aiopdbp.liveness import BEAT, Monitor, State, encode
 
-try:
-    from tests.mpirun import SCRIPTS_DIR, check_mpi, requires_mpi, run_mpi
-except ImportError:  # tests/ is not a package
-    from mpirun import SCRIPTS_DIR, check_mpi, requires_mpi, run_mpi
+from tests.mpirun import SCRIPTS_DIR, check_mpi, requires_mpi, run_mpi
 
 pytestmark = pytest.mark.timeout(60)
 

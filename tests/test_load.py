@@ -20,10 +20,7 @@ import json
 
 import pytest
 
-try:
-    from tests.mpirun import SCRIPTS_DIR, requires_mpi, run_mpi, unprefixed
-except ImportError:  # pragma: no cover - run from tests/
-    from mpirun import SCRIPTS_DIR, requires_mpi, run_mpi, unprefixed  # type: ignore[no-redef]
+from tests.mpirun import SCRIPTS_DIR, requires_mpi, run_mpi, unprefixed
 
 SCRIPT = SCRIPTS_DIR / "load.py"
 #: per-GP credit window of the subset: 64 KiB, so 4 windows are cheap

@@ -20,10 +20,7 @@ from pathlib import Path
 
 import pytest
 
-try:
-    from tests.mpirun import REPO_ROOT, SCRIPTS_DIR, find_mpiexec, rank_lines, requires_mpi, run_mpi
-except ImportError:  # tests/ is not a package
-    from mpirun import REPO_ROOT, SCRIPTS_DIR, find_mpiexec, rank_lines, requires_mpi, run_mpi
+from tests.mpirun import REPO_ROOT, SCRIPTS_DIR, find_mpiexec, rank_lines, requires_mpi, run_mpi
 
 pytestmark = [pytest.mark.mpi, requires_mpi, pytest.mark.timeout(120)]
 

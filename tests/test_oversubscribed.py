@@ -10,10 +10,7 @@ import os
 
 import pytest
 
-try:
-    from tests.mpirun import REPO_ROOT, requires_mpi, run_mpi
-except ImportError:  # tests/ is not a package
-    from mpirun import REPO_ROOT, requires_mpi, run_mpi
+from tests.mpirun import REPO_ROOT, requires_mpi, run_mpi
 
 pytestmark = [pytest.mark.mpi, requires_mpi, pytest.mark.timeout(300)]
 

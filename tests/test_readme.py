@@ -12,10 +12,7 @@ from pathlib import Path
 
 import pytest
 
-try:
-    from tests.mpirun import REPO_ROOT, requires_mpi, unprefixed
-except ImportError:  # tests/ is not a package
-    from mpirun import REPO_ROOT, requires_mpi, unprefixed
+from tests.mpirun import REPO_ROOT, requires_mpi, unprefixed
 
 PROGRAMS = [block for block in re.findall(r"```python\n(.*?)```", (REPO_ROOT / "README.md").read_text(),
                                            re.S) if "aiopdbp.run(" in block]

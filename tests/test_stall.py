@@ -112,10 +112,7 @@ async def test_stall_watch_off_reports_nothing() -> None:
 
 
 # ------------------------------------------------------------- over MPI
-try:
-    from tests.mpirun import SCRIPTS_DIR, check_mpi, requires_mpi, run_mpi, unprefixed
-except ImportError:  # pragma: no cover - run from tests/
-    from mpirun import SCRIPTS_DIR, check_mpi, requires_mpi, run_mpi, unprefixed  # type: ignore[no-redef]
+from tests.mpirun import SCRIPTS_DIR, check_mpi, requires_mpi, run_mpi, unprefixed
 
 import json  # noqa: E402
 
@@ -163,10 +160,7 @@ import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 
-try:
-    from tests.mpirun import REPO_ROOT
-except ImportError:  # pragma: no cover - run from tests/
-    from mpirun import REPO_ROOT  # type: ignore[no-redef]
+from tests.mpirun import REPO_ROOT
 
 #: every rank gone this long after the interrupt or the cancel (issue 15 item 5)
 LEAVE_WITHIN = 5.0

@@ -11,10 +11,7 @@ import pytest
 import aiopdbp
 from aiopdbp import BrokenResourceError
 
-try:
-    from tests.mpirun import REPO_ROOT, requires_mpi, run_mpi, unprefixed
-except ImportError:  # pragma: no cover - run from tests/
-    from mpirun import REPO_ROOT, requires_mpi, run_mpi, unprefixed  # type: ignore[no-redef]
+from tests.mpirun import REPO_ROOT, requires_mpi, run_mpi, unprefixed
 
 STRESS = REPO_ROOT / "benchmarks" / "stress.py"
 

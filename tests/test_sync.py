@@ -624,10 +624,7 @@ aiopdbp.run(main())
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_barriers_under_mpiexec(ranks: int, tmp_path: Any) -> None:
-    try:
-        from tests.mpirun import check_mpi, mpi_available, run_mpi
-    except ImportError:
-        from mpirun import check_mpi, mpi_available, run_mpi
+    from tests.mpirun import check_mpi, mpi_available, run_mpi
     if not mpi_available():
         pytest.skip("needs mpiexec and mpi4py")
     script = tmp_path / "barrier_mpi.py"

@@ -20,10 +20,7 @@ from pathlib import Path
 
 import pytest
 
-try:
-    from tests.mpirun import REPO_ROOT, SCRIPTS_DIR, check_mpi, mpi_available, requires_mpi, run_mpi
-except ImportError:  # tests/ is not a package: pytest puts tests/ on sys.path
-    from mpirun import REPO_ROOT, SCRIPTS_DIR, check_mpi, mpi_available, requires_mpi, run_mpi
+from tests.mpirun import REPO_ROOT, SCRIPTS_DIR, check_mpi, mpi_available, requires_mpi, run_mpi
 
 from aiopdbp import launch as launch_mod
 

@@ -18,10 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-try:
-    from tests.mpirun import REPO_ROOT, check_mpi, requires_mpi, run_mpi
-except ImportError:  # tests/ is not a package: pytest puts tests/ on sys.path
-    from mpirun import REPO_ROOT, check_mpi, requires_mpi, run_mpi
+from tests.mpirun import REPO_ROOT, check_mpi, requires_mpi, run_mpi
 
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
