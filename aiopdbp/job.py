@@ -343,6 +343,7 @@ class Job:
             return
         self.reported = exc
         unlink_own_shm()
+        record_failure(1)
         text = "".join(traceback.format_exception(exc))
         if self.under_mpi:
             text += f"aiopdbp: {self.describe_failure(exc).describe()}; stopping the job\n"
@@ -454,6 +455,24 @@ def record_own_shm() -> None:
         with contextlib.suppress(OSError):
             with open(os.path.join(where, f"shm.{os.getpid()}"), "w", encoding="utf-8") as f:
                 f.write("\n".join(segs) + "\n")
+
+
+#: the file in the launcher's job directory that holds the job's status when
+#: a rank failed (see :func:`record_failure`)
+FAILED_FILE = "failed"
+
+
+def record_failure(code: int) -> None:
+    """Tell ``aiopdbp launch`` the job's status: this rank failed.  The ranks
+    exit on their own once the failure is acknowledged; when one exits
+    before the others, hydra kills those still running and mpiexec's status
+    becomes 9 (killed), which would hide the failure's own status."""
+    where = os.environ.get(JOB_DIR_ENV)
+    if not where:
+        return
+    with contextlib.suppress(OSError):
+        with open(os.path.join(where, FAILED_FILE), "w", encoding="utf-8") as f:
+            f.write(f"{code}\n")
 
 
 def _flush_all() -> None:

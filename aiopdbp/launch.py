@@ -329,6 +329,17 @@ def launch(
     return run_job(cmd, env, timeout=timeout, grace=grace)
 
 
+def _failed_status(job_dir: str, rc: int) -> int:
+    """The status a failing aiopdbp rank recorded (aiopdbp.job.record_failure),
+    else mpiexec's ``rc``: hydra reports 9 when it killed a rank that had not
+    exited yet, although the job ended because a rank raised."""
+    try:
+        with open(os.path.join(job_dir, "failed"), encoding="utf-8") as f:
+            return int(f.read().strip() or rc)
+    except (OSError, ValueError):
+        return rc
+
+
 def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
             timeout: float | None = None, grace: float = 5.0,
             say: Callable[[str], None] | None = None, **popen: Any) -> int:
@@ -379,6 +390,8 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
                 got.append((int(signal.SIGTERM), now))
             with contextlib.suppress(subprocess.TimeoutExpired):
                 rc = proc.wait(0.05)
+        if rc not in (0, None) and not got:
+            rc = _failed_status(job_dir, rc)
     finally:
         for signum, handler in old.items():
             signal.signal(signum, handler)
