@@ -48,8 +48,8 @@ import os
 import random
 import resource
 import struct
-import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections import Counter
@@ -400,7 +400,7 @@ def worker(args: argparse.Namespace) -> int:
 
 # ==================================================================== launcher
 def launch(args: argparse.Namespace) -> int:
-    from aiopdbp.launch import TCP_ENV, find_mpiexec
+    from aiopdbp.launch import TCP_ENV, find_mpiexec, run_job
 
     job = plan_job(args.seed)
     ranks = args.ranks or job["ranks"]
@@ -414,12 +414,15 @@ def launch(args: argparse.Namespace) -> int:
     print(f"stress: seed {args.seed}, {ranks} ranks, {'tcp' if tcp else 'shm'}, window {job['window']} B, "
           f"pipe_capacity {job['pipe_capacity']}, {args.seconds:g} s", flush=True)
     budget = args.seconds + ROUND_TIMEOUT + 120
-    try:
-        p = subprocess.run(cmd, env=env, timeout=budget, capture_output=True, text=True, start_new_session=True)
-        out, err, rc = p.stdout, p.stderr, p.returncode
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
-        err, rc = f"killed after {budget:.0f} s", 124
+    # run_job, as `aiopdbp launch` does: signals, a time limit, and the shared
+    # memory of ranks that a failing job left behind removed
+    with tempfile.TemporaryFile("w+") as fo, tempfile.TemporaryFile("w+") as fe:
+        rc = run_job(cmd, env, timeout=budget, stdout=fo, stderr=fe)
+        fo.seek(0)
+        fe.seek(0)
+        out, err = fo.read(), fe.read()
+    if rc == 124:
+        err += f"\nkilled after {budget:.0f} s"
     rows = [json.loads(line.split("STRESS ", 1)[1]) for line in out.splitlines() if "STRESS " in line]
     for row in sorted(rows, key=lambda r: r["rank"]):
         print(json.dumps(row), flush=True)
