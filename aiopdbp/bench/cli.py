@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .plan import DEFAULT_SIZES, Options, parse_rate, parse_sizes
+from .plan import DEFAULT_SIZES, Options, parse_ranks, parse_rate, parse_sizes
 from .workload import IMPLS, TESTS
 
 __all__ = ["build_parser", "latency_alias", "main", "register"]
@@ -54,16 +54,6 @@ def _type(fn: Any) -> Any:
     return parse
 
 
-def _ranks(text: str) -> list[int]:
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"-n wants N or a list N1,N2,... (got {text!r})") from None
-    if not out or min(out) < 2:
-        raise argparse.ArgumentTypeError("every rank count must be >= 2")
-    return out
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``aiopdbp bench`` (its own: the main CLI hands over raw arguments)."""
     d = Options()
@@ -76,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         "aiopdbp bench streams --help | "
         "mpiexec -n 4 python -m aiopdbp bench --tests 1toN,Nto1 --sizes 4K,64K,1M")
     a = p.add_argument
-    a("-n", "--ranks", type=_ranks, default=None, metavar="N[,N...]",
+    a("-n", "--ranks", type=parse_ranks, default=None, metavar="N[,N...]",
       help="launch N ranks with mpiexec (a list: one job per rank count, results merged); "
       "default 2, or the size of the MPI job this runs in")
     a("--tcp", action="store_true", help="force MPICH's TCP path between local ranks (when launching)")

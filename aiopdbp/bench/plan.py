@@ -10,6 +10,7 @@ the repeat) so machine noise hits them alike.
 
 from __future__ import annotations
 
+import argparse
 import re
 from dataclasses import dataclass, field
 
@@ -58,6 +59,17 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     if not out:
         raise ValueError("empty size list")
     return tuple(out)
+
+
+def parse_ranks(text: str) -> list[int]:
+    """``-n``: one rank count or a list ``2,3,4`` (each at least 2)."""
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"-n wants N or a list N1,N2,... (got {text!r})") from None
+    if not out or min(out) < 2:
+        raise argparse.ArgumentTypeError("every rank count must be >= 2")
+    return out
 
 
 def parse_rate(text: str) -> float:

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from .plan import parse_ranks, parse_sizes
+
 __all__ = ["VerificationError", "main"]
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -38,8 +40,6 @@ class VerificationError(Exception):
 
 
 def _sizes(text: str) -> list[int]:
-    from .plan import parse_sizes
-
     return [int(s) for s in parse_sizes(text)]
 
 
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Streams/s against messages/s of the same bytes: each rank's GP sends to the "
         "next rank's, send_stream per unit vs gp.send per unit, interleaved in one job.")
     a = p.add_argument
-    a("-n", "--ranks", type=_ints, default=[2], metavar="N[,N...]", help="rank counts (default 2)")
+    a("-n", "--ranks", type=parse_ranks, default=[2], metavar="N[,N...]", help="rank counts (default 2)")
     a("--sizes", type=_sizes, default=[4 * KiB, 64 * KiB, MiB, 16 * MiB], help="4K,64K,1M,16M")
     a("--inflight", type=_ints, default=[1, 16], help="calls outstanding per sender (1,16)")
     a("--volume", type=_sizes, default=[64 * MiB], help="bytes per sender per run (64M)")
