@@ -7,8 +7,8 @@ MPI; buffer pools coalesce and pace remote traffic.  See README.md.
 
 from __future__ import annotations
 
-from .codec import CDU, Kind, StreamOp
-from .errors import (
+from aiopdbp.wire.codec import CDU, Kind, StreamOp
+from aiopdbp.errors import (
     BarrierError,
     BrokenResourceError,
     ClosedResourceError,
@@ -26,14 +26,14 @@ from .errors import (
     UnknownProcessError,
     WouldBlock,
 )
-from .node import Node, open_node, run
-from .pipes import Pipe, PipePool
-from .message import Message
-from .process import GP
-from .stats import LinkStats, NodeStats
-from .stall import WaitEdge
-from .streams import IncomingStream, StreamState
-from .sync import (
+from aiopdbp.runtime.node import Node, open_node, run
+from aiopdbp.routing.pipes import Pipe, PipePool
+from aiopdbp.wire.message import Message
+from aiopdbp.runtime.process import GP
+from aiopdbp.runtime.stats import LinkStats, NodeStats
+from aiopdbp.stall import WaitEdge
+from aiopdbp.streams.stream import IncomingStream, StreamState
+from aiopdbp.sync.barriers import (
     ALGORITHMS,
     Barrier,
     BarrierStats,
@@ -43,7 +43,7 @@ from .sync import (
     Neighbours,
     aggregate_stats,
 )
-from .tables import NodeType, PType, Tables
+from aiopdbp.hosts.tables import NodeType, PType, Tables
 
 __version__ = "0.1.0"
 
@@ -55,4 +55,4 @@ __all__ = [
     "open_node", "run", "ALGORITHMS", "Barrier", "BarrierStats", "BarrierSummary",
     "BarrierTimeoutError", "NeighbourStats", "Neighbours", "aggregate_stats", "open_cluster",
 ]
-from .cluster import open_cluster  # noqa: E402
+from aiopdbp.runtime.cluster import open_cluster  # noqa: E402

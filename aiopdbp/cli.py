@@ -8,7 +8,7 @@
   code 0 when every checksum matches.  Runs unchanged on several ranks:
   ``aiopdbp launch -n 2 -m aiopdbp demo``.
 * ``aiopdbp launch -n N [--tcp] prog.py args...`` -- run a program on N ranks
-  with ``mpiexec`` (see :mod:`aiopdbp.launch`).
+  with ``mpiexec`` (see :mod:`aiopdbp.launch.launcher`).
 * ``aiopdbp bench [-n N] ...`` -- benchmarks (see :mod:`aiopdbp.bench`).
 """
 
@@ -31,14 +31,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import __version__
-from .errors import PDBPError
-from .node import Node, open_node, run
-from .process import GP, Message
-from .streams import IncomingStream
+from aiopdbp import __version__
+from aiopdbp.errors import PDBPError
+from aiopdbp.runtime.node import Node, open_node, run
+from aiopdbp.runtime.process import GP, Message
+from aiopdbp.streams.stream import IncomingStream
 
 if TYPE_CHECKING:
-    from .emulate import EmulateConfig
+    from aiopdbp.launch.emulate import EmulateConfig
 
 __all__ = ["DemoConfig", "collect_info", "demo_main", "main"]
 
@@ -77,7 +77,7 @@ def _mpi_info() -> dict[str, Any]:
     except Exception as exc:  # a broken MPI install must not break `info`
         out["mpi_library"] = f"unavailable ({type(exc).__name__}: {exc})"
     try:
-        from .transport.mpi import mpi_world_size
+        from aiopdbp.transport.mpi import mpi_world_size
 
         out["mpi_world_size"] = mpi_world_size()
     except Exception:
@@ -87,9 +87,9 @@ def _mpi_info() -> dict[str, Any]:
 
 def _mpiexec() -> str:
     try:
-        from .launch import find_mpiexec
+        from aiopdbp.launch.launcher import find_mpiexec
     except ImportError:
-        return "unknown (aiopdbp.launch unavailable)"
+        return "unknown (aiopdbp.launch.launcher unavailable)"
     try:
         return find_mpiexec()
     except FileNotFoundError as exc:
@@ -471,7 +471,7 @@ def _parse_launch(tokens: Sequence[str]) -> tuple[int, bool, list[str], EmulateC
 
 
 def _emulate_config(opts: dict[str, str]) -> EmulateConfig:
-    from .emulate import EmulateConfig
+    from aiopdbp.launch.emulate import EmulateConfig
 
     try:
         hosts = _int_arg(opts["hosts"]) if "hosts" in opts else None
@@ -540,7 +540,7 @@ def _unrunnable(argv: Sequence[str]) -> str | None:
 
 def cmd_launch(tokens: Sequence[str]) -> int:
     if set(tokens) == {"--emulate", "--cleanup"}:
-        from .emulate import cleanup_main
+        from aiopdbp.launch.emulate import cleanup_main
 
         return cleanup_main()
     try:
@@ -555,7 +555,7 @@ def cmd_launch(tokens: Sequence[str]) -> int:
     if problem:   # once here, instead of once per rank from each rank's python
         print(f"aiopdbp launch: error: {problem} (no rank was started)", file=sys.stderr)
         return 2
-    from .launch import launch, reporting_failures
+    from aiopdbp.launch.launcher import launch, reporting_failures
 
     return reporting_failures("aiopdbp launch", lambda: launch(n, argv, tcp=tcp, emulate=emulate))
 
@@ -599,7 +599,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cleanup", action="store_true", help="with --emulate: remove dead jobs' leftovers")
     s.add_argument("argv", nargs=argparse.REMAINDER, help="prog.py args... or -m module args...")
 
-    from .bench import register as register_bench
+    from aiopdbp.bench import register as register_bench
 
     register_bench(sub)
     return p
@@ -611,7 +611,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # argparse cannot take `-m module` after options; parse by hand.
         return cmd_launch(args_list[1:])
     if args_list[:1] == ["bench"]:  # its own parser (aiopdbp.bench.cli)
-        from .bench import main as bench_main
+        from aiopdbp.bench import main as bench_main
 
         return bench_main(args_list[1:])
     parser = build_parser()

@@ -7,7 +7,7 @@ Every wait of a sender on a peer goes through :meth:`Waits.begin` /
 segment window): a :class:`Wait` says which GP waits, for what (``credit``
 from a GP on another rank, a ``pipe slot`` of a GP here, a stream's
 ``segment window``), for whom, and since when.  The flow-control argument
-(:mod:`aiopdbp.link`, "Why nothing waits forever inside the library") shows
+(:mod:`aiopdbp.hosts.link`, "Why nothing waits forever inside the library") shows
 that each of these waits is released by the *destination GP reading*; so a
 wait that lasts is either a slow reader or an application cycle.
 
@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .errors import DeadlockError
+from aiopdbp.errors import DeadlockError
 
 log = logging.getLogger("aiopdbp.stall")
 

@@ -93,7 +93,7 @@ def _launch(*argv: str) -> Job:
 
 def signal_to_end(sig: int, every_rank: bool) -> float:
     if every_rank:
-        from aiopdbp.launch import find_mpiexec
+        from aiopdbp.launch.launcher import find_mpiexec
         job = Job([find_mpiexec(), "-n", "2", PY, str(SCRIPTS / "stop_job.py")])
     else:
         job = _launch("-n", "2", str(SCRIPTS / "stop_job.py"))

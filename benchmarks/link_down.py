@@ -6,7 +6,7 @@ time how long the other hosts take to get ``HostLostError`` (needs root).
     # options: --hosts 3  --victim 2  --link 1gbit  --chunk 64K  --host-timeout T (repeatable; 'default')
 
 One repeat: a fresh emulated cluster of ``--hosts`` hosts (one rank each,
-:class:`aiopdbp.emulate.EmulatedCluster`); every rank opens a node with the
+:class:`aiopdbp.launch.emulate.EmulatedCluster`); every rank opens a node with the
 given ``host_timeout`` and streams to every other rank without end
 (``send_stream`` of ``--chunk``-byte segments: n(n-1) streams, the paper's
 N-to-N).  Once every rank has received from every peer, this process sets
@@ -23,7 +23,7 @@ is one per machine, and the emulated hosts are namespaces of this machine):
 ``ip link set ... down`` command returned (it takes a few ms; its duration
 is printed).  The heartbeat declares a host lost ``timeout`` to ``timeout +
 tick`` s after it was last heard of (interval ``min(1, timeout / 10)``,
-tick ``min(interval / 4, 0.25)``; see :mod:`aiopdbp.liveness`); the last beat
+tick ``min(interval / 4, 0.25)``; see :mod:`aiopdbp.hosts.liveness`); the last beat
 came up to an interval before the cable was pulled, so the expected window is
 ``timeout - interval .. timeout + tick``.  The table
 gives the median over survivors and repeats, with min and max.  The link is
@@ -89,7 +89,7 @@ def _describe(exc: BaseException) -> dict[str, Any]:
 
 
 async def rank_side(ns: argparse.Namespace) -> None:
-    from aiopdbp.remote import RemoteConfig
+    from aiopdbp.hosts.remote import RemoteConfig
 
     timeout = None if ns.host_timeout == DEFAULT else float(ns.host_timeout)
     # lost_grace: every survivor gets to see the loss before one of them aborts the job
@@ -188,8 +188,8 @@ def _wait_for(path: Path, done: Any, timeout: float, job: threading.Thread, what
 def run_once(hosts: int, victim: int, host_timeout: str, link: str, chunk: int,
              lost_grace: float = 5.0) -> dict[str, Any]:
     """One repeat (see the module doc); returns what happened."""
-    from aiopdbp.emulate import EmulatedCluster
-    from aiopdbp.launch import launch_command, launch_env, run_job
+    from aiopdbp.launch.emulate import EmulatedCluster
+    from aiopdbp.launch.launcher import launch_command, launch_env, run_job
 
     tmp = Path(tempfile.mkdtemp(prefix="aiopdbp-linkdown-"))
     events = tmp / "events.jsonl"
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         ns.host_timeout = (ns.host_timeout or [DEFAULT])[0]
         aiopdbp.run(rank_side(ns))
         return 0
-    from aiopdbp.emulate import EmulationUnavailable, requirements_problems
+    from aiopdbp.launch.emulate import EmulationUnavailable, requirements_problems
 
     problems = requirements_problems()
     if problems:

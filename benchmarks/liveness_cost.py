@@ -1,10 +1,10 @@
-"""CPU cost of the liveness heartbeat thread (aiopdbp.liveness).
+"""CPU cost of the liveness heartbeat thread (aiopdbp.hosts.liveness).
 
 Not a test: run under mpiexec (4 ranks on this machine), from the repository root::
 
     .venv/bin/mpiexec -n 4 .venv/bin/python benchmarks/liveness_cost.py [--seconds 10] [--repeat 3] [--interval 1.0]
 
-Each repeat starts a :class:`~aiopdbp.liveness.Heartbeat` on every rank (on a
+Each repeat starts a :class:`~aiopdbp.hosts.liveness.Heartbeat` on every rank (on a
 ``Dup`` of COMM_WORLD, as on the transport's control communicator), lets the
 main thread sleep ``--seconds``, and reads the CPU time of the heartbeat
 thread (``stats()["thread_cpu_s"]``, ``time.thread_time()`` in the thread).
@@ -19,7 +19,7 @@ import argparse
 import statistics
 import time
 
-from aiopdbp.liveness import Heartbeat
+from aiopdbp.hosts.liveness import Heartbeat
 from aiopdbp.transport.mpi import load_mpi
 
 

@@ -22,7 +22,7 @@ default window (1 MiB) at 1x and 4x the messages, each in a job of its own
 (``ru_maxrss`` is a process peak) after a 600-message warm-up case; prints
 the largest rank's peak RSS, how much it grew over the warm-up's peak, the
 ratio 4x/1x and the bound the link's theory of operation documents (pool +
-window x peers, :mod:`aiopdbp.link`).
+window x peers, :mod:`aiopdbp.hosts.link`).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import format_table  # noqa: E402
 
-from aiopdbp.launch import TCP_ENV, find_mpiexec  # noqa: E402
-from aiopdbp.remote import RemoteConfig  # noqa: E402
+from aiopdbp.launch.launcher import TCP_ENV, find_mpiexec  # noqa: E402
+from aiopdbp.hosts.remote import RemoteConfig  # noqa: E402
 
 SCRIPT = ROOT / "tests" / "mpi_scripts" / "load.py"
 PATTERNS = ["oneway", "ring", "alltoall", "fanin", "fanout", "reqresp", "mixed", "multicast", "shortstream"]

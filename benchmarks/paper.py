@@ -336,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_report(out, doc)
         return 0
     if "emulated" in envs and not ns.dry_run:
-        from aiopdbp.emulate import requirements_problems
+        from aiopdbp.launch.emulate import requirements_problems
 
         problems = requirements_problems()
         if problems:

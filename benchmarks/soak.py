@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 import aiopdbp
-import aiopdbp.remote
+import aiopdbp.hosts.remote
 
 HEAD = struct.Struct("<IIQ")  # source GP index, destination GP index, unit number
 MSG = 64
@@ -148,7 +148,7 @@ async def main(args: argparse.Namespace) -> None:
                            "out_of_order", "streams_completed_after_cancel", "cancel_attempts"), 0)
     # Small queues, so that senders often wait (backpressure) and a
     # cancellation finds them waiting.
-    remote = aiopdbp.remote.RemoteConfig(gp_window=args.gp_window)
+    remote = aiopdbp.hosts.remote.RemoteConfig(gp_window=args.gp_window)
     async with aiopdbp.open_node(pipe_capacity=args.pipe_capacity, remote=remote) as node:
         n, k = node.size, args.gps
         gps_total = n * k

@@ -94,7 +94,7 @@ def worker(args: argparse.Namespace) -> int:
     import numpy as np
 
     import aiopdbp
-    from aiopdbp.remote import RemoteConfig
+    from aiopdbp.hosts.remote import RemoteConfig
     from aiopdbp.transport.mpi import load_mpi
 
     import faulthandler
@@ -400,7 +400,7 @@ def worker(args: argparse.Namespace) -> int:
 
 # ==================================================================== launcher
 def launch(args: argparse.Namespace) -> int:
-    from aiopdbp.launch import TCP_ENV, find_mpiexec, run_job
+    from aiopdbp.launch.launcher import TCP_ENV, find_mpiexec, run_job
 
     job = plan_job(args.seed)
     ranks = args.ranks or job["ranks"]

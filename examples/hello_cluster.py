@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 import aiopdbp
-from aiopdbp.sync import Barrier
+from aiopdbp.sync.barriers import Barrier
 
 
 async def main() -> int:

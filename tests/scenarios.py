@@ -1,7 +1,7 @@
 """Behaviour scenarios run unchanged over the in-process fabric and over MPI.
 
 A *scenario* is an SPMD coroutine: every host (rank) runs it at the same
-time with its own :class:`~aiopdbp.node.Node`, wrapped in a :class:`Ctx`.  A
+time with its own :class:`~aiopdbp.runtime.node.Node`, wrapped in a :class:`Ctx`.  A
 host creates only the GPs it owns (GP ``i`` lives on ``ctx.owner(i)``), finds
 the others by name (``lookup``/``send`` with a timeout), and checks what it
 received with plain ``assert`` -- a failure on any host fails the scenario.
@@ -58,8 +58,8 @@ from aiopdbp import (
     UnknownProcessError,
     WouldBlock,
 )
-from aiopdbp.cluster import open_cluster
-from aiopdbp.remote import RemoteConfig
+from aiopdbp.runtime.cluster import open_cluster
+from aiopdbp.hosts.remote import RemoteConfig
 
 __all__ = ["SCENARIOS", "Scenario", "Ctx", "scenario", "run_on_node", "run_inproc", "pattern"]
 
@@ -1008,7 +1008,7 @@ STALL_CFG = RemoteConfig(block_size=16 << 10, row_capacity=4, initial=2, gp_wind
                          max_inflight=4)
 #: messages a remote producer may have outstanding towards one GP: its credit
 #: window over what one message costs (the payload + CREDIT_OVERHEAD)
-STALL_REMOTE_BOUND = STALL_CFG.gp_window // (STALL_MSG + aiopdbp.message.CREDIT_OVERHEAD) + 1
+STALL_REMOTE_BOUND = STALL_CFG.gp_window // (STALL_MSG + aiopdbp.wire.message.CREDIT_OVERHEAD) + 1
 
 
 @scenario(pipe_capacity=STALL_PIPE, stream_window=4, remote=STALL_CFG)
@@ -1983,7 +1983,7 @@ async def stalled_gp_does_not_stop_its_siblings(ctx: Ctx) -> None:
     checked = ctx.name("checked")
     n_fast = 3000
     remote = snd_r != rcv_r
-    bound = (SIBLING_CFG.gp_window // (SIBLING_MSG + aiopdbp.message.CREDIT_OVERHEAD) + 1 if remote
+    bound = (SIBLING_CFG.gp_window // (SIBLING_MSG + aiopdbp.wire.message.CREDIT_OVERHEAD) + 1 if remote
              else 64)
 
     async def sender() -> None:

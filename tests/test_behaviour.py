@@ -49,7 +49,7 @@ MPI_TEST_TIMEOUT = MPI_JOB_TIMEOUT + 60
 
 _ABORT_REMOTE = (
     "BUG: a stream aborted by its sender (cancelled, or its source raised) never ends at a REMOTE "
-    "receiver: Node._close_outgoing (aiopdbp/node.py) pops the stream from _streams_out before "
+    "receiver: Node._close_outgoing (aiopdbp/runtime/node.py) pops the stream from _streams_out before "
     "routing what is left in PipeA, so manager.route -> Node._stream_target finds no target and "
     "drops the ABORT (and the segments still queued); the receiver's read() waits forever and the "
     "next stream to that GP is never read.  Fix: route PipeA's leftovers first, then pop.")

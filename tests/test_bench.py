@@ -27,7 +27,7 @@ from aiopdbp.bench.plan import Options, cases, impls_for, parse_rate, parse_size
 from aiopdbp.bench.report import build_rows, build_summary, write_csv, write_json
 from aiopdbp.bench.stats import mean_of_ratios, merge_results, speed_ratio, summarize, trimmed_mean
 from aiopdbp.bench.workload import Checker, Flow, Ring, flows, matches
-from aiopdbp.emulate import STATE_DIR, requirements_problems
+from aiopdbp.launch.emulate import STATE_DIR, requirements_problems
 
 from tests.mpirun import REPO_ROOT, requires_mpi, run_mpi
 

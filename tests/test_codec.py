@@ -1,4 +1,4 @@
-"""Tests of the sans-I/O CDU/MESP codec (aiopdbp.codec).
+"""Tests of the sans-I/O CDU/MESP codec (aiopdbp.wire.codec).
 
 The fuzz tests decode with allow_pickle=False: the "ProtocolError and nothing
 else" guarantee is about frame structure.  An unpickler fed corrupt data can
@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as npst
 
-from aiopdbp.codec import (
+from aiopdbp.wire.codec import (
     ALIGN,
     CDU,
     CONTROL_SCHEMAS,
@@ -715,7 +715,7 @@ def test_pickle_payload_is_protocol_5() -> None:
 # ---------------------------------------------------------------- fast path
 @pytest.mark.parametrize("data", [b"", b"x" * 64, None])
 def test_encode_small_into_round_trips_in_a_bp_block(data: bytes | None) -> None:
-    from aiopdbp.codec import bp_header, encode_small_into
+    from aiopdbp.wire.codec import bp_header, encode_small_into
 
     cdu = CDU(Kind.SHORT, 7, (9,), data, 5, 11, 0, 0, 2)
     buf = bytearray(512)
@@ -728,7 +728,7 @@ def test_encode_small_into_round_trips_in_a_bp_block(data: bytes | None) -> None
 
 
 def test_encode_small_into_declines_other_shapes_and_reports_no_room() -> None:
-    from aiopdbp.codec import encode_small_into
+    from aiopdbp.wire.codec import encode_small_into
 
     buf = memoryview(bytearray(64))
     assert encode_small_into(buf, 0, CDU(Kind.SHORT, 1, (2, 3), b"x")) == 0  # multicast
@@ -737,8 +737,8 @@ def test_encode_small_into_declines_other_shapes_and_reports_no_room() -> None:
 
 
 # ------------------------------------------------------- short records (BPS)
-from aiopdbp.codec import SHORT_MAX, decode_shorts  # noqa: E402
-from aiopdbp.message import Message  # noqa: E402
+from aiopdbp.wire.codec import SHORT_MAX, decode_shorts  # noqa: E402
+from aiopdbp.wire.message import Message  # noqa: E402
 
 short_records = st.lists(
     st.tuples(st.integers(1, 2**32 - 1), st.integers(1, 2**32 - 1),

@@ -1,4 +1,4 @@
-"""Typed control messages (aiopdbp.control): every kind round-trips through
+"""Typed control messages (aiopdbp.wire.control): every kind round-trips through
 its frame; whatever the bytes, decoding gives a message or ProtocolError."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aiopdbp.codec import VERSION, MsgType
-from aiopdbp.control import (
+from aiopdbp.wire.codec import VERSION, MsgType
+from aiopdbp.wire.control import (
     AAPMsg,
     APipeMsg,
     ARMsg,
@@ -87,7 +87,7 @@ def test_control_message_with_a_bad_value_is_a_protocol_error(msg: CtrlMsg) -> N
 
 
 def test_data_frame_on_the_control_channel_is_a_protocol_error() -> None:
-    from aiopdbp.codec import Kind, encode_shorts
+    from aiopdbp.wire.codec import Kind, encode_shorts
     with pytest.raises(ProtocolError, match="data frame"):
         decode_control(encode_shorts([(1, 2, Kind.SHORT, 0, b"x")]))
 

@@ -1,4 +1,4 @@
-"""Per-destination credit (aiopdbp.link / aiopdbp.router): one admission
+"""Per-destination credit (aiopdbp.hosts.link / aiopdbp.routing.router): one admission
 rule, a fair FIFO hand-off, and owed credit that never strands a sender.
 
 The link is driven directly (no transport traffic: only ``reserve``,
@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from aiopdbp.codec import Kind
+from aiopdbp.wire.codec import Kind
 from aiopdbp.errors import BrokenResourceError, WouldBlock
-from aiopdbp.link import HostLink
-from aiopdbp.pipes import Pipe, PipePool
-from aiopdbp.router import Router
-from aiopdbp.tables import Tables
+from aiopdbp.hosts.link import HostLink
+from aiopdbp.routing.pipes import Pipe, PipePool
+from aiopdbp.routing.router import Router
+from aiopdbp.hosts.tables import Tables
 
 WINDOW = 1000
 PID = 7

@@ -1,4 +1,4 @@
-"""The emulated cluster (``aiopdbp.emulate``, ``aiopdbp launch --emulate``).
+"""The emulated cluster (``aiopdbp.launch.emulate``, ``aiopdbp launch --emulate``).
 
 Rate parsing and the privilege/tool checks run everywhere.  Everything that
 creates namespaces needs root, ``ip`` and ``tc`` and is skipped, with the
@@ -24,7 +24,7 @@ import pytest
 
 from tests.mpirun import REPO_ROOT, requires_mpi
 
-from aiopdbp.emulate import (
+from aiopdbp.launch.emulate import (
     STATE_DIR,
     ClusterState,
     EmulateConfig,
@@ -98,7 +98,7 @@ def _objects(c: EmulatedCluster) -> tuple[set[str], str]:
 _OWNER = """
 import json, sys
 from pathlib import Path
-from aiopdbp.emulate import EmulatedCluster
+from aiopdbp.launch.emulate import EmulatedCluster
 with EmulatedCluster(2, "1gbit", state_dir=Path(sys.argv[1])) as c:
     print(json.dumps({"job": c.job, "link": c.link,
                       "netns": [h.netns for h in c.hosts] + [c.switch_netns]}), flush=True)

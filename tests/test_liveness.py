@@ -19,7 +19,7 @@ from collections import deque
 import pytest
 
 from aiopdbp.errors import HostLostError, TransportError
-from aiopdbp.liveness import BEAT, Monitor, State, encode
+from aiopdbp.hosts.liveness import BEAT, Monitor, State, encode
 
 from tests.mpirun import SCRIPTS_DIR, check_mpi, requires_mpi, run_mpi
 

@@ -1,4 +1,4 @@
-"""Tests of aiopdbp.node: open_node lifecycle, shutdown, stats() and aiopdbp.run()."""
+"""Tests of aiopdbp.runtime.node: open_node lifecycle, shutdown, stats() and aiopdbp.run()."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests of aiopdbp.pipes: the bounded Pipe (with reservations) and the PipePool (DPP)."""
+"""Tests of aiopdbp.routing.pipes: the bounded Pipe (with reservations) and the PipePool (DPP)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests of generalized processes and the CPI (aiopdbp.process, single host)."""
+"""Tests of generalized processes and the CPI (aiopdbp.runtime.process, single host)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import aiopdbp
-from aiopdbp.node import DEFAULT_NAME_TIMEOUT
-from aiopdbp.tables import PendingName
+from aiopdbp.runtime.node import DEFAULT_NAME_TIMEOUT
+from aiopdbp.hosts.tables import PendingName
 from aiopdbp import (
     ClosedResourceError,
     DuplicateProcessError,
@@ -201,7 +201,7 @@ async def test_send_to_misspelt_name_suggests_the_registered_one() -> None:
 
 async def test_waiting_for_misspelt_name_logs_the_suggestion_while_it_waits(pdbp_node, caplog) -> None:
     async with pdbp_node.process("p") as p, pdbp_node.process("worker-1"):
-        with caplog.at_level("WARNING", logger="aiopdbp.router"), pytest.raises(UnknownProcessError):
+        with caplog.at_level("WARNING", logger="aiopdbp.routing.router"), pytest.raises(UnknownProcessError):
             await p.send("wroker-1", b"x", timeout=0.2)   # the hint comes after half the wait
         assert any("'wroker-1'" in r.getMessage() and "did you mean 'worker-1'" in r.getMessage()
                    for r in caplog.records), caplog.records

@@ -1,4 +1,4 @@
-"""The sans-I/O stream protocol (aiopdbp.streamproto): event sequences in, actions out."""
+"""The sans-I/O stream protocol (aiopdbp.streams.protocol): event sequences in, actions out."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiopdbp.errors import ProtocolError
-from aiopdbp.streamproto import (
+from aiopdbp.streams.protocol import (
     Abort, Aborted, Break, Cancel, Close, Consumed, Credit, Deliver, Done, EmitAbort, EmitEnd,
     EmitSegment, End, Event, Fail, Finished, Open, Opened, ReceiverProtocol, Registry, Segment,
     SendCredit, SendDone, SendSegment, SenderProtocol, StreamState,
@@ -40,7 +40,7 @@ def test_import_loads_no_io_library_in_fresh_interpreter() -> None:
     code = ("import sys, types\n"
             f"pkg = types.ModuleType('aiopdbp'); pkg.__path__ = [{str(ROOT / 'aiopdbp')!r}]\n"
             "sys.modules['aiopdbp'] = pkg\n"
-            "import aiopdbp.streamproto\n"
+            "import aiopdbp.streams.protocol\n"
             "import json; print(json.dumps([m for m in ('asyncio', 'mpi4py', 'cupy', 'numpy') "
             "if m in sys.modules]))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True)
@@ -407,14 +407,14 @@ def test_conversation_with_reordering_and_cancel_either_side_ends_both(
 
 # ------------------------------------------------ the OPEN of a short stream
 def test_open_meta_round_trip_carries_short_stream_data() -> None:
-    from aiopdbp.streams import StreamMeta
-    from aiopdbp.streamtable import pack_meta, unpack_meta
+    from aiopdbp.streams.stream import StreamMeta
+    from aiopdbp.streams.table import pack_meta, unpack_meta
     meta = unpack_meta(pack_meta(StreamMeta("bytes", 5, com=3), memoryview(b"hello")))
     assert (meta.kind, meta.nbytes, meta.com, meta.extra) == ("bytes", 5, 3, {"eager": b"hello"})
 
 
 def test_open_meta_carrying_part_of_the_stream_is_protocol_error() -> None:
-    from aiopdbp.streams import StreamMeta
-    from aiopdbp.streamtable import pack_meta, unpack_meta
+    from aiopdbp.streams.stream import StreamMeta
+    from aiopdbp.streams.table import pack_meta, unpack_meta
     with pytest.raises(ProtocolError, match="not its whole data"):
         unpack_meta(pack_meta(StreamMeta("bytes", 9), b"hello"))

@@ -1,4 +1,4 @@
-"""Tests of data streams (aiopdbp.streams): send_stream and IncomingStream, single host."""
+"""Tests of data streams (aiopdbp.streams.stream): send_stream and IncomingStream, single host."""
 
 from __future__ import annotations
 
@@ -251,7 +251,7 @@ async def test_stream_from_generator_announces_unknown_size_as_none(pdbp_node) -
 
 
 def test_stream_meta_unknown_size_travels_as_none() -> None:
-    from aiopdbp.streams import StreamMeta
+    from aiopdbp.streams.stream import StreamMeta
 
     meta = StreamMeta("ndarray", None, "<f4", (None, 4))
     assert meta.to_wire()["nbytes"] == -1 and meta.to_wire()["shape"] == [0, 4]   # the wire is unchanged
@@ -602,8 +602,8 @@ async def test_carried_stream_done_before_the_sender_resumes_completes_it() -> N
     # state BROKEN" (found by the seeded stress: the receiver had the data).
     from typing import Any, cast
 
-    from aiopdbp.pipes import Pipe
-    from aiopdbp.streamtable import OutgoingStream
+    from aiopdbp.routing.pipes import Pipe
+    from aiopdbp.streams.table import OutgoingStream
 
     from aiopdbp import StreamState
 

@@ -1,4 +1,4 @@
-"""Tests of aiopdbp.tables: NTA/PTA/MTA behind the single update point Tables.apply."""
+"""Tests of aiopdbp.hosts.tables: NTA/PTA/MTA behind the single update point Tables.apply."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def test_pipe_bind_and_release_update_pn() -> None:
 
 
 def test_stream_bindings_are_not_table_updates() -> None:
-    # The MTA is per host (aiopdbp.streamtable): a stream is bound by its two
+    # The MTA is per host (aiopdbp.streams.table): a stream is bound by its two
     # hosts, never through the replicated tables.
     with pytest.raises(PDBPError, match="unknown table update 'stream_bind'"):
         Tables().apply("stream_bind", (0, 3, 2, 1, 100))

@@ -6,7 +6,7 @@ asserts on the exit code and the ``OK``/``INFO`` lines.  ``net``: ``shm`` is
 MPICH's default local path, ``tcp`` forces its network path
 (``UCX_TLS=tcp,self MPIR_CVAR_NOLOCAL=1``), standing in for a cluster.  The
 scripts abort the whole job on any failure, so a broken rank never hangs.
-A few in-process tests cover ``aiopdbp.launch`` and the env helpers.
+A few in-process tests cover ``aiopdbp.launch.launcher`` and the env helpers.
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ import pytest
 
 from tests.mpirun import REPO_ROOT, SCRIPTS_DIR, check_mpi, mpi_available, requires_mpi, run_mpi
 
-from aiopdbp import launch as launch_mod
-
+from aiopdbp.launch import launcher as launch_mod
 pytestmark = pytest.mark.mpi
 
 NETS = [pytest.param(False, id="shm"), pytest.param(True, id="tcp")]

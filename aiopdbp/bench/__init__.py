@@ -19,6 +19,6 @@ Nothing here imports mpi4py until a job starts.
 
 from __future__ import annotations
 
-from .cli import main, register
+from aiopdbp.bench.cli import main, register
 
 __all__ = ["main", "register"]

@@ -32,8 +32,8 @@ import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
-from .. import GP, IncomingStream, Message, Node, open_node
-from .workload import Checker, Flow, Measure, Ring
+from aiopdbp import GP, IncomingStream, Message, Node, open_node
+from aiopdbp.bench.workload import Checker, Flow, Measure, Ring
 
 __all__ = ["AioSide", "gp_name", "loop_factory"]
 

@@ -4,11 +4,11 @@
   ``aiopdbp launch -n N -m aiopdbp bench ...``) every rank runs the job
   (:func:`aiopdbp.bench.runner.run_job`); rank 0 prints and writes the results.
 * Outside one, ``aiopdbp bench -n N ...`` launches itself with
-  :func:`aiopdbp.launch.launch` (``-n 2`` when not given); ``-n 2,3,4`` runs
+  :func:`aiopdbp.launch.launcher.launch` (``-n 2`` when not given); ``-n 2,3,4`` runs
   one job per rank count, each into ``OUT/nN/``, then merges their results
   into ``OUT/`` (JSON, CSV, plots with one line per rank count).
 * ``--emulate [--link RATE] [--hosts H]`` runs each of those jobs on an
-  emulated cluster (:func:`aiopdbp.emulate.launch_emulated`: one network
+  emulated cluster (:func:`aiopdbp.launch.emulate.launch_emulated`: one network
   namespace per host, ``tbf``-shaped links, needs root).  The ranks find the
   link in ``AIOPDBP_EMULATE_LINK_BPS`` and label their rows with it
   (``emulated 1gbit (tbf, no added delay)``, ``--line-rate`` from it unless
@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .plan import DEFAULT_SIZES, Options, parse_ranks, parse_rate, parse_sizes
-from .workload import IMPLS, TESTS
+from aiopdbp.bench.plan import DEFAULT_SIZES, Options, parse_ranks, parse_rate, parse_sizes
+from aiopdbp.bench.workload import IMPLS, TESTS
 
 __all__ = ["build_parser", "latency_alias", "main", "register"]
 
@@ -146,7 +146,7 @@ def emulated_link(env: Mapping[str, str], link: str | None, line_rate: float) ->
     """
     if "AIOPDBP_EMULATE_JOB" not in env:
         return (link if link is not None else env.get("AIOPDBP_BENCH_LINK", "")), line_rate
-    from ..emulate import format_rate
+    from aiopdbp.launch.emulate import format_rate
 
     try:
         bps = int(env.get("AIOPDBP_EMULATE_LINK_BPS", "0"))
@@ -162,7 +162,7 @@ def _in_mpi_job() -> bool:
 
 
 def _world_size() -> int:
-    from ..transport.mpi import mpi_world_size
+    from aiopdbp.transport.mpi import mpi_world_size
 
     return mpi_world_size()
 
@@ -227,11 +227,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``aiopdbp bench [options]``; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["streams"]:  # its own command: streams vs messages of the same bytes
-        from .streams import main as streams_main
+        from aiopdbp.bench.streams import main as streams_main
 
         return streams_main(args[1:])
     if args[:1] == ["pingpong"]:  # request/response (issue 18): its own parser
-        from .pingpong import main as pingpong_main
+        from aiopdbp.bench.pingpong import main as pingpong_main
 
         return pingpong_main(args[1:])
     parser = build_parser()
@@ -239,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if alias is not None:
         if isinstance(alias, str):
             parser.error(alias)
-        from .pingpong import main as pingpong_main
+        from aiopdbp.bench.pingpong import main as pingpong_main
 
         return pingpong_main(alias)
     ns = parser.parse_args(args)
@@ -247,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--hosts needs --emulate")
     try:
         if ns.emulate:
-            from ..emulate import EmulateConfig
+            from aiopdbp.launch.emulate import EmulateConfig
 
             EmulateConfig(link=ns.link if ns.link is not None else "1gbit", hosts=ns.hosts)
         opts = to_options(ns, args)
@@ -267,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"aiopdbp bench: -n {ns.ranks} inside an MPI job of {size} ranks; run it "
                   "outside mpiexec to launch other rank counts", file=sys.stderr)
             return 2
-        from .runner import run_job
+        from aiopdbp.bench.runner import run_job
 
         return run_job(opts)
     return _launch(ns, opts, args)
@@ -276,11 +276,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _launcher(ns: argparse.Namespace) -> Callable[[int, list[str]], int] | int:
     """How to start one job (``launch(n, argv) -> exit code``), or an exit code
     when it cannot be started (the reason printed)."""
-    from ..launch import launch
+    from aiopdbp.launch.launcher import launch
 
     if not ns.emulate:
         return lambda n, argv: launch(n, argv, tcp=ns.tcp)
-    from ..emulate import EmulateConfig, requirements_problems
+    from aiopdbp.launch.emulate import EmulateConfig, requirements_problems
 
     problems = requirements_problems()  # the clearest error first: privilege and tools
     if problems:
@@ -292,7 +292,7 @@ def _launcher(ns: argparse.Namespace) -> Callable[[int, list[str]], int] | int:
 
 def _run_one(start: Callable[[int, list[str]], int], n: int, argv: list[str]) -> int:
     """``start(n, argv)`` with launcher failures turned into a message and an exit code."""
-    from ..launch import reporting_failures
+    from aiopdbp.launch.launcher import reporting_failures
 
     return reporting_failures("aiopdbp bench", lambda: start(n, argv))
 
@@ -316,8 +316,8 @@ def _launch(ns: argparse.Namespace, opts: Options, argv: Sequence[str]) -> int:
                   file=sys.stderr)
             return rc
         docs.append(json.loads((sub / "bench.json").read_text(encoding="utf-8")))
-    from .report import build_summary, finish
-    from .stats import merge_results
+    from aiopdbp.bench.report import build_summary, finish
+    from aiopdbp.bench.stats import merge_results
 
     merged = merge_results(docs)
     merged["summary"] = build_summary(merged["rows"])

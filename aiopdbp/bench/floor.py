@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from .workload import Checker, Flow, Measure, Ring
+from aiopdbp.bench.workload import Checker, Flow, Measure, Ring
 
 __all__ = ["ACK_CHAN", "Floor", "run_bandwidth", "run_flows"]
 

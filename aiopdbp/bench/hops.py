@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .aio import AioSide, gp_name
+from aiopdbp.bench.aio import AioSide, gp_name
 
 __all__ = ["format_hops", "hop_table"]
 
@@ -43,8 +43,8 @@ HOPS = ("send path", "  before encoding", "  encoding", "  posting", "MPI", "rec
 
 def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[str, Any] | None:
     """Run the diagnostic ping-pong; rank 0 gets ``{hop: [0->1 us, 1->0 us]}``, others None."""
-    from .. import link, remote
-    from ..transport.progress import ProgressEngine
+    from aiopdbp.hosts import link, remote
+    from aiopdbp.transport.progress import ProgressEngine
 
     ns = time.perf_counter_ns
     posts: list[int] = []

@@ -44,9 +44,9 @@ from typing import Any, cast
 
 import numpy as np
 
-from .aio import AioSide, gp_name, loop_factory
-from .floor import Floor
-from .plan import parse_sizes
+from aiopdbp.bench.aio import AioSide, gp_name, loop_factory
+from aiopdbp.bench.floor import Floor
+from aiopdbp.bench.plan import parse_sizes
 
 __all__ = ["IMPLS", "main", "summarize_runs"]
 
@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.ranks < 2 or ns.iters < 1 or ns.repeat < 1:
         parser.error("-n must be >= 2, --iters and --repeat >= 1")
     if not any(v in os.environ for v in _LAUNCHER_VARS):
-        from ..launch import launch, reporting_failures
+        from aiopdbp.launch.launcher import launch, reporting_failures
 
         child = ["-m", "aiopdbp.bench", "pingpong", *_child_argv(args)]
         return reporting_failures("aiopdbp bench pingpong",
@@ -285,7 +285,7 @@ class Job:
     """This rank's part of the job: communicators, the node, the floors' loop."""
 
     def __init__(self, ns: argparse.Namespace) -> None:
-        from ..transport.mpi import load_mpi
+        from aiopdbp.transport.mpi import load_mpi
 
         MPI = load_mpi()
         world = MPI.COMM_WORLD
@@ -354,11 +354,11 @@ def _run(ns: argparse.Namespace, argv: Sequence[str]) -> int:
         rows, failed = _plan(job, ns)
         hops = None
         if ns.hops and not failed:
-            from .hops import hop_table
+            from aiopdbp.bench.hops import hop_table
 
             hops = hop_table(job.side, job.ctl, job.rank, Payloads(8), ns.iters)
     except BaseException:
-        from .runner import _abort
+        from aiopdbp.bench.runner import _abort
 
         _abort()
         raise
@@ -379,7 +379,7 @@ def _run(ns: argparse.Namespace, argv: Sequence[str]) -> int:
            "payloads": {k: PAYLOAD[k] for k in ns.impls}}
     print(format_table(rows, ns.impls))
     if hops:
-        from .hops import format_hops
+        from aiopdbp.bench.hops import format_hops
 
         print(format_hops(hops))
     print(f"peak RSS rank 0: {doc['peak_rss_MiB_rank0']:.0f} MiB")

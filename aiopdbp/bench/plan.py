@@ -14,7 +14,7 @@ import argparse
 import re
 from dataclasses import dataclass, field
 
-from .workload import IMPLS, PATTERNS, TESTS, window_for
+from aiopdbp.bench.workload import IMPLS, PATTERNS, TESTS, window_for
 
 __all__ = [
     "DEFAULT_SIZES",

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .stats import mean_of_ratios
+from aiopdbp.bench.stats import mean_of_ratios
 
 __all__ = ["pattern_label", "write_plots"]
 

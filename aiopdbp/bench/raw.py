@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .workload import RING_BYTES, Checker, Flow, Measure, Ring
+from aiopdbp.bench.workload import RING_BYTES, Checker, Flow, Measure, Ring
 
 __all__ = ["alltoall", "bandwidth", "flows"]
 

@@ -31,7 +31,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .stats import mean_of_ratios, speed_ratio, summarize
+from aiopdbp.bench.stats import mean_of_ratios, speed_ratio, summarize
 
 __all__ = [
     "DESCRIPTIONS",
@@ -287,7 +287,7 @@ def finish(out: Path, doc: dict[str, Any], *, plots: bool, profile: bool = False
     write_csv(out / "bench.csv", doc["rows"], doc["meta"])
     notes = [f"results: {out / 'bench.json'}, {out / 'bench.csv'}"]
     if plots:
-        from .plots import write_plots
+        from aiopdbp.bench.plots import write_plots
 
         made, note = write_plots(out, doc["rows"], doc["meta"])
         notes += [f"plots: {', '.join(str(p) for p in made)}"] if made else []

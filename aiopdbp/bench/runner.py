@@ -30,12 +30,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import raw
-from .aio import AioSide, loop_factory
-from .floor import Floor, run_bandwidth, run_flows
-from .plan import Case, Options, cases, impls_for
-from .report import Progress, collect_meta, write_outputs
-from .workload import Checker, Measure, Ring, flows
+from aiopdbp.bench import raw
+from aiopdbp.bench.aio import AioSide, loop_factory
+from aiopdbp.bench.floor import Floor, run_bandwidth, run_flows
+from aiopdbp.bench.plan import Case, Options, cases, impls_for
+from aiopdbp.bench.report import Progress, collect_meta, write_outputs
+from aiopdbp.bench.workload import Checker, Measure, Ring, flows
 
 __all__ = ["VerificationError", "run_job"]
 
@@ -48,7 +48,7 @@ class Job:
     """This rank's part of one job (see the module doc)."""
 
     def __init__(self, opts: Options) -> None:
-        from ..transport.mpi import load_mpi
+        from aiopdbp.transport.mpi import load_mpi
 
         MPI = load_mpi()
         world = MPI.COMM_WORLD

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .plan import parse_ranks, parse_sizes
+from aiopdbp.bench.plan import parse_ranks, parse_sizes
 
 __all__ = ["VerificationError", "main"]
 
@@ -72,11 +72,11 @@ def main(argv: Sequence[str]) -> int:
     if ns.quick:
         ns.volume, ns.max_units, ns.repeat = [256 * KiB], 64, 1
         ns.sizes = [s for s in ns.sizes if s <= MiB] or ns.sizes[:1]
-    from ..transport.mpi import mpi_world_size
+    from aiopdbp.transport.mpi import mpi_world_size
 
     if mpi_world_size() > 1:
         return _job(ns)
-    from ..launch import launch, reporting_failures
+    from aiopdbp.launch.launcher import launch, reporting_failures
 
     out = Path(ns.out or time.strftime("aiopdbp-bench-streams-%Y%m%d-%H%M%S")).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -103,7 +103,7 @@ def _write(out: Path, rows: list[dict[str, Any]], ns: argparse.Namespace, argv: 
            ) -> list[str]:
     """streams.json, streams.csv and streams.png (when matplotlib is there);
     returns notes for the user."""
-    from .report import machine_info, write_csv, write_json
+    from aiopdbp.bench.report import machine_info, write_csv, write_json
 
     meta = {"command": " ".join(["aiopdbp", "bench", "streams", *argv]),
             "transport": "tcp" if ns.tcp else "shm", "machine": machine_info(),
@@ -177,7 +177,7 @@ def _fmt(n: int) -> str:
 def _job(ns: argparse.Namespace) -> int:
     import aiopdbp
 
-    from ..transport.mpi import load_mpi
+    from aiopdbp.transport.mpi import load_mpi
 
     comm = load_mpi().COMM_WORLD.Dup()   # the harness's barrier and gathers, before the node's
 

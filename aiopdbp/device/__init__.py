@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import DeviceError
-from .backend import ArrayInfo, DeviceBackend, Event, Placement, Stream, classify, default_device, is_device_array
-from .chunks import ArrayMeta, ChunkPlan, PinnedChunkPool
-from .sim import Fault, SimArray, SimBackend
-from .staging import ChunkState, RecvTransfer, SendTransfer, Stager, TransferState
+from aiopdbp.errors import DeviceError
+from aiopdbp.device.backend import ArrayInfo, DeviceBackend, Event, Placement, Stream, classify, default_device, is_device_array
+from aiopdbp.device.chunks import ArrayMeta, ChunkPlan, PinnedChunkPool
+from aiopdbp.device.sim import Fault, SimArray, SimBackend
+from aiopdbp.device.staging import ChunkState, RecvTransfer, SendTransfer, Stager, TransferState
 
 __all__ = [
     "ArrayInfo", "ArrayMeta", "ChunkPlan", "ChunkState", "DeviceBackend", "Event", "Fault", "Placement",
@@ -35,7 +35,7 @@ def open_backend(kind: str | None = None, **options: Any) -> DeviceBackend:
         raise ValueError(f"device backend must be one of {BACKENDS}, got {kind!r}")
     if kind == "sim":
         return SimBackend(**options)
-    from .cupy_backend import CupyBackend  # imports CuPy
+    from aiopdbp.device.cupy_backend import CupyBackend  # imports CuPy
 
     backend = CupyBackend(**options)
     if kind == "auto" and backend.device_count() < 1:

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ClosedResourceError, ProtocolError
-from .backend import DeviceBackend, HostBuffer, Order
+from aiopdbp.errors import ClosedResourceError, ProtocolError
+from aiopdbp.device.backend import DeviceBackend, HostBuffer, Order
 
 __all__ = [
     "ArrayMeta", "Chunk", "ChunkPlan", "DEFAULT_CHUNK_SIZE", "DEFAULT_POOL_BYTES", "MAX_CHUNK_SIZE",

@@ -48,8 +48,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import DeviceError
-from .backend import (
+from aiopdbp.errors import DeviceError
+from aiopdbp.device.backend import (
     ArrayInfo,
     DeviceBackend,
     Event,

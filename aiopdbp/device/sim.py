@@ -66,8 +66,8 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import ClosedResourceError, DeviceError
-from .backend import ArrayInfo, DeviceBackend, Event, HostBuffer, Order, Stream, order_of
+from aiopdbp.errors import ClosedResourceError, DeviceError
+from aiopdbp.device.backend import ArrayInfo, DeviceBackend, Event, HostBuffer, Order, Stream, order_of
 
 __all__ = ["Fault", "SimArray", "SimBackend", "SimEvent", "SimFault", "SimHold", "SimStream", "TraceEntry"]
 

@@ -96,9 +96,9 @@ import enum
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..errors import ClosedResourceError, DeviceError
-from .backend import ArrayInfo, DeviceBackend, Event, HostBuffer, Stream
-from .chunks import (
+from aiopdbp.errors import ClosedResourceError, DeviceError
+from aiopdbp.device.backend import ArrayInfo, DeviceBackend, Event, HostBuffer, Stream
+from aiopdbp.device.chunks import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_POOL_BYTES,
     ArrayMeta,

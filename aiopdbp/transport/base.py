@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from ..errors import ClosedResourceError
+from aiopdbp.errors import ClosedResourceError
 
 Buffer = Any  # anything with the buffer protocol (bytes, memoryview, ndarray, ...)
 

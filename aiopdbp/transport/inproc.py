@@ -22,8 +22,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import ClosedResourceError, TransportError
-from .base import Buffer, Channel, DeliverFn, Transport
+from aiopdbp.errors import ClosedResourceError, TransportError
+from aiopdbp.transport.base import Buffer, Channel, DeliverFn, Transport
 
 _RawKey = tuple[int, int, int]  # (source, destination, tag)
 

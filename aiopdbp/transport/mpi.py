@@ -20,7 +20,7 @@ rendezvous headers, i.e. after about one probe per queued message.)
 
 MPI thread level: ``MPI_THREAD_MULTIPLE`` is requested (see
 :func:`prepare_mpi_import`) because the liveness heartbeat thread
-(:mod:`aiopdbp.liveness`) calls MPI while the event loop thread posts
+(:mod:`aiopdbp.hosts.liveness`) calls MPI while the event loop thread posts
 ``Isend``.  With MPICH the cost on the message path is within noise.  If the
 application imported mpi4py first, its choice stands.
 
@@ -49,16 +49,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..backoff import Backoff
-from ..errors import ClosedResourceError, HandshakeError
-from ..job import ABORT_FLUSH_S, record_own_shm
-from .base import AllocFn, Buffer, Channel, DeliverFn, Transport
-from .doorbell import ADDRESS_BYTES, Doorbell, DoorbellJoin
+from aiopdbp.transport.backoff import Backoff
+from aiopdbp.errors import ClosedResourceError, HandshakeError
+from aiopdbp.runtime.job import ABORT_FLUSH_S, record_own_shm
+from aiopdbp.transport.base import AllocFn, Buffer, Channel, DeliverFn, Transport
+from aiopdbp.transport.doorbell import ADDRESS_BYTES, Doorbell, DoorbellJoin
 
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-    from .progress import ProgressEngine
+    from aiopdbp.transport.progress import ProgressEngine
 
 __all__ = ["MPITransport", "mpi_world_size", "prepare_mpi_import", "load_mpi"]
 
@@ -149,7 +149,7 @@ def _watchdog(timeout: float) -> tuple[int, int] | None:
     unless the pipe it watches is closed within ``timeout`` seconds."""
     if not hasattr(os, "fork"):  # pragma: no cover - not POSIX
         return None
-    from ..job import env_rank
+    from aiopdbp.runtime.job import env_rank
 
     message = (f"aiopdbp: rank {env_rank()}: HandshakeError: MPI did not start within {timeout:g} s: "
                "not every rank of the job initialised MPI (a rank that never calls open_node(), or is "
@@ -231,7 +231,7 @@ class MPITransport(Transport):
     ) -> None:
         super().__init__()
         _MPI = load_mpi(join_timeout)
-        from .progress import ProgressEngine
+        from aiopdbp.transport.progress import ProgressEngine
 
         base = comm if comm is not None else _MPI.COMM_WORLD
         self._base: MPI.Comm = base
@@ -314,7 +314,7 @@ class MPITransport(Transport):
                     "stuck before it; raise handshake_timeout / name_timeout to wait longer)")
             await backoff.sleep()
         self._joining = []
-        self._control.Set_name("aiopdbp.control")
+        self._control.Set_name("aiopdbp.wire.control")
         self._data.Set_name("aiopdbp.data")
 
     def _doorbells(self) -> DoorbellJoin:

@@ -78,11 +78,11 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from ..backoff import Backoff
-from ..errors import TransportError
-from .base import AllocFn, Channel, DeliverFn
-from .doorbell import RING_AFTER_S, Doorbell, DoorbellJoin
-from .mpi import prepare_mpi_import
+from aiopdbp.transport.backoff import Backoff
+from aiopdbp.errors import TransportError
+from aiopdbp.transport.base import AllocFn, Channel, DeliverFn
+from aiopdbp.transport.doorbell import RING_AFTER_S, Doorbell, DoorbellJoin
+from aiopdbp.transport.mpi import prepare_mpi_import
 
 prepare_mpi_import()
 from mpi4py import MPI  # noqa: E402  (thread level must be set first)

@@ -12,7 +12,7 @@ import os
 import sys
 
 import aiopdbp
-from aiopdbp.remote import RemoteConfig
+from aiopdbp.hosts.remote import RemoteConfig
 
 WINDOW = 64 << 10
 SIZE = 4096

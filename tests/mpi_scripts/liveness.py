@@ -21,7 +21,7 @@ import threading
 import time
 
 from aiopdbp.errors import TransportError
-from aiopdbp.liveness import Heartbeat
+from aiopdbp.hosts.liveness import Heartbeat
 from aiopdbp.transport.mpi import load_mpi
 
 MPI = load_mpi()

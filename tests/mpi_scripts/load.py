@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 
 import aiopdbp
-from aiopdbp.remote import RemoteConfig
+from aiopdbp.hosts.remote import RemoteConfig
 from aiopdbp.transport.mpi import load_mpi
 
 MPI = load_mpi()
@@ -73,7 +73,7 @@ RANK = WORLD.Get_rank()
 SIZE = WORLD.Get_size()
 
 HEADER = struct.Struct("<HHII4x")  # source rank, task, sequence number, size (16 bytes)
-#: credit a message costs beyond its payload (aiopdbp.message.CREDIT_OVERHEAD)
+#: credit a message costs beyond its payload (aiopdbp.wire.message.CREDIT_OVERHEAD)
 OVERHEAD = 64
 #: the bodies are slices of this buffer (same seed on every rank)
 BASE = np.random.default_rng(15).integers(0, 256, (2 << 20) + 64, dtype=np.uint8)

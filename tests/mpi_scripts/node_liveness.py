@@ -24,7 +24,7 @@ TIMEOUT = 2.0
 
 
 async def main() -> None:
-    rank = aiopdbp.job.env_rank()
+    rank = aiopdbp.runtime.job.env_rank()
     if MODE == "nojoin":
         if rank == 1:
             time.sleep(4)

@@ -118,7 +118,7 @@ class Run:
 
     async def _scenario(self) -> None:
         # Not ``async with open_node()``: an error leaving that block fails
-        # the whole job (aiopdbp.job), and this runner must go on with the
+        # the whole job (aiopdbp.runtime.job), and this runner must go on with the
         # next scenario, so it closes the node itself.
         node = aiopdbp.open_node(**self.sc.node_options())
         await node.start()

@@ -20,7 +20,7 @@ import sys
 import time
 
 import aiopdbp
-from aiopdbp.remote import RemoteConfig
+from aiopdbp.hosts.remote import RemoteConfig
 
 WINDOW = 64 << 10
 

@@ -23,7 +23,7 @@ def report() -> None:
 
 
 async def main(mode: str) -> None:
-    rank = aiopdbp.job.env_rank()
+    rank = aiopdbp.runtime.job.env_rank()
     if mode == "startup" and rank == 1:
         print(f"ready {os.getpid()}", flush=True)
         await asyncio.sleep(3600)

@@ -1,0 +1,603 @@
+"""The send side of the DDBP towards one remote host: SCBP_h and its sender.
+
+Theory of operation
+-------------------
+A :class:`HostLink` is the routing target (:mod:`aiopdbp.routing.router`) of every GP
+that lives on host ``h``.  It does the paper's SBP work without a task:
+
+* **Per-destination credit.**  Host ``h`` lets this host have ``window``
+  bytes of messages (payload + :data:`~aiopdbp.wire.message.CREDIT_OVERHEAD` each)
+  outstanding per destination GP; it gives them back (``grant``) as that GP
+  takes them.  A sender reserves credit for *its* destination before
+  queuing, so a GP that stops reading stops only its own senders; every other
+  GP of ``h`` keeps receiving at full rate.  Stream segments (pid 0) take no
+  GP credit: a stream has its own window of segments (:mod:`aiopdbp.streams.stream`).
+* **Coalescing.**  The first CDU for ``h`` in a loop iteration leaves at once,
+  as a frame of its own (latency).  The CDUs that follow in the same
+  iteration are encoded straight into the open block of the sub-pool SCBP_h
+  -- short messages in the 15-byte compact record of a BPS block, anything
+  else as a full record of a BP block -- and the block is sent when it is
+  full or at the end of the iteration (``call_soon``): a burst becomes one
+  MPI message per 64 KiB, whatever the number of senders.
+* **Large payloads** (``>= large``: stream segments, big messages) are not
+  copied: a split frame, its header and the caller's buffer as two messages.
+* **Sending.**  Up to ``max_inflight`` MPI sends per host are in flight; more
+  wait in order and go as earlier ones complete (the progress engine's
+  completion callback), so blocks of different hosts travel in parallel.
+  A block returns to the pool when its send has completed.
+
+Everything here runs in the event loop thread and never awaits, except
+:meth:`HostLink.reserve` (a sender waiting for credit).
+
+Credit: one admission rule, a fair hand-off
+-------------------------------------------
+Per destination GP ``pid`` the link keeps ``credit`` (a full ``window``
+when absent) and a FIFO queue of parked senders, each with the bytes it
+needs.  The **rule** (``_admit``): a request of ``n`` bytes is admitted when
+nobody is parked for ``pid`` and ``credit >= min(n, window)``; it takes
+``n`` (so a message larger than the window goes once the whole window is
+back, and credit runs negative by the excess: never more than
+``max(window, largest message)`` bytes are outstanding per destination).
+``reserve_nowait`` and ``offer`` (the fast paths) are this rule and nothing
+else; ``reserve`` applies it and otherwise parks at the tail.  A ``grant``
+adds the returned bytes and **serves** the queue head first, reserving for
+each waiter before waking it, while the credit covers the head's
+``min(need, window)``; so a newcomer can never spend what a grant returned
+for a parked sender, every grant is used in full, and a large head holds the
+smaller senders behind it (FIFO: none of them can starve it).  A cancelled
+waiter that had been served gives its credit back and the queue is served
+again; one cancelled while parked leaves the queue, and if it was the head,
+the senders behind it are served as far as the credit covers (the rule of
+``asyncio.Semaphore`` and trio's channels).  Local pipe slots follow the
+same hand-off (:meth:`aiopdbp.routing.pipes.Pipe.reserve`).
+
+*Owed credit below a quarter window.*  The receiving host returns credit in
+steps of at least ``window / 4`` (:meth:`aiopdbp.routing.router.Router._owe`: one
+control message per quarter window, not per message).  A remainder below
+that could strand a sender whose need exceeds what is left, so **a parked
+sender asks**: when a queue forms, and again after each grant that leaves
+it non-empty, the link sends host ``h`` one :class:`~aiopdbp.wire.control.CreditAskMsg`.
+Host ``h`` then returns everything owed for ``pid`` as soon as the GP has
+taken every item of ours that waits in its pipe (at once if it already has),
+and that grant answers the ask.  So while a sender is parked, every byte it
+is owed comes back once the destination has read what was sent: a healthy
+job sends at most one ask per grant, an idle one none.
+
+Why nothing waits forever inside the library
+--------------------------------------------
+(the argument of the paper's Algorithm 1: what a sender may hold while it
+waits, and what releases the wait.)
+
+* **Credit** (here).  A parked sender holds nothing of the destination (a
+  multicast may hold credit or slots it reserved for *other* destinations;
+  they are released by those GPs reading, independently).  Outstanding
+  credit of ``pid`` is in one of four places: in flight as data, in ``pid``'s
+  pipe, owed by ``h``, in flight as a grant.  Data in flight lands without
+  waiting (below); items in the pipe become owed when ``pid`` reads; owed
+  credit is granted by the quarter rule or by the ask; grants land.  Hence
+  the only thing a credit wait needs is **the destination GP reading** --
+  never another sender's resources, never the waiter's own.
+* **Pipe slots** of a local GP: released by that GP reading (``receive`` /
+  ``drain`` hand the slot to the head waiter).  Items from other hosts go in
+  past capacity (``put_many``): credit already bounded them, so the receive
+  path never waits for a slot.
+* **Pool blocks.**  Nothing waits for one: the send side takes a block with
+  ``acquire_nowait`` and falls back to a private buffer when the row is full
+  (``pool_fallbacks``); the receive side does the same when the transport
+  allocates (``fallback_allocs``).  Fallbacks are bounded by the credit and
+  stream windows that bound what may be in flight at all.
+* **Stream segment windows**: released by the receiving GP reading segments
+  (:class:`~aiopdbp.streams.stream.IncomingStream`), which returns stream credit.
+* **Table updates** (register, bind, stream binding): a request to rank 0,
+  answered by rank 0's event loop without any resource of the requester; a
+  lost rank 0 fails it through liveness (``host_timeout``).
+* **Sends of the transport**: ``max_inflight`` per host; a completed MPI send
+  frees the next, and MPI sends complete because the receiving transport
+  always posts a buffer (it never waits for the application).
+
+So every wait is released by *a destination GP reading*, and no wait inside
+the library needs the resources of another waiter: there is no cycle of
+waits inside the library.  A cycle can only come from the application (two
+GPs that each send more than a window to the other before reading, as with
+``MPI_Send``); :mod:`aiopdbp.stall` reports a wait that lasts and fails such
+a cycle with :class:`~aiopdbp.errors.DeadlockError`.
+
+*Memory.*  Per (sending host, destination GP) at most ``max(window, largest
+message)`` bytes of messages are outstanding, and per stream ``stream_window``
+segments; so a receiver that keeps what it got makes only its own senders
+wait, and the data a rank holds for its GPs is bounded by ``window x peers
+x GPs`` plus the pools (``RemoteConfig``), whatever the number of sender
+tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import struct
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiopdbp.wire.codec import (
+    CDU,
+    SHORT,
+    SHORT_MAX,
+    SHORT_NONE,
+    VERSION,
+    Kind,
+    MsgType,
+    bp_header,
+    bps_header,
+    encode_cdu,
+    encode_record,
+    encode_split,
+)
+from aiopdbp.errors import WouldBlock
+from aiopdbp.wire.message import Message
+from aiopdbp.pool.ddbp import SendPool, Slot
+from aiopdbp.transport.base import Channel, Transport
+
+log = logging.getLogger("aiopdbp.hosts.link")
+
+__all__ = ["HostLink", "LinkStats"]
+
+_BPS = int(MsgType.BPS)
+_BP = int(MsgType.BP)
+_DATA = Channel.DATA
+# level-1 header + one short record: a lone short message in one pack
+_LONE = struct.Struct("<BBHI" + SHORT.format[1:])
+
+
+@dataclass(frozen=True)
+class LinkStats:
+    """Counters of one :class:`HostLink` (``node.stats().links[h]``)."""
+
+    host: int
+    cdus: int            # CDUs handed to the link
+    lone: int            # CDUs sent at once, in a frame of their own
+    blocks: int          # coalesced blocks sent (BPS + BP)
+    splits: int          # large payloads sent as split frames
+    messages: int        # MPI messages posted
+    bytes: int           # bytes posted
+    inflight: int        # MPI sends not complete yet
+    queued: int          # blocks waiting for an in-flight slot
+    credit_waits: int    # times a sender waited for a destination's credit
+    credit_short: int    # destinations whose credit is below their window now
+    credit_min: int      # the least credit left towards any destination (bytes)
+    pool_fallbacks: int  # blocks taken outside the pool (its row was full)
+    credit_parked: int = 0  # senders parked for credit now
+    credit_asks: int = 0    # CreditAskMsg sent (a sender parked, see "Credit")
+    credit_out: int = 0     # bytes of credit outstanding towards all GPs of h (window - credit)
+
+
+_SHORT_SIZE = SHORT.size
+_pack_short = SHORT.pack_into
+_FLAGS = {k: int(k) for k in (Kind.SHORT, Kind.COMMAND)}            # kind -> record flags
+_FLAGS_NONE = {k: int(k) | SHORT_NONE for k in (Kind.SHORT, Kind.COMMAND)}
+
+
+class _Waiter:
+    """A sender parked for credit: its future and what it needs."""
+
+    __slots__ = ("fut", "nbytes")
+
+    def __init__(self, fut: asyncio.Future[None], nbytes: int) -> None:
+        self.fut = fut
+        self.nbytes = nbytes
+
+
+class _Block:
+    """The open block of SCBP_h being filled: a pool slot (or a private
+    buffer when the row is full), its kind (BPS/BP), fill level and count."""
+
+    __slots__ = ("slot", "view", "kind", "pos", "count", "limit")
+
+    def __init__(self, slot: Slot | None, view: memoryview, kind: int) -> None:
+        self.slot = slot
+        self.view = view
+        self.kind = kind
+        self.pos = 8      # after the level-1 header, written at flush
+        self.count = 0
+        self.limit = len(view)
+
+
+class HostLink:
+    """Routing target for every GP on one remote host (SCBP_h + its sender)."""
+
+    remote = True
+
+    def __init__(self, host: int, transport: Transport, pool: SendPool, *, window: int,
+                 block_size: int, large: int, max_inflight: int, allow_pickle: bool,
+                 ask: Callable[[int, int], None] | None = None) -> None:
+        self.host = host
+        self.window = window
+        self._transport = transport
+        self._pool = pool
+        self._block_size = block_size
+        self._large = large
+        self._short_limit = min(SHORT_MAX + 1, large)  # bytes payloads shorter go as short records
+        self._max_inflight = max_inflight
+        self._allow_pickle = allow_pickle
+        self._credit: dict[int, int] = {}          # pid -> credit left (absent: a full window)
+        self._queues: dict[int, deque[_Waiter]] = {}  # pid -> parked senders, FIFO
+        self._progress_at: dict[int, float] = {}   # pid -> last progress of its queue
+        self._asked: set[int] = set()              # pids asked for credit since the last grant
+        self._ask = ask
+        self._asks = 0
+        self._open: _Block | None = None
+        self._tick = -1                 # the transport tick of the last lone CDU
+        self._flush_scheduled = False
+        self._units: deque[tuple[list[Any], int, Slot | None]] = deque()
+        self._inflight = 0
+        self.error: BaseException | None = None
+        self.sent_msgs = 0          # data messages posted (the BYE count)
+        self._cdus = self._lone = self._blocks = self._splits = self._bytes = 0
+        self._credit_waits = self._fallbacks = 0
+
+    # --------------------------------------------------------------- credit
+    # One admission rule (see the module docstring, "Credit"): ``_admit`` is
+    # the only place credit is taken; the fast paths (``reserve_nowait``,
+    # ``offer``) are the waiting path that found it need not park.
+    def _admit(self, pid: int, nbytes: int) -> bool:
+        """Take ``nbytes`` of GP ``pid``'s credit if the rule allows it *now*:
+        nobody is parked for ``pid`` and the credit covers ``min(nbytes,
+        window)`` (a message larger than the window goes once the whole
+        window is back, and credit runs negative by the excess)."""
+        if pid in self._queues:
+            return False                      # never jump a parked sender
+        c = self._credit.get(pid, self.window)
+        if c >= nbytes or c >= self.window:
+            self._credit[pid] = c - nbytes
+            return True
+        return False
+
+    def reserve_nowait(self, pid: int = 0, nbytes: int = 0) -> None:
+        """Take ``nbytes`` of GP ``pid``'s credit, or raise :class:`WouldBlock`
+        (pid 0: stream data, no GP credit; its segments have a window of
+        their own)."""
+        if self.error is not None:
+            raise self.error
+        if pid and not self._admit(pid, nbytes):
+            raise WouldBlock
+
+    async def reserve(self, pid: int = 0, nbytes: int = 0) -> None:
+        """Take credit towards GP ``pid``, waiting for it (backpressure) in
+        FIFO order behind the senders already parked for ``pid``.
+
+        Cancellation: a cancelled reserve holds no credit.  If a grant had
+        already reserved for it, the credit goes back and is handed on to
+        the next parked sender; if it was the head of the queue, the senders
+        behind it are served as far as the credit covers.
+        """
+        if self.error is not None:
+            raise self.error
+        if pid and not self._admit(pid, nbytes):
+            await self._park(pid, nbytes)
+
+    async def _park(self, pid: int, nbytes: int) -> None:
+        """Park behind the waiters of ``pid``; a grant reserves for us."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter = _Waiter(fut, nbytes)
+        queue = self._queues.get(pid)
+        if queue is None:
+            queue = self._queues[pid] = deque()
+        queue.append(waiter)
+        self._credit_waits += 1
+        self._progress_at.setdefault(pid, time.monotonic())
+        if len(queue) == 1:
+            self._ask_for(pid)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                # reserved on our behalf just before the cancel: give it back
+                self._credit[pid] = self._credit.get(pid, self.window) + nbytes
+            else:
+                try:
+                    queue.remove(waiter)
+                except ValueError:
+                    pass
+                if not queue and self._queues.get(pid) is queue:
+                    self._drop_queue(pid)
+            self._serve(pid)
+            raise
+
+    def unreserve(self, pid: int = 0, nbytes: int = 0) -> None:
+        """Give back credit that will not be used."""
+        self.grant(pid, nbytes)
+
+    def grant(self, pid: int, nbytes: int) -> None:
+        """Host ``h`` gives back ``nbytes`` of GP ``pid``'s credit; parked
+        senders are served in order for as much as it covers."""
+        if not pid:
+            return
+        self._asked.discard(pid)
+        self._credit[pid] = self._credit.get(pid, self.window) + nbytes
+        self._serve(pid)
+
+    def _serve(self, pid: int) -> None:
+        """Hand credit to the parked senders of ``pid``, head first, while it
+        covers the head's need (a large head holds the smaller ones behind
+        it: FIFO, so none of them can starve it)."""
+        queue = self._queues.get(pid)
+        c = self._credit.get(pid, self.window)
+        window = self.window
+        while queue:
+            waiter = queue[0]
+            if waiter.fut.done():             # cancelled while parked
+                queue.popleft()
+                continue
+            if c < waiter.nbytes and c < window:
+                break
+            queue.popleft()
+            c -= waiter.nbytes
+            waiter.fut.set_result(None)
+            self._progress_at[pid] = time.monotonic()
+        if queue:
+            self._credit[pid] = c
+            self._ask_for(pid)
+        else:
+            if queue is not None:
+                self._drop_queue(pid)
+            if c >= window:
+                self._credit.pop(pid, None)   # back to a full window: forget it
+            else:
+                self._credit[pid] = c
+
+    def _drop_queue(self, pid: int) -> None:
+        self._queues.pop(pid, None)
+        self._progress_at.pop(pid, None)
+        self._asked.discard(pid)
+
+    def _ask_for(self, pid: int) -> None:
+        """A sender is parked for ``pid``: ask host ``h`` once per grant for
+        the credit it owes below its return threshold (see "Credit")."""
+        if pid not in self._asked and self._ask is not None and self.error is None:
+            self._asked.add(pid)
+            self._asks += 1
+            self._ask(self.host, pid)
+
+    def fail(self, exc: BaseException) -> None:
+        """Host ``h`` is gone: every sender waiting for it gets ``exc``."""
+        if self.error is not None:
+            return
+        self.error = exc
+        for queue in self._queues.values():
+            for waiter in queue:
+                if not waiter.fut.done():
+                    waiter.fut.set_exception(exc)
+                    waiter.fut.exception()
+        self._queues.clear()
+        self._progress_at.clear()
+
+    def waits(self) -> list[tuple[int, int, int, float]]:
+        """What is parked now: ``(pid, senders, bytes the head needs, time of
+        the last progress (``time.monotonic()``: a parked sender was served,
+        or the first one parked))`` per destination GP."""
+        out = []
+        for pid, queue in self._queues.items():
+            live = [w for w in queue if not w.fut.done()]
+            if live:
+                out.append((pid, len(live), live[0].nbytes, self._progress_at.get(pid, 0.0)))
+        return out
+
+    # ------------------------------------------------------------ putting
+    def put_to(self, pid: int, item: Any) -> bool:
+        """Encode one routed item for host ``h`` (its credit was reserved):
+        a :class:`Message` for GP ``pid``, or a CDU (streams, multicast).
+        False when it was dropped (the host is gone)."""
+        if self.error is not None:
+            return False  # the sender was told, or will be, by reserve
+        self._cdus += 1
+        if type(item) is not Message:
+            self._put_cdu(item)
+            return True
+        if self._put_short(pid, item):
+            return True
+        self._put_cdu(CDU(item[1], item[4], (pid,), item[3], item[2]))
+        return True
+
+    def offer(self, pid: int, nbytes: int, fields: tuple[str, Kind, int, Any, int]) -> bool:
+        """Target protocol: reserve ``nbytes`` of GP ``pid``'s credit and put
+        the message ``fields`` in one step, when neither has to wait; False
+        (nothing taken) otherwise -- the caller then takes the waiting path."""
+        if self.error is not None or not self._admit(pid, nbytes):
+            return False
+        self._cdus += 1
+        if not self._put_short(pid, fields):
+            self._put_cdu(CDU(fields[1], fields[4], (pid,), fields[3], fields[2]))
+        return True
+
+    def _put_short(self, pid: int, fields: tuple[Any, ...]) -> bool:
+        """Encode a message ``(source, kind, com, data, source_pid)`` as a
+        compact short record (False: its payload needs a full CDU record)."""
+        data = fields[3]
+        if data is None:
+            n, flags = 0, _FLAGS_NONE[fields[1]]
+        elif type(data) is bytes and len(data) < self._short_limit:
+            n, flags = len(data), _FLAGS[fields[1]]
+        else:
+            return False
+        # The commonest CDU, so this is written out flat.
+        blk = self._open
+        if blk is None:
+            if not self._units and self._transport.tick != self._tick:
+                # the first CDU of this loop iteration: a frame of its own, now
+                self._tick = self._transport.tick
+                frame = _LONE.pack(VERSION, _BPS, 1, _SHORT_SIZE + n, pid, fields[4], fields[2],
+                                   flags, n)
+                if n:
+                    frame += data
+                self._lone += 1
+                self._post([frame], len(frame), None)
+                return True
+            blk = self._new_block(_BPS)
+        elif blk.kind != _BPS or blk.pos + _SHORT_SIZE + n > blk.limit or blk.count == 0xFFFF:
+            blk = self._new_block(_BPS)
+        pos = blk.pos
+        _pack_short(blk.view, pos, pid, fields[4], fields[2], flags, n)
+        pos += _SHORT_SIZE
+        if n:
+            blk.view[pos:pos + n] = data
+            pos += n
+        blk.pos = pos
+        blk.count += 1
+        return True
+
+    def _begin(self) -> bool:
+        """True for the first CDU of this loop iteration (it leaves at once;
+        the transport's ``tick`` tells iterations apart without a callback)."""
+        tick = self._transport.tick
+        if tick == self._tick or self._open is not None or self._units:
+            return False
+        self._tick = tick
+        return True
+
+    def _flush_soon(self) -> None:
+        self._flush_scheduled = False
+        self._flush()
+
+    def _put_cdu(self, cdu: CDU) -> None:
+        data = cdu.data
+        if data is not None and _large_enough(data, self._large):
+            self._flush()
+            head, payload = encode_split(cdu)
+            self._splits += 1
+            self._post([head, payload], len(head) + memoryview(payload).nbytes, None)
+            return
+        if self._begin():
+            parts = encode_cdu(cdu, allow_pickle=self._allow_pickle)
+            frame = b"".join(parts) if len(parts) > 1 else bytes(parts[0])
+            self._lone += 1
+            self._post([frame], len(frame), None)
+            return
+        blk = self._open
+        at = blk.pos if blk is not None and blk.kind == _BP else 8
+        parts, n = encode_record(cdu, at, allow_pickle=self._allow_pickle)
+        if blk is None or blk.kind != _BP or blk.pos + n > blk.limit or blk.count == 0xFFFF:
+            if n + 8 > self._block_size:  # too big for a block, not splittable: its own frame
+                self._flush()
+                whole = b"".join(bytes(p) for p in encode_cdu(cdu, allow_pickle=self._allow_pickle))
+                self._post([whole], len(whole), None)
+                return
+            blk = self._new_block(_BP)
+            if blk.pos != at:  # padding depends on the offset: encode again
+                parts, n = encode_record(cdu, blk.pos, allow_pickle=self._allow_pickle)
+        pos = blk.pos
+        view = blk.view
+        for part in parts:
+            k = len(part) if type(part) is bytes else memoryview(part).nbytes
+            view[pos:pos + k] = part
+            pos += k
+        blk.pos = pos
+        blk.count += 1
+
+    def _new_block(self, kind: int) -> _Block:
+        self._flush()
+        if not self._flush_scheduled:  # sent at the end of this loop iteration
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_soon)
+        try:
+            slot: Slot | None = self._pool.acquire_nowait(self.host, self._block_size)
+        except WouldBlock:
+            slot = None  # the row is full and may not grow: a private buffer
+            self._fallbacks += 1
+        view = slot.view if slot is not None else memoryview(bytearray(self._block_size))
+        blk = self._open = _Block(slot, view, kind)
+        return blk
+
+    def _flush(self) -> None:
+        """Send the open block, if any."""
+        blk = self._open
+        if blk is None:
+            return
+        self._open = None
+        head = bps_header if blk.kind == _BPS else bp_header
+        blk.view[:8] = head(blk.count, blk.pos - 8)
+        self._blocks += 1
+        slot = blk.slot
+        if slot is None:
+            self._post([blk.view[:blk.pos]], blk.pos, None)
+            return
+        pool = self._pool
+        pool.commit(slot, blk.pos)
+        taken = pool.next_filled_nowait(self.host)  # the oldest committed: this one
+        self._post([taken.data], blk.pos, taken)
+
+    # ------------------------------------------------------------ sending
+    def _post(self, blocks: list[Any], nbytes: int, slot: Slot | None) -> None:
+        """Send ``blocks`` (``nbytes`` in all) now, or after the sends in
+        flight when ``max_inflight`` are; ``slot`` returns to the pool once
+        the send has completed."""
+        if self._units or self._inflight >= self._max_inflight:
+            self._units.append((blocks, nbytes, slot))
+        else:
+            self._send(blocks, nbytes, slot)
+
+    def _send(self, blocks: list[Any], nbytes: int, slot: Slot | None) -> None:
+        self.sent_msgs += len(blocks)
+        self._bytes += nbytes
+        try:
+            fut = self._transport.post_nowait(self.host, _DATA, blocks)
+        except Exception as exc:  # the transport is closed or broken
+            self._release(slot)
+            self.fail(exc)
+            return
+        if fut is None:
+            if slot is not None:
+                self._release(slot)
+            return
+        self._inflight += 1
+        fut.add_done_callback(functools.partial(self._sent, slot))
+
+    def _sent(self, slot: Slot | None, fut: asyncio.Future[None]) -> None:
+        self._inflight -= 1
+        self._release(slot)
+        if not fut.cancelled() and fut.exception() is not None and self.error is None:
+            log.error("sending to host %d failed: %s", self.host, fut.exception())
+            self.fail(fut.exception())  # type: ignore[arg-type]
+            return
+        units = self._units
+        while units and self._inflight < self._max_inflight:
+            self._send(*units.popleft())
+
+    def _release(self, slot: Slot | None) -> None:
+        if slot is not None:
+            try:
+                self._pool.release(slot)
+            except Exception:  # the pool closed during shutdown
+                pass
+
+    # ------------------------------------------------------------- status
+    @property
+    def idle(self) -> bool:
+        """Nothing open, queued or in flight."""
+        return self._open is None and not self._units and self._inflight == 0
+
+    def flush(self) -> None:
+        """Send the open block now (before code that blocks the loop)."""
+        self._flush()
+
+    def stats(self) -> LinkStats:
+        return LinkStats(self.host, self._cdus, self._lone, self._blocks, self._splits, self.sent_msgs,
+                         self._bytes, self._inflight, len(self._units), self._credit_waits,
+                         len(self._credit), min(self._credit.values(), default=self.window),
+                         self._fallbacks, sum(len(q) for q in self._queues.values()), self._asks,
+                         sum(self.window - c for c in self._credit.values()))
+
+
+def _large_enough(data: Any, large: int) -> bool:
+    """A payload that travels as the second half of a split frame."""
+    if type(data) is bytes:
+        return len(data) >= large
+    nbytes = getattr(data, "nbytes", None)
+    if nbytes is None or nbytes < large:
+        return False
+    if isinstance(data, memoryview):
+        return True
+    dt = getattr(data, "dtype", None)
+    return dt is not None and not (dt.hasobject or dt.fields is not None or dt.subdtype is not None)

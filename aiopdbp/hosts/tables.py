@@ -1,0 +1,196 @@
+"""The replicated system tables: NTA and PTA (SPEC section 2); the MTA row.
+
+* **NTA** node table ``(Nid, Nname, Nip, Ntype)`` -- one row per host (rank).
+* **PTA** process table ``(Pid, Pname, Ptype, PN)`` -- one row per generalized
+  process; ``PN`` is the private pipe bound to it (``None`` while unbound) and
+  ``node`` the host it lives on.
+* **MTA** stream-mapping table ``(Pid, group, sno, PipeA, PipeB)`` -- one row
+  per live data stream: the public pipe ``PipeA`` on the sending host bound to
+  the private pipe ``PipeB`` on the receiving host.  **Not replicated** (a
+  departure from SPEC section 2): only the stream's two hosts need the row,
+  so each keeps its half in :attr:`aiopdbp.streams.table.StreamTable.mta`
+  (:class:`StreamEntry`) and a stream is opened and closed by those two hosts
+  alone -- no stream waits on rank 0 or queues behind the streams of others.
+
+Every change goes through :meth:`Tables.apply`, the *single point of update*.
+An update is a plain ``(op, args)`` tuple, so the multi-host runtime can send
+it to rank 0, which puts all updates into one total order and broadcasts them;
+every host applies the same updates in the same order and ends with the same
+content, the same :attr:`Tables.version` and the same :attr:`Tables.digest`.
+Pids are assigned *by the update* (the next free number), so they agree on all
+hosts without any further coordination.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiopdbp.errors import DuplicateProcessError, PDBPError, UnknownProcessError
+
+
+class NodeType(enum.IntEnum):
+    """``Ntype``: a compute node or the master node (MNode, rank 0)."""
+
+    COMPUTE = 0
+    MASTER = 1
+
+
+class PType(enum.IntEnum):
+    """``Ptype``: a CPU GP (NGP), a stream-processor GP (SGP) or a
+    communication component."""
+
+    CPU = 0
+    GPU = 1
+    COMM = 2
+
+
+@dataclass(slots=True)
+class NodeEntry:
+    nid: int
+    name: str
+    ip: str
+    ntype: NodeType
+
+
+@dataclass(slots=True)
+class ProcessEntry:
+    pid: int
+    name: str
+    ptype: PType
+    node: int
+    pipe: int | None = None  # PN: bound private pipe id
+
+
+@dataclass(slots=True)
+class StreamEntry:
+    pid: int          # destination GP
+    group: int        # source GP (the stream group)
+    sno: int          # stream number, unique per sending node
+    node: int         # sending node (sno is unique per node)
+    pipe_a: int       # public pipe on the sending host
+    pipe_b: int       # private pipe on the receiving host (-1 until bound there)
+    busy: bool = True
+
+
+UpdateFn = Callable[[str, tuple[Any, ...], Any], None]
+
+
+class PendingName(str):
+    """``"<pid N>"``: the name of a GP whose registration has not reached
+    this host yet -- data can overtake the table update that registers its
+    sender (they travel on different channels).  A ``str``, so it prints and
+    compares as the placeholder; its type tells a receiver to look again
+    (``GP.recv`` waits for the registration before it returns such an item)."""
+
+    __slots__ = ()
+
+
+class Tables:
+    """NTA + PTA with one entry point for updates."""
+
+    OPS = ("node_add", "proc_reg", "proc_free", "pipe_bind", "pipe_release")
+
+    def __init__(self) -> None:
+        self.nta: dict[int, NodeEntry] = {}
+        self.pta: dict[int, ProcessEntry] = {}
+        self.by_name: dict[str, int] = {}
+        # pid -> name of every GP ever registered: a message read after its
+        # sender was freed still names the sender (the same on every host).
+        self.names: dict[int, str] = {}
+        self.version = 0
+        self._next_pid = 1
+        self._hash = hashlib.blake2b(digest_size=16)
+        self._listeners: list[UpdateFn] = []
+
+    # -- the single point of update ------------------------------------------
+    def apply(self, op: str, args: tuple[Any, ...] | list[Any]) -> Any:
+        """Apply one update; return its result (e.g. the new pid).
+
+        Raises a :class:`PDBPError` subclass for an update that is invalid
+        against the current content (the same on every host, since every host
+        holds the same content when it applies the same update).
+        """
+        args = tuple(args)
+        handler = getattr(self, f"_op_{op}", None)
+        if op not in self.OPS or handler is None:
+            raise PDBPError(f"unknown table update {op!r}")
+        result = handler(*args)
+        self.version += 1
+        self._hash.update(repr((op, args)).encode())
+        for fn in self._listeners:
+            fn(op, args, result)
+        return result
+
+    def subscribe(self, fn: UpdateFn) -> None:
+        """Call ``fn(op, args, result)`` after every applied update."""
+        self._listeners.append(fn)
+
+    @property
+    def digest(self) -> str:
+        """A hash of every update applied so far, in order (equal digests on
+        two hosts mean they applied the same updates in the same order)."""
+        return self._hash.hexdigest()
+
+    # -- queries ------------------------------------------------------------------
+    def pid_of(self, name: str) -> int:
+        try:
+            return self.by_name[name]
+        except KeyError:
+            raise UnknownProcessError(name) from None
+
+    def process(self, pid: int) -> ProcessEntry:
+        try:
+            return self.pta[pid]
+        except KeyError:
+            raise UnknownProcessError(f"pid {pid}") from None
+
+    def name_of(self, pid: int) -> str:
+        """The GP's name, or a :class:`PendingName` ``"<pid N>"`` while its
+        registration has not reached this host."""
+        return self.names.get(pid) or PendingName(f"<pid {pid}>")
+
+    def processes_on(self, node: int) -> list[ProcessEntry]:
+        return [p for p in self.pta.values() if p.node == node]
+
+    def snapshot(self) -> dict[str, Any]:
+        """A plain, comparable view of the content (for tests and HInfo/MBInfo)."""
+        return {
+            "version": self.version,
+            "digest": self.digest,
+            "nta": sorted((n.nid, n.name, n.ip, int(n.ntype)) for n in self.nta.values()),
+            "pta": sorted((p.pid, p.name, int(p.ptype), p.node, p.pipe) for p in self.pta.values()),
+        }
+
+    # -- update handlers ------------------------------------------------------
+    def _op_node_add(self, nid: int, name: str, ip: str, ntype: int) -> int:
+        self.nta[nid] = NodeEntry(nid, name, ip, NodeType(ntype))
+        return nid
+
+    def _op_proc_reg(self, name: str, ptype: int, node: int, pipe: int | None = None) -> int:
+        if name in self.by_name:
+            raise DuplicateProcessError(name)
+        pid = self._next_pid
+        self._next_pid += 1
+        self.pta[pid] = ProcessEntry(pid, name, PType(ptype), node, pipe)
+        self.by_name[name] = pid
+        self.names[pid] = name
+        return pid
+
+    def _op_proc_free(self, pid: int) -> int:
+        entry = self.process(pid)
+        del self.pta[pid]
+        self.by_name.pop(entry.name, None)
+        return pid
+
+    def _op_pipe_bind(self, pid: int, pipe: int) -> int:
+        self.process(pid).pipe = pipe
+        return pipe
+
+    def _op_pipe_release(self, pid: int) -> int | None:
+        entry = self.process(pid)
+        pipe, entry.pipe = entry.pipe, None
+        return pipe

@@ -1,0 +1,412 @@
+"""Start an aiopdbp program on N ranks with ``mpiexec`` (``aiopdbp launch``).
+
+``launch(4, ["prog.py", "--size", "1M"])`` runs
+``mpiexec -n 4 <this python> prog.py --size 1M`` and returns its exit code.
+Nothing here imports mpi4py.
+
+``tcp=True`` makes MPICH use its network path even between ranks on one
+machine, standing in for a cluster interconnect: ``MPIR_CVAR_NOLOCAL=1``
+(no shared-memory fast path between local ranks) and ``UCX_TLS=tcp,self``
+(the UCX netmod -- the ``mpich`` wheel's default -- uses TCP sockets only).
+``FI_PROVIDER=tcp`` is set as well, which has the same effect should the OFI
+netmod be selected (``MPIR_CVAR_CH4_NETMOD=ofi``).  Other MPI libraries
+ignore these variables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aiopdbp.launch.emulate import EmulateConfig
+
+__all__ = ["JobWatch", "find_mpiexec", "launch", "launch_command", "launch_env", "run_job", "TCP_ENV"]
+
+#: environment that forces MPICH onto TCP between local ranks
+TCP_ENV: Mapping[str, str] = {
+    "MPIR_CVAR_NOLOCAL": "1",
+    "UCX_TLS": "tcp,self",
+    "FI_PROVIDER": "tcp",
+}
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def _mpich_wheel_mpiexec() -> list[Path]:
+    """Where the ``mpich`` wheel (if installed) put its ``mpiexec``."""
+    from importlib.metadata import PackageNotFoundError, files
+
+    try:
+        return [Path(os.path.normpath(str(f.locate()))) for f in files("mpich") or () if f.name == "mpiexec"]
+    except PackageNotFoundError:
+        return []
+
+
+def find_mpiexec() -> str:
+    """Path of the ``mpiexec`` to use.
+
+    Search order: env ``AIOPDBP_MPIEXEC``; the ``mpiexec`` next to
+    ``sys.executable`` (a virtual environment's ``bin``); the one the
+    ``mpich`` wheel installed (its scripts directory, found from the wheel's
+    file list); ``mpiexec`` then ``mpirun`` on ``PATH``.  Raises
+    :class:`FileNotFoundError` with a hint when there is none.
+    """
+    override = os.environ.get("AIOPDBP_MPIEXEC")
+    if override:
+        found = shutil.which(override)
+        if found is None:
+            raise FileNotFoundError(f"AIOPDBP_MPIEXEC={override!r} is not an executable")
+        return found
+
+    candidates: list[Path] = [Path(sys.executable).parent / "mpiexec", *_mpich_wheel_mpiexec()]
+    for scheme_path in (sysconfig.get_path("scripts"), sysconfig.get_path("scripts", f"{os.name}_user")):
+        if scheme_path:
+            candidates.append(Path(scheme_path) / "mpiexec")
+    for cand in candidates:
+        if _executable(cand):
+            return str(cand)
+    for name in ("mpiexec", "mpirun"):
+        found = shutil.which(name)
+        if found is not None:
+            return found
+    raise FileNotFoundError(
+        "no mpiexec found: install an MPI library (e.g. `pip install mpich`, which aiopdbp "
+        "depends on) or put your MPI's mpiexec on PATH, or set AIOPDBP_MPIEXEC"
+    )
+
+
+def launch_env(
+    *, tcp: bool = False, extra_env: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Environment for the launched job: ``base`` (default ``os.environ``) + TCP + extra."""
+    env = dict(os.environ if base is None else base)
+    if tcp:
+        env.update(TCP_ENV)
+    if extra_env:
+        env.update(extra_env)
+    return env
+
+
+def launch_command(
+    n: int, argv: Sequence[str], *, mpiexec_args: Iterable[str] = (), python: str | None = None
+) -> list[str]:
+    """``[mpiexec, *mpiexec_args, -n, N, python, *argv]``.
+
+    ``argv`` may start with the interpreter itself, as people type it
+    (``aiopdbp launch -n 2 python prog.py``): a bare ``python``/``python3``
+    means this interpreter, a path to one (``/opt/py/bin/python3.12``) that one.
+    """
+    if n < 1:
+        raise ValueError(f"number of ranks must be >= 1, got {n}")
+    if not argv:
+        raise ValueError("nothing to launch: argv is empty")
+    if _PYTHON.fullmatch(os.path.basename(argv[0])) and len(argv) > 1:
+        python = argv[0] if os.sep in argv[0] else python
+        argv = argv[1:]
+    return [find_mpiexec(), *mpiexec_args, "-n", str(n), python or sys.executable, *argv]
+
+
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+
+
+class JobWatch:
+    """Watches the processes of one ``mpiexec`` job from outside (Linux /proc).
+
+    A thread polls every ``interval`` seconds: the job's processes (the
+    descendants of ``mpiexec``), its *ranks* (children of hydra's
+    ``hydra_pmi_proxy``), and the MPICH shared-memory segments
+    (``/dev/shm/mpich_shm_*``) that any of them maps.  Those segments belong
+    to this job -- ownership, never a glob over everyone's files -- so
+    :meth:`remove_leftovers` may delete the ones still there once the job has
+    ended (MPICH leaves them behind when a job is aborted or killed).
+    """
+
+    def __init__(self, root: int, interval: float = 0.1, job_dir: str | None = None) -> None:
+        self.root = root
+        self.interval = interval
+        self.job_dir = job_dir          # where aiopdbp ranks list their segments
+        self.pids: dict[int, str] = {}       # pid -> start time (guards pid reuse)
+        self.ranks: set[int] = set()
+        self.segments: set[str] = set()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="aiopdbp-jobwatch", daemon=True)
+
+    def start(self) -> JobWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(2.0)
+        self.scan()  # a last look (processes that are still around)
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        while not self._stop.is_set():
+            self.scan()
+            # MPI creates its segments at start-up: look often then
+            fast = time.monotonic() - start < 5.0
+            self._stop.wait(min(self.interval, 0.025) if fast else self.interval)
+
+    def scan(self) -> None:
+        """One look at the process tree under ``root``."""
+        if not os.path.isdir("/proc"):
+            return
+        children: dict[int, list[int]] = {}
+        parent: dict[int, int] = {}
+        info: dict[int, tuple[str, str]] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            close = stat.rfind(")")
+            comm = stat[stat.find("(") + 1:close]
+            fields = stat[close + 2:].split()
+            if len(fields) < 20:
+                continue
+            pid = int(entry)
+            parent[pid] = int(fields[1])
+            children.setdefault(parent[pid], []).append(pid)
+            info[pid] = (comm, fields[19])
+        found: list[int] = []
+        todo = [self.root]
+        while todo:
+            pid = todo.pop()
+            for child in children.get(pid, ()):
+                found.append(child)
+                todo.append(child)
+        with self._lock:
+            for pid in found:
+                comm, start = info[pid]
+                self.pids.setdefault(pid, start)
+                if info.get(parent[pid], ("", ""))[0] == "hydra_pmi_proxy":
+                    self.ranks.add(pid)
+        for pid in found:
+            try:
+                with open(f"/proc/{pid}/maps", encoding="ascii", errors="replace") as f:
+                    for line in f:
+                        if "/dev/shm/mpich_shm_" in line and "(deleted)" not in line:
+                            self.segments.add(line.split(None, 5)[5].strip())
+            except (OSError, IndexError):
+                continue
+
+    def alive(self) -> list[int]:
+        """The job's processes still running (same pid *and* start time)."""
+        out = []
+        with self._lock:
+            items = list(self.pids.items())
+        for pid, start in items:
+            try:
+                with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2:].split()
+            if len(fields) > 19 and fields[19] == start and fields[0] != "Z":
+                out.append(pid)
+        return out
+
+    def signal_ranks(self, sig: int) -> bool:
+        """Send ``sig`` to the ranks themselves; False when none is known yet."""
+        with self._lock:
+            ranks = list(self.ranks)
+        alive = set(self.alive())
+        sent = False
+        for pid in ranks:
+            if pid in alive:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)
+                    sent = True
+        return sent
+
+    def kill_all(self) -> None:
+        """SIGKILL every process of the job that is still running."""
+        for pid in self.alive():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+    def remove_leftovers(self) -> list[str]:
+        """Delete the job's shared-memory segments that are still there."""
+        if self.job_dir is not None and os.path.isdir(self.job_dir):
+            for name in os.listdir(self.job_dir):
+                if name.startswith("shm."):
+                    with open(os.path.join(self.job_dir, name), encoding="utf-8") as f:
+                        self.segments.update(p for p in f.read().split() if
+                                             p.startswith("/dev/shm/mpich_shm_"))
+        removed = []
+        for path in sorted(self.segments):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed.append(path)
+        return removed
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """mpiexec gets SIGTERM (and forwards it to the ranks) if the launcher dies."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def reporting_failures(prog: str, start: Callable[[], int]) -> int:
+    """``start()``, with a launcher that cannot start turned into one line on
+    stderr and an exit code: 127 without ``mpiexec``, 2 where this machine or
+    user cannot emulate a cluster, 1 when the emulation failed."""
+    from aiopdbp.launch.emulate import EmulateError, EmulationUnavailable
+
+    try:
+        return start()
+    except FileNotFoundError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 127
+    except EmulateError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, EmulationUnavailable) else 1
+
+
+def launch(
+    n: int,
+    argv: Sequence[str],
+    *,
+    tcp: bool = False,
+    extra_env: Mapping[str, str] | None = None,
+    mpiexec_args: Iterable[str] = (),
+    timeout: float | None = None,
+    emulate: EmulateConfig | str | None = None,
+    grace: float = 5.0,
+) -> int:
+    """Run ``mpiexec -n N python argv...`` and return its exit code.
+
+    ``argv`` is what would follow ``python`` (a script and its arguments, or
+    ``-m module ...``).  ``tcp`` forces the network path (see module doc);
+    ``extra_env`` adds variables; ``mpiexec_args`` go before ``-n``.  A
+    signal death is reported as ``128 + signal`` like a shell does; on
+    ``timeout`` the job is killed and 124 returned.
+    ``emulate`` (an :class:`~aiopdbp.launch.emulate.EmulateConfig` or a link rate
+    such as ``"1gbit"``) runs the ranks on an emulated cluster, one host per
+    rank by default (see :mod:`aiopdbp.launch.emulate`; needs root).
+
+    Interrupts: ``mpiexec`` runs in a session of its own; a SIGINT (Ctrl-C)
+    or SIGTERM to the launcher is passed straight to the ranks, which stop
+    every rank (see :mod:`aiopdbp.runtime.job`); after ``grace`` seconds, or at a
+    second Ctrl-C, whatever is left of the job is killed.  The launcher
+    prints one line and returns 130 (SIGINT) or 143 (SIGTERM).  Whatever
+    the end, the MPICH shared-memory segments the job's processes mapped and
+    left behind are removed (:class:`JobWatch`).
+    """
+    if emulate is not None:
+        from aiopdbp.launch.emulate import launch_emulated
+
+        return launch_emulated(n, argv, emulate, tcp=tcp, extra_env=extra_env,
+                               mpiexec_args=list(mpiexec_args), timeout=timeout,
+                               log=lambda line: print(f"aiopdbp launch: {line}", file=sys.stderr))
+    cmd = launch_command(n, argv, mpiexec_args=mpiexec_args)
+    env = launch_env(tcp=tcp, extra_env={"AIOPDBP_LAUNCHER": "1", **(extra_env or {})})
+    return run_job(cmd, env, timeout=timeout, grace=grace)
+
+
+def _failed_status(job_dir: str, rc: int) -> int:
+    """The status a failing aiopdbp rank recorded (aiopdbp.runtime.job.record_failure),
+    else mpiexec's ``rc``: hydra reports 9 when it killed a rank that had not
+    exited yet, although the job ended because a rank raised."""
+    try:
+        with open(os.path.join(job_dir, "failed"), encoding="utf-8") as f:
+            return int(f.read().strip() or rc)
+    except (OSError, ValueError):
+        return rc
+
+
+def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
+            timeout: float | None = None, grace: float = 5.0,
+            say: Callable[[str], None] | None = None, **popen: Any) -> int:
+    """Run an ``mpiexec`` command line as :func:`launch` does (signals,
+    leftovers) and return its exit status; ``popen`` goes to ``Popen``."""
+    say = say or (lambda line: print(f"aiopdbp launch: {line}", file=sys.stderr, flush=True))
+    got: list[tuple[int, float]] = []  # (signal number, when)
+    main_thread = threading.current_thread() is threading.main_thread()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        got.append((signum, time.monotonic()))
+        if len(got) > 1 and signum == signal.SIGINT:
+            watch.kill_all()  # the second Ctrl-C: no more waiting
+            return
+        if not watch.signal_ranks(signum):
+            with contextlib.suppress(OSError):
+                proc.send_signal(signum)
+
+    job_dir = tempfile.mkdtemp(prefix="aiopdbp-job-")
+    full_env = dict(os.environ if env is None else env)
+    full_env["AIOPDBP_JOB_DIR"] = job_dir
+    proc = subprocess.Popen(list(cmd), env=full_env, start_new_session=True,
+                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                            **popen)
+    watch = JobWatch(proc.pid, job_dir=job_dir).start()
+    old: dict[int, Any] = {}
+    if main_thread:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, on_signal)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    rc: int | None = None
+    timed_out = False
+    try:
+        while rc is None:
+            rc = proc.poll()
+            if rc is not None:
+                break
+            now = time.monotonic()
+            if got and now - got[0][1] > grace:
+                watch.kill_all()
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            if deadline is not None and now > deadline and not timed_out:
+                timed_out = True
+                watch.signal_ranks(signal.SIGTERM)
+                with contextlib.suppress(OSError):
+                    proc.terminate()
+                got.append((int(signal.SIGTERM), now))
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                rc = proc.wait(0.05)
+        if rc not in (0, None) and not got:
+            rc = _failed_status(job_dir, rc)
+    finally:
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+        watch.stop()
+        watch.kill_all()  # ranks that outlived mpiexec
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        watch.remove_leftovers()
+        shutil.rmtree(job_dir, ignore_errors=True)
+    if timed_out:
+        say(f"job timed out after {timeout:g} s and was stopped")
+        return 124
+    if got:
+        signum, t0 = got[0]
+        name = signal.Signals(signum).name
+        say(f"interrupted by {name}; the job ended {time.monotonic() - t0:.2f} s later")
+        return 128 + signum
+    return 128 - rc if rc < 0 else rc

@@ -1,0 +1,805 @@
+"""Dynamic double buffer pool (DDBP): paper sections 2.2-2.5, SPEC section 6.
+
+Theory of operation
+-------------------
+* **UMB** (:class:`UserMemory`): one numpy arena cut into ``nblocks`` blocks of
+  ``block_size`` bytes, named by blockId.  This is the physical address space
+  (PAS) and is shared by the send matrix (SBP) and the receive matrix (RBP).
+* **Sub-pool** (:class:`SubPool`): one row SCBP_i / RCBP_i of an M x N matrix.
+  It is a ring of N *logical* cells.  Cells ``0 .. real-1`` hold a blockId
+  (real elements, RE); cells ``real .. N-1`` hold none (virtual elements, VE).
+  The ring turns over the real cells only.  CRE = cell ``real-1``, CVE = cell
+  ``real``.  Three cursors move forward: ``recv`` (the next cell a writer
+  fills), ``send`` (the next cell the reader takes) and ``tail`` (the oldest
+  cell not yet released; a cell is reused only after its reader is done).
+* **Algorithm 1** (:meth:`SubPool.reserve`): when the writer's ``recv`` sits on
+  the CRE, compute SU; if ``SU > Threshold`` and ``DF < 1`` and the UMB has free
+  blocks, map ``m = (RSR - 1) * curSize`` VEs from the CVE on to free blocks.
+  Because real space grows only at the end and only while recv sits on the CRE
+  with the CRE free, the occupied cells ``[tail, recv)`` never straddle the
+  ring seam, so growth needs no copying and FIFO order is preserved.
+* **Extension, not in the paper**: under UMB pressure, idle rows (no occupied
+  cell) give real space above their initial size back (``reclaim=True``), so a
+  stream that ended does not keep its memory forever.
+* **Async layer** (:class:`SendPool` / :class:`RecvPool`, bundled by
+  :class:`BufferPool`): writers ``acquire`` a :class:`Slot` (waiting while the
+  row is full and cannot grow: backpressure, a pool never overflows), fill it
+  (possibly coalescing many small records), ``commit``; readers ``next_filled``
+  in FIFO order per row and ``release``.
+
+Threading: everything here must be used from one event-loop thread.  There are
+no locks; the sync bookkeeping is atomic because it never awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from enum import IntEnum
+
+import numpy as np
+import numpy.typing as npt
+
+from aiopdbp.errors import ClosedResourceError, WouldBlock
+
+__all__ = [
+    "BufferPool",
+    "PoolMatrix",
+    "RecvPool",
+    "SendPool",
+    "Slot",
+    "SubPool",
+    "UserMemory",
+    "growth_cells",
+]
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+# reclaimer(blocks_wanted, requester) -> blocks given back to the UMB
+Reclaimer = Callable[[int, object], int]
+
+
+# ----------------------------------------------------------------------------
+# UMB
+# ----------------------------------------------------------------------------
+class UserMemory:
+    """The UMB: equal blocks of one arena, named by blockId ``0..nblocks-1``.
+
+    It also plays the UMBInfo-Tab: it knows which blocks are free, who can give
+    blocks back under pressure (reclaimers) and who wants to hear when blocks
+    are freed (listeners, e.g. writers waiting for a first block).
+    """
+
+    def __init__(self, block_size: int, nblocks: int) -> None:
+        if block_size <= 0 or nblocks <= 0:
+            raise ValueError("block_size and nblocks must be positive")
+        self.block_size = block_size
+        self.nblocks = nblocks
+        # One contiguous arena: one allocation from the OS (paper 2.4), and a
+        # buffer MPI/CUDA can register or pin once.  np.zeros is lazily paged.
+        self.arena: npt.NDArray[np.uint8] = np.zeros(block_size * nblocks, dtype=np.uint8)
+        self._mem: memoryview = self.arena.data
+        # Stack with the lowest id on top: allocation order is deterministic.
+        self._free: list[int] = list(range(nblocks - 1, -1, -1))
+        self._is_free = [True] * nblocks
+        self._reclaimers: list[Reclaimer] = []
+        self._listeners: list[Callable[[], None]] = []
+
+    @property
+    def free_blocks(self) -> int:
+        return len(self._free)
+
+    @property
+    def used_blocks(self) -> int:
+        return self.nblocks - len(self._free)
+
+    def alloc(self) -> int | None:
+        """Take one free block; ``None`` when the UMB is exhausted."""
+        if not self._free:
+            return None
+        block_id = self._free.pop()
+        self._is_free[block_id] = False
+        return block_id
+
+    def free(self, block_id: int) -> None:
+        """Give a block back.  Bad id or double free -> ValueError."""
+        self._check(block_id)
+        if self._is_free[block_id]:
+            raise ValueError(f"block {block_id} is already free")
+        self._is_free[block_id] = True
+        self._free.append(block_id)
+        for listener in tuple(self._listeners):
+            listener()
+
+    def view(self, block_id: int) -> memoryview:
+        """Writable view of exactly one block (valid only while it is held)."""
+        self._check(block_id)
+        start = block_id * self.block_size
+        return self._mem[start : start + self.block_size]
+
+    def add_reclaimer(self, reclaimer: Reclaimer) -> None:
+        self._reclaimers.append(reclaimer)
+
+    def add_free_listener(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def reclaim(self, want: int, requester: object) -> int:
+        """Ask the reclaimers for ``want`` blocks (never from ``requester``)."""
+        got = 0
+        for reclaimer in tuple(self._reclaimers):
+            if got >= want:
+                break
+            got += reclaimer(want - got, requester)
+        return got
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "block_size": self.block_size,
+            "nblocks": self.nblocks,
+            "free_blocks": self.free_blocks,
+            "used_blocks": self.used_blocks,
+        }
+
+    def _check(self, block_id: int) -> None:
+        if not 0 <= block_id < self.nblocks:
+            raise ValueError(f"no block {block_id} (UMB has {self.nblocks})")
+
+
+# ----------------------------------------------------------------------------
+# One sub-pool (row) and Algorithm 1
+# ----------------------------------------------------------------------------
+class _Cell(IntEnum):
+    FREE = 0  # real cell, no data
+    WRITING = 1  # reserved by a writer, not committed yet
+    FILLED = 2  # committed, waiting for the reader
+    READING = 3  # taken by the reader, not released yet
+    DONE = 4  # released, waiting for older cells to be released
+    ABORTED = 5  # writer gave up; the reader skips it
+
+
+def growth_cells(used: int, real: int) -> int:
+    """Algorithm 1 line 13: ``m = (RSR - 1) * curSize``, exact and rounded up.
+
+    With RSR = used / (real - used) this is ``(2*used - real) * real /
+    (real - used)``; integer arithmetic avoids float ceil surprises.  When
+    RSR <= 1 the formula gives m <= 0; since the caller only asks after
+    ``SU > Threshold`` said the row is busy, we grow by at least one block
+    (the paper's intent: busy rows get more memory).
+    """
+    unused = real - used
+    if real <= 0 or not 0 <= used < real:
+        raise ValueError("growth needs 0 <= used < real (the CRE is free)")
+    num = (2 * used - real) * real
+    return max(1, -(-num // unused))
+
+
+class SubPool:
+    """One row SCBP_i / RCBP_i: a ring of ``capacity`` (N) logical cells.
+
+    Sync API for the writer: :meth:`reserve` + :meth:`commit` (or :meth:`put`,
+    both at once) and :meth:`abort`; for the reader: :meth:`take` (FIFO) and
+    :meth:`release`.  Cells are reused strictly in ring order, so a cell
+    released out of order is reused only after every older cell is released.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        umb: UserMemory,
+        threshold: float,
+        *,
+        initial: int = 0,
+        name: str = "",
+        clock: Clock = time.monotonic,
+        history: int = 1024,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError("capacity N must be >= 1")
+        if not 0.0 < threshold < 1.0:
+            raise ValueError("Threshold must satisfy 0 < Threshold < 1")
+        if not 0 <= initial <= capacity:
+            raise ValueError("initial real space must be in 0..N")
+        self.capacity = capacity
+        self.threshold = threshold
+        self.initial = initial
+        self.name = name
+        self._umb = umb
+        self._clock = clock
+        self._blocks: list[int] = []  # cell -> blockId for the real cells
+        self._state: list[_Cell] = []
+        self._nbytes: list[int] = []
+        self.recv = 0  # next cell the writer fills
+        self.send = 0  # next cell the reader takes
+        self.tail = 0  # oldest cell not yet released
+        self._occupied = 0  # cells in [tail, recv): not FREE
+        self._filled = 0  # cells in state FILLED
+        self._starved = False  # a "UMB exhausted" warning is out (once per episode)
+        self.grows = self.shrinks = self.denied = self.waits = 0
+        self.puts = self.takes = self.peak_used = self.peak_real = 0
+        self._history: deque[tuple[float, int]] = deque(maxlen=history)
+        self._history.append((clock(), 0))
+        if initial:
+            self.allocate_rs(initial)  # Algorithm 1 line 3
+
+    # -- the paper's quantities ------------------------------------------------
+    @property
+    def real(self) -> int:
+        """|RE|: cells mapped to a UMB block."""
+        return len(self._blocks)
+
+    @property
+    def density_factor(self) -> float:
+        """DF = |RE| / N (formula 1)."""
+        return self.real / self.capacity
+
+    @property
+    def used(self) -> int:
+        """Occupied real cells: reserved, filled, being read or not yet reusable."""
+        return self._occupied
+
+    @property
+    def pending(self) -> int:
+        """Committed cells the reader has not taken yet."""
+        return self._filled
+
+    @property
+    def space_utilization(self) -> float:
+        """SU = used real / available real (formula 2); 1.0 with no real space
+        (such a row is as full as it can be: a writer would have to wait)."""
+        return self._occupied / self.real if self.real else 1.0
+
+    @property
+    def receive_send_ratio(self) -> float:
+        """RSR = used real / unused real (formula 3); ``math.inf`` when nothing
+        is unused (full, or no real space).  At the growth check the CRE is
+        free, so there RSR is always finite."""
+        unused = self.real - self._occupied
+        return self._occupied / unused if unused else math.inf
+
+    @property
+    def cre(self) -> int | None:
+        """Index of the critical real element (last RE), None without real space."""
+        return self.real - 1 if self.real else None
+
+    @property
+    def cve(self) -> int | None:
+        """Index of the critical virtual element (first VE), None at DF == 1."""
+        return self.real if self.real < self.capacity else None
+
+    @property
+    def at_cre(self) -> bool:
+        """The recv position sits on the CRE (Algorithm 1 line 8)."""
+        return self.real > 0 and self.recv == self.real - 1
+
+    def cells(self) -> list[int | None]:
+        """The logical row: blockId for each RE, None for each VE."""
+        return [*self._blocks, *([None] * (self.capacity - self.real))]
+
+    # -- Allocation_RS and its inverse ----------------------------------------
+    def allocate_rs(self, m: int) -> int:
+        """Allocation_RS: map up to ``m`` VEs, from the CVE on, to UMB blocks.
+
+        Returns how many were mapped (clamped to N and to what the UMB has,
+        after asking idle rows to give blocks back).  Only legal while the
+        occupied cells do not wrap the ring seam, else RuntimeError.
+        """
+        if m < 0:
+            raise ValueError("m must be >= 0")
+        # Appending cells after the CRE is safe iff no occupied cell lies
+        # beyond the seam: empty, or [tail, recv) is one linear run.
+        if self._occupied and not self.tail < self.recv:
+            raise RuntimeError("cannot add real space while the ring wraps")
+        m = min(m, self.capacity - self.real)
+        if self._umb.free_blocks < m:
+            self._umb.reclaim(m - self._umb.free_blocks, self)
+        added = 0
+        while added < m:
+            block_id = self._umb.alloc()
+            if block_id is None:
+                break
+            self._blocks.append(block_id)
+            self._state.append(_Cell.FREE)
+            self._nbytes.append(0)
+            added += 1
+        if added:
+            self.peak_real = max(self.peak_real, self.real)
+            self._history.append((self._clock(), self.real))
+        return added
+
+    def shrink_to(self, real: int) -> int:
+        """Give the real space beyond ``real`` cells back to the UMB.
+
+        Only an idle row (``used == 0``) shrinks, so no data ever moves; the
+        cursors restart at cell 0.  Returns the blocks freed (0 if not idle).
+        """
+        if real < 0:
+            raise ValueError("real must be >= 0")
+        if self._occupied or real >= self.real:
+            return 0
+        freed = self._blocks[real:]
+        del self._blocks[real:], self._state[real:], self._nbytes[real:]
+        self.tail = self.send = self.recv = 0
+        self.shrinks += 1
+        self._history.append((self._clock(), self.real))
+        for block_id in freed:  # after the row is consistent: listeners may run
+            self._umb.free(block_id)
+        return len(freed)
+
+    # -- writer side -----------------------------------------------------------
+    def reserve(self) -> tuple[int, memoryview] | None:
+        """Reserve the cell at ``recv`` for writing; None when the row is full.
+
+        Algorithm 1 lines 8-17 run here: the writer arriving at the CRE is the
+        paper's "recv reaches the CRE", tested at the latest moment (with the
+        freshest send/tail), when the CRE itself is still free.
+        """
+        if not self.real:
+            # A row that got no real space (UMB ran out in step 1, or the local
+            # row) bootstraps on first use; it has no CRE to trigger growth.
+            if not self.allocate_rs(max(1, self.initial)):
+                self._refused("no real space")
+                return None
+        if self._occupied == self.real:
+            return None
+        if self.recv == self.real - 1:
+            self._check_growth()
+        cell = self.recv
+        self._state[cell] = _Cell.WRITING
+        self.recv = (cell + 1) % self.real  # after growth: cell + 1, no wrap
+        self._occupied += 1
+        self.puts += 1
+        self.peak_used = max(self.peak_used, self._occupied)
+        return cell, self._umb.view(self._blocks[cell])
+
+    def commit(self, cell: int, nbytes: int) -> None:
+        """Mark a reserved cell as holding ``nbytes`` bytes for the reader."""
+        self._expect(cell, _Cell.WRITING)
+        if not 0 <= nbytes <= self._umb.block_size:
+            raise ValueError(f"nbytes {nbytes} outside 0..{self._umb.block_size}")
+        self._state[cell] = _Cell.FILLED
+        self._nbytes[cell] = nbytes
+        self._filled += 1
+
+    def put(self, nbytes: int) -> tuple[int, memoryview] | None:
+        """reserve + commit: returns the cell and an ``nbytes`` view to fill
+        right away (before any await), or None when the row is full."""
+        if not 0 <= nbytes <= self._umb.block_size:
+            raise ValueError(f"nbytes {nbytes} outside 0..{self._umb.block_size}")
+        got = self.reserve()
+        if got is None:
+            return None
+        self.commit(got[0], nbytes)
+        return got[0], got[1][:nbytes]
+
+    def abort(self, cell: int) -> None:
+        """Give up a reserved cell; the reader will skip it."""
+        self._expect(cell, _Cell.WRITING)
+        self._state[cell] = _Cell.ABORTED
+        self._skip_aborted()
+
+    # -- reader side -----------------------------------------------------------
+    def take(self) -> tuple[int, memoryview, int] | None:
+        """The oldest committed cell ``(cell, view[:nbytes], nbytes)``, or None
+        when the cell at ``send`` is empty or still being written (FIFO)."""
+        if not self.real:
+            return None
+        self._skip_aborted()
+        cell = self.send
+        if self._state[cell] is not _Cell.FILLED:
+            return None
+        self._state[cell] = _Cell.READING
+        self._filled -= 1
+        self.send = (cell + 1) % self.real
+        self.takes += 1
+        nbytes = self._nbytes[cell]
+        return cell, self._umb.view(self._blocks[cell])[:nbytes], nbytes
+
+    def release(self, cell: int) -> None:
+        """The reader is done with ``cell``; it becomes reusable in ring order."""
+        self._expect(cell, _Cell.READING)
+        self._state[cell] = _Cell.DONE
+        self._advance_tail()
+
+    # -- internals -------------------------------------------------------------
+    def _check_growth(self) -> None:
+        real, used = self.real, self._occupied
+        if used / real <= self.threshold or real >= self.capacity:
+            return  # quiet row, or DF == 1: nothing to do (line 10)
+        want = min(growth_cells(used, real), self.capacity - real)
+        if self.allocate_rs(want):
+            self.grows += 1
+            self._starved = False
+            logger.debug("%s grew %d -> %d cells (SU=%.3f)",
+                         self.name, real, self.real, used / real)
+        else:
+            self._refused("cannot grow")
+
+    def _refused(self, what: str) -> None:
+        self.denied += 1
+        if not self._starved:  # line 15 "output a message", once per episode
+            self._starved = True
+            logger.warning(
+                "%s: UMB exhausted (%d blocks), %s (real=%d of N=%d)",
+                self.name, self._umb.nblocks, what, self.real, self.capacity,
+            )
+
+    def _skip_aborted(self) -> None:
+        while self._occupied and self._state[self.send] is _Cell.ABORTED:
+            self._state[self.send] = _Cell.DONE
+            self.send = (self.send + 1) % self.real
+        self._advance_tail()
+
+    def _advance_tail(self) -> None:
+        while self._occupied and self._state[self.tail] is _Cell.DONE:
+            self._state[self.tail] = _Cell.FREE
+            self._nbytes[self.tail] = 0
+            self.tail = (self.tail + 1) % self.real
+            self._occupied -= 1
+
+    def _expect(self, cell: int, state: _Cell) -> None:
+        if not 0 <= cell < self.real or self._state[cell] is not state:
+            raise ValueError(f"{self.name}: cell {cell} is not {state.name}")
+
+    def size_history(self) -> list[tuple[float, int]]:
+        """(timestamp, real cells) at creation and after every grow/shrink."""
+        return list(self._history)
+
+    def stats(self) -> dict[str, float]:
+        return {
+            "capacity": self.capacity,
+            "real": self.real,
+            "density_factor": self.density_factor,
+            "used": self.used,
+            "pending": self.pending,
+            "space_utilization": self.space_utilization,
+            "grows": self.grows,
+            "shrinks": self.shrinks,
+            "denied": self.denied,
+            "waits": self.waits,
+            "puts": self.puts,
+            "takes": self.takes,
+            "peak_used": self.peak_used,
+            "peak_real": self.peak_real,
+        }
+
+
+# ----------------------------------------------------------------------------
+# The M x N matrix
+# ----------------------------------------------------------------------------
+class PoolMatrix:
+    """SM or RM: one :class:`SubPool` per host, all drawing on one UMB.
+
+    ``local`` names this host's own row: it carries no remote traffic, so it
+    gets no initial real space (it still works, bootstrapping on first use).
+    """
+
+    def __init__(
+        self,
+        hosts: int,
+        capacity: int,
+        umb: UserMemory,
+        initial: int,
+        threshold: float,
+        *,
+        local: int | None = None,
+        reclaim: bool = True,
+        name: str = "pool",
+        clock: Clock = time.monotonic,
+    ) -> None:
+        if hosts < 1:
+            raise ValueError("hosts M must be >= 1")
+        self.umb = umb
+        self.name = name
+        # Algorithm 1 lines 1-6: the same real space m for every row, in order.
+        self.rows = [
+            SubPool(
+                capacity, umb, threshold,
+                initial=0 if i == local else initial, name=f"{name}[{i}]", clock=clock,
+            )
+            for i in range(hosts)
+        ]
+        short = [i for i, row in enumerate(self.rows) if row.real < row.initial]
+        if short:
+            logger.warning(
+                "%s: UMB exhausted during initial allocation; rows %s got less than %d cells",
+                name, short, initial,
+            )
+        if reclaim:
+            umb.add_reclaimer(self._reclaim_idle)
+
+    @property
+    def hosts(self) -> int:
+        return len(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self) -> Iterator[SubPool]:
+        return iter(self.rows)
+
+    def __getitem__(self, host: int) -> SubPool:
+        if not 0 <= host < len(self.rows):
+            raise ValueError(f"{self.name}: no host {host}")
+        return self.rows[host]
+
+    def _reclaim_idle(self, want: int, requester: object) -> int:
+        # Largest surplus first; take only what is asked, never below initial.
+        got = 0
+        for row in sorted(self.rows, key=lambda r: r.initial - r.real):
+            if got >= want:
+                break
+            if row is not requester and not row.used and row.real > row.initial:
+                got += row.shrink_to(max(row.initial, row.real - (want - got)))
+        return got
+
+    def size_history(self, host: int) -> list[tuple[float, int]]:
+        return self[host].size_history()
+
+    def stats(self) -> dict[str, object]:
+        return {"name": self.name, "umb": self.umb.stats(), "rows": [r.stats() for r in self.rows]}
+
+
+# ----------------------------------------------------------------------------
+# asyncio layer
+# ----------------------------------------------------------------------------
+class Slot:
+    """One block of a row, held by a writer (between acquire and commit) or by
+    a reader (between next_filled and release).
+
+    ``view`` is the whole block for a writer, the committed bytes for a reader;
+    ``used`` is how many bytes are written/committed.  A writer may
+    :meth:`append` several small records (coalescing) before committing.
+    """
+
+    __slots__ = ("host", "cell", "view", "used", "owner", "mode")
+
+    def __init__(
+        self, pool: AsyncPool, host: int, cell: int, view: memoryview, used: int, mode: str
+    ) -> None:
+        self.host = host
+        self.cell = cell
+        self.view = view
+        self.used = used
+        self.owner = pool
+        self.mode = mode  # "w" held by writer, "r" held by reader, "" finished
+
+    @property
+    def room(self) -> int:
+        """Bytes still free in the block."""
+        return len(self.view) - self.used if self.mode == "w" else 0
+
+    @property
+    def data(self) -> memoryview:
+        """The bytes written/committed so far."""
+        return self.view[: self.used]
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Copy ``data`` after what is there; returns its offset in the block."""
+        if self.mode != "w":
+            raise ValueError("slot is not open for writing")
+        src = memoryview(data).cast("B")
+        n = len(src)
+        if n > self.room:
+            raise ValueError(f"{n} bytes do not fit ({self.room} left)")
+        offset = self.used
+        self.view[offset : offset + n] = src
+        self.used += n
+        return offset
+
+    def __repr__(self) -> str:
+        return f"Slot(host={self.host}, cell={self.cell}, used={self.used}, mode={self.mode!r})"
+
+
+class _Waiters:
+    """Futures parked on one condition; wake_all so a cancelled waiter can
+    never swallow a wake-up meant for someone else."""
+
+    def __init__(self) -> None:
+        self._futs: list[asyncio.Future[None]] = []
+
+    def __len__(self) -> int:
+        return len(self._futs)
+
+    async def wait(self) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._futs.append(fut)
+        try:
+            await fut
+        finally:
+            if fut in self._futs:
+                self._futs.remove(fut)
+
+    def wake_all(self) -> None:
+        futs, self._futs = self._futs, []
+        for fut in futs:
+            if not fut.done():
+                fut.set_result(None)
+
+
+class AsyncPool:
+    """asyncio front of one :class:`PoolMatrix` (base of SendPool/RecvPool).
+
+    Per row there is one queue of waiting writers (space) and one of waiting
+    readers (data).  Concurrent writers of one row are not served in strict
+    FIFO order (the node has one writer per row); blocks are FIFO per row.
+    """
+
+    direction = "pool"
+
+    def __init__(self, matrix: PoolMatrix) -> None:
+        self.matrix = matrix
+        self._space = [_Waiters() for _ in matrix.rows]
+        self._data = [_Waiters() for _ in matrix.rows]
+        self._closed = False
+        # Blocks freed anywhere in the shared UMB may let a row with no real
+        # space bootstrap: wake this pool's writers.
+        matrix.umb.add_free_listener(self._wake_writers)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def acquire_nowait(self, host: int, nbytes: int = 0) -> Slot:
+        """Non-waiting :meth:`acquire`; raises WouldBlock when the row is full."""
+        row = self._writable(host, nbytes)
+        got = row.reserve()
+        if got is None:
+            raise WouldBlock(f"{row.name} is full")
+        return Slot(self, host, got[0], got[1], 0, "w")
+
+    async def acquire(self, host: int, nbytes: int = 0) -> Slot:
+        """A writable block of the row for ``host`` with room for ``nbytes``.
+
+        Waits while the row is full and cannot grow (backpressure).  Raises
+        ClosedResourceError once the pool is closed.
+
+        Cancellation: safe.  The reservation happens synchronously after the
+        last await, so a cancelled acquire holds no cell and no block.
+        """
+        row = self._writable(host, nbytes)
+        counted = False
+        while True:
+            got = row.reserve()
+            if got is not None:
+                return Slot(self, host, got[0], got[1], 0, "w")
+            if not counted:
+                row.waits += 1
+                counted = True
+            await self._space[host].wait()
+            if self._closed:
+                raise ClosedResourceError(f"{self.direction} pool is closed")
+
+    def commit(self, slot: Slot, nbytes: int | None = None) -> None:
+        """Hand the slot to the reader with ``nbytes`` (default ``slot.used``)."""
+        self._own(slot, "w")
+        n = slot.used if nbytes is None else nbytes
+        self.matrix[slot.host].commit(slot.cell, n)
+        slot.used, slot.mode = n, ""
+        self._data[slot.host].wake_all()
+
+    def abort(self, slot: Slot) -> None:
+        """Give an acquired slot back without sending anything."""
+        self._own(slot, "w")
+        self.matrix[slot.host].abort(slot.cell)
+        slot.mode = ""
+        self._data[slot.host].wake_all()  # a later committed cell may be next now
+        self._space[slot.host].wake_all()
+
+    def next_filled_nowait(self, host: int) -> Slot:
+        """Non-waiting :meth:`next_filled`; raises WouldBlock when nothing is
+        ready, ClosedResourceError when closed and drained."""
+        row = self.matrix[host]
+        before = row.used
+        got = row.take()
+        if row.used < before:  # aborted cells were skipped: space freed
+            self._space[host].wake_all()
+        if got is not None:
+            return Slot(self, host, got[0], got[1], got[2], "r")
+        if self._closed:
+            raise ClosedResourceError(f"{self.direction} pool is closed")
+        raise WouldBlock(f"{row.name} has nothing committed")
+
+    async def next_filled(self, host: int) -> Slot:
+        """The oldest committed block of the row for ``host`` (FIFO).
+
+        Waits until one is committed.  After :meth:`close` it still drains
+        what was committed, then raises ClosedResourceError.
+
+        Cancellation: safe.  The take happens synchronously after the last
+        await, so a cancelled next_filled loses no block; it stays next.
+        """
+        while True:
+            try:
+                return self.next_filled_nowait(host)
+            except WouldBlock:
+                await self._data[host].wait()
+
+    def release(self, slot: Slot) -> None:
+        """The reader is done with ``slot``; its cell may be reused."""
+        self._own(slot, "r")
+        self.matrix[slot.host].release(slot.cell)
+        slot.mode = ""
+        self._space[slot.host].wake_all()
+
+    def close(self) -> None:
+        """Refuse new acquires and wake every waiter.  Held slots may still be
+        committed, aborted and released.  Idempotent."""
+        self._closed = True
+        for waiters in (*self._space, *self._data):
+            waiters.wake_all()
+
+    def size_history(self, host: int) -> list[tuple[float, int]]:
+        return self.matrix.size_history(host)
+
+    def stats(self) -> dict[str, object]:
+        return {"direction": self.direction, **self.matrix.stats()}
+
+    def _writable(self, host: int, nbytes: int) -> SubPool:
+        if self._closed:
+            raise ClosedResourceError(f"{self.direction} pool is closed")
+        row = self.matrix[host]
+        if not 0 <= nbytes <= self.matrix.umb.block_size:
+            raise ValueError(f"{nbytes} bytes do not fit a {self.matrix.umb.block_size}-byte block")
+        return row
+
+    def _own(self, slot: Slot, mode: str) -> None:
+        if slot.owner is not self or slot.mode != mode:
+            held = "for writing" if mode == "w" else "for reading"
+            raise ValueError(f"{slot!r} is not held {held} here")
+
+    def _wake_writers(self) -> None:
+        for waiters in self._space:
+            waiters.wake_all()
+
+
+class SendPool(AsyncPool):
+    """SBP: row i buffers blocks for remote host i (SBP writer -> SBP reader)."""
+
+    direction = "send"
+
+
+class RecvPool(AsyncPool):
+    """RBP: row j holds blocks received from host j (RBP writer -> RBP reader)."""
+
+    direction = "recv"
+
+
+class BufferPool:
+    """The DDBP of one host: a :class:`SendPool` and a :class:`RecvPool` of M
+    rows of N cells each, both drawing on one :class:`UserMemory`."""
+
+    def __init__(
+        self,
+        hosts: int,
+        capacity: int,
+        block_size: int,
+        nblocks: int,
+        initial: int,
+        threshold: float,
+        *,
+        local: int | None = None,
+        reclaim: bool = True,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.umb = UserMemory(block_size, nblocks)
+
+        def matrix(name: str) -> PoolMatrix:
+            return PoolMatrix(
+                hosts, capacity, self.umb, initial, threshold,
+                local=local, reclaim=reclaim, name=name, clock=clock,
+            )
+
+        self.send = SendPool(matrix("SBP"))
+        self.recv = RecvPool(matrix("RBP"))
+
+    def close(self) -> None:
+        self.send.close()
+        self.recv.close()
+
+    def stats(self) -> dict[str, object]:
+        return {"umb": self.umb.stats(), "send": self.send.stats(), "recv": self.recv.stats()}

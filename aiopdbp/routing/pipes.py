@@ -1,0 +1,445 @@
+"""Pipes and the dynamic pipe pool (DPP, SPEC section 4).
+
+A :class:`Pipe` is a one-way, bounded FIFO channel in the style of trio's
+memory channels: ``send`` waits for room, ``send_nowait`` raises
+:class:`~aiopdbp.errors.WouldBlock`; ``receive`` waits for an item.
+
+Theory of operation
+-------------------
+*Reservations.*  A sender that must not overwhelm a destination reserves a
+slot in the destination pipe **before** it hands its CDU to the host's public
+pipe; the PipeManager then puts the CDU into the reserved slot without ever
+waiting.  This gives per-destination backpressure (a slow GP stalls only its
+own senders) while the single PipeManager never blocks on one full pipe and
+so never stalls traffic to the other GPs (no head-of-line blocking).
+``len(items) + reserved <= capacity`` always holds.
+
+*Wake-ups without loss.*  Waiters park on futures in FIFO order.  A producer
+only *wakes* a consumer; the consumer then takes the item from the deque
+itself.  A consumer cancelled after being woken therefore loses nothing: the
+item is still in the deque and the wake-up is passed to the next waiter
+(anyio's memory-stream rule: a cancelled receive loses no item).
+
+*Closing.*  The owner (the GP reading it, or the pool) closes a pipe.  After
+that, receiving raises :class:`ClosedResourceError` (you closed it) while
+senders and reservers get :class:`BrokenResourceError` (their peer is gone).
+``close()`` may be called any number of times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from aiopdbp.wire.codec import Kind
+from aiopdbp.errors import BrokenResourceError, ClosedResourceError, NoPipeError, WouldBlock
+from aiopdbp.wire.message import Message
+
+T = TypeVar("T")
+
+
+def _wake_first(waiters: deque[asyncio.Future[None]]) -> None:
+    while waiters:
+        fut = waiters.popleft()
+        if not fut.done():
+            fut.set_result(None)
+            return
+
+
+def _fail_all(waiters: deque[asyncio.Future[None]], exc: BaseException) -> None:
+    while waiters:
+        fut = waiters.popleft()
+        if not fut.done():
+            fut.set_exception(exc)
+            # The waiter may already be cancelled and never look at it.
+            fut.exception()
+
+
+class Pipe(Generic[T]):
+    """A bounded one-way FIFO channel (a UNIX-pipe-like mailbox).
+
+    ``pipe_id`` identifies the pipe in the binding tables; ``capacity`` is the
+    number of items (CDUs) it holds, counting reservations.
+    """
+
+    __slots__ = (
+        "pipe_id", "capacity", "_items", "_reserved", "_recv_waiters",
+        "_space_waiters", "_closed", "_eof", "on_ready", "label", "_error",
+        "appended", "taken", "watch_at", "on_watch",
+    )
+
+    remote = False  # the target protocol (aiopdbp.routing.router): a local pipe
+
+    def __init__(self, capacity: int, pipe_id: int = -1, label: str = "") -> None:
+        if capacity < 1:
+            raise ValueError("pipe capacity must be >= 1")
+        self.pipe_id = pipe_id
+        self.capacity = capacity
+        self.label = label
+        self._items: deque[T] = deque()
+        self._reserved = 0
+        self._recv_waiters: deque[asyncio.Future[None]] = deque()
+        self._space_waiters: deque[asyncio.Future[None]] = deque()
+        self._closed = False
+        self._error: BaseException | None = None
+        self._eof = False
+        # Called when the pipe goes from empty to non-empty (the PipeManager
+        # uses it to learn which public pipes have work without polling).
+        self.on_ready: Callable[[Pipe[T]], None] | None = None
+        # Items ever appended / taken, and a watch: ``on_watch(self)`` runs
+        # when ``taken`` reaches ``watch_at`` (flow control returns credit
+        # for remote items once the reader has taken them).
+        self.appended = 0
+        self.taken = 0
+        self.watch_at = 1 << 62
+        self.on_watch: Callable[[Pipe[T]], None] | None = None
+
+    # -- state -------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return (f"<Pipe {self.label or self.pipe_id} {len(self._items)}+{self._reserved}"
+                f"/{self.capacity}{' closed' if self._closed else ''}>")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def free(self) -> int:
+        """Slots neither filled nor reserved."""
+        return self.capacity - len(self._items) - self._reserved
+
+    # -- producing -------------------------------------------------------------
+    def _check_send(self) -> None:
+        if self._closed:
+            if self._error is not None:
+                raise self._error  # what broke it, not a derived "pipe closed"
+            raise BrokenResourceError(f"pipe {self.label or self.pipe_id} was closed by its reader")
+        if self._eof:
+            raise ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed for sending")
+
+    def reserve_nowait(self, pid: int = 0, nbytes: int = 0) -> None:
+        """Reserve one slot or raise :class:`WouldBlock` (``pid`` and
+        ``nbytes`` are the target protocol's; a pipe counts items).  A slot
+        is never taken past a sender already parked for one."""
+        self._check_send()
+        if self._space_waiters or len(self._items) + self._reserved >= self.capacity:
+            raise WouldBlock
+        self._reserved += 1
+
+    async def reserve(self, pid: int = 0, nbytes: int = 0) -> None:
+        """Reserve one slot, waiting for room in FIFO order.
+
+        Cancellation: a cancelled reserve holds no slot; a slot that had
+        been handed to it goes to the next parked sender.
+        """
+        self._check_send()
+        if not self._space_waiters and len(self._items) + self._reserved < self.capacity:
+            self._reserved += 1
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._space_waiters.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self.unreserve()  # the slot handed to us goes to the next sender
+            else:
+                try:
+                    self._space_waiters.remove(fut)
+                except ValueError:
+                    pass
+            raise
+        # ``_serve_space`` reserved the slot for us; a close since then
+        # dropped every reservation and says why here.
+        self._check_send()
+
+    def _serve_space(self) -> None:
+        """Hand free slots to the parked senders, oldest first (each gets its
+        slot reserved before it runs, so no newcomer can take it)."""
+        waiters = self._space_waiters
+        while waiters and len(self._items) + self._reserved < self.capacity:
+            fut = waiters.popleft()
+            if not fut.done():
+                self._reserved += 1
+                fut.set_result(None)
+
+    def unreserve(self, pid: int = 0, nbytes: int = 0) -> None:
+        """Give back a reservation that will not be used."""
+        if self._reserved > 0:
+            self._reserved -= 1
+            self._serve_space()
+
+    def put_reserved(self, item: T) -> None:
+        """Put an item into a slot reserved earlier (never waits).
+
+        On a closed pipe the item is dropped silently: its reader is gone and
+        the sender was (or will be) told through ``BrokenResourceError``.
+        """
+        if self._reserved > 0:
+            self._reserved -= 1
+        if self._closed:
+            return
+        self._append(item)
+
+    def offer(self, pid: int, nbytes: int, fields: tuple[str, Kind, int, Any, int]) -> bool:
+        """Target protocol (see :mod:`aiopdbp.routing.router`): reserve a slot and put
+        the :class:`~aiopdbp.wire.message.Message` made of ``fields`` in one step
+        when there is room; False (nothing taken) when the caller must wait
+        or the pipe is closed (the waiting path then says why)."""
+        if (self._closed or self._eof or self._space_waiters
+                or len(self._items) + self._reserved >= self.capacity):
+            return False
+        self._append(Message(fields))  # type: ignore[arg-type]
+        return True
+
+    def force_put(self, item: T) -> None:
+        """Put an item even past capacity (control items such as an ABORT that
+        must overtake backpressure; bounded by one per stream)."""
+        if not self._closed:
+            self._append(item)
+
+    def _append(self, item: T) -> None:
+        was_empty = not self._items
+        self._items.append(item)
+        self.appended += 1
+        if self._recv_waiters:
+            _wake_first(self._recv_waiters)
+        if was_empty and self.on_ready is not None:
+            self.on_ready(self)
+
+    def put_to(self, pid: int, item: T) -> bool:
+        """Target protocol (see :mod:`aiopdbp.routing.router`): put a reserved item;
+        False when it was dropped (the pipe is closed: its reader left)."""
+        if self._reserved > 0:
+            self._reserved -= 1
+        if self._closed:
+            return False
+        self._append(item)
+        return True
+
+    def put_many(self, items: list[T]) -> None:
+        """Append items past capacity in one go (a batch that arrived from
+        another host: its flow control bounded it); one wake-up."""
+        if self._closed or not items:
+            return
+        was_empty = not self._items
+        self._items.extend(items)
+        self.appended += len(items)
+        if self._recv_waiters:
+            _wake_first(self._recv_waiters)
+        if was_empty and self.on_ready is not None:
+            self.on_ready(self)
+
+    def send_nowait(self, item: T) -> None:
+        """Put an item now or raise :class:`WouldBlock` when full."""
+        self.reserve_nowait()
+        self.put_reserved(item)
+
+    async def send(self, item: T) -> None:
+        """Put an item, waiting while the pipe is full (backpressure).
+
+        Cancellation: a cancelled send has not put its item.
+        """
+        await self.reserve()
+        self.put_reserved(item)
+
+    def close_send(self) -> None:
+        """End of data: the reader drains what is queued, then gets ``EOFError``."""
+        self._eof = True
+        _fail_all(self._space_waiters, ClosedResourceError("pipe closed for sending"))
+        while self._recv_waiters:
+            _wake_first(self._recv_waiters)
+
+    # -- consuming -------------------------------------------------------------
+    def receive_nowait(self) -> T:
+        """Take the next item or raise :class:`WouldBlock` (``EOFError`` after
+        ``close_send`` once drained)."""
+        if self._items:
+            item = self._items.popleft()
+            if self._space_waiters:
+                self._serve_space()
+            self.taken += 1
+            if self.taken >= self.watch_at and self.on_watch is not None:
+                self.on_watch(self)
+            return item
+        if self._closed:
+            raise ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed")
+        if self._eof:
+            raise EOFError
+        raise WouldBlock
+
+    async def receive(self) -> T:
+        """Take the next item, waiting for one.
+
+        Cancellation: a cancelled receive takes no item (nothing is lost);
+        a wake-up it had received is passed on to the next receiver.
+        """
+        if self._items:
+            return self.receive_nowait()
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._closed:
+                raise ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed")
+            if self._eof:
+                raise EOFError
+            fut: asyncio.Future[None] = loop.create_future()
+            self._recv_waiters.append(fut)
+            try:
+                await fut
+            except asyncio.CancelledError:
+                if fut.done() and not fut.cancelled() and fut.exception() is None:
+                    if self._items:
+                        _wake_first(self._recv_waiters)
+                else:
+                    try:
+                        self._recv_waiters.remove(fut)
+                    except ValueError:
+                        pass
+                raise
+            if self._items:
+                item = self.receive_nowait()
+                if self._items and self._recv_waiters:
+                    _wake_first(self._recv_waiters)
+                return item
+
+    def drain_nowait(self, limit: int = 1 << 30) -> list[T]:
+        """Take up to ``limit`` queued items at once (the PipeManager's batch)."""
+        items = self._items
+        n = len(items)
+        if n == 0:
+            return []
+        if n <= limit:
+            out = list(items)
+            items.clear()
+        else:
+            out = [items.popleft() for _ in range(limit)]
+        self.taken += len(out)
+        if self.taken >= self.watch_at and self.on_watch is not None:
+            self.on_watch(self)
+        if self._space_waiters:
+            self._serve_space()
+        return out
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Close the pipe (idempotent): queued items are discarded, receivers
+        get ClosedResourceError, senders BrokenResourceError -- or ``error``,
+        the cause of the close (e.g. the failure of the host behind a link),
+        which every sender then sees."""
+        if self._closed:
+            return
+        self._closed = True
+        self._error = error
+        self._items.clear()
+        self._reserved = 0
+        _fail_all(self._recv_waiters, ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed"))
+        _fail_all(self._space_waiters, error if error is not None else BrokenResourceError(
+            f"pipe {self.label or self.pipe_id} was closed by its reader"))
+
+    async def aclose(self) -> None:
+        """Close the pipe; may be called twice.
+
+        Cancellation: never suspends, so it cannot be interrupted half-way.
+        """
+        self.close()
+
+
+class PipePool:
+    """The private-pipe set (PPS) of one host with dynamic binding.
+
+    Pipes are created lazily up to ``max_pipes`` and recycled: ``apply``
+    hands out a free pipe (the paper's *prcsApplyPipe*), ``release`` closes it
+    (waking anyone blocked on it), resets it and returns it to the pool
+    (*prcsReleasePipe*).  Binding bookkeeping lives in the tables; the pool
+    only owns the pipe objects.
+    """
+
+    def __init__(self, pipe_capacity: int, max_pipes: int, *, first_id: int = 0, label: str = "pps") -> None:
+        if max_pipes < 1:
+            raise ValueError("max_pipes must be >= 1")
+        self.pipe_capacity = pipe_capacity
+        self.max_pipes = max_pipes
+        self.label = label
+        self._next_id = first_id
+        self._all: dict[int, Pipe[Any]] = {}
+        self._free: deque[Pipe[Any]] = deque()
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def in_use(self) -> int:
+        return len(self._all) - len(self._free)
+
+    @property
+    def created(self) -> int:
+        return len(self._all)
+
+    def get(self, pipe_id: int) -> Pipe[Any]:
+        return self._all[pipe_id]
+
+    def apply_nowait(self) -> Pipe[Any]:
+        """Bind a free pipe now, or raise :class:`NoPipeError` if none is left."""
+        if self._free:
+            return self._free.popleft()
+        if len(self._all) < self.max_pipes:
+            pipe: Pipe[Any] = Pipe(self.pipe_capacity, self._next_id, f"{self.label}{self._next_id}")
+            self._all[self._next_id] = pipe
+            self._next_id += 1
+            return pipe
+        raise NoPipeError(f"all {self.max_pipes} pipes of {self.label} are bound")
+
+    async def apply(self, timeout: float | None = None) -> Pipe[Any]:
+        """Bind a free pipe, waiting up to ``timeout`` seconds for one.
+
+        Cancellation: a cancelled apply holds no pipe.
+        """
+        try:
+            return self.apply_nowait()
+        except NoPipeError:
+            if timeout == 0:
+                raise
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    fut: asyncio.Future[None] = loop.create_future()
+                    self._waiters.append(fut)
+                    try:
+                        await fut
+                    except asyncio.CancelledError:
+                        if fut.done() and not fut.cancelled():
+                            _wake_first(self._waiters)
+                        elif fut in self._waiters:
+                            self._waiters.remove(fut)
+                        raise
+                    try:
+                        return self.apply_nowait()
+                    except NoPipeError:
+                        continue
+        except TimeoutError:
+            raise NoPipeError(f"no pipe of {self.label} became free within {timeout} s") from None
+
+    def release(self, pipe: Pipe[Any]) -> None:
+        """Unbind a pipe: close it (peers see BrokenResourceError) and put a
+        fresh pipe with the same id back into the pool.
+
+        The closed object is never reopened: a task that still holds it (a
+        reader woken just before the release, a late sender) sees a closed
+        pipe instead of silently using a pipe that now belongs to someone
+        else.
+        """
+        if self._all.get(pipe.pipe_id) is not pipe:
+            return
+        pipe.close()
+        fresh: Pipe[Any] = Pipe(self.pipe_capacity, pipe.pipe_id, pipe.label)
+        self._all[pipe.pipe_id] = fresh
+        self._free.append(fresh)
+        _wake_first(self._waiters)
+
+    def close(self) -> None:
+        for pipe in self._all.values():
+            pipe.close()
+        _fail_all(self._waiters, NoPipeError(f"{self.label} is closed"))

@@ -1,0 +1,483 @@
+"""Routing: where a CDU goes, by name -- on this host or another (SPEC 4-5).
+
+Theory of operation
+-------------------
+The :class:`Router` is the one object that knows where every GP can be
+reached.  It keeps, for every *bound* GP of the cluster, its **target**: the
+GP's private :class:`~aiopdbp.routing.pipes.Pipe` when it lives here, else the
+:class:`~aiopdbp.hosts.link.HostLink` of its host.  The targets follow the
+replicated tables (:meth:`on_update`, subscribed to ``Tables``), so routing
+is a dict lookup.  Every target offers the same four calls (the target
+protocol): ``reserve_nowait(pid, nbytes)`` / ``reserve(pid, nbytes)`` take a
+slot in the GP's pipe or ``nbytes`` of credit towards it on its host (a full
+destination makes *its* senders wait, nobody else), ``unreserve`` gives it
+back, ``put_to(pid, item)`` delivers what was reserved, and ``offer(pid,
+nbytes, fields)`` does both for a message when neither has to wait (the
+send path's common case: the waiting path is taken only when it says no).
+
+*Names* follow one rule (:meth:`resolve`): a name not registered yet is
+waited for up to the caller's ``timeout`` or the node's ``name_timeout``,
+then :class:`UnknownProcessError`; a name freed since fails at once.
+
+*Arrivals from other hosts* (:meth:`place_shorts`, :meth:`place_messages`):
+the messages of one block for one GP go into its pipe in one batch, past its
+capacity -- the sender's credit bounded them -- and the router remembers
+where the batch ends.  When the GP has taken it (the pipe's watch), the bytes
+become credit owed to the sending host, returned per destination in
+``window/4`` steps (:meth:`settle`).  A message for a GP whose registration or
+binding has not reached this host yet is *parked* for that GP alone, so it
+never holds up traffic to the others; it is dropped (credit returned) if the
+GP is gone, or after ``bind_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from aiopdbp.wire.codec import Kind, decode_shorts
+from aiopdbp.errors import ClosedResourceError, NoPipeError, UnknownProcessError, WouldBlock
+from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
+from aiopdbp.routing.pipes import Pipe, PipePool
+from aiopdbp.stall import Waits
+from aiopdbp.hosts.tables import Tables
+
+log = logging.getLogger("aiopdbp.routing.router")
+
+__all__ = ["Router", "Target", "NAME_HINT_AFTER"]
+
+#: after this long waiting for a name that is not registered, a close
+#: registered name is logged as a likely misspelling (the wait goes on)
+NAME_HINT_AFTER = 2.0
+
+
+
+class Target(Protocol):
+    """Where routed CDUs go: a local private pipe, or a remote host's link."""
+
+    remote: bool
+
+    def reserve_nowait(self, pid: int = 0, nbytes: int = 0) -> None: ...
+    async def reserve(self, pid: int = 0, nbytes: int = 0) -> None: ...
+    def unreserve(self, pid: int = 0, nbytes: int = 0) -> None: ...
+    def put_to(self, pid: int, item: Any) -> bool | None: ...
+    def offer(self, pid: int, nbytes: int, fields: tuple[str, Kind, int, Any, int]) -> bool: ...
+
+
+#: grant(host, [(pid, bytes), ...]): give a remote host credit back
+GrantFn = Callable[[int, list[tuple[int, int]]], None]
+
+
+class Router:
+    """Names -> pids -> targets, local delivery and placement of arrivals."""
+
+    def __init__(self, tables: Tables, pps: PipePool, rank: int, *, name_timeout: float,
+                 bind_timeout: float = 30.0, window: int = 1 << 20) -> None:
+        self.tables = tables
+        self.pps = pps
+        self.rank = rank
+        self.name_timeout = name_timeout
+        self.bind_timeout = bind_timeout
+        self.window = window                      # credit this host gives each sender per GP
+        self.links: Callable[[int], Target] | None = None
+        self.grant: GrantFn | None = None
+        self.targets: dict[int, Target] = {}      # bound GPs: pid -> where their CDUs go
+        self.pids = tables.by_name                 # name -> pid (hot path)
+        self._names = tables.names
+        self._left: dict[str, int] = {}           # names registered once and freed since -> rank
+        self._home: dict[int, int] = {}           # pid -> the rank of its GP
+        self._ever_bound: set[int] = set()
+        self._released: set[int] = set()          # GPs whose pipe was released (and not bound again)
+        self._name_waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._bind_waiters: dict[int, list[asyncio.Future[None]]] = {}
+        self._pid_waiters: dict[int, list[asyncio.Future[None]]] = {}
+        self._parked: dict[int, deque[tuple[int, list[Any], int]]] = {}
+        self._marks: dict[Pipe[Any], deque[list[int]]] = {}  # [end, host, pid, cost]
+        self._owed: dict[tuple[int, int], int] = {}
+        self._pending: dict[tuple[int, int], int] = {}  # (host, pid) -> credit of items not taken yet
+        self._asked: set[tuple[int, int]] = set()         # senders parked for credit (CreditAskMsg)
+        self._grants: dict[int, list[tuple[int, int]]] = {}
+        self._flush_scheduled = False
+        self._closed: BaseException | None = None
+        self.dropped = 0
+        self.parked = 0
+        self.waits = Waits()                      # senders waiting on a destination (aiopdbp.stall)
+        tables.subscribe(self.on_update)
+
+    # ----------------------------------------------------------- table hook
+    def on_update(self, op: str, args: tuple[Any, ...], result: Any) -> None:
+        """Follow the replicated tables (called by ``Tables.apply``)."""
+        if op == "proc_reg":
+            self._left.pop(args[0], None)
+            self._home[result] = args[2]
+            _wake(self._name_waiters.pop(args[0], ()))
+            _wake(self._pid_waiters.pop(result, ()))
+            if len(args) > 3 and args[3] is not None:
+                self.on_update("pipe_bind", (result, args[3]), args[3])
+            elif result in self._parked and self.tables.pta[result].node != self.rank:
+                self._unpark(result)  # not ours after all: drop what waited
+        elif op == "pipe_bind":
+            pid, pipe_id = args
+            entry = self.tables.pta.get(pid)
+            if entry is None:
+                return
+            self._ever_bound.add(pid)
+            self._released.discard(pid)
+            if entry.node == self.rank:
+                self.targets[pid] = self.pps.get(pipe_id)
+            elif self.links is not None:
+                self.targets[pid] = self.links(entry.node)
+            _wake(self._bind_waiters.pop(pid, ()))
+            if pid in self._parked:
+                self._unpark(pid)
+        elif op in ("pipe_release", "proc_free"):
+            pid = args[0]
+            if op == "proc_free":
+                self._left[self.tables.name_of(pid)] = self._home.pop(pid, -1)
+            if op == "pipe_release":
+                self._released.add(pid)     # "bind one first" would be wrong advice now
+            else:
+                self._released.discard(pid)
+            self.targets.pop(pid, None)
+            _wake(self._bind_waiters.pop(pid, ()))  # the waiter re-checks and fails clearly
+            if pid in self._parked:
+                self._unpark(pid)
+
+    # ---------------------------------------------------------- resolution
+    async def resolve(self, name: str, timeout: float | None) -> int:
+        """The pid of ``name`` by the name rule (see the module docstring)."""
+        pid = self.pids.get(name)
+        if pid is not None:
+            return pid
+        wait = self.name_timeout if timeout is None else timeout
+        home = self._left.get(name)
+        if home is not None:
+            exc = UnknownProcessError(name, freed_on=home)
+            if home not in (self.rank, -1):
+                exc.origin_rank = home   # under aiopdbp.run: a consequence of that rank
+            raise exc
+        if wait <= 0:
+            raise UnknownProcessError(name, suggestions=self.close_names(name))
+        if self._closed is not None:
+            raise ClosedResourceError(f"node {self.rank} is closed")
+        fut = asyncio.get_running_loop().create_future()
+        waiters = self._name_waiters.setdefault(name, [])
+        waiters.append(fut)
+        hint = asyncio.get_running_loop().call_later(min(NAME_HINT_AFTER, wait / 2), self._hint, name, wait)
+        try:
+            await asyncio.wait_for(fut, wait)
+        except TimeoutError:
+            raise UnknownProcessError(name, wait, suggestions=self.close_names(name)) from None
+        finally:
+            hint.cancel()
+            if fut in waiters:
+                waiters.remove(fut)
+            if not waiters:
+                self._name_waiters.pop(name, None)
+        return self.tables.pid_of(name)
+
+    def close_names(self, name: str) -> tuple[str, ...]:
+        """Names close to ``name`` (a misspelling's "did you mean"): those
+        registered now, then those registered once and freed since."""
+        now = difflib.get_close_matches(name, list(self.pids), n=3, cutoff=0.6)
+        gone = difflib.get_close_matches(name, [n for n in self._left if n not in self.pids], n=3, cutoff=0.6)
+        return tuple((now + gone)[:3])
+
+    def _hint(self, name: str, wait: float) -> None:
+        # a misspelt name would otherwise wait out the name timeout silently
+        close = self.close_names(name)
+        if close and name not in self.pids:
+            log.warning("waiting up to %g s for a GP named %r to be registered; did you mean %s?",
+                        wait, name, " or ".join(repr(c) for c in close))
+
+    async def source_name(self, pid: int) -> str:
+        """The name of GP ``pid`` that sent something here: data can overtake
+        the table update that registers its sender, so wait for that update
+        (at most ``name_timeout``; then the ``"<pid N>"`` placeholder).
+
+        Cancellation: nothing to undo.
+        """
+        name = self.tables.names.get(pid)
+        if name is not None or self._closed is not None:
+            return name or self.tables.name_of(pid)
+        fut = asyncio.get_running_loop().create_future()
+        waiters = self._pid_waiters.setdefault(pid, [])
+        waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, self.name_timeout)
+        except Exception:  # timed out, or the node closed: the placeholder
+            pass
+        finally:
+            if fut in waiters:
+                waiters.remove(fut)
+            if not waiters:
+                self._pid_waiters.pop(pid, None)
+        return self.tables.name_of(pid)
+
+    def target_nowait(self, pid: int) -> Target:
+        """The target of a bound GP, else :class:`NoPipeError` (or
+        :class:`UnknownProcessError` for a freed pid)."""
+        tgt = self.targets.get(pid)
+        if tgt is not None:
+            return tgt
+        entry = self.tables.process(pid)  # raises for a freed pid
+        if pid in self._released:
+            # it had one and gave it back: it left its block (or failed)
+            exc = NoPipeError(f"GP {entry.name!r} on rank {entry.node} released its pipe (it left its "
+                              "`async with node.process()` block, failed, or called release_pipe()): "
+                              "nothing more can be sent to it")
+            if entry.node != self.rank:
+                exc.origin_rank = entry.node   # under aiopdbp.run: a consequence of that rank
+            raise exc
+        raise NoPipeError(f"GP {entry.name!r} has no private pipe bound (it must apply_pipe() first)")
+
+    async def target(self, pid: int, timeout: float | None) -> Target:
+        """The target of GP ``pid``; with ``timeout``, wait that long for its
+        pipe to be bound."""
+        tgt = self.targets.get(pid)
+        if tgt is not None:
+            return tgt
+        if not timeout:
+            return self.target_nowait(pid)
+        name = self.tables.process(pid).name
+        fut = asyncio.get_running_loop().create_future()
+        self._bind_waiters.setdefault(pid, []).append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            raise TimeoutError(f"GP {name!r} bound no pipe within {timeout:g} s") from None
+        return self.target_nowait(pid)
+
+    async def reserve(self, tgt: Target, pid: int, cost: int, timeout: float | None,
+                      dest: str, src: str = "?") -> None:
+        """Reserve room for one CDU to GP ``pid`` at ``tgt``: a slot in its
+        pipe or ``cost`` bytes of its credit; waits while it is full
+        (backpressure): forever, or up to ``timeout``, then ``TimeoutError``
+        saying what it waited for.  The wait is registered (``waits``, the
+        sender's name ``src``) so that a stall is reported and a cycle of
+        such waits fails with :class:`~aiopdbp.errors.DeadlockError`.
+
+        Cancellation: a cancelled reserve holds nothing.
+        """
+        try:
+            tgt.reserve_nowait(pid, cost)
+            return
+        except WouldBlock:
+            pass
+        entry = self.tables.pta.get(pid)
+        wait = self.waits.begin(src, "credit" if tgt.remote else "a pipe slot",
+                                entry.name if entry is not None else f"<pid {pid}>",
+                                entry.node if entry is not None else -1)
+        try:
+            if timeout is None:
+                await tgt.reserve(pid, cost)
+                return
+            async with asyncio.timeout(timeout):
+                await tgt.reserve(pid, cost)
+        except asyncio.CancelledError:
+            wait.check()
+            raise
+        except TimeoutError:
+            where = (f"for credit from host {getattr(tgt, 'host', '?')}" if tgt.remote
+                     else "for room in its pipe")
+            raise TimeoutError(f"timed out after {timeout:g} s waiting {where} to send to {dest} "
+                               "(backpressure: it is not read as fast as it is sent to)") from None
+        finally:
+            self.waits.end(wait)
+
+    def readers(self) -> list[tuple[str, int, int]]:
+        """``(name, queued, taken)`` of every GP bound here (stall reports)."""
+        names = self._names
+        return [(names.get(pid, f"<pid {pid}>"), len(tgt), tgt.taken)
+                for pid, tgt in self.targets.items() if type(tgt) is Pipe]
+
+    # ------------------------------------------------------------ arrivals
+    def place_shorts(self, host: int, buf: Any) -> None:
+        """Deliver a BPS frame of short messages from ``host``: decoded
+        straight into :class:`Message` records, one pipe operation per run
+        of records for the same GP (raises only ``ProtocolError``)."""
+        for pid, msgs, nbytes in decode_shorts(buf, names=self._names, make=Message,
+                                               unknown=self.tables.name_of):
+            cost = nbytes + CREDIT_OVERHEAD * len(msgs)
+            tgt: Any = self.targets.get(pid)
+            if type(tgt) is Pipe and not tgt.closed:  # deliver_remote's common case
+                tgt.put_many(msgs)
+                self._mark(tgt, host, pid, cost)
+            else:
+                self.deliver_remote(host, pid, msgs, cost)
+
+    def place_messages(self, host: int, pids: tuple[int, ...], item: Any, cost: int) -> None:
+        """Deliver one item (a Message, or a stream's first contact) from
+        ``host`` to each of its GPs ``pids`` here (multicast fans out here)."""
+        for pid in pids:
+            entry = self.tables.pta.get(pid)
+            if entry is None or entry.node == self.rank:
+                self.deliver_remote(host, pid, [item], cost)
+
+    def deliver_remote(self, host: int, pid: int, items: list[Any], cost: int) -> bool:
+        """Put items that came from ``host`` into GP ``pid``'s pipe, charging
+        ``cost`` bytes of credit until the GP has taken them.  False when
+        they were dropped (the GP is gone)."""
+        tgt: Any = self.targets.get(pid)
+        if type(tgt) is Pipe and not tgt.closed:
+            tgt.put_many(items)
+            self._mark(tgt, host, pid, cost)
+            return True
+        entry = self.tables.pta.get(pid)
+        waiting = (entry is None and pid not in self._names) or (
+            entry is not None and entry.node == self.rank and pid not in self._ever_bound)
+        if waiting and self._closed is None:
+            # Its registration or binding has not reached us: park for it alone.
+            q = self._parked.get(pid)
+            if q is None:
+                q = self._parked[pid] = deque()
+                asyncio.get_running_loop().call_later(self.bind_timeout, self._expire, pid)
+            q.append((host, items, cost))
+            self.parked += len(items)
+            return True
+        self.dropped += len(items)
+        log.debug("dropping %d item(s) for pid %d: it has no pipe here", len(items), pid)
+        self._owe(host, pid, cost)
+        return False
+
+    def _unpark(self, pid: int) -> None:
+        q = self._parked.pop(pid, None)
+        while q:
+            host, items, cost = q.popleft()
+            self.deliver_remote(host, pid, items, cost)
+
+    def _expire(self, pid: int) -> None:
+        q = self._parked.pop(pid, None)
+        if q:
+            log.warning("dropping %d CDU(s) for pid %d: it never bound a pipe here within %g s",
+                        sum(len(i) for _, i, _ in q), pid, self.bind_timeout)
+        while q:
+            host, items, cost = q.popleft()
+            self.dropped += len(items)
+            self._owe(host, pid, cost)
+
+    # ---------------------------------------------------------- credit out
+    def _mark(self, pipe: Pipe[Any], host: int, pid: int, cost: int) -> None:
+        """Remember that the items up to ``pipe.appended`` owe ``cost`` to ``host``."""
+        key = (host, pid)
+        self._pending[key] = self._pending.get(key, 0) + cost
+        marks = self._marks.get(pipe)
+        if marks is None:
+            marks = self._marks[pipe] = deque()
+            pipe.on_watch = self.settle
+        elif marks:
+            last = marks[-1]
+            if last[1] == host and last[2] == pid and last[3] * 8 < self.window:
+                # Extend the last mark rather than add one per batch: credit
+                # then comes back in eighths of the window at the finest.
+                last[0] = pipe.appended
+                last[3] += cost
+                if len(marks) == 1:
+                    pipe.watch_at = last[0]
+                return
+        marks.append([pipe.appended, host, pid, cost])
+        if len(marks) == 1:
+            pipe.watch_at = pipe.appended
+
+    def settle(self, pipe: Pipe[Any]) -> None:
+        """The reader took items: what it took from other hosts is credit owed."""
+        marks = self._marks.get(pipe)
+        taken = pipe.taken
+        while marks and marks[0][0] <= taken:
+            _, host, pid, cost = marks.popleft()
+            self._taken(host, pid, cost)
+        if marks:
+            pipe.watch_at = marks[0][0]
+        else:
+            pipe.watch_at = 1 << 62
+            self._marks.pop(pipe, None)
+
+    def forget_pipe(self, pipe: Pipe[Any]) -> None:
+        """A pipe is released: its queued remote items are discarded, their
+        credit goes back to their senders."""
+        marks = self._marks.pop(pipe, None)
+        while marks:
+            _, host, pid, cost = marks.popleft()
+            self._taken(host, pid, cost)
+        pipe.watch_at = 1 << 62
+
+    def refund(self, host: int, pid: int, cost: int) -> None:
+        """Give ``host`` back ``cost`` bytes of GP ``pid``'s credit for
+        something that will never reach the GP's pipe (a device message that
+        failed on the way)."""
+        self._owe(host, pid, cost)
+
+    def _taken(self, host: int, pid: int, cost: int) -> None:
+        key = (host, pid)
+        left = self._pending.get(key, 0) - cost
+        if left > 0:
+            self._pending[key] = left
+        else:
+            self._pending.pop(key, None)
+        self._owe(host, pid, cost)
+
+    def on_ask(self, host: int, pid: int) -> None:
+        """A sender on ``host`` is parked for GP ``pid``'s credit: what is
+        owed below the return threshold goes back as soon as the GP has
+        taken everything of ``host``'s that waits for it (see "Credit")."""
+        key = (host, pid)
+        self._asked.add(key)
+        if key not in self._pending and self._owed.get(key):
+            self._owe(host, pid, 0)
+
+    def _owe(self, host: int, pid: int, cost: int) -> None:
+        key = (host, pid)
+        owed = self._owed.get(key, 0) + cost
+        if owed * 4 < self.window and not (owed and key in self._asked and key not in self._pending):
+            self._owed[key] = owed
+            return
+        self._owed.pop(key, None)
+        self._asked.discard(key)   # the grant answers the ask; a sender still parked asks again
+        self._grants.setdefault(host, []).append((pid, owed))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush_grants)
+
+    def flush_grants(self, everything: bool = False) -> None:
+        """Send the credit owed (once per loop iteration; ``everything``: also
+        the amounts below the quarter-window threshold, e.g. at close)."""
+        self._flush_scheduled = False
+        if everything:
+            for (host, pid), owed in self._owed.items():
+                self._grants.setdefault(host, []).append((pid, owed))
+            self._owed.clear()
+        grants, self._grants = self._grants, {}
+        if self.grant is not None:
+            for host, g in grants.items():
+                self.grant(host, g)
+
+    # -------------------------------------------------------------- closing
+    def close(self, exc: BaseException) -> None:
+        """The node closes: every waiter fails with ``exc``; parked items go."""
+        self._closed = exc
+        for waiters in (*self._name_waiters.values(), *self._bind_waiters.values(),
+                        *self._pid_waiters.values()):
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_exception(exc)
+                    fut.exception()
+        self._name_waiters.clear()
+        self._bind_waiters.clear()
+        self._pid_waiters.clear()
+        self._parked.clear()
+
+    def stats(self) -> dict[str, int]:
+        return {"targets": len(self.targets), "dropped": self.dropped, "parked": self.parked,
+                "parked_now": sum(len(q) for q in self._parked.values()),
+                "credit_owed": sum(self._owed.values())}
+
+
+def _wake(waiters: Any) -> None:
+    for fut in waiters:
+        if not fut.done():
+            fut.set_result(None)
+

@@ -1,0 +1,651 @@
+"""The job: how a rank runs, stops, fails and reports (``aiopdbp.run``).
+
+Theory of operation
+-------------------
+Every rank of an MPI job runs the same program, usually ``aiopdbp.run(main())``.
+This module makes such a job behave like one program when something goes
+wrong, the way Dask or Ray treat a failing worker: fail fast, name the
+culprit, show its traceback once, leave nothing behind.
+
+*One Job per ``run()``.*  :class:`Job` owns the main task, the signal
+handlers and the list of open nodes (nodes attach themselves on start and
+detach on close; they are the Job's only way to reach the other ranks).
+
+*Stopping.*  :meth:`Job.request_stop` is the single way a job stops early:
+a local SIGINT/SIGTERM, or a peer that reports an interrupt or a failure.
+It records *why* (a :class:`Stop`), tells the other ranks through every open
+node (so a rank that got no signal stops too), and cancels the main task,
+so every pending ``await`` is cancelled -- nothing is left to the
+interpreter's exit.  A second SIGINT exits at once.
+
+*Failing.*  When an exception leaves a node's ``async with`` block under MPI,
+the node calls :meth:`Job.fail` *before* it closes anything: the rank prints
+its complete traceback (first, so it precedes every consequence on the
+peers) and the line "rank r (GP g) failed: KeyError: ...", removes its
+shared-memory segments, then the node tells the peers.  The GP is known
+because a GP block that an exception leaves notes it
+(:meth:`Job.note_gp_failure`).  An exception that merely reflects another
+rank's failure (it carries ``origin_rank``; for an exception group, every
+leaf that is not a cancellation does) is a *consequence*: the rank prints
+nothing while it waits (at most :data:`CONSEQUENCE_GRACE`) for that rank's
+report, then the one line that names the rank, the GP and the error where
+the failure started -- never a traceback or advice of its own.  The failing
+rank tells the others :data:`TELL_DELAY` after its traceback (hydra forwards
+each rank's output on its own); each prints its line before acknowledging,
+and the failing rank exits once all have (hydra then ends the rest).  Only if that
+rank reports nothing in time (it caught its error and went on) is the
+consequence reported as this rank's own failure.
+
+*Exiting.*  Under MPI a rank that stopped or failed never calls
+``MPI_Finalize`` (the peers may not be there to match it): it flushes its
+output, unlinks the ``/dev/shm`` segments *it maps* (ownership, never a glob),
+and ends with ``os._exit`` -- 130/143 after SIGINT/SIGTERM, 1 after a
+failure; ``MPI_Abort`` only when a peer may not have heard of the failure.
+Outside MPI ``run()`` behaves like ``asyncio.run`` (KeyboardInterrupt on
+Ctrl-C), plus SIGTERM -> ``SystemExit(143)`` after a clean shutdown.
+
+*Output.*  Under MPI every line a rank writes to ``sys.stdout``/``sys.stderr``
+is written whole, in one ``write``, prefixed with ``[rank] `` (hydra's own
+``-prepend-rank`` prefixes every *chunk*, so two ranks' partial lines still
+run together).  ``AIOPDBP_RANK_PREFIX=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+import io
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import Any, NoReturn, Protocol, TextIO, TypeVar
+
+T = TypeVar("T")
+
+__all__ = ["Job", "Stop", "StopKind", "run", "current_job", "env_rank", "env_size",
+           "unlink_own_shm", "own_shm", "record_own_shm", "consequence_of", "leaves", "root_cause",
+           "summary", "where"]
+
+#: environment variables that MPI launchers set to this process's rank
+_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK",
+              "SLURM_PROCID")
+#: set by ``aiopdbp launch``: the launcher reports interrupts itself
+LAUNCHER_ENV = "AIOPDBP_LAUNCHER"
+#: how long a failing rank waits for the peers to acknowledge its failure
+ACK_GRACE = 1.0
+#: how long a failing rank waits between printing its traceback and telling
+#: the others (who then print their line): hydra forwards each rank's pipe on
+#: its own, and the traceback must come first in the merged output
+TELL_DELAY = 0.2
+#: how long a rank whose error came from a peer waits for that peer's report
+#: (the peer reports when its error leaves its node block, after its GPs and
+#: tasks have unwound); the job still ends within 10 s when it never comes
+CONSEQUENCE_GRACE = 5.0
+
+
+def env_rank() -> int:
+    """This process's rank as announced by the launcher (0 without one)."""
+    for var in _RANK_VARS:
+        raw = os.environ.get(var)
+        if raw:
+            try:
+                return int(raw)
+            except ValueError:
+                continue
+    return 0
+
+
+def env_size() -> int:
+    """World size as announced by the launcher (1 without one); no MPI import."""
+    from aiopdbp.transport.mpi import mpi_world_size
+
+    return mpi_world_size()
+
+
+class StopKind(enum.Enum):
+    """Why a job stops early."""
+
+    INTERRUPTED = "interrupted"      # a signal, here or on a peer
+    PEER_FAILED = "peer failed"      # another rank's program raised
+    HOST_LOST = "host lost"          # a host went silent (liveness)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stop:
+    """One reason to stop: ``rank`` is where it happened."""
+
+    kind: StopKind
+    rank: int
+    signal: int = 0
+    message: str = ""
+    gp: str = ""          # the GP the failure left, when known
+
+    def describe(self) -> str:
+        if self.kind is StopKind.INTERRUPTED:
+            return f"interrupted by {signal.Signals(self.signal).name} (on rank {self.rank})"
+        if self.kind is StopKind.HOST_LOST:
+            return f"{self.message}; aborting the job"
+        return f"{where(self.rank, self.gp)} failed: {self.message}"
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signal if self.kind is StopKind.INTERRUPTED else 1
+
+
+def where(rank: int, gp: str = "") -> str:
+    """``rank 1 (GP g1)``, or ``rank 1`` when the GP is not known."""
+    return f"rank {rank} (GP {gp})" if gp else f"rank {rank}"
+
+
+class Peer(Protocol):
+    """What a Job needs of an open node: a way to reach the other ranks."""
+
+    def tell_peers(self, stop: Stop) -> None: ...
+
+    async def wait_acks(self, timeout: float) -> bool: ...
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions of an exception group, recursively (``[exc]`` else)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in leaves(sub)]
+    return [exc]
+
+
+def _origin(exc: BaseException) -> int | None:
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        origin = getattr(e, "origin_rank", None)
+        if isinstance(origin, int):
+            return origin
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def consequence_of(exc: BaseException, rank: int | None = None) -> int | None:
+    """The rank an error came from, when it only reflects another rank's
+    failure or action (``origin_rank`` set by the remote layer), else None.
+
+    An exception group (a ``TaskGroup``'s) is a consequence when every leaf
+    that is not a cancellation is one; ``rank`` (this rank) does not count
+    as another rank."""
+    origin: int | None = None
+    for leaf in leaves(exc):
+        if isinstance(leaf, asyncio.CancelledError):
+            continue
+        o = _origin(leaf)
+        if o is None or o == rank:
+            return None
+        if origin is None:
+            origin = o
+    return origin
+
+
+def root_cause(exc: BaseException, rank: int | None = None) -> BaseException:
+    """The exception that started a failure: the first leaf of a group that
+    is neither a cancellation nor a consequence of another rank."""
+    found = [leaf for leaf in leaves(exc) if not isinstance(leaf, asyncio.CancelledError)]
+    own = [leaf for leaf in found if _origin(leaf) in (None, rank)]
+    return (own or found or [exc])[0]
+
+
+def summary(exc: BaseException) -> str:
+    """``KeyError: 'missing'``: an exception in one line."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# ------------------------------------------------------------------ the job
+class Job:
+    """The running program of one rank (see the module docstring)."""
+
+    def __init__(self, rank: int, size: int) -> None:
+        self.rank = rank
+        self.size = size
+        self.stop: Stop | None = None
+        self.reported: BaseException | None = None   # traceback already printed
+        self.consequence = False                     # our error only reflected a peer's
+        self.acked = False                           # every peer heard of our failure
+        self._peers: list[Peer] = []
+        self._main: asyncio.Task[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped: asyncio.Event | None = None     # created in the loop
+        self._signals = 0
+        self._gp_failures: list[tuple[BaseException, str]] = []   # (exception, GP name)
+        self._line_said = False
+        self._line_lock = threading.Lock()
+
+    @property
+    def under_mpi(self) -> bool:
+        return self.size > 1
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the job was asked to stop (a signal, a peer's stop)."""
+        return self.stop is not None
+
+    # -- nodes ----------------------------------------------------------------
+    def attach(self, peer: Peer) -> None:
+        """A node started: it can now tell the other ranks about a stop."""
+        self._peers.append(peer)
+        if self.stop is not None:
+            peer.tell_peers(self.stop)
+
+    def detach(self, peer: Peer) -> None:
+        with contextlib.suppress(ValueError):
+            self._peers.remove(peer)
+
+    # -- stopping -------------------------------------------------------------
+    def request_stop(self, stop: Stop, *, tell: bool = True) -> None:
+        """Stop the job once: tell the peers, cancel the main task."""
+        if self.stop is not None:
+            return
+        self.stop = stop
+        if stop.kind is StopKind.PEER_FAILED and stop.rank != self.rank:
+            # at once, before the notice is acknowledged: the failing rank
+            # exits when every rank has acknowledged, and hydra then kills
+            # the ranks left
+            self._peer_line()
+        if tell and stop.rank == self.rank:
+            for peer in list(self._peers):
+                peer.tell_peers(stop)
+        if self._stopped is not None:
+            self._stopped.set()
+        main = self._main
+        if main is not None and not main.done():
+            main.cancel(f"aiopdbp: {stop.describe()}")
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        # A plain signal handler (not loop.add_signal_handler): it runs at the
+        # next bytecode even while a coroutine keeps the loop busy.
+        self._signals += 1
+        loop = self._loop
+        if self._signals > 1 or loop is None:
+            _hard_exit(128 + signum)
+        stop = Stop(StopKind.INTERRUPTED, self.rank, signum)
+        loop.call_soon_threadsafe(self.request_stop, stop)
+
+    # -- failing --------------------------------------------------------------
+    def note_gp_failure(self, exc: BaseException, gp: str) -> None:
+        """An exception left GP ``gp``'s block: if it fails the job, the
+        report names the GP.  Cancellations and consequences are not noted."""
+        if consequence_of(exc, self.rank) is not None:
+            return
+        if all(isinstance(leaf, asyncio.CancelledError) for leaf in leaves(exc)):
+            return
+        self._gp_failures.append((root_cause(exc, self.rank), gp))
+        del self._gp_failures[:-16]   # a program that catches and goes on
+
+    def _gp_of(self, cause: BaseException) -> str:
+        for noted, gp in reversed(self._gp_failures):
+            if noted is cause:
+                return gp
+        return ""
+
+    def describe_failure(self, exc: BaseException) -> Stop:
+        """The stop a failure with ``exc`` makes: its root cause, its GP."""
+        cause = root_cause(exc, self.rank)
+        return Stop(StopKind.PEER_FAILED, self.rank, 0, summary(cause), self._gp_of(cause))
+
+    async def fail(self, exc: BaseException, peer: Peer | None = None) -> None:
+        """An exception leaves a node block: report it before anything closes.
+
+        Prints the rank's complete traceback, removes this rank's
+        shared-memory segments, and tells the other ranks.  An error that
+        only reflects a peer's failure prints nothing: the rank waits for
+        that peer's report (its notice stops this rank, which then prints
+        one line naming the peer, see :meth:`finish`).
+
+        Cancellation: the waits are bounded; a cancelled call has reported.
+        """
+        if self.reported is exc or self.stop is not None:
+            return
+        origin = consequence_of(exc, self.rank)
+        if origin is not None:
+            # Give the rank the error came from time to report first; its
+            # FAILED notice makes this rank stop quietly.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CONSEQUENCE_GRACE):
+                    await self._wait_stop()
+            if self.stopped:
+                self.consequence = True
+                self.reported = exc
+                return
+        self.report(exc)
+        await asyncio.sleep(TELL_DELAY)   # the traceback is forwarded before any peer's line
+        stop = self.describe_failure(exc)
+        peers = list(self._peers) if peer is None else [peer]
+        for p in peers:
+            p.tell_peers(stop)
+        acked = True
+        for p in peers:
+            acked = await p.wait_acks(ACK_GRACE) and acked
+        self.acked = acked and bool(peers)
+
+    async def _wait_stop(self) -> None:
+        if self._stopped is None:
+            self._stopped = asyncio.Event()
+            if self.stop is not None:
+                self._stopped.set()
+        await self._stopped.wait()
+
+    def report(self, exc: BaseException) -> None:
+        """Print ``exc``'s complete traceback once (prefixed by rank under MPI)."""
+        if self.reported is exc:
+            return
+        self.reported = exc
+        unlink_own_shm()
+        record_failure(1)
+        text = "".join(traceback.format_exception(exc))
+        if self.under_mpi:
+            text += f"aiopdbp: {self.describe_failure(exc).describe()}; stopping the job\n"
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+    def _peer_line(self) -> None:
+        """The one line a rank prints about another rank's failure, naming
+        where it started (under a plain mpiexec each rank's output is read
+        among the others')."""
+        with self._line_lock:
+            if self._line_said or self.stop is None:
+                return
+            self._line_said = True
+        self._say(f"aiopdbp: {self.stop.describe()}")
+
+    def _say(self, line: str) -> None:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    # -- running ----------------------------------------------------------------
+    async def supervise(self, main: Awaitable[T]) -> T:
+        """Run ``main`` as the job's main task."""
+        self._loop = asyncio.get_running_loop()
+        self._main = asyncio.current_task()
+        self._stopped = asyncio.Event()
+        if self.stop is not None:
+            self._stopped.set()
+        try:
+            return await main
+        finally:
+            self._main = None
+
+    def finish(self, exc: BaseException | None) -> None:
+        """After the loop ended: exit the way the outcome demands (MPI)."""
+        stop = self.stop
+        if stop is not None:
+            if stop.kind is StopKind.INTERRUPTED:
+                if self.rank == 0 and not os.environ.get(LAUNCHER_ENV):
+                    self._say(f"aiopdbp: job {stop.describe()}")
+            elif stop.kind is StopKind.HOST_LOST:
+                # the lost host cannot hear us: only MPI_Abort ends its rank
+                self._say(f"aiopdbp: rank {self.rank}: {stop.describe()}")
+                _abort(1)
+            elif stop.rank != self.rank:
+                self._peer_line()
+            _hard_exit(stop.exit_code)
+        if exc is None or isinstance(exc, (SystemExit, GeneratorExit)):
+            return
+        if self.reported is not exc:
+            self.report(exc)    # raised outside any node: the peers do not know
+            _abort(1)
+        if self.consequence or self.acked:
+            if self.acked:
+                # every peer printed its line before it acknowledged; give
+                # hydra a moment to forward them (it kills the ranks left
+                # when this one exits)
+                time.sleep(ABORT_FLUSH_S)
+            _hard_exit(1)
+        _abort(1)
+
+
+_current: Job | None = None
+
+
+def current_job() -> Job | None:
+    """The Job of the running ``aiopdbp.run()`` (None outside one)."""
+    return _current
+
+
+# ---------------------------------------------------------------- exiting
+def unlink_own_shm() -> list[str]:
+    """Remove the MPICH shared-memory segments this process maps.
+
+    MPICH unlinks them in ``MPI_Finalize``; a rank that ends without it
+    (abort, interrupt, kill) leaves them in ``/dev/shm``.  Only files mapped
+    by this very process are touched: they belong to this job.
+    """
+    removed: list[str] = []
+    for path in own_shm():
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            removed.append(path)
+    return removed
+
+
+def own_shm() -> list[str]:
+    """The MPICH shared-memory segments this process maps."""
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
+            return sorted({line.split(None, 5)[5].strip() for line in f
+                           if "/dev/shm/mpich_shm_" in line and "(deleted)" not in line})
+    except (OSError, IndexError):
+        return []
+
+
+#: set by ``aiopdbp launch``: a directory where ranks list their segments
+JOB_DIR_ENV = "AIOPDBP_JOB_DIR"
+
+
+def record_own_shm() -> None:
+    """Tell the launcher which segments this rank maps (right after MPI
+    init), so that it can remove them even if the rank is killed."""
+    where = os.environ.get(JOB_DIR_ENV)
+    if not where:
+        return
+    segs = own_shm()
+    if segs:
+        with contextlib.suppress(OSError):
+            with open(os.path.join(where, f"shm.{os.getpid()}"), "w", encoding="utf-8") as f:
+                f.write("\n".join(segs) + "\n")
+
+
+#: the file in the launcher's job directory that holds the job's status when
+#: a rank failed (see :func:`record_failure`)
+FAILED_FILE = "failed"
+
+
+def record_failure(code: int) -> None:
+    """Tell ``aiopdbp launch`` the job's status: this rank failed.  The ranks
+    exit on their own once the failure is acknowledged; when one exits
+    before the others, hydra kills those still running and mpiexec's status
+    becomes 9 (killed), which would hide the failure's own status."""
+    where = os.environ.get(JOB_DIR_ENV)
+    if not where:
+        return
+    with contextlib.suppress(OSError):
+        with open(os.path.join(where, FAILED_FILE), "w", encoding="utf-8") as f:
+            f.write(f"{code}\n")
+
+
+def _flush_all() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            if isinstance(stream, RankPrefixed):
+                stream.finish()
+            stream.flush()
+
+
+def _hard_exit(code: int) -> NoReturn:
+    """End the process now: no MPI_Finalize (peers may be gone), no leftovers."""
+    unlink_own_shm()
+    _flush_all()
+    os._exit(code)
+
+
+#: seconds between the last output and MPI_Abort: hydra's proxy forwards a
+#: rank's output from a pipe, and an abort that came at once lost it under load
+ABORT_FLUSH_S = 0.2
+
+
+def _abort(code: int) -> NoReturn:
+    """Abort the whole MPI job (the peers may not know we failed)."""
+    unlink_own_shm()
+    _flush_all()
+    time.sleep(ABORT_FLUSH_S)
+    with contextlib.suppress(Exception):
+        from aiopdbp.transport.mpi import load_mpi
+
+        mpi = load_mpi()
+        if mpi.Is_initialized() and not mpi.Is_finalized():
+            mpi.COMM_WORLD.Abort(code)
+    os._exit(code)
+
+
+# ----------------------------------------------------------------- output
+class RankPrefixed(io.TextIOBase):
+    """A text stream that writes whole lines, each prefixed, in one write.
+
+    Partial lines are held back until their newline (or the end of the
+    program), so lines of different ranks never run together in the merged
+    output of ``mpiexec``.
+    """
+
+    def __init__(self, raw: TextIO, prefix: str) -> None:
+        super().__init__()
+        self.raw = raw
+        self.prefix = prefix
+        self._partial = ""
+        self._lock = threading.Lock()
+
+    def write(self, s: str) -> int:
+        if not s:
+            return 0
+        with self._lock:
+            data = self._partial + s
+            head, sep, self._partial = data.rpartition("\n")
+            if sep:
+                p = self.prefix
+                self.raw.write("".join(f"{p}{line}\n" for line in head.split("\n")))
+                self.raw.flush()
+        return len(s)
+
+    def finish(self) -> None:
+        """Write a held-back partial line (end of program)."""
+        with self._lock:
+            if self._partial:
+                self.raw.write(f"{self.prefix}{self._partial}\n")
+                self._partial = ""
+            self.raw.flush()
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return self.raw.isatty()
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.raw, "encoding", "utf-8")
+
+
+def _prefix_output(rank: int) -> None:
+    if os.environ.get("AIOPDBP_RANK_PREFIX", "1") == "0":
+        return
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, RankPrefixed) and stream is not None:
+            wrapped = RankPrefixed(stream, f"[{rank}] ")
+            setattr(sys, name, wrapped)
+    import atexit
+
+    atexit.register(_flush_all)
+
+
+# ------------------------------------------------------------------- run()
+@contextlib.contextmanager
+def _signal_handlers(job: Job) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    old = {s: signal.getsignal(s) for s in sigs}
+    for s in sigs:
+        signal.signal(s, job.on_signal)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+async def _await(aw: Awaitable[T]) -> T:
+    return await aw
+
+
+def _loop_factory(use_uvloop: bool | None) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    if use_uvloop is None:
+        use_uvloop = os.environ.get("AIOPDBP_UVLOOP", "1") != "0"
+    if use_uvloop:
+        try:
+            import uvloop
+        except ImportError:
+            return None
+        loop_factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+        return loop_factory
+    return None
+
+
+def run(main: Coroutine[Any, Any, T] | Awaitable[T], *, use_uvloop: bool | None = None,
+        debug: bool = False) -> T:
+    """Run ``main`` to completion in a new event loop (uvloop when present).
+
+    ``use_uvloop=None`` uses uvloop if it is installed and the environment
+    variable ``AIOPDBP_UVLOOP`` is not ``0``.
+
+    Signals: SIGINT and SIGTERM cancel ``main`` (every pending await is
+    cancelled and the nodes close); a second one exits at once.  Outside MPI
+    Ctrl-C then raises ``KeyboardInterrupt`` as ``asyncio.run`` does, and
+    SIGTERM ``SystemExit(143)``.  Under MPI the whole job stops: the other
+    ranks are told, every rank exits with 130 (SIGINT) or 143 (SIGTERM),
+    and one line says so.  An exception that escapes ``main`` under MPI
+    prints this rank's traceback first and ends the job (see the module
+    docstring).
+    """
+    global _current
+    coro = main if asyncio.iscoroutine(main) else _await(main)
+    size = env_size()
+    job = Job(env_rank() if size > 1 else 0, size)
+    if job.under_mpi:
+        _prefix_output(job.rank)
+    previous, _current = _current, job
+    outcome: BaseException | None = None
+    try:
+        with _signal_handlers(job), asyncio.Runner(debug=debug,
+                                                   loop_factory=_loop_factory(use_uvloop)) as runner:
+            return runner.run(job.supervise(coro))
+    except BaseException as exc:
+        outcome = exc
+        stop = job.stop
+        if not job.under_mpi and stop is not None and isinstance(exc, asyncio.CancelledError):
+            if stop.signal == signal.SIGINT:
+                raise KeyboardInterrupt() from None
+            raise SystemExit(128 + stop.signal) from None
+        raise
+    finally:
+        _current = previous
+        if job.under_mpi and (outcome is not None or job.stop is not None):
+            job.finish(outcome)

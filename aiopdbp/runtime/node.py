@@ -1,0 +1,511 @@
+"""The node: one per host (MPI rank) -- the composition root.
+
+``async with aiopdbp.open_node() as node`` starts a node: on a plain
+``python prog.py`` it is a single host whose GPs all live in this process;
+under ``mpiexec`` (or ``aiopdbp launch``) every rank opens one node and GPs on
+different ranks talk by name exactly as local ones do.
+
+A node puts the paper's parts together and owns their lifecycle; each part
+lives in its own module and the node only calls their public methods:
+
+==================  ============================================================
+``node.tables``     NTA/PTA/MTA (:mod:`aiopdbp.hosts.tables`), updated only by
+                    :meth:`Node.commit` (rank 0 sequences updates)
+``node.pps``        the private pipes (PPS), ``node.cps_streams`` the public
+                    stream pipes (:mod:`aiopdbp.routing.pipes`)
+``node.manager``    the PipeManager and the public message pipe
+                    (:mod:`aiopdbp.routing.manager`)
+``node.router``     names, targets, placement of arrivals (:mod:`aiopdbp.routing.router`)
+``node.streams``    live streams and their bindings (:mod:`aiopdbp.streams.table`)
+``node.devices``    device support: backend, pinned pool, SGPs
+                    (:mod:`aiopdbp.streams.devicepath`)
+``Remote``          links, RBP, control messages, handshake, liveness
+                    (:mod:`aiopdbp.hosts.remote`), on more than one host
+==================  ============================================================
+
+Leaving the ``async with`` drains what was sent, frees the GPs that are still
+registered, stops the PipeManager and closes the transport, so the loop ends
+with no pending task.  An exception leaving it under MPI fails the whole job
+first (:mod:`aiopdbp.runtime.job`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiopdbp.device.backend import DeviceBackend
+from aiopdbp.streams.devicepath import DeviceConfig, DevicePath
+from aiopdbp.errors import ClosedResourceError
+from aiopdbp.runtime.job import current_job, root_cause, summary
+from aiopdbp.runtime.job import run as run
+from aiopdbp.routing.manager import PipeManager
+from aiopdbp.routing.pipes import PipePool
+from aiopdbp.runtime.process import GP
+from aiopdbp.hosts.remote import Remote, RemoteConfig
+from aiopdbp.routing.router import Router
+from aiopdbp.runtime.sgp import SGP
+from aiopdbp.stall import DEFAULT_STALL_TIMEOUT, StallWatch, WaitEdge
+from aiopdbp.runtime.stats import NodeStats
+from aiopdbp.streams.table import StreamTable
+from aiopdbp.hosts.tables import NodeType, PType, Tables
+from aiopdbp.transport.base import Transport
+
+__all__ = ["DEFAULT_NAME_TIMEOUT", "Node", "open_node", "run"]
+
+#: the name rule's default wait (seconds); also the handshake's and the
+#: liveness timeout's default: one answer to "is it there (still)?"
+DEFAULT_NAME_TIMEOUT = 30.0
+
+
+class Node:
+    """One host of the PDBP system.
+
+    Parameters (all have defaults that suit a workstation):
+
+    ``pipe_capacity``
+        CDUs one private pipe holds before its local senders wait (backpressure).
+    ``max_pipes``
+        size of the private pipe pool (PPS): bound GPs + live incoming streams.
+    ``stream_pipes``
+        size of the public stream-pipe group: concurrent outgoing streams.
+    ``stream_window``
+        segments a stream has in flight; also its reorder window.
+    ``allow_pickle``
+        allow arbitrary Python objects as payloads (pickle protocol 5).
+        **Trusted clusters only**: unpickling runs code chosen by the sender.
+    ``name_timeout``
+        the name rule: ``send``, ``send_stream`` and ``lookup`` wait up to this
+        many seconds for a name that is not registered yet (another rank may
+        still be starting), then raise :class:`UnknownProcessError`; their
+        ``timeout=`` overrides it (``0``: do not wait).  A name that was
+        registered and freed since fails at once.
+    ``handshake_timeout``, ``host_timeout``
+        start-up (every rank joins within it, else :class:`HandshakeError`)
+        and liveness (a host not heard of for this long is lost; ``0``
+        disables the heartbeat).  Both default to the name rule's time,
+        ``max(name_timeout, 30)`` s: a short ``name_timeout`` (fail fast on a
+        typo) never makes a loaded rank look dead.
+    ``remote``
+        :class:`~aiopdbp.hosts.remote.RemoteConfig` tunables of the multi-host runtime.
+    ``device``
+        device support (SGPs, device arrays): ``"auto"`` (CuPy if installed,
+        opened on first use), ``"cupy"``, ``"sim"`` (the simulated backend),
+        ``"none"``, a backend instance, or a
+        :class:`~aiopdbp.streams.devicepath.DeviceConfig` (pinned pool size, chunk
+        size, chunks in flight); default: env ``AIOPDBP_DEVICE``, else ``"auto"``.
+    ``stall_timeout``
+        a send that has waited this long for its destination to read is
+        logged (the ``aiopdbp.stall`` logger), and so is a GP that holds data
+        and has not called ``recv`` for as long; GPs that wait for each other
+        in a cycle while none reads fail with :class:`~aiopdbp.errors.DeadlockError`
+        (:mod:`aiopdbp.stall`).  Default 30 s; ``None`` or ``0``: off.
+    """
+
+    def __init__(self, transport: Transport | None = None, *, pipe_capacity: int = 1024,
+                 max_pipes: int = 65536, stream_pipes: int = 1024, stream_window: int = 16,
+                 allow_pickle: bool = False, remote: RemoteConfig | None = None,
+                 close_timeout: float | None = None, handshake_timeout: float | None = None,
+                 name_timeout: float = DEFAULT_NAME_TIMEOUT,
+                 host_timeout: float | None = None,
+                 device: DeviceConfig | str | DeviceBackend | None = None,
+                 stall_timeout: float | None = DEFAULT_STALL_TIMEOUT) -> None:
+        self.transport = transport
+        self.rank = transport.rank if transport is not None else 0
+        self.size = transport.size if transport is not None else 1
+        self.allow_pickle = allow_pickle
+        self.stream_window = stream_window
+        self.name_timeout = name_timeout
+        cfg = remote or RemoteConfig()
+        if close_timeout is not None:
+            cfg.close_timeout = close_timeout
+        if handshake_timeout is not None:
+            cfg.handshake_timeout = handshake_timeout
+        elif cfg.handshake_timeout is None:
+            cfg.handshake_timeout = max(name_timeout, DEFAULT_NAME_TIMEOUT)  # one rule for "is it there yet?"
+        self.tables = Tables()
+        self.pps = PipePool(pipe_capacity, max_pipes, label="pps")
+        self.cps_streams = PipePool(1 << 30, stream_pipes, first_id=1 << 20, label="cps")
+        self.manager = PipeManager()
+        self.router = Router(self.tables, self.pps, self.rank, name_timeout=name_timeout,
+                             bind_timeout=cfg.bind_timeout, window=cfg.gp_window)
+        self.streams = StreamTable(self.rank, stream_window, self.tables, self.pps, self.cps_streams,
+                                   self.router,
+                                   submit=self.manager.submit, watch=self.manager.watch)
+        self.devices = DevicePath(self, device)
+        self.streams.device = self.devices
+        self._gps: dict[int, GP] = {}
+        self._started = False
+        self._closed = False
+        self._remote: Remote | None = None
+        self.host_timeout = max(name_timeout, DEFAULT_NAME_TIMEOUT) if host_timeout is None else host_timeout
+        multi = transport is not None and self.size > 1
+        self.stall = StallWatch(
+            self.rank, self.router.waits, self.router.readers, timeout=stall_timeout or 0.0,
+            report=self._send_stall if multi and self.rank != 0 else None,
+            broadcast=self._send_deadlock if multi else None)
+        if transport is not None and self.size > 1:
+            self._remote = Remote(transport, cfg, self.tables, self.router, self.streams,
+                                  allow_pickle=allow_pickle, stall=self.stall)
+            self._remote.host_timeout = self.host_timeout
+
+    def __repr__(self) -> str:
+        return f"<Node {self.rank}/{self.size} gps={len(self._gps)}>"
+
+    def _send_stall(self, edges: list[WaitEdge], idle: list[str]) -> None:
+        if self._remote is not None:
+            self._remote.send_stall(edges, idle)
+
+    def _send_deadlock(self, cycle: tuple[WaitEdge, ...]) -> None:
+        if self._remote is not None:
+            self._remote.send_deadlock(cycle)
+
+    # -- lifecycle --------------------------------------------------------------
+    async def start(self) -> None:
+        """Run the initialisation sequence and start routing.
+
+        Cancellation: a cancelled start leaves the node unstarted; call
+        ``aclose()`` to release what was set up.
+        """
+        if self._started:
+            return
+        self._started = True
+        self.devices.start()  # a named backend and its pinned pool: now, before any GP
+        self.manager.start()
+        self.stall.start()
+        if self._remote is not None:
+            await self._remote.start()
+            job = current_job()
+            if job is not None:
+                job.attach(self._remote)
+        else:
+            self.tables.apply("node_add", (0, socket.gethostname(), _host_ip(), int(NodeType.MASTER)))
+
+    async def aclose(self, *, graceful: bool = True) -> None:
+        """Drain, free every GP, stop routing, close the transport.  Idempotent.
+
+        ``graceful=False`` skips the drain and the BYE exchange with the other
+        hosts (the program is failing: do not wait for peers).
+
+        Cancellation: if cancelled while draining, the node is still closed
+        (without waiting for the drain) before the cancellation propagates.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self.stall.stop()
+        try:
+            if self._started and graceful:
+                # what the program left open (a Barrier of a GP not freed)
+                # closes while the peers can still hear it
+                await asyncio.gather(*(gp.aclose_owned() for gp in list(self._gps.values())))
+                await self.manager.drain()
+                if self._remote is not None:
+                    await self._remote.close()
+        finally:
+            gone = ClosedResourceError(f"node {self.rank} closed")
+            self.router.close(gone)
+            if self._remote is not None:
+                job = current_job()
+                if job is not None:
+                    job.detach(self._remote)
+                self._remote.stop()
+            self.streams.close(gone)
+            self.devices.close()
+            for gp in list(self._gps.values()):
+                self._drop_gp(gp)
+            self.pps.close()
+            self.cps_streams.close()
+            await self.manager.stop()
+            if self.transport is not None:
+                await self.transport.aclose(graceful=graceful)
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until everything sent so far has left this host: routed by the
+        PipeManager and, for remote GPs, handed to MPI and completed.  Use it
+        before code that blocks the event loop (a raw MPI call, a long
+        computation) so that peers are not left waiting.
+
+        Cancellation: nothing to undo; what was sent keeps going.
+        """
+        async with asyncio.timeout(timeout):
+            await self.manager.drain()
+            if self._remote is not None:
+                await self._remote.flush()
+
+    async def __aenter__(self) -> Node:
+        try:
+            await self.start()
+        except BaseException:
+            await self.aclose(graceful=False)  # __aexit__ will not run
+            raise
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: object) -> None:
+        # An error leaving the block under MPI fails the job: this rank's
+        # traceback is printed and the peers are told *before* anything
+        # closes (so no consequence on a peer is reported first); then the
+        # node closes at once instead of making the others wait for a BYE.
+        job = current_job()
+        if exc is not None and self._remote is not None and job is not None and job.under_mpi \
+                and job.stop is None:
+            await job.fail(exc, peer=self._remote)
+        await self.aclose(graceful=exc_type is None or self._remote is None)
+
+    # -- the single point of table updates ------------------------------------
+    async def commit(self, op: str, *args: Any) -> Any:
+        """Apply a table update in the cluster-wide order (rank 0 sequences it).
+
+        Cancellation: see :meth:`aiopdbp.hosts.remote.Remote.commit`.
+        """
+        if self._remote is not None:
+            return await self._remote.commit(op, args)
+        return self.tables.apply(op, args)
+
+    def commit_nowait(self, op: str, *args: Any) -> None:
+        """Ask for a table update without waiting for it."""
+        if self._remote is not None:
+            self._remote.commit_nowait(op, args)
+        else:
+            self.tables.apply(op, args)
+
+    # -- registration (prcsReg / prcsFree) ------------------------------------
+    async def register(self, name: str, ptype: PType = PType.CPU, *, bind: bool = False,
+                       device: int | None = None, to_device: bool = False) -> GP:
+        """Register a GP named ``name`` (the paper's prcsReg).
+
+        Names are unique across the cluster; a taken name raises
+        :class:`~aiopdbp.errors.DuplicateProcessError`.  With ``bind=True`` the
+        GP is registered with a private pipe already bound, in one table
+        update, so no host ever sees it registered but unable to receive.
+        ``ptype=PType.GPU`` makes an :class:`~aiopdbp.runtime.sgp.SGP` on ``device``
+        (default: the rank's; ``DeviceError`` without device support);
+        ``to_device=True``: it receives host arrays on its device too.
+
+        Cancellation: a registration that completes after its caller was
+        cancelled is undone.
+        """
+        if self._closed:
+            raise ClosedResourceError(f"node {self.rank} is closed")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a GP name is a non-empty str, not {name!r}")
+        if ptype is not PType.GPU and (device is not None or to_device):
+            raise ValueError("device= and to_device= are for SGPs (ptype=PType.GPU)")
+        # an SGP's device is known before the registration is, so data that
+        # arrives before this call resumes lands on it
+        bound = self.devices.bind(name, device, to_device) if ptype is PType.GPU else None
+        try:
+            pipe = self.pps.apply_nowait() if bind else None
+            try:
+                pid = await self.commit("proc_reg", name, int(ptype), self.rank,
+                                        pipe.pipe_id if pipe is not None else None)
+            except BaseException:
+                if pipe is not None:
+                    self.pps.release(pipe)
+                raise
+        except BaseException:
+            if bound is not None:
+                self.devices.unbind(name)
+            raise
+        if bound is not None:
+            gp: GP = SGP(self, name, pid, device=bound[0], stream=bound[1], to_device=to_device)
+            self.devices.add_sgp(gp)  # type: ignore[arg-type]
+        else:
+            gp = GP(self, name, pid, ptype)
+        if pipe is not None:
+            gp.bound(pipe)
+        self._gps[pid] = gp
+        return gp
+
+    @contextlib.asynccontextmanager
+    async def process(self, name: str, ptype: PType = PType.CPU, *, device: int | None = None,
+                      to_device: bool = False) -> AsyncIterator[GP]:
+        """``async with node.process(name) as gp``: register + apply a pipe on
+        entry, release + free on exit (whatever the exit; the exception it
+        leaves with reaches the senders of its streams).  ``ptype=PType.GPU``
+        makes an SGP (see :meth:`register`)."""
+        gp = await self.register(name, ptype, bind=True, device=device, to_device=to_device)
+        failure: BaseException | None = None
+        try:
+            yield gp
+        except BaseException as exc:
+            failure = exc
+            job = current_job()
+            if job is not None:
+                job.note_gp_failure(exc, name)   # a failure report names the GP
+            raise
+        finally:
+            await gp.free(reason=failure)
+
+    async def apply_pipe(self, gp: GP, timeout: float | None) -> None:
+        """Bind a private pipe to ``gp`` (use :meth:`GP.apply_pipe`).
+
+        Cancellation: the pipe goes back to the pool and ``gp`` stays unbound
+        on this host.
+        """
+        if self._closed:
+            raise ClosedResourceError(f"node {self.rank} is closed")
+        pipe = await self.pps.apply(timeout)
+        try:
+            await self.commit("pipe_bind", gp.pid, pipe.pipe_id)
+        except BaseException:
+            self.pps.release(pipe)
+            raise
+        gp.bound(pipe)
+
+    async def release_pipe(self, gp: GP, reason: BaseException | None = None) -> None:
+        """Unbind ``gp``'s pipe (use :meth:`GP.release_pipe`).
+
+        Cancellation: the pipe is unbound and back in the pool before the first
+        suspension; only the table update to the other hosts may still be on
+        its way.
+        """
+        pipe = gp.pipe
+        if pipe is None:
+            return
+        gp.bound(None)
+        why = (f"GP {gp.name!r} on rank {self.rank} released its pipe" if reason is None else
+               f"GP {gp.name!r} on rank {self.rank} left with {summary(root_cause(reason, self.rank))}")
+        self.streams.abort_to(gp.pid, why)
+        self.router.forget_pipe(pipe)
+        self.pps.release(pipe)
+        if self._closed:
+            return
+        if reason is not None:
+            # A GP leaving with an exception does not wait for rank 0: its
+            # loop may be blocked (a raw MPI call), and this rank must go on
+            # to report the failure.  Rank 0 gets the request in order.
+            self.commit_nowait("pipe_release", gp.pid)
+        else:
+            await self.commit("pipe_release", gp.pid)
+
+    async def free(self, gp: GP, *, wait: bool = True) -> None:
+        """Unregister ``gp`` (use :meth:`GP.free`); ``wait=False``: ask for
+        the table update without waiting for it (a GP leaving with an error).
+
+        Cancellation: this host forgets ``gp`` before the first suspension; the
+        table update that frees its name everywhere may still be on its way.
+        """
+        self._gps.pop(gp.pid, None)
+        self.devices.remove_sgp(gp.pid)
+        if gp.pid in self.tables.pta and not self._closed:
+            if wait:
+                await self.commit("proc_free", gp.pid)
+            else:
+                self.commit_nowait("proc_free", gp.pid)
+
+    def _drop_gp(self, gp: GP) -> None:
+        """Free a GP synchronously (node shutdown)."""
+        pipe = gp.pipe
+        gp.mark_freed()
+        if pipe is not None:
+            self.router.forget_pipe(pipe)
+            self.pps.release(pipe)
+            if gp.pid in self.tables.pta:
+                self.commit_nowait("pipe_release", gp.pid)
+        self._gps.pop(gp.pid, None)
+        self.devices.remove_sgp(gp.pid)
+        if gp.pid in self.tables.pta:
+            self.commit_nowait("proc_free", gp.pid)
+
+    async def lookup(self, name: str, timeout: float | None = None) -> int:
+        """The pid of ``name``, waiting for it to be registered by the name
+        rule: up to ``timeout`` seconds, by default the node's
+        ``name_timeout``; then :class:`UnknownProcessError`.  A GP created
+        with :meth:`process` is registered with its pipe already bound, so a
+        send can follow at once.
+
+        Cancellation: nothing to undo.
+        """
+        return await self.router.resolve(name, timeout)
+
+    # -- liveness -----------------------------------------------------------------
+    async def host_lost(self) -> tuple[int, BaseException]:
+        """Wait until a host is lost (silent for ``host_timeout``): returns
+        ``(rank, HostLostError)``.  Under ``aiopdbp.run`` the job is aborted
+        ``RemoteConfig.lost_grace`` later (1 s by default), with that message.
+
+        Cancellation: nothing to undo.
+        """
+        if self._remote is None:
+            await asyncio.Event().wait()  # a single host never loses one
+        assert self._remote is not None
+        return await self._remote.wait_lost()
+
+    def on_host_lost(self, callback: Any) -> None:
+        """Call ``callback(rank, HostLostError)`` when a host is lost, before
+        the job is aborted."""
+        if self._remote is not None:
+            self._remote.add_lost_callback(callback)
+
+    # -- diagnostics ---------------------------------------------------------------
+    def stats(self) -> NodeStats:
+        """A typed snapshot of the node's counters (see :class:`NodeStats`)."""
+        r = self._remote
+        sent, received = r.message_counts() if r is not None else ({}, {})
+        return NodeStats(
+            rank=self.rank, size=self.size, gps=len(self._gps),
+            routed=self.manager.routed,
+            dropped=self.manager.dropped + self.router.dropped + self.streams.dropped,
+            parked=self.router.parked,
+            pipes_in_use=self.pps.in_use, pipes_created=self.pps.created,
+            streams_in=self.streams.incoming, streams_out=self.streams.outgoing,
+            table_version=self.tables.version, table_digest=self.tables.digest,
+            credit_owed=self.router.stats()["credit_owed"],
+            links=r.link_stats() if r is not None else {},
+            received={h: n for h, n in r.stats()["received"].items()} if r is not None else {},
+            protocol_errors=r.protocol_errors if r is not None else 0,
+            fallback_allocs=r.fallback_allocs if r is not None else 0,
+            failed_hosts=tuple(sorted(r.failed)) if r is not None else (),
+            pool=r.pool.stats() if r is not None else {},
+            transport=self.transport.stats() if self.transport is not None else {},
+            liveness=r.liveness_stats() if r is not None else {},
+            devices=self.devices.stats(),
+            stall=self.stall.stats(),
+            messages_sent=sent, messages_received=received,
+        )
+
+    def size_history(self, host: int) -> dict[str, list[tuple[float, int]]]:
+        """Real size over time of the DDBP sub-pools for ``host`` (Algorithm 1)."""
+        if self._remote is None:
+            return {"send": [], "recv": []}
+        return self._remote.size_history(host)
+
+
+def _host_ip() -> str:
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def open_node(transport: Transport | None = None, **options: Any) -> Node:
+    """The node of this host, to be used as ``async with open_node() as node``.
+
+    With no ``transport``: under ``mpiexec`` with more than one rank the MPI
+    transport is used (one node per rank); otherwise the node is a single
+    host and every GP lives in this process.  ``options`` go to :class:`Node`.
+    """
+    if transport is None:
+        transport = _default_transport(options)
+    return Node(transport, **options)
+
+
+def _default_transport(options: dict[str, Any]) -> Transport | None:
+    if os.environ.get("AIOPDBP_TRANSPORT", "").lower() == "local":
+        return None
+    try:
+        from aiopdbp.transport.mpi import MPITransport, mpi_world_size
+    except ImportError:
+        return None
+    if mpi_world_size() > 1:
+        cfg = options.get("remote")
+        join = options.get("handshake_timeout") or (cfg.handshake_timeout if cfg is not None else None) \
+            or options.get("name_timeout") or DEFAULT_NAME_TIMEOUT
+        return MPITransport(join_timeout=join)
+    return None

@@ -1,0 +1,486 @@
+"""Generalized processes (GP, SPEC section 3) and the CPI (SPEC section 7).
+
+A GP is a named unit of computation living in one host's event loop, with a
+private pipe as its inbox.  The paper's *communication programming
+interface* maps onto methods of :class:`GP` (and :class:`~aiopdbp.runtime.node.Node`):
+
+===================  =====================================================
+paper (CPI)          aiopdbp
+===================  =====================================================
+``prcsReg``          ``await node.register(name, ptype=PType.CPU)``
+``prcsApplyPipe``    ``await gp.apply_pipe()``
+``sendData``         ``await gp.send(dest, data, com=...)`` (INFO) /
+                     ``await gp.send_stream(dest, data)`` (SINFO)
+``recvData``         ``await gp.recv()``
+``prcsReleasePipe``  ``await gp.release_pipe()``
+``prcsFree``         ``await gp.free()``
+===================  =====================================================
+
+``async with node.process(name) as gp`` does register + apply on entry and
+release + free on exit.  NGP (``PType.CPU``) and SGP (``PType.GPU``,
+:mod:`aiopdbp.runtime.sgp`) have the same interface; device arrays given to
+``send``/``send_stream`` take the device path (:mod:`aiopdbp.streams.devicepath`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import pickle
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from aiopdbp.wire.codec import CDU, Kind
+from aiopdbp.device.backend import is_device_array
+from aiopdbp.errors import ClosedResourceError, NoPipeError, PDBPError, WouldBlock
+from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost
+from aiopdbp.routing.pipes import Pipe
+from aiopdbp.streams.stream import DEFAULT_SEGMENT, IncomingStream, send_stream
+from aiopdbp.hosts.tables import PType
+
+if TYPE_CHECKING:
+    from aiopdbp.runtime.node import Node
+
+__all__ = ["GP", "Message", "snapshot", "FAILED_CLOSE_TIMEOUT"]
+
+#: how long a GP leaving with an exception tries to close what it owns
+FAILED_CLOSE_TIMEOUT = 1.0
+
+
+def snapshot(data: Any, allow_pickle: bool, shared: bool) -> Any:
+    """The payload as the receiver will see it, taken *now*.
+
+    ``send`` returns as soon as the CDU is queued, so a mutable payload must
+    not be aliased: bytes stay as they are (immutable), other bytes-likes
+    become bytes, writable arrays are copied (read-only ones are shared);
+    a multicast shares one read-only copy among its receivers.  Python
+    objects are pickled and unpickled (protocol 5) so that a local receiver
+    gets what a remote one would -- and an unpicklable payload fails at the
+    sender in both cases.
+    """
+    if data is None or type(data) is bytes:
+        return data
+    if isinstance(data, np.generic):
+        data = np.asarray(data)  # numpy scalars travel as 0-d arrays
+    if isinstance(data, np.ndarray):
+        if data.dtype.hasobject:
+            if not allow_pickle:
+                raise TypeError("object arrays need allow_pickle=True (trusted clusters only)")
+            return _pickle_copy(data)
+        if _frozen(data):
+            return data
+        out = data.copy()
+        if shared:
+            out.flags.writeable = False
+        return out
+    if is_device_array(data):
+        raise TypeError("a device array is sent with await gp.send(...) (it waits for the device); "
+                        "send_nowait() cannot")
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    try:
+        return bytes(memoryview(data))
+    except TypeError:
+        pass
+    if not allow_pickle:
+        raise TypeError(f"payload of type {type(data).__name__} is not bytes-like or an ndarray; "
+                        "open the node with allow_pickle=True to send Python objects "
+                        "(pickle: trusted clusters only)")
+    return _pickle_copy(data)
+
+
+def _frozen(arr: np.ndarray[Any, Any]) -> bool:
+    """True when no one can change ``arr``'s memory: read-only all the way
+    down to an immutable ``bytes`` object (a read-only *view* of writable
+    memory is not frozen)."""
+    if arr.flags.writeable:
+        return False
+    base: Any = arr.base
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    return isinstance(base, bytes)
+
+
+_SHORT, _COMMAND = Kind.SHORT, Kind.COMMAND
+
+
+def _check_com(com: int) -> None:
+    if type(com) is not int and not isinstance(com, int) or not 0 <= com <= 0xFFFFFFFF:
+        raise ValueError(f"com must be an int in [0, 2**32), got {com!r}")
+
+
+def _pickle_copy(obj: Any) -> Any:
+    buffers: list[pickle.PickleBuffer] = []
+    payload = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    return pickle.loads(payload, buffers=[b.raw() for b in buffers])
+
+
+class GP:
+    """A generalized process: a name, a private pipe, send and receive.
+
+    Create GPs with :meth:`Node.register` or :meth:`Node.process`.
+    """
+
+    def __init__(self, node: Node, name: str, pid: int, ptype: PType) -> None:
+        self.node = node
+        self.name = name
+        self.pid = pid
+        self.ptype = ptype
+        self._pipe: Pipe[Any] | None = None
+        self._freed = False
+        self._owned: list[Any] = []       # closed when the GP is freed (own())
+        #: taken from the pipe, then a wait for its sender's name was cancelled
+        self._unnamed: Message | IncomingStream | None = None
+        # hot-path aliases: a send is a few dict lookups and one call
+        self._router = node.router
+        self._submit = node.manager.submit
+        self._offer = node.manager.offer
+
+    def __repr__(self) -> str:
+        return f"<GP {self.name!r} pid={self.pid} {self.ptype.name} on node {self.node.rank}>"
+
+    @property
+    def pipe(self) -> Pipe[Any] | None:
+        """The bound private pipe (``None`` before ``apply_pipe``)."""
+        return self._pipe
+
+    def _check(self) -> None:
+        if self._freed:
+            raise ClosedResourceError(f"GP {self.name!r} was freed")
+
+    def bound(self, pipe: Pipe[Any] | None) -> None:
+        """The node bound (or, with None, released) this GP's private pipe."""
+        self._pipe = pipe
+
+    def mark_freed(self) -> None:
+        """The node freed this GP (its node closed)."""
+        self._pipe = None
+        self._freed = True
+
+    # -- CPI: pipes --------------------------------------------------------------
+    async def apply_pipe(self, timeout: float | None = None) -> None:
+        """Bind a private pipe from the pool (the paper's prcsApplyPipe).
+
+        Idempotent.  Waits up to ``timeout`` seconds when the pool is exhausted.
+
+        Cancellation: a cancelled apply binds no pipe.
+        """
+        self._check()
+        if self._pipe is None:
+            await self.node.apply_pipe(self, timeout)
+
+    async def release_pipe(self, *, reason: BaseException | None = None) -> None:
+        """Return the private pipe to the pool (prcsReleasePipe).
+
+        Items still queued in it are discarded; later local senders get
+        ``NoPipeError`` until a pipe is applied again.  Idempotent.
+        ``reason``: the exception the GP gives up with; the senders of the
+        streams it was receiving see it in their ``BrokenResourceError``.
+
+        Cancellation: the release completes before the first suspension, so
+        a cancelled call has released the pipe.
+        """
+        if self._pipe is not None:
+            await self.node.release_pipe(self, reason)
+
+    async def free(self, *, reason: BaseException | None = None) -> None:
+        """Unregister the GP (prcsFree); releases its pipe first, then closes
+        what it still owns (a :class:`~aiopdbp.sync.barriers.Barrier` or
+        :class:`~aiopdbp.sync.barriers.Neighbours` not closed: see :meth:`own`).
+        Idempotent.  With ``reason`` (the GP leaves with an exception) it
+        waits for nobody: the table updates are sent without waiting for
+        rank 0, and closing what it owns is bounded by
+        :data:`FAILED_CLOSE_TIMEOUT` -- the failure must be reported even
+        when a peer's event loop is blocked.
+
+        Cancellation: as for ``release_pipe``; a cancelled close of what it
+        owns still frees the GP.
+        """
+        if self._freed:
+            return
+        await self.release_pipe(reason=reason)
+        try:
+            if reason is None:
+                await self.aclose_owned()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(FAILED_CLOSE_TIMEOUT):
+                        await self.aclose_owned()
+        finally:
+            self._freed = True
+            await self.node.free(self, wait=reason is None)
+
+    def own(self, resource: Any) -> None:
+        """Close ``resource`` (anything with an ``async aclose()``) when this
+        GP is freed, if it is still open then: a program that returns
+        without closing its Barrier still ends cleanly.  Barriers and
+        Neighbours call this when they open; ``resource.aclose()`` must be
+        idempotent and call :meth:`disown`."""
+        if resource not in self._owned:
+            self._owned.append(resource)
+
+    def disown(self, resource: Any) -> None:
+        """``resource`` was closed by its user: the GP no longer closes it."""
+        if resource in self._owned:
+            self._owned.remove(resource)
+
+    async def aclose_owned(self) -> None:
+        """Close everything this GP still owns, concurrently (a barrier's
+        close waits for its peers' closes).  Errors of peers that went away
+        meanwhile (:class:`~aiopdbp.errors.PDBPError`) are ignored: this is
+        cleanup, the GP is leaving anyway.
+
+        Cancellation: the closes are cancelled; what they hold is freed when
+        the node closes.
+        """
+        owned, self._owned = self._owned[::-1], []
+        if not owned:
+            return
+        results = await asyncio.gather(*(r.aclose() for r in owned), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, PDBPError):
+                raise r
+
+    async def __aenter__(self) -> GP:
+        """``async with gp``: apply a pipe on entry.
+
+        Cancellation: as for :meth:`apply_pipe`.
+        """
+        await self.apply_pipe()
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        """Free the GP on exit (:meth:`free`), whatever the exit.
+
+        Cancellation: as for :meth:`free`.
+        """
+        await self.free(reason=exc)
+
+    # -- CPI: sending -----------------------------------------------------------
+    async def send(self, dest: str | Iterable[str], data: Any = None, *, com: int = 0,
+                   kind: Kind = Kind.SHORT, timeout: float | None = None, copy: bool = True) -> None:
+        """Send a short or command message (the patent's INFO); returns once queued.
+
+        ``dest`` is a GP name or an iterable of names (multicast: one CDU with a
+        set of destinations, copied per host only at the last hop).  A name
+        that is not registered yet is waited for by the name rule (the node's
+        ``name_timeout``, 30 s by default, or ``timeout``), then
+        :class:`~aiopdbp.errors.UnknownProcessError`.  A full destination
+        (its pipe, or its credit on its host) makes the call wait
+        (backpressure): forever without ``timeout``, else up to ``timeout``
+        seconds, then ``TimeoutError`` saying what it waited for.
+
+        A device array (CuPy, ``__cuda_array_interface__``, CUDA DLPack, a
+        simulated one) takes the device path and the call returns once
+        aiopdbp no longer reads it (see :mod:`aiopdbp.streams.devicepath`);
+        ``copy=False`` hands it to an SGP of this node on its device by
+        reference: the sender must not touch it again.
+
+        Cancellation: a cancelled send has queued nothing (reservations already
+        taken are given back).
+        """
+        if self._freed:
+            raise ClosedResourceError(f"GP {self.name!r} was freed")
+        if type(com) is not int or not 0 <= com <= 0xFFFFFFFF:
+            _check_com(com)
+        if kind is not _SHORT and kind is not _COMMAND:
+            raise ValueError(f"send() carries Kind.SHORT or Kind.COMMAND messages, not {kind!r} "
+                             "(streams go with send_stream)")
+        if not isinstance(dest, str):
+            await self._multicast(list(dest), data, com, kind, timeout)
+            return
+        router = self._router
+        # Snapshot first: a refused payload must not hold a reservation.
+        if type(data) is bytes:
+            cost = len(data) + CREDIT_OVERHEAD
+        else:
+            if data is not None:
+                if type(data) is not np.ndarray and is_device_array(data):
+                    await self.node.devices.send(self, dest, data, com=com, kind=kind, timeout=timeout, copy=copy)
+                    return
+                data = snapshot(data, self.node.allow_pickle, False)
+            cost = credit_cost(data)
+        fields = (self.name, kind, com, data, self.pid)
+        pid = router.pids.get(dest)
+        if pid is not None:
+            tgt = router.targets.get(pid)
+            if tgt is not None and self._offer(tgt, pid, cost, fields):
+                return  # nothing to wait for: routed already
+        else:
+            pid = await router.resolve(dest, timeout)
+        # The same path when something has to wait: the name, the binding,
+        # room at the target, or entries queued ahead in the public pipe.
+        tgt = router.targets.get(pid)
+        if tgt is None:
+            tgt = await router.target(pid, timeout)
+        await router.reserve(tgt, pid, cost, timeout, f"GP {dest!r}", self.name)
+        self._submit(tgt, pid, Message(fields))
+
+    async def _multicast(self, names: list[str], data: Any, com: int, kind: Kind,
+                         timeout: float | None) -> None:
+        node = self.node
+        router = self._router
+        if not names:
+            raise ValueError("multicast to an empty set of names")
+        if is_device_array(data):  # one device transfer per receiver
+            for name in dict.fromkeys(names):
+                await node.devices.send(self, name, data, com=com, kind=kind, timeout=timeout, copy=True)
+            return
+        pids = tuple(dict.fromkeys([await router.resolve(n, timeout) for n in names]))
+        data = snapshot(data, node.allow_pickle, len(pids) > 1)
+        cost = credit_cost(data)
+        plan: list[tuple[Any, int]] = []   # (target, pid): every slot to reserve
+        for pid in pids:
+            tgt = router.targets.get(pid)
+            if tgt is None:
+                tgt = await router.target(pid, timeout)
+            plan.append((tgt, pid))
+        taken: list[tuple[Any, int]] = []
+        try:
+            for tgt, pid in plan:
+                await router.reserve(tgt, pid, cost, timeout, f"the multicast group {names!r}", self.name)
+                taken.append((tgt, pid))
+        except BaseException:
+            for tgt, pid in taken:
+                tgt.unreserve(pid, cost)
+            raise
+        msg = Message((self.name, kind, com, data, self.pid))
+        by_link: dict[int, tuple[Any, list[int]]] = {}
+        for tgt, pid in plan:
+            if tgt.remote:  # one CDU per remote host, fanned out there
+                by_link.setdefault(id(tgt), (tgt, []))[1].append(pid)
+            else:
+                self._submit(tgt, pid, msg)
+        for tgt, remote_pids in by_link.values():
+            self._submit(tgt, remote_pids[0], CDU(kind, self.pid, tuple(remote_pids), data, com,
+                                                  0, 0, 0, node.rank))
+
+    def send_nowait(self, dest: str, data: Any = None, *, com: int = 0, kind: Kind = Kind.SHORT) -> None:
+        """Send to one GP without waiting; raises ``WouldBlock`` when it is
+        full, ``UnknownProcessError`` for a name not registered (now)."""
+        self._check()
+        _check_com(com)
+        if kind is not Kind.SHORT and kind is not Kind.COMMAND:
+            raise ValueError(f"send_nowait() carries Kind.SHORT or Kind.COMMAND messages, not {kind!r}")
+        router = self._router
+        data = snapshot(data, self.node.allow_pickle, False)
+        pid = router.tables.pid_of(dest)
+        tgt = router.target_nowait(pid)
+        tgt.reserve_nowait(pid, credit_cost(data))
+        self._submit(tgt, pid, Message((self.name, kind, com, data, self.pid)))
+
+    async def command(self, dest: str | Iterable[str], com: int, data: Any = None, *,
+                      timeout: float | None = None) -> None:
+        """Send a command message (``Kind.COMMAND``) with code ``com``.
+
+        Cancellation: as for :meth:`send`.
+        """
+        await self.send(dest, data, com=com, kind=Kind.COMMAND, timeout=timeout)
+
+    async def send_stream(self, dest: str, data: Any, *, segment_size: int | None = None,
+                          com: int = 0, timeout: float | None = None, copy: bool = True) -> int:
+        """Send a data stream (the patent's SINFO); returns once delivered.
+
+        ``data`` is one buffer/array (cut into ``segment_size``-byte segments,
+        default 1 MiB; arrays along their first axis) or an iterable / async
+        iterable of buffers or arrays produced over time.  Returns the number
+        of bytes sent, after the receiver has taken the whole stream.
+        ``timeout`` bounds the whole call.
+
+        A device array is staged through pinned chunks across nodes (its
+        segments are the chunks: ``min(segment_size, chunk_size)`` bytes of
+        whole rows, default one chunk), copied device-to-device on one node
+        (``copy=False``: by reference; see :meth:`send`).
+
+        Cancellation: a cancelled (or failing) sender sends an ABORT, so the
+        receiver's stream ends with ``StreamError``; the binding is undone and
+        the pipes return to their pools.
+        """
+        self._check()
+        _check_com(com)
+        if is_device_array(data):
+            return await self.node.devices.send_stream(self, dest, data, segment_size=segment_size, com=com,
+                                                       timeout=timeout, copy=copy)
+        return await send_stream(self, dest, data, com=com, timeout=timeout,
+                                 segment_size=DEFAULT_SEGMENT if segment_size is None else segment_size)
+
+    # -- CPI: receiving ------------------------------------------------------------
+    def _inbox(self) -> Pipe[Any]:
+        self._check()
+        pipe = self._pipe
+        if pipe is None:
+            raise NoPipeError(f"GP {self.name!r} has no private pipe: call apply_pipe() first")
+        return pipe
+
+    async def recv(self, timeout: float | None = None) -> Message | IncomingStream:
+        """The next item in arrival order: a :class:`Message` or an
+        :class:`~aiopdbp.streams.stream.IncomingStream` (the paper's recvData).
+
+        Raises ``TimeoutError`` after ``timeout`` seconds with nothing.
+
+        Cancellation: a cancelled receive takes nothing from the pipe.
+        """
+        pipe = self._pipe
+        item: Message | IncomingStream
+        if pipe is None or self._freed or self._unnamed is not None:
+            if self._unnamed is not None:
+                item, self._unnamed = self._unnamed, None
+                return await self._named(item)
+            pipe = self._inbox()
+        try:
+            item = pipe.receive_nowait()
+        except WouldBlock:
+            if timeout is None:
+                item = await pipe.receive()
+            else:
+                async with asyncio.timeout(timeout):
+                    item = await pipe.receive()
+        if type(item) is Message:
+            if type(item[0]) is str:
+                return item
+        elif type(item.source) is str:
+            return item
+        return await self._named(item)
+
+    async def _named(self, item: Message | IncomingStream) -> Message | IncomingStream:
+        """``item`` with its sender's name: its data overtook the table update
+        that registers the sender (:class:`~aiopdbp.hosts.tables.PendingName`)."""
+        try:
+            name = await self._router.source_name(item.source_pid)
+        except asyncio.CancelledError:
+            self._unnamed = item  # the next recv returns it: nothing is lost
+            raise
+        if type(item) is Message:
+            return Message((name, item[1], item[2], item[3], item[4]))
+        item.source = name
+        return item
+
+    def recv_nowait(self) -> Message | IncomingStream:
+        """The next item, or ``WouldBlock`` when the pipe is empty.  (An item
+        whose sender's registration has not reached this host yet names it
+        ``"<pid N>"``; :meth:`recv` waits for the name.)"""
+        held = self._unnamed
+        if held is not None:
+            self._unnamed = None
+            return held
+        item: Message | IncomingStream = self._inbox().receive_nowait()
+        return item
+
+    def __aiter__(self) -> GP:
+        return self
+
+    async def __anext__(self) -> Message | IncomingStream:
+        """``async for item in gp`` receives until the pipe is released.
+
+        Cancellation: as for :meth:`recv`.
+        """
+        try:
+            return await self.recv()
+        except (ClosedResourceError, NoPipeError):
+            raise StopAsyncIteration from None

@@ -1,0 +1,691 @@
+"""The device path: how device arrays travel between GPs (one per node).
+
+Theory of operation
+===================
+
+``node.devices`` is the node's :class:`DevicePath`.  It owns the device
+backend (CuPy, or the simulated one), the :class:`~aiopdbp.device.staging.Stager`
+with its pinned chunk pool, the SGPs' devices, and one *poller* that the
+transport's progress engine calls on every step while device work is in
+flight (never a blocking synchronize, never a CUDA host callback): it
+advances the staging transfers, the receive jobs of incoming device streams
+(:mod:`aiopdbp.streams.devicestreams`) and the events that awaiting calls wait for.
+With nothing in flight the poller is removed, so an idle node pays nothing.
+
+**Backend and pool.**  ``open_node(device=...)`` (or env ``AIOPDBP_DEVICE``)
+names the backend: ``"cupy"``, ``"sim"``, a backend instance, ``"none"``
+(no device support), or ``"auto"`` (the default: CuPy if it is installed,
+opened when first needed).  A named backend and its pinned pool are opened
+at node start; ``"auto"`` opens them on first use (the first SGP or device
+array), so a CPU-only program never imports CuPy.  The rank's default
+device (its local rank modulo the visible devices) is made current before
+anything creates a CUDA context.
+
+**Sending** (``gp.send`` / ``gp.send_stream`` of a device array):
+
+* *Same node*: the array is copied device-to-device into a new array on the
+  receiving SGP's device, on a copy stream that first waits on an event
+  recorded on the producer's stream (and the sending SGP's ``gp.stream``);
+  the call returns when that copy's event is done.  ``copy=False`` hands the
+  very object over (after the producer's event), when the receiver is an
+  SGP on the array's device.  An NGP receives numpy: the array is staged
+  through pinned chunks into a new numpy array.
+* *Another node*: a device stream (see :mod:`aiopdbp.streams.devicestreams`): the
+  array is staged out chunk by chunk; ``send`` and ``send_stream`` return
+  when the receiver has the whole array, so a later send of the same GP
+  cannot overtake it.  A ``send`` travels as a stream that the receiving node
+  turns into one :class:`~aiopdbp.wire.message.Message` when it is complete.
+
+**Delivery rule.**  An SGP receives device data as device arrays on its own
+device, an NGP as numpy arrays; an SGP receives host data as numpy unless it
+was opened with ``to_device=True``.  A received array is *complete* when
+``recv()``/``read()`` returns (every copy into it is done): use it on any
+stream without synchronising.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+import os
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from aiopdbp.wire.codec import CDU, Kind, StreamOp
+from aiopdbp.device import open_backend
+from aiopdbp.device.backend import DeviceBackend, Event, Order, Stream, default_device
+from aiopdbp.device.chunks import DEFAULT_CHUNK_SIZE, DEFAULT_POOL_BYTES, ArrayMeta, ChunkPlan, Piece, segment_view
+from aiopdbp.device.staging import DEFAULT_MAX_IN_FLIGHT, Stager, Transfer
+from aiopdbp.streams.devicestreams import (
+    TERMINATOR,
+    DeviceIncomingStream,
+    HostRecv,
+    HostToDeviceStream,
+    RecvJob,
+    device_header,
+)
+from aiopdbp.errors import BrokenResourceError, ClosedResourceError, DeviceError, StreamError, TransportError
+from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost
+from aiopdbp.streams.stream import GenSource, IncomingStream, Staged, StreamMeta, StreamState, run_sender
+from aiopdbp.transport.base import LoopPoller
+
+if TYPE_CHECKING:
+    from aiopdbp.runtime.node import Node
+    from aiopdbp.streams.table import OutgoingStream
+    from aiopdbp.runtime.process import GP
+    from aiopdbp.runtime.sgp import SGP
+    from aiopdbp.transport.base import RawRequest
+
+log = logging.getLogger("aiopdbp.streams.devicepath")
+
+__all__ = ["BACKEND_CHOICES", "DeviceConfig", "DevicePath", "device_config"]
+
+BACKEND_CHOICES = ("auto", "cupy", "sim", "none")
+
+
+@dataclass
+class DeviceConfig:
+    """Device support of a node (``open_node(device=DeviceConfig(...))``).
+
+    ``backend``: ``"auto"``, ``"cupy"``, ``"sim"``, ``"none"`` or a
+    :class:`~aiopdbp.device.backend.DeviceBackend` instance (not closed by
+    the node); None reads env ``AIOPDBP_DEVICE`` (default ``"auto"``).
+    ``pool_bytes`` / ``chunk_size``: the pinned pool, allocated once
+    (chunks of 256 KiB-16 MiB); ``max_in_flight``: chunks in flight per
+    transfer; ``recv_reserve``: chunks kept for receivers; ``sim``: options
+    of the simulated backend (``copy_delay``, ``byte_delay``, ``devices``).
+    """
+
+    backend: str | DeviceBackend | None = None
+    pool_bytes: int = DEFAULT_POOL_BYTES
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    recv_reserve: int | None = None
+    sim: dict[str, Any] = field(default_factory=dict)
+
+
+def device_config(value: DeviceConfig | str | DeviceBackend | None) -> DeviceConfig:
+    """Normalise the node's ``device=`` option (a name, a backend, a config)."""
+    if isinstance(value, DeviceConfig):
+        cfg = value
+    elif value is None or isinstance(value, (str, DeviceBackend)):
+        cfg = DeviceConfig(backend=value)
+    else:
+        raise TypeError(f"device= takes a backend name, a DeviceBackend or a DeviceConfig, not {value!r}")
+    if cfg.backend is None:
+        cfg.backend = os.environ.get("AIOPDBP_DEVICE", "").strip().lower() or "auto"
+    if isinstance(cfg.backend, str) and cfg.backend not in BACKEND_CHOICES:
+        raise ValueError(f"device backend must be one of {BACKEND_CHOICES}, got {cfg.backend!r}")
+    return cfg
+
+
+class _Done:
+    """A request that is over at once (local staging: the bytes were copied)."""
+
+    received = 0
+
+    def done(self) -> bool:
+        return True
+
+    def cancel(self) -> None:
+        pass
+
+
+_DONE = _Done()
+
+
+class _OutSend:
+    """A device array being staged out to another host."""
+
+    __slots__ = ("host", "tag", "npieces", "posted", "transfer")
+
+    def __init__(self, host: int, tag: int, npieces: int) -> None:
+        self.host = host
+        self.tag = tag
+        self.npieces = npieces
+        self.posted = 0
+        self.transfer: Transfer | None = None
+
+
+class DevicePath:
+    """A node's device support (see the module docstring)."""
+
+    def __init__(self, node: Node, config: DeviceConfig | str | DeviceBackend | None = None) -> None:
+        self.node = node
+        self.config = device_config(config)
+        self.backend: DeviceBackend | None = None
+        self.stager: Stager | None = None
+        self._owns_backend = False
+        self._sgps: dict[int, SGP] = {}
+        # name -> (device, to_device) from before the registration is applied,
+        # so a transfer that arrives before register() resumes lands right
+        self._by_name: dict[str, tuple[int, bool]] = {}
+        self._jobs: list[RecvJob] = []
+        self._outs: set[_OutSend] = set()
+        self._events: list[tuple[Event, asyncio.Future[None]]] = []
+        self._terminators: list[RawRequest] = []
+        self._tags: dict[int, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._remove_poller: Callable[[], None] | None = None
+        self._retire_scheduled = False
+        self._copy_streams: dict[int, Stream] = {}
+        self._closed = False
+        self.counts = {"sent_local": 0, "sent_remote": 0, "received_remote": 0, "drained": 0}
+        #: the class of host array streams arriving at SGPs opened with to_device=True
+        self.h2d_stream_class: type[HostToDeviceStream] = type(
+            "HostToDeviceStream", (HostToDeviceStream,), {"devices": self})
+
+    # ---------------------------------------------------------- lifecycle
+    @property
+    def enabled(self) -> bool:
+        """False when device support is off (``device="none"``)."""
+        return self.config.backend != "none"
+
+    def start(self) -> None:
+        """Open a named backend and its pinned pool now (``"auto"``: on first use)."""
+        if self.config.backend != "auto" and self.enabled:
+            self.open()
+
+    def open(self) -> Stager:
+        """The stager, opening the backend and the pinned pool on first use."""
+        if self.stager is not None:
+            return self.stager
+        if self._closed:
+            raise ClosedResourceError("the node's device support is closed")
+        kind = self.config.backend
+        if isinstance(kind, DeviceBackend):
+            backend, owns = kind, False
+        elif kind == "none":
+            raise DeviceError("device support is off (open_node(device='none') or AIOPDBP_DEVICE=none)")
+        elif kind == "auto" and importlib.util.find_spec("cupy") is None:
+            raise DeviceError("no device backend: CuPy is not installed (pip install aiopdbp[gpu-cuda12] "
+                              "or [gpu-cuda13]); the simulated backend runs anywhere: "
+                              "open_node(device='sim') or AIOPDBP_DEVICE=sim")
+        else:
+            backend = open_backend(str(kind), **(self.config.sim if kind == "sim" else {}))
+            owns = True
+            # the rank's device (local rank modulo the visible devices) before any CUDA context
+            backend.set_device(default_device(backend.device_count()))
+        cfg = self.config
+        try:
+            self.stager = Stager(backend, pool_bytes=cfg.pool_bytes, chunk_size=cfg.chunk_size,
+                                 max_in_flight=cfg.max_in_flight, recv_reserve=cfg.recv_reserve)
+        except BaseException:
+            if owns:
+                backend.close()
+            raise
+        self.backend, self._owns_backend = backend, owns
+        return self.stager
+
+    def close(self) -> None:
+        """Abandon what is in flight, drop the pinned pool, close an owned backend."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        for job in self._jobs:
+            job.abandon()
+        self._jobs.clear()
+        for fut in (f for _, f in self._events):
+            if not fut.done():
+                fut.set_exception(ClosedResourceError("node closed"))
+                fut.exception()
+        self._events.clear()
+        self._retire()
+        if self.stager is not None:
+            self.stager.close()
+        if self.backend is not None and self._owns_backend:
+            self.backend.close()
+
+    # ----------------------------------------------------------------- SGPs
+    def bind(self, name: str, device: int | None, to_device: bool) -> tuple[int, Stream]:
+        """Validate the device of SGP ``name`` (default: the rank's) and make
+        its stream; from now on data for ``name`` lands on that device."""
+        backend = self.open().backend
+        dev = backend.get_device() if device is None else device
+        if type(dev) is not int or not 0 <= dev < backend.device_count():
+            raise ValueError(f"device must be an int in [0, {backend.device_count()}), got {device!r}")
+        stream = backend.create_stream(dev)
+        self._by_name[name] = (dev, bool(to_device))
+        return dev, stream
+
+    def unbind(self, name: str) -> None:
+        """SGP ``name`` was not registered after all, or is gone."""
+        self._by_name.pop(name, None)
+
+    def add_sgp(self, gp: SGP) -> None:
+        self._sgps[gp.pid] = gp
+
+    def remove_sgp(self, pid: int) -> None:
+        gp = self._sgps.pop(pid, None)
+        if gp is not None:
+            self.unbind(gp.name)
+
+    def _binding(self, pid: int) -> tuple[int, bool] | None:
+        gp = self._sgps.get(pid)
+        if gp is not None:
+            return gp.device, gp.to_device
+        name = self.node.tables.names.get(pid)
+        return None if name is None else self._by_name.get(name)
+
+    def device_of(self, pid: int) -> int | None:
+        """The device of GP ``pid`` if it is an SGP of this node, else None."""
+        b = self._binding(pid)
+        return None if b is None else b[0]
+
+    def wants_device(self, pid: int) -> bool:
+        """True for an SGP of this node opened with ``to_device=True``."""
+        b = self._binding(pid)
+        return b is not None and b[1]
+
+    # --------------------------------------------------------------- poller
+    def _busy(self) -> bool:
+        return bool(self._events or self._jobs or self._terminators or
+                    (self.stager is not None and self.stager.pending))
+
+    def _kick(self) -> None:
+        if self._remove_poller is None and not self._closed:
+            transport = self.node.transport
+            if transport is not None:
+                self._remove_poller = transport.add_poller(self._poll)
+            else:
+                self._remove_poller = LoopPoller(self._poll).remove  # a single host
+
+    def _retire(self) -> None:
+        self._retire_scheduled = False
+        if self._remove_poller is not None and (self._closed or not self._busy()):
+            self._remove_poller()
+            self._remove_poller = None
+
+    def _poll(self) -> bool:
+        """One step: transfers, receive jobs, events, terminators (oldest first)."""
+        try:
+            moved = self.stager.poll() if self.stager is not None and self.stager.pending else False
+            if self._jobs:
+                for job in self._jobs:
+                    moved = job.poll() or moved
+                if any(job.finished for job in self._jobs):
+                    self._jobs = [j for j in self._jobs if not j.finished]
+            if self._events:
+                moved = self._poll_events() or moved
+            if self._terminators:
+                self._terminators = [r for r in self._terminators if not _over(r)]
+        except Exception:  # a bug must not stop the progress engine
+            log.exception("device poller failed")
+            moved = False
+        if not self._busy() and not self._retire_scheduled:
+            self._retire_scheduled = True  # not now: the engine is iterating its pollers
+            asyncio.get_running_loop().call_soon(self._retire)
+        return moved
+
+    def _poll_events(self) -> bool:
+        kept: list[tuple[Event, asyncio.Future[None]]] = []
+        for ev, fut in self._events:
+            if fut.done():
+                continue
+            try:
+                if not ev.done():
+                    kept.append((ev, fut))
+                    continue
+            except DeviceError as exc:
+                fut.set_exception(exc)
+                continue
+            fut.set_result(None)
+        moved = len(kept) != len(self._events)
+        self._events = kept
+        return moved
+
+    async def wait(self, event: Event) -> None:
+        """Wait, without blocking the loop, until ``event`` is done (the poller queries it).
+
+        Cancellation: stops waiting; the device work goes on.
+        """
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._events.append((event, fut))
+        self._kick()
+        await fut
+
+    async def _transfer(self, start: Callable[[Callable[[Any], None]], Transfer]) -> Transfer:
+        """Start a staging transfer and wait until it succeeded (raise its error)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def done(_: Any) -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        t = start(done)
+        self._kick()
+        try:
+            await fut
+        except asyncio.CancelledError:
+            t.abort(ClosedResourceError("the awaiting call was cancelled"))
+            raise
+        if t.error is not None:
+            raise t.error
+        return t
+
+    # ------------------------------------------------------- local copies
+    def _producer_waits(self, gp: GP, info_stream: Stream, copy_stream: Stream) -> None:
+        """Order ``copy_stream`` after the producer's stream and the sender's gp.stream."""
+        backend = self.open().backend
+        backend.wait_event(copy_stream, backend.record_event(info_stream))
+        own = self._sgps.get(gp.pid)
+        if own is not None:
+            backend.wait_event(copy_stream, backend.record_event(own.device_stream))
+
+    def _local_stream(self, device: int) -> Stream:
+        s = self._copy_streams.get(device)
+        if s is None:
+            s = self._copy_streams[device] = self.open().backend.create_stream(device)
+        return s
+
+    async def local_payload(self, gp: GP, data: Any, device: int | None, copy: bool) -> Any:
+        """What a GP of this node receives for device array ``data``: a copy
+        on ``device`` (or ``data`` itself, ``copy=False``), or numpy (None)."""
+        stager = self.open()
+        backend = stager.backend
+        info = backend.inspect(data)
+        if device is None:  # an NGP: pinned staging into a new numpy array
+            out = np.empty(info.nbytes, dtype=np.uint8)
+
+            def post(piece: Piece, buf: memoryview) -> _Done:
+                out[piece.offset: piece.offset + piece.nbytes] = np.frombuffer(buf, dtype=np.uint8)
+                return _DONE
+
+            own = self._sgps.get(gp.pid)
+            if own is not None:
+                s = stager.copy_streams(info.device)[0]
+                backend.wait_event(s, backend.record_event(own.device_stream))
+            await self._transfer(lambda done: stager.send(data, post, on_done=done))
+            order = info.order or "C"
+            shaped = out.view(info.dtype).reshape(info.shape[::-1] if order == "F" else info.shape)
+            return shaped.T if order == "F" else shaped
+        s = self._local_stream(info.device)
+        if not copy and info.device == device:
+            self._producer_waits(gp, info.stream, s)
+            await self.wait(backend.record_event(s))
+            return data
+        dst = backend.empty(info.shape, info.dtype, info.order or "C", device)
+        self._producer_waits(gp, info.stream, s)
+        backend.wait_event(s, backend.record_event(backend.current_stream(device)))  # dst's allocation
+        src = info.array if info.order is not None else backend.contiguous(info.array, s)
+        backend.copy_d2d(src, dst, s)
+        await self.wait(backend.record_event(s))
+        return dst
+
+    async def to_device(self, host: Any, pid: int) -> Any:
+        """Host array ``host`` as a new device array on SGP ``pid``'s device
+        (pinned staging); other payloads are returned as they are."""
+        device = self.device_of(pid)
+        if device is None or not isinstance(host, np.ndarray):
+            return host
+        arr = host if host.flags.c_contiguous or host.flags.f_contiguous else np.ascontiguousarray(host)
+        order: Order = "F" if arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
+        flat = (arr.T if order == "F" else arr).reshape(-1).view(np.uint8)
+        stager = self.open()
+        meta = ArrayMeta(arr.dtype, tuple(arr.shape), order, stager.pool.chunk_size)
+
+        def post(piece: Piece, buf: memoryview) -> _Done:
+            np.frombuffer(buf, dtype=np.uint8)[:] = flat[piece.offset: piece.offset + piece.nbytes]
+            return _DONE
+
+        t = await self._transfer(lambda done: stager.recv(meta, post, device=device, on_done=done))
+        return t.array  # type: ignore[attr-defined]
+
+    # -------------------------------------------------------------- sending
+    async def send(self, gp: GP, dest: str, data: Any, *, com: int, kind: Kind, timeout: float | None,
+                   copy: bool) -> None:
+        """Body of ``gp.send`` for a device array (see the module docstring)."""
+        router = self.node.router
+        pid = await router.resolve(dest, timeout)
+        tgt = router.targets.get(pid) or await router.target(pid, timeout)
+        if tgt.remote:
+            await self._send_remote(gp, pid, data, com=com, kind=kind, timeout=timeout, segment_size=None)
+            return
+        cost = credit_cost(data)
+        await router.reserve(tgt, pid, cost, timeout, f"GP {dest!r}", gp.name)
+        try:
+            async with asyncio.timeout(timeout):
+                payload = await self.local_payload(gp, data, self.device_of(pid), copy)
+        except BaseException:
+            tgt.unreserve(pid, cost)
+            raise
+        self.node.manager.submit(tgt, pid, Message((gp.name, kind, com, payload, gp.pid)))
+        self.counts["sent_local"] += 1
+
+    async def send_stream(self, gp: GP, dest: str, data: Any, *, segment_size: int | None, com: int,
+                          timeout: float | None, copy: bool) -> int:
+        """Body of ``gp.send_stream`` for a device array; returns its bytes."""
+        if segment_size is not None and segment_size < 1:
+            raise ValueError("segment_size must be >= 1")
+        node = self.node
+        pid = await node.router.resolve(dest, timeout)
+        if node.tables.process(pid).node != node.rank:
+            return await self._send_remote(gp, pid, data, com=com, kind=None, timeout=timeout,
+                                           segment_size=segment_size)
+        info = self.open().backend.inspect(data)
+        meta = StreamMeta("device", info.nbytes, info.dtype.str, info.shape, com)
+        source = GenSource(lambda out: self._local_segments(out, gp, pid, data, segment_size, copy))
+        n = await run_sender(gp, pid, meta, source, timeout=timeout, what=f"stream to {dest!r}")
+        self.counts["sent_local"] += 1
+        return n
+
+    def _tag(self, host: int) -> int:
+        transport = self.node.transport
+        limit = transport.raw_tag_limit if transport is not None else 0
+        if limit <= 0:
+            raise TransportError("this transport cannot carry device arrays (it has no raw messages)")
+        n = self._tags.get(host, 0)
+        self._tags[host] = n + 1
+        return n % limit
+
+    async def _send_remote(self, gp: GP, pid: int, data: Any, *, com: int, kind: Kind | None,
+                           timeout: float | None, segment_size: int | None) -> int:
+        """Stage a device array out to GP ``pid`` on another node (a device stream)."""
+        node = self.node
+        stager = self.open()
+        info = stager.backend.inspect(data)  # TypeError for what this backend cannot use
+        host = node.tables.process(pid).node
+        chunk = stager.pool.chunk_size
+        piece = min(segment_size or chunk, chunk)
+        sent = _OutSend(host, self._tag(host), 0)
+        ameta = ArrayMeta(info.dtype, info.shape, info.order or "C", piece)
+        sent.npieces = ChunkPlan(ameta).npieces
+        # the receiver's name: its registration may reach its host after this stream
+        extra: dict[str, Any] = {"dev": ameta.to_wire(), "tag": sent.tag, "to": node.tables.name_of(pid)}
+        if kind is not None:
+            extra["msg"] = int(kind)
+        meta = StreamMeta("device", info.nbytes, info.dtype.str, info.shape, com, extra=extra)
+        source = GenSource(lambda out: self._staged_segments(out, gp, data, info, sent, ameta))
+        n = await run_sender(gp, pid, meta, source, timeout=timeout,
+                             what=f"device array to GP {node.tables.name_of(pid)!r}")
+        self.counts["sent_remote"] += 1
+        return n
+
+    async def _local_segments(self, out: OutgoingStream, gp: GP, pid: int, data: Any,
+                              segment_size: int | None, copy: bool) -> AsyncGenerator[Any, None]:
+        """Chunk source of a device array for a GP of this node: its copy on
+        the receiver's device (or numpy for an NGP), in segment views."""
+        payload = await self.local_payload(gp, data, self.device_of(pid), copy)
+        if isinstance(out.incoming, DeviceIncomingStream):
+            out.incoming.array = payload
+        info = self.open().backend.inspect(data)
+        chunk = self.open().pool.chunk_size
+        ameta = ArrayMeta(info.dtype, info.shape, _order_of(payload, self.backend),
+                          min(segment_size or chunk, chunk))
+        plan = ChunkPlan(ameta)
+        for i in range(plan.nsegments):
+            yield segment_view(payload, ameta, plan.segment(i))
+
+    async def _staged_segments(self, out: OutgoingStream, gp: GP, data: Any, info: Any, sent: _OutSend,
+                               ameta: ArrayMeta) -> AsyncGenerator[Any, None]:
+        """Chunk source of a device array for a GP of another node: the
+        stager moves it out piece by piece as raw transport messages (its
+        device-to-host copies overlap the sends); the segments are
+        :class:`~aiopdbp.streams.stream.Staged`, counted once all are out."""
+        stager = self.open()
+        wire = self.node.transport
+        assert wire is not None
+
+        def post(piece: Piece, buf: memoryview) -> Any:
+            req = wire.raw_isend(sent.host, sent.tag, buf)
+            sent.posted += 1
+            return req
+
+        self._outs.add(sent)
+        try:
+            own = self._sgps.get(gp.pid)
+            if own is not None:  # also after the sending SGP's own stream
+                s = stager.copy_streams(info.device)[0]
+                stager.backend.wait_event(s, stager.backend.record_event(own.device_stream))
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            def staged(_: Transfer) -> None:
+                if not fut.done():
+                    fut.set_result(None)
+
+            sent.transfer = stager.send(data, post, piece_size=ameta.piece_size, on_done=staged)
+            self._kick()
+            # the receiver may give up while the pieces go out: stop at once
+            await asyncio.wait([fut, out.done], return_when=asyncio.FIRST_COMPLETED)
+            if out.broken is not None:
+                raise out.broken
+            await fut
+            if sent.transfer.error is not None:
+                raise sent.transfer.error
+        except BaseException as exc:
+            self._stop(sent, exc)
+            raise
+        finally:
+            self._outs.discard(sent)
+        plan = ChunkPlan(ameta)
+        for i in range(plan.nsegments):
+            yield Staged(plan.segment(i).nbytes)
+
+    def _stop(self, sent: _OutSend, exc: BaseException) -> None:
+        """Stop staging out; if pieces are missing, the terminator tells the receiver."""
+        t = sent.transfer
+        if t is not None:
+            t.abort(exc if isinstance(exc, Exception) else ClosedResourceError("cancelled"))
+        if sent.posted < sent.npieces and self.node.transport is not None:
+            try:
+                self._terminators.append(self.node.transport.raw_isend(sent.host, sent.tag, TERMINATOR))
+                self._kick()
+            except Exception as err:  # the peer or the transport is gone
+                log.debug("no terminator to host %d: %s", sent.host, err)
+
+    # ------------------------------------------------------------ receiving
+    def stream_class(self, meta: StreamMeta, dest_pid: int) -> type[IncomingStream]:
+        """The incoming stream class for ``meta`` arriving at GP ``dest_pid``."""
+        if meta.kind == "device":
+            return DeviceIncomingStream
+        if meta.kind == "ndarray" and any(td for _, td in self._by_name.values()):
+            # decided when it is read: its GP may not be known here yet
+            return self.h2d_stream_class
+        return IncomingStream
+
+    def start_incoming(self, host: int, stream: IncomingStream) -> bool:
+        """A device stream's OPEN arrived: start receiving its chunks.  True
+        when it is a device *message* (delivered as a Message when complete)."""
+        try:
+            ameta, tag, kind = device_header(stream.meta)
+            msg_kind = None if kind is None else Kind(kind)
+        except Exception as exc:  # a malformed header: nothing can be matched
+            self._fail_stream(stream, exc)
+            return True
+        stream.meta.window = 0  # no segment credit: the chunks pace themselves
+        job = RecvJob(self.node.transport, host, tag, ameta, stream, self._job_failed)
+        self._jobs.append(job)
+        self._kick()
+        b = self._binding(stream.dest_pid) or self._by_name.get(str(stream.meta.extra.get("to", "")))
+        device = None if b is None else b[0]
+        try:
+            if device is None:
+                job.attach(HostRecv(ameta, job.post, max_in_flight=self.config.max_in_flight,
+                                    on_segment=job.on_segment, on_done=job.on_done))
+            else:
+                job.attach(self.open().recv(ameta, job.post, device=device, on_segment=job.on_segment,
+                                            on_done=job.on_done))
+        except Exception as exc:  # e.g. the device allocation failed: drain what comes
+            job.give_up(exc)
+        self.counts["received_remote"] += 1
+        if msg_kind is None:
+            return False
+        task = asyncio.get_running_loop().create_task(self._deliver_message(host, stream, msg_kind))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def _deliver_message(self, host: int, stream: IncomingStream, kind: Kind) -> None:
+        """A device message: deliver it once its stream is complete."""
+        try:
+            arr = await stream.read()
+        except (BrokenResourceError, ClosedResourceError):
+            self.node.router.refund(host, stream.dest_pid, CREDIT_OVERHEAD)
+            return
+        msg = Message((stream.source, kind, stream.com, arr, stream.source_pid))
+        self.node.router.deliver_remote(host, stream.dest_pid, [msg], CREDIT_OVERHEAD)
+
+    def refuse_incoming(self, host: int, key: tuple[int, int], meta: StreamMeta) -> None:
+        """A device stream that cannot be received: still take what is sent."""
+        try:
+            ameta, tag, _ = device_header(meta)
+        except Exception:
+            return  # malformed: nothing can be matched
+        job = RecvJob(self.node.transport, host, tag, ameta, None, lambda j, e: None)
+        job.give_up(StreamError("refused"))
+        self._jobs.append(job)
+        self.counts["drained"] += 1
+        self._kick()
+
+    def _job_failed(self, job: RecvJob, exc: BaseException) -> None:
+        """This side failed (a device error, a malformed piece): fail the stream, tell the sender."""
+        stream = job.stream
+        if stream is not None and stream.state not in (StreamState.DONE, StreamState.ABORTED, StreamState.BROKEN):
+            self._fail_stream(stream, exc)
+
+    def _fail_stream(self, stream: IncomingStream, exc: BaseException) -> None:
+        err = StreamError(f"stream {stream.key} from {stream.source!r} failed at the receiver: "
+                          f"{type(exc).__name__}: {exc}")
+        err.__cause__ = exc
+        stream.fail(err)
+        self.node.streams.incoming_closed(stream, f"receiver failed: {type(exc).__name__}: {exc}", True)
+
+    def break_host(self, host: int, exc: BaseException) -> None:
+        """Host ``host`` is gone: what is staged with it can never complete."""
+        for job in [j for j in self._jobs if j.host == host]:
+            job.abandon()
+        for sent in [s for s in self._outs if s.host == host]:
+            if sent.transfer is not None:
+                sent.transfer.abandon()
+
+    # ---------------------------------------------------------------- stats
+    def stats(self) -> dict[str, Any]:
+        """Counters: backend, pinned pool, transfers and jobs in flight."""
+        out: dict[str, Any] = {"backend": getattr(self.backend, "name", None), **self.counts,
+                               "jobs": len(self._jobs), "sgps": len(self._sgps)}
+        if self.stager is not None:
+            pool = self.stager.pool
+            out.update(transfers=len(self.stager.transfers), chunk_size=pool.chunk_size, chunks=pool.nchunks,
+                       chunks_free=pool.free, chunks_in_use=pool.in_use, chunks_lost=pool.lost,
+                       chunks_high_water=pool.high_water)
+        return out
+
+
+def _over(req: Any) -> bool:
+    try:
+        return bool(req.done())
+    except Exception:
+        return True
+
+
+def _order_of(arr: Any, backend: DeviceBackend | None) -> Any:
+    if isinstance(arr, np.ndarray):
+        return "F" if arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
+    assert backend is not None
+    return backend.inspect(arr).order or "C"

@@ -1,0 +1,550 @@
+"""The stream table: this host's live data streams and their MTA bindings.
+
+Theory of operation
+-------------------
+A stream is bound for its whole life (SPEC section 5, the MTA row
+``(Pid, group, sno, PipeA, PipeB)``): on the sending host a public pipe
+*PipeA* from the stream group of the CPS, on the receiving host a private
+pipe *PipeB* from the PPS.  :class:`StreamTable` keeps both ends of every
+stream of this host; each end's state (OPENING -> OPEN -> ENDING -> DONE, or
+ABORTED / BROKEN) is its :mod:`aiopdbp.streams.protocol` state machine, which the
+table and the stream objects feed with what arrives:
+
+* :meth:`open_outgoing` binds PipeA (a row of this host's MTA, :attr:`mta`:
+  no table update, nothing through rank 0), finds the receiver, and sends the
+  OPEN on the *message* path, so
+  the receiver sees the stream in order with the sender's messages; the
+  segments wait until the OPEN is routed (``out.routed``).  For a local
+  receiver it creates the :class:`IncomingStream` right away (its PipeB is
+  the segments' target); for a remote one the OPEN carries the stream's meta
+  and ``stream_window`` credit, and the target is the host's link.
+* :meth:`place` takes the stream CDUs that arrive from other hosts: an OPEN
+  binds PipeB (the receiving host's MTA row: the receiver decides it) and
+  creates the incoming stream and hands it to the receiving GP (through the
+  router, which parks it if the GP is not bound yet); segments, END and
+  ABORT go to the stream's PipeB.  An OPEN may carry a short stream's one
+  segment and its END (``open_outgoing(eager=...)``): they go to PipeB at
+  once, as if they had come in their own CDUs.  A CDU of a stream nobody
+  here knows is a ``ProtocolError`` of the protocol's :class:`Registry`
+  (counted as ``stream_cdus_dropped``); one of a stream given up here is late
+  and dropped quietly.
+* Device streams (OPEN meta kind ``"device"``) are handed to
+  :attr:`StreamTable.device` (:mod:`aiopdbp.streams.devicepath`): it chooses the
+  incoming stream's class, moves the array's chunks outside the link, and
+  feeds the stream's segments into PipeB itself (the END comes from the
+  sender, on the stream path).
+* Endings travel back on the control channel: the receiver's DONE (whole,
+  or why it gave up) and its segment credit (``StreamDoneMsg``,
+  ``StreamCreditMsg``); a lost or failed host breaks every stream with it.
+
+*Only the two hosts.*  Opening, running and closing a stream involves the
+sending and the receiving host and nothing else: the OPEN (data channel)
+and the DONE and credit (control channel) travel between them, each keeps
+its own MTA row, and rank 0 is never asked (the SPEC replicated the MTA with
+every binding; that made every stream of the job queue behind one sequencer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import msgpack
+import numpy as np
+
+from aiopdbp.wire.codec import CDU, Kind, StreamOp
+from aiopdbp.streams import protocol as sp
+from aiopdbp.errors import BrokenResourceError, NoPipeError, ProtocolError, StreamError, WouldBlock
+from aiopdbp.wire.message import CREDIT_OVERHEAD
+from aiopdbp.routing.pipes import Pipe, PipePool
+from aiopdbp.routing.router import Router, Target
+from aiopdbp.streams.protocol import Registry, StreamState
+from aiopdbp.stall import Waits
+from aiopdbp.streams.stream import IncomingStream, StreamMeta
+from aiopdbp.hosts.tables import StreamEntry, Tables
+
+log = logging.getLogger("aiopdbp.streams.table")
+
+__all__ = ["OutgoingStream", "StreamDevices", "StreamPeers", "StreamTable", "pack_meta", "unpack_meta"]
+
+
+class StreamPeers(Protocol):
+    """How the table reaches a stream's other host (the control channel)."""
+
+    def send_done(self, host: int, key: tuple[int, int], error: str | None) -> None: ...
+    def send_credit(self, host: int, key: tuple[int, int], segments: int) -> None: ...
+
+
+class StreamDevices(Protocol):
+    """What the table asks of the device path (:class:`aiopdbp.streams.devicepath.DevicePath`)."""
+
+    def stream_class(self, meta: StreamMeta, dest_pid: int) -> type[IncomingStream]: ...
+    def start_incoming(self, host: int, stream: IncomingStream) -> bool: ...
+    def refuse_incoming(self, host: int, key: tuple[int, int], meta: StreamMeta) -> None: ...
+    def break_host(self, host: int, exc: BaseException) -> None: ...
+
+
+def pack_meta(meta: StreamMeta, eager: Any = None) -> bytes:
+    """The OPEN's payload: the stream's meta, for the wire, and the bytes of
+    ``eager``, the stream's one segment when the OPEN carries it with its END."""
+    d = meta.to_wire()
+    if eager is not None:
+        d["eager"] = memoryview(eager).cast("B") if not isinstance(eager, bytes) else eager
+    return msgpack.packb(d)  # type: ignore[no-any-return]
+
+
+def unpack_meta(data: Any) -> StreamMeta:
+    """The stream meta of an OPEN (its carried segment, if any, in ``extra["eager"]``)."""
+    try:
+        d = msgpack.unpackb(bytes(data), raw=False)
+        eager = d.pop("eager", None)
+        meta = StreamMeta.from_wire(d)
+    except Exception as exc:
+        raise ProtocolError(f"bad stream OPEN meta: {exc}") from exc
+    if eager is not None:
+        if not isinstance(eager, bytes) or (isinstance(meta.nbytes, int) and
+                                            meta.nbytes is not None and len(eager) != meta.nbytes):
+            raise ProtocolError("a stream OPEN carries a segment that is not its whole data")
+        meta.extra["eager"] = eager
+    return meta
+
+
+def _eager_segment(meta: StreamMeta, eager: bytes) -> Any:
+    """The carried segment as a link would have delivered it (a writable copy)."""
+    flat = np.frombuffer(eager, dtype=np.uint8).copy()
+    if meta.kind == "ndarray" and meta.dtype:
+        return flat.view(np.dtype(meta.dtype)).reshape(meta.shape)
+    return flat.data
+
+
+class OutgoingStream:
+    """Sender-side handle of one bound stream (its MTA row) and its
+    :class:`~aiopdbp.streams.protocol.SenderProtocol`.
+
+    ``window`` bounds the segments in flight to a *remote* receiver (its
+    credit window: the receiver gives credit back as its GP consumes
+    segments), so a cancelled sender is never more than a window ahead of its
+    ABORT.  ``None`` for a local receiver, whose bounded PipeB gives the same
+    backpressure.
+    """
+
+    __slots__ = ("key", "dest_pid", "pipe_a", "target", "done", "broken", "incoming", "routed",
+                 "proto", "_credit_waiter", "host", "_waits", "_names", "_head", "carried")
+
+    def __init__(self, key: tuple[int, int], dest_pid: int, pipe_a: Pipe[Any], target: Target,
+                 incoming: IncomingStream | None, host: int, *, window: int | None = None,
+                 src_pid: int = 0, com: int = 0, rank: int = 0, waits: Waits | None = None,
+                 names: tuple[str, str] = ("?", "?")) -> None:
+        loop = asyncio.get_running_loop()
+        self._waits = waits                 # where a wait for the window is registered (stalls)
+        self._names = names                 # (sending GP, receiving GP)
+        self.key = key
+        self.dest_pid = dest_pid
+        self.pipe_a = pipe_a
+        self.target = target
+        self.host = host                    # the receiver's host
+        self.done: asyncio.Future[None] = loop.create_future()
+        self.broken: BaseException | None = None
+        self.incoming = incoming
+        # Set when the PipeManager has routed the OPEN: every message this GP
+        # sent before the stream is then ahead of it on the way, so no
+        # segment can overtake them (they travel different public pipes).
+        self.routed: asyncio.Future[None] = loop.create_future()
+        self.proto = sp.SenderProtocol(window)
+        self.carried = 0  # > 0: the OPEN carried the whole stream, this many bytes, and its END
+        self._credit_waiter: asyncio.Future[None] | None = None
+        self._head = (src_pid, (dest_pid,), com, rank)  # what every CDU of the stream carries
+
+    @property
+    def state(self) -> StreamState:
+        return self.proto.state
+
+    @property
+    def credits(self) -> int | None:
+        """Segments that may go now without waiting (None: no credit window)."""
+        return self.proto.credits
+
+    def _cdu(self, data: Any, segno: int, op: StreamOp = StreamOp.SEGMENT) -> tuple[Target, int, CDU]:
+        src, dest, com, rank = self._head
+        # PipeA holds (target, pid, CDU) for the PipeManager; pid 0: stream
+        # data takes no GP credit
+        return self.target, 0, CDU(Kind.STREAM, src, dest, data, com, 0, self.key[1], segno, rank, (), op)
+
+    def opened(self) -> None:
+        """The OPEN was routed: segments may follow."""
+        if self.proto.state is StreamState.OPENING:
+            self.proto.handle(sp.Opened())
+            if self.carried:
+                # The OPEN just routed carried the one segment and the END: the
+                # protocol hears them now, before the receiver's DONE can come
+                # back (it could, before the sender's task resumes, and a DONE
+                # ahead of the END broke a stream that was delivered).
+                self.proto.handle(sp.SendSegment(self.carried, staged=True))
+                self.proto.handle(sp.End())
+            if not self.routed.done():
+                self.routed.set_result(None)
+
+    def emit_segment(self, seg: Any) -> None:
+        """Put the next segment (after :meth:`reserve`) into PipeA."""
+        act = self.proto.handle(sp.SendSegment(int(seg.nbytes)))[0]
+        self.pipe_a.force_put(self._cdu(seg, act.segno))  # type: ignore[attr-defined]
+
+    def staged(self, nbytes: int) -> None:
+        """The next segment went outside the stream's CDUs (device staging)."""
+        self.proto.handle(sp.SendSegment(nbytes, staged=True))
+
+    def emit_end(self) -> None:
+        """Put the END (after :meth:`reserve`) into PipeA."""
+        act = self.proto.handle(sp.End())[0]
+        self.pipe_a.force_put(self._cdu(act.nbytes.to_bytes(8, "little"), act.nseg,  # type: ignore[attr-defined]
+                                    StreamOp.END))
+
+    def cancel(self, exc: BaseException) -> None:
+        """The sender gave up: an ABORT overtakes backpressure (unless the
+        stream is already over, e.g. the receiver gave up first)."""
+        if self.proto.ended or self.done.done():
+            return
+        why = "sender cancelled" if isinstance(exc, asyncio.CancelledError) else \
+            f"sender failed: {type(exc).__name__}: {exc}"
+        act = self.proto.handle(sp.Cancel(why))[0]
+        self.pipe_a.force_put(self._cdu(why.encode(), act.segno, StreamOp.ABORT))  # type: ignore[attr-defined]
+
+    def delivered(self) -> None:
+        """The receiver took the whole stream."""
+        try:
+            self.proto.handle(sp.Done())
+        except ProtocolError as exc:  # a DONE before the END, or after the sender gave up
+            if not self.proto.ended:
+                self.break_(BrokenResourceError(f"stream receiver: {exc}"))
+            return
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def break_(self, exc: BaseException, refused: bool = False) -> None:
+        """The receiver gave up (``refused``), or its host is gone: the sender gets ``exc``."""
+        if self.broken is None:
+            self.broken = exc
+        if not self.proto.ended:
+            self.proto.handle(sp.Done(str(exc)) if refused else sp.Break(str(exc)))
+        if not self.done.done():
+            self.done.set_exception(exc)
+            self.done.exception()
+        if not self.routed.done():
+            # Broken before its OPEN was routed (the receiver left while the
+            # OPEN queued): ``opened`` will not move a broken stream, so the
+            # sender waiting for the routing hears it here.
+            self.routed.set_exception(exc)
+            self.routed.exception()
+        self.wake()
+
+    def grant(self, n: int) -> None:
+        """The receiver consumed ``n`` segments: that many more may be sent."""
+        try:
+            self.proto.handle(sp.Credit(n))
+        except ProtocolError:
+            return  # late (the stream is over) or meaningless: nothing waits on it
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake a sender waiting for credit (granted, or the stream broke)."""
+        w = self._credit_waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def reserve(self) -> None:
+        """Room for one more CDU of this stream (credit, or a PipeB slot).
+
+        Cancellation: a cancelled reserve holds nothing.
+        """
+        if self.broken is not None:
+            raise self.broken
+        credits = self.proto.credits
+        if credits is not None:
+            if credits > 0:
+                return  # a link takes stream data without GP credit
+        else:
+            try:
+                self.target.reserve_nowait()
+                return
+            except WouldBlock:
+                pass
+            except BrokenResourceError:
+                if self.broken is not None:  # say why: the receiver gave up the stream
+                    raise self.broken from None
+                raise
+        wait = None
+        if self._waits is not None:
+            wait = self._waits.begin(self._names[0], "the segment window of a stream",
+                                     self._names[1], self.host)
+        try:
+            await self._wait_room()
+        except asyncio.CancelledError:
+            if wait is not None:
+                wait.check()
+            raise
+        finally:
+            if wait is not None:
+                self._waits.end(wait)  # type: ignore[union-attr]
+
+    async def _wait_room(self) -> None:
+        if self.proto.credits is not None:
+            while not self.proto.can_send:
+                fut = self._credit_waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await fut
+                finally:
+                    self._credit_waiter = None
+                if self.broken is not None:
+                    raise self.broken
+            return
+        try:
+            await self.target.reserve()
+        except BrokenResourceError:
+            if self.broken is not None:  # say why: the receiver gave up the stream
+                raise self.broken from None
+            raise
+        if self.broken is not None:  # receiver went away while we waited
+            raise self.broken
+
+
+class _OpenRoute:
+    """The OPEN's target: delivers it, then lets the stream's segments go."""
+
+    __slots__ = ("target", "out")
+    remote = False
+
+    def __init__(self, target: Target, out: OutgoingStream) -> None:
+        self.target = target
+        self.out = out
+
+    def put_to(self, pid: int, item: Any) -> None:
+        self.target.put_to(pid, item)
+        self.out.opened()
+
+
+class StreamTable:
+    """Both ends of this host's streams (see the module docstring)."""
+
+    def __init__(self, rank: int, window: int, tables: Tables, pps: PipePool, cps: PipePool,
+                 router: Router, *, submit: Callable[[Any, int, Any], None],
+                 watch: Callable[[Pipe[Any]], None]) -> None:
+        self.rank = rank
+        self.window = window
+        self.tables = tables
+        self.pps = pps
+        self.cps = cps
+        self.router = router
+        self.peers: StreamPeers | None = None
+        self.device: StreamDevices | None = None
+        #: this host's MTA rows: its outgoing streams (PipeA) and incoming ones (PipeB)
+        self.mta: dict[tuple[int, int], StreamEntry] = {}
+        self._submit = submit
+        self._watch = watch
+        self._snos = itertools.count(1)
+        self._out: dict[tuple[int, int], OutgoingStream] = {}
+        # incoming streams, and the remote ones this host gave up (their late CDUs are dropped)
+        self._in: Registry[tuple[int, int], IncomingStream] = Registry()
+        self.dropped = 0
+
+    # --------------------------------------------------------------- sending
+    async def open_outgoing(self, src_pid: int, pid: int, meta: StreamMeta,
+                            timeout: float | None, eager: Any = None) -> OutgoingStream:
+        """Bind a stream from GP ``src_pid`` to GP ``pid`` and send its OPEN.
+
+        ``eager``: the stream's one (short) segment; a remote stream's OPEN
+        carries it and the END (``out.carried``), so the stream costs one CDU
+        each way.  The stream protocol sees the same events either way.
+
+        Cancellation: whatever was bound is undone.
+        """
+        entry = self.tables.process(pid)
+        sno = next(self._snos)
+        key = (self.rank, sno)
+        pipe_a = await self.cps.apply()
+        incoming: IncomingStream | None = None
+        out: OutgoingStream | None = None
+        try:
+            self.mta[key] = StreamEntry(pid, src_pid, sno, self.rank, pipe_a.pipe_id, -1)
+            tgt = await self.router.target(pid, timeout)
+            if entry.node == self.rank:
+                incoming = self._new_incoming(key, src_pid, pid, meta, await self.pps.apply())
+                target: Target = incoming.pipe
+                open_item: Any = incoming
+            else:
+                target = tgt
+                meta.window = self.window
+                open_item = CDU(Kind.STREAM, src_pid, (pid,), pack_meta(meta, eager), meta.com, 0, sno, 0,
+                                self.rank, (), StreamOp.OPEN)
+            out = OutgoingStream(key, pid, pipe_a, target, incoming, entry.node,
+                                 window=self.window if incoming is None else None, src_pid=src_pid,
+                                 com=meta.com, rank=self.rank, waits=self.router.waits,
+                                 names=(self.tables.name_of(src_pid), entry.name))
+            if incoming is None and eager is not None:
+                out.carried = int(memoryview(eager).nbytes)
+            self._out[key] = out
+            await self.router.reserve(tgt, pid, CREDIT_OVERHEAD, timeout, f"GP {entry.name!r}",
+                                      self.tables.name_of(src_pid))
+            self._watch(pipe_a)
+            self._submit(_OpenRoute(tgt, out), pid, open_item)
+            return out
+        except BaseException:
+            if incoming is not None:
+                self.incoming_closed(incoming, "the sender failed to open the stream", False)
+            self._out.pop(key, None)
+            self.cps.release(pipe_a)
+            self.mta.pop(key, None)
+            raise
+
+    def close_outgoing(self, out: OutgoingStream) -> None:
+        """The sending side is done: flush PipeA, undo the binding, free it."""
+        if self._out.get(out.key) is not out:
+            return
+        # Route what is still in PipeA (an ABORT among it) before forgetting it.
+        for target, pid, item in out.pipe_a.drain_nowait():
+            target.put_to(pid, item)
+        del self._out[out.key]
+        self.cps.release(out.pipe_a)
+        self.mta.pop(out.key, None)
+
+    def done(self, key: tuple[int, int], error: str | None, origin: int) -> None:
+        """The receiver (on rank ``origin``) took the whole stream, or gave up."""
+        out = self._out.get(key)
+        if out is None:
+            return
+        if error is None:
+            out.delivered()
+            return
+        exc = BrokenResourceError(f"stream receiver failed: {error}")
+        if origin != self.rank:
+            exc.origin_rank = origin
+        out.break_(exc, refused=True)
+
+    def credit(self, key: tuple[int, int], segments: int) -> None:
+        """A remote receiver consumed ``segments`` segments."""
+        out = self._out.get(key)
+        if out is not None:
+            out.grant(segments)
+
+    # ------------------------------------------------------------- receiving
+    def _new_incoming(self, key: tuple[int, int], src_pid: int, dest_pid: int,
+                      meta: StreamMeta, pipe_b: Pipe[Any] | None = None) -> IncomingStream:
+        if pipe_b is None:
+            pipe_b = self.pps.apply_nowait()
+        pipe_b.capacity = max(self.window, meta.window)
+        cls = IncomingStream if self.device is None else self.device.stream_class(meta, dest_pid)
+        stream = cls(self, key, self.tables.name_of(src_pid), pipe_b, max(self.window, meta.window),
+                     src_pid, dest_pid, meta)
+        self._in.add(key, stream)
+        row = self.mta.get(key)
+        if row is not None:       # a local stream: one row, both ends
+            row.pipe_b = pipe_b.pipe_id
+        else:
+            self.mta[key] = StreamEntry(dest_pid, src_pid, key[1], key[0], -1, pipe_b.pipe_id)
+        return stream
+
+    def place(self, host: int, cdu: CDU) -> None:
+        """A stream CDU arrived from ``host``."""
+        key = (cdu.source_n, cdu.sno)
+        op = cdu.op
+        if op is StreamOp.OPEN:
+            if key in self._in.live or not cdu.dest_ps:
+                return
+            dest = cdu.dest_ps[0]
+            meta: StreamMeta | None = None
+            try:
+                meta = unpack_meta(cdu.data)
+                stream = self._new_incoming(key, cdu.source_p, dest, meta)
+            except (NoPipeError, ProtocolError) as exc:
+                if meta is not None and meta.kind == "device" and self.device is not None:
+                    self.device.refuse_incoming(host, key, meta)  # still takes the chunks sent
+                if self.peers is not None:
+                    self.peers.send_done(key[0], key, f"cannot receive the stream: {exc}")
+                return
+            eager = meta.extra.pop("eager", None)
+            if eager is not None and meta.kind != "device":  # the OPEN carried the whole stream
+                stream.pipe.force_put(CDU(Kind.STREAM, cdu.source_p, (dest,), _eager_segment(meta, eager),
+                                          meta.com, 0, key[1], 0, key[0]))
+                stream.pipe.force_put(CDU(Kind.STREAM, cdu.source_p, (dest,), len(eager).to_bytes(8, "little"),
+                                          meta.com, 0, key[1], 1, key[0], (), StreamOp.END))
+            if meta.kind == "device" and self.device is not None and self.device.start_incoming(host, stream):
+                return  # a device message: delivered as a Message once it is complete
+            if not self.router.deliver_remote(host, dest, [stream], CREDIT_OVERHEAD):
+                self.incoming_closed(stream, "the receiving GP is gone", True)
+            return
+        try:
+            found = self._in.get(key)
+        except ProtocolError as exc:  # nobody here knows the stream
+            self.dropped += 1
+            log.debug("host %d: %s dropped", host, exc)
+            return
+        if found is None:  # given up here: what was on the way is late, not wrong
+            if op is StreamOp.END or op is StreamOp.ABORT:
+                self._in.settle(key)
+            return
+        found.pipe.force_put(cdu)  # the stream's credit window bounds what comes
+
+    # StreamOwner: what an IncomingStream tells its table
+    def incoming_closed(self, stream: IncomingStream, error: str | None, notify: bool) -> None:
+        """The receiving side is done (finished, aborted, abandoned)."""
+        if self._in.live.get(stream.key) is not stream:
+            return
+        sender = stream.key[0]
+        # a remote stream given up here: drop what is still on its way
+        self._in.remove(stream.key, given_up=sender != self.rank and
+                        stream.state not in (StreamState.DONE, StreamState.ABORTED))
+        if sender != self.rank:
+            self.mta.pop(stream.key, None)
+            if notify and self.peers is not None:
+                self.peers.send_done(sender, stream.key, error)
+        elif notify:
+            self.done(stream.key, error, self.rank)
+        self.pps.release(stream.pipe)
+
+    def give_credit(self, stream: IncomingStream, segments: int) -> None:
+        if stream.key[0] != self.rank and self.peers is not None:
+            self.peers.send_credit(stream.key[0], stream.key, segments)
+
+    # --------------------------------------------------------------- failing
+    def abort_to(self, pid: int, why: str) -> None:
+        """GP ``pid`` released its pipe: its incoming streams end, their
+        senders hear ``why``."""
+        for stream in [s for s in self._in.live.values() if s.dest_pid == pid]:
+            stream.fail(BrokenResourceError(why))
+            self.incoming_closed(stream, why, True)
+
+    def break_host(self, host: int, exc: BaseException) -> None:
+        """Host ``host`` failed or is gone: every stream with it ends with ``exc``."""
+        if self.device is not None:
+            self.device.break_host(host, exc)  # its staged chunks will never come or go
+        for out in list(self._out.values()):
+            if out.incoming is None and out.host == host:
+                out.break_(exc)
+        for stream in [s for s in self._in.live.values() if s.key[0] == host]:
+            err = StreamError(f"stream {stream.key} from {stream.source!r} was cut off: {exc}")
+            err.__cause__ = exc
+            stream.fail(err)
+            self.incoming_closed(stream, None, False)
+
+    def close(self, exc: BaseException) -> None:
+        """The node closes: every live stream ends."""
+        for stream in list(self._in.live.values()):
+            stream.fail(BrokenResourceError("node closed"))
+            self.incoming_closed(stream, "receiving node closed", True)
+        for out in list(self._out.values()):
+            out.break_(exc)
+
+    @property
+    def outgoing(self) -> int:
+        return len(self._out)
+
+    @property
+    def incoming(self) -> int:
+        return len(self._in)
+
+    def stats(self) -> dict[str, int]:
+        return {"streams_in": len(self._in), "streams_out": len(self._out),
+                "stream_cdus_dropped": self.dropped}
+

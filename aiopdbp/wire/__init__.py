@@ -1,0 +1,1 @@
+"""aiopdbp.wire."""

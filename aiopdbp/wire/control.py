@@ -1,0 +1,436 @@
+"""Typed control messages (MESP's CMP, paper section 4.1), sans-I/O.
+
+One small class per message kind, with its encoding, decoding and handling
+together (in the spirit of ucx-py's ``CtrlMsg``): ``msg.encode()`` gives the
+frame; :func:`decode_control` turns a frame back into the right class (or
+raises :class:`~aiopdbp.errors.ProtocolError`, nothing else); and
+``msg.handle(handler, src)`` calls the one method of :class:`ControlHandler`
+that deals with it -- no dispatch over untyped dicts anywhere else.  Like the
+codec, this module imports neither asyncio nor mpi4py.
+
+The paper's kinds carry the operations they name:
+
+====================  ==========================================================
+``RegMsg``            a host asks rank 0 (the MNode) to register a GP, with its
+                      pipe when it has one; ``ARMsg`` answers (pid or error)
+``APipeMsg``          bind a pipe to a GP; ``AAPMsg`` answers
+``ReleaseMsg``        release a GP's pipe, or free the GP; ``AAPMsg`` answers
+``CancelMsg``         undo what a request did, when its requester gave up
+                      waiting (a cancelled ``register``/``apply_pipe``)
+``HInfoMsg``          a host's info to rank 0; all hosts' info back (Fig. 6)
+``MBInfoMsg``         all GP-pipe bindings, sent by rank 0 at initialisation
+====================  ==========================================================
+
+and the runtime's own: ``TableMsg`` (one ordered table update, broadcast by
+rank 0), ``TableReqMsg``/``TableAckMsg`` (stream-binding updates),
+``CreditMsg`` and ``CreditAskMsg`` (per-destination flow control), ``StallMsg``
+and ``DeadlockMsg`` (:mod:`aiopdbp.stall`), ``StreamDoneMsg``,
+``StreamCreditMsg``, ``ByeMsg``, ``StopMsg`` and ``StopAckMsg``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Protocol
+
+from aiopdbp.wire.codec import Buffer, Control, MsgType, decode, encode_control
+from aiopdbp.errors import ProtocolError
+
+__all__ = [
+    "AAPMsg", "APipeMsg", "ARMsg", "ByeMsg", "CancelMsg", "ControlHandler", "CreditAskMsg", "CreditMsg",
+    "CtrlMsg", "DeadlockMsg", "StallMsg",
+    "HInfoMsg", "MBInfoMsg", "RegMsg", "ReleaseMsg", "StopAckMsg", "StopMsg", "StreamCreditMsg",
+    "StreamDoneMsg", "TableAckMsg", "TableMsg", "TableReqMsg", "decode_control",
+]
+
+
+class ControlHandler(Protocol):
+    """What the runtime does with each control message (``src``: the sender's rank)."""
+
+    def on_reg(self, src: int, msg: RegMsg) -> None: ...
+    def on_apipe(self, src: int, msg: APipeMsg) -> None: ...
+    def on_release(self, src: int, msg: ReleaseMsg) -> None: ...
+    def on_cancel(self, src: int, msg: CancelMsg) -> None: ...
+    def on_ar(self, src: int, msg: ARMsg) -> None: ...
+    def on_aap(self, src: int, msg: AAPMsg) -> None: ...
+    def on_hinfo(self, src: int, msg: HInfoMsg) -> None: ...
+    def on_mbinfo(self, src: int, msg: MBInfoMsg) -> None: ...
+    def on_table(self, src: int, msg: TableMsg) -> None: ...
+    def on_table_req(self, src: int, msg: TableReqMsg) -> None: ...
+    def on_table_ack(self, src: int, msg: TableAckMsg) -> None: ...
+    def on_credit(self, src: int, msg: CreditMsg) -> None: ...
+    def on_credit_ask(self, src: int, msg: CreditAskMsg) -> None: ...
+    def on_stall(self, src: int, msg: StallMsg) -> None: ...
+    def on_deadlock(self, src: int, msg: DeadlockMsg) -> None: ...
+    def on_stream_done(self, src: int, msg: StreamDoneMsg) -> None: ...
+    def on_stream_credit(self, src: int, msg: StreamCreditMsg) -> None: ...
+    def on_bye(self, src: int, msg: ByeMsg) -> None: ...
+    def on_stop(self, src: int, msg: StopMsg) -> None: ...
+    def on_stop_ack(self, src: int, msg: StopAckMsg) -> None: ...
+
+
+class CtrlMsg:
+    """Base of the control message classes: frame in, frame out, one handler."""
+
+    TYPE: ClassVar[MsgType]
+    HANDLER: ClassVar[str]
+    __slots__ = ()
+
+    def body(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    def encode(self) -> bytes:
+        """The frame: a level-1 header and the msgpack body."""
+        return encode_control(Control(self.TYPE, self.body()))
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
+        """Build from a body the codec checked against the schema."""
+        return cls(**{f.name: body[f.name] for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+
+    def handle(self, handler: ControlHandler, src: int) -> None:
+        getattr(handler, self.HANDLER)(src, self)
+
+
+_CLASSES: dict[MsgType, type[CtrlMsg]] = {}
+
+
+def _register(cls: type[CtrlMsg]) -> type[CtrlMsg]:
+    _CLASSES[cls.TYPE] = cls
+    return cls
+
+
+def _pairs(value: Any, what: str) -> list[tuple[int, int]]:
+    out = []
+    for item in value:
+        if (not isinstance(item, (list, tuple)) or len(item) != 2
+                or not all(type(x) is int for x in item)):
+            raise ProtocolError(f"{what} entries are [int, int] pairs")
+        out.append((item[0], item[1]))
+    return out
+
+
+# --------------------------------------------------------- paper kinds (CMP)
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class RegMsg(CtrlMsg):
+    """Register GP ``name`` living on host ``node`` (``pipe`` -1: none yet)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.REG
+    HANDLER: ClassVar[str] = "on_reg"
+    req: int
+    name: str
+    ptype: int
+    node: int
+    pipe: int
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class ARMsg(CtrlMsg):
+    """Answer to :class:`RegMsg`: the pid, or why not (``etype``: error class)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.AR
+    HANDLER: ClassVar[str] = "on_ar"
+    req: int
+    ok: bool
+    pid: int
+    error: str
+    etype: str
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class APipeMsg(CtrlMsg):
+    """Bind pipe ``pipe`` of the GP's host to GP ``pid``."""
+
+    TYPE: ClassVar[MsgType] = MsgType.APIPE
+    HANDLER: ClassVar[str] = "on_apipe"
+    req: int
+    pid: int
+    pipe: int
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReleaseMsg(CtrlMsg):
+    """Release GP ``pid``'s pipe; with ``free`` also unregister the GP."""
+
+    TYPE: ClassVar[MsgType] = MsgType.RELEASE
+    HANDLER: ClassVar[str] = "on_release"
+    req: int
+    pid: int
+    free: bool
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class AAPMsg(CtrlMsg):
+    """Answer to :class:`APipeMsg` and :class:`ReleaseMsg`."""
+
+    TYPE: ClassVar[MsgType] = MsgType.AAP
+    HANDLER: ClassVar[str] = "on_aap"
+    req: int
+    ok: bool
+    pipe: int
+    error: str
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class CancelMsg(CtrlMsg):
+    """The requester of ``req`` gave up: undo what it did to GP ``pid``
+    (free a GP registered for it, release a pipe bound for it)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.CANCEL
+    HANDLER: ClassVar[str] = "on_cancel"
+    req: int
+    pid: int
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class HInfoMsg(CtrlMsg):
+    """Hosts' info ``[nid, name, ip, ntype]``: one entry from a host to rank
+    0 (S-HOSTInfo), every host's from rank 0 (ALL-HOSTInfo); ``gp_window``:
+    the sender's per-destination credit window in bytes."""
+
+    TYPE: ClassVar[MsgType] = MsgType.HINFO
+    HANDLER: ClassVar[str] = "on_hinfo"
+    hosts: list[list[Any]]
+    gp_window: int
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
+        hosts = body["hosts"]
+        for entry in hosts:
+            if not (isinstance(entry, list) and len(entry) in (4, 5) and type(entry[0]) is int
+                    and isinstance(entry[1], str) and isinstance(entry[2], str)
+                    and type(entry[3]) is int):
+                raise ProtocolError("HINFO host entries are [nid, name, ip, ntype(, gp_window)]")
+        if body["gp_window"] <= 0:
+            raise ProtocolError("HINFO gp_window must be positive")
+        return cls(hosts, body["gp_window"])
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class MBInfoMsg(CtrlMsg):
+    """All GP-pipe bindings (ALL-MBInfo): ``[pid, name, ptype, node, pipe]``."""
+
+    TYPE: ClassVar[MsgType] = MsgType.MBINFO
+    HANDLER: ClassVar[str] = "on_mbinfo"
+    bindings: list[list[Any]]
+
+
+# ---------------------------------------------------------- runtime kinds
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class TableMsg(CtrlMsg):
+    """Update number ``seq`` of the replicated tables, in rank 0's order."""
+
+    TYPE: ClassVar[MsgType] = MsgType.TABLE
+    HANDLER: ClassVar[str] = "on_table"
+    seq: int
+    op: str
+    args: list[Any]
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class TableReqMsg(CtrlMsg):
+    """A stream-binding (MTA) update asked of rank 0."""
+
+    TYPE: ClassVar[MsgType] = MsgType.TABLE_REQ
+    HANDLER: ClassVar[str] = "on_table_req"
+    req: int
+    op: str
+    args: list[Any]
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class TableAckMsg(CtrlMsg):
+    """Rank 0's answer to :class:`TableReqMsg` (after its broadcast)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.TABLE_ACK
+    HANDLER: ClassVar[str] = "on_table_ack"
+    req: int
+    ok: bool
+    error: str
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class CreditMsg(CtrlMsg):
+    """Per-destination credit: ``(pid, bytes)`` the sender may send again."""
+
+    TYPE: ClassVar[MsgType] = MsgType.CREDIT
+    HANDLER: ClassVar[str] = "on_credit"
+    grants: list[tuple[int, int]]
+
+    def body(self) -> dict[str, Any]:
+        return {"grants": [list(g) for g in self.grants]}
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
+        grants = _pairs(body["grants"], "CREDIT grants")
+        if any(n <= 0 for _, n in grants):
+            raise ProtocolError("CREDIT grants must be positive")
+        return cls(grants)
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class CreditAskMsg(CtrlMsg):
+    """Senders are parked for credit towards ``pids``: return what is owed
+    below the threshold once those GPs have taken what waits for them."""
+
+    TYPE: ClassVar[MsgType] = MsgType.CREDIT_ASK
+    HANDLER: ClassVar[str] = "on_credit_ask"
+    pids: list[int]
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
+        pids = body["pids"]
+        if not pids or any(type(p) is not int or p <= 0 for p in pids):
+            raise ProtocolError("CREDIT_ASK pids must be positive ints")
+        return cls(list(pids))
+
+
+def _edges(value: Any, what: str) -> list[list[Any]]:
+    """Wait-for edges: ``[gp, rank, waits_for, waits_for_rank, resource, seconds]``."""
+    out = []
+    for e in value:
+        if (not isinstance(e, (list, tuple)) or len(e) != 6 or not isinstance(e[0], str)
+                or type(e[1]) is not int or not isinstance(e[2], str) or type(e[3]) is not int
+                or not isinstance(e[4], str) or not isinstance(e[5], (int, float))):
+            raise ProtocolError(f"{what}: bad wait edge {e!r}")
+        out.append(list(e))
+    return out
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class StallMsg(CtrlMsg):
+    """A rank's view for rank 0's deadlock detector: its stale waits
+    (``edges``) and its GPs that hold data and do not read (``idle``)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.STALL
+    HANDLER: ClassVar[str] = "on_stall"
+    edges: list[list[Any]]
+    idle: list[str]
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
+        idle = body["idle"]
+        if any(not isinstance(n, str) for n in idle):
+            raise ProtocolError("STALL idle must be names")
+        return cls(_edges(body["edges"], "STALL"), list(idle))
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeadlockMsg(CtrlMsg):
+    """Rank 0 found this cycle of waits (edges as in :class:`StallMsg`)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.DEADLOCK
+    HANDLER: ClassVar[str] = "on_deadlock"
+    cycle: list[list[Any]]
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
+        cycle = _edges(body["cycle"], "DEADLOCK")
+        if not cycle:
+            raise ProtocolError("DEADLOCK with an empty cycle")
+        return cls(cycle)
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamDoneMsg(CtrlMsg):
+    """Stream ``(node, sno)``'s receiver took it all (``ok``) or gave up."""
+
+    TYPE: ClassVar[MsgType] = MsgType.STREAM_DONE
+    HANDLER: ClassVar[str] = "on_stream_done"
+    node: int
+    sno: int
+    ok: bool
+    error: str
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamCreditMsg(CtrlMsg):
+    """Stream ``(node, sno)``'s receiver consumed ``segments`` segments."""
+
+    TYPE: ClassVar[MsgType] = MsgType.STREAM_CREDIT
+    HANDLER: ClassVar[str] = "on_stream_credit"
+    node: int
+    sno: int
+    segments: int
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
+        if body["segments"] <= 0:
+            raise ProtocolError("STREAM_CREDIT segments must be positive")
+        return cls(body["node"], body["sno"], body["segments"])
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class ByeMsg(CtrlMsg):
+    """Graceful close: the sender sent ``sent`` data messages to this host."""
+
+    TYPE: ClassVar[MsgType] = MsgType.BYE
+    HANDLER: ClassVar[str] = "on_bye"
+    sent: int
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class StopMsg(CtrlMsg):
+    """Rank ``rank`` stops the job: ``kind`` "failed" or "interrupted";
+    ``gp`` names the GP a failure left ("" when not known)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.ERROR
+    HANDLER: ClassVar[str] = "on_stop"
+    kind: str
+    rank: int
+    signal: int
+    message: str
+    gp: str = ""
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
+        if body["kind"] not in ("failed", "interrupted"):
+            raise ProtocolError(f"unknown stop kind {body['kind']!r}")
+        return cls(body["kind"], body["rank"], body["signal"], body["message"], body["gp"])
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class StopAckMsg(CtrlMsg):
+    """Rank ``rank`` heard of a failure and stops."""
+
+    TYPE: ClassVar[MsgType] = MsgType.STOP_ACK
+    HANDLER: ClassVar[str] = "on_stop_ack"
+    rank: int
+
+
+# ------------------------------------------------------------------ decoding
+def decode_control(buf: Buffer) -> CtrlMsg:
+    """The control message in one frame; :class:`ProtocolError` otherwise."""
+    items = decode(buf)
+    item = items[0]
+    if not isinstance(item, Control):
+        raise ProtocolError("a data frame on the control channel")
+    cls = _CLASSES.get(item.type)
+    if cls is None:  # pragma: no cover - every control type has a class
+        raise ProtocolError(f"no control message class for {item.type.name}")
+    try:
+        return cls.from_body(item.body)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # a body the schema let through but the class refuses
+        raise ProtocolError(f"bad {item.type.name} body: {exc!r}") from exc

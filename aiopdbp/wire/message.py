@@ -1,0 +1,64 @@
+"""What a GP receives: :class:`Message` (the stream counterpart lives in
+:mod:`aiopdbp.streams.stream`), and what a message costs in flow-control credit."""
+
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+
+from aiopdbp.wire.codec import Kind
+
+__all__ = ["CREDIT_OVERHEAD", "Message", "credit_cost"]
+
+#: bytes of flow-control credit a message costs on top of its payload: about
+#: what one queued message costs the receiving host besides its payload.
+CREDIT_OVERHEAD = 64
+
+
+def credit_cost(data: Any) -> int:
+    """Credit a message with payload ``data`` takes from its destination's
+    window (the same rule on the sending and on the receiving host)."""
+    if data is None:
+        return CREDIT_OVERHEAD
+    if type(data) is bytes:
+        return len(data) + CREDIT_OVERHEAD
+    n = getattr(data, "nbytes", None)
+    return (int(n) if n is not None else 0) + CREDIT_OVERHEAD
+
+
+class Message(tuple):  # type: ignore[type-arg]
+    """A short or command message as the receiving GP sees it.
+
+    ``source`` is the sender's name, ``kind`` its :class:`~aiopdbp.wire.codec.Kind`
+    (``SHORT`` or ``COMMAND``), ``com`` the command code, ``data`` the payload:
+    ``bytes`` for bytes-like data, a ``numpy.ndarray`` (same dtype and shape)
+    for arrays, the object itself for pickled payloads, or ``None``;
+    ``source_pid`` the sender's pid.
+
+    A tuple underneath, built from one tuple of those five fields --
+    ``Message((source, kind, com, data, source_pid))`` -- because the receive
+    path builds one per message and a tuple subclass without a Python-level
+    ``__new__`` is the cheapest object with named fields Python makes.
+    """
+
+    __slots__ = ()
+
+    source: str = property(itemgetter(0))  # type: ignore[assignment]
+    kind: Kind = property(itemgetter(1))  # type: ignore[assignment]
+    com: int = property(itemgetter(2))  # type: ignore[assignment]
+    data: Any = property(itemgetter(3))
+    source_pid: int = property(itemgetter(4))  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        d = self.data
+        desc = f"{type(d).__name__}[{len(d)}]" if isinstance(d, (bytes, bytearray, memoryview)) else \
+            (f"ndarray{d.shape}:{d.dtype}" if isinstance(d, np.ndarray) else type(d).__name__)
+        return f"<Message from {self.source!r} {self.kind.name} com={self.com} {desc}>"
+
+    # A message is a value, not a sequence: equality and hashing by identity
+    # would surprise less than tuple semantics on payloads like ndarrays.
+    __eq__ = object.__eq__
+    __ne__ = object.__ne__
+    __hash__ = object.__hash__
