@@ -66,17 +66,29 @@ import traceback
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, NoReturn, Protocol, TextIO, TypeVar
 
+from aiopdbp.env import (
+    FAILED_FILE,
+    JOB_DIR_ENV,
+    LAUNCHER,
+    env_rank,
+    env_size,
+    own_shm,
+    rank_prefix_wanted,
+    record_failure,
+    record_own_shm,
+    under_aiopdbp_launch,
+    uvloop_wanted,
+)
+from aiopdbp.transport.mpiload import ABORT_FLUSH_S, load_mpi
+
 T = TypeVar("T")
 
 __all__ = ["Job", "Stop", "StopKind", "run", "current_job", "env_rank", "env_size",
            "unlink_own_shm", "own_shm", "record_own_shm", "consequence_of", "leaves", "root_cause",
-           "summary", "where"]
+           "summary", "where", "record_failure", "FAILED_FILE", "JOB_DIR_ENV", "LAUNCHER_ENV"]
 
-#: environment variables that MPI launchers set to this process's rank
-_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK",
-              "SLURM_PROCID")
 #: set by ``aiopdbp launch``: the launcher reports interrupts itself
-LAUNCHER_ENV = "AIOPDBP_LAUNCHER"
+LAUNCHER_ENV = LAUNCHER
 #: how long a failing rank waits for the peers to acknowledge its failure
 ACK_GRACE = 1.0
 #: how long a failing rank waits between printing its traceback and telling
@@ -87,25 +99,6 @@ TELL_DELAY = 0.2
 #: (the peer reports when its error leaves its node block, after its GPs and
 #: tasks have unwound); the job still ends within 10 s when it never comes
 CONSEQUENCE_GRACE = 5.0
-
-
-def env_rank() -> int:
-    """This process's rank as announced by the launcher (0 without one)."""
-    for var in _RANK_VARS:
-        raw = os.environ.get(var)
-        if raw:
-            try:
-                return int(raw)
-            except ValueError:
-                continue
-    return 0
-
-
-def env_size() -> int:
-    """World size as announced by the launcher (1 without one); no MPI import."""
-    from aiopdbp.transport.mpi import mpi_world_size
-
-    return mpi_world_size()
 
 
 class StopKind(enum.Enum):
@@ -382,7 +375,7 @@ class Job:
         stop = self.stop
         if stop is not None:
             if stop.kind is StopKind.INTERRUPTED:
-                if self.rank == 0 and not os.environ.get(LAUNCHER_ENV):
+                if self.rank == 0 and not under_aiopdbp_launch():
                     self._say(f"aiopdbp: job {stop.describe()}")
             elif stop.kind is StopKind.HOST_LOST:
                 # the lost host cannot hear us: only MPI_Abort ends its rank
@@ -430,51 +423,6 @@ def unlink_own_shm() -> list[str]:
     return removed
 
 
-def own_shm() -> list[str]:
-    """The MPICH shared-memory segments this process maps."""
-    try:
-        with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
-            return sorted({line.split(None, 5)[5].strip() for line in f
-                           if "/dev/shm/mpich_shm_" in line and "(deleted)" not in line})
-    except (OSError, IndexError):
-        return []
-
-
-#: set by ``aiopdbp launch``: a directory where ranks list their segments
-JOB_DIR_ENV = "AIOPDBP_JOB_DIR"
-
-
-def record_own_shm() -> None:
-    """Tell the launcher which segments this rank maps (right after MPI
-    init), so that it can remove them even if the rank is killed."""
-    where = os.environ.get(JOB_DIR_ENV)
-    if not where:
-        return
-    segs = own_shm()
-    if segs:
-        with contextlib.suppress(OSError):
-            with open(os.path.join(where, f"shm.{os.getpid()}"), "w", encoding="utf-8") as f:
-                f.write("\n".join(segs) + "\n")
-
-
-#: the file in the launcher's job directory that holds the job's status when
-#: a rank failed (see :func:`record_failure`)
-FAILED_FILE = "failed"
-
-
-def record_failure(code: int) -> None:
-    """Tell ``aiopdbp launch`` the job's status: this rank failed.  The ranks
-    exit on their own once the failure is acknowledged; when one exits
-    before the others, hydra kills those still running and mpiexec's status
-    becomes 9 (killed), which would hide the failure's own status."""
-    where = os.environ.get(JOB_DIR_ENV)
-    if not where:
-        return
-    with contextlib.suppress(OSError):
-        with open(os.path.join(where, FAILED_FILE), "w", encoding="utf-8") as f:
-            f.write(f"{code}\n")
-
-
 def _flush_all() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -490,19 +438,12 @@ def _hard_exit(code: int) -> NoReturn:
     os._exit(code)
 
 
-#: seconds between the last output and MPI_Abort: hydra's proxy forwards a
-#: rank's output from a pipe, and an abort that came at once lost it under load
-ABORT_FLUSH_S = 0.2
-
-
 def _abort(code: int) -> NoReturn:
     """Abort the whole MPI job (the peers may not know we failed)."""
     unlink_own_shm()
     _flush_all()
     time.sleep(ABORT_FLUSH_S)
     with contextlib.suppress(Exception):
-        from aiopdbp.transport.mpi import load_mpi
-
         mpi = load_mpi()
         if mpi.Is_initialized() and not mpi.Is_finalized():
             mpi.COMM_WORLD.Abort(code)
@@ -563,7 +504,7 @@ class RankPrefixed(io.TextIOBase):
 
 
 def _prefix_output(rank: int) -> None:
-    if os.environ.get("AIOPDBP_RANK_PREFIX", "1") == "0":
+    if not rank_prefix_wanted():
         return
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
@@ -598,7 +539,7 @@ async def _await(aw: Awaitable[T]) -> T:
 
 def _loop_factory(use_uvloop: bool | None) -> Callable[[], asyncio.AbstractEventLoop] | None:
     if use_uvloop is None:
-        use_uvloop = os.environ.get("AIOPDBP_UVLOOP", "1") != "0"
+        use_uvloop = uvloop_wanted()
     if use_uvloop:
         try:
             import uvloop

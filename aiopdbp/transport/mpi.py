@@ -18,11 +18,8 @@ all of them.  (Below MPI, one connection may still carry both: on MPICH's
 shared-memory path the control message surfaces after the backlog's
 rendezvous headers, i.e. after about one probe per queued message.)
 
-MPI thread level: ``MPI_THREAD_MULTIPLE`` is requested (see
-:func:`prepare_mpi_import`) because the liveness heartbeat thread
-(:mod:`aiopdbp.hosts.liveness`) calls MPI while the event loop thread posts
-``Isend``.  With MPICH the cost on the message path is within noise.  If the
-application imported mpi4py first, its choice stands.
+MPI thread level: ``MPI_THREAD_MULTIPLE`` is requested, see
+:mod:`aiopdbp.transport.mpiload` (how MPI is loaded, shared with the engine).
 
 Raw messages (:meth:`MPITransport.raw_isend`, the device staging's pinned
 chunks) are plain ``Isend``/``Irecv`` on the data communicator with tags
@@ -42,18 +39,17 @@ import asyncio
 import importlib.util
 import itertools
 import os
-import select
-import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from aiopdbp.transport.backoff import Backoff
+from aiopdbp.env import doorbell_enabled, record_own_shm
 from aiopdbp.errors import ClosedResourceError, HandshakeError
-from aiopdbp.runtime.job import ABORT_FLUSH_S, record_own_shm
+from aiopdbp.transport.backoff import Backoff
 from aiopdbp.transport.base import AllocFn, Buffer, Channel, DeliverFn, Transport
 from aiopdbp.transport.doorbell import ADDRESS_BYTES, Doorbell, DoorbellJoin
+from aiopdbp.transport.mpiload import ABORT_FLUSH_S, load_mpi, mpi_world_size, prepare_mpi_import
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -73,99 +69,7 @@ RAW_TAG_BASE = 32768
 # id -- carries an old tag and can never be matched by a newer one.
 _sessions = itertools.count()
 
-# Environment variables that MPI launchers set to the world size, most
-# specific first.  MPI_LOCALNRANKS (MPICH hydra) only counts ranks on this
-# node, so it is the last resort.
-_SIZE_VARS = (
-    "OMPI_COMM_WORLD_SIZE",  # Open MPI
-    "PMI_SIZE",  # MPICH hydra, Intel MPI, Slurm PMI-1/2
-    "PMIX_SIZE",  # some PMIx launchers
-    "MV2_COMM_WORLD_SIZE",  # MVAPICH2
-    "SLURM_STEP_NUM_TASKS",  # a step launched by srun (not SLURM_NTASKS: set in batch scripts too)
-    "MPI_LOCALNRANKS",  # MPICH hydra (node-local)
-)
 
-
-def mpi_world_size() -> int:
-    """World size announced by the MPI launcher, without importing mpi4py.
-
-    Returns 1 when no launcher variable is set (plain ``python prog.py``).
-    Use ``mpi_world_size() > 1`` to decide whether to create an
-    :class:`MPITransport` at all.
-    """
-    for var in _SIZE_VARS:
-        raw = os.environ.get(var)
-        if raw:
-            try:
-                return max(1, int(raw))
-            except ValueError:
-                continue
-    return 1
-
-
-def prepare_mpi_import() -> None:
-    """Set ``mpi4py.rc.thread_level`` before MPI is first initialised.
-
-    ``mpi4py.rc`` is read when ``mpi4py.MPI`` is first imported, so this only
-    has an effect if nobody imported ``mpi4py.MPI`` yet (then the
-    application's choice stands).  Level: env ``AIOPDBP_MPI_THREAD_LEVEL``
-    (single/funneled/serialized/multiple), default ``"multiple"``.
-    """
-    if "mpi4py.MPI" in sys.modules:
-        return
-    import mpi4py
-
-    level = os.environ.get("AIOPDBP_MPI_THREAD_LEVEL", "").strip().lower() or "multiple"
-    if level not in ("single", "funneled", "serialized", "multiple"):
-        raise ValueError(f"AIOPDBP_MPI_THREAD_LEVEL={level!r} is not an MPI thread level")
-    mpi4py.rc.thread_level = level
-
-
-def load_mpi(timeout: float | None = None) -> Any:
-    """Import (and so initialise) ``mpi4py.MPI`` with aiopdbp's settings.
-
-    ``MPI_Init`` waits for every rank of the job (MPICH's start-up exchange),
-    holding the GIL: no exception, no Ctrl-C, no Python thread reaches this
-    process meanwhile.  With ``timeout``, a forked watchdog process ends it
-    with a clear message when the initialisation takes longer, so a rank
-    that never calls ``open_node()`` does not hang the others for ever.
-    """
-    if "mpi4py.MPI" in sys.modules:
-        return sys.modules["mpi4py.MPI"]
-    prepare_mpi_import()
-    dog = _watchdog(timeout) if timeout is not None and mpi_world_size() > 1 else None
-    try:
-        from mpi4py import MPI as _MPI
-    finally:
-        if dog is not None:
-            fd, pid = dog
-            os.close(fd)            # the watchdog sees EOF and leaves
-            os.waitpid(pid, 0)
-    return _MPI
-
-
-def _watchdog(timeout: float) -> tuple[int, int] | None:
-    """Fork a process that kills this one, with the HandshakeError message,
-    unless the pipe it watches is closed within ``timeout`` seconds."""
-    if not hasattr(os, "fork"):  # pragma: no cover - not POSIX
-        return None
-    from aiopdbp.runtime.job import env_rank
-
-    message = (f"aiopdbp: rank {env_rank()}: HandshakeError: MPI did not start within {timeout:g} s: "
-               "not every rank of the job initialised MPI (a rank that never calls open_node(), or is "
-               "stuck before it); raise handshake_timeout / name_timeout to wait longer\n").encode()
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the watchdog child
-        try:
-            os.close(w)
-            if not select.select([r], [], [], timeout)[0]:
-                os.write(2, message)
-                os.kill(os.getppid(), signal.SIGKILL)
-        finally:
-            os._exit(0)
-    os.close(r)
-    return w, pid
 class _RawRequest:
     """An ``Isend``/``Irecv`` of a raw message (the RawRequest protocol)."""
 
@@ -326,7 +230,7 @@ class MPITransport(Transport):
         (``AIOPDBP_DOORBELL=0``) or the socket fails."""
         _MPI = load_mpi()
         bell: Doorbell | None = None
-        if os.environ.get("AIOPDBP_DOORBELL", "1").strip() != "0":
+        if doorbell_enabled():
             try:
                 bell = Doorbell(self.rank, self.size)
             except OSError:  # no abstract Unix sockets here: the idle timer only

@@ -78,11 +78,12 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from aiopdbp.transport.backoff import Backoff
+from aiopdbp.env import idle_max_seconds, local_ranks, max_backoff_seconds, progress_mode, spin_seconds
 from aiopdbp.errors import TransportError
+from aiopdbp.transport.backoff import Backoff
 from aiopdbp.transport.base import AllocFn, Channel, DeliverFn
 from aiopdbp.transport.doorbell import RING_AFTER_S, Doorbell, DoorbellJoin
-from aiopdbp.transport.mpi import prepare_mpi_import
+from aiopdbp.transport.mpiload import prepare_mpi_import
 
 prepare_mpi_import()
 from mpi4py import MPI  # noqa: E402  (thread level must be set first)
@@ -110,6 +111,8 @@ STEP_RECV_BYTES: Final = 1 << 20
 FULL_SCAN_EVERY: Final = 32
 DEFAULT_SPIN_S: Final = 20e-6
 DEFAULT_SPIN_WINDOW_S: Final = 5e-3
+#: the idle back-off's cap during a conversation (or when peers cannot ring) ...
+DEFAULT_MAX_BACKOFF_S: Final = 1e-3
 #: the idle back-off's cap once every peer can ring our doorbell ...
 DEFAULT_IDLE_MAX_S: Final = 50e-3
 #: ... and nothing happened for this long
@@ -126,34 +129,13 @@ _Testsome = MPI.Request.Testsome
 _ABANDONED: list[Any] = []
 
 
-def _env_float(name: str, default: float, scale: float) -> float:
-    """``float(env[name]) * scale``, or ``default`` (already scaled) when unset."""
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        return float(raw) * scale
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number") from None
-
-
 def resolve_mode(mode: str = "auto") -> str:
     """The progress mode: ``"poll"`` (the only one; ``"auto"`` means it)."""
     if mode == "auto":
-        mode = os.environ.get("AIOPDBP_PROGRESS", "").strip().lower() or "poll"
+        mode = progress_mode()
     if mode in ("auto", "poll"):
         return "poll"
     raise ValueError(f"progress mode must be one of {PROGRESS_MODES}, got {mode!r}")
-
-
-def local_ranks() -> int:
-    """Ranks of this job on this host, as the launcher announces them (1 if unknown)."""
-    for var in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE",
-                "SLURM_NTASKS_PER_NODE", "PALS_LOCAL_SIZE"):
-        raw = os.environ.get(var, "").split("(")[0]
-        if raw.isdigit():
-            return max(1, int(raw))
-    return 1
 
 
 def oversubscribed(ranks: int | None = None) -> bool:
@@ -278,13 +260,13 @@ class ProgressEngine:
         self._comms = list(comms)
         self._tag = tag
         self._oversubscribed = oversubscribed()
-        spin = _env_float("AIOPDBP_SPIN_US", DEFAULT_SPIN_S, 1e-6) if spin_s is None else spin_s
+        spin = spin_seconds(DEFAULT_SPIN_S) if spin_s is None else spin_s
         self._spin = 0.0 if self._oversubscribed else spin
         self._spin_window = DEFAULT_SPIN_WINDOW_S if spin_window_s is None else spin_window_s
-        most = _env_float("AIOPDBP_MAX_BACKOFF_US", 1e-3, 1e-6) if max_backoff_s is None else max_backoff_s
+        most = max_backoff_seconds(DEFAULT_MAX_BACKOFF_S) if max_backoff_s is None else max_backoff_s
         self._backoff = Backoff(50e-6, most)
         self._short_most = most
-        self._idle_most = max(most, _env_float("AIOPDBP_IDLE_MAX_US", DEFAULT_IDLE_MAX_S, 1e-6))
+        self._idle_most = max(most, idle_max_seconds(DEFAULT_IDLE_MAX_S))
         self._bell: Doorbell | None = None
         self._joining: DoorbellJoin | None = None
         self._last_to = [-1e9] * self._comms[0].Get_size()   # when we last sent to each rank

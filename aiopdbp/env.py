@@ -1,0 +1,412 @@
+"""Every environment variable aiopdbp reads, in one place.
+
+No other module of aiopdbp reads ``os.environ``: each variable is read here,
+by a typed function, at the moment it is asked for (so a test or a program
+may set it at run time).  Modules that prepare a child process's
+environment (the launcher, the cluster emulation) start from
+:func:`inherited` and use the names defined here.  This module imports
+nothing else from aiopdbp.
+
+Variables set by MPI launchers (read, never set)
+------------------------------------------------
+=============================  ==========================================  ===========
+variable(s)                    meaning                                     default
+=============================  ==========================================  ===========
+:data:`RANK_VARS`              this process's rank (:func:`env_rank`)        0
+:data:`SIZE_VARS`              the world size (:func:`env_size`)             1
+:data:`LOCAL_RANK_VARS`        rank among its host's ranks                 None
+                               (:func:`local_rank`: the default GPU)
+:data:`LOCAL_SIZE_VARS`        ranks on this host (:func:`local_ranks`:      1
+                               oversubscription)
+:data:`JOB_VARS`               present under any launcher                  not in a job
+                               (:func:`in_mpi_job`)
+=============================  ==========================================  ===========
+
+aiopdbp settings
+----------------
+=============================  ==========================================  ===========
+variable                       meaning                                     default
+=============================  ==========================================  ===========
+``AIOPDBP_TRANSPORT``          ``local``: never MPI, one host per process  (MPI when
+                               (:func:`local_transport_forced`)            size > 1)
+``AIOPDBP_UVLOOP``             ``0``: plain asyncio loop                   ``1``
+                               (:func:`uvloop_wanted`)
+``AIOPDBP_RANK_PREFIX``        ``0``: no ``[rank]`` prefix on output       ``1``
+                               (:func:`rank_prefix_wanted`)
+``AIOPDBP_DEVICE``             device backend: auto, cupy, sim             ``auto``
+                               (:func:`device_backend`)
+``AIOPDBP_PROGRESS``           MPI progress mode (:func:`progress_mode`)   ``poll``
+``AIOPDBP_SPIN_US``            progress spin after an empty step, us        20
+``AIOPDBP_MAX_BACKOFF_US``     idle back-off cap in a conversation, us      1000
+``AIOPDBP_IDLE_MAX_US``        idle back-off cap once peers can ring, us    50000
+``AIOPDBP_DOORBELL``           ``0``: no doorbell socket                   ``1``
+                               (:func:`doorbell_enabled`)
+``AIOPDBP_MPI_THREAD_LEVEL``   MPI thread level requested                  ``multiple``
+                               (:func:`mpi_thread_level`)
+``AIOPDBP_MPIEXEC``            the ``mpiexec`` to launch with              searched
+                               (:func:`mpiexec_override`)
+``AIOPDBP_BENCH_LINK``         ``aiopdbp bench``'s link label              ``""``
+=============================  ==========================================  ===========
+
+Set by ``aiopdbp launch`` for its ranks
+---------------------------------------
+=============================  ==========================================
+variable                       meaning
+=============================  ==========================================
+``AIOPDBP_LAUNCHER``           the launcher reports interrupts itself
+                               (:func:`under_aiopdbp_launch`)
+``AIOPDBP_JOB_DIR``            the job directory (:func:`job_dir`): ranks
+                               list their shared-memory segments and a
+                               failing rank its status there
+``AIOPDBP_EMULATE_JOB``,       ``launch --emulate``: the emulated cluster's
+``AIOPDBP_EMULATE_LINK_BPS``,  job, link rate, host table and tools (read by
+``AIOPDBP_EMULATE_HOSTS``,     ``emulate_exec.sh`` and by ``aiopdbp bench``:
+``AIOPDBP_EMULATE_IP``,        :func:`emulated_link_bps`)
+``AIOPDBP_EMULATE_UNSHARE``
+=============================  ==========================================
+
+Others: ``PATH`` (:func:`search_path`), and the MPI library's own settings
+that ``aiopdbp bench`` records with its results (:func:`mpi_settings`).
+
+The job directory
+-----------------
+``aiopdbp launch`` (the reader) and the ranks (the writers) share a
+directory named by ``AIOPDBP_JOB_DIR``: right after MPI starts each rank
+writes ``shm.<pid>`` listing the MPICH segments it maps
+(:func:`record_own_shm`), so the launcher can remove them even when the rank
+is killed (:func:`recorded_shm`); a failing rank writes its exit status to
+:data:`FAILED_FILE` (:func:`record_failure`, read by :func:`recorded_failure`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+
+__all__ = [
+    "RANK_VARS", "SIZE_VARS", "LOCAL_RANK_VARS", "LOCAL_SIZE_VARS", "JOB_VARS",
+    "TRANSPORT", "UVLOOP", "RANK_PREFIX", "DEVICE", "PROGRESS", "SPIN_US", "MAX_BACKOFF_US",
+    "IDLE_MAX_US", "DOORBELL", "MPI_THREAD_LEVEL", "MPIEXEC", "BENCH_LINK", "LAUNCHER",
+    "JOB_DIR", "JOB_DIR_ENV", "EMULATE_JOB", "EMULATE_LINK_BPS", "EMULATE_HOSTS", "EMULATE_IP",
+    "EMULATE_UNSHARE", "FAILED_FILE", "SHM_FILE_PREFIX", "MPI_SETTING_PREFIXES",
+    "env_rank", "launcher_rank", "env_size", "local_rank", "local_ranks", "in_mpi_job",
+    "local_transport_forced", "uvloop_wanted", "rank_prefix_wanted", "device_backend",
+    "progress_mode", "spin_seconds", "max_backoff_seconds", "idle_max_seconds", "doorbell_enabled",
+    "mpi_thread_level", "mpiexec_override", "bench_link", "under_aiopdbp_launch", "job_dir",
+    "emulated_link_bps", "search_path", "mpi_settings", "inherited",
+    "own_shm", "record_own_shm", "recorded_shm", "record_failure", "recorded_failure",
+]
+
+# ------------------------------------------------------------- launchers
+#: this process's rank, as MPI launchers announce it, most specific first
+RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK",
+             "SLURM_PROCID")
+#: the world size, most specific first; MPI_LOCALNRANKS (MPICH hydra) only
+#: counts the ranks on this node, so it is the last resort
+SIZE_VARS = (
+    "OMPI_COMM_WORLD_SIZE",  # Open MPI
+    "PMI_SIZE",  # MPICH hydra, Intel MPI, Slurm PMI-1/2
+    "PMIX_SIZE",  # some PMIx launchers
+    "MV2_COMM_WORLD_SIZE",  # MVAPICH2
+    "SLURM_STEP_NUM_TASKS",  # a step launched by srun (not SLURM_NTASKS: set in batch scripts too)
+    "MPI_LOCALNRANKS",  # MPICH hydra (node-local)
+)
+#: the rank's index among the ranks of its host, in the order consulted
+LOCAL_RANK_VARS = (
+    "MPI_LOCALRANKID",  # MPICH hydra, Intel MPI
+    "OMPI_COMM_WORLD_LOCAL_RANK",  # Open MPI
+    "MV2_COMM_WORLD_LOCAL_RANK",  # MVAPICH2
+    "PMI_LOCAL_RANK",
+    "PALS_LOCAL_RANKID",  # Cray PALS
+    "SLURM_LOCALID",  # srun
+    "LOCAL_RANK",  # torchrun and friends
+)
+#: the number of ranks on this host
+LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE",
+                   "SLURM_NTASKS_PER_NODE", "PALS_LOCAL_SIZE")
+#: any of these says "this process is a rank of an MPI job"
+JOB_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "SLURM_STEP_NUM_TASKS")
+
+# ------------------------------------------------------ aiopdbp settings
+TRANSPORT = "AIOPDBP_TRANSPORT"
+UVLOOP = "AIOPDBP_UVLOOP"
+RANK_PREFIX = "AIOPDBP_RANK_PREFIX"
+DEVICE = "AIOPDBP_DEVICE"
+PROGRESS = "AIOPDBP_PROGRESS"
+SPIN_US = "AIOPDBP_SPIN_US"
+MAX_BACKOFF_US = "AIOPDBP_MAX_BACKOFF_US"
+IDLE_MAX_US = "AIOPDBP_IDLE_MAX_US"
+DOORBELL = "AIOPDBP_DOORBELL"
+MPI_THREAD_LEVEL = "AIOPDBP_MPI_THREAD_LEVEL"
+MPIEXEC = "AIOPDBP_MPIEXEC"
+BENCH_LINK = "AIOPDBP_BENCH_LINK"
+#: set by ``aiopdbp launch``: the launcher reports interrupts itself
+LAUNCHER = "AIOPDBP_LAUNCHER"
+#: set by ``aiopdbp launch``: the job directory (see the module docstring)
+JOB_DIR = "AIOPDBP_JOB_DIR"
+JOB_DIR_ENV = JOB_DIR
+EMULATE_JOB = "AIOPDBP_EMULATE_JOB"
+EMULATE_LINK_BPS = "AIOPDBP_EMULATE_LINK_BPS"
+EMULATE_HOSTS = "AIOPDBP_EMULATE_HOSTS"
+EMULATE_IP = "AIOPDBP_EMULATE_IP"
+EMULATE_UNSHARE = "AIOPDBP_EMULATE_UNSHARE"
+#: the MPI library settings (and ours) a benchmark result records
+MPI_SETTING_PREFIXES = ("UCX_", "MPIR_CVAR_", "MPICH_", "FI_", "OMPI_MCA_", "I_MPI_", "HYDRA_",
+                        "AIOPDBP_")
+
+_THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
+
+
+def _get(name: str, environ: Mapping[str, str] | None = None) -> str:
+    return (os.environ if environ is None else environ).get(name, "")
+
+
+def _first_int(names: tuple[str, ...]) -> int | None:
+    """The first of ``names`` that holds an integer (garbage is skipped)."""
+    for var in names:
+        raw = os.environ.get(var)
+        if raw:
+            try:
+                return int(raw)
+            except ValueError:
+                continue
+    return None
+
+
+def launcher_rank() -> int | None:
+    """This process's rank as announced by the launcher, None without one."""
+    return _first_int(RANK_VARS)
+
+
+def env_rank() -> int:
+    """This process's rank as announced by the launcher (0 without one)."""
+    rank = launcher_rank()
+    return 0 if rank is None else rank
+
+
+def env_size() -> int:
+    """World size announced by the MPI launcher, without importing mpi4py
+    (1 when no launcher variable is set: plain ``python prog.py``)."""
+    size = _first_int(SIZE_VARS)
+    return 1 if size is None else max(1, size)
+
+
+def local_rank(environ: Mapping[str, str] | None = None) -> int | None:
+    """This rank's index among the ranks of its host (see
+    :data:`LOCAL_RANK_VARS`), or None outside a launcher; ``environ``
+    defaults to this process's environment."""
+    for var in LOCAL_RANK_VARS:
+        raw = _get(var, environ).strip()
+        if raw:
+            try:
+                return int(raw)
+            except ValueError:
+                raise ValueError(f"{var}={raw!r} is not an integer") from None
+    return None
+
+
+def local_ranks() -> int:
+    """Ranks of this job on this host, as the launcher announces them (1 if unknown)."""
+    for var in LOCAL_SIZE_VARS:
+        raw = _get(var).split("(")[0]
+        if raw.isdigit():
+            return max(1, int(raw))
+    return 1
+
+
+def in_mpi_job() -> bool:
+    """Whether this process runs under an MPI launcher (see :data:`JOB_VARS`)."""
+    return any(var in os.environ for var in JOB_VARS)
+
+
+# ------------------------------------------------------ aiopdbp settings
+def _flag(name: str) -> bool:
+    """On unless set to ``0``."""
+    return _get(name).strip() != "0"
+
+
+def local_transport_forced() -> bool:
+    """``AIOPDBP_TRANSPORT=local``: a node never uses MPI, even under a launcher."""
+    return _get(TRANSPORT).lower() == "local"
+
+
+def uvloop_wanted() -> bool:
+    """Whether ``aiopdbp.run`` should use uvloop (if installed): ``AIOPDBP_UVLOOP`` not ``0``."""
+    return _flag(UVLOOP)
+
+
+def rank_prefix_wanted() -> bool:
+    """Whether a rank prefixes its output lines with ``[rank]``: ``AIOPDBP_RANK_PREFIX`` not ``0``."""
+    return _flag(RANK_PREFIX)
+
+
+def device_backend() -> str:
+    """The device backend named by ``AIOPDBP_DEVICE`` (lower case), ``"auto"`` when unset.
+    The caller checks the name."""
+    return _get(DEVICE).strip().lower() or "auto"
+
+
+def progress_mode() -> str:
+    """The MPI progress mode named by ``AIOPDBP_PROGRESS`` (lower case), ``"poll"``
+    when unset.  The caller checks the name."""
+    return _get(PROGRESS).strip().lower() or "poll"
+
+
+def _microseconds(name: str, default_s: float) -> float:
+    """``env[name]`` microseconds in seconds, or ``default_s`` when unset."""
+    raw = _get(name)
+    if raw.strip() == "":
+        return default_s
+    try:
+        return float(raw) * 1e-6
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+
+
+def spin_seconds(default_s: float) -> float:
+    """How long the progress engine spins after an empty step (``AIOPDBP_SPIN_US``)."""
+    return _microseconds(SPIN_US, default_s)
+
+
+def max_backoff_seconds(default_s: float) -> float:
+    """The idle back-off's cap during a conversation (``AIOPDBP_MAX_BACKOFF_US``)."""
+    return _microseconds(MAX_BACKOFF_US, default_s)
+
+
+def idle_max_seconds(default_s: float) -> float:
+    """The idle back-off's cap once every peer can ring (``AIOPDBP_IDLE_MAX_US``)."""
+    return _microseconds(IDLE_MAX_US, default_s)
+
+
+def doorbell_enabled() -> bool:
+    """Whether the transport opens its doorbell socket: ``AIOPDBP_DOORBELL`` not ``0``."""
+    return _flag(DOORBELL)
+
+
+def mpi_thread_level() -> str:
+    """The MPI thread level to request (``AIOPDBP_MPI_THREAD_LEVEL``, default
+    ``"multiple"``); ValueError for a name that is not one."""
+    level = _get(MPI_THREAD_LEVEL).strip().lower() or "multiple"
+    if level not in _THREAD_LEVELS:
+        raise ValueError(f"{MPI_THREAD_LEVEL}={level!r} is not an MPI thread level")
+    return level
+
+
+def mpiexec_override() -> str | None:
+    """The ``mpiexec`` named by ``AIOPDBP_MPIEXEC``, None when unset."""
+    return _get(MPIEXEC) or None
+
+
+def bench_link(environ: Mapping[str, str] | None = None) -> str:
+    """``aiopdbp bench``'s default link label (``AIOPDBP_BENCH_LINK``)."""
+    return _get(BENCH_LINK, environ)
+
+
+def under_aiopdbp_launch() -> bool:
+    """Whether ``aiopdbp launch`` started this rank (``AIOPDBP_LAUNCHER`` set)."""
+    return bool(_get(LAUNCHER))
+
+
+def job_dir() -> str | None:
+    """The job directory of ``aiopdbp launch`` (``AIOPDBP_JOB_DIR``), None outside one."""
+    return _get(JOB_DIR) or None
+
+
+def emulated_link_bps(environ: Mapping[str, str] | None = None) -> int | None:
+    """On an emulated cluster (``AIOPDBP_EMULATE_JOB`` set), its shaped link
+    rate in bit/s (0: unshaped or unreadable); None elsewhere."""
+    env = os.environ if environ is None else environ
+    if EMULATE_JOB not in env:
+        return None
+    try:
+        return int(env.get(EMULATE_LINK_BPS, "0"))
+    except ValueError:
+        return 0
+
+
+# ---------------------------------------------------------------- others
+def search_path() -> str:
+    """``PATH`` (empty when unset)."""
+    return _get("PATH")
+
+
+def mpi_settings() -> dict[str, str]:
+    """The MPI library's settings and ours in this environment (sorted), for
+    a benchmark's record (see :data:`MPI_SETTING_PREFIXES`)."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(MPI_SETTING_PREFIXES)}
+
+
+def inherited() -> dict[str, str]:
+    """A copy of this process's environment, to build a child process's on."""
+    return dict(os.environ)
+
+
+# --------------------------------------------------------- job directory
+#: a rank's segment list in the job directory is ``shm.<pid>``
+SHM_FILE_PREFIX = "shm."
+#: the file in the job directory that holds the job's status when a rank failed
+FAILED_FILE = "failed"
+_SHM_MARK = "/dev/shm/mpich_shm_"
+
+
+def own_shm() -> list[str]:
+    """The MPICH shared-memory segments this process maps."""
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
+            return sorted({line.split(None, 5)[5].strip() for line in f
+                           if _SHM_MARK in line and "(deleted)" not in line})
+    except (OSError, IndexError):
+        return []
+
+
+def record_own_shm() -> None:
+    """Tell the launcher which segments this rank maps (right after MPI
+    init), so that it can remove them even if the rank is killed."""
+    where = job_dir()
+    if not where:
+        return
+    segs = own_shm()
+    if segs:
+        with contextlib.suppress(OSError):
+            with open(os.path.join(where, f"{SHM_FILE_PREFIX}{os.getpid()}"), "w", encoding="utf-8") as f:
+                f.write("\n".join(segs) + "\n")
+
+
+def recorded_shm(where: str) -> set[str]:
+    """The segments the ranks listed in job directory ``where`` (launcher side)."""
+    found: set[str] = set()
+    if not os.path.isdir(where):
+        return found
+    for name in os.listdir(where):
+        if name.startswith(SHM_FILE_PREFIX):
+            with contextlib.suppress(OSError):
+                with open(os.path.join(where, name), encoding="utf-8") as f:
+                    found.update(p for p in f.read().split() if p.startswith(_SHM_MARK))
+    return found
+
+
+def record_failure(code: int) -> None:
+    """Tell ``aiopdbp launch`` the job's status: this rank failed.  The ranks
+    exit on their own once the failure is acknowledged; when one exits
+    before the others, hydra kills those still running and mpiexec's status
+    becomes 9 (killed), which would hide the failure's own status."""
+    where = job_dir()
+    if not where:
+        return
+    with contextlib.suppress(OSError):
+        with open(os.path.join(where, FAILED_FILE), "w", encoding="utf-8") as f:
+            f.write(f"{code}\n")
+
+
+def recorded_failure(where: str) -> int | None:
+    """The status a failing rank recorded in job directory ``where`` (None: none did)."""
+    try:
+        with open(os.path.join(where, FAILED_FILE), encoding="utf-8") as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    try:
+        return int(text) if text else None
+    except ValueError:
+        return None

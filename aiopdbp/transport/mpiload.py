@@ -1,0 +1,100 @@
+"""Loading MPI: the thread level, the lazy import of ``mpi4py.MPI`` with a
+start-up watchdog, and the world size read without MPI.
+
+:mod:`aiopdbp.transport.mpi` (the transport) and
+:mod:`aiopdbp.transport.progress` (its engine) both need MPI loaded the same
+way; this module is what they share, so neither imports the other to get
+it.  Importing this module imports neither mpi4py nor MPI.
+
+MPI thread level: ``MPI_THREAD_MULTIPLE`` is requested (see
+:func:`prepare_mpi_import`) because the liveness heartbeat thread
+(:mod:`aiopdbp.hosts.liveness`) calls MPI while the event loop thread posts
+``Isend``.  With MPICH the cost on the message path is within noise.  If the
+application imported mpi4py first, its choice stands.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+from typing import Any
+
+from aiopdbp.env import env_rank, env_size, mpi_thread_level
+
+__all__ = ["ABORT_FLUSH_S", "load_mpi", "mpi_world_size", "prepare_mpi_import"]
+
+#: seconds between a rank's last output and MPI_Abort: hydra's proxy forwards
+#: a rank's output from a pipe, and an abort that came at once lost it under load
+ABORT_FLUSH_S = 0.2
+
+
+def mpi_world_size() -> int:
+    """World size announced by the MPI launcher, without importing mpi4py.
+
+    Returns 1 when no launcher variable is set (plain ``python prog.py``).
+    Use ``mpi_world_size() > 1`` to decide whether to create an
+    :class:`~aiopdbp.transport.mpi.MPITransport` at all.
+    """
+    return env_size()
+
+
+def prepare_mpi_import() -> None:
+    """Set ``mpi4py.rc.thread_level`` before MPI is first initialised.
+
+    ``mpi4py.rc`` is read when ``mpi4py.MPI`` is first imported, so this only
+    has an effect if nobody imported ``mpi4py.MPI`` yet (then the
+    application's choice stands).  Level: env ``AIOPDBP_MPI_THREAD_LEVEL``
+    (single/funneled/serialized/multiple), default ``"multiple"``.
+    """
+    if "mpi4py.MPI" in sys.modules:
+        return
+    import mpi4py
+
+    mpi4py.rc.thread_level = mpi_thread_level()
+
+
+def load_mpi(timeout: float | None = None) -> Any:
+    """Import (and so initialise) ``mpi4py.MPI`` with aiopdbp's settings.
+
+    ``MPI_Init`` waits for every rank of the job (MPICH's start-up exchange),
+    holding the GIL: no exception, no Ctrl-C, no Python thread reaches this
+    process meanwhile.  With ``timeout``, a forked watchdog process ends it
+    with a clear message when the initialisation takes longer, so a rank
+    that never calls ``open_node()`` does not hang the others for ever.
+    """
+    if "mpi4py.MPI" in sys.modules:
+        return sys.modules["mpi4py.MPI"]
+    prepare_mpi_import()
+    dog = _watchdog(timeout) if timeout is not None and mpi_world_size() > 1 else None
+    try:
+        from mpi4py import MPI as _MPI
+    finally:
+        if dog is not None:
+            fd, pid = dog
+            os.close(fd)            # the watchdog sees EOF and leaves
+            os.waitpid(pid, 0)
+    return _MPI
+
+
+def _watchdog(timeout: float) -> tuple[int, int] | None:
+    """Fork a process that kills this one, with the HandshakeError message,
+    unless the pipe it watches is closed within ``timeout`` seconds."""
+    if not hasattr(os, "fork"):  # pragma: no cover - not POSIX
+        return None
+    message = (f"aiopdbp: rank {env_rank()}: HandshakeError: MPI did not start within {timeout:g} s: "
+               "not every rank of the job initialised MPI (a rank that never calls open_node(), or is "
+               "stuck before it); raise handshake_timeout / name_timeout to wait longer\n").encode()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the watchdog child
+        try:
+            os.close(w)
+            if not select.select([r], [], [], timeout)[0]:
+                os.write(2, message)
+                os.kill(os.getppid(), signal.SIGKILL)
+        finally:
+            os._exit(0)
+    os.close(r)
+    return w, pid
