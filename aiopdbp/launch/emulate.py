@@ -55,11 +55,20 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, NamedTuple
 
+from aiopdbp.env import (
+    EMULATE_HOSTS,
+    EMULATE_IP,
+    EMULATE_JOB,
+    EMULATE_LINK_BPS,
+    EMULATE_UNSHARE,
+    inherited,
+    search_path,
+)
+
 __all__ = [
     "STATE_DIR", "EXEC_SCRIPT", "EmulateError", "EmulationUnavailable", "EmulateConfig",
     "EmulatedHost", "EmulatedCluster", "ClusterState", "Tools", "parse_rate", "format_rate",
-    "tbf_args", "requirements_problems", "check_requirements", "cleanup", "launch_emulated",
-    "cleanup_main",
+    "tbf_args", "requirements_problems", "check_requirements", "cleanup", "cleanup_main",
 ]
 
 #: where each job's state file lives (tmpfs: gone at reboot, like the namespaces)
@@ -136,7 +145,7 @@ class Tools(NamedTuple):
 
 
 def _find_tool(name: str) -> str | None:
-    path = os.pathsep.join([os.environ.get("PATH", ""), *_SBIN])
+    path = os.pathsep.join([search_path(), *_SBIN])
     return shutil.which(name, path=path)
 
 
@@ -269,7 +278,7 @@ def _run(argv: Sequence[str], *, missing_ok: bool = False) -> str:
 
     ``missing_ok``: an object that does not exist (already gone) is not an error.
     """
-    env = {**os.environ, "LC_ALL": "C"}
+    env = {**inherited(), "LC_ALL": "C"}
     r = subprocess.run(list(argv), capture_output=True, text=True, env=env, check=False)
     if r.returncode != 0:
         err = r.stderr.strip()
@@ -481,9 +490,9 @@ class EmulatedCluster:
         rec = self._record(up=True)
         assert self._tools is not None
         return {
-            "AIOPDBP_EMULATE_JOB": rec.job, "AIOPDBP_EMULATE_LINK_BPS": str(rec.rate_bps or 0),
-            "AIOPDBP_EMULATE_HOSTS": " ".join(f"{h.address}={h.netns}" for h in rec.hosts),
-            "AIOPDBP_EMULATE_IP": self._tools.ip, "AIOPDBP_EMULATE_UNSHARE": self._tools.unshare or "",
+            EMULATE_JOB: rec.job, EMULATE_LINK_BPS: str(rec.rate_bps or 0),
+            EMULATE_HOSTS: " ".join(f"{h.address}={h.netns}" for h in rec.hosts),
+            EMULATE_IP: self._tools.ip, EMULATE_UNSHARE: self._tools.unshare or "",
             "UCX_TLS": "tcp,self", "UCX_NET_DEVICES": rec.link,
             "FI_PROVIDER": "tcp", "FI_TCP_IFACE": rec.link,
         }
@@ -638,49 +647,6 @@ class EmulateConfig:
         parse_rate(self.link)  # fail early, with the message
         if self.hosts is not None and not 1 <= self.hosts <= MAX_HOSTS:
             raise ValueError(f"--hosts must be 1..{MAX_HOSTS}, not {self.hosts}")
-
-
-def _check_hydra() -> None:
-    from aiopdbp.launch.launcher import find_mpiexec
-
-    exe = find_mpiexec()
-    try:
-        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise EmulationUnavailable(f"cannot run {exe} --version: {exc}") from exc
-    if "HYDRA" not in out:
-        raise EmulationUnavailable(f"--emulate needs MPICH's hydra mpiexec; {exe} is not one "
-                                   "(set AIOPDBP_MPIEXEC to an MPICH mpiexec)")
-
-
-def launch_emulated(
-    n: int,
-    argv: Sequence[str],
-    config: EmulateConfig | str | None = None,
-    *,
-    tcp: bool = False,
-    extra_env: Mapping[str, str] | None = None,
-    mpiexec_args: Sequence[str] = (),
-    timeout: float | None = None,
-    log: Callable[[str], None] | None = None,
-) -> int:
-    """``aiopdbp launch`` on an emulated cluster; returns the job's exit code.
-
-    Builds a cluster of ``config.hosts`` (default ``n``) hosts, runs
-    :func:`aiopdbp.launch.launcher.launch` with hydra pointed at them, and removes the
-    cluster whatever happens.
-    """
-    from aiopdbp.launch.launcher import launch
-
-    if not isinstance(config, EmulateConfig):
-        config = EmulateConfig(link=config if config is not None else "1gbit")
-    check_requirements()  # the clearest error first: privilege and tools
-    _check_hydra()
-    with EmulatedCluster(config.hosts or n, config.link, log=log) as cluster:
-        if log:
-            log(cluster.describe())
-        return launch(n, argv, tcp=tcp, extra_env={**cluster.env(), **(extra_env or {})},
-                      mpiexec_args=[*cluster.mpiexec_args(), *mpiexec_args], timeout=timeout)
 
 
 def cleanup_main(log: Callable[[str], None] | None = None) -> int:

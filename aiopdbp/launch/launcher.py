@@ -28,12 +28,19 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from aiopdbp.launch.emulate import EmulateConfig
+from aiopdbp.env import JOB_DIR, LAUNCHER, inherited, mpiexec_override, recorded_failure, recorded_shm
+from aiopdbp.launch.emulate import (
+    EmulateConfig,
+    EmulatedCluster,
+    EmulateError,
+    EmulationUnavailable,
+    check_requirements,
+)
 
-__all__ = ["JobWatch", "find_mpiexec", "launch", "launch_command", "launch_env", "run_job", "TCP_ENV"]
+__all__ = ["JobWatch", "find_mpiexec", "launch", "launch_command", "launch_emulated", "launch_env",
+           "reporting_failures", "run_job", "TCP_ENV"]
 
 #: environment that forces MPICH onto TCP between local ranks
 TCP_ENV: Mapping[str, str] = {
@@ -66,7 +73,7 @@ def find_mpiexec() -> str:
     file list); ``mpiexec`` then ``mpirun`` on ``PATH``.  Raises
     :class:`FileNotFoundError` with a hint when there is none.
     """
-    override = os.environ.get("AIOPDBP_MPIEXEC")
+    override = mpiexec_override()
     if override:
         found = shutil.which(override)
         if found is None:
@@ -94,7 +101,7 @@ def launch_env(
     *, tcp: bool = False, extra_env: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     """Environment for the launched job: ``base`` (default ``os.environ``) + TCP + extra."""
-    env = dict(os.environ if base is None else base)
+    env = inherited() if base is None else dict(base)
     if tcp:
         env.update(TCP_ENV)
     if extra_env:
@@ -248,12 +255,8 @@ class JobWatch:
 
     def remove_leftovers(self) -> list[str]:
         """Delete the job's shared-memory segments that are still there."""
-        if self.job_dir is not None and os.path.isdir(self.job_dir):
-            for name in os.listdir(self.job_dir):
-                if name.startswith("shm."):
-                    with open(os.path.join(self.job_dir, name), encoding="utf-8") as f:
-                        self.segments.update(p for p in f.read().split() if
-                                             p.startswith("/dev/shm/mpich_shm_"))
+        if self.job_dir is not None:
+            self.segments.update(recorded_shm(self.job_dir))
         removed = []
         for path in sorted(self.segments):
             with contextlib.suppress(OSError):
@@ -276,8 +279,6 @@ def reporting_failures(prog: str, start: Callable[[], int]) -> int:
     """``start()``, with a launcher that cannot start turned into one line on
     stderr and an exit code: 127 without ``mpiexec``, 2 where this machine or
     user cannot emulate a cluster, 1 when the emulation failed."""
-    from aiopdbp.launch.emulate import EmulateError, EmulationUnavailable
-
     try:
         return start()
     except FileNotFoundError as exc:
@@ -319,25 +320,20 @@ def launch(
     left behind are removed (:class:`JobWatch`).
     """
     if emulate is not None:
-        from aiopdbp.launch.emulate import launch_emulated
-
         return launch_emulated(n, argv, emulate, tcp=tcp, extra_env=extra_env,
                                mpiexec_args=list(mpiexec_args), timeout=timeout,
                                log=lambda line: print(f"aiopdbp launch: {line}", file=sys.stderr))
     cmd = launch_command(n, argv, mpiexec_args=mpiexec_args)
-    env = launch_env(tcp=tcp, extra_env={"AIOPDBP_LAUNCHER": "1", **(extra_env or {})})
+    env = launch_env(tcp=tcp, extra_env={LAUNCHER: "1", **(extra_env or {})})
     return run_job(cmd, env, timeout=timeout, grace=grace)
 
 
 def _failed_status(job_dir: str, rc: int) -> int:
-    """The status a failing aiopdbp rank recorded (aiopdbp.runtime.job.record_failure),
+    """The status a failing aiopdbp rank recorded (:func:`aiopdbp.env.record_failure`),
     else mpiexec's ``rc``: hydra reports 9 when it killed a rank that had not
     exited yet, although the job ended because a rank raised."""
-    try:
-        with open(os.path.join(job_dir, "failed"), encoding="utf-8") as f:
-            return int(f.read().strip() or rc)
-    except (OSError, ValueError):
-        return rc
+    recorded = recorded_failure(job_dir)
+    return rc if recorded is None else recorded
 
 
 def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
@@ -359,8 +355,8 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
                 proc.send_signal(signum)
 
     job_dir = tempfile.mkdtemp(prefix="aiopdbp-job-")
-    full_env = dict(os.environ if env is None else env)
-    full_env["AIOPDBP_JOB_DIR"] = job_dir
+    full_env = inherited() if env is None else dict(env)
+    full_env[JOB_DIR] = job_dir
     proc = subprocess.Popen(list(cmd), env=full_env, start_new_session=True,
                             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
                             **popen)
@@ -410,3 +406,43 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
         say(f"interrupted by {name}; the job ended {time.monotonic() - t0:.2f} s later")
         return 128 + signum
     return 128 - rc if rc < 0 else rc
+
+
+# ----------------------------------------------------------------- emulated
+def _check_hydra() -> None:
+    exe = find_mpiexec()
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EmulationUnavailable(f"cannot run {exe} --version: {exc}") from exc
+    if "HYDRA" not in out:
+        raise EmulationUnavailable(f"--emulate needs MPICH's hydra mpiexec; {exe} is not one "
+                                   "(set AIOPDBP_MPIEXEC to an MPICH mpiexec)")
+
+
+def launch_emulated(
+    n: int,
+    argv: Sequence[str],
+    config: EmulateConfig | str | None = None,
+    *,
+    tcp: bool = False,
+    extra_env: Mapping[str, str] | None = None,
+    mpiexec_args: Sequence[str] = (),
+    timeout: float | None = None,
+    log: Callable[[str], None] | None = None,
+) -> int:
+    """``aiopdbp launch`` on an emulated cluster; returns the job's exit code.
+
+    Builds a cluster of ``config.hosts`` (default ``n``) hosts, runs
+    :func:`launch` with hydra pointed at them, and removes the
+    cluster whatever happens.
+    """
+    if not isinstance(config, EmulateConfig):
+        config = EmulateConfig(link=config if config is not None else "1gbit")
+    check_requirements()  # the clearest error first: privilege and tools
+    _check_hydra()
+    with EmulatedCluster(config.hosts or n, config.link, log=log) as cluster:
+        if log:
+            log(cluster.describe())
+        return launch(n, argv, tcp=tcp, extra_env={**cluster.env(), **(extra_env or {})},
+                      mpiexec_args=[*cluster.mpiexec_args(), *mpiexec_args], timeout=timeout)
