@@ -1,25 +1,59 @@
-"""Device (GPU) support: the backend interface, the CuPy and simulated
-backends, and pipelined staging of device arrays through pinned host memory.
+"""Device (GPU) support: move device arrays through pinned host memory.
 
-Importing this package imports neither CuPy nor MPI; :func:`open_backend`
-loads CuPy only when asked for it.
+Theory of operation
+-------------------
+An MPI library that is not CUDA-aware cannot read device memory, so a device
+array travels in chunk-sized pieces staged through a fixed pool of pinned
+host chunks, with the copies of one chunk overlapping the sends of the
+others.
+
+* :class:`DeviceBackend` (``backend``): everything aiopdbp asks of a GPU
+  library -- asynchronous copies between device arrays and host memory on a
+  :class:`Stream`, and an :class:`Event` that says, without blocking, when
+  they are done.  :func:`classify` tells a device array from host data
+  (DLPack), :func:`default_device` picks a rank's GPU from its local rank.
+* Two backends: ``CupyBackend`` (``cupy_backend``, CUDA through CuPy,
+  imported only by :func:`open_backend`) and :class:`SimBackend` (``sim``,
+  CUDA's ordering rules over host memory with injectable faults, for CI).
+* :class:`ChunkPlan` / :class:`ArrayMeta` (``chunks``): how both ends cut an
+  array identically from the header alone; :class:`PinnedChunkPool`, the
+  pinned chunks.
+* :class:`Stager` (``staging``): the pipelined :class:`SendTransfer` /
+  :class:`RecvTransfer` state machines, driven by ``poll()`` from a progress
+  step.  Sends and receives of the pieces are posted through callables the
+  caller hands in (``post_send`` / ``post_recv``), so this package never
+  names a transport.
+
+Importing this package imports neither CuPy nor MPI.  Imports: only
+:mod:`aiopdbp.errors`, :mod:`aiopdbp.env` and this package (streams/ above
+uses it; wire/, pool/ and transport/ beside it are not imported).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from aiopdbp.env import device_backend
 from aiopdbp.errors import DeviceError
-from aiopdbp.device.backend import ArrayInfo, DeviceBackend, Event, Placement, Stream, classify, default_device, is_device_array
+from aiopdbp.device.backend import (
+    ArrayInfo,
+    DeviceBackend,
+    Event,
+    Placement,
+    Stream,
+    classify,
+    default_device,
+    is_device_array,
+    local_rank,
+)
 from aiopdbp.device.chunks import ArrayMeta, ChunkPlan, PinnedChunkPool
 from aiopdbp.device.sim import Fault, SimArray, SimBackend
-from aiopdbp.device.staging import ChunkState, RecvTransfer, SendTransfer, Stager, TransferState
+from aiopdbp.device.staging import ChunkState, RecvTransfer, Request, SendTransfer, Stager, TransferState
 
 __all__ = [
     "ArrayInfo", "ArrayMeta", "ChunkPlan", "ChunkState", "DeviceBackend", "Event", "Fault", "Placement",
-    "PinnedChunkPool", "RecvTransfer", "SendTransfer", "SimArray", "SimBackend", "Stager", "Stream",
-    "TransferState", "classify", "default_device", "is_device_array", "open_backend",
+    "PinnedChunkPool", "RecvTransfer", "Request", "SendTransfer", "SimArray", "SimBackend", "Stager", "Stream",
+    "TransferState", "classify", "default_device", "is_device_array", "local_rank", "open_backend", "BACKENDS",
 ]
 
 BACKENDS = ("auto", "cupy", "sim")
@@ -30,7 +64,7 @@ def open_backend(kind: str | None = None, **options: Any) -> DeviceBackend:
     ``options``), or ``"auto"`` (the default; env ``AIOPDBP_DEVICE`` may name
     one): CuPy when it imports and sees a device, else ``DeviceError``."""
     if kind is None:
-        kind = os.environ.get("AIOPDBP_DEVICE", "").strip().lower() or "auto"
+        kind = device_backend()
     if kind not in BACKENDS:
         raise ValueError(f"device backend must be one of {BACKENDS}, got {kind!r}")
     if kind == "sim":

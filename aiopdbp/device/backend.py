@@ -38,13 +38,14 @@ from __future__ import annotations
 
 import abc
 import enum
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
+
+from aiopdbp.env import LOCAL_RANK_VARS, local_rank
 
 __all__ = [
     "ArrayInfo", "DeviceBackend", "Event", "HostBuffer", "LOCAL_RANK_VARS", "Order",
@@ -262,33 +263,6 @@ def classify(obj: Any) -> Placement:
 def is_device_array(obj: Any) -> bool:
     """True for CUDA and simulated device arrays (see :func:`classify`)."""
     return classify(obj) in (Placement.CUDA, Placement.SIM)
-
-
-#: launcher variables holding the rank's index among the ranks of its host,
-#: in the order they are consulted
-LOCAL_RANK_VARS = (
-    "MPI_LOCALRANKID",  # MPICH hydra, Intel MPI
-    "OMPI_COMM_WORLD_LOCAL_RANK",  # Open MPI
-    "MV2_COMM_WORLD_LOCAL_RANK",  # MVAPICH2
-    "PMI_LOCAL_RANK",
-    "PALS_LOCAL_RANKID",  # Cray PALS
-    "SLURM_LOCALID",  # srun
-    "LOCAL_RANK",  # torchrun and friends
-)
-
-
-def local_rank(environ: Mapping[str, str] | None = None) -> int | None:
-    """This rank's index among the ranks of its host, from the launcher's
-    environment (see :data:`LOCAL_RANK_VARS`), or None outside a launcher."""
-    env = os.environ if environ is None else environ
-    for var in LOCAL_RANK_VARS:
-        raw = env.get(var, "").strip()
-        if raw:
-            try:
-                return int(raw)
-            except ValueError:
-                raise ValueError(f"{var}={raw!r} is not an integer") from None
-    return None
 
 
 def default_device(count: int, environ: Mapping[str, str] | None = None) -> int:

@@ -83,15 +83,14 @@ raise.  A progress engine uses it like this::
 
 ``post_send(piece, buf)`` / ``post_recv(piece, buf)`` get the piece (index,
 byte offset, size) and a ``memoryview`` of exactly ``piece.nbytes`` pinned
-bytes, and return a :class:`Request` (:class:`MPIRequest` wraps an
-``Isend``/``Irecv`` request, :class:`FutureRequest` an asyncio future).
+bytes, and return a :class:`Request` (the transport's raw ``Isend``/``Irecv``
+requests are ones: ``MPITransport.raw_isend``/``raw_irecv``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import enum
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -112,7 +111,7 @@ from aiopdbp.device.chunks import (
 )
 
 __all__ = [
-    "ChunkState", "DEFAULT_MAX_IN_FLIGHT", "FutureRequest", "MPIRequest", "RECV_TRANSITIONS", "RecvTransfer",
+    "ChunkState", "DEFAULT_MAX_IN_FLIGHT", "RECV_TRANSITIONS", "RecvTransfer",
     "Request", "SEND_TRANSITIONS", "SendTransfer", "Stager", "TRANSFER_TRANSITIONS", "Transfer", "TransferState",
 ]
 
@@ -132,39 +131,6 @@ class Request(Protocol):
         """Ask the operation to stop early (best effort; ``done()`` still
         reports when the buffer is free)."""
         ...
-
-
-class FutureRequest:
-    """A :class:`Request` over an ``asyncio`` or ``concurrent.futures`` future."""
-
-    def __init__(self, future: asyncio.Future[Any] | concurrent.futures.Future[Any]) -> None:
-        self.future = future
-
-    def done(self) -> bool:
-        if not self.future.done():
-            return False
-        if self.future.cancelled():
-            raise ClosedResourceError("the request was cancelled")
-        exc = self.future.exception()
-        if exc is not None:
-            raise exc
-        return True
-
-    def cancel(self) -> None:
-        self.future.cancel()
-
-
-class MPIRequest:
-    """A :class:`Request` over an ``mpi4py`` request (``Test``/``Cancel``)."""
-
-    def __init__(self, request: Any) -> None:
-        self.request = request
-
-    def done(self) -> bool:
-        return bool(self.request.Test())
-
-    def cancel(self) -> None:
-        self.request.Cancel()
 
 
 # ----------------------------------------------------------------- transfers
