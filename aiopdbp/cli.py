@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from aiopdbp import __version__
+from aiopdbp.env import uvloop_wanted
 from aiopdbp.errors import PDBPError
 from aiopdbp.runtime.node import Node, open_node, run
 from aiopdbp.runtime.process import GP, Message
@@ -124,7 +125,7 @@ def _cuda_info() -> dict[str, Any]:
 def collect_info() -> dict[str, Any]:
     """Everything ``aiopdbp info`` reports, as a JSON-able dict."""
     uvloop_version = _dist_version("uvloop")
-    use_uvloop = uvloop_version is not None and os.environ.get("AIOPDBP_UVLOOP", "1") != "0"
+    use_uvloop = uvloop_version is not None and uvloop_wanted()
     info: dict[str, Any] = {
         "aiopdbp": __version__,
         "python": f"{platform.python_implementation()} {sys.version.split()[0]} ({sys.executable})",

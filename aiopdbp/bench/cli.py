@@ -8,7 +8,7 @@
   one job per rank count, each into ``OUT/nN/``, then merges their results
   into ``OUT/`` (JSON, CSV, plots with one line per rank count).
 * ``--emulate [--link RATE] [--hosts H]`` runs each of those jobs on an
-  emulated cluster (:func:`aiopdbp.launch.emulate.launch_emulated`: one network
+  emulated cluster (:func:`aiopdbp.launch.launcher.launch_emulated`: one network
   namespace per host, ``tbf``-shaped links, needs root).  The ranks find the
   link in ``AIOPDBP_EMULATE_LINK_BPS`` and label their rows with it
   (``emulated 1gbit (tbf, no added delay)``, ``--line-rate`` from it unless
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,11 +27,11 @@ from typing import Any
 
 from aiopdbp.bench.plan import DEFAULT_SIZES, Options, parse_ranks, parse_rate, parse_sizes
 from aiopdbp.bench.workload import IMPLS, TESTS
+from aiopdbp.env import bench_link, emulated_link_bps, in_mpi_job, inherited
 
 __all__ = ["build_parser", "latency_alias", "main", "register"]
 
 HELP = "benchmarks: aiopdbp vs raw mpi4py, MPI_Alltoall and an asyncio floor (aiopdbp bench -h)"
-_LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "SLURM_STEP_NUM_TASKS")
 
 
 def _csv(kind: tuple[str, ...]) -> Any:
@@ -124,7 +123,7 @@ def to_options(ns: argparse.Namespace, argv: Sequence[str]) -> Options:
     o.stream_recv, o.timeout, o.out, o.plots = ns.stream_recv, ns.timeout, ns.out, ns.plots
     o.profile, o.profile_impls, o.inject_fault = ns.profile, ns.profile_impls, ns.inject_fault
     # with --emulate, --link is the rate of the cluster to build, not a label
-    o.link, o.line_rate = emulated_link(os.environ, None if ns.emulate else ns.link, ns.line_rate)
+    o.link, o.line_rate = emulated_link(inherited(), None if ns.emulate else ns.link, ns.line_rate)
     o.seed, o.uvloop = ns.seed, ns.uvloop
     for name in ("sizes", "bw_sizes", "lat_sizes", "rate_sizes", "repeat", "warmup", "bytes_per_flow",
                  "min_units", "max_units", "lat_iters", "rate_units"):
@@ -144,21 +143,18 @@ def emulated_link(env: Mapping[str, str], link: str | None, line_rate: float) ->
     the line rate defaults to the shaped rate; explicit values win.  Elsewhere
     the label is ``link``, else ``AIOPDBP_BENCH_LINK``.
     """
-    if "AIOPDBP_EMULATE_JOB" not in env:
-        return (link if link is not None else env.get("AIOPDBP_BENCH_LINK", "")), line_rate
+    bps = emulated_link_bps(env)
+    if bps is None:
+        return (link if link is not None else bench_link(env)), line_rate
     from aiopdbp.launch.emulate import format_rate
 
-    try:
-        bps = int(env.get("AIOPDBP_EMULATE_LINK_BPS", "0"))
-    except ValueError:
-        bps = 0
     label = (f"emulated {format_rate(bps)} (tbf, no added delay)" if bps > 0
              else "emulated, unshaped (no tbf, no added delay)")
     return (link if link is not None else label), (line_rate or float(bps))
 
 
 def _in_mpi_job() -> bool:
-    return any(v in os.environ for v in _LAUNCHER_VARS)
+    return in_mpi_job()
 
 
 def _world_size() -> int:

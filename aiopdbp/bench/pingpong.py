@@ -34,7 +34,6 @@ import argparse
 import asyncio
 import gc
 import json
-import os
 import resource
 import sys
 import time
@@ -47,6 +46,7 @@ import numpy as np
 from aiopdbp.bench.aio import AioSide, gp_name, loop_factory
 from aiopdbp.bench.floor import Floor
 from aiopdbp.bench.plan import parse_sizes
+from aiopdbp.env import in_mpi_job
 
 __all__ = ["IMPLS", "main", "summarize_runs"]
 
@@ -60,7 +60,6 @@ PAYLOAD = {
 }
 DEFAULT_SIZES = "8,64,1K,8K,64K,1M,16M,64M"
 QUICK_SIZES = "8,64K,1M"
-_LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "SLURM_STEP_NUM_TASKS")
 _TAG = 5
 
 
@@ -104,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--impls: choose from {', '.join(IMPLS)} (got {bad or 'nothing'})")
     if ns.ranks < 2 or ns.iters < 1 or ns.repeat < 1:
         parser.error("-n must be >= 2, --iters and --repeat >= 1")
-    if not any(v in os.environ for v in _LAUNCHER_VARS):
+    if not in_mpi_job():
         from aiopdbp.launch.launcher import launch, reporting_failures
 
         child = ["-m", "aiopdbp.bench", "pingpong", *_child_argv(args)]

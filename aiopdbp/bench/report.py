@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from aiopdbp.bench.stats import mean_of_ratios, speed_ratio, summarize
+from aiopdbp.env import mpi_settings
 
 __all__ = [
     "DESCRIPTIONS",
@@ -84,7 +85,6 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
 }
 UNITS = {"latency": "us", "rate": "msg/s"}
 BASELINES = ("raw", "floor", "floor64k", "alltoall")
-_MPI_ENV = ("UCX_", "MPIR_CVAR_", "MPICH_", "FI_", "OMPI_MCA_", "I_MPI_", "HYDRA_", "AIOPDBP_")
 
 
 # ------------------------------------------------------------------ machine
@@ -130,7 +130,7 @@ def machine_info() -> dict[str, Any]:
             info["mpi_standard"] = "%d.%d" % mpi.Get_version()
         except Exception as exc:  # depends on the MPI build
             info["mpi_library"] = f"unknown ({exc!r})"
-    info["env"] = {k: v for k, v in sorted(os.environ.items()) if k.startswith(_MPI_ENV)}
+    info["env"] = mpi_settings()
     return info
 
 
@@ -139,8 +139,8 @@ def transport_label(hosts: Sequence[str], link: str) -> str:
     distinct = len(set(hosts))
     if distinct > 1:
         base = f"network ({distinct} hosts)"
-    elif os.environ.get("MPIR_CVAR_NOLOCAL") == "1":
-        base = f"tcp (MPIR_CVAR_NOLOCAL=1, UCX_TLS={os.environ.get('UCX_TLS', '-')})"
+    elif (settings := mpi_settings()).get("MPIR_CVAR_NOLOCAL") == "1":
+        base = f"tcp (MPIR_CVAR_NOLOCAL=1, UCX_TLS={settings.get('UCX_TLS', '-')})"
     else:
         base = "shm"
     return f"{base}, {link}" if link else base

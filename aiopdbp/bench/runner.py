@@ -21,7 +21,6 @@ import asyncio
 import cProfile
 import gc
 import io
-import os
 import pstats
 import socket
 import sys
@@ -36,6 +35,7 @@ from aiopdbp.bench.floor import Floor, run_bandwidth, run_flows
 from aiopdbp.bench.plan import Case, Options, cases, impls_for
 from aiopdbp.bench.report import Progress, collect_meta, write_outputs
 from aiopdbp.bench.workload import Checker, Measure, Ring, flows
+from aiopdbp.env import launcher_rank
 
 __all__ = ["VerificationError", "run_job"]
 
@@ -237,7 +237,8 @@ def run_job(opts: Options) -> int:
 
 def _abort() -> None:
     """Print the traceback and abort the whole job (never leave peers waiting)."""
-    rank = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "?"))
+    known = launcher_rank()
+    rank = "?" if known is None else known
     print(f"aiopdbp bench: rank {rank} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
     try:
         from mpi4py import MPI

@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 from aiopdbp.device.backend import DeviceBackend
 from aiopdbp.streams.devicepath import DeviceConfig, DevicePath
+from aiopdbp.env import local_transport_forced
 from aiopdbp.errors import ClosedResourceError
 from aiopdbp.runtime.job import current_job, root_cause, summary
 from aiopdbp.runtime.job import run as run
@@ -497,7 +497,7 @@ def open_node(transport: Transport | None = None, **options: Any) -> Node:
 
 
 def _default_transport(options: dict[str, Any]) -> Transport | None:
-    if os.environ.get("AIOPDBP_TRANSPORT", "").lower() == "local":
+    if local_transport_forced():
         return None
     try:
         from aiopdbp.transport.mpi import MPITransport, mpi_world_size

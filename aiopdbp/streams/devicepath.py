@@ -48,7 +48,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import logging
-import os
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -57,6 +56,7 @@ import numpy as np
 
 from aiopdbp.wire.codec import CDU, Kind, StreamOp
 from aiopdbp.device import open_backend
+from aiopdbp.env import device_backend
 from aiopdbp.device.backend import DeviceBackend, Event, Order, Stream, default_device
 from aiopdbp.device.chunks import DEFAULT_CHUNK_SIZE, DEFAULT_POOL_BYTES, ArrayMeta, ChunkPlan, Piece, segment_view
 from aiopdbp.device.staging import DEFAULT_MAX_IN_FLIGHT, Stager, Transfer
@@ -117,7 +117,7 @@ def device_config(value: DeviceConfig | str | DeviceBackend | None) -> DeviceCon
     else:
         raise TypeError(f"device= takes a backend name, a DeviceBackend or a DeviceConfig, not {value!r}")
     if cfg.backend is None:
-        cfg.backend = os.environ.get("AIOPDBP_DEVICE", "").strip().lower() or "auto"
+        cfg.backend = device_backend()
     if isinstance(cfg.backend, str) and cfg.backend not in BACKEND_CHOICES:
         raise ValueError(f"device backend must be one of {BACKEND_CHOICES}, got {cfg.backend!r}")
     return cfg
