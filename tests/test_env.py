@@ -1,0 +1,169 @@
+"""The environment is read in one module (aiopdbp.env), by typed functions;
+the bottom layers import nothing from the layers above them."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aiopdbp import env
+from aiopdbp.transport.mpiload import mpi_world_size
+
+PACKAGE = Path(env.__file__).parent
+LAUNCHER_VARS = (*env.RANK_VARS, *env.SIZE_VARS, *env.LOCAL_RANK_VARS, *env.LOCAL_SIZE_VARS, *env.JOB_VARS)
+
+
+@pytest.fixture
+def clean(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No launcher variable set."""
+    for var in LAUNCHER_VARS:
+        monkeypatch.delenv(var, raising=False)
+    return monkeypatch
+
+
+def _reads_environment(tree: ast.AST) -> list[int]:
+    """Lines that touch ``os.environ``/``os.getenv`` or import them from os."""
+    lines = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr in ("environ", "environb", "getenv", "getenvb")
+                and isinstance(node.value, ast.Name) and node.value.id == "os"):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module == "os" and any(
+                a.name in ("environ", "environb", "getenv", "getenvb") for a in node.names):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_module_but_env_reads_the_environment() -> None:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "env.py" and path.parent == PACKAGE:
+            continue
+        lines = _reads_environment(ast.parse(path.read_text(encoding="utf-8")))
+        if lines:
+            found[str(path.relative_to(PACKAGE.parent))] = lines
+    assert found == {}
+
+
+def test_env_rank_without_launcher_is_zero(clean: pytest.MonkeyPatch) -> None:
+    assert (env.env_rank(), env.launcher_rank()) == (0, None)
+
+
+def test_env_rank_skips_a_garbage_variable(clean: pytest.MonkeyPatch) -> None:
+    clean.setenv("OMPI_COMM_WORLD_RANK", "x")
+    clean.setenv("PMI_RANK", "3")
+    assert env.env_rank() == 3
+
+
+def test_env_size_without_launcher_is_one(clean: pytest.MonkeyPatch) -> None:
+    assert env.env_size() == 1
+
+
+def test_env_size_is_what_the_transport_reports(clean: pytest.MonkeyPatch) -> None:
+    clean.setenv("PMI_SIZE", "4")
+    assert env.env_size() == mpi_world_size() == 4
+
+
+def test_local_ranks_reads_hydras_count_without_its_suffix(clean: pytest.MonkeyPatch) -> None:
+    clean.setenv("MPI_LOCALNRANKS", "3(x2)")
+    assert env.local_ranks() == 3
+
+
+def test_in_mpi_job_under_hydra(clean: pytest.MonkeyPatch) -> None:
+    assert not env.in_mpi_job()
+    clean.setenv("PMI_RANK", "0")
+    assert env.in_mpi_job()
+
+
+def test_flags_are_on_unless_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(env.DOORBELL, raising=False)
+    monkeypatch.setenv(env.UVLOOP, "0")
+    assert (env.doorbell_enabled(), env.uvloop_wanted()) == (True, False)
+
+
+def test_device_backend_defaults_to_auto_and_lowers_the_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(env.DEVICE, raising=False)
+    assert env.device_backend() == "auto"
+    monkeypatch.setenv(env.DEVICE, " SIM ")
+    assert env.device_backend() == "sim"
+
+
+def test_microsecond_setting_is_read_in_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(env.SPIN_US, "5")
+    monkeypatch.delenv(env.IDLE_MAX_US, raising=False)
+    assert (env.spin_seconds(1.0), env.idle_max_seconds(0.05)) == (pytest.approx(5e-6), 0.05)
+
+
+def test_microsecond_setting_not_a_number_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(env.MAX_BACKOFF_US, "fast")
+    with pytest.raises(ValueError, match="AIOPDBP_MAX_BACKOFF_US='fast' is not a number"):
+        env.max_backoff_seconds(1e-3)
+
+
+def test_mpi_thread_level_rejects_an_unknown_level(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(env.MPI_THREAD_LEVEL, "lots")
+    with pytest.raises(ValueError, match="is not an MPI thread level"):
+        env.mpi_thread_level()
+
+
+def test_emulated_link_bps_only_on_an_emulated_cluster() -> None:
+    assert env.emulated_link_bps({}) is None
+    assert env.emulated_link_bps({env.EMULATE_JOB: "ab12cd", env.EMULATE_LINK_BPS: "1000"}) == 1000
+    assert env.emulated_link_bps({env.EMULATE_JOB: "ab12cd", env.EMULATE_LINK_BPS: "?"}) == 0
+
+
+def test_job_directory_carries_a_failure_status(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert env.recorded_failure(str(tmp_path)) is None
+    monkeypatch.setenv(env.JOB_DIR, str(tmp_path))
+    env.record_failure(1)
+    assert env.recorded_failure(str(tmp_path)) == 1
+
+
+def test_job_directory_lists_only_mpich_segments(tmp_path: Path) -> None:
+    (tmp_path / f"{env.SHM_FILE_PREFIX}123").write_text("/dev/shm/mpich_shm_a\n/etc/passwd\n")
+    (tmp_path / env.FAILED_FILE).write_text("/dev/shm/mpich_shm_b\n")
+    assert env.recorded_shm(str(tmp_path)) == {"/dev/shm/mpich_shm_a"}
+
+
+def test_without_job_directory_nothing_is_recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(env.JOB_DIR, raising=False)
+    monkeypatch.chdir(tmp_path)
+    env.record_failure(1)
+    env.record_own_shm()
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------ the layers
+#: a bottom package and the aiopdbp modules it may load: the foundation and itself
+BOTTOM = {
+    "aiopdbp.env": (),
+    "aiopdbp.errors": (),
+    "aiopdbp.stall": (),
+    "aiopdbp.transport": ("aiopdbp.transport",),
+    "aiopdbp.device": ("aiopdbp.device",),
+    "aiopdbp.launch": ("aiopdbp.launch",),
+}
+FOUNDATION = {"aiopdbp", "aiopdbp.env", "aiopdbp.errors", "aiopdbp.stall"}
+
+
+def _loaded_by(module: str) -> tuple[list[str], bool]:
+    code = ("import sys, " + module + "\n"
+            "print(' '.join(m for m in sys.modules if m.startswith('aiopdbp')))\n"
+            "print('mpi4py' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
+    assert r.returncode == 0, r.stderr
+    mods, mpi = r.stdout.splitlines()
+    return mods.split(), mpi == "True"
+
+
+@pytest.mark.parametrize("module", sorted(BOTTOM))
+def test_bottom_layer_loads_nothing_above_it_nor_mpi4py(module: str) -> None:
+    mods, mpi = _loaded_by(module)
+    above = [m for m in mods if m not in FOUNDATION and not m.startswith(BOTTOM[module] or ("-",))]
+    assert (above, mpi) == ([], False)
