@@ -16,7 +16,8 @@ layers, top to bottom (a package imports only packages below it)::
     routing                  pipes, the router, the PipeManager
     hosts                    one remote host: sequencer, inbound, credit, failure
     wire  pool  transport  device
-    errors  env  stall       the foundation
+    stall  env               wait reports; the environment, read in one place
+    errors                   the exceptions
 """
 
 from __future__ import annotations
