@@ -36,7 +36,7 @@ from aiopdbp.env import uvloop_wanted
 from aiopdbp.errors import PDBPError
 from aiopdbp.runtime.node import Node, open_node, run
 from aiopdbp.runtime.process import GP, Message
-from aiopdbp.streams.stream import IncomingStream
+from aiopdbp.streams.receiver import IncomingStream
 
 if TYPE_CHECKING:
     from aiopdbp.launch.emulate import EmulateConfig

@@ -132,12 +132,13 @@ class Node:
         self.cps_streams = PipePool(1 << 30, stream_pipes, first_id=1 << 20, label="cps")
         self.manager = PipeManager()
         self.router = Router(self.tables, self.pps, self.rank, name_timeout=name_timeout,
+                             submit=self.manager.submit, offer=self.manager.offer,
                              bind_timeout=cfg.bind_timeout, window=cfg.gp_window)
+        self.devices = DevicePath(device, rank=self.rank, tables=self.tables, router=self.router,
+                                  submit=self.manager.submit, transport=transport)
         self.streams = StreamTable(self.rank, stream_window, self.tables, self.pps, self.cps_streams,
-                                   self.router,
-                                   submit=self.manager.submit, watch=self.manager.watch)
-        self.devices = DevicePath(self, device)
-        self.streams.device = self.devices
+                                   self.router, submit=self.manager.submit, watch=self.manager.watch,
+                                   device=self.devices)
         self._gps: dict[int, GP] = {}
         self._started = False
         self._closed = False

@@ -63,7 +63,7 @@ from aiopdbp.routing.pipes import Pipe, PipePool
 from aiopdbp.routing.router import Router, Target
 from aiopdbp.streams.protocol import Registry, StreamState
 from aiopdbp.stall import Waits
-from aiopdbp.streams.stream import IncomingStream, StreamMeta
+from aiopdbp.streams.receiver import IncomingStream, StreamMeta
 from aiopdbp.hosts.tables import StreamEntry, Tables
 
 log = logging.getLogger("aiopdbp.streams.table")
@@ -330,7 +330,7 @@ class StreamTable:
 
     def __init__(self, rank: int, window: int, tables: Tables, pps: PipePool, cps: PipePool,
                  router: Router, *, submit: Callable[[Any, int, Any], None],
-                 watch: Callable[[Pipe[Any]], None]) -> None:
+                 watch: Callable[[Pipe[Any]], None], device: StreamDevices | None = None) -> None:
         self.rank = rank
         self.window = window
         self.tables = tables
@@ -338,7 +338,7 @@ class StreamTable:
         self.cps = cps
         self.router = router
         self.peers: StreamPeers | None = None
-        self.device: StreamDevices | None = None
+        self.device = device
         #: this host's MTA rows: its outgoing streams (PipeA) and incoming ones (PipeB)
         self.mta: dict[tuple[int, int], StreamEntry] = {}
         self._submit = submit

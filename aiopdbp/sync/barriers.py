@@ -95,11 +95,11 @@ import numpy as np
 from aiopdbp.wire.codec import Kind
 from aiopdbp.errors import BarrierError, ClosedResourceError, NoPipeError, PDBPError, WouldBlock
 from aiopdbp.runtime.process import GP, Message
-from aiopdbp.streams.stream import IncomingStream
+from aiopdbp.streams.receiver import IncomingStream
 from aiopdbp.hosts.tables import PType
 
 if TYPE_CHECKING:
-    from aiopdbp.runtime.node import Node
+    from aiopdbp.runtime.process import GPHost
 
 __all__ = [
     "ALGORITHMS", "Barrier", "BarrierStats", "BarrierSummary", "BarrierTimeoutError",
@@ -287,10 +287,10 @@ class _Registry:
                 member.on_pid_freed(index)
 
 
-_REGISTRIES: weakref.WeakKeyDictionary[Node, _Registry] = weakref.WeakKeyDictionary()
+_REGISTRIES: weakref.WeakKeyDictionary[GPHost, _Registry] = weakref.WeakKeyDictionary()
 
 
-def _registry(node: Node) -> _Registry:
+def _registry(node: GPHost) -> _Registry:
     reg = _REGISTRIES.get(node)
     if reg is None:
         reg = _Registry()

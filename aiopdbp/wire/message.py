@@ -1,5 +1,5 @@
 """What a GP receives: :class:`Message` (the stream counterpart lives in
-:mod:`aiopdbp.streams.stream`), and what a message costs in flow-control credit."""
+:mod:`aiopdbp.streams.receiver`), and what a message costs in flow-control credit."""
 
 from __future__ import annotations
 
