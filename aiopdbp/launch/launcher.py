@@ -100,7 +100,7 @@ def find_mpiexec() -> str:
 def launch_env(
     *, tcp: bool = False, extra_env: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """Environment for the launched job: ``base`` (default ``os.environ``) + TCP + extra."""
+    """Environment for the launched job: ``base`` (default: this process's) + TCP + extra."""
     env = inherited() if base is None else dict(base)
     if tcp:
         env.update(TCP_ENV)

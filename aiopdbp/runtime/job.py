@@ -67,9 +67,6 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, NoReturn, Protocol, TextIO, TypeVar
 
 from aiopdbp.env import (
-    FAILED_FILE,
-    JOB_DIR_ENV,
-    LAUNCHER,
     env_rank,
     env_size,
     own_shm,
@@ -85,10 +82,8 @@ T = TypeVar("T")
 
 __all__ = ["Job", "Stop", "StopKind", "run", "current_job", "env_rank", "env_size",
            "unlink_own_shm", "own_shm", "record_own_shm", "consequence_of", "leaves", "root_cause",
-           "summary", "where", "record_failure", "FAILED_FILE", "JOB_DIR_ENV", "LAUNCHER_ENV"]
+           "summary", "where"]
 
-#: set by ``aiopdbp launch``: the launcher reports interrupts itself
-LAUNCHER_ENV = LAUNCHER
 #: how long a failing rank waits for the peers to acknowledge its failure
 ACK_GRACE = 1.0
 #: how long a failing rank waits between printing its traceback and telling

@@ -210,11 +210,6 @@ class RecvBufferCache:
             self._free.clear()
             self._bytes = 0
 
-    @property
-    def cached_bytes(self) -> int:
-        return self._bytes
-
-
 
 class _SendOp:
     """One ``post_send`` call: its future, requests still running, blocks kept alive."""
