@@ -299,7 +299,7 @@ class Node:
             raise ValueError("device= and to_device= are for SGPs (ptype=PType.GPU)")
         # an SGP's device is known before the registration is, so data that
         # arrives before this call resumes lands on it
-        bound = self.devices.bind(name, device, to_device) if ptype is PType.GPU else None
+        bound = self.devices.sgps.bind(name, device, to_device) if ptype is PType.GPU else None
         try:
             pipe = self.pps.apply_nowait() if bind else None
             try:
@@ -311,11 +311,11 @@ class Node:
                 raise
         except BaseException:
             if bound is not None:
-                self.devices.unbind(name)
+                self.devices.sgps.unbind(name)
             raise
         if bound is not None:
             gp: GP = SGP(self, name, pid, device=bound[0], stream=bound[1], to_device=to_device)
-            self.devices.add_sgp(gp)  # type: ignore[arg-type]
+            self.devices.sgps.add(gp)  # type: ignore[arg-type]
         else:
             gp = GP(self, name, pid, ptype)
         if pipe is not None:
@@ -393,7 +393,7 @@ class Node:
         table update that frees its name everywhere may still be on its way.
         """
         self._gps.pop(gp.pid, None)
-        self.devices.remove_sgp(gp.pid)
+        self.devices.sgps.remove(gp.pid)
         if gp.pid in self.tables.pta and not self._closed:
             if wait:
                 await self.commit("proc_free", gp.pid)
@@ -410,7 +410,7 @@ class Node:
             if gp.pid in self.tables.pta:
                 self.commit_nowait("pipe_release", gp.pid)
         self._gps.pop(gp.pid, None)
-        self.devices.remove_sgp(gp.pid)
+        self.devices.sgps.remove(gp.pid)
         if gp.pid in self.tables.pta:
             self.commit_nowait("proc_free", gp.pid)
 
