@@ -32,6 +32,7 @@ first (:mod:`aiopdbp.runtime.job`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import contextlib
 import os
 import socket
@@ -121,12 +122,12 @@ class Node:
         self.stream_window = stream_window
         self.name_timeout = name_timeout
         cfg = remote or RemoteConfig()
-        if close_timeout is not None:
-            cfg.close_timeout = close_timeout
-        if handshake_timeout is not None:
-            cfg.handshake_timeout = handshake_timeout
-        elif cfg.handshake_timeout is None:
-            cfg.handshake_timeout = max(name_timeout, DEFAULT_NAME_TIMEOUT)  # one rule for "is it there yet?"
+        if handshake_timeout is None and cfg.handshake_timeout is None:
+            handshake_timeout = max(name_timeout, DEFAULT_NAME_TIMEOUT)  # one rule for "is it there yet?"
+        # a copy: the caller's RemoteConfig is theirs, never changed here
+        cfg = dataclasses.replace(
+            cfg, close_timeout=cfg.close_timeout if close_timeout is None else close_timeout,
+            handshake_timeout=cfg.handshake_timeout if handshake_timeout is None else handshake_timeout)
         self.tables = Tables()
         self.pps = PipePool(pipe_capacity, max_pipes, label="pps")
         self.cps_streams = PipePool(1 << 30, stream_pipes, first_id=1 << 20, label="cps")
