@@ -32,6 +32,7 @@ first (:mod:`aiopdbp.runtime.job`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import contextlib
 import socket
 from collections.abc import AsyncIterator
@@ -121,12 +122,12 @@ class Node:
         self.stream_window = stream_window
         self.name_timeout = name_timeout
         cfg = remote or RemoteConfig()
-        if close_timeout is not None:
-            cfg.close_timeout = close_timeout
-        if handshake_timeout is not None:
-            cfg.handshake_timeout = handshake_timeout
-        elif cfg.handshake_timeout is None:
-            cfg.handshake_timeout = max(name_timeout, DEFAULT_NAME_TIMEOUT)  # one rule for "is it there yet?"
+        if handshake_timeout is None and cfg.handshake_timeout is None:
+            handshake_timeout = max(name_timeout, DEFAULT_NAME_TIMEOUT)  # one rule for "is it there yet?"
+        # a copy: the caller's RemoteConfig is theirs, never changed here
+        cfg = dataclasses.replace(
+            cfg, close_timeout=cfg.close_timeout if close_timeout is None else close_timeout,
+            handshake_timeout=cfg.handshake_timeout if handshake_timeout is None else handshake_timeout)
         self.tables = Tables()
         self.pps = PipePool(pipe_capacity, max_pipes, label="pps")
         self.cps_streams = PipePool(1 << 30, stream_pipes, first_id=1 << 20, label="cps")
@@ -299,7 +300,7 @@ class Node:
             raise ValueError("device= and to_device= are for SGPs (ptype=PType.GPU)")
         # an SGP's device is known before the registration is, so data that
         # arrives before this call resumes lands on it
-        bound = self.devices.bind(name, device, to_device) if ptype is PType.GPU else None
+        bound = self.devices.sgps.bind(name, device, to_device) if ptype is PType.GPU else None
         try:
             pipe = self.pps.apply_nowait() if bind else None
             try:
@@ -311,11 +312,11 @@ class Node:
                 raise
         except BaseException:
             if bound is not None:
-                self.devices.unbind(name)
+                self.devices.sgps.unbind(name)
             raise
         if bound is not None:
             gp: GP = SGP(self, name, pid, device=bound[0], stream=bound[1], to_device=to_device)
-            self.devices.add_sgp(gp)  # type: ignore[arg-type]
+            self.devices.sgps.add(gp)  # type: ignore[arg-type]
         else:
             gp = GP(self, name, pid, ptype)
         if pipe is not None:
@@ -393,7 +394,7 @@ class Node:
         table update that frees its name everywhere may still be on its way.
         """
         self._gps.pop(gp.pid, None)
-        self.devices.remove_sgp(gp.pid)
+        self.devices.sgps.remove(gp.pid)
         if gp.pid in self.tables.pta and not self._closed:
             if wait:
                 await self.commit("proc_free", gp.pid)
@@ -410,7 +411,7 @@ class Node:
             if gp.pid in self.tables.pta:
                 self.commit_nowait("pipe_release", gp.pid)
         self._gps.pop(gp.pid, None)
-        self.devices.remove_sgp(gp.pid)
+        self.devices.sgps.remove(gp.pid)
         if gp.pid in self.tables.pta:
             self.commit_nowait("proc_free", gp.pid)
 

@@ -82,7 +82,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("aiopdbp.streams.devicepath")
 
-__all__ = ["BACKEND_CHOICES", "DeviceConfig", "DeviceGP", "DevicePath", "Sender", "device_config"]
+__all__ = ["BACKEND_CHOICES", "DeviceBindings", "DeviceConfig", "DeviceGP", "DevicePath", "Sender", "device_config"]
 
 
 class Sender(Protocol):
@@ -171,6 +171,73 @@ class _OutSend:
         self.transfer: Transfer | None = None
 
 
+class DeviceBindings:
+    """The SGPs of a node and their devices: where device data for a GP lands."""
+
+    def __init__(self, tables: Tables, backend: Callable[[], DeviceBackend]) -> None:
+        self._tables = tables
+        self._backend = backend    # opens the node's backend on first use
+        self._sgps: dict[int, DeviceGP] = {}
+        # name -> (device, to_device) from before the registration is applied,
+        # so a transfer that arrives before register() resumes lands right
+        self._by_name: dict[str, tuple[int, bool]] = {}
+
+    def __len__(self) -> int:
+        return len(self._sgps)
+
+    def bind(self, name: str, device: int | None, to_device: bool) -> tuple[int, Stream]:
+        """Validate the device of SGP ``name`` (default: the rank's) and make
+        its stream; from now on data for ``name`` lands on that device."""
+        backend = self._backend()
+        dev = backend.get_device() if device is None else device
+        if type(dev) is not int or not 0 <= dev < backend.device_count():
+            raise ValueError(f"device must be an int in [0, {backend.device_count()}), got {device!r}")
+        stream = backend.create_stream(dev)
+        self._by_name[name] = (dev, bool(to_device))
+        return dev, stream
+
+    def unbind(self, name: str) -> None:
+        """SGP ``name`` was not registered after all, or is gone."""
+        self._by_name.pop(name, None)
+
+    def add(self, gp: DeviceGP) -> None:
+        """SGP ``gp`` is registered."""
+        self._sgps[gp.pid] = gp
+
+    def remove(self, pid: int) -> None:
+        """GP ``pid`` is gone (nothing happens if it was no SGP)."""
+        gp = self._sgps.pop(pid, None)
+        if gp is not None:
+            self.unbind(gp.name)
+
+    def get(self, pid: int) -> DeviceGP | None:
+        """The SGP ``pid`` of this node, if it is one."""
+        return self._sgps.get(pid)
+
+    def binding(self, pid: int, name: str = "") -> tuple[int, bool] | None:
+        """(device, to_device) of GP ``pid`` (or, not registered yet here, of ``name``)."""
+        gp = self._sgps.get(pid)
+        if gp is not None:
+            return gp.device, gp.to_device
+        known = self._tables.names.get(pid)
+        b = None if known is None else self._by_name.get(known)
+        return b if b is not None or not name else self._by_name.get(name)
+
+    def device_of(self, pid: int) -> int | None:
+        """The device of GP ``pid`` if it is an SGP of this node, else None."""
+        b = self.binding(pid)
+        return None if b is None else b[0]
+
+    def wants_device(self, pid: int) -> bool:
+        """True for an SGP of this node opened with ``to_device=True``."""
+        b = self.binding(pid)
+        return b is not None and b[1]
+
+    def any_to_device(self) -> bool:
+        """True if some SGP of this node was opened with ``to_device=True``."""
+        return any(td for _, td in self._by_name.values())
+
+
 class DevicePath:
     """A node's device support (see the module docstring)."""
 
@@ -186,10 +253,8 @@ class DevicePath:
         self.backend: DeviceBackend | None = None
         self.stager: Stager | None = None
         self._owns_backend = False
-        self._sgps: dict[int, DeviceGP] = {}
-        # name -> (device, to_device) from before the registration is applied,
-        # so a transfer that arrives before register() resumes lands right
-        self._by_name: dict[str, tuple[int, bool]] = {}
+        #: the SGPs of this node and their devices
+        self.sgps = DeviceBindings(tables, lambda: self.open().backend)
         self._jobs: list[RecvJob] = []
         self._outs: set[_OutSend] = set()
         self._events: list[tuple[Event, asyncio.Future[None]]] = []
@@ -269,45 +334,9 @@ class DevicePath:
             self.backend.close()
 
     # ----------------------------------------------------------------- SGPs
-    def bind(self, name: str, device: int | None, to_device: bool) -> tuple[int, Stream]:
-        """Validate the device of SGP ``name`` (default: the rank's) and make
-        its stream; from now on data for ``name`` lands on that device."""
-        backend = self.open().backend
-        dev = backend.get_device() if device is None else device
-        if type(dev) is not int or not 0 <= dev < backend.device_count():
-            raise ValueError(f"device must be an int in [0, {backend.device_count()}), got {device!r}")
-        stream = backend.create_stream(dev)
-        self._by_name[name] = (dev, bool(to_device))
-        return dev, stream
-
-    def unbind(self, name: str) -> None:
-        """SGP ``name`` was not registered after all, or is gone."""
-        self._by_name.pop(name, None)
-
-    def add_sgp(self, gp: DeviceGP) -> None:
-        self._sgps[gp.pid] = gp
-
-    def remove_sgp(self, pid: int) -> None:
-        gp = self._sgps.pop(pid, None)
-        if gp is not None:
-            self.unbind(gp.name)
-
-    def _binding(self, pid: int) -> tuple[int, bool] | None:
-        gp = self._sgps.get(pid)
-        if gp is not None:
-            return gp.device, gp.to_device
-        name = self._tables.names.get(pid)
-        return None if name is None else self._by_name.get(name)
-
-    def device_of(self, pid: int) -> int | None:
-        """The device of GP ``pid`` if it is an SGP of this node, else None."""
-        b = self._binding(pid)
-        return None if b is None else b[0]
-
     def wants_device(self, pid: int) -> bool:
         """True for an SGP of this node opened with ``to_device=True``."""
-        b = self._binding(pid)
-        return b is not None and b[1]
+        return self.sgps.wants_device(pid)
 
     # --------------------------------------------------------------- poller
     def _busy(self) -> bool:
@@ -400,15 +429,9 @@ class DevicePath:
         """Order ``copy_stream`` after the producer's stream and the sender's gp.stream."""
         backend = self.open().backend
         backend.wait_event(copy_stream, backend.record_event(info_stream))
-        own = self._sgps.get(gp.pid)
+        own = self.sgps.get(gp.pid)
         if own is not None:
             backend.wait_event(copy_stream, backend.record_event(own.device_stream))
-
-    def _local_stream(self, device: int) -> Stream:
-        s = self._copy_streams.get(device)
-        if s is None:
-            s = self._copy_streams[device] = self.open().backend.create_stream(device)
-        return s
 
     async def local_payload(self, gp: Sender, data: Any, device: int | None, copy: bool) -> Any:
         """What a GP of this node receives for device array ``data``: a copy
@@ -423,7 +446,7 @@ class DevicePath:
                 out[piece.offset: piece.offset + piece.nbytes] = np.frombuffer(buf, dtype=np.uint8)
                 return _DONE
 
-            own = self._sgps.get(gp.pid)
+            own = self.sgps.get(gp.pid)
             if own is not None:
                 s = stager.copy_streams(info.device)[0]
                 backend.wait_event(s, backend.record_event(own.device_stream))
@@ -431,7 +454,9 @@ class DevicePath:
             order = info.order or "C"
             shaped = out.view(info.dtype).reshape(info.shape[::-1] if order == "F" else info.shape)
             return shaped.T if order == "F" else shaped
-        s = self._local_stream(info.device)
+        if info.device not in self._copy_streams:  # one copy stream per device, made on first use
+            self._copy_streams[info.device] = backend.create_stream(info.device)
+        s = self._copy_streams[info.device]
         if not copy and info.device == device:
             self._producer_waits(gp, info.stream, s)
             await self.wait(backend.record_event(s))
@@ -447,7 +472,7 @@ class DevicePath:
     async def to_device(self, host: Any, pid: int) -> Any:
         """Host array ``host`` as a new device array on SGP ``pid``'s device
         (pinned staging); other payloads are returned as they are."""
-        device = self.device_of(pid)
+        device = self.sgps.device_of(pid)
         if device is None or not isinstance(host, np.ndarray):
             return host
         arr = host if host.flags.c_contiguous or host.flags.f_contiguous else np.ascontiguousarray(host)
@@ -481,7 +506,7 @@ class DevicePath:
         await router.reserve(tgt, pid, cost, timeout, f"GP {dest!r}", gp.name)
         try:
             async with asyncio.timeout(timeout):
-                payload = await self.local_payload(gp, data, self.device_of(pid), copy)
+                payload = await self.local_payload(gp, data, self.sgps.device_of(pid), copy)
         except BaseException:
             tgt.unreserve(pid, cost)
             raise
@@ -508,15 +533,6 @@ class DevicePath:
         self.counts["sent_local"] += 1
         return n
 
-    def _tag(self, host: int) -> int:
-        transport = self._transport
-        limit = transport.raw_tag_limit if transport is not None else 0
-        if limit <= 0:
-            raise TransportError("this transport cannot carry device arrays (it has no raw messages)")
-        n = self._tags.get(host, 0)
-        self._tags[host] = n + 1
-        return n % limit
-
     async def _send_remote(self, gp: Sender, streams: StreamTable, pid: int, data: Any, *, com: int, kind: Kind | None,
                            timeout: float | None, segment_size: int | None) -> int:
         """Stage a device array out to GP ``pid`` on another node (a device stream)."""
@@ -526,7 +542,12 @@ class DevicePath:
         host = tables.process(pid).node
         chunk = stager.pool.chunk_size
         piece = min(segment_size or chunk, chunk)
-        sent = _OutSend(host, self._tag(host), 0)
+        limit = self._transport.raw_tag_limit if self._transport is not None else 0
+        if limit <= 0:
+            raise TransportError("this transport cannot carry device arrays (it has no raw messages)")
+        n = self._tags.get(host, 0)     # raw-message tags, per host in turn
+        self._tags[host] = n + 1
+        sent = _OutSend(host, n % limit, 0)
         ameta = ArrayMeta(info.dtype, info.shape, info.order or "C", piece)
         sent.npieces = ChunkPlan(ameta).npieces
         # the receiver's name: its registration may reach its host after this stream
@@ -544,7 +565,7 @@ class DevicePath:
                               segment_size: int | None, copy: bool) -> AsyncGenerator[Any, None]:
         """Chunk source of a device array for a GP of this node: its copy on
         the receiver's device (or numpy for an NGP), in segment views."""
-        payload = await self.local_payload(gp, data, self.device_of(pid), copy)
+        payload = await self.local_payload(gp, data, self.sgps.device_of(pid), copy)
         if isinstance(out.incoming, DeviceIncomingStream):
             out.incoming.array = payload
         info = self.open().backend.inspect(data)
@@ -572,7 +593,7 @@ class DevicePath:
 
         self._outs.add(sent)
         try:
-            own = self._sgps.get(gp.pid)
+            own = self.sgps.get(gp.pid)
             if own is not None:  # also after the sending SGP's own stream
                 s = stager.copy_streams(info.device)[0]
                 stager.backend.wait_event(s, stager.backend.record_event(own.device_stream))
@@ -617,7 +638,7 @@ class DevicePath:
         """The incoming stream class for ``meta`` arriving at GP ``dest_pid``."""
         if meta.kind == "device":
             return DeviceIncomingStream
-        if meta.kind == "ndarray" and any(td for _, td in self._by_name.values()):
+        if meta.kind == "ndarray" and self.sgps.any_to_device():
             # decided when it is read: its GP may not be known here yet
             return self.h2d_stream_class
         return IncomingStream
@@ -635,7 +656,7 @@ class DevicePath:
         job = RecvJob(self._transport, host, tag, ameta, stream, self._job_failed)
         self._jobs.append(job)
         self._kick()
-        b = self._binding(stream.dest_pid) or self._by_name.get(str(stream.meta.extra.get("to", "")))
+        b = self.sgps.binding(stream.dest_pid, str(stream.meta.extra.get("to", "")))
         device = None if b is None else b[0]
         try:
             if device is None:
@@ -700,7 +721,7 @@ class DevicePath:
     def stats(self) -> dict[str, Any]:
         """Counters: backend, pinned pool, transfers and jobs in flight."""
         out: dict[str, Any] = {"backend": getattr(self.backend, "name", None), **self.counts,
-                               "jobs": len(self._jobs), "sgps": len(self._sgps)}
+                               "jobs": len(self._jobs), "sgps": len(self.sgps)}
         if self.stager is not None:
             pool = self.stager.pool
             out.update(transfers=len(self.stager.transfers), chunk_size=pool.chunk_size, chunks=pool.nchunks,
