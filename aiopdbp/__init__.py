@@ -9,7 +9,9 @@ aiopdbp.wire`` alone loads the codec and nothing above it, while
 ``aiopdbp.open_node`` loads the runtime when it is first touched.  The
 layers, top to bottom (a package imports only packages below it)::
 
-    cli, bench, launch       the command line, the benchmark harness, the launcher
+    cli                      the command line
+    bench                    the benchmark harness
+    launch                   the launcher, the emulated cluster
     sync                     barriers and neighbours, built on GPs
     runtime                  Node (the composition root), GP, SGP, the job
     streams                  the stream protocol, sender, receiver, device streams

@@ -32,8 +32,10 @@ import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
-from aiopdbp import GP, IncomingStream, Message, Node, open_node
 from aiopdbp.bench.workload import Checker, Flow, Measure, Ring
+from aiopdbp.runtime import GP, Node, open_node
+from aiopdbp.streams import IncomingStream
+from aiopdbp.wire.message import Message
 
 __all__ = ["AioSide", "gp_name", "loop_factory"]
 

@@ -174,14 +174,13 @@ def _fmt(n: int) -> str:
 
 # ------------------------------------------------------------- in the job
 def _job(ns: argparse.Namespace) -> int:
-    import aiopdbp
-
+    from aiopdbp.runtime import open_node, run
     from aiopdbp.transport.mpi import load_mpi
 
     comm = load_mpi().COMM_WORLD.Dup()   # the harness's barrier and gathers, before the node's
 
     async def body() -> list[dict[str, Any]]:
-        async with aiopdbp.open_node() as node:
+        async with open_node() as node:
             n, r = node.size, node.rank
             async with node.process(f"bench-{r}") as gp:
                 nxt, prv = f"bench-{(r + 1) % n}", f"bench-{(r - 1) % n}"
@@ -218,7 +217,7 @@ def _job(ns: argparse.Namespace) -> int:
                 comm.Barrier()
                 return rows
 
-    rows = aiopdbp.run(body())
+    rows = run(body())
     if comm.Get_rank() == 0:
         out = Path(ns.out) if ns.out else None
         if out is not None and out.suffix == ".json":
