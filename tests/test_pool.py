@@ -421,7 +421,7 @@ async def test_next_filled_waits_until_commit() -> None:
     pool = send_pool()
     slot = await pool.acquire(0)
     reader = asyncio.create_task(pool.next_filled(0))
-    await until(lambda: len(pool._data[0]) == 1)
+    await until(lambda: pool.waiting_readers(0) == 1)
     slot.append(b"hi")
     pool.commit(slot)
     got = await reader
@@ -432,7 +432,7 @@ async def test_next_filled_waits_until_commit() -> None:
 async def test_next_filled_cancelled_loses_nothing() -> None:
     pool = send_pool()
     reader = asyncio.create_task(pool.next_filled(0))
-    await until(lambda: len(pool._data[0]) == 1)
+    await until(lambda: pool.waiting_readers(0) == 1)
     slot = await pool.acquire(0)
     slot.append(b"x")
     pool.commit(slot)  # wakes the reader...
@@ -493,7 +493,7 @@ async def test_abort_unblocks_reader_of_later_commit() -> None:
     second.append(b"2")
     pool.commit(second)
     reader = asyncio.create_task(pool.next_filled(0))
-    await until(lambda: len(pool._data[0]) == 1)
+    await until(lambda: pool.waiting_readers(0) == 1)
     pool.abort(first)
     assert bytes((await reader).data) == b"2"
 

@@ -719,6 +719,10 @@ class AsyncPool:
             except WouldBlock:
                 await self._data[host].wait()
 
+    def waiting_readers(self, host: int) -> int:
+        """How many :meth:`next_filled` calls wait now on the row for ``host``."""
+        return len(self._data[host])
+
     def release(self, slot: Slot) -> None:
         """The reader is done with ``slot``; its cell may be reused."""
         self._own(slot, "r")
