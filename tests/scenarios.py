@@ -1440,17 +1440,18 @@ async def send_before_bind(ctx: Ctx) -> None:
         else:
             raise AssertionError("send_nowait() to an unbound GP did not raise NoPipeError")
         early = asyncio.create_task(snd.send(rcv_name, b"early", timeout=ctx.timeout))
-        await asyncio.sleep(0.01)
-        await ctx.node.register(tried)
+        await ctx.wait_until(lambda: ctx.node.stats().bind_waits == 1, "the early send to wait for the binding")
+        await ctx.node.register(tried)   # tells the receiver: bind now
         await early
 
     async def receiver() -> None:
         rcv = await ctx.node.register(rcv_name)
         await ctx.node.lookup(tried, timeout=ctx.timeout)
-        await asyncio.sleep(0.05)
         await rcv.apply_pipe()
         msg = await rcv.recv(timeout=ctx.timeout)
         assert isinstance(msg, Message) and msg.data == b"early", f"first message {msg!r}"
+        # A window in which nothing may arrive (the refused sends queued
+        # nothing): an absence cannot be awaited.
         await asyncio.sleep(0.05)
         assert_empty(rcv)
         await rcv.free()

@@ -473,6 +473,7 @@ class Router:
     def stats(self) -> dict[str, int]:
         return {"targets": len(self.targets), "dropped": self.dropped, "parked": self.parked,
                 "parked_now": sum(len(q) for q in self._parked.values()),
+                "bind_waits": sum(not f.done() for w in self._bind_waiters.values() for f in w),
                 "credit_owed": sum(self._owed.values())}
 
 

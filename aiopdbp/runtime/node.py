@@ -456,7 +456,7 @@ class Node:
             pipes_in_use=self.pps.in_use, pipes_created=self.pps.created,
             streams_in=self.streams.incoming, streams_out=self.streams.outgoing,
             table_version=self.tables.version, table_digest=self.tables.digest,
-            credit_owed=self.router.stats()["credit_owed"],
+            credit_owed=self.router.stats()["credit_owed"], bind_waits=self.router.stats()["bind_waits"],
             links=r.link_stats() if r is not None else {},
             received={h: n for h, n in r.stats()["received"].items()} if r is not None else {},
             protocol_errors=r.protocol_errors if r is not None else 0,
