@@ -766,6 +766,7 @@ async def stream_async_iterable(ctx: Ctx) -> None:
 
     async def byte_chunks(src: int) -> AsyncIterator[bytes]:
         for j, n in enumerate(chunk_sizes(src)):
+            # the behaviour under test: chunks that come over time (pacing, not ordering)
             if j % 5 == 0:
                 await asyncio.sleep(0.001)
             else:
@@ -1225,7 +1226,7 @@ async def sender_cancel_midstream(ctx: Ctx) -> None:
                 if j == 6:
                     produced.set()
                 yield pattern(f"scm{j}", 16 << 10)
-                await asyncio.sleep(0.002)
+                await asyncio.sleep(0.002)   # a slow source: still streaming when cancelled
 
         task = asyncio.create_task(snd.send_stream(rcv_name, endless(), segment_size=8192))
         async with asyncio.timeout(ctx.timeout):
@@ -1260,7 +1261,7 @@ async def sender_cancel_midstream(ctx: Ctx) -> None:
         await ctx.lookup(rcv_name)
         for s in range(nother):
             await oth.send(rcv_name, header(9, s), timeout=ctx.timeout)
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(0.001)   # pacing: spread over the streams' lifetime
 
     async def receiver() -> None:
         rcv = await ctx.process("rcv")

@@ -4,6 +4,11 @@ rule, a fair FIFO hand-off, and owed credit that never strands a sender.
 The link is driven directly (no transport traffic: only ``reserve``,
 ``offer`` and ``grant``), so each rule is checked on its own; the load suite
 (tests/test_load.py) checks the same rules under real traffic.
+
+``await asyncio.sleep(0)`` here is exactly one loop turn, and that is the
+behaviour checked: a woken sender runs on the next turn, and the router sends
+owed credit at the end of the loop iteration (``call_soon``, one batch), so
+"right after one turn" is the promise, not an approximation of "eventually".
 """
 
 from __future__ import annotations
