@@ -33,7 +33,7 @@ from aiopdbp.runtime.process import GP
 from aiopdbp.runtime.stats import LinkStats, NodeStats
 from aiopdbp.stall import WaitEdge
 from aiopdbp.streams.stream import IncomingStream, StreamState
-from aiopdbp.sync.barriers import (
+from aiopdbp.sync import (
     ALGORITHMS,
     Barrier,
     BarrierStats,
