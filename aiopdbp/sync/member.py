@@ -146,6 +146,43 @@ def _registry(node: Node) -> _Registry:
     return reg
 
 
+class _PeerWatch:
+    """One member's side of freed-name detection: the pids it watches for
+    ``proc_free`` (through its node's registry), and what it learnt of each
+    peer's companion at first contact."""
+
+    def __init__(self, member: SyncMember) -> None:
+        self.member = member
+        self.watched: list[int] = []           # pids watched for proc_free
+        self.pid: dict[int, int] = {}          # peer index -> its companion's pid
+        self.rank: dict[int, int] = {}         # peer index -> its companion's rank
+        self.remote: set[int] = set()          # peers whose companion is on another host
+
+    def watch(self, pid: int, index: int) -> None:
+        node = self.member.gp.node
+        if pid in node.tables.pta:
+            _registry(node).watch(pid, self.member, index)
+            self.watched.append(pid)
+
+    def watch_peer(self, j: int, pid: int) -> None:
+        """First contact with peer ``j``: remember and watch its companion's pid."""
+        if j not in self.pid:
+            self.pid[j] = pid
+            entry = self.member.gp.node.tables.pta.get(pid)
+            if entry is not None:
+                self.rank[j] = entry.node
+            if entry is not None and entry.node != self.member.gp.node.rank:
+                self.remote.add(j)
+            self.watch(pid, j)
+
+    def unwatch(self) -> None:
+        reg = _REGISTRIES.get(self.member.gp.node)
+        if reg is not None:
+            for pid in self.watched:
+                reg.unwatch(pid, self.member)
+        self.watched.clear()
+
+
 @dataclass
 class _Gone:
     rounds: int | None      # rounds it completed (None: unknown, freed without LEAVE)
@@ -190,6 +227,7 @@ class SyncMember:
         self._index_of = {n: i for i, n in enumerate(self._names)}
         self._self_index = self_index           # -1 when self is not in _names
         self._comp_names = [self.companion_of(n) for n in self._names]
+        self._peer_indices = range(len(self._names))   # every peer index (self's too)
         self._comp: GP | None = None
         self._opened = False
         self._closed = False
@@ -199,10 +237,7 @@ class SyncMember:
         self._stash: dict[tuple[int, int, int, int], Any] = {}
         self._gone: dict[int, _Gone] = {}
         self._ready: set[int] = set()           # peers whose pipe we have seen bound
-        self._watched: list[int] = []           # pids watched for proc_free
-        self._peer_pid: dict[int, int] = {}     # peer index -> its companion's pid
-        self._peer_rank: dict[int, int] = {}    # peer index -> its companion's rank
-        self._remote_peers: set[int] = set()    # peers whose companion is on another host
+        self._watch = _PeerWatch(self)          # proc_free watches, peers' companions
         self._autoclose: asyncio.Task[None] | None = None
 
     # -- naming ---------------------------------------------------------------
@@ -230,9 +265,6 @@ class SyncMember:
         """True once a round failed: every later round raises ``BarrierError``."""
         return self._broken is not None
 
-    def _peer_indices(self) -> range:
-        return range(len(self._names))
-
     def _prefix(self) -> str:
         return f"{self._what} {self.group!r} round {self._round} at {self.member!r}"
 
@@ -249,11 +281,11 @@ class SyncMember:
         if self._opened:
             return
         node = self.gp.node
-        peers = [i for i in self._peer_indices() if i != self._self_index]
+        peers = [i for i in self._peer_indices if i != self._self_index]
         if not peers:
             self._opened = True
             return
-        self._watch(self.gp.pid, _OWN)   # our GP freed -> leave the group
+        self._watch.watch(self.gp.pid, _OWN)   # our GP freed -> leave the group
         try:
             comp = await node.register(self.companion_of(self.member), PType.COMM)
             try:
@@ -262,34 +294,11 @@ class SyncMember:
                 await comp.free()
                 raise
         except BaseException:
-            self._unwatch()
+            self._watch.unwatch()
             raise
         self._comp = comp
         self._opened = True
         self.gp.own(self)   # closed when its GP is freed, if the program did not
-
-    def _watch(self, pid: int, index: int) -> None:
-        if pid in self.gp.node.tables.pta:
-            _registry(self.gp.node).watch(pid, self, index)
-            self._watched.append(pid)
-
-    def _watch_peer(self, j: int, pid: int) -> None:
-        """First contact with peer ``j``: remember and watch its companion's pid."""
-        if j not in self._peer_pid:
-            self._peer_pid[j] = pid
-            entry = self.gp.node.tables.pta.get(pid)
-            if entry is not None:
-                self._peer_rank[j] = entry.node
-            if entry is not None and entry.node != self.gp.node.rank:
-                self._remote_peers.add(j)
-            self._watch(pid, j)
-
-    def _unwatch(self) -> None:
-        reg = _REGISTRIES.get(self.gp.node)
-        if reg is not None:
-            for pid in self._watched:
-                reg.unwatch(pid, self)
-        self._watched.clear()
 
     async def aclose(self) -> None:
         """Leave the group: tell the other members (LEAVE: their rounds from
@@ -321,7 +330,7 @@ class SyncMember:
                 if not self._busy:
                     await self._linger(comp)
         finally:
-            self._unwatch()
+            self._watch.unwatch()
             self._comp = None
             if comp is not None:
                 await comp.free()
@@ -336,22 +345,22 @@ class SyncMember:
         freed holds up that host's receive path: see the module notes.)"""
         loop = asyncio.get_running_loop()
         end = loop.time() + self.linger
-        peers = [i for i in self._peer_indices() if i != self._self_index]
+        peers = [i for i in self._peer_indices if i != self._self_index]
         by_name = comp.node.tables.by_name
         for j in peers:                       # watch the peers never contacted, too
-            if j not in self._peer_pid:
+            if j not in self._watch.pid:
                 pid = by_name.get(self._comp_names[j])
                 if pid is None:
                     self._gone.setdefault(j, _Gone(None, "not registered", end - self.linger - 1))
                 else:
-                    self._watch_peer(j, pid)
+                    self._watch.watch_peer(j, pid)
         self._busy = True
         try:
             while True:
                 now = loop.time()
                 # a peer freed just now may still have a LEAVE in flight: settle briefly
                 waiting = [j for j in peers if j not in self._gone or (
-                    self._gone[j].rounds is None and j in self._remote_peers
+                    self._gone[j].rounds is None and j in self._watch.remote
                     and now - self._gone[j].since < _SETTLE)]
                 rest = end - now
                 if not waiting or rest <= 0:
@@ -412,7 +421,7 @@ class SyncMember:
     def _broadcast(self, comp: GP, op: int, reason: str) -> None:
         """Best-effort LEAVE/ABORT to every peer (never waits, never raises)."""
         payload = _GONE_HEAD.pack(self._round) + self.member.encode() + b"\0" + reason.encode()
-        for i in self._peer_indices():
+        for i in self._peer_indices:
             if i == self._self_index or i in self._gone:
                 continue
             try:
@@ -426,7 +435,7 @@ class SyncMember:
             err = BarrierError(f"{self._prefix()}: member {name!r} is gone ({g.reason})")
         else:
             err = BarrierError(f"{self._prefix()}: member {name!r} {g.reason} (after {g.rounds} round(s))")
-        rank = g.rank if g.rank is not None else self._peer_rank.get(i)
+        rank = g.rank if g.rank is not None else self._watch.rank.get(i)
         if rank is not None and rank != self.gp.node.rank:
             err.origin_rank = rank   # under aiopdbp.run: a consequence of that rank (aiopdbp.runtime.job)
         return err
@@ -482,8 +491,8 @@ class SyncMember:
         if i is None:
             self._orphan(item, key)
             return
-        if i not in self._peer_pid:
-            self._watch_peer(i, item.source_pid)
+        if i not in self._watch.pid:
+            self._watch.watch_peer(i, item.source_pid)
         if key in self._stash:
             raise BarrierError(f"{self._prefix()}: duplicate {_OP_NAMES.get(op, op)} "
                                f"step {key[1]} from {self._names[i]!r} (two groups share a name?)")
@@ -574,7 +583,7 @@ class SyncMember:
                 entry = node.tables.pta.get(pid)
                 if entry is not None and entry.pipe is not None:
                     self._ready.add(j)
-                    self._watch_peer(j, pid)
+                    self._watch.watch_peer(j, pid)
                     return pid
             self._drain_nowait(comp)
             now = loop.time()

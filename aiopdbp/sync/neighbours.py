@@ -110,13 +110,13 @@ class Neighbours(SyncMember):
             if self._gone:
                 self._check_gone((), asyncio.get_running_loop().time(), True)
             if len(self._pid_index) < len(self._names):
-                for j in self._peer_indices():    # resolve every sender before reading
+                for j in self._peer_indices:    # resolve every sender before reading
                     if j not in self._ready:
                         self._learn(j, await self._await_peer(j, deadline, t))
             for j, name in enumerate(self._names):
                 await self._send(j, OP_HALO, 0, outgoing[name], 0, deadline, t)
                 self.stats.sent += 1
-            got = await self._gather(self._peer_indices(), OP_HALO, 0, deadline, t)
+            got = await self._gather(self._peer_indices, OP_HALO, 0, deadline, t)
         except BaseException as exc:
             err = self._fail(exc)
             if isinstance(exc, (BarrierError, asyncio.CancelledError)):
@@ -126,7 +126,7 @@ class Neighbours(SyncMember):
             self._busy = False
         self._round += 1
         self.stats.exchanges = self._round
-        return {self._names[j]: got[j] for j in self._peer_indices()}
+        return {self._names[j]: got[j] for j in self._peer_indices}
 
     def _learn(self, j: int, pid: int) -> None:
         self._pid_index[pid] = j
