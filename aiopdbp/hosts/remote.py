@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 :class:`Remote` is the multi-host half of a node.  It owns the DDBP
-(:class:`~aiopdbp.pool.ddbp.BufferPool`), one :class:`~aiopdbp.hosts.link.HostLink` per
+(:class:`~aiopdbp.pool.BufferPool`), one :class:`~aiopdbp.hosts.link.HostLink` per
 other host (the send side), and everything that arrives from the transport:
 
 *Initialisation (paper Fig. 6).*  Every host sends its ``HInfoMsg`` to rank 0
@@ -95,7 +95,7 @@ from aiopdbp.errors import (
 from aiopdbp.runtime.job import Stop, StopKind, current_job
 from aiopdbp.hosts.link import HostLink, LinkStats
 from aiopdbp.wire.message import Message, credit_cost
-from aiopdbp.pool.ddbp import BufferPool, Slot
+from aiopdbp.pool import BufferPool, Slot
 from aiopdbp.stall import StallWatch, WaitEdge
 from aiopdbp.hosts.tables import NodeType
 from aiopdbp.transport.base import Channel, Transport
