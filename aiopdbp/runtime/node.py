@@ -152,8 +152,12 @@ class Node:
             broadcast=self._send_deadlock if multi else None)
         if transport is not None and self.size > 1:
             self._remote = Remote(transport, cfg, self.tables, self.router, self.streams,
-                                  allow_pickle=allow_pickle, stall=self.stall)
-            self._remote.host_timeout = self.host_timeout
+                                  allow_pickle=allow_pickle, stall=self.stall,
+                                  host_timeout=self.host_timeout, job=current_job)
+            # the way up from hosts/: the router's links and credit, the streams' control
+            self.router.links = self._remote.link
+            self.router.grant = self._remote.grant
+            self.streams.peers = self._remote
 
     def __repr__(self) -> str:
         return f"<Node {self.rank}/{self.size} gps={len(self._gps)}>"
