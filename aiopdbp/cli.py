@@ -35,7 +35,7 @@ from aiopdbp import __version__
 from aiopdbp.errors import PDBPError
 from aiopdbp.runtime.node import Node, open_node, run
 from aiopdbp.runtime.process import GP, Message
-from aiopdbp.streams.stream import IncomingStream
+from aiopdbp.streams.receiver import IncomingStream
 
 if TYPE_CHECKING:
     from aiopdbp.launch.emulate import EmulateConfig

@@ -6,6 +6,7 @@ warnings as errors; ``.ci/run`` runs it.)"""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import re
@@ -62,6 +63,53 @@ def test_api_reference_documents_every_public_name() -> None:
     public = {n for n in aiopdbp.__all__ if not n.startswith("__")}
     assert public - documented == set(), "missing from docs/reference.md"
     assert documented - public <= set(), "documented but not exported"
+
+
+_DOTTED = re.compile(r"\baiopdbp(?:\.[A-Za-z_]\w*)+")
+
+
+def test_every_dotted_path_the_docs_show_resolves() -> None:
+    """A module, class or function named `aiopdbp.x.y` in README.md or docs/
+    can be imported (the layout may move; what the docs show must not rot)."""
+    pages = [REPO_ROOT / "README.md", *DOCS.rglob("*.md")]
+    broken = []
+    for page in pages:
+        if "_build" in page.parts:
+            continue
+        for path in sorted(set(_DOTTED.findall(page.read_text()))):
+            parts = path.split(".")
+            for cut in range(len(parts), 0, -1):  # the longest importable module, then attributes
+                try:
+                    obj: object = importlib.import_module(".".join(parts[:cut]))
+                except ImportError:
+                    continue
+                try:
+                    for attr in parts[cut:]:
+                        obj = getattr(obj, attr)
+                except AttributeError:
+                    broken.append(f"{page.relative_to(REPO_ROOT)}: {path}")
+                break
+            else:
+                broken.append(f"{page.relative_to(REPO_ROOT)}: {path}")
+    assert not broken, "paths the docs show that do not resolve:\n" + "\n".join(broken)
+
+
+def test_every_source_file_the_docs_name_exists() -> None:
+    pages = [REPO_ROOT / "README.md", *DOCS.rglob("*.md")]
+    missing = sorted({f"{page.relative_to(REPO_ROOT)}: {f}" for page in pages if "_build" not in page.parts
+                      for f in re.findall(r"\b(?:aiopdbp|tests|benchmarks|tools)/[\w/]+\.(?:py|sh)\b", page.read_text())
+                      if not (REPO_ROOT / f).exists()})
+    assert not missing, "files the docs name that do not exist:\n" + "\n".join(missing)
+
+
+def test_module_map_names_every_module() -> None:
+    """docs/development.md's module map describes the code as it is: every
+    module of the package has its row (and, by the test above, every row a file)."""
+    text = (DOCS / "development.md").read_text()
+    modules = sorted(str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "aiopdbp").rglob("*.py")
+                     if p.name not in ("__init__.py", "__main__.py"))
+    missing = [m for m in modules if f"`{m}`" not in text]
+    assert not missing, "modules missing from the module map in docs/development.md:\n" + "\n".join(missing)
 
 
 def _public_coroutines() -> list[tuple[str, object]]:

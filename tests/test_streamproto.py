@@ -407,14 +407,14 @@ def test_conversation_with_reordering_and_cancel_either_side_ends_both(
 
 # ------------------------------------------------ the OPEN of a short stream
 def test_open_meta_round_trip_carries_short_stream_data() -> None:
-    from aiopdbp.streams.stream import StreamMeta
+    from aiopdbp.streams.receiver import StreamMeta
     from aiopdbp.streams.table import pack_meta, unpack_meta
     meta = unpack_meta(pack_meta(StreamMeta("bytes", 5, com=3), memoryview(b"hello")))
     assert (meta.kind, meta.nbytes, meta.com, meta.extra) == ("bytes", 5, 3, {"eager": b"hello"})
 
 
 def test_open_meta_carrying_part_of_the_stream_is_protocol_error() -> None:
-    from aiopdbp.streams.stream import StreamMeta
+    from aiopdbp.streams.receiver import StreamMeta
     from aiopdbp.streams.table import pack_meta, unpack_meta
     with pytest.raises(ProtocolError, match="not its whole data"):
         unpack_meta(pack_meta(StreamMeta("bytes", 9), b"hello"))

@@ -1,4 +1,4 @@
-"""Tests of data streams (aiopdbp.streams.stream): send_stream and IncomingStream, single host."""
+"""Tests of data streams (aiopdbp.streams.sender, aiopdbp.streams.receiver): send_stream and IncomingStream, single host."""
 
 from __future__ import annotations
 
@@ -251,7 +251,7 @@ async def test_stream_from_generator_announces_unknown_size_as_none(pdbp_node) -
 
 
 def test_stream_meta_unknown_size_travels_as_none() -> None:
-    from aiopdbp.streams.stream import StreamMeta
+    from aiopdbp.streams.receiver import StreamMeta
 
     meta = StreamMeta("ndarray", None, "<f4", (None, 4))
     assert meta.to_wire()["nbytes"] == -1 and meta.to_wire()["shape"] == [0, 4]   # the wire is unchanged

@@ -1,4 +1,4 @@
-"""Tests of barriers and local synchronisation (aiopdbp.sync.barriers, SPEC section 10).
+"""Tests of barriers and local synchronisation (aiopdbp.sync, SPEC section 10).
 
 Every algorithm runs on one node and over the in-process fabric
 (``open_cluster(2)``/``open_cluster(4)``: GP i on host i % hosts), at group
@@ -23,7 +23,7 @@ import pytest
 import aiopdbp
 from aiopdbp import BarrierError, ClosedResourceError, PType
 from aiopdbp.runtime.cluster import open_cluster
-from aiopdbp.sync.barriers import (
+from aiopdbp.sync import (
     Barrier,
     BarrierStats,
     BarrierTimeoutError,
@@ -575,7 +575,8 @@ async def test_neighbours_timeout_names_the_missing_neighbour() -> None:
 _MPI_SCRIPT = r'''
 import asyncio, sys
 import aiopdbp
-from aiopdbp.sync.barriers import Barrier, BarrierError, messages_for, steps_for
+from aiopdbp.errors import BarrierError
+from aiopdbp.sync import Barrier, messages_for, steps_for
 
 G = 3                                   # GPs per rank: 6 members on 2 ranks, 12 on 4
 

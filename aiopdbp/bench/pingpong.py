@@ -358,9 +358,9 @@ def _run(ns: argparse.Namespace, argv: Sequence[str]) -> int:
 
             hops = hop_table(job.side, job.ctl, job.rank, Payloads(8), ns.iters)
     except BaseException:
-        from aiopdbp.bench.runner import _abort
+        from aiopdbp.bench.runner import abort_job
 
-        _abort()
+        abort_job()
         raise
     finally:
         if job is not None:

@@ -37,7 +37,7 @@ from aiopdbp.bench.plan import Case, Options, cases, impls_for
 from aiopdbp.bench.report import Progress, collect_meta, write_outputs
 from aiopdbp.bench.workload import Checker, Measure, Ring, flows
 
-__all__ = ["VerificationError", "run_job"]
+__all__ = ["VerificationError", "abort_job", "run_job"]
 
 
 class VerificationError(Exception):
@@ -207,7 +207,7 @@ def run_job(opts: Options) -> int:
     try:
         job = Job(opts)
     except BaseException:
-        _abort()
+        abort_job()
         raise
     out = Path(job.ctl.bcast(opts.out or time.strftime("aiopdbp-bench-%Y%m%d-%H%M%S"), root=0))
     failed: VerificationError | None = None
@@ -221,7 +221,7 @@ def run_job(opts: Options) -> int:
             job.dump_profile(out)
             job.close()
     except BaseException:
-        _abort()
+        abort_job()
         raise
     if job.rank != 0:
         return 1 if failed else 0
@@ -235,7 +235,7 @@ def run_job(opts: Options) -> int:
     return 0
 
 
-def _abort() -> None:
+def abort_job() -> None:
     """Print the traceback and abort the whole job (never leave peers waiting)."""
     rank = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "?"))
     print(f"aiopdbp bench: rank {rank} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)

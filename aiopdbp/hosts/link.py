@@ -11,7 +11,7 @@ that lives on host ``h``.  It does the paper's SBP work without a task:
   takes them.  A sender reserves credit for *its* destination before
   queuing, so a GP that stops reading stops only its own senders; every other
   GP of ``h`` keeps receiving at full rate.  Stream segments (pid 0) take no
-  GP credit: a stream has its own window of segments (:mod:`aiopdbp.streams.stream`).
+  GP credit: a stream has its own window of segments (:mod:`aiopdbp.streams.receiver`).
 * **Coalescing.**  The first CDU for ``h`` in a loop iteration leaves at once,
   as a frame of its own (latency).  The CDUs that follow in the same
   iteration are encoded straight into the open block of the sub-pool SCBP_h
@@ -87,7 +87,7 @@ waits, and what releases the wait.)
   allocates (``fallback_allocs``).  Fallbacks are bounded by the credit and
   stream windows that bound what may be in flight at all.
 * **Stream segment windows**: released by the receiving GP reading segments
-  (:class:`~aiopdbp.streams.stream.IncomingStream`), which returns stream credit.
+  (:class:`~aiopdbp.streams.receiver.IncomingStream`), which returns stream credit.
 * **Table updates** (register, bind, stream binding): a request to rank 0,
   answered by rank 0's event loop without any resource of the requester; a
   lost rank 0 fails it through liveness (``host_timeout``).
@@ -138,7 +138,7 @@ from aiopdbp.wire.codec import (
 )
 from aiopdbp.errors import WouldBlock
 from aiopdbp.wire.message import Message
-from aiopdbp.pool.ddbp import SendPool, Slot
+from aiopdbp.pool import SendPool, Slot
 from aiopdbp.transport.base import Channel, Transport
 
 log = logging.getLogger("aiopdbp.hosts.link")

@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from aiopdbp.wire.codec import Kind, decode_shorts
+from aiopdbp.wire.codec import CDU, Kind, decode_shorts
 from aiopdbp.errors import ClosedResourceError, NoPipeError, UnknownProcessError, WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
 from aiopdbp.routing.pipes import Pipe, PipePool
@@ -76,15 +76,20 @@ class Router:
     """Names -> pids -> targets, local delivery and placement of arrivals."""
 
     def __init__(self, tables: Tables, pps: PipePool, rank: int, *, name_timeout: float,
+                 submit: Callable[[Target, int, Any], None],
+                 offer: Callable[[Target, int, int, tuple[str, Kind, int, Any, int]], bool],
+                 links: Callable[[int], Target] | None = None, grant: GrantFn | None = None,
                  bind_timeout: float = 30.0, window: int = 1 << 20) -> None:
+        self._submit = submit    # the PipeManager's: queue an item for a target
+        self._offer = offer      # ... and its no-wait path (False: take the waiting one)
         self.tables = tables
         self.pps = pps
         self.rank = rank
         self.name_timeout = name_timeout
         self.bind_timeout = bind_timeout
         self.window = window                      # credit this host gives each sender per GP
-        self.links: Callable[[int], Target] | None = None
-        self.grant: GrantFn | None = None
+        self.links = links    # host -> the link to it (None: a single host)
+        self.grant = grant    # returns credit to a sending host
         self.targets: dict[int, Target] = {}      # bound GPs: pid -> where their CDUs go
         self.pids = tables.by_name                 # name -> pid (hot path)
         self._names = tables.names
@@ -288,6 +293,80 @@ class Router:
                                "(backpressure: it is not read as fast as it is sent to)") from None
         finally:
             self.waits.end(wait)
+
+    # -- sending: the routing decision ------------------------------------------
+    async def send(self, dest: str, fields: tuple[str, Kind, int, Any, int], cost: int,
+                   timeout: float | None) -> None:
+        """Route one message (``fields``: source name, kind, com, payload,
+        source pid) to the GP named ``dest``, here or on its host, taking
+        ``cost`` bytes of room there.  Waits, up to ``timeout``, for what is
+        missing: the name, the GP's pipe, room at its target (backpressure).
+
+        One path: the common case is this path finding nothing to wait for
+        (the name known, the GP bound, room at once: the PipeManager's offer).
+
+        Cancellation: a cancelled send has queued nothing (a reservation
+        already taken is given back).
+        """
+        pid = self.pids.get(dest)
+        if pid is not None:
+            tgt = self.targets.get(pid)
+            if tgt is not None and self._offer(tgt, pid, cost, fields):
+                return  # nothing to wait for: routed already
+        else:
+            pid = await self.resolve(dest, timeout)
+        # The same path when something has to wait: the name, the binding,
+        # room at the target, or entries queued ahead in the public pipe.
+        tgt = self.targets.get(pid)
+        if tgt is None:
+            tgt = await self.target(pid, timeout)
+        await self.reserve(tgt, pid, cost, timeout, f"GP {dest!r}", fields[0])
+        self._submit(tgt, pid, Message(fields))
+
+    def send_nowait(self, dest: str, fields: tuple[str, Kind, int, Any, int], cost: int) -> None:
+        """:meth:`send` without waiting: ``WouldBlock`` when the target is full,
+        ``UnknownProcessError`` for a name not registered (now), ``NoPipeError``
+        for a GP with no pipe bound."""
+        pid = self.tables.pid_of(dest)
+        tgt = self.target_nowait(pid)
+        tgt.reserve_nowait(pid, cost)
+        self._submit(tgt, pid, Message(fields))
+
+    async def multicast(self, what: str, pids: tuple[int, ...], fields: tuple[str, Kind, int, Any, int],
+                        cost: int, timeout: float | None) -> None:
+        """Route one message to every GP of ``pids`` (resolved, distinct):
+        room is reserved at every target first (all or nothing), then a
+        local GP gets the message in its pipe and each remote host ONE CDU
+        naming its GPs, fanned out there.  ``what`` names the group in errors.
+
+        Cancellation: a cancelled multicast has queued nothing and holds no room.
+        """
+        plan: list[tuple[Target, int]] = []   # (target, pid): every slot to reserve
+        for pid in pids:
+            tgt = self.targets.get(pid)
+            if tgt is None:
+                tgt = await self.target(pid, timeout)
+            plan.append((tgt, pid))
+        taken: list[tuple[Target, int]] = []
+        try:
+            for tgt, pid in plan:
+                await self.reserve(tgt, pid, cost, timeout, what, fields[0])
+                taken.append((tgt, pid))
+        except BaseException:
+            for tgt, pid in taken:
+                tgt.unreserve(pid, cost)
+            raise
+        msg = Message(fields)
+        by_link: dict[int, tuple[Target, list[int]]] = {}
+        for tgt, pid in plan:
+            if tgt.remote:  # one CDU per remote host, fanned out there
+                by_link.setdefault(id(tgt), (tgt, []))[1].append(pid)
+            else:
+                self._submit(tgt, pid, msg)
+        source, kind, com, data, source_pid = fields
+        for tgt, remote_pids in by_link.values():
+            self._submit(tgt, remote_pids[0], CDU(kind, source_pid, tuple(remote_pids), data, com,
+                                                  0, 0, 0, self.rank))
 
     def readers(self) -> list[tuple[str, int, int]]:
         """``(name, queued, taken)`` of every GP bound here (stall reports)."""

@@ -32,6 +32,7 @@ first (:mod:`aiopdbp.runtime.job`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import contextlib
 import os
 import socket
@@ -47,7 +48,7 @@ from aiopdbp.routing.manager import PipeManager
 from aiopdbp.routing.pipes import PipePool
 from aiopdbp.runtime.process import GP
 from aiopdbp.hosts.remote import Remote, RemoteConfig
-from aiopdbp.routing.router import Router
+from aiopdbp.routing.router import Router, Target
 from aiopdbp.runtime.sgp import SGP
 from aiopdbp.stall import DEFAULT_STALL_TIMEOUT, StallWatch, WaitEdge
 from aiopdbp.runtime.stats import NodeStats
@@ -60,6 +61,24 @@ __all__ = ["DEFAULT_NAME_TIMEOUT", "Node", "open_node", "run"]
 #: the name rule's default wait (seconds); also the handshake's and the
 #: liveness timeout's default: one answer to "is it there (still)?"
 DEFAULT_NAME_TIMEOUT = 30.0
+
+
+class _StreamPeers:
+    """The stream table's way to the other hosts (:class:`~aiopdbp.streams.table.StreamPeers`):
+    through the node's Remote, which is built after the table it serves."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    def send_done(self, host: int, key: tuple[int, int], error: str | None) -> None:
+        if self._node._remote is not None:
+            self._node._remote.send_done(host, key, error)
+
+    def send_credit(self, host: int, key: tuple[int, int], segments: int) -> None:
+        if self._node._remote is not None:
+            self._node._remote.send_credit(host, key, segments)
 
 
 class Node:
@@ -121,40 +140,54 @@ class Node:
         self.stream_window = stream_window
         self.name_timeout = name_timeout
         cfg = remote or RemoteConfig()
-        if close_timeout is not None:
-            cfg.close_timeout = close_timeout
-        if handshake_timeout is not None:
-            cfg.handshake_timeout = handshake_timeout
-        elif cfg.handshake_timeout is None:
-            cfg.handshake_timeout = max(name_timeout, DEFAULT_NAME_TIMEOUT)  # one rule for "is it there yet?"
+        if handshake_timeout is None and cfg.handshake_timeout is None:
+            handshake_timeout = max(name_timeout, DEFAULT_NAME_TIMEOUT)  # one rule for "is it there yet?"
+        # a copy: the caller's RemoteConfig is theirs, never changed here
+        cfg = dataclasses.replace(
+            cfg, close_timeout=cfg.close_timeout if close_timeout is None else close_timeout,
+            handshake_timeout=cfg.handshake_timeout if handshake_timeout is None else handshake_timeout)
         self.tables = Tables()
         self.pps = PipePool(pipe_capacity, max_pipes, label="pps")
         self.cps_streams = PipePool(1 << 30, stream_pipes, first_id=1 << 20, label="cps")
         self.manager = PipeManager()
+        # With other hosts, the Remote is built last: it serves the router and the
+        # stream table built before it, and they reach it through the node's
+        # forwarders below (a callable handed in, never an attribute set later).
+        multi = transport is not None and self.size > 1
         self.router = Router(self.tables, self.pps, self.rank, name_timeout=name_timeout,
+                             submit=self.manager.submit, offer=self.manager.offer,
+                             links=self._link if multi else None, grant=self._grant if multi else None,
                              bind_timeout=cfg.bind_timeout, window=cfg.gp_window)
+        self.devices = DevicePath(device, rank=self.rank, tables=self.tables, router=self.router,
+                                  submit=self.manager.submit, transport=transport)
         self.streams = StreamTable(self.rank, stream_window, self.tables, self.pps, self.cps_streams,
-                                   self.router,
-                                   submit=self.manager.submit, watch=self.manager.watch)
-        self.devices = DevicePath(self, device)
-        self.streams.device = self.devices
+                                   self.router, submit=self.manager.submit, watch=self.manager.watch,
+                                   device=self.devices, peers=_StreamPeers(self) if multi else None)
         self._gps: dict[int, GP] = {}
         self._started = False
         self._closed = False
         self._remote: Remote | None = None
         self.host_timeout = max(name_timeout, DEFAULT_NAME_TIMEOUT) if host_timeout is None else host_timeout
-        multi = transport is not None and self.size > 1
         self.stall = StallWatch(
             self.rank, self.router.waits, self.router.readers, timeout=stall_timeout or 0.0,
             report=self._send_stall if multi and self.rank != 0 else None,
             broadcast=self._send_deadlock if multi else None)
         if transport is not None and self.size > 1:
             self._remote = Remote(transport, cfg, self.tables, self.router, self.streams,
-                                  allow_pickle=allow_pickle, stall=self.stall)
-            self._remote.host_timeout = self.host_timeout
+                                  allow_pickle=allow_pickle, stall=self.stall,
+                                  host_timeout=self.host_timeout, job=current_job)
 
     def __repr__(self) -> str:
         return f"<Node {self.rank}/{self.size} gps={len(self._gps)}>"
+
+    # -- forwarders to the Remote, handed to the parts built before it ------------
+    def _link(self, host: int) -> Target:
+        assert self._remote is not None
+        return self._remote.link(host)
+
+    def _grant(self, host: int, grants: list[tuple[int, int]]) -> None:
+        if self._remote is not None:
+            self._remote.grant(host, grants)
 
     def _send_stall(self, edges: list[WaitEdge], idle: list[str]) -> None:
         if self._remote is not None:
@@ -298,7 +331,7 @@ class Node:
             raise ValueError("device= and to_device= are for SGPs (ptype=PType.GPU)")
         # an SGP's device is known before the registration is, so data that
         # arrives before this call resumes lands on it
-        bound = self.devices.bind(name, device, to_device) if ptype is PType.GPU else None
+        bound = self.devices.sgps.bind(name, device, to_device) if ptype is PType.GPU else None
         try:
             pipe = self.pps.apply_nowait() if bind else None
             try:
@@ -310,11 +343,11 @@ class Node:
                 raise
         except BaseException:
             if bound is not None:
-                self.devices.unbind(name)
+                self.devices.sgps.unbind(name)
             raise
         if bound is not None:
             gp: GP = SGP(self, name, pid, device=bound[0], stream=bound[1], to_device=to_device)
-            self.devices.add_sgp(gp)  # type: ignore[arg-type]
+            self.devices.sgps.add(gp)  # type: ignore[arg-type]
         else:
             gp = GP(self, name, pid, ptype)
         if pipe is not None:
@@ -392,7 +425,7 @@ class Node:
         table update that frees its name everywhere may still be on its way.
         """
         self._gps.pop(gp.pid, None)
-        self.devices.remove_sgp(gp.pid)
+        self.devices.sgps.remove(gp.pid)
         if gp.pid in self.tables.pta and not self._closed:
             if wait:
                 await self.commit("proc_free", gp.pid)
@@ -409,7 +442,7 @@ class Node:
             if gp.pid in self.tables.pta:
                 self.commit_nowait("pipe_release", gp.pid)
         self._gps.pop(gp.pid, None)
-        self.devices.remove_sgp(gp.pid)
+        self.devices.sgps.remove(gp.pid)
         if gp.pid in self.tables.pta:
             self.commit_nowait("proc_free", gp.pid)
 

@@ -28,22 +28,25 @@ import asyncio
 import contextlib
 import pickle
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from aiopdbp.wire.codec import CDU, Kind
+from aiopdbp.wire.codec import Kind
 from aiopdbp.device.backend import is_device_array
 from aiopdbp.errors import ClosedResourceError, NoPipeError, PDBPError, WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost
 from aiopdbp.routing.pipes import Pipe
-from aiopdbp.streams.stream import DEFAULT_SEGMENT, IncomingStream, send_stream
-from aiopdbp.hosts.tables import PType
+from aiopdbp.streams.receiver import DEFAULT_SEGMENT, IncomingStream
+from aiopdbp.streams.sender import send_stream
+from aiopdbp.hosts.tables import PType, Tables
 
 if TYPE_CHECKING:
-    from aiopdbp.runtime.node import Node
+    from aiopdbp.routing.router import Router
+    from aiopdbp.streams.devicepath import DevicePath
+    from aiopdbp.streams.table import StreamTable
 
-__all__ = ["GP", "Message", "snapshot", "FAILED_CLOSE_TIMEOUT"]
+__all__ = ["FAILED_CLOSE_TIMEOUT", "GP", "GPHost", "Message", "snapshot"]
 
 #: how long a GP leaving with an exception tries to close what it owns
 FAILED_CLOSE_TIMEOUT = 1.0
@@ -121,13 +124,37 @@ def _pickle_copy(obj: Any) -> Any:
     return pickle.loads(payload, buffers=[b.raw() for b in buffers])
 
 
+class GPHost(Protocol):
+    """What a GP needs of its node (:class:`aiopdbp.runtime.node.Node`, which
+    creates it): the node's parts, and the table operations it carries out."""
+
+    @property
+    def rank(self) -> int: ...
+    @property
+    def allow_pickle(self) -> bool: ...
+    @property
+    def router(self) -> Router: ...
+    @property
+    def streams(self) -> StreamTable: ...
+    @property
+    def devices(self) -> DevicePath: ...
+    @property
+    def tables(self) -> Tables: ...
+    async def register(self, name: str, ptype: PType = PType.CPU, *, bind: bool = False,
+                       device: int | None = None, to_device: bool = False) -> GP: ...
+    async def lookup(self, name: str, timeout: float | None = None) -> int: ...
+    async def apply_pipe(self, gp: GP, timeout: float | None) -> None: ...
+    async def release_pipe(self, gp: GP, reason: BaseException | None = None) -> None: ...
+    async def free(self, gp: GP, *, wait: bool = True) -> None: ...
+
+
 class GP:
     """A generalized process: a name, a private pipe, send and receive.
 
     Create GPs with :meth:`Node.register` or :meth:`Node.process`.
     """
 
-    def __init__(self, node: Node, name: str, pid: int, ptype: PType) -> None:
+    def __init__(self, node: GPHost, name: str, pid: int, ptype: PType) -> None:
         self.node = node
         self.name = name
         self.pid = pid
@@ -137,10 +164,7 @@ class GP:
         self._owned: list[Any] = []       # closed when the GP is freed (own())
         #: taken from the pipe, then a wait for its sender's name was cancelled
         self._unnamed: Message | IncomingStream | None = None
-        # hot-path aliases: a send is a few dict lookups and one call
-        self._router = node.router
-        self._submit = node.manager.submit
-        self._offer = node.manager.offer
+        self._router = node.router  # hot path: one attribute, then the router decides
 
     def __repr__(self) -> str:
         return f"<GP {self.name!r} pid={self.pid} {self.ptype.name} on node {self.node.rank}>"
@@ -191,8 +215,8 @@ class GP:
 
     async def free(self, *, reason: BaseException | None = None) -> None:
         """Unregister the GP (prcsFree); releases its pipe first, then closes
-        what it still owns (a :class:`~aiopdbp.sync.barriers.Barrier` or
-        :class:`~aiopdbp.sync.barriers.Neighbours` not closed: see :meth:`own`).
+        what it still owns (a :class:`~aiopdbp.sync.Barrier` or
+        :class:`~aiopdbp.sync.Neighbours` not closed: see :meth:`own`).
         Idempotent.  With ``reason`` (the GP leaves with an exception) it
         waits for nobody: the table updates are sent without waiting for
         rank 0, and closing what it owns is bounded by
@@ -295,32 +319,18 @@ class GP:
         if not isinstance(dest, str):
             await self._multicast(list(dest), data, com, kind, timeout)
             return
-        router = self._router
         # Snapshot first: a refused payload must not hold a reservation.
         if type(data) is bytes:
             cost = len(data) + CREDIT_OVERHEAD
         else:
             if data is not None:
                 if type(data) is not np.ndarray and is_device_array(data):
-                    await self.node.devices.send(self, dest, data, com=com, kind=kind, timeout=timeout, copy=copy)
+                    await self.node.devices.send(self, self.node.streams, dest, data, com=com, kind=kind,
+                                                 timeout=timeout, copy=copy)
                     return
                 data = snapshot(data, self.node.allow_pickle, False)
             cost = credit_cost(data)
-        fields = (self.name, kind, com, data, self.pid)
-        pid = router.pids.get(dest)
-        if pid is not None:
-            tgt = router.targets.get(pid)
-            if tgt is not None and self._offer(tgt, pid, cost, fields):
-                return  # nothing to wait for: routed already
-        else:
-            pid = await router.resolve(dest, timeout)
-        # The same path when something has to wait: the name, the binding,
-        # room at the target, or entries queued ahead in the public pipe.
-        tgt = router.targets.get(pid)
-        if tgt is None:
-            tgt = await router.target(pid, timeout)
-        await router.reserve(tgt, pid, cost, timeout, f"GP {dest!r}", self.name)
-        self._submit(tgt, pid, Message(fields))
+        await self._router.send(dest, (self.name, kind, com, data, self.pid), cost, timeout)
 
     async def _multicast(self, names: list[str], data: Any, com: int, kind: Kind,
                          timeout: float | None) -> None:
@@ -330,36 +340,12 @@ class GP:
             raise ValueError("multicast to an empty set of names")
         if is_device_array(data):  # one device transfer per receiver
             for name in dict.fromkeys(names):
-                await node.devices.send(self, name, data, com=com, kind=kind, timeout=timeout, copy=True)
+                await node.devices.send(self, node.streams, name, data, com=com, kind=kind, timeout=timeout, copy=True)
             return
         pids = tuple(dict.fromkeys([await router.resolve(n, timeout) for n in names]))
         data = snapshot(data, node.allow_pickle, len(pids) > 1)
-        cost = credit_cost(data)
-        plan: list[tuple[Any, int]] = []   # (target, pid): every slot to reserve
-        for pid in pids:
-            tgt = router.targets.get(pid)
-            if tgt is None:
-                tgt = await router.target(pid, timeout)
-            plan.append((tgt, pid))
-        taken: list[tuple[Any, int]] = []
-        try:
-            for tgt, pid in plan:
-                await router.reserve(tgt, pid, cost, timeout, f"the multicast group {names!r}", self.name)
-                taken.append((tgt, pid))
-        except BaseException:
-            for tgt, pid in taken:
-                tgt.unreserve(pid, cost)
-            raise
-        msg = Message((self.name, kind, com, data, self.pid))
-        by_link: dict[int, tuple[Any, list[int]]] = {}
-        for tgt, pid in plan:
-            if tgt.remote:  # one CDU per remote host, fanned out there
-                by_link.setdefault(id(tgt), (tgt, []))[1].append(pid)
-            else:
-                self._submit(tgt, pid, msg)
-        for tgt, remote_pids in by_link.values():
-            self._submit(tgt, remote_pids[0], CDU(kind, self.pid, tuple(remote_pids), data, com,
-                                                  0, 0, 0, node.rank))
+        await router.multicast(f"the multicast group {names!r}", pids, (self.name, kind, com, data, self.pid),
+                               credit_cost(data), timeout)
 
     def send_nowait(self, dest: str, data: Any = None, *, com: int = 0, kind: Kind = Kind.SHORT) -> None:
         """Send to one GP without waiting; raises ``WouldBlock`` when it is
@@ -368,12 +354,8 @@ class GP:
         _check_com(com)
         if kind is not Kind.SHORT and kind is not Kind.COMMAND:
             raise ValueError(f"send_nowait() carries Kind.SHORT or Kind.COMMAND messages, not {kind!r}")
-        router = self._router
         data = snapshot(data, self.node.allow_pickle, False)
-        pid = router.tables.pid_of(dest)
-        tgt = router.target_nowait(pid)
-        tgt.reserve_nowait(pid, credit_cost(data))
-        self._submit(tgt, pid, Message((self.name, kind, com, data, self.pid)))
+        self._router.send_nowait(dest, (self.name, kind, com, data, self.pid), credit_cost(data))
 
     async def command(self, dest: str | Iterable[str], com: int, data: Any = None, *,
                       timeout: float | None = None) -> None:
@@ -405,9 +387,9 @@ class GP:
         self._check()
         _check_com(com)
         if is_device_array(data):
-            return await self.node.devices.send_stream(self, dest, data, segment_size=segment_size, com=com,
+            return await self.node.devices.send_stream(self, self.node.streams, dest, data, segment_size=segment_size, com=com,
                                                        timeout=timeout, copy=copy)
-        return await send_stream(self, dest, data, com=com, timeout=timeout,
+        return await send_stream(self.node.streams, self.pid, self._router.resolve, dest, data, com=com, timeout=timeout,
                                  segment_size=DEFAULT_SEGMENT if segment_size is None else segment_size)
 
     # -- CPI: receiving ------------------------------------------------------------
@@ -420,7 +402,7 @@ class GP:
 
     async def recv(self, timeout: float | None = None) -> Message | IncomingStream:
         """The next item in arrival order: a :class:`Message` or an
-        :class:`~aiopdbp.streams.stream.IncomingStream` (the paper's recvData).
+        :class:`~aiopdbp.streams.receiver.IncomingStream` (the paper's recvData).
 
         Raises ``TimeoutError`` after ``timeout`` seconds with nothing.
 

@@ -23,13 +23,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from aiopdbp.wire.message import Message
-from aiopdbp.runtime.process import GP
-from aiopdbp.streams.stream import IncomingStream
+from aiopdbp.runtime.process import GP, GPHost
+from aiopdbp.streams.receiver import IncomingStream
 from aiopdbp.hosts.tables import PType
 
 if TYPE_CHECKING:
     from aiopdbp.device.backend import Stream
-    from aiopdbp.runtime.node import Node
 
 __all__ = ["SGP"]
 
@@ -37,7 +36,7 @@ __all__ = ["SGP"]
 class SGP(GP):
     """A GP bound to one device (see the module docstring)."""
 
-    def __init__(self, node: Node, name: str, pid: int, *, device: int, stream: Stream,
+    def __init__(self, node: GPHost, name: str, pid: int, *, device: int, stream: Stream,
                  to_device: bool = False) -> None:
         super().__init__(node, name, pid, PType.GPU)
         self._device = device

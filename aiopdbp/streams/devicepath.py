@@ -51,11 +51,11 @@ import logging
 import os
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from aiopdbp.wire.codec import CDU, Kind, StreamOp
+from aiopdbp.wire.codec import Kind
 from aiopdbp.device import open_backend
 from aiopdbp.device.backend import DeviceBackend, Event, Order, Stream, default_device
 from aiopdbp.device.chunks import DEFAULT_CHUNK_SIZE, DEFAULT_POOL_BYTES, ArrayMeta, ChunkPlan, Piece, segment_view
@@ -70,19 +70,39 @@ from aiopdbp.streams.devicestreams import (
 )
 from aiopdbp.errors import BrokenResourceError, ClosedResourceError, DeviceError, StreamError, TransportError
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost
-from aiopdbp.streams.stream import GenSource, IncomingStream, Staged, StreamMeta, StreamState, run_sender
+from aiopdbp.streams.receiver import IncomingStream, StreamMeta, StreamState
+from aiopdbp.streams.sender import GenSource, Staged, run_sender
 from aiopdbp.transport.base import LoopPoller
 
 if TYPE_CHECKING:
-    from aiopdbp.runtime.node import Node
-    from aiopdbp.streams.table import OutgoingStream
-    from aiopdbp.runtime.process import GP
-    from aiopdbp.runtime.sgp import SGP
-    from aiopdbp.transport.base import RawRequest
+    from aiopdbp.hosts.tables import Tables
+    from aiopdbp.routing.router import Router, Target
+    from aiopdbp.streams.table import OutgoingStream, StreamTable
+    from aiopdbp.transport.base import RawRequest, Transport
 
 log = logging.getLogger("aiopdbp.streams.devicepath")
 
-__all__ = ["BACKEND_CHOICES", "DeviceConfig", "DevicePath", "device_config"]
+__all__ = ["BACKEND_CHOICES", "DeviceBindings", "DeviceConfig", "DeviceGP", "DevicePath", "Sender", "device_config"]
+
+
+class Sender(Protocol):
+    """The sending GP, as the device path sees it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def pid(self) -> int: ...
+
+
+class DeviceGP(Sender, Protocol):
+    """An SGP of this node (:class:`aiopdbp.runtime.sgp.SGP`)."""
+
+    @property
+    def device(self) -> int: ...
+    @property
+    def to_device(self) -> bool: ...
+    @property
+    def device_stream(self) -> Stream: ...
 
 BACKEND_CHOICES = ("auto", "cupy", "sim", "none")
 
@@ -151,19 +171,90 @@ class _OutSend:
         self.transfer: Transfer | None = None
 
 
+class DeviceBindings:
+    """The SGPs of a node and their devices: where device data for a GP lands."""
+
+    def __init__(self, tables: Tables, backend: Callable[[], DeviceBackend]) -> None:
+        self._tables = tables
+        self._backend = backend    # opens the node's backend on first use
+        self._sgps: dict[int, DeviceGP] = {}
+        # name -> (device, to_device) from before the registration is applied,
+        # so a transfer that arrives before register() resumes lands right
+        self._by_name: dict[str, tuple[int, bool]] = {}
+
+    def __len__(self) -> int:
+        return len(self._sgps)
+
+    def bind(self, name: str, device: int | None, to_device: bool) -> tuple[int, Stream]:
+        """Validate the device of SGP ``name`` (default: the rank's) and make
+        its stream; from now on data for ``name`` lands on that device."""
+        backend = self._backend()
+        dev = backend.get_device() if device is None else device
+        if type(dev) is not int or not 0 <= dev < backend.device_count():
+            raise ValueError(f"device must be an int in [0, {backend.device_count()}), got {device!r}")
+        stream = backend.create_stream(dev)
+        self._by_name[name] = (dev, bool(to_device))
+        return dev, stream
+
+    def unbind(self, name: str) -> None:
+        """SGP ``name`` was not registered after all, or is gone."""
+        self._by_name.pop(name, None)
+
+    def add(self, gp: DeviceGP) -> None:
+        """SGP ``gp`` is registered."""
+        self._sgps[gp.pid] = gp
+
+    def remove(self, pid: int) -> None:
+        """GP ``pid`` is gone (nothing happens if it was no SGP)."""
+        gp = self._sgps.pop(pid, None)
+        if gp is not None:
+            self.unbind(gp.name)
+
+    def get(self, pid: int) -> DeviceGP | None:
+        """The SGP ``pid`` of this node, if it is one."""
+        return self._sgps.get(pid)
+
+    def binding(self, pid: int, name: str = "") -> tuple[int, bool] | None:
+        """(device, to_device) of GP ``pid`` (or, not registered yet here, of ``name``)."""
+        gp = self._sgps.get(pid)
+        if gp is not None:
+            return gp.device, gp.to_device
+        known = self._tables.names.get(pid)
+        b = None if known is None else self._by_name.get(known)
+        return b if b is not None or not name else self._by_name.get(name)
+
+    def device_of(self, pid: int) -> int | None:
+        """The device of GP ``pid`` if it is an SGP of this node, else None."""
+        b = self.binding(pid)
+        return None if b is None else b[0]
+
+    def wants_device(self, pid: int) -> bool:
+        """True for an SGP of this node opened with ``to_device=True``."""
+        b = self.binding(pid)
+        return b is not None and b[1]
+
+    def any_to_device(self) -> bool:
+        """True if some SGP of this node was opened with ``to_device=True``."""
+        return any(td for _, td in self._by_name.values())
+
+
 class DevicePath:
     """A node's device support (see the module docstring)."""
 
-    def __init__(self, node: Node, config: DeviceConfig | str | DeviceBackend | None = None) -> None:
-        self.node = node
+    def __init__(self, config: DeviceConfig | str | DeviceBackend | None = None, *, rank: int,
+                 tables: Tables, router: Router, submit: Callable[[Target, int, Message], None],
+                 transport: Transport | None) -> None:
+        self._rank = rank
+        self._tables = tables
+        self._router = router
+        self._submit = submit
+        self._transport = transport
         self.config = device_config(config)
         self.backend: DeviceBackend | None = None
         self.stager: Stager | None = None
         self._owns_backend = False
-        self._sgps: dict[int, SGP] = {}
-        # name -> (device, to_device) from before the registration is applied,
-        # so a transfer that arrives before register() resumes lands right
-        self._by_name: dict[str, tuple[int, bool]] = {}
+        #: the SGPs of this node and their devices
+        self.sgps = DeviceBindings(tables, lambda: self.open().backend)
         self._jobs: list[RecvJob] = []
         self._outs: set[_OutSend] = set()
         self._events: list[tuple[Event, asyncio.Future[None]]] = []
@@ -243,45 +334,9 @@ class DevicePath:
             self.backend.close()
 
     # ----------------------------------------------------------------- SGPs
-    def bind(self, name: str, device: int | None, to_device: bool) -> tuple[int, Stream]:
-        """Validate the device of SGP ``name`` (default: the rank's) and make
-        its stream; from now on data for ``name`` lands on that device."""
-        backend = self.open().backend
-        dev = backend.get_device() if device is None else device
-        if type(dev) is not int or not 0 <= dev < backend.device_count():
-            raise ValueError(f"device must be an int in [0, {backend.device_count()}), got {device!r}")
-        stream = backend.create_stream(dev)
-        self._by_name[name] = (dev, bool(to_device))
-        return dev, stream
-
-    def unbind(self, name: str) -> None:
-        """SGP ``name`` was not registered after all, or is gone."""
-        self._by_name.pop(name, None)
-
-    def add_sgp(self, gp: SGP) -> None:
-        self._sgps[gp.pid] = gp
-
-    def remove_sgp(self, pid: int) -> None:
-        gp = self._sgps.pop(pid, None)
-        if gp is not None:
-            self.unbind(gp.name)
-
-    def _binding(self, pid: int) -> tuple[int, bool] | None:
-        gp = self._sgps.get(pid)
-        if gp is not None:
-            return gp.device, gp.to_device
-        name = self.node.tables.names.get(pid)
-        return None if name is None else self._by_name.get(name)
-
-    def device_of(self, pid: int) -> int | None:
-        """The device of GP ``pid`` if it is an SGP of this node, else None."""
-        b = self._binding(pid)
-        return None if b is None else b[0]
-
     def wants_device(self, pid: int) -> bool:
         """True for an SGP of this node opened with ``to_device=True``."""
-        b = self._binding(pid)
-        return b is not None and b[1]
+        return self.sgps.wants_device(pid)
 
     # --------------------------------------------------------------- poller
     def _busy(self) -> bool:
@@ -290,7 +345,7 @@ class DevicePath:
 
     def _kick(self) -> None:
         if self._remove_poller is None and not self._closed:
-            transport = self.node.transport
+            transport = self._transport
             if transport is not None:
                 self._remove_poller = transport.add_poller(self._poll)
             else:
@@ -370,21 +425,15 @@ class DevicePath:
         return t
 
     # ------------------------------------------------------- local copies
-    def _producer_waits(self, gp: GP, info_stream: Stream, copy_stream: Stream) -> None:
+    def _producer_waits(self, gp: Sender, info_stream: Stream, copy_stream: Stream) -> None:
         """Order ``copy_stream`` after the producer's stream and the sender's gp.stream."""
         backend = self.open().backend
         backend.wait_event(copy_stream, backend.record_event(info_stream))
-        own = self._sgps.get(gp.pid)
+        own = self.sgps.get(gp.pid)
         if own is not None:
             backend.wait_event(copy_stream, backend.record_event(own.device_stream))
 
-    def _local_stream(self, device: int) -> Stream:
-        s = self._copy_streams.get(device)
-        if s is None:
-            s = self._copy_streams[device] = self.open().backend.create_stream(device)
-        return s
-
-    async def local_payload(self, gp: GP, data: Any, device: int | None, copy: bool) -> Any:
+    async def local_payload(self, gp: Sender, data: Any, device: int | None, copy: bool) -> Any:
         """What a GP of this node receives for device array ``data``: a copy
         on ``device`` (or ``data`` itself, ``copy=False``), or numpy (None)."""
         stager = self.open()
@@ -397,7 +446,7 @@ class DevicePath:
                 out[piece.offset: piece.offset + piece.nbytes] = np.frombuffer(buf, dtype=np.uint8)
                 return _DONE
 
-            own = self._sgps.get(gp.pid)
+            own = self.sgps.get(gp.pid)
             if own is not None:
                 s = stager.copy_streams(info.device)[0]
                 backend.wait_event(s, backend.record_event(own.device_stream))
@@ -405,7 +454,9 @@ class DevicePath:
             order = info.order or "C"
             shaped = out.view(info.dtype).reshape(info.shape[::-1] if order == "F" else info.shape)
             return shaped.T if order == "F" else shaped
-        s = self._local_stream(info.device)
+        if info.device not in self._copy_streams:  # one copy stream per device, made on first use
+            self._copy_streams[info.device] = backend.create_stream(info.device)
+        s = self._copy_streams[info.device]
         if not copy and info.device == device:
             self._producer_waits(gp, info.stream, s)
             await self.wait(backend.record_event(s))
@@ -421,7 +472,7 @@ class DevicePath:
     async def to_device(self, host: Any, pid: int) -> Any:
         """Host array ``host`` as a new device array on SGP ``pid``'s device
         (pinned staging); other payloads are returned as they are."""
-        device = self.device_of(pid)
+        device = self.sgps.device_of(pid)
         if device is None or not isinstance(host, np.ndarray):
             return host
         arr = host if host.flags.c_contiguous or host.flags.f_contiguous else np.ascontiguousarray(host)
@@ -438,80 +489,83 @@ class DevicePath:
         return t.array  # type: ignore[attr-defined]
 
     # -------------------------------------------------------------- sending
-    async def send(self, gp: GP, dest: str, data: Any, *, com: int, kind: Kind, timeout: float | None,
-                   copy: bool) -> None:
-        """Body of ``gp.send`` for a device array (see the module docstring)."""
-        router = self.node.router
+    async def send(self, gp: Sender, streams: StreamTable, dest: str, data: Any, *, com: int, kind: Kind,
+                   timeout: float | None, copy: bool) -> None:
+        """Body of ``gp.send`` for a device array (see the module docstring);
+        to another node it travels as a device stream of ``streams``.
+
+        Cancellation: a cancelled send has queued nothing (its credit is given back).
+        """
+        router = self._router
         pid = await router.resolve(dest, timeout)
         tgt = router.targets.get(pid) or await router.target(pid, timeout)
         if tgt.remote:
-            await self._send_remote(gp, pid, data, com=com, kind=kind, timeout=timeout, segment_size=None)
+            await self._send_remote(gp, streams, pid, data, com=com, kind=kind, timeout=timeout, segment_size=None)
             return
         cost = credit_cost(data)
         await router.reserve(tgt, pid, cost, timeout, f"GP {dest!r}", gp.name)
         try:
             async with asyncio.timeout(timeout):
-                payload = await self.local_payload(gp, data, self.device_of(pid), copy)
+                payload = await self.local_payload(gp, data, self.sgps.device_of(pid), copy)
         except BaseException:
             tgt.unreserve(pid, cost)
             raise
-        self.node.manager.submit(tgt, pid, Message((gp.name, kind, com, payload, gp.pid)))
+        self._submit(tgt, pid, Message((gp.name, kind, com, payload, gp.pid)))
         self.counts["sent_local"] += 1
 
-    async def send_stream(self, gp: GP, dest: str, data: Any, *, segment_size: int | None, com: int,
-                          timeout: float | None, copy: bool) -> int:
-        """Body of ``gp.send_stream`` for a device array; returns its bytes."""
+    async def send_stream(self, gp: Sender, streams: StreamTable, dest: str, data: Any, *,
+                          segment_size: int | None, com: int, timeout: float | None, copy: bool) -> int:
+        """Body of ``gp.send_stream`` for a device array, a stream of
+        ``streams``; returns its bytes.
+
+        Cancellation: as for :func:`~aiopdbp.streams.sender.run_sender`.
+        """
         if segment_size is not None and segment_size < 1:
             raise ValueError("segment_size must be >= 1")
-        node = self.node
-        pid = await node.router.resolve(dest, timeout)
-        if node.tables.process(pid).node != node.rank:
-            return await self._send_remote(gp, pid, data, com=com, kind=None, timeout=timeout,
+        pid = await self._router.resolve(dest, timeout)
+        if self._tables.process(pid).node != self._rank:
+            return await self._send_remote(gp, streams, pid, data, com=com, kind=None, timeout=timeout,
                                            segment_size=segment_size)
         info = self.open().backend.inspect(data)
         meta = StreamMeta("device", info.nbytes, info.dtype.str, info.shape, com)
         source = GenSource(lambda out: self._local_segments(out, gp, pid, data, segment_size, copy))
-        n = await run_sender(gp, pid, meta, source, timeout=timeout, what=f"stream to {dest!r}")
+        n = await run_sender(streams, gp.pid, pid, meta, source, timeout=timeout, what=f"stream to {dest!r}")
         self.counts["sent_local"] += 1
         return n
 
-    def _tag(self, host: int) -> int:
-        transport = self.node.transport
-        limit = transport.raw_tag_limit if transport is not None else 0
-        if limit <= 0:
-            raise TransportError("this transport cannot carry device arrays (it has no raw messages)")
-        n = self._tags.get(host, 0)
-        self._tags[host] = n + 1
-        return n % limit
-
-    async def _send_remote(self, gp: GP, pid: int, data: Any, *, com: int, kind: Kind | None,
+    async def _send_remote(self, gp: Sender, streams: StreamTable, pid: int, data: Any, *, com: int, kind: Kind | None,
                            timeout: float | None, segment_size: int | None) -> int:
         """Stage a device array out to GP ``pid`` on another node (a device stream)."""
-        node = self.node
+        tables = self._tables
         stager = self.open()
         info = stager.backend.inspect(data)  # TypeError for what this backend cannot use
-        host = node.tables.process(pid).node
+        host = tables.process(pid).node
         chunk = stager.pool.chunk_size
         piece = min(segment_size or chunk, chunk)
-        sent = _OutSend(host, self._tag(host), 0)
+        limit = self._transport.raw_tag_limit if self._transport is not None else 0
+        if limit <= 0:
+            raise TransportError("this transport cannot carry device arrays (it has no raw messages)")
+        n = self._tags.get(host, 0)     # raw-message tags, per host in turn
+        self._tags[host] = n + 1
+        sent = _OutSend(host, n % limit, 0)
         ameta = ArrayMeta(info.dtype, info.shape, info.order or "C", piece)
         sent.npieces = ChunkPlan(ameta).npieces
         # the receiver's name: its registration may reach its host after this stream
-        extra: dict[str, Any] = {"dev": ameta.to_wire(), "tag": sent.tag, "to": node.tables.name_of(pid)}
+        extra: dict[str, Any] = {"dev": ameta.to_wire(), "tag": sent.tag, "to": tables.name_of(pid)}
         if kind is not None:
             extra["msg"] = int(kind)
         meta = StreamMeta("device", info.nbytes, info.dtype.str, info.shape, com, extra=extra)
         source = GenSource(lambda out: self._staged_segments(out, gp, data, info, sent, ameta))
-        n = await run_sender(gp, pid, meta, source, timeout=timeout,
-                             what=f"device array to GP {node.tables.name_of(pid)!r}")
+        n = await run_sender(streams, gp.pid, pid, meta, source, timeout=timeout,
+                             what=f"device array to GP {tables.name_of(pid)!r}")
         self.counts["sent_remote"] += 1
         return n
 
-    async def _local_segments(self, out: OutgoingStream, gp: GP, pid: int, data: Any,
+    async def _local_segments(self, out: OutgoingStream, gp: Sender, pid: int, data: Any,
                               segment_size: int | None, copy: bool) -> AsyncGenerator[Any, None]:
         """Chunk source of a device array for a GP of this node: its copy on
         the receiver's device (or numpy for an NGP), in segment views."""
-        payload = await self.local_payload(gp, data, self.device_of(pid), copy)
+        payload = await self.local_payload(gp, data, self.sgps.device_of(pid), copy)
         if isinstance(out.incoming, DeviceIncomingStream):
             out.incoming.array = payload
         info = self.open().backend.inspect(data)
@@ -522,14 +576,14 @@ class DevicePath:
         for i in range(plan.nsegments):
             yield segment_view(payload, ameta, plan.segment(i))
 
-    async def _staged_segments(self, out: OutgoingStream, gp: GP, data: Any, info: Any, sent: _OutSend,
+    async def _staged_segments(self, out: OutgoingStream, gp: Sender, data: Any, info: Any, sent: _OutSend,
                                ameta: ArrayMeta) -> AsyncGenerator[Any, None]:
         """Chunk source of a device array for a GP of another node: the
         stager moves it out piece by piece as raw transport messages (its
         device-to-host copies overlap the sends); the segments are
-        :class:`~aiopdbp.streams.stream.Staged`, counted once all are out."""
+        :class:`~aiopdbp.streams.sender.Staged`, counted once all are out."""
         stager = self.open()
-        wire = self.node.transport
+        wire = self._transport
         assert wire is not None
 
         def post(piece: Piece, buf: memoryview) -> Any:
@@ -539,7 +593,7 @@ class DevicePath:
 
         self._outs.add(sent)
         try:
-            own = self._sgps.get(gp.pid)
+            own = self.sgps.get(gp.pid)
             if own is not None:  # also after the sending SGP's own stream
                 s = stager.copy_streams(info.device)[0]
                 stager.backend.wait_event(s, stager.backend.record_event(own.device_stream))
@@ -572,9 +626,9 @@ class DevicePath:
         t = sent.transfer
         if t is not None:
             t.abort(exc if isinstance(exc, Exception) else ClosedResourceError("cancelled"))
-        if sent.posted < sent.npieces and self.node.transport is not None:
+        if sent.posted < sent.npieces and self._transport is not None:
             try:
-                self._terminators.append(self.node.transport.raw_isend(sent.host, sent.tag, TERMINATOR))
+                self._terminators.append(self._transport.raw_isend(sent.host, sent.tag, TERMINATOR))
                 self._kick()
             except Exception as err:  # the peer or the transport is gone
                 log.debug("no terminator to host %d: %s", sent.host, err)
@@ -584,7 +638,7 @@ class DevicePath:
         """The incoming stream class for ``meta`` arriving at GP ``dest_pid``."""
         if meta.kind == "device":
             return DeviceIncomingStream
-        if meta.kind == "ndarray" and any(td for _, td in self._by_name.values()):
+        if meta.kind == "ndarray" and self.sgps.any_to_device():
             # decided when it is read: its GP may not be known here yet
             return self.h2d_stream_class
         return IncomingStream
@@ -599,10 +653,10 @@ class DevicePath:
             self._fail_stream(stream, exc)
             return True
         stream.meta.window = 0  # no segment credit: the chunks pace themselves
-        job = RecvJob(self.node.transport, host, tag, ameta, stream, self._job_failed)
+        job = RecvJob(self._transport, host, tag, ameta, stream, self._job_failed)
         self._jobs.append(job)
         self._kick()
-        b = self._binding(stream.dest_pid) or self._by_name.get(str(stream.meta.extra.get("to", "")))
+        b = self.sgps.binding(stream.dest_pid, str(stream.meta.extra.get("to", "")))
         device = None if b is None else b[0]
         try:
             if device is None:
@@ -626,10 +680,10 @@ class DevicePath:
         try:
             arr = await stream.read()
         except (BrokenResourceError, ClosedResourceError):
-            self.node.router.refund(host, stream.dest_pid, CREDIT_OVERHEAD)
+            self._router.refund(host, stream.dest_pid, CREDIT_OVERHEAD)
             return
         msg = Message((stream.source, kind, stream.com, arr, stream.source_pid))
-        self.node.router.deliver_remote(host, stream.dest_pid, [msg], CREDIT_OVERHEAD)
+        self._router.deliver_remote(host, stream.dest_pid, [msg], CREDIT_OVERHEAD)
 
     def refuse_incoming(self, host: int, key: tuple[int, int], meta: StreamMeta) -> None:
         """A device stream that cannot be received: still take what is sent."""
@@ -637,7 +691,7 @@ class DevicePath:
             ameta, tag, _ = device_header(meta)
         except Exception:
             return  # malformed: nothing can be matched
-        job = RecvJob(self.node.transport, host, tag, ameta, None, lambda j, e: None)
+        job = RecvJob(self._transport, host, tag, ameta, None, lambda j, e: None)
         job.give_up(StreamError("refused"))
         self._jobs.append(job)
         self.counts["drained"] += 1
@@ -653,8 +707,7 @@ class DevicePath:
         err = StreamError(f"stream {stream.key} from {stream.source!r} failed at the receiver: "
                           f"{type(exc).__name__}: {exc}")
         err.__cause__ = exc
-        stream.fail(err)
-        self.node.streams.incoming_closed(stream, f"receiver failed: {type(exc).__name__}: {exc}", True)
+        stream.fail_here(err, f"receiver failed: {type(exc).__name__}: {exc}")
 
     def break_host(self, host: int, exc: BaseException) -> None:
         """Host ``host`` is gone: what is staged with it can never complete."""
@@ -668,7 +721,7 @@ class DevicePath:
     def stats(self) -> dict[str, Any]:
         """Counters: backend, pinned pool, transfers and jobs in flight."""
         out: dict[str, Any] = {"backend": getattr(self.backend, "name", None), **self.counts,
-                               "jobs": len(self._jobs), "sgps": len(self._sgps)}
+                               "jobs": len(self._jobs), "sgps": len(self.sgps)}
         if self.stager is not None:
             pool = self.stager.pool
             out.update(transfers=len(self.stager.transfers), chunk_size=pool.chunk_size, chunks=pool.nchunks,

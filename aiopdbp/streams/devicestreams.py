@@ -55,7 +55,7 @@ from __future__ import annotations
 import collections
 import enum
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -63,13 +63,11 @@ from aiopdbp.wire.codec import CDU, Kind
 from aiopdbp.device.chunks import ArrayMeta, ChunkPlan, Piece, Segment, segment_view
 from aiopdbp.device.staging import TransferState
 from aiopdbp.errors import ClosedResourceError, ProtocolError, StreamError
-from aiopdbp.streams.stream import IncomingStream, StreamState
+from aiopdbp.streams.receiver import IncomingStream, StreamState
 from aiopdbp.transport.base import RawRequest
 
-if TYPE_CHECKING:
-    from aiopdbp.streams.devicepath import DevicePath
 
-__all__ = ["DeviceIncomingStream", "HostRecv", "HostToDeviceStream", "JobState", "RecvJob",
+__all__ = ["DeviceIncomingStream", "HostRecv", "HostToDeviceStream", "JobState", "RecvJob", "ToDevice",
            "SenderStopped", "TERMINATOR", "device_header"]
 
 #: the terminator's payload: an empty raw message
@@ -137,13 +135,21 @@ class DeviceIncomingStream(IncomingStream):
         return flat.view(self.array.dtype).reshape(self.array.shape, order=_order(self.array))
 
 
+class ToDevice(Protocol):
+    """What a host-to-device stream asks of the device path
+    (:class:`aiopdbp.streams.devicepath.DevicePath`)."""
+
+    def wants_device(self, pid: int) -> bool: ...
+    async def to_device(self, host: Any, pid: int) -> Any: ...
+
+
 class HostToDeviceStream(IncomingStream):
     """A host array stream that may arrive at an SGP opened with
     ``to_device=True``: if its GP is one (decided when it is read, when the
     GP is surely known here), segments and ``read()`` are device arrays on
     the GP's device; otherwise it is an ordinary stream."""
 
-    devices: DevicePath  #: set on the per-node subclass (see DevicePath)
+    devices: ToDevice  #: a class attribute of the per-node subclass (see DevicePath)
 
     async def __anext__(self) -> Any:
         """The next segment (copied to the device for a to_device SGP).

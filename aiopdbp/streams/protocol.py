@@ -6,7 +6,7 @@ A stream (the patent's SINFO) is one sender GP, one receiver GP and a
 numbered run of segments between them.  This module is the *whole* protocol
 of one stream, and nothing else: like h11's ``Connection`` it does no I/O,
 owns no task and imports neither asyncio nor mpi4py nor cupy.  Code that does
-I/O (:mod:`aiopdbp.streams.stream`: the one sender loop and the one receiver;
+I/O (:mod:`aiopdbp.streams.sender`: the one sender loop; :mod:`aiopdbp.streams.receiver`: the one receiver;
 :mod:`aiopdbp.streams.table`: the bindings; :mod:`aiopdbp.streams.devicepath`: device
 staging) feeds it *events* -- what happened -- and carries out the *actions*
 it answers -- what to put on the wire, what to hand the reading GP.  Anything

@@ -63,7 +63,7 @@ from aiopdbp.routing.pipes import Pipe, PipePool
 from aiopdbp.routing.router import Router, Target
 from aiopdbp.streams.protocol import Registry, StreamState
 from aiopdbp.stall import Waits
-from aiopdbp.streams.stream import IncomingStream, StreamMeta
+from aiopdbp.streams.receiver import IncomingStream, StreamMeta
 from aiopdbp.hosts.tables import StreamEntry, Tables
 
 log = logging.getLogger("aiopdbp.streams.table")
@@ -330,15 +330,16 @@ class StreamTable:
 
     def __init__(self, rank: int, window: int, tables: Tables, pps: PipePool, cps: PipePool,
                  router: Router, *, submit: Callable[[Any, int, Any], None],
-                 watch: Callable[[Pipe[Any]], None]) -> None:
+                 watch: Callable[[Pipe[Any]], None], device: StreamDevices | None = None,
+                 peers: StreamPeers | None = None) -> None:
         self.rank = rank
         self.window = window
         self.tables = tables
         self.pps = pps
         self.cps = cps
         self.router = router
-        self.peers: StreamPeers | None = None
-        self.device: StreamDevices | None = None
+        self.peers = peers    # the other hosts' stream ends (None: a single host)
+        self.device = device
         #: this host's MTA rows: its outgoing streams (PipeA) and incoming ones (PipeB)
         self.mta: dict[tuple[int, int], StreamEntry] = {}
         self._submit = submit

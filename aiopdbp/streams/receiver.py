@@ -1,0 +1,328 @@
+"""Receiving a data stream (the patent's SINFO): :class:`IncomingStream`.
+
+The receiver gets the stream object from ``gp.recv()`` in arrival order with
+its messages.  It yields segments in ``segno`` order even when they arrive
+out of order (a bounded reorder window), checks the END's counts, and turns
+an ABORT, a gap or a lost sender into :class:`~aiopdbp.errors.StreamError` --
+never a hang or truncated data.  Device sinks subclass it in
+:mod:`aiopdbp.streams.devicestreams`; the sending side is
+:mod:`aiopdbp.streams.sender`, the protocol both obey
+:mod:`aiopdbp.streams.protocol` (sans-I/O).
+
+Zero copy: the receiver copies each segment exactly once -- into the result
+of :meth:`IncomingStream.read`, or into a private copy when it iterates -- so
+no receiver ever holds a view of memory the sender may change after
+``send_stream`` returns.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from aiopdbp.errors import BrokenResourceError, ClosedResourceError, ProtocolError, StreamError
+from aiopdbp.routing.pipes import Pipe
+from aiopdbp.streams import protocol as sp
+from aiopdbp.streams.protocol import StreamState
+from aiopdbp.wire.codec import CDU, StreamOp
+
+__all__ = ["DEFAULT_SEGMENT", "EAGER_LIMIT", "IncomingStream", "StreamMeta", "StreamOwner", "StreamState",
+           "describe", "is_array"]
+
+DEFAULT_SEGMENT = 1 << 20
+#: a stream of at most this many bytes, known when it opens, travels inside its OPEN
+EAGER_LIMIT = 64 << 10
+
+
+class StreamOwner(Protocol):
+    """What a stream needs of the table that keeps it (:mod:`aiopdbp.streams.table`)."""
+
+    def incoming_closed(self, stream: IncomingStream, error: str | None, notify: bool) -> None: ...
+    def give_credit(self, stream: IncomingStream, segments: int) -> None: ...
+
+
+@dataclass(slots=True)
+class StreamMeta:
+    """What the OPEN of a stream announces."""
+
+    kind: str = "bytes"                    # "bytes" or "ndarray"
+    nbytes: int | None = None              # total bytes; None: unknown (an iterable source)
+    dtype: str = ""                        # numpy dtype str for ndarray streams
+    shape: tuple[int | None, ...] = ()     # ndarray streams: first axis None when unknown
+    com: int = 0
+    borrowed: bool = False                 # segments are views of sender memory that may change
+    extra: dict[str, Any] = field(default_factory=dict)
+    window: int = 0                        # remote sender's credit window (segments), 0: none
+
+    def to_wire(self) -> dict[str, Any]:
+        # on the wire an unknown size is -1 and an unknown length 0
+        d = {"kind": self.kind, "nbytes": -1 if self.nbytes is None else self.nbytes, "dtype": self.dtype,
+             "shape": [0 if x is None else x for x in self.shape], "com": self.com, "window": self.window}
+        if self.extra:  # e.g. a device stream's staging header (aiopdbp.streams.devicepath)
+            d["extra"] = self.extra
+        return d
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> StreamMeta:
+        extra = d.get("extra", {})
+        if not isinstance(extra, dict):
+            raise ValueError(f"stream meta extra is a {type(extra).__name__}, not a map")
+        nbytes: int | None = int(d.get("nbytes", -1))
+        shape: tuple[int | None, ...] = tuple(int(x) for x in d.get("shape", ()))
+        if nbytes is not None and nbytes < 0:
+            nbytes = None
+            shape = (None, *shape[1:]) if shape else ()
+        return cls(str(d.get("kind", "bytes")), nbytes, str(d.get("dtype", "")), shape,
+                   int(d.get("com", 0)), extra=extra, window=int(d.get("window", 0)))
+
+
+# --------------------------------------------------------------------- cutting
+def is_array(obj: Any) -> bool:
+    return isinstance(obj, np.ndarray) or hasattr(obj, "__cuda_array_interface__")
+
+
+def describe(source: Any, com: int) -> StreamMeta:
+    """Meta for a buffer/array source (an iterable source is described lazily)."""
+    if is_array(source):
+        return StreamMeta("ndarray", int(source.nbytes), source.dtype.str, tuple(source.shape), com,
+                          borrowed=bool(getattr(getattr(source, "flags", None), "writeable", True)))
+    mv = memoryview(source)
+    return StreamMeta("bytes", mv.nbytes, com=com, borrowed=not mv.readonly)
+
+
+def _end_bytes(data: Any) -> int:
+    try:
+        return int.from_bytes(bytes(data), "little")
+    except Exception:
+        return -1
+
+
+def _as_u8(seg: Any) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    if isinstance(seg, np.ndarray):
+        return np.ascontiguousarray(seg).reshape(-1).view(np.uint8)
+    return np.frombuffer(seg, dtype=np.uint8)
+
+
+def _flat_bytes(out: Any, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """A flat uint8 view of ``out`` (checked) or a fresh array of ``nbytes``."""
+    if out is None:
+        return np.empty(nbytes, dtype=np.uint8)
+    arr = out if isinstance(out, np.ndarray) else np.frombuffer(out, dtype=np.uint8)
+    if not arr.flags.writeable or not arr.flags.c_contiguous:
+        raise ValueError("read(out=...) needs a writable C-contiguous buffer")
+    flat = arr.reshape(-1).view(np.uint8)
+    if flat.size < nbytes:
+        raise ValueError(f"read(out=...) buffer holds {flat.size} bytes, the stream has {nbytes}")
+    return flat[:nbytes]
+
+
+# ------------------------------------------------------------------ receiving
+class IncomingStream:
+    """A data stream arriving at a GP.
+
+    ``async for segment in stream`` yields the segments in order (a
+    ``memoryview`` per segment of a bytes stream, an ``ndarray`` per segment
+    of an array stream); ``await stream.read()`` gathers the whole stream (or
+    what is left of it) into one ``memoryview`` (bytes streams) or one
+    ``numpy.ndarray`` with the sender's dtype and shape (array streams).
+    ``source`` is the sender's name, ``com`` the command code given to
+    ``send_stream``, ``state`` a :class:`StreamState`.
+    """
+
+    def __init__(self, owner: StreamOwner, key: tuple[int, int], source: str, pipe: Pipe[CDU],
+                 window: int, source_pid: int = 0, dest_pid: int = 0,
+                 meta: StreamMeta | None = None) -> None:
+        self._owner = owner
+        self.key = key
+        self.sno = key[1]
+        self.source_pid = source_pid
+        self.dest_pid = dest_pid
+        self.source = source
+        self.meta = meta if meta is not None else StreamMeta()
+        self.pipe = pipe                   # PipeB, the stream's bound private pipe
+        self._proto = sp.ReceiverProtocol(window, self.meta.window)
+        self._proto.handle(sp.Open())
+        self._ready: collections.deque[Any] = collections.deque()  # in order, not yet read
+        self._error: BaseException | None = None
+
+    def __repr__(self) -> str:
+        return f"<IncomingStream {self.key} from {self.source!r} seg {self._proto.next} {self.state.name}>"
+
+    @property
+    def com(self) -> int:
+        return self.meta.com
+
+    @property
+    def state(self) -> StreamState:
+        return self._proto.state
+
+    @property
+    def finished(self) -> bool:
+        """True once the END was verified (the stream is DONE)."""
+        return self._proto.state is StreamState.DONE
+
+    def fail(self, exc: BaseException) -> None:
+        """The stream broke from outside (its GP left, the node or the
+        sender's host is gone): reads raise ``exc``."""
+        if not self._proto.ended:
+            self._proto.handle(sp.Break(str(exc)))
+            self._error = exc
+
+    def fail_here(self, exc: BaseException, reason: str) -> None:
+        """This receiver failed the stream (a device error, a malformed
+        piece): reads raise ``exc`` and the sender is told ``reason``."""
+        self.fail(exc)
+        self._owner.incoming_closed(self, reason, True)
+
+    def _feed(self, cdu: CDU) -> None:
+        """One CDU from PipeB through the protocol, and its actions carried out."""
+        proto = self._proto
+        op = cdu.op
+        try:
+            if op is StreamOp.ABORT:
+                actions = proto.handle(sp.Abort(bytes(cdu.data).decode(errors="replace")))
+            elif op is StreamOp.END:
+                actions = proto.handle(sp.End(cdu.segno, _end_bytes(cdu.data)))
+            else:
+                data = cdu.data
+                actions = proto.handle(sp.Segment(cdu.segno, data, int(data.nbytes) if hasattr(data, "nbytes")
+                                                  else len(data)))
+        except ProtocolError as exc:
+            self._error = StreamError(f"stream {self.key} from {self.source!r}: {exc}")
+            if not proto.ended:
+                proto.handle(sp.Break(str(exc)))
+            self._owner.incoming_closed(self, str(self._error), True)
+            raise self._error from None
+        for act in actions:
+            kind = type(act)
+            if kind is sp.Deliver:
+                self._ready.append(act.data)  # type: ignore[attr-defined]
+            elif kind is sp.SendDone:
+                self._owner.incoming_closed(self, act.error, True)  # type: ignore[attr-defined]
+            elif kind is sp.Aborted:
+                why = act.why  # type: ignore[attr-defined]
+                self._error = StreamError(f"stream {self.key} from {self.source!r} was aborted by its "
+                                          f"sender{': ' + why if why else ''}")
+                self._error.origin_rank = self.key[0]   # the sender's rank (aiopdbp.runtime.job)
+                self._owner.incoming_closed(self, None, False)
+                raise self._error
+
+    async def next_segment(self) -> Any | None:
+        """The next segment's data as it arrived (no private copy), or None
+        after a verified END; raises ``StreamError`` as reading does.  For
+        subclasses that deliver segments their own way (device streams).
+
+        Cancellation: a cancelled wait loses no segment.
+        """
+        return await self._next_segment()
+
+    async def _next_segment(self) -> Any | None:
+        """Next segment's data, or None after a verified END."""
+        ready = self._ready
+        while True:
+            if self._error is not None:
+                raise self._error
+            if ready:
+                data = ready.popleft()
+                for act in self._proto.handle(sp.Consumed()):
+                    self._owner.give_credit(self, act.n)  # type: ignore[attr-defined]
+                return data
+            if self._proto.state is StreamState.DONE:
+                return None
+            try:
+                cdu = await self.pipe.receive()
+            except (BrokenResourceError, ClosedResourceError, EOFError) as exc:
+                if self._error is not None:
+                    raise self._error from exc
+                raise StreamError(f"stream {self.key} from {self.source!r} was cut off") from exc
+            self._feed(cdu)
+
+    def __aiter__(self) -> IncomingStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        """Next segment (a private copy when it would alias sender memory).
+
+        Cancellation: a cancelled wait loses no segment.
+        """
+        data = await self._next_segment()
+        if data is None:
+            raise StopAsyncIteration
+        if is_array(data):
+            return data.copy() if self.meta.borrowed else data
+        if self.meta.borrowed or not isinstance(data, memoryview):
+            data = memoryview(bytes(data) if self.meta.borrowed else data)
+        return data
+
+    async def read(self, out: Any = None) -> Any:
+        """Gather the whole stream into one buffer or array.
+
+        Bytes streams give a writable ``memoryview`` (format ``B``); array
+        streams a ``numpy.ndarray`` with the sender's dtype and shape.  With
+        ``out`` (any writable buffer or array of at least the stream's size,
+        e.g. one reused across streams) the data land there and a view of the
+        filled part is returned: no allocation, exactly one copy.
+
+        Cancellation: cancelling leaves the stream open at the segment reached;
+        segments already consumed are not given back, so treat the stream as
+        broken (``aclose()`` it).
+        """
+        meta = self.meta
+        if meta.nbytes is not None and self._proto.next == len(self._ready):  # nothing read yet
+            # numpy's allocator asks the kernel for huge pages on big buffers,
+            # which makes first-touch page faults several times cheaper.
+            flat = _flat_bytes(out, meta.nbytes)
+            pos = 0
+            while (seg := await self._next_segment()) is not None:
+                b = _as_u8(seg)
+                flat[pos:pos + b.size] = b
+                pos += b.size
+            if meta.kind == "ndarray":
+                return flat[:pos].view(np.dtype(meta.dtype)).reshape(meta.shape)
+            return memoryview(flat[:pos].data)
+        parts = []
+        while (seg := await self._next_segment()) is not None:
+            parts.append(np.array(seg, copy=True) if self.meta.kind == "ndarray" or is_array(seg)
+                         else _as_u8(seg).copy())
+        if self.meta.kind == "ndarray" or (parts and parts[0].dtype != np.uint8):
+            if not parts:
+                return np.empty((0, *meta.shape[1:]), dtype=np.dtype(meta.dtype or "u1"))
+            # the announced dtype, exactly: concatenate would make it native-endian
+            whole = np.concatenate([p.reshape(1) if p.ndim == 0 else p for p in parts],
+                                   dtype=np.dtype(meta.dtype) if meta.dtype else None)
+            if out is not None:
+                dst = _flat_bytes(out, whole.nbytes)
+                dst[:] = whole.reshape(-1).view(np.uint8)
+                return dst.view(whole.dtype).reshape(whole.shape)
+            return whole
+        total = sum(p.size for p in parts)
+        flat = _flat_bytes(out, total)
+        pos = 0
+        for p in parts:
+            flat[pos:pos + p.size] = p.reshape(-1)
+            pos += p.size
+        return memoryview(flat.data)
+
+    async def aclose(self) -> None:
+        """Abandon the stream (idempotent).  The sender's ``send_stream``
+        fails with ``BrokenResourceError``; later reads raise ``StreamError``.
+
+        Cancellation: never suspends.
+        """
+        if self._proto.ended:
+            return
+        self._error = StreamError(f"stream {self.key} was closed by its receiver")
+        for act in self._proto.handle(sp.Close("receiver closed the stream")):
+            self._owner.incoming_closed(self, act.error, True)  # type: ignore[attr-defined]
+
+    async def __aenter__(self) -> IncomingStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+# ------------------------------------------------------------------- sending

@@ -1,0 +1,351 @@
+"""Sending a data stream: :func:`run_sender`, the one sender loop.
+
+The protocol of a stream is :mod:`aiopdbp.streams.protocol` (sans-I/O); this
+module is its sending I/O for every kind of data: :func:`run_sender` pulls
+segments from a :class:`ChunkSource` (host buffers and iterables here:
+:class:`HostSource`; device copies and staging in
+:mod:`aiopdbp.streams.devicepath`: :class:`GenSource`).  A stream whose whole
+data is one short buffer travels inside its OPEN
+(:data:`~aiopdbp.streams.receiver.EAGER_LIMIT`).
+
+Sending (:func:`send_stream`): the sender asks the stream table to bind a
+public pipe ``PipeA`` to the receiver (an MTA tuple), cuts the source into
+segments of ``segment_size`` bytes, numbers them ``(sno, segno)``, writes them
+in order (each one after reserving a slot at the receiver: backpressure), then
+an END that carries how many segments and bytes were sent, and waits until
+the receiver has taken the END (the whole stream is *delivered*).  Then the
+binding is undone and the pipes go back to their pools.  A sender that fails
+or is cancelled midway sends an ABORT instead, which overtakes backpressure.
+
+Zero copy: segments of an immutable or read-only source are views of it.  A
+writable source is also sent as views (no copy on the sending side); the
+receiver copies each once (:mod:`aiopdbp.streams.receiver`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from aiopdbp.device.backend import is_device_array
+from aiopdbp.streams.receiver import DEFAULT_SEGMENT, EAGER_LIMIT, StreamMeta, describe, is_array
+
+if TYPE_CHECKING:
+    from aiopdbp.streams.table import OutgoingStream, StreamTable
+
+__all__ = ["ChunkSource", "GenSource", "HostSource", "Staged", "check_chunk", "cut", "run_sender", "send_stream"]
+
+
+# --------------------------------------------------------------------- cutting
+def cut(chunk: Any, segment_size: int) -> Iterator[Any]:
+    """Cut one buffer/array into segments of at most ``segment_size`` bytes.
+
+    Arrays are cut along their first axis (whole rows), so every segment
+    keeps the dtype and the trailing shape; bytes-like data become memoryview
+    slices.  No data is copied (a non-contiguous array is made contiguous once).
+    """
+    if is_array(chunk):
+        arr = chunk
+        if arr.ndim == 0:
+            yield arr.reshape(1)
+            return
+        if isinstance(arr, np.ndarray) and not arr.flags.c_contiguous:
+            arr = np.ascontiguousarray(arr)
+        row = max(1, int(arr.nbytes // max(1, arr.shape[0]))) if arr.shape[0] else 1
+        rows = max(1, segment_size // row)
+        n = arr.shape[0]
+        if n == 0:
+            yield arr
+            return
+        for i in range(0, n, rows):
+            yield arr[i:i + rows]
+        return
+    mv = memoryview(chunk)
+    if mv.ndim != 1 or mv.format not in ("B", "b", "c"):
+        mv = mv.cast("B") if mv.c_contiguous else memoryview(mv.tobytes())
+    n = mv.nbytes
+    if n == 0:
+        yield mv
+        return
+    for i in range(0, n, segment_size):
+        yield mv[i:i + segment_size]
+
+
+async def _chunks(source: Any) -> AsyncGenerator[Any, None]:
+    if isinstance(source, AsyncIterable):
+        async for c in source:
+            yield c
+    else:
+        for c in source:
+            yield c
+
+
+def _needs_pickle(dt: np.dtype[Any]) -> bool:
+    return dt.hasobject or dt.fields is not None or dt.subdtype is not None or dt.itemsize == 0
+
+
+#: what send_stream takes, for its errors
+_ACCEPTED = ("give bytes, a bytearray or memoryview, a numpy array, or an ordered (async) iterable "
+             "(list, tuple, generator) of those, each item one chunk")
+#: iterables without an order: their chunks would arrive in no defined order
+_UNORDERED = (set, frozenset, dict)
+
+
+def _a(obj: Any) -> str:
+    """``a set`` / ``an int``: what the user passed, for an error message."""
+    name = type(obj).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
+def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
+    """Describe chunk ``k`` of a stream, or refuse it (``TypeError`` /
+    ``ValueError``) before anything of it is sent.
+
+    A stream carries bytes-like buffers or numpy/device arrays of plain
+    (non-object, non-structured) dtypes; every chunk of one stream has the
+    kind, dtype and trailing shape of its first chunk, so the receiver can
+    gather it into one buffer or array.
+    """
+    if isinstance(chunk, np.generic):
+        chunk = np.asarray(chunk)
+    if isinstance(chunk, str):
+        raise TypeError(f"a str cannot be streamed (chunk {k} of the stream): encode it to bytes "
+                        "first, e.g. text.encode()")
+    if is_device_array(chunk):
+        raise TypeError(f"chunk {k} is a device array: send_stream() takes a device array whole, "
+                        "not inside an iterable (send each one with its own send_stream())")
+    if is_array(chunk):
+        dt = np.dtype(chunk.dtype)
+        if _needs_pickle(dt):
+            raise TypeError(f"chunk {k}: cannot stream an array of dtype {dt} (object, structured "
+                            "or sub-array dtypes need pickling: send them with gp.send() and "
+                            "open_node(allow_pickle=True))")
+        meta = StreamMeta("ndarray", int(chunk.nbytes), dt.str, tuple(chunk.shape))
+    else:
+        try:
+            mv = memoryview(chunk)
+        except TypeError:
+            raise TypeError(f"chunk {k} of the stream (item {k} of the iterable given to send_stream) "
+                            f"is {_a(chunk)}, which cannot be streamed: {_ACCEPTED}") from None
+        meta = StreamMeta("bytes", mv.nbytes)
+    if first is not None:
+        if meta.kind != first.kind:
+            raise TypeError(f"chunk {k} is {'an array' if meta.kind == 'ndarray' else 'bytes'}, "
+                            f"the stream's first chunk was {'an array' if first.kind == 'ndarray' else 'bytes'}")
+        if meta.kind == "ndarray":
+            if meta.dtype != first.dtype:
+                raise ValueError(f"chunk {k} has dtype {np.dtype(meta.dtype)}, the stream's is "
+                                 f"{np.dtype(first.dtype)}")
+            if tuple(meta.shape[1:]) != tuple(first.shape[1:]) or not meta.shape or not first.shape:
+                raise ValueError(f"chunk {k} has shape {meta.shape}, which does not continue the "
+                                 f"stream's {first.shape} along its first axis")
+    return meta
+
+
+_NO_CHUNK = object()
+
+
+class Staged:
+    """A segment a chunk source carried itself, outside the stream's CDUs
+    (device staging's raw messages): the sender loop only counts it."""
+
+    __slots__ = ("nbytes",)
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+
+
+class ChunkSource(Protocol):
+    """Where the sender loop (:func:`run_sender`) takes a stream's segments.
+
+    :meth:`segments` yields, once the OPEN is routed, each segment in order:
+    a buffer or array for the loop to carry (after a credit), or
+    :class:`Staged` for one the source carried itself.  It may watch ``out``
+    (e.g. ``out.done`` fails when the receiver gives up).  :meth:`aclose`
+    releases what the source holds when the stream ends before it started.
+    """
+
+    def segments(self, out: OutgoingStream) -> AsyncGenerator[Any, None]: ...
+    async def aclose(self) -> None: ...
+    def single(self) -> Any | None: ...
+
+
+class GenSource:
+    """A chunk source made of a function that, given the stream, returns an
+    async generator of its segments (what the device path uses)."""
+
+    __slots__ = ("_gen",)
+
+    def __init__(self, gen: Callable[[OutgoingStream], AsyncGenerator[Any, None]]) -> None:
+        self._gen = gen
+
+    def segments(self, out: OutgoingStream) -> AsyncGenerator[Any, None]:
+        return self._gen(out)
+
+    async def aclose(self) -> None:
+        """Nothing to release before the generator started.
+
+        Cancellation: never suspends.
+        """
+
+    def single(self) -> None:
+        return None  # produced on the way: never carried in the OPEN
+
+
+class HostSource:
+    """Host data: one buffer or array, or an (async) iterable of them, cut
+    into segments of ``segment_size`` bytes (zero copy), each chunk checked
+    against the first one as it comes."""
+
+    __slots__ = ("meta", "_chunks", "_first", "_first_meta", "_is_buffer", "_segment_size", "_buffer")
+
+    def __init__(self, source: Any, segment_size: int) -> None:
+        self._segment_size = segment_size
+        self._first: Any = _NO_CHUNK
+        # Refuse bad input before anything is sent: a buffer is checked whole;
+        # an iterable's first chunk is taken in start() (it fixes the stream's
+        # dtype and shape, which the OPEN announces), the others as they come.
+        is_buffer = is_array(source) or isinstance(source, (str, np.generic))
+        if not is_buffer:
+            try:  # a buffer first: array.array is also iterable, but one buffer
+                memoryview(source)
+                is_buffer = True
+            except TypeError:
+                if not isinstance(source, (AsyncIterable, Iterable)) or isinstance(source, _UNORDERED):
+                    raise TypeError(f"send_stream cannot stream {_a(source)}: {_ACCEPTED}") from None
+        self._is_buffer = is_buffer
+        if is_buffer:
+            self.meta = self._first_meta = check_chunk(source, None, 0)
+            self.meta.borrowed = describe(source, 0).borrowed
+            self._chunks = _chunks([source])
+            self._buffer = source
+        else:
+            self._chunks = _chunks(source)
+            self._first_meta = self.meta = StreamMeta()
+
+    async def start(self) -> None:
+        """Take an iterable's first chunk: the stream's kind, dtype and
+        trailing shape (its size is unknown: ``nbytes`` None, a leading None).
+
+        Cancellation: the source is closed.
+        """
+        if self._is_buffer:
+            return
+        try:
+            self._first = first = await anext(self._chunks, _NO_CHUNK)
+            fm = self._first_meta = check_chunk(first, None, 0) if first is not _NO_CHUNK else StreamMeta()
+        except BaseException:
+            await self._chunks.aclose()
+            raise
+        self.meta = StreamMeta(fm.kind, None, fm.dtype, (None, *fm.shape[1:]) if fm.shape else (), borrowed=True)
+
+    async def aclose(self) -> None:
+        """Close the source's iterator (a generator's ``finally`` runs).
+
+        Cancellation: the iterator may be left unclosed.
+        """
+        await self._chunks.aclose()
+
+    def single(self) -> Any | None:
+        """The whole stream as its one segment when it is a buffer of at most
+        :data:`EAGER_LIMIT` bytes (and not empty), else None: what the OPEN
+        may carry (the short-stream fast path)."""
+        nbytes = self.meta.nbytes
+        if not self._is_buffer or nbytes is None or not 0 < nbytes <= min(EAGER_LIMIT, self._segment_size):
+            return None
+        segs = list(cut(self._buffer, self._segment_size))
+        return segs[0] if len(segs) == 1 else None
+
+    async def segments(self, out: OutgoingStream) -> AsyncGenerator[Any, None]:
+        chunks, size, k = self._chunks, self._segment_size, 0
+        async with contextlib.aclosing(chunks):  # no generator left to the GC
+            pending = self._first
+            while True:
+                if pending is not _NO_CHUNK:
+                    chunk, pending = pending, _NO_CHUNK
+                else:
+                    chunk = await anext(chunks, _NO_CHUNK)
+                    if chunk is _NO_CHUNK:
+                        break
+                    if not self._is_buffer:
+                        check_chunk(chunk, self._first_meta, k)
+                k += 1
+                for seg in cut(chunk, size):
+                    if seg.nbytes:  # an empty one carries nothing: the OPEN has dtype and shape
+                        yield seg
+
+
+async def run_sender(streams: StreamTable, sender: int, pid: int, meta: StreamMeta, source: ChunkSource, *,
+                     timeout: float | None, what: str) -> int:
+    """THE sender loop of every stream, host or device data: open the stream
+    from GP ``sender`` to GP ``pid`` in the node's stream table ``streams``,
+    send what ``source`` yields under the stream protocol
+    (:mod:`aiopdbp.streams.protocol`: a credit or pipe slot per segment), the END,
+    and wait until the receiver has it all; returns the bytes sent.  On
+    failure or cancellation the receiver gets an ABORT.  ``what`` names the
+    stream in timeout errors.
+
+    Cancellation: the receiver's stream is aborted; the binding is undone.
+    """
+    try:
+        try:
+            async with asyncio.timeout(timeout):
+                out = await streams.open_outgoing(sender, pid, meta, timeout, eager=source.single())
+        except TimeoutError:
+            raise TimeoutError(f"{what} could not be opened within {timeout} s") from None
+    except BaseException:
+        await source.aclose()
+        raise
+    try:
+        async with asyncio.timeout(timeout):
+            await out.routed
+            if out.carried:
+                # The OPEN carried the one segment and the END; the protocol
+                # heard both when it was routed (OutgoingStream.opened).
+                await source.aclose()
+            else:
+                segments = source.segments(out)
+                async with contextlib.aclosing(segments):
+                    async for seg in segments:
+                        if type(seg) is Staged:
+                            out.staged(seg.nbytes)
+                            continue
+                        await out.reserve()
+                        out.emit_segment(seg)
+                await out.reserve()
+                out.emit_end()
+            await out.done
+        return out.proto.nbytes
+    except BaseException as exc:
+        out.cancel(exc)
+        if isinstance(exc, TimeoutError):
+            raise TimeoutError(f"{what} did not complete within {timeout} s") from None
+        raise
+    finally:
+        streams.close_outgoing(out)
+
+
+async def send_stream(streams: StreamTable, sender: int, resolve: Callable[[str, float | None], Awaitable[int]],
+                      dest: str, source: Any, *, segment_size: int = DEFAULT_SEGMENT,
+                      com: int = 0, timeout: float | None = None) -> int:
+    """Body of :meth:`GP.send_stream` for host data: GP ``sender`` sends
+    ``source`` to the GP named ``dest`` (``resolve`` turns the name into a
+    pid, waiting for it by the name rule); returns the number of bytes sent.
+
+    Cancellation: as for :func:`run_sender`.
+    """
+    if segment_size < 1:
+        raise ValueError("segment_size must be >= 1")
+    src = HostSource(source, segment_size)
+    await src.start()
+    src.meta.com = com
+    try:
+        pid = await resolve(dest, timeout)
+    except BaseException:
+        await src.aclose()
+        raise
+    return await run_sender(streams, sender, pid, src.meta, src, timeout=timeout, what=f"stream to {dest!r}")

@@ -1,0 +1,71 @@
+"""A/B: the same ``aiopdbp bench`` run on two checkouts, alternated.
+
+    python benchmarks/ab.py OLD_DIR NEW_DIR [--repeats 5] -- <aiopdbp bench options>
+
+Runs ``python -m aiopdbp bench <options>`` with ``PYTHONPATH`` set to OLD_DIR,
+then NEW_DIR, then OLD_DIR ... (``--repeats`` runs each, alternated so that
+the machine's drift hits both alike), and prints, per aiopdbp row (test,
+size, impl): the old runs' medians as a range, the new runs' medians, and
+whether the new median of medians lies inside the old range.  Each run's
+figures are aiopdbp's against raw mpi4py *in the same job* (``x raw``), so a
+run on a busier moment moves both; the table shows the ratio and the speed.
+Written for issue 16 (a restructuring must not change speed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def _run(checkout: Path, bench: list[str], out: Path) -> list[dict[str, object]]:
+    env = dict(os.environ, PYTHONPATH=str(checkout))
+    cmd = [sys.executable, "-m", "aiopdbp", "bench", *bench, "--no-plots", "--out", str(out)]
+    subprocess.run(cmd, check=True, env=env, cwd=checkout, stdout=subprocess.DEVNULL, timeout=1800)
+    rows: list[dict[str, object]] = json.loads((out / "bench.json").read_text())["rows"]
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("old", type=Path)
+    ap.add_argument("new", type=Path)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("bench", nargs=argparse.REMAINDER, help="options for aiopdbp bench (after --)")
+    args = ap.parse_args()
+    bench = [a for a in args.bench if a != "--"]
+    seen: dict[str, dict[tuple[str, int, int, str], list[tuple[float, float]]]] = {"old": {}, "new": {}}
+    with tempfile.TemporaryDirectory(prefix="aiopdbp-ab-") as tmp:
+        for i in range(args.repeats):
+            for side, checkout in (("old", args.old), ("new", args.new)):
+                rows = _run(checkout.resolve(), bench, Path(tmp) / f"{side}{i}")
+                for r in rows:
+                    if str(r["impl"]).startswith("aiopdbp"):
+                        key = (str(r["test"]), int(r["ranks"]), int(r["size"]), str(r["impl"]))  # type: ignore[call-overload]
+                        seen[side].setdefault(key, []).append((float(r["median"]), float(r["vs_raw"] or 0)))  # type: ignore[arg-type]
+                print(f"run {i + 1}/{args.repeats} {side} done", file=sys.stderr, flush=True)
+    print(f"aiopdbp bench {' '.join(bench)}; {args.repeats} runs each, alternated old/new")
+    print(f"{'test':6} {'n':>2} {'size':>8} {'impl':12} {'old x raw (range)':>22} {'new x raw (range)':>22} "
+          f"{'old median':>11} {'new median':>11}  new inside old range")
+    for key in sorted(seen["old"]):
+        old, new = seen["old"][key], seen["new"].get(key, [])
+        if not new:
+            continue
+        o_r, n_r = [x for _, x in old], [x for _, x in new]
+        o_m, n_m = [m for m, _ in old], [m for m, _ in new]
+        inside = min(o_r) <= statistics.median(n_r) <= max(o_r)
+        test, n, size, impl = key
+        print(f"{test:6} {n:>2} {size:>8} {impl:12} "
+              f"{statistics.median(o_r):6.3f} ({min(o_r):.3f}-{max(o_r):.3f}) "
+              f"{statistics.median(n_r):6.3f} ({min(n_r):.3f}-{max(n_r):.3f}) "
+              f"{statistics.median(o_m):11.1f} {statistics.median(n_m):11.1f}  {'yes' if inside else 'NO'}")
+
+
+if __name__ == "__main__":
+    main()
