@@ -523,7 +523,9 @@ async def test_neighbours_synchronise_locally_not_globally(hosts: int) -> None:
     progress: list[list[int]] = [[] for _ in range(n)]
     async with _hosts(hosts) as nodes:
         task = asyncio.ensure_future(_chain(nodes, n, 4, hold, progress))
-        await _until(lambda: len(progress[4]) >= 2, "s4 has done two exchanges")
+        # s3 and s4 are not s0's neighbours: both get past their 2nd exchange
+        await _until(lambda: len(progress[3]) >= 2 and len(progress[4]) >= 2,
+                     "s3 and s4 have done two exchanges")
         assert progress[0] == [0] and progress[1] == [0]     # s1 waits for s0
         assert progress[4][:2] == [0, 1] and progress[3][:2] == [0, 1]
         hold.set()
