@@ -193,9 +193,11 @@ async def test_failed_link_fails_every_parked_sender() -> None:
 def _router() -> tuple[Router, Pipe[Any], list[tuple[int, list[tuple[int, int]]]]]:
     tables = Tables()
     pps = PipePool(4, 4)
-    router = Router(tables, pps, 0, name_timeout=1.0, window=WINDOW)
     grants: list[tuple[int, list[tuple[int, int]]]] = []
-    router.grant = lambda host, g: grants.append((host, list(g)))
+    router = Router(tables, pps, 0, name_timeout=1.0, window=WINDOW,
+                    submit=lambda tgt, pid, item: None,                 # nothing is routed here
+                    offer=lambda tgt, pid, cost, fields: False,
+                    grant=lambda host, g: grants.append((host, list(g))))
     pipe = pps.apply_nowait()
     router.targets[PID] = pipe  # the GP's binding, as on_update("pipe_bind") makes it
     return router, pipe, grants
