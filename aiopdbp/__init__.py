@@ -49,7 +49,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["LinkStats", "NodeStats"], "aiopdbp.runtime.stats"),
     "open_cluster": "aiopdbp.runtime.cluster",
     **dict.fromkeys(["ALGORITHMS", "Barrier", "BarrierStats", "BarrierSummary", "BarrierTimeoutError",
-                     "NeighbourStats", "Neighbours", "aggregate_stats"], "aiopdbp.sync.barriers"),
+                     "NeighbourStats", "Neighbours", "aggregate_stats"], "aiopdbp.sync"),
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -102,14 +102,14 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, eagerly
     from aiopdbp.stall import WaitEdge as WaitEdge
     from aiopdbp.streams.receiver import IncomingStream as IncomingStream
     from aiopdbp.streams.receiver import StreamState as StreamState
-    from aiopdbp.sync.barriers import ALGORITHMS as ALGORITHMS
-    from aiopdbp.sync.barriers import Barrier as Barrier
-    from aiopdbp.sync.barriers import BarrierStats as BarrierStats
-    from aiopdbp.sync.barriers import BarrierSummary as BarrierSummary
-    from aiopdbp.sync.barriers import BarrierTimeoutError as BarrierTimeoutError
-    from aiopdbp.sync.barriers import NeighbourStats as NeighbourStats
-    from aiopdbp.sync.barriers import Neighbours as Neighbours
-    from aiopdbp.sync.barriers import aggregate_stats as aggregate_stats
+    from aiopdbp.sync import ALGORITHMS as ALGORITHMS
+    from aiopdbp.sync import Barrier as Barrier
+    from aiopdbp.sync import BarrierStats as BarrierStats
+    from aiopdbp.sync import BarrierSummary as BarrierSummary
+    from aiopdbp.sync import BarrierTimeoutError as BarrierTimeoutError
+    from aiopdbp.sync import NeighbourStats as NeighbourStats
+    from aiopdbp.sync import Neighbours as Neighbours
+    from aiopdbp.sync import aggregate_stats as aggregate_stats
     from aiopdbp.wire.codec import CDU as CDU
     from aiopdbp.wire.codec import Kind as Kind
     from aiopdbp.wire.codec import StreamOp as StreamOp

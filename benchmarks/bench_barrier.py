@@ -37,7 +37,7 @@ except ImportError:  # python -m benchmarks.bench_barrier
     from benchmarks._common import machine_info, print_table, write_json  # type: ignore[no-redef]
 
 import aiopdbp
-from aiopdbp.sync.barriers import Barrier, messages_for, steps_for
+from aiopdbp.sync import Barrier, messages_for, steps_for
 
 ALGS = ("counter", "tree", "dissemination")
 

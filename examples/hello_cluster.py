@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 import aiopdbp
-from aiopdbp.sync.barriers import Barrier
+from aiopdbp.sync import Barrier
 
 
 async def main() -> int:

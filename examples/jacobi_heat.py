@@ -5,7 +5,7 @@ The lecture notes' synchronous computation: a square room whose walls are at
 The interior is cut into P horizontal strips, one GP each.  Every iteration:
 
 * **local synchronisation** -- each GP exchanges its edge rows (halos) with
-  the strips above and below only (:class:`aiopdbp.sync.barriers.Neighbours`);
+  the strips above and below only (:class:`aiopdbp.sync.Neighbours`);
 * one Jacobi sweep over the strip;
 * every ``--check`` iterations a **convergence test**: a barrier round that
   also reduces the largest change (``Barrier.allreduce(delta, "max")``).
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 import aiopdbp
-from aiopdbp.sync.barriers import Barrier, Neighbours
+from aiopdbp.sync import Barrier, Neighbours
 
 WALL, FIRE = 20.0, 100.0
 

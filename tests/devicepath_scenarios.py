@@ -3,7 +3,7 @@
 Built on ``tests/scenarios.py`` (same :class:`~scenarios.Ctx`, same runners'
 conventions) with a registry of its own, :data:`SCENARIOS`:
 ``tests/test_devicepath.py`` runs each over 1 and 2 in-process hosts and, under
-``mpiexec``, over 2 ranks (``run_scenarios.py --registry devicepath_scenarios``).
+``mpiexec``, over 2 ranks (``run_scenarios.py --registry tests.devicepath_scenarios``).
 GP 0 lives on rank 0, GP 1 on ``ctx.owner(1)``: with one host every transfer
 is local (device-to-device), with two it is staged through pinned chunks.
 

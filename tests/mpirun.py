@@ -34,11 +34,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS_DIR = Path(__file__).resolve().parent / "mpi_scripts"
-
-if str(REPO_ROOT) not in sys.path:  # so `aiopdbp.launch.launcher` imports from the tree
-    sys.path.insert(0, str(REPO_ROOT))
-
-from aiopdbp.launch.launcher import TCP_ENV, JobWatch, find_mpiexec  # noqa: E402
+from aiopdbp.launch.launcher import TCP_ENV, JobWatch, find_mpiexec
 
 __all__ = ["run_mpi", "mpi_available", "requires_mpi", "REPO_ROOT", "SCRIPTS_DIR", "check_mpi",
            "unprefixed", "rank_lines"]

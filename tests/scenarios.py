@@ -766,6 +766,7 @@ async def stream_async_iterable(ctx: Ctx) -> None:
 
     async def byte_chunks(src: int) -> AsyncIterator[bytes]:
         for j, n in enumerate(chunk_sizes(src)):
+            # the behaviour under test: chunks that come over time (pacing, not ordering)
             if j % 5 == 0:
                 await asyncio.sleep(0.001)
             else:
@@ -1225,7 +1226,7 @@ async def sender_cancel_midstream(ctx: Ctx) -> None:
                 if j == 6:
                     produced.set()
                 yield pattern(f"scm{j}", 16 << 10)
-                await asyncio.sleep(0.002)
+                await asyncio.sleep(0.002)   # a slow source: still streaming when cancelled
 
         task = asyncio.create_task(snd.send_stream(rcv_name, endless(), segment_size=8192))
         async with asyncio.timeout(ctx.timeout):
@@ -1260,7 +1261,7 @@ async def sender_cancel_midstream(ctx: Ctx) -> None:
         await ctx.lookup(rcv_name)
         for s in range(nother):
             await oth.send(rcv_name, header(9, s), timeout=ctx.timeout)
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(0.001)   # pacing: spread over the streams' lifetime
 
     async def receiver() -> None:
         rcv = await ctx.process("rcv")
@@ -1440,17 +1441,18 @@ async def send_before_bind(ctx: Ctx) -> None:
         else:
             raise AssertionError("send_nowait() to an unbound GP did not raise NoPipeError")
         early = asyncio.create_task(snd.send(rcv_name, b"early", timeout=ctx.timeout))
-        await asyncio.sleep(0.01)
-        await ctx.node.register(tried)
+        await ctx.wait_until(lambda: ctx.node.stats().bind_waits == 1, "the early send to wait for the binding")
+        await ctx.node.register(tried)   # tells the receiver: bind now
         await early
 
     async def receiver() -> None:
         rcv = await ctx.node.register(rcv_name)
         await ctx.node.lookup(tried, timeout=ctx.timeout)
-        await asyncio.sleep(0.05)
         await rcv.apply_pipe()
         msg = await rcv.recv(timeout=ctx.timeout)
         assert isinstance(msg, Message) and msg.data == b"early", f"first message {msg!r}"
+        # A window in which nothing may arrive (the refused sends queued
+        # nothing): an absence cannot be awaited.
         await asyncio.sleep(0.05)
         assert_empty(rcv)
         await rcv.free()

@@ -12,10 +12,6 @@ parametrization per transport:
   session (``tests/mpi_scripts/run_scenarios.py`` with every scenario name,
   run on the first test that needs it); each test then checks its own
   ``SCENARIO <name> rank <r> OK`` line on every rank.
-
-Known library bugs are strict xfails (:data:`KNOWN_BUGS`): the scenario stays
-strict, and the xfail turns into a failure the day the bug is fixed, so the
-entry gets removed.
 """
 
 from __future__ import annotations
@@ -42,60 +38,9 @@ MPI_CONFIGS: dict[str, tuple[int, bool]] = {
     "mpi-4-shm": (4, False),
 }
 TRANSPORTS = INPROC + list(MPI_CONFIGS)
-REMOTE = [t for t in TRANSPORTS if t != "inproc-1"]
 
 MPI_JOB_TIMEOUT = 300.0      # one launch runs every scenario
 MPI_TEST_TIMEOUT = MPI_JOB_TIMEOUT + 60
-
-_ABORT_REMOTE = (
-    "BUG: a stream aborted by its sender (cancelled, or its source raised) never ends at a REMOTE "
-    "receiver: Node._close_outgoing (aiopdbp/runtime/node.py) pops the stream from _streams_out before "
-    "routing what is left in PipeA, so manager.route -> Node._stream_target finds no target and "
-    "drops the ABORT (and the segments still queued); the receiver's read() waits forever and the "
-    "next stream to that GP is never read.  Fix: route PipeA's leftovers first, then pop.")
-_MEMORYVIEW_REMOTE = (
-    "BUG: a remote bytes payload arrives as memoryview, not bytes (Message docs), when its message "
-    "did not land in a receive-pool block: larger than RemoteConfig.block_size (a frame of its own), "
-    "or any size once the receive pool row is full (fallback buffer) -- Remote._rbp_reader only "
-    "applies _own() when slot is not None.  Fix: convert non-stream memoryview payloads with bytes() "
-    "in that case too (or document bytes-like).")
-
-_UNBOUND_REMOTE = (
-    "BUG: send() without a timeout (and send_nowait) to a GP that is registered but has no pipe "
-    "yet raises NoPipeError when the GP is local, but to a REMOTE GP it is accepted: "
-    "Node._on_update('proc_reg') makes the HostLink the GP's target before pipe_bind, so "
-    "GP.send/_target_for never check the binding; the receiving host then waits up to "
-    "RemoteConfig.bind_timeout (30 s) and silently drops the CDU (Node._local_target / "
-    "_deliver_local, manager.dropped += 1).  Fix: for a remote pid, check tables.pta[pid].pipe "
-    "before using the link target (wait for pipe_bind when a timeout is given, else NoPipeError).")
-
-_COM_REMOTE = (
-    "BUG: GP.send/command accept a com outside the wire's u32 (-1, 2**32): a local GP gets it "
-    "as given, but for a REMOTE GP the SBP writer's encode_record fails ('CDU field out of range'), "
-    "HostLink._writer logs an error and drops the CDU -- the sender never learns it was lost.  "
-    "Fix: validate com (0 <= com < 2**32) in GP.send/_multicast/send_nowait/send_stream and raise "
-    "ValueError on every transport.")
-
-#: Not a test outcome, a caveat of the MPI runs (see MpiRuns._launch):
-_STALE_MPI = (
-    "BUG: MPITransport.aclose (aiopdbp/transport/mpi.py) frees its communicators without draining "
-    "unmatched messages; MPICH recycles the context id for the next Dup(), so a message still in "
-    "flight (e.g. a BYE sent after the peer's close handshake timed out) is received by the NEXT "
-    "node's transport in the same process: its Remote sees a stale BYE, its close() returns at "
-    "once, and peers that still commit table updates to it hang.  Fix: drain (Improbe/Mrecv and "
-    "discard) both communicators after an agreement that peers stopped sending (e.g. Ibarrier on "
-    "the control communicator after the BYE exchange), before Free(); or tag control messages "
-    "with a per-node session id and drop mismatches.")
-
-#: (scenario, transport) -> reason; transport "*remote" = every multi-host one
-KNOWN_BUGS: dict[tuple[str, str], str] = {}
-
-
-def _known_bug(name: str, transport: str) -> str | None:
-    reason = KNOWN_BUGS.get((name, transport))
-    if reason is None and transport in REMOTE:
-        reason = KNOWN_BUGS.get((name, "*remote"))
-    return reason
 
 
 def _params(name: str) -> list[Any]:
@@ -106,9 +51,6 @@ def _params(name: str) -> list[Any]:
             marks: list[Any] = [pytest.mark.mpi, requires_mpi, pytest.mark.timeout(MPI_TEST_TIMEOUT)]
         else:
             marks = [pytest.mark.timeout(sc.timeout + 40)]
-        reason = _known_bug(name, t)
-        if reason is not None:
-            marks.append(pytest.mark.xfail(strict=True, reason=reason))
         out.append(pytest.param(t, id=t, marks=marks))
     return out
 
@@ -153,12 +95,8 @@ class MpiRuns:
     @staticmethod
     def _launch(transport: str) -> MpiRun:
         n, tcp = MPI_CONFIGS[transport]
-        # Scenarios expected to fail run last: a failed close handshake can
-        # leave stale messages that a later node of the same job receives
-        # (see _STALE_MPI), so a failure must not spoil the scenarios after it.
-        names = sorted(SCENARIOS, key=lambda name: _known_bug(name, transport) is not None)
         try:
-            proc = run_mpi(SCRIPTS_DIR / "run_scenarios.py", n, tcp=tcp, args=names,
+            proc = run_mpi(SCRIPTS_DIR / "run_scenarios.py", n, tcp=tcp, args=list(SCENARIOS),
                            timeout=MPI_JOB_TIMEOUT)
         except pytest.fail.Exception as exc:   # the job hung and was killed: remember that
             return MpiRun(transport, None, str(exc))

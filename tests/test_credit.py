@@ -4,6 +4,11 @@ rule, a fair FIFO hand-off, and owed credit that never strands a sender.
 The link is driven directly (no transport traffic: only ``reserve``,
 ``offer`` and ``grant``), so each rule is checked on its own; the load suite
 (tests/test_load.py) checks the same rules under real traffic.
+
+``await asyncio.sleep(0)`` here is exactly one loop turn, and that is the
+behaviour checked: a woken sender runs on the next turn, and the router sends
+owed credit at the end of the loop iteration (``call_soon``, one batch), so
+"right after one turn" is the promise, not an approximation of "eventually".
 """
 
 from __future__ import annotations
@@ -188,9 +193,11 @@ async def test_failed_link_fails_every_parked_sender() -> None:
 def _router() -> tuple[Router, Pipe[Any], list[tuple[int, list[tuple[int, int]]]]]:
     tables = Tables()
     pps = PipePool(4, 4)
-    router = Router(tables, pps, 0, name_timeout=1.0, window=WINDOW)
     grants: list[tuple[int, list[tuple[int, int]]]] = []
-    router.grant = lambda host, g: grants.append((host, list(g)))
+    router = Router(tables, pps, 0, name_timeout=1.0, window=WINDOW,
+                    submit=lambda tgt, pid, item: None,                 # nothing is routed here
+                    offer=lambda tgt, pid, cost, fields: False,
+                    grant=lambda host, g: grants.append((host, list(g))))
     pipe = pps.apply_nowait()
     router.targets[PID] = pipe  # the GP's binding, as on_update("pipe_bind") makes it
     return router, pipe, grants

@@ -58,7 +58,7 @@ class _MpiRuns:
                 names = [n for n in dsc.SCENARIOS if n not in dsc.SIM_ONLY or dsc.BACKEND == "sim"]
                 try:
                     proc = run_mpi(SCRIPTS_DIR / "run_scenarios.py", 2, tcp=MPI_CONFIGS[config],
-                                   args=["--registry", "devicepath_scenarios", *names], timeout=MPI_JOB_TIMEOUT)
+                                   args=["--registry", "tests.devicepath_scenarios", *names], timeout=MPI_JOB_TIMEOUT)
                     self._runs[config] = (proc, "")
                 except pytest.fail.Exception as exc:
                     self._runs[config] = (None, str(exc))

@@ -66,7 +66,7 @@ async def test_device_scenario_over_cupy(name: str, hosts: int) -> None:
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 def test_device_scenarios_over_cupy_mpi_2ranks() -> None:
-    proc = run_mpi(SCRIPTS_DIR / "run_scenarios.py", 2, args=["--registry", "devicepath_scenarios", *NAMES],
+    proc = run_mpi(SCRIPTS_DIR / "run_scenarios.py", 2, args=["--registry", "tests.devicepath_scenarios", *NAMES],
                    timeout=240, env={"AIOPDBP_TEST_DEVICE": "cupy"})
     ok = proc.stdout.count(" OK ")
     assert proc.returncode == 0 and ok == 2 * len(NAMES), proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -102,6 +102,16 @@ def test_every_source_file_the_docs_name_exists() -> None:
     assert not missing, "files the docs name that do not exist:\n" + "\n".join(missing)
 
 
+def test_module_map_names_every_module() -> None:
+    """docs/development.md's module map describes the code as it is: every
+    module of the package has its row (and, by the test above, every row a file)."""
+    text = (DOCS / "development.md").read_text()
+    modules = sorted(str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "aiopdbp").rglob("*.py")
+                     if p.name not in ("__init__.py", "__main__.py"))
+    missing = [m for m in modules if f"`{m}`" not in text]
+    assert not missing, "modules missing from the module map in docs/development.md:\n" + "\n".join(missing)
+
+
 def _public_coroutines() -> list[tuple[str, object]]:
     found: list[tuple[str, object]] = []
     for name in aiopdbp.__all__:

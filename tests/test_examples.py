@@ -64,11 +64,7 @@ def test_trapezoid_in_process(p: int) -> None:
 
 
 def test_trapezoid_value_is_exact_for_any_split() -> None:
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        import trapezoid
-    finally:
-        sys.path.remove(str(EXAMPLES))
+    from examples import trapezoid
     for p in (1, 3, 7, 8, 64, 128, 1000):
         total = sum(trapezoid.local_trapezoid(k, p) for k in range(p))
         assert repr(total) == TRAPEZOID

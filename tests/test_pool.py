@@ -1,4 +1,4 @@
-"""Tests of aiopdbp.pool.ddbp: the DDBP (UMB, sub-pools, Algorithm 1, async layer).
+"""Tests of aiopdbp.pool: the DDBP (UMB, sub-pools, Algorithm 1, async layer).
 
 Hand-computed Algorithm 1 cases use N=16, initial m=4, Threshold=0.5 unless
 said otherwise.  The growth test runs when the writer arrives at the CRE
@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiopdbp.errors import ClosedResourceError, WouldBlock
-from aiopdbp.pool.ddbp import (
+from aiopdbp.pool import (
     BufferPool,
     PoolMatrix,
     RecvPool,
@@ -184,7 +184,7 @@ def test_subpool_rsr_below_one_grows_one_block_when_su_over_threshold() -> None:
 
 def test_subpool_umb_exhausted_no_growth_and_warns_once(caplog: pytest.LogCaptureFixture) -> None:
     sp = row(nblocks=4)
-    with caplog.at_level(logging.WARNING, logger="aiopdbp.pool.ddbp"):
+    with caplog.at_level(logging.WARNING, logger="aiopdbp.pool"):
         for v in range(4):
             put_byte(sp, v)  # 4th put would grow by 8: UMB has none
         assert sp.put(1) is None  # full, cannot grow: writer must wait
@@ -302,7 +302,7 @@ def test_matrix_initial_allocation_equal_per_row() -> None:
 
 
 def test_matrix_initial_allocation_short_warns(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="aiopdbp.pool.ddbp"):
+    with caplog.at_level(logging.WARNING, logger="aiopdbp.pool"):
         pm = PoolMatrix(3, N, UserMemory(8, 10), M0, T)
     assert [r.real for r in pm] == [4, 4, 2]
     assert any("initial allocation" in r.getMessage() for r in caplog.records)
@@ -421,7 +421,7 @@ async def test_next_filled_waits_until_commit() -> None:
     pool = send_pool()
     slot = await pool.acquire(0)
     reader = asyncio.create_task(pool.next_filled(0))
-    await until(lambda: len(pool._data[0]) == 1)
+    await until(lambda: pool.waiting_readers(0) == 1)
     slot.append(b"hi")
     pool.commit(slot)
     got = await reader
@@ -432,7 +432,7 @@ async def test_next_filled_waits_until_commit() -> None:
 async def test_next_filled_cancelled_loses_nothing() -> None:
     pool = send_pool()
     reader = asyncio.create_task(pool.next_filled(0))
-    await until(lambda: len(pool._data[0]) == 1)
+    await until(lambda: pool.waiting_readers(0) == 1)
     slot = await pool.acquire(0)
     slot.append(b"x")
     pool.commit(slot)  # wakes the reader...
@@ -493,7 +493,7 @@ async def test_abort_unblocks_reader_of_later_commit() -> None:
     second.append(b"2")
     pool.commit(second)
     reader = asyncio.create_task(pool.next_filled(0))
-    await until(lambda: len(pool._data[0]) == 1)
+    await until(lambda: pool.waiting_readers(0) == 1)
     pool.abort(first)
     assert bytes((await reader).data) == b"2"
 
@@ -501,7 +501,7 @@ async def test_abort_unblocks_reader_of_later_commit() -> None:
 @pytest.mark.asyncio
 async def test_umb_exhausted_writer_waits_until_release(caplog: pytest.LogCaptureFixture) -> None:
     pool = SendPool(PoolMatrix(1, N, UserMemory(8, 4), M0, T))
-    with caplog.at_level(logging.WARNING, logger="aiopdbp.pool.ddbp"):
+    with caplog.at_level(logging.WARNING, logger="aiopdbp.pool"):
         for _ in range(4):
             pool.commit(await pool.acquire(0))
         waiting = asyncio.create_task(pool.acquire(0))

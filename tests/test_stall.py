@@ -190,16 +190,19 @@ class _Job:
     def output(self) -> str:
         return "\n".join(self.lines)
 
-    def wait_for(self, word: str, timeout: float = 60) -> None:
+    def wait_for(self, word: str, timeout: float = 60, count: int = 1) -> None:
+        """Poll the lines read so far until ``count`` of them contain ``word``."""
         deadline = time.monotonic() + timeout
-        while not any(word in line for line in self.lines):
+        while sum(word in line for line in self.lines) < count:
             if time.monotonic() > deadline or self.proc.poll() is not None:
                 self.kill()
-                pytest.fail(f"no {word!r} line:\n{self.output}", pytrace=False)
+                pytest.fail(f"no {count} {word!r} line(s):\n{self.output}", pytrace=False)
             time.sleep(0.02)
 
-    def pids(self) -> list[int]:
-        return [int(m.group(1)) for line in self.lines if (m := re.search(r"ready (\d+)$", line))]
+    def pids(self) -> dict[int, int]:
+        """rank -> pid, from the ranks' "ready" lines read so far."""
+        return {int(m.group(1)): int(m.group(2)) for line in self.lines
+                if (m := re.search(r"ready rank (\d+) pid (\d+)$", line))}
 
     def finish(self) -> tuple[int, float]:
         """Exit code and seconds from now until the job (every rank) is gone."""
@@ -243,6 +246,7 @@ def test_ctrl_c_to_a_stuck_rank_ends_a_finished_rank_within_5_s() -> None:
     # rank 0 finished and waits in its close handshake (close_timeout 60 s)
     job = _Job("finished")
     job.wait_for("finished")
+    job.wait_for("ready", count=2)                 # rank 1's line may come after rank 0's "finished"
     os.kill(job.pids()[1], signal.SIGINT)          # only the rank that does not finish
     rc, took = job.finish()
     assert rc == 130, job.output

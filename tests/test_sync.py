@@ -1,10 +1,12 @@
-"""Tests of barriers and local synchronisation (aiopdbp.sync.barriers, SPEC section 10).
+"""Tests of barriers and local synchronisation (aiopdbp.sync, SPEC section 10).
 
 Every algorithm runs on one node and over the in-process fabric
 (``open_cluster(2)``/``open_cluster(4)``: GP i on host i % hosts), at group
-sizes that are and are not powers of two.  Ordering is shown with events and
-task states, never with sleeps that a slow machine could outrun; the only
-sleeps are short "nothing may happen meanwhile" windows.
+sizes that are and are not powers of two.  Ordering is shown with events,
+task states and the members' public ``stats`` (polled with a deadline), never
+with sleeps that a slow machine could outrun; ``sleep(0)`` only skews the
+members' arrival order, and one short sleep is a "nothing may happen
+meanwhile" window (an absence cannot be awaited).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pytest
 import aiopdbp
 from aiopdbp import BarrierError, ClosedResourceError, PType
 from aiopdbp.runtime.cluster import open_cluster
-from aiopdbp.sync.barriers import (
+from aiopdbp.sync import (
     Barrier,
     BarrierStats,
     BarrierTimeoutError,
@@ -66,6 +68,15 @@ async def _group(nodes: list[aiopdbp.Node], n: int, alg: str, body: Body, *, gro
                 return await body(i, bar)
 
     return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+async def _until(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Poll ``cond`` (public state) until it holds; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        await asyncio.sleep(0.001)
 
 
 def _check_phases(log: list[tuple[int, str, int]], n: int, rounds: int) -> None:
@@ -216,7 +227,9 @@ async def test_slow_member_holds_everyone(alg: str, hosts: int) -> None:
         task = asyncio.ensure_future(_group(nodes, n, alg, body))
         for ev in at_round_2:
             await ev.wait()
-        await asyncio.sleep(0.05)          # everybody else is in round 2 by now
+        # A window in which nothing may happen: with a correct barrier nobody
+        # passes round 2 without m3, and there is no event to await for that.
+        await asyncio.sleep(0.05)
         assert all(p == [0, 1] for p in passed), passed   # nobody passed without m3
         assert not task.done()
         go.set()
@@ -319,17 +332,18 @@ async def test_member_that_leaves_makes_the_others_fail_promptly(alg: str, hosts
 @pytest.mark.parametrize("hosts", [1, 2])
 async def test_member_leaving_while_others_wait_fails_them(hosts: int) -> None:
     n = 3
-    waiting = [asyncio.Event() for _ in range(n)]
+    bars: dict[int, Barrier] = {}
     errors: list[str] = []
 
     async def body(i: int, bar: Barrier) -> None:
+        bars[i] = bar
         await bar.wait()
         if i == 0:                 # the master/root leaves while the others wait in round 1
-            await asyncio.gather(waiting[1].wait(), waiting[2].wait())
-            await asyncio.sleep(0.02)
+            # a member's 2nd counted message is its round-1 arrival: it now waits for the release
+            await _until(lambda: all(bars[j].stats.sent == 2 for j in (1, 2)),
+                         "m1 and m2 wait in round 1")
             await bar.aclose()
             return
-        waiting[i].set()
         with pytest.raises(BarrierError) as ei:
             await bar.wait()
         errors.append(str(ei.value))
@@ -394,7 +408,8 @@ async def test_cancelled_wait_breaks_the_barrier_for_everyone(hosts: int) -> Non
         await bar.wait()
         if i == 2:                 # waits in round 1 (m1 has not arrived), then is cancelled
             task = asyncio.ensure_future(bar.wait())
-            await asyncio.sleep(0.05)
+            # its 2nd counted message is its round-1 arrival at m0: it now waits for the release
+            await _until(lambda: bar.stats.sent == 2, "m2 waits in round 1")
             assert not task.done()
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -419,7 +434,7 @@ async def test_concurrent_waits_on_one_member_are_refused() -> None:
             ba = Barrier(a, "c", ["a", "b"])
             bb = Barrier(b, "c", ["a", "b"])
             t = asyncio.ensure_future(ba.wait(timeout=5))
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)     # one loop turn: t's first step marks a round in progress
             with pytest.raises(RuntimeError, match="in progress"):
                 await ba.wait()
             await bb.wait()
@@ -508,9 +523,9 @@ async def test_neighbours_synchronise_locally_not_globally(hosts: int) -> None:
     progress: list[list[int]] = [[] for _ in range(n)]
     async with _hosts(hosts) as nodes:
         task = asyncio.ensure_future(_chain(nodes, n, 4, hold, progress))
-        deadline = time.monotonic() + 10
-        while len(progress[4]) < 2 and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        # s3 and s4 are not s0's neighbours: both get past their 2nd exchange
+        await _until(lambda: len(progress[3]) >= 2 and len(progress[4]) >= 2,
+                     "s3 and s4 have done two exchanges")
         assert progress[0] == [0] and progress[1] == [0]     # s1 waits for s0
         assert progress[4][:2] == [0, 1] and progress[3][:2] == [0, 1]
         hold.set()
@@ -562,7 +577,8 @@ async def test_neighbours_timeout_names_the_missing_neighbour() -> None:
 _MPI_SCRIPT = r'''
 import asyncio, sys
 import aiopdbp
-from aiopdbp.sync.barriers import Barrier, BarrierError, messages_for, steps_for
+from aiopdbp.errors import BarrierError
+from aiopdbp.sync import Barrier, messages_for, steps_for
 
 G = 3                                   # GPs per rank: 6 members on 2 ranks, 12 on 4
 

@@ -18,14 +18,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from examples.video_quality import kernels as K
+from examples.video_quality.report import CSV_COLUMNS
+from examples.video_quality.schedule import Plan
 from tests.mpirun import REPO_ROOT, check_mpi, requires_mpi, run_mpi
-
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from examples.video_quality import kernels as K  # noqa: E402
-from examples.video_quality.report import CSV_COLUMNS  # noqa: E402
-from examples.video_quality.schedule import Plan  # noqa: E402
 
 H, W = 144, 176
 TEST_SEED = 11                       # not one of the tuning seeds 1-3

@@ -14,8 +14,8 @@ Hops: send path ``a1 - a0``; MPI ``b0 - a1`` (transit plus the polling
 granularity: the receiver's step must come round); receive path ``b1 - b0``;
 wake-up ``b2 - b1`` (the loop switching to the task that awaits ``recv``).
 The send path is split at the frame's encoding (``encode_cdu`` as the link
-calls it) and the receive path at its decoding (``decode`` as the remote
-half calls it), so each hop also shows: before encoding (snapshot, routing,
+calls it) and the receive path at its decoding (``decode`` as the inbound
+side calls it), so each hop also shows: before encoding (snapshot, routing,
 credit), encoding, posting (link, transport, ``Isend``); probe and receive
 (``Improbe``, ``Mrecv``, buffer, dispatch), decoding, and delivery (the
 ``Message``, routing, credit marks, the pipe, the waiter's future).
@@ -43,7 +43,7 @@ HOPS = ("send path", "  before encoding", "  encoding", "  posting", "MPI", "rec
 
 def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[str, Any] | None:
     """Run the diagnostic ping-pong; rank 0 gets ``{hop: [0->1 us, 1->0 us]}``, others None."""
-    from aiopdbp.hosts import link, remote
+    from aiopdbp.hosts import inbound, link
     from aiopdbp.transport.progress import ProgressEngine
 
     ns = time.perf_counter_ns
@@ -67,7 +67,7 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
     encs: list[tuple[int, int]] = []
     decs: list[tuple[int, int]] = []
     orig_enc: Callable[..., Any] = getattr(link, "encode_cdu")  # the name link.py calls
-    orig_dec: Callable[..., Any] = getattr(remote, "decode")  # the name remote.py calls
+    orig_dec: Callable[..., Any] = getattr(inbound, "decode")  # the name inbound.py calls
 
     def encode_cdu(*a: Any, **k: Any) -> Any:
         t = ns()
@@ -105,7 +105,7 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
         return None
 
     patches = [(ProgressEngine, "post_send", post_send, orig_post), (ProgressEngine, "step", step, orig_step),
-               (link, "encode_cdu", encode_cdu, orig_enc), (remote, "decode", decode, orig_dec)]
+               (link, "encode_cdu", encode_cdu, orig_enc), (inbound, "decode", decode, orig_dec)]
     for obj, name, new, _ in patches:
         setattr(obj, name, new)
     try:

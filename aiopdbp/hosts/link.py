@@ -138,7 +138,7 @@ from aiopdbp.wire.codec import (
 )
 from aiopdbp.errors import WouldBlock
 from aiopdbp.wire.message import Message
-from aiopdbp.pool.ddbp import SendPool, Slot
+from aiopdbp.pool import SendPool, Slot
 from aiopdbp.transport.base import Channel, Transport
 
 log = logging.getLogger("aiopdbp.hosts.link")

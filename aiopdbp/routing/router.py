@@ -78,6 +78,7 @@ class Router:
     def __init__(self, tables: Tables, pps: PipePool, rank: int, *, name_timeout: float,
                  submit: Callable[[Target, int, Any], None],
                  offer: Callable[[Target, int, int, tuple[str, Kind, int, Any, int]], bool],
+                 links: Callable[[int], Target] | None = None, grant: GrantFn | None = None,
                  bind_timeout: float = 30.0, window: int = 1 << 20) -> None:
         self._submit = submit    # the PipeManager's: queue an item for a target
         self._offer = offer      # ... and its no-wait path (False: take the waiting one)
@@ -87,8 +88,8 @@ class Router:
         self.name_timeout = name_timeout
         self.bind_timeout = bind_timeout
         self.window = window                      # credit this host gives each sender per GP
-        self.links: Callable[[int], Target] | None = None
-        self.grant: GrantFn | None = None
+        self.links = links    # host -> the link to it (None: a single host)
+        self.grant = grant    # returns credit to a sending host
         self.targets: dict[int, Target] = {}      # bound GPs: pid -> where their CDUs go
         self.pids = tables.by_name                 # name -> pid (hot path)
         self._names = tables.names
@@ -551,6 +552,7 @@ class Router:
     def stats(self) -> dict[str, int]:
         return {"targets": len(self.targets), "dropped": self.dropped, "parked": self.parked,
                 "parked_now": sum(len(q) for q in self._parked.values()),
+                "bind_waits": sum(not f.done() for w in self._bind_waiters.values() for f in w),
                 "credit_owed": sum(self._owed.values())}
 
 

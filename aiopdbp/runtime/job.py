@@ -54,8 +54,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import enum
 import io
 import os
 import signal
@@ -76,6 +74,7 @@ from aiopdbp.env import (
     under_aiopdbp_launch,
     uvloop_wanted,
 )
+from aiopdbp.hosts.failure import Stop, StopKind, where
 from aiopdbp.transport.mpiload import ABORT_FLUSH_S, load_mpi
 
 T = TypeVar("T")
@@ -94,41 +93,6 @@ TELL_DELAY = 0.2
 #: (the peer reports when its error leaves its node block, after its GPs and
 #: tasks have unwound); the job still ends within 10 s when it never comes
 CONSEQUENCE_GRACE = 5.0
-
-
-class StopKind(enum.Enum):
-    """Why a job stops early."""
-
-    INTERRUPTED = "interrupted"      # a signal, here or on a peer
-    PEER_FAILED = "peer failed"      # another rank's program raised
-    HOST_LOST = "host lost"          # a host went silent (liveness)
-
-
-@dataclasses.dataclass(frozen=True)
-class Stop:
-    """One reason to stop: ``rank`` is where it happened."""
-
-    kind: StopKind
-    rank: int
-    signal: int = 0
-    message: str = ""
-    gp: str = ""          # the GP the failure left, when known
-
-    def describe(self) -> str:
-        if self.kind is StopKind.INTERRUPTED:
-            return f"interrupted by {signal.Signals(self.signal).name} (on rank {self.rank})"
-        if self.kind is StopKind.HOST_LOST:
-            return f"{self.message}; aborting the job"
-        return f"{where(self.rank, self.gp)} failed: {self.message}"
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signal if self.kind is StopKind.INTERRUPTED else 1
-
-
-def where(rank: int, gp: str = "") -> str:
-    """``rank 1 (GP g1)``, or ``rank 1`` when the GP is not known."""
-    return f"rank {rank} (GP {gp})" if gp else f"rank {rank}"
 
 
 class Peer(Protocol):

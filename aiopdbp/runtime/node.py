@@ -48,7 +48,7 @@ from aiopdbp.routing.manager import PipeManager
 from aiopdbp.routing.pipes import PipePool
 from aiopdbp.runtime.process import GP
 from aiopdbp.hosts.remote import Remote, RemoteConfig
-from aiopdbp.routing.router import Router
+from aiopdbp.routing.router import Router, Target
 from aiopdbp.runtime.sgp import SGP
 from aiopdbp.stall import DEFAULT_STALL_TIMEOUT, StallWatch, WaitEdge
 from aiopdbp.runtime.stats import NodeStats
@@ -61,6 +61,24 @@ __all__ = ["DEFAULT_NAME_TIMEOUT", "Node", "open_node", "run"]
 #: the name rule's default wait (seconds); also the handshake's and the
 #: liveness timeout's default: one answer to "is it there (still)?"
 DEFAULT_NAME_TIMEOUT = 30.0
+
+
+class _StreamPeers:
+    """The stream table's way to the other hosts (:class:`~aiopdbp.streams.table.StreamPeers`):
+    through the node's Remote, which is built after the table it serves."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    def send_done(self, host: int, key: tuple[int, int], error: str | None) -> None:
+        if self._node._remote is not None:
+            self._node._remote.send_done(host, key, error)
+
+    def send_credit(self, host: int, key: tuple[int, int], segments: int) -> None:
+        if self._node._remote is not None:
+            self._node._remote.send_credit(host, key, segments)
 
 
 class Node:
@@ -132,31 +150,44 @@ class Node:
         self.pps = PipePool(pipe_capacity, max_pipes, label="pps")
         self.cps_streams = PipePool(1 << 30, stream_pipes, first_id=1 << 20, label="cps")
         self.manager = PipeManager()
+        # With other hosts, the Remote is built last: it serves the router and the
+        # stream table built before it, and they reach it through the node's
+        # forwarders below (a callable handed in, never an attribute set later).
+        multi = transport is not None and self.size > 1
         self.router = Router(self.tables, self.pps, self.rank, name_timeout=name_timeout,
                              submit=self.manager.submit, offer=self.manager.offer,
+                             links=self._link if multi else None, grant=self._grant if multi else None,
                              bind_timeout=cfg.bind_timeout, window=cfg.gp_window)
         self.devices = DevicePath(device, rank=self.rank, tables=self.tables, router=self.router,
                                   submit=self.manager.submit, transport=transport)
         self.streams = StreamTable(self.rank, stream_window, self.tables, self.pps, self.cps_streams,
                                    self.router, submit=self.manager.submit, watch=self.manager.watch,
-                                   device=self.devices)
+                                   device=self.devices, peers=_StreamPeers(self) if multi else None)
         self._gps: dict[int, GP] = {}
         self._started = False
         self._closed = False
         self._remote: Remote | None = None
         self.host_timeout = max(name_timeout, DEFAULT_NAME_TIMEOUT) if host_timeout is None else host_timeout
-        multi = transport is not None and self.size > 1
         self.stall = StallWatch(
             self.rank, self.router.waits, self.router.readers, timeout=stall_timeout or 0.0,
             report=self._send_stall if multi and self.rank != 0 else None,
             broadcast=self._send_deadlock if multi else None)
         if transport is not None and self.size > 1:
             self._remote = Remote(transport, cfg, self.tables, self.router, self.streams,
-                                  allow_pickle=allow_pickle, stall=self.stall)
-            self._remote.host_timeout = self.host_timeout
+                                  allow_pickle=allow_pickle, stall=self.stall,
+                                  host_timeout=self.host_timeout, job=current_job)
 
     def __repr__(self) -> str:
         return f"<Node {self.rank}/{self.size} gps={len(self._gps)}>"
+
+    # -- forwarders to the Remote, handed to the parts built before it ------------
+    def _link(self, host: int) -> Target:
+        assert self._remote is not None
+        return self._remote.link(host)
+
+    def _grant(self, host: int, grants: list[tuple[int, int]]) -> None:
+        if self._remote is not None:
+            self._remote.grant(host, grants)
 
     def _send_stall(self, edges: list[WaitEdge], idle: list[str]) -> None:
         if self._remote is not None:
@@ -458,7 +489,7 @@ class Node:
             pipes_in_use=self.pps.in_use, pipes_created=self.pps.created,
             streams_in=self.streams.incoming, streams_out=self.streams.outgoing,
             table_version=self.tables.version, table_digest=self.tables.digest,
-            credit_owed=self.router.stats()["credit_owed"],
+            credit_owed=self.router.stats()["credit_owed"], bind_waits=self.router.stats()["bind_waits"],
             links=r.link_stats() if r is not None else {},
             received={h: n for h, n in r.stats()["received"].items()} if r is not None else {},
             protocol_errors=r.protocol_errors if r is not None else 0,

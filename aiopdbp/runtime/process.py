@@ -215,8 +215,8 @@ class GP:
 
     async def free(self, *, reason: BaseException | None = None) -> None:
         """Unregister the GP (prcsFree); releases its pipe first, then closes
-        what it still owns (a :class:`~aiopdbp.sync.barriers.Barrier` or
-        :class:`~aiopdbp.sync.barriers.Neighbours` not closed: see :meth:`own`).
+        what it still owns (a :class:`~aiopdbp.sync.Barrier` or
+        :class:`~aiopdbp.sync.Neighbours` not closed: see :meth:`own`).
         Idempotent.  With ``reason`` (the GP leaves with an exception) it
         waits for nobody: the table updates are sent without waiting for
         rank 0, and closing what it owns is bounded by

@@ -17,7 +17,9 @@ class NodeStats:
     Routing: ``routed`` entries the PipeManager routed (inline or from the
     public pipes), ``dropped`` CDUs that had nowhere to go (a freed GP, a
     released pipe, a stream given up), ``parked`` CDUs that had to wait for a
-    GP's registration or binding to arrive.  Resources: ``gps`` registered
+    GP's registration or binding to arrive, ``bind_waits`` sends from this
+    node waiting now for their destination GP to bind a pipe (``send`` with a
+    timeout to a GP registered without one).  Resources: ``gps`` registered
     here, ``pipes_in_use`` / ``pipes_created`` of the private pipe pool,
     ``streams_in`` / ``streams_out`` live streams, ``table_version`` /
     ``table_digest`` of the replicated tables (equal on every host once the
@@ -51,6 +53,7 @@ class NodeStats:
     table_version: int
     table_digest: str
     credit_owed: int = 0
+    bind_waits: int = 0
     links: dict[int, LinkStats] = field(default_factory=dict)
     received: dict[int, int] = field(default_factory=dict)
     protocol_errors: int = 0

@@ -330,14 +330,15 @@ class StreamTable:
 
     def __init__(self, rank: int, window: int, tables: Tables, pps: PipePool, cps: PipePool,
                  router: Router, *, submit: Callable[[Any, int, Any], None],
-                 watch: Callable[[Pipe[Any]], None], device: StreamDevices | None = None) -> None:
+                 watch: Callable[[Pipe[Any]], None], device: StreamDevices | None = None,
+                 peers: StreamPeers | None = None) -> None:
         self.rank = rank
         self.window = window
         self.tables = tables
         self.pps = pps
         self.cps = cps
         self.router = router
-        self.peers: StreamPeers | None = None
+        self.peers = peers    # the other hosts' stream ends (None: a single host)
         self.device = device
         #: this host's MTA rows: its outgoing streams (PipeA) and incoming ones (PipeB)
         self.mta: dict[tuple[int, int], StreamEntry] = {}

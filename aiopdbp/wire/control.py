@@ -33,7 +33,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar, Protocol
 
-from aiopdbp.wire.codec import Buffer, Control, MsgType, decode, encode_control
+from aiopdbp.wire.codec import decode, encode_control
+from aiopdbp.wire.mesp import Buffer, Control, MsgType
 from aiopdbp.errors import ProtocolError
 
 __all__ = [

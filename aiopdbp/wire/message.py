@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from aiopdbp.wire.codec import Kind
+from aiopdbp.wire.mesp import Kind
 
 __all__ = ["CREDIT_OVERHEAD", "Message", "credit_cost"]
 
@@ -31,7 +31,7 @@ def credit_cost(data: Any) -> int:
 class Message(tuple):  # type: ignore[type-arg]
     """A short or command message as the receiving GP sees it.
 
-    ``source`` is the sender's name, ``kind`` its :class:`~aiopdbp.wire.codec.Kind`
+    ``source`` is the sender's name, ``kind`` its :class:`~aiopdbp.wire.mesp.Kind`
     (``SHORT`` or ``COMMAND``), ``com`` the command code, ``data`` the payload:
     ``bytes`` for bytes-like data, a ``numpy.ndarray`` (same dtype and shape)
     for arrays, the object itself for pickled payloads, or ``None``;

@@ -3,8 +3,10 @@
     mpiexec -n 2 python tests/mpi_scripts/run_scenarios.py [--registry MODULE] NAME [NAME ...]
 
 ``--registry MODULE`` takes the scenarios from ``MODULE.SCENARIOS`` (a module
-of ``tests/`` built on ``scenarios.py``, e.g. ``devicepath_scenarios``)
-instead of ``scenarios.SCENARIOS``.
+of ``tests/`` built on ``scenarios.py``, e.g. ``tests.devicepath_scenarios``)
+instead of ``scenarios.SCENARIOS``.  The tests' helpers import as
+``tests.X``: :func:`tests.mpirun.run_mpi` puts the repository root on
+``PYTHONPATH``.
 
 For each scenario, every rank opens its node with ``aiopdbp.open_node(**options)``
 (the MPI transport, since the job has several ranks), runs the scenario,
@@ -38,22 +40,16 @@ transport stats of a failing scenario to stderr.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import sys
 import time
 import traceback
-from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(TESTS))
-sys.path.insert(0, str(TESTS.parent))
+import aiopdbp
+from aiopdbp.transport.mpi import load_mpi
 
-import aiopdbp  # noqa: E402
-from aiopdbp.transport.mpi import load_mpi  # noqa: E402
-
-import importlib  # noqa: E402
-
-import scenarios  # noqa: E402
+from tests import scenarios
 
 #: where the scenarios come from (``--registry``)
 REGISTRY = scenarios.SCENARIOS

@@ -40,7 +40,7 @@ async def main(mode: str) -> None:
         me, other = f"g{node.rank}", f"g{1 - node.rank}"
         async with node.process(me) as gp:
             await node.lookup(other, timeout=30)
-            say(f"ready {os.getpid()}")
+            say(f"ready rank {node.rank} pid {os.getpid()}")
             if node.rank == 1:
                 await asyncio.Event().wait()       # an application that never reads
             if mode == "finished":

@@ -31,7 +31,9 @@ async def main() -> None:
             for r in range(node.size):
                 await node.lookup(f"g{r}", timeout=30)
             if node.rank == 0:
-                await asyncio.sleep(0.5)  # let the registrations' table traffic settle
+                # Rank 0 sequences every table update (each GP is registered and
+                # bound in one) and sends the broadcasts and replies as it does:
+                # once it knows every name, that traffic is counted already.
                 before = node.stats()
                 await gp.send("g1", b"go")
                 await gp.send("g2", b"go")

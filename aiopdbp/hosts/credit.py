@@ -1,0 +1,162 @@
+"""Flow control per destination: the links to the other hosts and their credit.
+
+Theory of operation
+-------------------
+:class:`Credit` owns one :class:`~aiopdbp.hosts.link.HostLink` per other host
+(made on first use, the router's target for every GP there) and the control
+messages that pace them:
+
+*Per-GP credit.*  A host may have ``window`` message bytes outstanding
+towards each GP on another host (the window that host announced at the
+handshake).  A link's sender parked for a GP's credit asks for it
+(:meth:`Credit.ask`, ``CreditAskMsg``); the receiving router gives credit
+back as its GPs take messages (:meth:`Credit.grant`, ``CreditMsg``), and
+:meth:`Credit.on_credit` hands each grant to the link, which serves its
+parked senders in FIFO order (see :mod:`aiopdbp.hosts.link`).
+
+*Stream credit.*  A stream's receiver returns credit in segments
+(``StreamCreditMsg``) and tells the sender when it is done
+(``StreamDoneMsg``); both are forwarded between the stream tables of the two
+hosts through the :class:`StreamControl` door.
+
+*Failure.*  A failed host's link fails every waiter (:meth:`Credit.fail`);
+nothing more is sent to it, and a link made later starts failed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from aiopdbp.errors import BrokenResourceError
+from aiopdbp.hosts.channel import ControlChannel
+from aiopdbp.hosts.link import HostLink, LinkStats
+from aiopdbp.pool import SendPool
+from aiopdbp.transport.backoff import Backoff
+from aiopdbp.transport.base import Transport
+from aiopdbp.wire.control import CreditAskMsg, CreditMsg, StreamCreditMsg, StreamDoneMsg
+
+__all__ = ["Credit", "CreditLedger", "StreamControl"]
+
+
+class CreditLedger(Protocol):
+    """The receiving side's credit book (the router, :mod:`aiopdbp.routing.router`)."""
+
+    def on_ask(self, host: int, pid: int) -> None: ...
+    def flush_grants(self, everything: bool = False) -> None: ...
+
+
+class StreamControl(Protocol):
+    """Stream completions and credit (the stream table, :mod:`aiopdbp.streams.table`)."""
+
+    def done(self, key: tuple[int, int], error: str | None, origin: int) -> None: ...
+    def credit(self, key: tuple[int, int], segments: int) -> None: ...
+
+
+class Credit:
+    """The links to the other hosts and the credit that paces them."""
+
+    def __init__(self, rank: int, size: int, transport: Transport, pool: SendPool,
+                 channel: ControlChannel, ledger: CreditLedger, streams: StreamControl, *,
+                 window: Callable[[int], int], block_size: int, large: int, max_inflight: int,
+                 allow_pickle: bool) -> None:
+        self.rank = rank
+        self.size = size
+        self._transport = transport
+        self._pool = pool
+        self._channel = channel
+        self._ledger = ledger
+        self._streams = streams
+        self._window = window
+        self._block_size = block_size
+        self._large = large
+        self._max_inflight = max_inflight
+        self._allow_pickle = allow_pickle
+        self.links: dict[int, HostLink] = {}
+        self._failed: dict[int, BaseException] = {}
+
+    # ------------------------------------------------------------------ links
+    def link(self, host: int) -> HostLink:
+        """The link to ``host`` (made on first use)."""
+        link = self.links.get(host)
+        if link is None:
+            if not 0 <= host < self.size or host == self.rank:
+                raise BrokenResourceError(f"no remote host {host}")
+            link = self.links[host] = HostLink(
+                host, self._transport, self._pool, window=self._window(host),
+                block_size=self._block_size, large=self._large, max_inflight=self._max_inflight,
+                allow_pickle=self._allow_pickle, ask=self.ask)
+            if host in self._failed:
+                link.fail(self._failed[host])
+        return link
+
+    def fail(self, host: int, exc: BaseException) -> None:
+        """Host ``host`` failed with ``exc``: its link (now or later) fails."""
+        self._failed.setdefault(host, exc)
+        link = self.links.get(host)
+        if link is not None:
+            link.fail(exc)
+
+    async def flush(self, timeout: float = float("inf")) -> bool:
+        """Wait until every link has handed its CDUs to MPI and the sends
+        completed (False: not within ``timeout``).
+
+        Cancellation: nothing to undo.
+        """
+        for link in self.links.values():
+            link.flush()
+        deadline = time.monotonic() + timeout
+        backoff = Backoff(100e-6, 2e-3)
+        while not all(link.idle or link.error for link in self.links.values()):
+            if time.monotonic() > deadline:
+                return False
+            await backoff.sleep()
+        return True
+
+    def sent(self) -> dict[int, int]:
+        """Data messages posted to each host (the BYE counts)."""
+        return {h: link.sent_msgs for h, link in self.links.items()}
+
+    def stats(self) -> dict[int, LinkStats]:
+        return {h: link.stats() for h, link in self.links.items()}
+
+    # --------------------------------------------------------- per-GP credit
+    def grant(self, host: int, grants: list[tuple[int, int]]) -> None:
+        """Give ``host`` credit back for GPs here (the router calls it)."""
+        if host not in self._failed:
+            self._channel.send(host, CreditMsg(grants))
+
+    def flush_grants(self) -> None:
+        """Give back all credit owed, also below the return threshold (closing)."""
+        self._ledger.flush_grants(everything=True)
+
+    def ask(self, host: int, pid: int) -> None:
+        """A sender here is parked for GP ``pid``'s credit on ``host``."""
+        if host not in self._failed:
+            self._channel.send(host, CreditAskMsg([pid]))
+
+    def on_credit_ask(self, src: int, msg: CreditAskMsg) -> None:
+        for pid in msg.pids:
+            self._ledger.on_ask(src, pid)
+
+    def on_credit(self, src: int, msg: CreditMsg) -> None:
+        link = self.links.get(src)
+        if link is not None:
+            for pid, nbytes in msg.grants:
+                link.grant(pid, nbytes)
+
+    # ------------------------------------------------------------ streams
+    def send_done(self, host: int, key: tuple[int, int], error: str | None) -> None:
+        """Tell ``host`` that stream ``key`` ended (``error``: why it failed)."""
+        self._channel.send(host, StreamDoneMsg(key[0], key[1], error is None, error or ""))
+
+    def send_credit(self, host: int, key: tuple[int, int], segments: int) -> None:
+        """Give ``host``'s stream ``key`` credit for ``segments`` segments."""
+        self._channel.send(host, StreamCreditMsg(key[0], key[1], segments))
+
+    def on_stream_done(self, src: int, msg: StreamDoneMsg) -> None:
+        self._streams.done((msg.node, msg.sno), None if msg.ok else msg.error, src)
+
+    def on_stream_credit(self, src: int, msg: StreamCreditMsg) -> None:
+        self._streams.credit((msg.node, msg.sno), msg.segments)

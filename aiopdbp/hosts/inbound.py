@@ -1,0 +1,203 @@
+"""Inbound data: the receive pool (RBP), decoding, delivery to the router.
+
+Theory of operation
+-------------------
+The transport asks :meth:`Inbound.alloc` for a buffer before it receives a
+data message: one up to ``block_size`` lands in a block of the sub-pool
+RCBP_src.  A block of short messages (BPS) is decoded in bulk into
+:class:`~aiopdbp.wire.message.Message` objects, handed to the router per
+destination GP, and the block is released at once; everything else that
+landed in a block has its payload copied out first -- full records (BP), and
+the payload half of a split frame, which the transport may have put in a
+block because it allocates when it probes, before the header half is
+delivered.  Messages larger than a block arrive in their own buffer and are
+not copied.
+
+Delivery goes up through two small doors handed in at construction:
+:class:`Deliver` (the router: messages per destination GP) and
+:class:`StreamSink` (the stream table: stream CDUs).  A malformed message
+fails its host (``fail_host``) with a :class:`~aiopdbp.errors.ProtocolError`.
+
+*Closing.*  Each host's BYE says how many data messages it sent;
+:meth:`Inbound.drained` tells when as many arrived from everyone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+from typing import Any, Protocol
+
+import numpy as np
+
+from aiopdbp.errors import ProtocolError, WouldBlock
+from aiopdbp.pool import RecvPool, Slot
+from aiopdbp.transport.base import Channel
+from aiopdbp.wire.codec import CDU, Kind, MsgType, decode, decode_split, peek_header
+from aiopdbp.wire.control import ByeMsg
+from aiopdbp.wire.message import Message, credit_cost
+
+log = logging.getLogger("aiopdbp.hosts.inbound")
+
+__all__ = ["RBP_MIN", "Deliver", "Inbound", "StreamSink"]
+
+#: data messages smaller than this (a lone message, a handful of records)
+#: skip the receive pool: a plain buffer costs less than the pool's bookkeeping
+RBP_MIN = 4096
+_DATA = Channel.DATA
+_BPS = int(MsgType.BPS)
+
+
+class Deliver(Protocol):
+    """Where arrived messages go (the router, :mod:`aiopdbp.routing.router`)."""
+
+    def place_shorts(self, host: int, buf: Any) -> None: ...
+    def place_messages(self, host: int, pids: tuple[int, ...], item: Any, cost: int) -> None: ...
+
+
+class StreamSink(Protocol):
+    """Where arrived stream CDUs go (the stream table, :mod:`aiopdbp.streams.table`)."""
+
+    def place(self, host: int, cdu: CDU) -> None: ...
+
+
+class _Source:
+    """Receive side of one remote host."""
+
+    __slots__ = ("host", "split_head", "received", "bye")
+
+    def __init__(self, host: int) -> None:
+        self.host = host
+        self.split_head: bytes | None = None
+        self.received = 0       # data messages taken off the network
+        self.bye: int | None = None
+
+
+class Inbound:
+    """Data messages from the other hosts: receive buffers, decoding, delivery."""
+
+    def __init__(self, rank: int, size: int, pool: RecvPool, deliver: Deliver, streams: StreamSink, *,
+                 name_of: Callable[[int], str], fail_host: Callable[[int, BaseException], None],
+                 block_size: int, allow_pickle: bool) -> None:
+        self.rank = rank
+        self._pool = pool
+        self._deliver = deliver
+        self._streams = streams
+        self._name_of = name_of
+        self._fail_host = fail_host
+        self._block_size = block_size
+        self._allow_pickle = allow_pickle
+        self._sources = {h: _Source(h) for h in range(size) if h != rank}
+        self._slots: dict[int, Slot] = {}
+        self.protocol_errors = 0   # malformed data messages
+        self.fallback_allocs = 0   # receives that found the pool row full
+
+    def alloc(self, src: int, channel: Channel, nbytes: int) -> memoryview | None:
+        """Where the transport receives a data message: a block of RCBP_src
+        (None: the transport's own buffer -- control messages, payload
+        halves of split frames, messages larger than a block, and lone
+        messages below :data:`RBP_MIN`)."""
+        if channel != _DATA or not RBP_MIN <= nbytes <= self._block_size or src == self.rank:
+            return None
+        s = self._sources.get(src)
+        if s is None or s.split_head is not None:
+            return None
+        try:
+            slot = self._pool.acquire_nowait(src, nbytes)
+        except (WouldBlock, Exception):
+            # The row is full and Algorithm 1 may not grow it: a private
+            # buffer instead (the senders' credit still bounds it).
+            self.fallback_allocs += 1
+            return None
+        view = slot.view[:nbytes]
+        self._slots[id(view)] = slot
+        return view
+
+    def on_data(self, src: int, buf: memoryview) -> None:
+        """One data message from host ``src`` (the transport's callback)."""
+        s = self._sources.get(src)
+        if s is None:
+            return
+        s.received += 1
+        if s.split_head is None and len(buf) > 1 and buf[1] == _BPS and not self._slots:
+            # the commonest: short messages in a plain buffer (checked in decode)
+            try:
+                self._deliver.place_shorts(src, buf)
+            except ProtocolError as exc:
+                self._malformed(src, exc)
+            return
+        slot = self._slots.pop(id(buf), None) if self._slots else None
+        try:
+            if slot is None:
+                self._place(s, buf, False)
+                return
+            rpool = self._pool  # the RBP writer's half: the block is in RCBP_src
+            rpool.commit(slot, memoryview(buf).nbytes)
+            slot = rpool.next_filled_nowait(src)
+            try:
+                self._place(s, buf, True)
+            finally:  # decoded and copied out: the block goes back at once
+                rpool.release(slot)
+        except ProtocolError as exc:
+            self._malformed(src, exc)
+
+    def _malformed(self, src: int, exc: ProtocolError) -> None:
+        self.protocol_errors += 1
+        log.error("malformed data message from host %d: %s", src, exc)
+        self._fail_host(src, ProtocolError(f"malformed data message from host {src}: {exc}"))
+
+    def _place(self, s: _Source, buf: memoryview, in_block: bool) -> None:
+        """Decode one data message from host ``s.host`` and hand it on."""
+        host = s.host
+        if s.split_head is not None:
+            head, s.split_head = s.split_head, None
+            # The payload half may sit in a pool block too: the transport
+            # allocates when it probes, before the header half is delivered.
+            self._place_cdu(host, decode_split(head, buf), in_block)
+            return
+        if len(buf) > 1 and buf[1] == _BPS:  # the commonest: short messages (checked in decode)
+            self._deliver.place_shorts(host, buf)
+            return
+        mt, body_len = peek_header(buf)
+        if mt is MsgType.REMOTE and memoryview(buf).nbytes < 8 + body_len:
+            s.split_head = bytes(buf)   # header now, payload next
+            return
+        for cdu in decode(buf, allow_pickle=self._allow_pickle):
+            if isinstance(cdu, CDU):
+                self._place_cdu(host, cdu, in_block)
+
+    def _place_cdu(self, host: int, cdu: CDU, in_block: bool) -> None:
+        data = cdu.data
+        if data is not None and (in_block or (type(data) is memoryview and cdu.kind is not Kind.STREAM)):
+            # Out of the pool block before it is reused; message payloads
+            # are bytes (as on one host).
+            cdu.data = _own(data, cdu.kind)
+        if cdu.kind is Kind.STREAM:
+            self._streams.place(host, cdu)
+            return
+        msg = Message((self._name_of(cdu.source_p), cdu.kind, cdu.com, cdu.data, cdu.source_p))
+        self._deliver.place_messages(host, cdu.dest_ps, msg, credit_cost(cdu.data))
+
+    # ---------------------------------------------------------------- closing
+    def on_bye(self, src: int, msg: ByeMsg) -> None:
+        s = self._sources.get(src)
+        if s is not None:
+            s.bye = msg.sent
+
+    def drained(self, failed: Collection[int]) -> bool:
+        """Whether every host not in ``failed`` said BYE and everything it
+        sent before has arrived."""
+        return all(s.bye is not None and s.received >= s.bye or s.host in failed
+                   for s in self._sources.values())
+
+    def received(self) -> dict[int, int]:
+        """Data messages taken off the network, per host."""
+        return {h: s.received for h, s in self._sources.items()}
+
+
+def _own(data: Any, kind: Kind) -> Any:
+    if isinstance(data, memoryview):
+        return bytes(data) if kind is not Kind.STREAM else memoryview(bytes(data))
+    if isinstance(data, np.ndarray):
+        return data.copy()
+    return data

@@ -1,0 +1,657 @@
+"""What a barrier and a neighbour group share: a member of a sync group (SPEC section 10).
+
+:class:`SyncMember` is the machinery under :class:`~aiopdbp.sync.barriers.Barrier`
+and :class:`~aiopdbp.sync.neighbours.Neighbours`: the member's companion GP,
+tagged send and receive with a stash, and failure detection (peers that
+leave, fail or are freed).  Its underscore members are the interface of its
+two subclasses, both in this package.
+"""
+
+# Theory of operation
+# -------------------
+# *Companions.*  Synchronisation traffic must never mix with a GP's own
+# messages, so every member gets a companion GP of type PType.COMM, registered
+# on the member's host on first use (``open``) and freed on ``aclose``:
+# ``f"{group}/{member}#sync"`` for a Barrier, ``f"{group}/{member}#nbr"`` for
+# Neighbours.  Companions talk to companions; the member's own inbox is never
+# touched.
+#
+# *Tags.*  Every message is a command CDU with no payload (a reduction value
+# or halo data where there is one); its 32-bit command code carries the tag:
+#
+#     op u3 | step u6 | round mod 128 u7 | sender index u16
+#
+# A receiver that needs (op, step, round, sender) takes it from its stash or
+# reads its companion's pipe, stashing everything else: a message of the next
+# round that overtakes the current one waits there, never mixes.  Rounds of
+# two members differ by at most one while a message is in flight (nobody
+# completes round r+1 before everybody arrived at it), so ``round mod 128``
+# is unambiguous.  Neighbours identify the sender by its companion's pid
+# (resolved before the first exchange) instead of an index.
+#
+# *Failure.*  A member that closes (``aclose``) broadcasts LEAVE carrying the
+# number of rounds it completed, R; one that fails (timeout, cancellation,
+# peer lost) broadcasts ABORT with the round it failed in, R.  Every member
+# then fails any round >= R at once (rounds < R are still completed: the
+# leaver's part of them was already sent).  A member whose own GP is freed
+# closes its barrier by itself (LEAVE).  A peer companion freed without a
+# LEAVE (its host closed) is seen as a ``proc_free`` table update of the pid
+# this member talks to (pids, not names: names may be registered again): a
+# wait blocked on a message from that member fails after ``grace`` seconds (a
+# message already in flight may still arrive), and the next round fails at
+# once.  Whoever fails broadcasts ABORT, so a failure spreads to the whole
+# group instead of leaving anyone waiting.  A timeout bounds every wait; with
+# ``timeout=None`` only a member that is alive but never arrives can keep the
+# others waiting, as with ``MPI_Barrier``.  A broken barrier stays broken:
+# close it and create a new one.
+#
+# *Closing.*  A CDU that reaches a host while the destination GP's pipe is
+# released but its name not yet freed is held by that host's receive path
+# for up to ``RemoteConfig.bind_timeout`` (node.py ``_deliver_local``), which
+# stalls all traffic from the sending host.  So a closing member sends LEAVE
+# only to peers that have not left yet, and keeps its companion until every
+# peer has left or been freed (at most ``linger`` seconds): then nobody sends
+# to it any more when it frees it.  A member the program does not close is
+# closed by its GP when the GP is freed (``GP.own``), before the GP's own
+# ``proc_free``, so the LEAVE goes out while everybody can still hear it.
+#
+# *Names.*  Group names are cluster-wide: reuse one only after every member
+# closed its previous barrier of that name (companion names must be free).
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Self
+
+from aiopdbp.errors import BarrierError, ClosedResourceError, NoPipeError, PDBPError, WouldBlock
+from aiopdbp.hosts.tables import PType
+from aiopdbp.runtime.process import GP, Message
+from aiopdbp.streams.receiver import IncomingStream
+from aiopdbp.wire.codec import Kind
+
+if TYPE_CHECKING:
+    from aiopdbp.runtime.process import GPHost
+
+__all__ = [
+    "BarrierTimeoutError", "OP_ARRIVE", "OP_EXCHANGE", "OP_HALO", "OP_RELEASE", "SyncMember",
+    "UNSET",
+]
+
+# the op field of a tag (see the notes above)
+OP_ARRIVE: Final = 1
+OP_RELEASE: Final = 2
+OP_EXCHANGE: Final = 3
+OP_HALO: Final = 4
+_OP_LEAVE: Final = 5
+_OP_ABORT: Final = 6
+_OP_POKE: Final = 7
+_OP_NAMES: Final = {1: "ARRIVE", 2: "RELEASE", 3: "EXCHANGE", 4: "HALO"}
+
+_ROUND_MASK: Final = 0x7F
+_GONE_HEAD = struct.Struct("<q")
+
+
+class BarrierTimeoutError(BarrierError, TimeoutError):
+    """A barrier round or a neighbour exchange did not complete within its
+    timeout.  Both a :class:`~aiopdbp.errors.BarrierError` and a ``TimeoutError``."""
+
+
+def _com(op: int, step: int, rnd: int, sender: int) -> int:
+    return (op << 29) | (step << 23) | ((rnd & _ROUND_MASK) << 16) | sender
+
+
+# ------------------------------------------------------ freed-name detection
+class _Registry:
+    """Per node: which sync members watch which pids for ``proc_free``.
+
+    Pids, not names: a name may be freed and registered again (a new GP of
+    the same name), and only the incarnation a member actually talks to
+    matters.  The table listener is subscribed once per node (``Tables`` has
+    no unsubscribe).
+    """
+
+    def __init__(self) -> None:
+        self.watchers: dict[int, list[tuple[SyncMember, int]]] = {}
+
+    def watch(self, pid: int, member: SyncMember, index: int) -> None:
+        self.watchers.setdefault(pid, []).append((member, index))
+
+    def unwatch(self, pid: int, member: SyncMember) -> None:
+        ws = self.watchers.get(pid)
+        if ws is None:
+            return
+        ws[:] = [w for w in ws if w[0] is not member]
+        if not ws:
+            del self.watchers[pid]
+
+    def on_update(self, op: str, args: tuple[Any, ...], result: Any) -> None:
+        if op == "proc_free":
+            for member, index in self.watchers.pop(args[0], ()):
+                member.on_pid_freed(index)
+
+
+_REGISTRIES: weakref.WeakKeyDictionary[GPHost, _Registry] = weakref.WeakKeyDictionary()
+
+
+def _registry(node: GPHost) -> _Registry:
+    reg = _REGISTRIES.get(node)
+    if reg is None:
+        reg = _Registry()
+        node.tables.subscribe(reg.on_update)
+        _REGISTRIES[node] = reg
+    return reg
+
+
+class _PeerWatch:
+    """One member's side of freed-name detection: the pids it watches for
+    ``proc_free`` (through its node's registry), and what it learnt of each
+    peer's companion at first contact."""
+
+    def __init__(self, member: SyncMember) -> None:
+        self.member = member
+        self.watched: list[int] = []           # pids watched for proc_free
+        self.pid: dict[int, int] = {}          # peer index -> its companion's pid
+        self.rank: dict[int, int] = {}         # peer index -> its companion's rank
+        self.remote: set[int] = set()          # peers whose companion is on another host
+
+    def watch(self, pid: int, index: int) -> None:
+        node = self.member.gp.node
+        if pid in node.tables.pta:
+            _registry(node).watch(pid, self.member, index)
+            self.watched.append(pid)
+
+    def watch_peer(self, j: int, pid: int) -> None:
+        """First contact with peer ``j``: remember and watch its companion's pid."""
+        if j not in self.pid:
+            self.pid[j] = pid
+            entry = self.member.gp.node.tables.pta.get(pid)
+            if entry is not None:
+                self.rank[j] = entry.node
+            if entry is not None and entry.node != self.member.gp.node.rank:
+                self.remote.add(j)
+            self.watch(pid, j)
+
+    def unwatch(self) -> None:
+        reg = _REGISTRIES.get(self.member.gp.node)
+        if reg is not None:
+            for pid in self.watched:
+                reg.unwatch(pid, self.member)
+        self.watched.clear()
+
+
+@dataclass
+class _Gone:
+    rounds: int | None      # rounds it completed (None: unknown, freed without LEAVE)
+    reason: str
+    since: float
+    rank: int | None = None  # where it lived, when known
+
+
+UNSET: Any = object()
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """An autoclose nobody awaits: its error (the node closed meanwhile) is
+    cleanup noise, never "Task exception was never retrieved"."""
+    if not task.cancelled():
+        task.exception()
+_OWN: Final = -2     # watch index of a member's own GP
+_SETTLE: Final = 0.02  # s a closing member still listens after seeing a peer freed
+
+
+# ------------------------------------------------------------ common machinery
+class SyncMember:
+    """Companion management, tagged send/receive, stash, failure detection."""
+
+    _suffix = "#sync"
+    _what = "barrier"
+
+    def __init__(self, gp: GP, group: str, peers: Sequence[str], self_index: int,
+                 timeout: float | None, grace: float, linger: float) -> None:
+        if not isinstance(group, str) or not group:
+            raise ValueError("a group name is a non-empty str")
+        if timeout is not None and timeout <= 0:
+            raise ValueError("timeout must be > 0 or None")
+        if grace < 0 or linger < 0:
+            raise ValueError("grace and linger must be >= 0")
+        self.gp = gp
+        self.group = group
+        self.timeout = timeout
+        self.grace = grace
+        self.linger = linger
+        self._names = list(peers)               # index -> member GP name
+        self._index_of = {n: i for i, n in enumerate(self._names)}
+        self._self_index = self_index           # -1 when self is not in _names
+        self._comp_names = [self.companion_of(n) for n in self._names]
+        self._peer_indices = range(len(self._names))   # every peer index (self's too)
+        self._comp: GP | None = None
+        self._opened = False
+        self._closed = False
+        self._busy = False
+        self._broken: BarrierError | None = None
+        self._round = 0
+        self._stash: dict[tuple[int, int, int, int], Any] = {}
+        self._gone: dict[int, _Gone] = {}
+        self._ready: set[int] = set()           # peers whose pipe we have seen bound
+        self._watch = _PeerWatch(self)          # proc_free watches, peers' companions
+        self._autoclose: asyncio.Task[None] | None = None
+
+    # -- naming ---------------------------------------------------------------
+    @property
+    def member(self) -> str:
+        """This member's GP name."""
+        return self.gp.name
+
+    def companion_of(self, member: str) -> str:
+        """The companion GP name of ``member`` in this group."""
+        return f"{self.group}/{member}{self._suffix}"
+
+    @property
+    def companion(self) -> GP | None:
+        """This member's companion GP (``None`` before ``open`` / after ``aclose``)."""
+        return self._comp
+
+    @property
+    def round(self) -> int:
+        """Rounds (barrier passages or exchanges) completed by this member."""
+        return self._round
+
+    @property
+    def broken(self) -> bool:
+        """True once a round failed: every later round raises ``BarrierError``."""
+        return self._broken is not None
+
+    def _prefix(self) -> str:
+        return f"{self._what} {self.group!r} round {self._round} at {self.member!r}"
+
+    # -- lifecycle ------------------------------------------------------------
+    async def open(self) -> None:
+        """Register this member's companion GP on its host (idempotent; the
+        first round does it when not done before).
+
+        Cancellation: a cancelled open leaves no companion registered, or one
+        that :meth:`aclose` frees.
+        """
+        if self._closed:
+            raise ClosedResourceError(f"{self._what} {self.group!r} at {self.member!r} was closed")
+        if self._opened:
+            return
+        node = self.gp.node
+        peers = [i for i in self._peer_indices if i != self._self_index]
+        if not peers:
+            self._opened = True
+            return
+        self._watch.watch(self.gp.pid, _OWN)   # our GP freed -> leave the group
+        try:
+            comp = await node.register(self.companion_of(self.member), PType.COMM)
+            try:
+                await comp.apply_pipe()
+            except BaseException:
+                await comp.free()
+                raise
+        except BaseException:
+            self._watch.unwatch()
+            raise
+        self._comp = comp
+        self._opened = True
+        self.gp.own(self)   # closed when its GP is freed, if the program did not
+
+    async def aclose(self) -> None:
+        """Leave the group: tell the other members (LEAVE: their rounds from
+        the next one on fail at once) and free the companion.  Idempotent.
+
+        The companion is kept until every peer has left or been freed, at
+        most ``linger`` seconds (see the module notes): close the members of
+        one group concurrently (``asyncio.gather``), not one after another
+        from one task, or each close waits ``linger``.
+
+        Cancellation: LEAVE is sent before the first suspension; a cancelled
+        close may leave the companion's name registered until its node closes.
+        """
+        if self._closed:
+            task = self._autoclose
+            if task is not None and task is not asyncio.current_task() and not task.done():
+                await asyncio.shield(task)
+            return
+        self._closed = True
+        self.gp.disown(self)
+        comp = self._comp
+        try:
+            if comp is not None:
+                try:
+                    self._drain_nowait(comp)     # learn who has left already
+                except BarrierError:
+                    pass
+                self._broadcast(comp, _OP_LEAVE, "left the group")
+                if not self._busy:
+                    await self._linger(comp)
+        finally:
+            self._watch.unwatch()
+            self._comp = None
+            if comp is not None:
+                await comp.free()
+
+    async def _linger(self, comp: GP) -> None:
+        """Before freeing the companion, wait (at most ``linger`` s) until
+        every peer has left (its LEAVE arrived) or been freed, so that
+        nothing more is sent to this companion.  A member that closes skips
+        the peers whose LEAVE it has seen; so the last to close frees at
+        once and the others follow as they see it freed.  (A CDU that reaches
+        a host while the companion's pipe is released but its name not yet
+        freed holds up that host's receive path: see the module notes.)"""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + self.linger
+        peers = [i for i in self._peer_indices if i != self._self_index]
+        by_name = comp.node.tables.by_name
+        for j in peers:                       # watch the peers never contacted, too
+            if j not in self._watch.pid:
+                pid = by_name.get(self._comp_names[j])
+                if pid is None:
+                    self._gone.setdefault(j, _Gone(None, "not registered", end - self.linger - 1))
+                else:
+                    self._watch.watch_peer(j, pid)
+        self._busy = True
+        try:
+            while True:
+                now = loop.time()
+                # a peer freed just now may still have a LEAVE in flight: settle briefly
+                waiting = [j for j in peers if j not in self._gone or (
+                    self._gone[j].rounds is None and j in self._watch.remote
+                    and now - self._gone[j].since < _SETTLE)]
+                rest = end - now
+                if not waiting or rest <= 0:
+                    return
+                try:
+                    item = await comp.recv(min(rest, _SETTLE) if all(
+                        j in self._gone for j in waiting) else rest)
+                except TimeoutError:
+                    continue
+                except (ClosedResourceError, NoPipeError):
+                    return
+                try:
+                    self._accept(item)
+                except BarrierError:
+                    pass
+        finally:
+            self._busy = False
+
+    async def __aenter__(self) -> Self:
+        """``async with``: :meth:`open` on entry.
+
+        Cancellation: as for :meth:`open`.
+        """
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """``async with``: :meth:`aclose` on exit.
+
+        Cancellation: as for :meth:`aclose`.
+        """
+        await self.aclose()
+
+    # -- failure bookkeeping --------------------------------------------------
+    def on_pid_freed(self, i: int) -> None:
+        """Table listener: a watched pid was freed (peer ``i``'s companion, or
+        with ``_OWN`` this member's own GP)."""
+        if i == _OWN:
+            if not self._closed and self._autoclose is None:
+                self._autoclose = asyncio.get_running_loop().create_task(
+                    self.aclose(), name=f"aiopdbp-sync-autoclose-{self.companion_of(self.member)}")
+                self._autoclose.add_done_callback(_retrieve)
+            return
+        if i in self._gone:
+            return
+        self._gone[i] = _Gone(None, "its companion was freed without leaving (its GP, task or "
+                                    "host ended?)", asyncio.get_running_loop().time())
+        self._poke()
+
+    def _poke(self) -> None:
+        comp = self._comp
+        if self._busy and comp is not None:
+            try:   # wake the waiting receive through the public API
+                comp.send_nowait(comp.name, None, com=_com(_OP_POKE, 0, 0, 0), kind=Kind.COMMAND)
+            except PDBPError:
+                pass
+
+    def _broadcast(self, comp: GP, op: int, reason: str) -> None:
+        """Best-effort LEAVE/ABORT to every peer (never waits, never raises)."""
+        payload = _GONE_HEAD.pack(self._round) + self.member.encode() + b"\0" + reason.encode()
+        for i in self._peer_indices:
+            if i == self._self_index or i in self._gone:
+                continue
+            try:
+                comp.send_nowait(self._comp_names[i], payload, com=_com(op, 0, 0, 0), kind=Kind.COMMAND)
+            except PDBPError:
+                pass
+
+    def _gone_error(self, i: int, g: _Gone) -> BarrierError:
+        name = self._names[i]
+        if g.rounds is None:
+            err = BarrierError(f"{self._prefix()}: member {name!r} is gone ({g.reason})")
+        else:
+            err = BarrierError(f"{self._prefix()}: member {name!r} {g.reason} (after {g.rounds} round(s))")
+        rank = g.rank if g.rank is not None else self._watch.rank.get(i)
+        if rank is not None and rank != self.gp.node.rank:
+            err.origin_rank = rank   # under aiopdbp.run: a consequence of that rank (aiopdbp.runtime.job)
+        return err
+
+    def _check_gone(self, pending: Iterable[int], now: float, at_start: bool) -> float | None:
+        """Raise if a gone member makes this round impossible; else return
+        the earliest time a grace period of a pending member runs out."""
+        wake: float | None = None
+        pend = set(pending)
+        for i, g in self._gone.items():
+            if g.rounds is not None:
+                if g.rounds <= self._round:
+                    raise self._gone_error(i, g)
+            elif at_start:
+                raise self._gone_error(i, g)
+            elif i in pend:
+                until = g.since + self.grace
+                if now >= until:
+                    raise self._gone_error(i, g)
+                wake = until if wake is None else min(wake, until)
+        return wake
+
+    # -- receiving --------------------------------------------------------------
+    def _sender_of(self, msg: Message, field_: int) -> int | None:
+        return field_ if 0 <= field_ < len(self._names) and field_ != self._self_index else None
+
+    def _accept(self, item: Message | IncomingStream) -> None:
+        if isinstance(item, IncomingStream):   # nobody streams to a companion
+            asyncio.get_running_loop().create_task(item.aclose())
+            return
+        com = item.com
+        op = com >> 29
+        if op == _OP_POKE:
+            return
+        if op == _OP_LEAVE or op == _OP_ABORT:
+            raw = bytes(item.data or b"")
+            if len(raw) < _GONE_HEAD.size:
+                return
+            (rounds,) = _GONE_HEAD.unpack_from(raw)
+            name, _, reason = raw[_GONE_HEAD.size:].decode(errors="replace").partition("\0")
+            i = self._index_of.get(name)
+            if i is None or i == self._self_index:
+                return
+            old = self._gone.get(i)
+            if old is None or old.rounds is None:
+                why = "left the group" if op == _OP_LEAVE else f"failed ({reason})"
+                entry = self.gp.node.tables.pta.get(item.source_pid)
+                self._gone[i] = _Gone(rounds, why, asyncio.get_running_loop().time(),
+                                      entry.node if entry is not None else None)
+            return
+        i = self._sender_of(item, com & 0xFFFF)
+        key = (op, (com >> 23) & 0x3F, (com >> 16) & _ROUND_MASK, -1 if i is None else i)
+        if i is None:
+            self._orphan(item, key)
+            return
+        if i not in self._watch.pid:
+            self._watch.watch_peer(i, item.source_pid)
+        if key in self._stash:
+            raise BarrierError(f"{self._prefix()}: duplicate {_OP_NAMES.get(op, op)} "
+                               f"step {key[1]} from {self._names[i]!r} (two groups share a name?)")
+        self._stash[key] = item.data
+
+    def _orphan(self, item: Message, key: tuple[int, int, int, int]) -> None:
+        pass  # a sender index outside the group: ignore
+
+    def _drain_nowait(self, comp: GP) -> None:
+        while True:
+            try:
+                item = comp.recv_nowait()
+            except WouldBlock:
+                return
+            except (ClosedResourceError, NoPipeError):
+                raise self._closed_error() from None
+            self._accept(item)
+
+    def _closed_error(self) -> BarrierError:
+        return BarrierError(f"{self._prefix()}: this member's companion was freed "
+                            "(closed meanwhile, or its node is closing)")
+
+    def _timeout_error(self, what: str, timeout: float | None) -> BarrierTimeoutError:
+        return BarrierTimeoutError(f"{self._prefix()}: timed out after {timeout} s {what}")
+
+    def _describe(self, op: int, step: int, pending: Sequence[int]) -> str:
+        names = [self._names[i] for i in pending]
+        return f"waiting for {_OP_NAMES.get(op, op)} (step {step}) from {names}"
+
+    async def _gather(self, sources: Iterable[int], op: int, step: int, deadline: float | None,
+                      timeout: float | None) -> dict[int, Any]:
+        comp = self._comp
+        assert comp is not None
+        rnd = self._round & _ROUND_MASK
+        stash = self._stash
+        got: dict[int, Any] = {}
+        pending = list(sources)
+        loop = asyncio.get_running_loop()
+        while True:
+            still = []
+            for j in pending:
+                key = (op, step, rnd, j)
+                if key in stash:
+                    got[j] = stash.pop(key)
+                else:
+                    still.append(j)
+            if not still:
+                self._count_received(got)
+                return got
+            pending = still
+            try:
+                item = comp.recv_nowait()
+            except WouldBlock:
+                now = loop.time()
+                wake = self._check_gone(pending, now, False) if self._gone else None
+                limit = deadline if wake is None else (wake if deadline is None else min(wake, deadline))
+                try:
+                    item = await comp.recv(None if limit is None else max(0.0, limit - now))
+                except TimeoutError:
+                    if deadline is not None and loop.time() >= deadline:
+                        raise self._timeout_error(self._describe(op, step, pending), timeout) from None
+                    continue
+                except (ClosedResourceError, NoPipeError):
+                    raise self._closed_error() from None
+            except (ClosedResourceError, NoPipeError):
+                raise self._closed_error() from None
+            self._accept(item)
+            if self._gone:
+                self._check_gone(pending, loop.time(), False)
+
+    def _count_received(self, got: Mapping[int, Any]) -> None:
+        pass
+
+    # -- sending ----------------------------------------------------------------
+    async def _await_peer(self, j: int, deadline: float | None, timeout: float | None) -> int:
+        """First contact: wait until peer ``j``'s companion is registered and
+        its pipe is bound *in this host's tables* (a CDU sent to a host before
+        it knows the destination could be dropped there); return its pid."""
+        comp = self._comp
+        assert comp is not None
+        node = comp.node
+        name = self._comp_names[j]
+        loop = asyncio.get_running_loop()
+        delay = 0.0002
+        while True:
+            pid = node.tables.by_name.get(name)
+            if pid is not None:
+                entry = node.tables.pta.get(pid)
+                if entry is not None and entry.pipe is not None:
+                    self._ready.add(j)
+                    self._watch.watch_peer(j, pid)
+                    return pid
+            self._drain_nowait(comp)
+            now = loop.time()
+            if self._gone:
+                self._check_gone((j,), now, False)
+            if deadline is not None and now >= deadline:
+                raise self._timeout_error(
+                    f"waiting for member {self._names[j]!r} to join (its companion {name!r} "
+                    f"was not registered with a pipe)", timeout)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.01)
+
+    async def _send(self, j: int, op: int, step: int, data: Any, sender: int,
+                    deadline: float | None, timeout: float | None) -> None:
+        comp = self._comp
+        assert comp is not None
+        if self._gone and j in self._gone:
+            raise self._gone_error(j, self._gone[j])
+        com = _com(op, step, self._round, sender)
+        name = self._comp_names[j]
+        if j in self._ready:
+            try:
+                comp.send_nowait(name, data, com=com, kind=Kind.COMMAND)
+                return
+            except (WouldBlock, NoPipeError):
+                pass
+            except ClosedResourceError:
+                raise self._closed_error() from None
+            except PDBPError:   # UnknownProcessError: freed meanwhile
+                if j in self._gone:
+                    raise self._gone_error(j, self._gone[j]) from None
+                raise BarrierError(f"{self._prefix()}: member {self._names[j]!r} is gone "
+                                   "(its companion is no longer registered)") from None
+        else:
+            await self._await_peer(j, deadline, timeout)
+        loop = asyncio.get_running_loop()
+        rest = None if deadline is None else max(1e-3, deadline - loop.time())
+        try:
+            await comp.send(name, data, com=com, kind=Kind.COMMAND, timeout=rest)
+        except TimeoutError:
+            raise self._timeout_error(f"sending to {self._names[j]!r}", timeout) from None
+
+    def _begin(self, timeout: Any) -> tuple[float | None, float | None]:
+        if self._closed:
+            raise ClosedResourceError(f"{self._what} {self.group!r} at {self.member!r} was closed")
+        if self._broken is not None:
+            raise BarrierError(f"{self._what} {self.group!r} at {self.member!r} is broken: "
+                               f"{self._broken}")
+        if self._busy:
+            raise RuntimeError(f"{self._what} {self.group!r} at {self.member!r}: a round is "
+                               "already in progress (one task per member at a time)")
+        t = self.timeout if timeout is UNSET else timeout
+        if t is not None and t <= 0:
+            raise ValueError("timeout must be > 0 or None")
+        loop = asyncio.get_running_loop()
+        return t, (None if t is None else loop.time() + t)
+
+    def _fail(self, exc: BaseException) -> BarrierError:
+        """A round failed: the member is broken; tell the others (ABORT)."""
+        if isinstance(exc, BarrierError):
+            err = exc
+        elif isinstance(exc, asyncio.CancelledError):
+            err = BarrierError(f"{self._prefix()}: cancelled during the round")
+        else:
+            err = BarrierError(f"{self._prefix()}: {type(exc).__name__}: {exc}")
+        self._broken = err
+        comp = self._comp
+        if comp is not None:
+            self._broadcast(comp, _OP_ABORT, str(err))
+        return err
+
