@@ -22,12 +22,47 @@ foundation -- never runtime or above.  What it needs of a GP or a node is
 a Protocol here (:class:`~aiopdbp.streams.devicepath.Sender`), handed in.
 """
 
-from aiopdbp.streams.devicepath import DeviceConfig, DevicePath
-from aiopdbp.streams.protocol import StreamState
-from aiopdbp.streams.receiver import DEFAULT_SEGMENT, EAGER_LIMIT, IncomingStream, StreamMeta
-from aiopdbp.streams.sender import ChunkSource, GenSource, HostSource, Staged, run_sender, send_stream
-from aiopdbp.streams.table import OutgoingStream, StreamTable
+from __future__ import annotations
 
-__all__ = ["DEFAULT_SEGMENT", "EAGER_LIMIT", "ChunkSource", "DeviceConfig", "DevicePath", "GenSource",
-           "HostSource", "IncomingStream", "OutgoingStream", "Staged", "StreamMeta", "StreamState",
-           "StreamTable", "run_sender", "send_stream"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Loaded on first use (PEP 562): the sans-I/O protocol module can be imported
+# without the I/O layers (asyncio, numpy) that the rest of the package needs.
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(["DeviceConfig", "DevicePath"], "aiopdbp.streams.devicepath"),
+    "StreamState": "aiopdbp.streams.protocol",
+    **dict.fromkeys(["DEFAULT_SEGMENT", "EAGER_LIMIT", "IncomingStream", "StreamMeta"], "aiopdbp.streams.receiver"),
+    **dict.fromkeys(["ChunkSource", "GenSource", "HostSource", "Staged", "run_sender", "send_stream"],
+                    "aiopdbp.streams.sender"),
+    **dict.fromkeys(["OutgoingStream", "StreamTable"], "aiopdbp.streams.table"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'aiopdbp.streams' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from aiopdbp.streams.devicepath import DeviceConfig as DeviceConfig
+    from aiopdbp.streams.devicepath import DevicePath as DevicePath
+    from aiopdbp.streams.protocol import StreamState as StreamState
+    from aiopdbp.streams.receiver import DEFAULT_SEGMENT as DEFAULT_SEGMENT
+    from aiopdbp.streams.receiver import EAGER_LIMIT as EAGER_LIMIT
+    from aiopdbp.streams.receiver import IncomingStream as IncomingStream
+    from aiopdbp.streams.receiver import StreamMeta as StreamMeta
+    from aiopdbp.streams.sender import ChunkSource as ChunkSource
+    from aiopdbp.streams.sender import GenSource as GenSource
+    from aiopdbp.streams.sender import HostSource as HostSource
+    from aiopdbp.streams.sender import Staged as Staged
+    from aiopdbp.streams.sender import run_sender as run_sender
+    from aiopdbp.streams.sender import send_stream as send_stream
+    from aiopdbp.streams.table import OutgoingStream as OutgoingStream
+    from aiopdbp.streams.table import StreamTable as StreamTable
