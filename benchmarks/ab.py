@@ -6,7 +6,8 @@ Runs ``python -m aiopdbp bench <options>`` with ``PYTHONPATH`` set to OLD_DIR,
 then NEW_DIR, then OLD_DIR ... (``--repeats`` runs each, alternated so that
 the machine's drift hits both alike), and prints, per aiopdbp row (test,
 size, impl): the old runs' medians as a range, the new runs' medians, and
-whether the new median of medians lies inside the old range.  Each run's
+whether the new median of medians lies inside the old range; also the CPU
+microseconds per unit (sender + receiver), steadier than a speed on a shared machine.  Each run's
 figures are aiopdbp's against raw mpi4py *in the same job* (``x raw``), so a
 run on a busier moment moves both; the table shows the ratio and the speed.
 Written for issue 16 (a restructuring must not change speed).
@@ -37,10 +38,11 @@ def main() -> None:
     ap.add_argument("old", type=Path)
     ap.add_argument("new", type=Path)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("bench", nargs=argparse.REMAINDER, help="options for aiopdbp bench (after --)")
-    args = ap.parse_args()
-    bench = [a for a in args.bench if a != "--"]
-    seen: dict[str, dict[tuple[str, int, int, str], list[tuple[float, float]]]] = {"old": {}, "new": {}}
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = ap.parse_args(argv[:cut])
+    bench = argv[cut + 1:]  # the options for aiopdbp bench, after --
+    seen: dict[str, dict[tuple[str, int, int, str], list[tuple[float, float, float]]]] = {"old": {}, "new": {}}
     with tempfile.TemporaryDirectory(prefix="aiopdbp-ab-") as tmp:
         for i in range(args.repeats):
             for side, checkout in (("old", args.old), ("new", args.new)):
@@ -48,23 +50,26 @@ def main() -> None:
                 for r in rows:
                     if str(r["impl"]).startswith("aiopdbp"):
                         key = (str(r["test"]), int(r["ranks"]), int(r["size"]), str(r["impl"]))  # type: ignore[call-overload]
-                        seen[side].setdefault(key, []).append((float(r["median"]), float(r["vs_raw"] or 0)))  # type: ignore[arg-type]
+                        cpu = sum(float(r.get(k) or 0) for k in ("cpu_tx_us", "cpu_rx_us", "cpu_txrx_us"))  # type: ignore[arg-type]
+                        seen[side].setdefault(key, []).append((float(r["median"]), float(r["vs_raw"] or 0), cpu))  # type: ignore[arg-type]
                 print(f"run {i + 1}/{args.repeats} {side} done", file=sys.stderr, flush=True)
     print(f"aiopdbp bench {' '.join(bench)}; {args.repeats} runs each, alternated old/new")
     print(f"{'test':6} {'n':>2} {'size':>8} {'impl':12} {'old x raw (range)':>22} {'new x raw (range)':>22} "
-          f"{'old median':>11} {'new median':>11}  new inside old range")
+          f"{'old median':>11} {'new median':>11} {'old cpu us':>10} {'new cpu us':>10}  new inside old range")
     for key in sorted(seen["old"]):
         old, new = seen["old"][key], seen["new"].get(key, [])
         if not new:
             continue
-        o_r, n_r = [x for _, x in old], [x for _, x in new]
-        o_m, n_m = [m for m, _ in old], [m for m, _ in new]
+        o_r, n_r = [x for _, x, _ in old], [x for _, x, _ in new]
+        o_m, n_m = [m for m, _, _ in old], [m for m, _, _ in new]
+        o_c, n_c = [c for _, _, c in old], [c for _, _, c in new]
         inside = min(o_r) <= statistics.median(n_r) <= max(o_r)
         test, n, size, impl = key
         print(f"{test:6} {n:>2} {size:>8} {impl:12} "
               f"{statistics.median(o_r):6.3f} ({min(o_r):.3f}-{max(o_r):.3f}) "
               f"{statistics.median(n_r):6.3f} ({min(n_r):.3f}-{max(n_r):.3f}) "
-              f"{statistics.median(o_m):11.1f} {statistics.median(n_m):11.1f}  {'yes' if inside else 'NO'}")
+              f"{statistics.median(o_m):11.1f} {statistics.median(n_m):11.1f} "
+              f"{statistics.median(o_c):10.1f} {statistics.median(n_c):10.1f}  {'yes' if inside else 'NO'}")
 
 
 if __name__ == "__main__":

@@ -295,28 +295,43 @@ class Router:
             self.waits.end(wait)
 
     # -- sending: the routing decision ------------------------------------------
+    def try_send(self, dest: str, fields: tuple[str, Kind, int, Any, int], cost: int) -> bool:
+        """The routing decision when nothing has to wait: route one message
+        (``fields``: source name, kind, com, payload, source pid) to the GP
+        named ``dest`` and return True -- or False, having done nothing, when
+        something must be waited for (then :meth:`send_waiting`).  A plain
+        call, not a coroutine: the common case costs no await."""
+        pid = self.pids.get(dest)
+        if pid is None:
+            return False
+        tgt = self.targets.get(pid)
+        return tgt is not None and self._offer(tgt, pid, cost, fields)
+
     async def send(self, dest: str, fields: tuple[str, Kind, int, Any, int], cost: int,
                    timeout: float | None) -> None:
-        """Route one message (``fields``: source name, kind, com, payload,
-        source pid) to the GP named ``dest``, here or on its host, taking
-        ``cost`` bytes of room there.  Waits, up to ``timeout``, for what is
-        missing: the name, the GP's pipe, room at its target (backpressure).
+        """Route one message to the GP named ``dest``, here or on its host,
+        taking ``cost`` bytes of room there; waits, up to ``timeout``, for what
+        is missing: the name, the GP's pipe, room at its target (backpressure).
 
-        One path: the common case is this path finding nothing to wait for
-        (the name known, the GP bound, room at once: the PipeManager's offer).
+        One path: :meth:`try_send`, then, if it said no, :meth:`send_waiting`.
 
         Cancellation: a cancelled send has queued nothing (a reservation
         already taken is given back).
         """
+        if not self.try_send(dest, fields, cost):
+            await self.send_waiting(dest, fields, cost, timeout)
+
+    async def send_waiting(self, dest: str, fields: tuple[str, Kind, int, Any, int], cost: int,
+                           timeout: float | None) -> None:
+        """The rest of :meth:`send` after :meth:`try_send` said no: wait for
+        the name, the binding, room at the target, or entries queued ahead in
+        the public pipe, then route.
+
+        Cancellation: as for :meth:`send`.
+        """
         pid = self.pids.get(dest)
-        if pid is not None:
-            tgt = self.targets.get(pid)
-            if tgt is not None and self._offer(tgt, pid, cost, fields):
-                return  # nothing to wait for: routed already
-        else:
+        if pid is None:
             pid = await self.resolve(dest, timeout)
-        # The same path when something has to wait: the name, the binding,
-        # room at the target, or entries queued ahead in the public pipe.
         tgt = self.targets.get(pid)
         if tgt is None:
             tgt = await self.target(pid, timeout)

@@ -164,7 +164,8 @@ class GP:
         self._owned: list[Any] = []       # closed when the GP is freed (own())
         #: taken from the pipe, then a wait for its sender's name was cancelled
         self._unnamed: Message | IncomingStream | None = None
-        self._router = node.router  # hot path: one attribute, then the router decides
+        self._router = node.router
+        self._try_send = node.router.try_send  # hot path: one call, no coroutine, when nothing waits
 
     def __repr__(self) -> str:
         return f"<GP {self.name!r} pid={self.pid} {self.ptype.name} on node {self.node.rank}>"
@@ -330,7 +331,9 @@ class GP:
                     return
                 data = snapshot(data, self.node.allow_pickle, False)
             cost = credit_cost(data)
-        await self._router.send(dest, (self.name, kind, com, data, self.pid), cost, timeout)
+        fields = (self.name, kind, com, data, self.pid)
+        if not self._try_send(dest, fields, cost):  # the router routed it: nothing to wait for
+            await self._router.send_waiting(dest, fields, cost, timeout)
 
     async def _multicast(self, names: list[str], data: Any, com: int, kind: Kind,
                          timeout: float | None) -> None:
