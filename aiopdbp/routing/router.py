@@ -143,6 +143,7 @@ class Router:
             pid = args[0]
             if op == "proc_free":
                 self._left[self.tables.name_of(pid)] = self._home.pop(pid, -1)
+                self._ever_bound.discard(pid)   # its entry is gone: nothing is parked for it now
             if op == "pipe_release":
                 self._released.add(pid)     # "bind one first" would be wrong advice now
             else:
@@ -250,11 +251,17 @@ class Router:
             return self.target_nowait(pid)
         name = self.tables.process(pid).name
         fut = asyncio.get_running_loop().create_future()
-        self._bind_waiters.setdefault(pid, []).append(fut)
+        waiters = self._bind_waiters.setdefault(pid, [])
+        waiters.append(fut)
         try:
             await asyncio.wait_for(fut, timeout)
         except TimeoutError:
             raise TimeoutError(f"GP {name!r} bound no pipe within {timeout:g} s") from None
+        finally:  # a wait that timed out or was cancelled leaves nothing behind
+            if fut in waiters:
+                waiters.remove(fut)
+            if not waiters and self._bind_waiters.get(pid) is waiters:
+                del self._bind_waiters[pid]
         return self.target_nowait(pid)
 
     async def reserve(self, tgt: Target, pid: int, cost: int, timeout: float | None,
