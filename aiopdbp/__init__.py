@@ -1,8 +1,9 @@
 """aiopdbp: asyncio PDBP (Pipe Dynamic Buffer Pool) for GPU-cluster communication.
 
 Named generalized processes (GPs) send messages and data streams to each other
-by name; a PipeManager per host routes them to local private pipes or over
-MPI; buffer pools coalesce and pace remote traffic.  See README.md.
+by name; a router per host decides where each goes -- a local private pipe
+or, over MPI, another host -- and a PipeManager moves it; buffer pools
+coalesce and pace remote traffic.  See README.md.
 
 The public API is re-exported here, loaded on first use (PEP 562): ``import
 aiopdbp.wire`` alone loads the codec and nothing above it, while

@@ -35,7 +35,8 @@ from aiopdbp import __version__
 from aiopdbp.env import uvloop_wanted
 from aiopdbp.errors import PDBPError
 from aiopdbp.runtime.node import Node, open_node, run
-from aiopdbp.runtime.process import GP, Message
+from aiopdbp.runtime.process import GP
+from aiopdbp.wire.message import Message
 from aiopdbp.streams.receiver import IncomingStream
 
 if TYPE_CHECKING:

@@ -88,7 +88,7 @@ __all__ = [
     "RANK_VARS", "SIZE_VARS", "LOCAL_RANK_VARS", "LOCAL_SIZE_VARS", "JOB_VARS",
     "TRANSPORT", "UVLOOP", "RANK_PREFIX", "DEVICE", "PROGRESS", "SPIN_US", "MAX_BACKOFF_US",
     "IDLE_MAX_US", "DOORBELL", "MPI_THREAD_LEVEL", "MPIEXEC", "BENCH_LINK", "LAUNCHER",
-    "JOB_DIR", "JOB_DIR_ENV", "EMULATE_JOB", "EMULATE_LINK_BPS", "EMULATE_HOSTS", "EMULATE_IP",
+    "JOB_DIR", "EMULATE_JOB", "EMULATE_LINK_BPS", "EMULATE_HOSTS", "EMULATE_IP",
     "EMULATE_UNSHARE", "FAILED_FILE", "SHM_FILE_PREFIX", "MPI_SETTING_PREFIXES",
     "env_rank", "launcher_rank", "env_size", "local_rank", "local_ranks", "in_mpi_job",
     "local_transport_forced", "uvloop_wanted", "rank_prefix_wanted", "device_backend",
@@ -145,7 +145,6 @@ BENCH_LINK = "AIOPDBP_BENCH_LINK"
 LAUNCHER = "AIOPDBP_LAUNCHER"
 #: set by ``aiopdbp launch``: the job directory (see the module docstring)
 JOB_DIR = "AIOPDBP_JOB_DIR"
-JOB_DIR_ENV = JOB_DIR
 EMULATE_JOB = "AIOPDBP_EMULATE_JOB"
 EMULATE_LINK_BPS = "AIOPDBP_EMULATE_LINK_BPS"
 EMULATE_HOSTS = "AIOPDBP_EMULATE_HOSTS"

@@ -54,7 +54,7 @@ import aiopdbp  # noqa: E402
 from aiopdbp import IncomingStream, PType  # noqa: E402
 from aiopdbp.device import SimBackend, open_backend  # noqa: E402
 from aiopdbp.device.backend import DeviceBackend, default_device  # noqa: E402
-from aiopdbp.streams.devicepath import DeviceConfig  # noqa: E402
+from aiopdbp.streams.devicebind import DeviceConfig  # noqa: E402
 from aiopdbp.transport.mpi import load_mpi  # noqa: E402
 
 from _common import format_table, fmt_bytes, machine_info, write_json  # noqa: E402

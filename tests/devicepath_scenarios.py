@@ -24,7 +24,7 @@ import numpy as np
 import aiopdbp
 from aiopdbp import BrokenResourceError, DeviceError, IncomingStream, Message, PType, StreamError
 from aiopdbp.device import Fault, is_device_array
-from aiopdbp.streams.devicepath import DeviceConfig
+from aiopdbp.streams.devicebind import DeviceConfig
 
 from tests import scenarios as _sc
 

@@ -31,7 +31,7 @@ import pytest
 import aiopdbp
 from aiopdbp import BrokenResourceError, DeviceError, IncomingStream, Message, PType, StreamError
 from aiopdbp.device import Fault, SimBackend, is_device_array
-from aiopdbp.streams.devicepath import DeviceConfig
+from aiopdbp.streams.devicebind import DeviceConfig
 
 from tests import devicepath_scenarios as dsc
 from tests.mpirun import SCRIPTS_DIR, requires_mpi, run_mpi

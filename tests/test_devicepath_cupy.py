@@ -32,7 +32,7 @@ cp, _NDEV = cupy_or_skip()
 
 import aiopdbp  # noqa: E402
 from aiopdbp import Message, PType  # noqa: E402
-from aiopdbp.streams.devicepath import DeviceConfig  # noqa: E402
+from aiopdbp.streams.devicebind import DeviceConfig  # noqa: E402
 
 from tests import devicepath_scenarios as dsc
 from tests.mpirun import SCRIPTS_DIR, requires_mpi, run_mpi

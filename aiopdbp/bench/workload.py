@@ -36,7 +36,6 @@ __all__ = [
     "Ring",
     "flows",
     "matches",
-    "units_for",
     "window_for",
 ]
 
@@ -98,11 +97,6 @@ def flows(test: str, nranks: int, gps_per_rank: int = 1) -> list[Flow]:
 def window_for(size: int, window: int = WINDOW) -> int:
     """Units per raw window: ``window``, or fewer so a window stays <= 16 MiB."""
     return max(1, min(window, WINDOW_BYTES // max(1, size)))
-
-
-def units_for(size: int, bytes_per_flow: int, min_units: int, max_units: int) -> int:
-    """Units per flow: ``bytes_per_flow / size`` clamped to [min_units, max_units]."""
-    return max(min_units, min(max_units, bytes_per_flow // max(1, size)))
 
 
 class Ring:

@@ -52,7 +52,7 @@ the senders behind it are served as far as the credit covers (the rule of
 same hand-off (:meth:`aiopdbp.routing.pipes.Pipe.reserve`).
 
 *Owed credit below a quarter window.*  The receiving host returns credit in
-steps of at least ``window / 4`` (:meth:`aiopdbp.routing.router.Router._owe`: one
+steps of at least ``window / 4`` (the router's owed-credit book: one
 control message per quarter window, not per message).  A remainder below
 that could strand a sender whose need exceeds what is left, so **a parked
 sender asks**: when a queue forms, and again after each grant that leaves

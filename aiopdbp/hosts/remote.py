@@ -31,9 +31,10 @@ kind.
 *Upwards.*  ``hosts/`` imports nothing above it: the router and the stream
 table are reached through the small protocols :class:`RouterPort` and
 :class:`StreamPort`, the running job through the ``job`` callable, all handed
-in by the node.  The node in turn gives the router :meth:`Remote.link` and
-:meth:`Remote.grant`, and the stream table this object (``send_done``,
-``send_credit``).
+in by the node.  The node in turn gives the router forwarders to
+:meth:`Remote.link` and :meth:`Remote.grant`, and the stream table forwarders
+to :meth:`Remote.send_done` and :meth:`Remote.send_credit` (the Remote is
+built after both, since it serves them).
 
 *Closing.*  :meth:`close` flushes every link, tells every host with BYE how
 many data messages it sent, and waits until it received as many from
@@ -148,7 +149,7 @@ class Remote:
         cfg = self.cfg
         timeout = cfg.handshake_timeout if cfg.handshake_timeout is not None else 30.0
         self.sequencer.prepare()
-        await self.transport.start(self._on_message, self.inbound.alloc)  # type: ignore[call-arg]
+        await self.transport.start(self._on_message, self.inbound.alloc)
         self.failures.start(asyncio.get_running_loop())
         await self.sequencer.handshake(timeout)
         for h in range(self.size):

@@ -11,7 +11,7 @@ timeout.
 *Ordered updates.*  Rank 0 is the sequencer.  A host asks for an update
 with the CMP kind that names it -- ``RegMsg`` (register a GP), ``APipeMsg``
 (bind its pipe), ``ReleaseMsg`` (release the pipe, or free the GP), or
-``TableReqMsg`` for stream bindings; rank 0 applies it, broadcasts it with a
+``TableReqMsg`` for any other update; rank 0 applies it, broadcasts it with a
 sequence number (``TableMsg``) to every other host, then answers the
 requester (``ARMsg``, ``AAPMsg``, ``TableAckMsg``) -- after the broadcast, on
 the same channel, so the requester has applied the update when its

@@ -1,5 +1,5 @@
 #!/bin/sh
-# aiopdbp emulated cluster: hydra's -launcher-exec (see aiopdbp/emulate.py).
+# aiopdbp emulated cluster: hydra's -launcher-exec (see aiopdbp/launch/emulate.py).
 #
 # hydra calls it like ssh:  emulate_exec.sh [-x ...] HOST COMMAND...
 # where HOST is an emulated host's address and COMMAND is one shell command

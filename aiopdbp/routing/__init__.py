@@ -6,7 +6,8 @@ Every GP has a private :class:`~aiopdbp.routing.pipes.Pipe` from a
 :class:`~aiopdbp.routing.pipes.PipePool`.  The :class:`~aiopdbp.routing.router.Router`
 knows where every bound GP of the cluster is reached -- its pipe here, or
 the link to its host -- and makes the routing decision for a send
-(:meth:`Router.send`: the name, the binding, room at the target).  The
+(:meth:`Router.try_send`, then :meth:`Router.send_waiting`: the name, the
+binding, room at the target).  The
 :class:`~aiopdbp.routing.manager.PipeManager` is the coroutine that moves
 what was routed: from the public pipes into private pipes or host links,
 in batches, never a task per message.

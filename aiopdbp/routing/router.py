@@ -307,34 +307,22 @@ class Router:
         (``fields``: source name, kind, com, payload, source pid) to the GP
         named ``dest`` and return True -- or False, having done nothing, when
         something must be waited for (then :meth:`send_waiting`).  A plain
-        call, not a coroutine: the common case costs no await."""
+        call, not a coroutine: the common case costs no await.  One path:
+        ``if not try_send(...): await send_waiting(...)`` is the whole send."""
         pid = self.pids.get(dest)
         if pid is None:
             return False
         tgt = self.targets.get(pid)
         return tgt is not None and self._offer(tgt, pid, cost, fields)
 
-    async def send(self, dest: str, fields: tuple[str, Kind, int, Any, int], cost: int,
-                   timeout: float | None) -> None:
-        """Route one message to the GP named ``dest``, here or on its host,
-        taking ``cost`` bytes of room there; waits, up to ``timeout``, for what
-        is missing: the name, the GP's pipe, room at its target (backpressure).
-
-        One path: :meth:`try_send`, then, if it said no, :meth:`send_waiting`.
-
-        Cancellation: a cancelled send has queued nothing (a reservation
-        already taken is given back).
-        """
-        if not self.try_send(dest, fields, cost):
-            await self.send_waiting(dest, fields, cost, timeout)
-
     async def send_waiting(self, dest: str, fields: tuple[str, Kind, int, Any, int], cost: int,
                            timeout: float | None) -> None:
-        """The rest of :meth:`send` after :meth:`try_send` said no: wait for
+        """The rest of a send after :meth:`try_send` said no: wait for
         the name, the binding, room at the target, or entries queued ahead in
         the public pipe, then route.
 
-        Cancellation: as for :meth:`send`.
+        Cancellation: a cancelled send has queued nothing (a reservation
+        already taken is given back).
         """
         pid = self.pids.get(dest)
         if pid is None:
@@ -346,7 +334,7 @@ class Router:
         self._submit(tgt, pid, Message(fields))
 
     def send_nowait(self, dest: str, fields: tuple[str, Kind, int, Any, int], cost: int) -> None:
-        """:meth:`send` without waiting: ``WouldBlock`` when the target is full,
+        """A send without waiting: ``WouldBlock`` when the target is full,
         ``UnknownProcessError`` for a name not registered (now), ``NoPipeError``
         for a GP with no pipe bound."""
         pid = self.tables.pid_of(dest)

@@ -35,11 +35,12 @@ import asyncio
 import dataclasses
 import contextlib
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiopdbp.device.backend import DeviceBackend
-from aiopdbp.streams.devicepath import DeviceConfig, DevicePath
+from aiopdbp.streams.devicebind import DeviceConfig
+from aiopdbp.streams.devicepath import DevicePath
 from aiopdbp.env import local_transport_forced
 from aiopdbp.errors import ClosedResourceError
 from aiopdbp.runtime.job import current_job, root_cause, summary
@@ -65,20 +66,15 @@ DEFAULT_NAME_TIMEOUT = 30.0
 
 class _StreamPeers:
     """The stream table's way to the other hosts (:class:`~aiopdbp.streams.table.StreamPeers`):
-    through the node's Remote, which is built after the table it serves."""
+    two callables of the node that forward to its Remote, which is built
+    after the table it serves."""
 
-    __slots__ = ("_node",)
+    __slots__ = ("send_done", "send_credit")
 
-    def __init__(self, node: Node) -> None:
-        self._node = node
-
-    def send_done(self, host: int, key: tuple[int, int], error: str | None) -> None:
-        if self._node._remote is not None:
-            self._node._remote.send_done(host, key, error)
-
-    def send_credit(self, host: int, key: tuple[int, int], segments: int) -> None:
-        if self._node._remote is not None:
-            self._node._remote.send_credit(host, key, segments)
+    def __init__(self, send_done: Callable[[int, tuple[int, int], str | None], None],
+                 send_credit: Callable[[int, tuple[int, int], int], None]) -> None:
+        self.send_done = send_done
+        self.send_credit = send_credit
 
 
 class Node:
@@ -115,7 +111,7 @@ class Node:
         device support (SGPs, device arrays): ``"auto"`` (CuPy if installed,
         opened on first use), ``"cupy"``, ``"sim"`` (the simulated backend),
         ``"none"``, a backend instance, or a
-        :class:`~aiopdbp.streams.devicepath.DeviceConfig` (pinned pool size, chunk
+        :class:`~aiopdbp.streams.devicebind.DeviceConfig` (pinned pool size, chunk
         size, chunks in flight); default: env ``AIOPDBP_DEVICE``, else ``"auto"``.
     ``stall_timeout``
         a send that has waited this long for its destination to read is
@@ -162,7 +158,7 @@ class Node:
                                   submit=self.manager.submit, transport=transport)
         self.streams = StreamTable(self.rank, stream_window, self.tables, self.pps, self.cps_streams,
                                    self.router, submit=self.manager.submit, watch=self.manager.watch,
-                                   device=self.devices, peers=_StreamPeers(self) if multi else None)
+                                   device=self.devices, peers=_StreamPeers(self._send_done, self._send_credit) if multi else None)
         self._gps: dict[int, GP] = {}
         self._started = False
         self._closed = False
@@ -188,6 +184,14 @@ class Node:
     def _grant(self, host: int, grants: list[tuple[int, int]]) -> None:
         if self._remote is not None:
             self._remote.grant(host, grants)
+
+    def _send_done(self, host: int, key: tuple[int, int], error: str | None) -> None:
+        if self._remote is not None:
+            self._remote.send_done(host, key, error)
+
+    def _send_credit(self, host: int, key: tuple[int, int], segments: int) -> None:
+        if self._remote is not None:
+            self._remote.send_credit(host, key, segments)
 
     def _send_stall(self, edges: list[WaitEdge], idle: list[str]) -> None:
         if self._remote is not None:

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from aiopdbp.streams.devicepath import DevicePath
     from aiopdbp.streams.table import StreamTable
 
-__all__ = ["FAILED_CLOSE_TIMEOUT", "GP", "GPHost", "Message", "snapshot"]
+__all__ = ["FAILED_CLOSE_TIMEOUT", "GP", "GPHost", "snapshot"]
 
 #: how long a GP leaving with an exception tries to close what it owns
 FAILED_CLOSE_TIMEOUT = 1.0

@@ -19,7 +19,7 @@ credit, end, done, abort).  The rest is its I/O:
 
 Imports: routing, hosts (its tables), wire, device, transport and the
 foundation -- never runtime or above.  What it needs of a GP or a node is
-a Protocol here (:class:`~aiopdbp.streams.devicepath.Sender`), handed in.
+a Protocol here (:class:`~aiopdbp.streams.devicebind.Sender`), handed in.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 # Loaded on first use (PEP 562): the sans-I/O protocol module can be imported
 # without the I/O layers (asyncio, numpy) that the rest of the package needs.
 _EXPORTS: dict[str, str] = {
-    **dict.fromkeys(["DeviceConfig", "DevicePath"], "aiopdbp.streams.devicepath"),
+    "DeviceConfig": "aiopdbp.streams.devicebind",
+    "DevicePath": "aiopdbp.streams.devicepath",
     "StreamState": "aiopdbp.streams.protocol",
     **dict.fromkeys(["DEFAULT_SEGMENT", "EAGER_LIMIT", "IncomingStream", "StreamMeta"], "aiopdbp.streams.receiver"),
     **dict.fromkeys(["ChunkSource", "GenSource", "HostSource", "Staged", "run_sender", "send_stream"],
@@ -51,7 +52,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from aiopdbp.streams.devicepath import DeviceConfig as DeviceConfig
+    from aiopdbp.streams.devicebind import DeviceConfig as DeviceConfig
     from aiopdbp.streams.devicepath import DevicePath as DevicePath
     from aiopdbp.streams.protocol import StreamState as StreamState
     from aiopdbp.streams.receiver import DEFAULT_SEGMENT as DEFAULT_SEGMENT

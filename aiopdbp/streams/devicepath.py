@@ -58,14 +58,7 @@ from aiopdbp.device import open_backend
 from aiopdbp.device.backend import DeviceBackend, Event, Order, Stream, default_device
 from aiopdbp.device.chunks import ArrayMeta, ChunkPlan, Piece, segment_view
 from aiopdbp.device.staging import Stager, Transfer
-from aiopdbp.streams.devicebind import (
-    BACKEND_CHOICES,
-    DeviceBindings,
-    DeviceConfig,
-    DeviceGP,
-    Sender,
-    device_config,
-)
+from aiopdbp.streams.devicebind import DeviceBindings, DeviceConfig, Sender, device_config
 from aiopdbp.streams.devicestreams import (
     TERMINATOR,
     DeviceIncomingStream,
@@ -88,7 +81,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("aiopdbp.streams.devicepath")
 
-__all__ = ["BACKEND_CHOICES", "DeviceBindings", "DeviceConfig", "DeviceGP", "DevicePath", "Sender", "device_config"]
+__all__ = ["DevicePath"]
 
 
 class _Done:

@@ -47,7 +47,7 @@ two subclasses, both in this package.
 #
 # *Closing.*  A CDU that reaches a host while the destination GP's pipe is
 # released but its name not yet freed is held by that host's receive path
-# for up to ``RemoteConfig.bind_timeout`` (node.py ``_deliver_local``), which
+# for up to ``RemoteConfig.bind_timeout`` (parked by ``Router.deliver_remote``), which
 # stalls all traffic from the sending host.  So a closing member sends LEAVE
 # only to peers that have not left yet, and keeps its companion until every
 # peer has left or been freed (at most ``linger`` seconds): then nobody sends
@@ -69,7 +69,8 @@ from typing import TYPE_CHECKING, Any, Final, Self
 
 from aiopdbp.errors import BarrierError, ClosedResourceError, NoPipeError, PDBPError, WouldBlock
 from aiopdbp.hosts.tables import PType
-from aiopdbp.runtime.process import GP, Message
+from aiopdbp.runtime.process import GP
+from aiopdbp.wire.message import Message
 from aiopdbp.streams.receiver import IncomingStream
 from aiopdbp.wire.codec import Kind
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiopdbp.errors import BarrierError
-from aiopdbp.runtime.process import GP, Message
+from aiopdbp.runtime.process import GP
+from aiopdbp.wire.message import Message
 from aiopdbp.sync.member import OP_HALO, UNSET, SyncMember
 
 __all__ = ["NeighbourStats", "Neighbours"]

@@ -130,8 +130,9 @@ class Transport(abc.ABC):
         return self._closed
 
     @abc.abstractmethod
-    async def start(self, deliver: DeliverFn) -> None:
-        """Begin receiving; every incoming block goes to ``deliver``.
+    async def start(self, deliver: DeliverFn, alloc: AllocFn | None = None) -> None:
+        """Begin receiving; every incoming block goes to ``deliver``; ``alloc``
+        (if given) provides the buffer a message of ``nbytes`` lands in.
 
         Cancellation: safe; a cancelled start leaves the transport unstarted
         and ``aclose()`` still releases whatever was set up.

@@ -218,7 +218,7 @@ class MPITransport(Transport):
                     "stuck before it; raise handshake_timeout / name_timeout to wait longer)")
             await backoff.sleep()
         self._joining = []
-        self._control.Set_name("aiopdbp.wire.control")
+        self._control.Set_name("aiopdbp.control")
         self._data.Set_name("aiopdbp.data")
 
     def _doorbells(self) -> DoorbellJoin:

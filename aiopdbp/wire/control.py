@@ -3,10 +3,12 @@
 One small class per message kind, with its encoding, decoding and handling
 together (in the spirit of ucx-py's ``CtrlMsg``): ``msg.encode()`` gives the
 frame; :func:`decode_control` turns a frame back into the right class (or
-raises :class:`~aiopdbp.errors.ProtocolError`, nothing else); and
-``msg.handle(handler, src)`` calls the one method of :class:`ControlHandler`
-that deals with it -- no dispatch over untyped dicts anywhere else.  Like the
-codec, this module imports neither asyncio nor mpi4py.
+raises :class:`~aiopdbp.errors.ProtocolError`, nothing else).  Each class
+names its handler method (``HANDLER``); the receiving host's
+:class:`~aiopdbp.hosts.channel.Dispatch` maps each class to the one part that
+owns it, checked at construction (``msg.handle(handler, src)`` does the same
+for one handler object).  Like the codec, this module imports neither asyncio
+nor mpi4py.
 
 The paper's kinds carry the operations they name:
 
@@ -22,7 +24,7 @@ The paper's kinds carry the operations they name:
 ====================  ==========================================================
 
 and the runtime's own: ``TableMsg`` (one ordered table update, broadcast by
-rank 0), ``TableReqMsg``/``TableAckMsg`` (stream-binding updates),
+rank 0), ``TableReqMsg``/``TableAckMsg`` (any other table update, and the ones a host asks for without waiting),
 ``CreditMsg`` and ``CreditAskMsg`` (per-destination flow control), ``StallMsg``
 and ``DeadlockMsg`` (:mod:`aiopdbp.stall`), ``StreamDoneMsg``,
 ``StreamCreditMsg``, ``ByeMsg``, ``StopMsg`` and ``StopAckMsg``.
@@ -240,7 +242,8 @@ class TableMsg(CtrlMsg):
 @_register
 @dataclasses.dataclass(frozen=True, slots=True)
 class TableReqMsg(CtrlMsg):
-    """A stream-binding (MTA) update asked of rank 0."""
+    """A table update asked of rank 0 that has no paper message of its own
+    (and the updates a host asks for without waiting: ``commit_nowait``)."""
 
     TYPE: ClassVar[MsgType] = MsgType.TABLE_REQ
     HANDLER: ClassVar[str] = "on_table_req"
