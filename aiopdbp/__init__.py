@@ -32,7 +32,7 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _EXPORTS: dict[str, str] = {
-    **dict.fromkeys(["CDU", "Kind", "StreamOp"], "aiopdbp.wire.codec"),
+    **dict.fromkeys(["CDU", "Kind", "StreamOp"], "aiopdbp.wire.mesp"),
     "Message": "aiopdbp.wire.message",
     **dict.fromkeys([
         "BarrierError", "BrokenResourceError", "ClosedResourceError", "DeadlockError", "DeviceError",
@@ -111,7 +111,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, eagerly
     from aiopdbp.sync import NeighbourStats as NeighbourStats
     from aiopdbp.sync import Neighbours as Neighbours
     from aiopdbp.sync import aggregate_stats as aggregate_stats
-    from aiopdbp.wire.codec import CDU as CDU
-    from aiopdbp.wire.codec import Kind as Kind
-    from aiopdbp.wire.codec import StreamOp as StreamOp
+    from aiopdbp.wire.mesp import CDU as CDU
+    from aiopdbp.wire.mesp import Kind as Kind
+    from aiopdbp.wire.mesp import StreamOp as StreamOp
     from aiopdbp.wire.message import Message as Message

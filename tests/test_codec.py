@@ -19,25 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as npst
 
-from aiopdbp.wire.codec import (
-    ALIGN,
-    CDU,
-    CONTROL_SCHEMAS,
-    VERSION,
-    Control,
-    Decoder,
-    Kind,
-    Limits,
-    MsgType,
-    StreamOp,
-    decode,
-    encode_block,
-    encode_cdu,
-    encode_control,
-    encode_shorts,
-    frame_size,
-    peek_header,
-)
+from aiopdbp.wire.codec import Decoder, decode, encode_block, encode_cdu, encode_control
+
+from aiopdbp.wire.mesp import ALIGN, CDU, CONTROL_SCHEMAS, VERSION, Control, Kind, Limits, MsgType, StreamOp, frame_size, peek_header
+
+from aiopdbp.wire.shorts import encode_shorts
 from aiopdbp.errors import ProtocolError
 
 FAST = settings(max_examples=200, deadline=None,
@@ -737,7 +723,7 @@ def test_encode_small_into_declines_other_shapes_and_reports_no_room() -> None:
 
 
 # ------------------------------------------------------- short records (BPS)
-from aiopdbp.wire.codec import SHORT_MAX, decode_shorts  # noqa: E402
+from aiopdbp.wire.shorts import SHORT_MAX, decode_shorts# noqa: E402
 from aiopdbp.wire.message import Message  # noqa: E402
 
 short_records = st.lists(

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aiopdbp.wire.codec import VERSION, MsgType
+from aiopdbp.wire.mesp import VERSION, MsgType
 from aiopdbp.wire.control import (
     AAPMsg,
     APipeMsg,
@@ -87,7 +87,8 @@ def test_control_message_with_a_bad_value_is_a_protocol_error(msg: CtrlMsg) -> N
 
 
 def test_data_frame_on_the_control_channel_is_a_protocol_error() -> None:
-    from aiopdbp.wire.codec import Kind, encode_shorts
+    from aiopdbp.wire.mesp import Kind
+    from aiopdbp.wire.shorts import encode_shorts
     with pytest.raises(ProtocolError, match="data frame"):
         decode_control(encode_shorts([(1, 2, Kind.SHORT, 0, b"x")]))
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from aiopdbp.wire.codec import Kind
+from aiopdbp.wire.mesp import Kind
 from aiopdbp.errors import BrokenResourceError, WouldBlock
 from aiopdbp.hosts.link import HostLink
 from aiopdbp.routing.pipes import Pipe, PipePool

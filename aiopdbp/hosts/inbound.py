@@ -33,7 +33,8 @@ import numpy as np
 from aiopdbp.errors import ProtocolError, WouldBlock
 from aiopdbp.pool import RecvPool, Slot
 from aiopdbp.transport.base import Channel
-from aiopdbp.wire.codec import CDU, Kind, MsgType, decode, decode_split, peek_header
+from aiopdbp.wire.codec import decode, decode_split
+from aiopdbp.wire.mesp import CDU, Kind, MsgType, peek_header
 from aiopdbp.wire.control import ByeMsg
 from aiopdbp.wire.message import Message, credit_cost
 

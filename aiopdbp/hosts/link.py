@@ -122,20 +122,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aiopdbp.wire.codec import (
-    CDU,
-    SHORT,
-    SHORT_MAX,
-    SHORT_NONE,
-    VERSION,
-    Kind,
-    MsgType,
-    bp_header,
-    bps_header,
-    encode_cdu,
-    encode_record,
-    encode_split,
-)
+from aiopdbp.wire.codec import bp_header, encode_cdu, encode_record, encode_split
+
+from aiopdbp.wire.mesp import CDU, VERSION, Kind, MsgType
+
+from aiopdbp.wire.shorts import SHORT, SHORT_MAX, SHORT_NONE, bps_header
 from aiopdbp.errors import WouldBlock
 from aiopdbp.wire.message import Message
 from aiopdbp.pool import SendPool, Slot

@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from aiopdbp.wire.codec import Kind
+from aiopdbp.wire.mesp import Kind
 from aiopdbp.errors import BrokenResourceError, ClosedResourceError, NoPipeError, WouldBlock
 from aiopdbp.wire.message import Message
 

@@ -39,7 +39,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from aiopdbp.wire.codec import CDU, Kind, decode_shorts
+from aiopdbp.wire.mesp import CDU, Kind
+
+from aiopdbp.wire.shorts import decode_shorts
 from aiopdbp.errors import ClosedResourceError, NoPipeError, UnknownProcessError, WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
 from aiopdbp.routing.pipes import Pipe, PipePool

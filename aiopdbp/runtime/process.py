@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from aiopdbp.wire.codec import Kind
+from aiopdbp.wire.mesp import Kind
 from aiopdbp.device.backend import is_device_array
 from aiopdbp.errors import ClosedResourceError, NoPipeError, PDBPError, WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost

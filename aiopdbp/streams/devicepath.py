@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aiopdbp.wire.codec import Kind
+from aiopdbp.wire.mesp import Kind
 from aiopdbp.device import open_backend
 from aiopdbp.device.backend import DeviceBackend, Event, Order, Stream, default_device
 from aiopdbp.device.chunks import ArrayMeta, ChunkPlan, Piece, segment_view

@@ -59,7 +59,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from aiopdbp.wire.codec import CDU, Kind
+from aiopdbp.wire.mesp import CDU, Kind
 from aiopdbp.device.chunks import ArrayMeta, ChunkPlan, Piece, Segment, segment_view
 from aiopdbp.device.staging import TransferState
 from aiopdbp.errors import ClosedResourceError, ProtocolError, StreamError

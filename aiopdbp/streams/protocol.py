@@ -17,7 +17,7 @@ misbehaving peer can never crash the I/O code with an ``IndexError``.
 
 The wire
 --------
-Five CDU ops of kind ``STREAM`` (:class:`~aiopdbp.wire.codec.StreamOp`): OPEN
+Five CDU ops of kind ``STREAM`` (:class:`~aiopdbp.wire.mesp.StreamOp`): OPEN
 (meta), SEG ``segno``, END (``segno`` = number of segments, data = bytes
 sent), ABORT (data = why); from the receiver back on the control channel,
 DONE (whole, or why it gave up) and CREDIT (``n`` more segments may come).

@@ -27,7 +27,7 @@ from aiopdbp.errors import BrokenResourceError, ClosedResourceError, ProtocolErr
 from aiopdbp.routing.pipes import Pipe
 from aiopdbp.streams import protocol as sp
 from aiopdbp.streams.protocol import StreamState
-from aiopdbp.wire.codec import CDU, StreamOp
+from aiopdbp.wire.mesp import CDU, StreamOp
 
 __all__ = ["DEFAULT_SEGMENT", "EAGER_LIMIT", "IncomingStream", "StreamMeta", "StreamOwner", "StreamState",
            "describe", "is_array"]

@@ -55,7 +55,7 @@ from typing import Any, Protocol
 import msgpack
 import numpy as np
 
-from aiopdbp.wire.codec import CDU, Kind, StreamOp
+from aiopdbp.wire.mesp import CDU, Kind, StreamOp
 from aiopdbp.streams import protocol as sp
 from aiopdbp.errors import BrokenResourceError, NoPipeError, ProtocolError, StreamError, WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD

@@ -72,7 +72,7 @@ from aiopdbp.hosts.tables import PType
 from aiopdbp.runtime.process import GP
 from aiopdbp.wire.message import Message
 from aiopdbp.streams.receiver import IncomingStream
-from aiopdbp.wire.codec import Kind
+from aiopdbp.wire.mesp import Kind
 
 if TYPE_CHECKING:
     from aiopdbp.runtime.process import GPHost

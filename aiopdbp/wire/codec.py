@@ -10,8 +10,8 @@ never an allocation beyond :class:`Limits`.  No I/O happens here.
 # also holds the types; level-3 payloads are aiopdbp.wire.payload's, short
 # records (BPS frames) aiopdbp.wire.shorts'.  This module puts them together:
 # CDU frames (single, BP blocks, split in two), control frames, decode and
-# the incremental Decoder.  It re-exports the public names of all three, so
-# ``from aiopdbp.wire.codec import CDU, Kind, decode`` keeps working.
+# the incremental Decoder.  Import each name from the module that defines
+# it, or from the package door (``from aiopdbp.wire import CDU, decode``).
 
 from __future__ import annotations
 
@@ -38,29 +38,13 @@ from aiopdbp.wire.mesp import (
     Payload,
     StreamOp,
     byte_view,
-    frame_size,
-    peek_header,
     read_header,
 )
 from aiopdbp.wire.payload import decode_ndarray, decode_pickle, encode_payload, ndarray_meta
-from aiopdbp.wire.shorts import (
-    SHORT,
-    SHORT_MAX,
-    SHORT_NONE,
-    ShortRun,
-    bps_header,
-    decode_short_runs,
-    decode_shorts,
-    encode_shorts,
-)
+from aiopdbp.wire.shorts import decode_short_runs
 
-__all__ = [
-    "ALIGN", "Buffer", "CDU", "CONTROL_SCHEMAS", "Control", "DEFAULT_LIMITS", "Decoder", "Kind",
-    "Limits", "MsgType", "Payload", "StreamOp", "VERSION", "decode", "encode_block",
-    "encode_cdu", "encode_control", "frame_size", "peek_header",
-    "bp_header", "encode_record", "encode_small_into", "encode_split", "decode_split",
-    "SHORT", "SHORT_NONE", "SHORT_MAX", "ShortRun", "bps_header", "encode_shorts", "decode_shorts",
-]
+__all__ = ["Decoder", "bp_header", "decode", "decode_split", "encode_block", "encode_cdu", "encode_control",
+           "encode_record", "encode_small_into", "encode_split"]
 
 _REC_FMT = "QIIIIIBBBHHQ"  # the level-2 record header (see aiopdbp.wire.mesp)
 _REC = struct.Struct("<" + _REC_FMT)
