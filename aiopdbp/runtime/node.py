@@ -350,8 +350,9 @@ class Node:
                 self.devices.sgps.unbind(name)
             raise
         if bound is not None:
-            gp: GP = SGP(self, name, pid, device=bound[0], stream=bound[1], to_device=to_device)
-            self.devices.sgps.add(gp)  # type: ignore[arg-type]
+            sgp = SGP(self, name, pid, device=bound[0], stream=bound[1], to_device=to_device)
+            self.devices.sgps.add(sgp)
+            gp: GP = sgp
         else:
             gp = GP(self, name, pid, ptype)
         if pipe is not None:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from aiopdbp.device import BACKENDS
 from aiopdbp.device.backend import DeviceBackend, Stream
 from aiopdbp.device.chunks import DEFAULT_CHUNK_SIZE, DEFAULT_POOL_BYTES
 from aiopdbp.device.staging import DEFAULT_MAX_IN_FLIGHT
@@ -42,7 +43,7 @@ class DeviceGP(Sender, Protocol):
     @property
     def device_stream(self) -> Stream: ...
 
-BACKEND_CHOICES = ("auto", "cupy", "sim", "none")
+BACKEND_CHOICES = (*BACKENDS, "none")  # what open_backend opens, or no device support
 
 
 @dataclass
