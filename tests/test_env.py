@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +48,28 @@ def test_no_module_but_env_reads_the_environment() -> None:
         lines = _reads_environment(ast.parse(path.read_text(encoding="utf-8")))
         if lines:
             found[str(path.relative_to(PACKAGE.parent))] = lines
+    assert found == {}
+
+
+_ENV_NAME = re.compile(r"(AIOPDBP|PMIX?|OMPI|MV2|MPI_LOCAL|SLURM|HYDRA)_[A-Z_]+")
+
+
+def test_no_module_but_env_names_a_variable() -> None:
+    """A launcher or AIOPDBP_* variable's name is a string of env.py's alone
+    (a message that mentions one in a sentence is fine): the others use its names."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "env.py" and path.parent == PACKAGE:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        names = [f"{node.lineno}: {node.value}" for node in ast.walk(tree)
+                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+                 and _ENV_NAME.fullmatch(node.value)]
+        if names:
+            found[str(path.relative_to(PACKAGE.parent))] = names
     assert found == {}
 
 

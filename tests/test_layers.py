@@ -218,33 +218,3 @@ def test_no_module_imports_a_private_name_of_another() -> None:
                     if a.name.startswith("_") and not a.name.startswith("__"):
                         wrong.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno} imports {node.module}.{a.name}")
     assert not wrong, "\n".join(wrong)
-
-
-_ENV_NAME = re.compile(r"(AIOPDBP|PMIX?|OMPI|MV2|MPI_LOCAL|SLURM|HYDRA)_[A-Z_]+")
-
-
-def test_environment_variables_are_named_in_one_module() -> None:
-    """Every launcher and AIOPDBP_* variable is read in aiopdbp/env.py: no
-    other module holds such a name as a string of its own (messages that
-    mention one in a sentence are fine), nor reads ``os.environ``/``getenv``."""
-    wrong = []
-    for m, path in MODULES.items():
-        if m == "aiopdbp.env":
-            continue
-        tree = ast.parse(path.read_text())
-        docs = {id(n.body[0].value) for n in ast.walk(tree)
-                if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-        for node in ast.walk(tree):
-            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
-                    and _ENV_NAME.fullmatch(node.value)):
-                wrong.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno} names {node.value!r}")
-            elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "getenv":
-                wrong.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno} calls getenv")
-            elif (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load)
-                  and getattr(node.value, "attr", None) == "environ"):
-                wrong.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno} reads os.environ[...]")
-            elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "get"
-                  and getattr(node.func.value, "attr", None) == "environ"):  # type: ignore[attr-defined]
-                wrong.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno} reads os.environ.get")
-    assert not wrong, "the environment read outside aiopdbp/env.py:\n" + "\n".join(wrong)
