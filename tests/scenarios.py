@@ -497,6 +497,52 @@ async def message_payload_types(ctx: Ctx) -> None:
 
 
 @scenario()
+async def small_arrays_arrive_writable(ctx: Ctx) -> None:
+    """Small arrays sent again and again (the compact short record once their
+    dtype and shape were seen), alone and in bursts, in several dtypes and
+    shapes: each arrives equal, with its dtype and shape, writable, and
+    owning memory no other message shares."""
+    me = await ctx.process("gp", ctx.rank)
+    dest = ctx.name("gp", (ctx.rank + 1) % ctx.size)
+    prev = (ctx.rank - 1) % ctx.size
+    kinds = [np.arange(8, dtype=np.uint8), np.arange(6, dtype=">i4").reshape(2, 3),
+             np.array([True, False, True]), np.array(2.5), np.zeros((0, 4), np.float32),
+             np.arange(256, dtype=np.float64)]
+    n = 24
+
+    def item(src: int, i: int) -> Any:
+        base = kinds[i % len(kinds)]
+        if base.dtype == bool:
+            return base ^ bool((src + i) % 2)
+        return np.asarray(base + base.dtype.type(src + i))  # a 0-d array stays one
+
+    await ctx.lookup(dest)
+    for i in range(n):  # lone sends: each leaves in a frame of its own
+        await me.send(dest, item(ctx.rank, i), timeout=ctx.timeout)
+    for i in range(n, 2 * n):  # a burst: coalesced into a block
+        me.send_nowait(dest, item(ctx.rank, i))
+    got = []
+    for i in range(2 * n):
+        msg = await me.recv(timeout=ctx.timeout)
+        assert isinstance(msg, Message), msg
+        exp = item(prev, i)
+        assert_same(msg.data, exp, f"array #{i}")
+        assert msg.data.flags.writeable, f"array #{i} arrived read-only"
+        got.append(msg.data)
+    for a in got:  # each owns its memory: changing one changes no other
+        if a.size:
+            a[...] = 0
+    for i, a in enumerate(got):
+        if a.size and item(prev, i).any():
+            assert not np.array_equal(a, item(prev, i)), f"array #{i}"
+    for i in range(len(got)):
+        for j in range(i + 1, len(got)):
+            assert not np.shares_memory(got[i], got[j]), f"arrays #{i} and #{j} share memory"
+    await ctx.barrier("done")
+    assert_empty(me)
+
+
+@scenario()
 async def command_messages(ctx: Ctx) -> None:
     """Command messages (kind/com) and short messages with a command code,
     unicast and multicast, keep kind, com and data."""

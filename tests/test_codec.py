@@ -765,6 +765,51 @@ def test_mutated_short_block_decodes_or_raises_protocol_error(records: list[Any]
             pass
 
 
+short_arrays = npst.arrays(
+    dtype=st.one_of(npst.integer_dtypes(), npst.floating_dtypes(), npst.boolean_dtypes(),
+                    npst.complex_number_dtypes(), npst.datetime64_dtypes()),
+    shape=npst.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5))
+array_records = st.lists(
+    st.tuples(st.integers(1, 2**32 - 1), st.integers(1, 2**32 - 1),
+              st.sampled_from([Kind.SHORT, Kind.COMMAND]), st.integers(0, 2**32 - 1),
+              st.one_of(st.none(), st.binary(max_size=40), short_arrays)),
+    min_size=1, max_size=20)
+
+
+@FAST
+@given(array_records)
+def test_short_records_carry_arrays_with_dtype_shape_and_credit(records: list[Any]) -> None:
+    runs = decode_shorts(encode_shorts(records))
+    got = [rec for _, run, _ in runs for rec in run]
+    assert len(got) == len(records)
+    for (_, s, k, c, p), (gs, gk, gc, gp, _) in zip(records, got):
+        assert (gs, gk, gc) == (s, k, c)
+        if isinstance(p, np.ndarray):
+            assert type(gp) is np.ndarray and gp.dtype == p.dtype and gp.shape == p.shape
+            assert gp.tobytes() == p.tobytes() and gp.flags.writeable and gp.flags.owndata
+        else:
+            assert gp == p
+    # a run's credit counts an array's data bytes, as the sender's credit_cost does
+    assert [n for _, _, n in runs] == [sum(0 if r[3] is None else len(r[3]) if type(r[3]) is bytes
+                                           else r[3].nbytes for r in run) for _, run, _ in runs]
+
+
+@FAST
+@given(array_records, st.data())
+def test_mutated_short_array_block_decodes_or_raises_protocol_error(records: list[Any],
+                                                                   data: st.DataObject) -> None:
+    frame = bytearray(encode_shorts(records))
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(0, len(frame) - 1))
+        frame[i] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(frame)))
+    for decoder in (decode_shorts, decode):
+        try:
+            decoder(bytes(frame[:cut]))
+        except ProtocolError:
+            pass
+
+
 def test_short_record_refuses_what_it_cannot_carry() -> None:
     with pytest.raises(ValueError):
         encode_shorts([(1, 2, Kind.STREAM, 0, b"x")])

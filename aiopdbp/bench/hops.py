@@ -13,12 +13,14 @@ every process of a host, so stamps of the two ranks compare directly):
 Hops: send path ``a1 - a0``; MPI ``b0 - a1`` (transit plus the polling
 granularity: the receiver's step must come round); receive path ``b1 - b0``;
 wake-up ``b2 - b1`` (the loop switching to the task that awaits ``recv``).
-The send path is split at the frame's encoding (``encode_cdu`` as the link
-calls it) and the receive path at its decoding (``decode`` as the inbound
-side calls it), so each hop also shows: before encoding (snapshot, routing,
-credit), encoding, posting (link, transport, ``Isend``); probe and receive
-(``Improbe``, ``Mrecv``, buffer, dispatch), decoding, and delivery (the
-``Message``, routing, credit marks, the pipe, the waiter's future).
+The send path is split where the host link takes the message
+(``HostLink.offer``) and where the engine's ``post_send`` begins, and the
+receive path at its decoding (``decode_shorts`` as the router calls it for
+short records, ``decode`` as the inbound side calls it for full frames), so
+each hop also shows: before encoding (snapshot, routing), encoding (credit,
+the record or frame), posting (transport, ``Isend``, ``Test``); probe and
+receive (``Improbe``, ``Mrecv``, buffer, dispatch), decoding, and delivery
+(the ``Message``, routing, credit marks, the pipe, the waiter's future).
 The engine methods and the two module functions are wrapped for this run
 only and restored after it, so the timed runs carry no instrumentation.
 """
@@ -43,16 +45,20 @@ HOPS = ("send path", "  before encoding", "  encoding", "  posting", "MPI", "rec
 
 def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[str, Any] | None:
     """Run the diagnostic ping-pong; rank 0 gets ``{hop: [0->1 us, 1->0 us]}``, others None."""
-    from aiopdbp.hosts import inbound, link
+    from aiopdbp.hosts import inbound
+    from aiopdbp.hosts.link import HostLink
+    from aiopdbp.routing import router
     from aiopdbp.transport.progress import ProgressEngine
 
     ns = time.perf_counter_ns
     posts: list[int] = []
+    post_in: list[int] = []
     steps: list[tuple[int, int]] = []
     orig_post: Callable[..., Any] = ProgressEngine.post_send
     orig_step: Callable[..., bool] = ProgressEngine.step
 
     def post_send(self: ProgressEngine, *a: Any) -> Any:
+        post_in.append(ns())
         out = orig_post(self, *a)
         posts.append(ns())
         return out
@@ -64,22 +70,23 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
             steps.append((t, ns()))
         return busy
 
-    encs: list[tuple[int, int]] = []
+    offers: list[int] = []
     decs: list[tuple[int, int]] = []
-    orig_enc: Callable[..., Any] = getattr(link, "encode_cdu")  # the name link.py calls
+    orig_offer: Callable[..., bool] = HostLink.offer
     orig_dec: Callable[..., Any] = getattr(inbound, "decode")  # the name inbound.py calls
+    orig_shorts: Callable[..., Any] = getattr(router, "decode_shorts")  # the name router.py calls
 
-    def encode_cdu(*a: Any, **k: Any) -> Any:
-        t = ns()
-        out = orig_enc(*a, **k)
-        encs.append((t, ns()))
-        return out
+    def offer(self: HostLink, *a: Any) -> bool:
+        offers.append(ns())
+        return orig_offer(self, *a)
 
-    def decode(*a: Any, **k: Any) -> Any:
-        t = ns()
-        out = orig_dec(*a, **k)
-        decs.append((t, ns()))
-        return out
+    def timed(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def decode(*a: Any, **k: Any) -> Any:
+            t = ns()
+            out = orig(*a, **k)
+            decs.append((t, ns()))
+            return out
+        return decode
 
     sends: list[int] = []
     recvs: list[int] = []
@@ -105,7 +112,8 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
         return None
 
     patches = [(ProgressEngine, "post_send", post_send, orig_post), (ProgressEngine, "step", step, orig_step),
-               (link, "encode_cdu", encode_cdu, orig_enc), (inbound, "decode", decode, orig_dec)]
+               (HostLink, "offer", offer, orig_offer), (inbound, "decode", timed(orig_dec), orig_dec),
+               (router, "decode_shorts", timed(orig_shorts), orig_shorts)]
     for obj, name, new, _ in patches:
         setattr(obj, name, new)
     try:
@@ -113,6 +121,7 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
     finally:
         for obj, name, _, old in patches:
             setattr(obj, name, old)
+    encs = list(zip(offers, post_in))  # (the link took it, the engine posts it)
     got = ctl.gather((sends, recvs, posts, steps, encs, decs), root=0)
     if rank != 0:
         return None

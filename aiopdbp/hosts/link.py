@@ -122,11 +122,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from aiopdbp.wire.codec import bp_header, encode_cdu, encode_record, encode_split
 
 from aiopdbp.wire.mesp import CDU, VERSION, Kind, MsgType
 
-from aiopdbp.wire.shorts import SHORT, SHORT_MAX, SHORT_NONE, bps_header
+from aiopdbp.wire.payload import short_ndarray
+from aiopdbp.wire.shorts import SHORT, SHORT_ARRAY, SHORT_MAX, SHORT_NONE, bps_header
 from aiopdbp.errors import WouldBlock
 from aiopdbp.wire.message import Message
 from aiopdbp.pool import SendPool, Slot
@@ -169,6 +172,7 @@ _SHORT_SIZE = SHORT.size
 _pack_short = SHORT.pack_into
 _FLAGS = {k: int(k) for k in (Kind.SHORT, Kind.COMMAND)}            # kind -> record flags
 _FLAGS_NONE = {k: int(k) | SHORT_NONE for k in (Kind.SHORT, Kind.COMMAND)}
+_FLAGS_ARRAY = {k: int(k) | SHORT_ARRAY for k in (Kind.SHORT, Kind.COMMAND)}
 
 
 class _Waiter:
@@ -411,6 +415,12 @@ class HostLink:
             n, flags = 0, _FLAGS_NONE[fields[1]]
         elif type(data) is bytes and len(data) < self._short_limit:
             n, flags = len(data), _FLAGS[fields[1]]
+        elif type(data) is np.ndarray:
+            parts = short_ndarray(data)  # None: not small, or its meta not checked yet
+            if parts is None:
+                return False
+            data = parts[0] + parts[1]   # meta then bytes: the record's payload
+            n, flags = len(data), _FLAGS_ARRAY[fields[1]]
         else:
             return False
         # The commonest CDU, so this is written out flat.

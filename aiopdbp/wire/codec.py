@@ -447,7 +447,7 @@ def decode(buf: Buffer, *, allow_pickle: bool = False,
     try:
         if mt is MsgType.BPS:
             return [CDU(k, src, (dest,), data, com)
-                    for dest, run, _ in decode_short_runs(mv, count, None, tuple)
+                    for dest, run, _ in decode_short_runs(mv, count, None, tuple, None, limits)
                     for _, k, com, data, src in run]
         return _decode_records(mv, count, allow_pickle, limits)
     except ProtocolError:

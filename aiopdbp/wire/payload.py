@@ -20,7 +20,8 @@ import numpy as np
 from aiopdbp.errors import ProtocolError
 from aiopdbp.wire.mesp import ALIGN, Buffer, Limits, Payload
 
-__all__ = ["decode_ndarray", "decode_pickle", "encode_payload", "ndarray_meta"]
+__all__ = ["SHORT_ARRAY_MAX", "decode_ndarray", "decode_pickle", "decode_short_ndarray", "encode_payload",
+           "ndarray_meta", "short_ndarray"]
 
 _U8 = struct.Struct("<B")
 _U16 = struct.Struct("<H")
@@ -39,6 +40,11 @@ _DTYPE_CACHE_MAX = 256
 _META_ENC: dict[tuple[np.dtype[Any], tuple[int, ...]], bytes] = {}
 _META_DEC: dict[bytes, tuple[np.dtype[Any], tuple[int, ...], int]] = {}
 _META_CACHE_MAX = 1024
+
+
+#: arrays of at most this many data bytes may travel in a short record
+#: (:mod:`aiopdbp.wire.shorts`): both ends copy them, which only pays while small
+SHORT_ARRAY_MAX = 2048
 
 
 def _align(off: int) -> int:
@@ -118,6 +124,23 @@ def encode_payload(data: Any, allow_pickle: bool,
         return _pickle_payload(data, limits)
     raise TypeError(f"cannot send {type(data).__name__} without allow_pickle=True "
                     "(only None, bytes-like objects and numpy arrays travel raw)")
+
+
+def short_ndarray(data: np.ndarray[Any, Any]) -> tuple[bytes, memoryview] | None:
+    """``(meta, data bytes)`` of a small array for a short record -- its
+    level-3 meta unpadded, then its C-contiguous bytes -- or None when it
+    is not one (too big, not C-contiguous, a dtype or shape never checked
+    by :func:`encode_payload`: the full record path takes it)."""
+    meta = _META_ENC.get((data.dtype, data.shape))
+    if meta is None or data.nbytes > SHORT_ARRAY_MAX or not data.flags.c_contiguous:
+        return None
+    if data.ndim == 1 and data.dtype.itemsize == 1:
+        view = data.data  # already flat bytes (maybe as int8, bool, S1)
+        if view.format != "B":
+            view = view.cast("B")
+    else:  # no copy: C-contiguous; also for dtypes without the buffer protocol (M8)
+        view = data.reshape(-1).view(np.uint8).data
+    return meta, view
 
 
 # ---------------------------------------------------------------- decoding
@@ -224,3 +247,25 @@ def decode_pickle(mv: memoryview, off: int, end: int, plen: int, limits: Limits)
         raise ProtocolError(f"bad pickle payload: {exc!r}") from exc
     return obj, pos
 
+
+def decode_short_ndarray(b: bytes, off: int, stop: int, limits: Limits) -> np.ndarray[Any, Any]:
+    """The array of a short record whose payload is ``b[off:stop]`` (meta,
+    then the data unpadded): a writable copy of its own, aligned."""
+    if off + 2 > stop:
+        raise ProtocolError("truncated ndarray meta")
+    mend = off + b[off] + 2
+    if mend > stop:
+        raise ProtocolError("truncated ndarray meta")
+    mend += 8 * b[mend - 1]
+    hit = _META_DEC.get(b[off:mend])
+    if hit is not None and len(hit[1]) <= limits.max_ndim:  # checked before
+        dt, shape, count = hit
+    else:
+        dt, shape, count, _ = ndarray_meta(memoryview(b), off, stop, limits)
+    if count * dt.itemsize != stop - mend:
+        raise ProtocolError(f"short ndarray {shape} of {dt} does not match {stop - mend} bytes")
+    try:
+        arr = np.frombuffer(b, dt, count, mend)
+        return (arr if len(shape) == 1 else arr.reshape(shape)).copy()
+    except (ValueError, OverflowError) as exc:
+        raise ProtocolError(f"bad ndarray shape {shape}") from exc

@@ -1,11 +1,13 @@
 """Short records: the compact BPS frame for the commonest CDU (SPEC section 5).
 
 A BPS frame (level-1 type BPS, ``count`` records) carries the commonest
-CDU compactly: a short or command message to ONE GP with a ``bytes`` (or
-no) payload below 64 KiB.  Each record is 15 bytes ``<IIIBH``:
+CDU compactly: a short or command message to ONE GP with a ``bytes`` payload
+below 64 KiB, a small numpy array, or no payload.  Each record is 15 bytes ``<IIIBH``:
     dest pid u32 | source pid u32 | com u32 | flags u8 | payload_len u16
-flags: bits 0-1 the Kind (COMMAND or SHORT), bit 7 "payload is None";
-then payload_len bytes.  No id/sno/segno (they are 0 for messages), no
+flags: bits 0-1 the Kind (COMMAND or SHORT), bit 7 "payload is None",
+bit 6 "payload is a small numpy array": its level-3 ndarray meta
+(:mod:`aiopdbp.wire.payload`, unpadded) then its bytes, decoded into a
+writable array of its own; then payload_len bytes.  No id/sno/segno (they are 0 for messages), no
 alignment.  Writers pack records straight into a pool block with
 ``SHORT.pack_into`` and write ``bps_header`` in front.
 
@@ -19,6 +21,8 @@ import struct
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import numpy as np
+
 from aiopdbp.errors import ProtocolError
 from aiopdbp.wire.mesp import (
     DEFAULT_LIMITS,
@@ -28,22 +32,27 @@ from aiopdbp.wire.mesp import (
     Kind,
     Limits,
     MsgType,
+    Payload,
     byte_view,
     read_header,
 )
+from aiopdbp.wire.payload import decode_short_ndarray, encode_payload
 
 __all__ = [
-    "SHORT", "SHORT_MAX", "SHORT_NONE", "ShortRun", "bps_header", "decode_short_runs",
+    "SHORT", "SHORT_ARRAY", "SHORT_MAX", "SHORT_NONE", "ShortRun", "bps_header", "decode_short_runs",
     "decode_shorts", "encode_shorts",
 ]
 
 SHORT = struct.Struct("<IIIBH")
 SHORT_NONE = 0x80          # flags bit: the payload is None
+SHORT_ARRAY = 0x40         # flags bit: the payload is a numpy array (meta + bytes)
 SHORT_MAX = 0xFFFF         # largest payload of a short record
 _SHORT_KINDS = frozenset((int(Kind.COMMAND), int(Kind.SHORT)))
-# flags byte -> Kind, or (Kind,) when the payload is None
+_NDARRAY = int(Payload.NDARRAY)
+# flags byte -> Kind; (Kind,) when the payload is None, [Kind] for an array
 _SHORT_KIND_OF: dict[int, Any] = {**{int(k): k for k in (Kind.COMMAND, Kind.SHORT)},
-                                  **{int(k) | 0x80: (k,) for k in (Kind.COMMAND, Kind.SHORT)}}
+                                  **{int(k) | SHORT_NONE: (k,) for k in (Kind.COMMAND, Kind.SHORT)},
+                                  **{int(k) | SHORT_ARRAY: [k] for k in (Kind.COMMAND, Kind.SHORT)}}
 _BPS = int(MsgType.BPS)
 
 
@@ -54,22 +63,35 @@ def bps_header(count: int, body_len: int) -> bytes:
     return L1.pack(VERSION, _BPS, count, body_len)
 
 
-def encode_shorts(records: Iterable[tuple[int, int, Kind, int, bytes | None]]) -> bytes:
-    """One BPS frame of ``(dest, source, kind, com, data)`` records."""
+def encode_shorts(records: Iterable[tuple[int, int, Kind, int, bytes | np.ndarray[Any, Any] | None]]) -> bytes:
+    """One BPS frame of ``(dest, source, kind, com, data)`` records (the
+    reference encoder; the send path packs records into its blocks itself)."""
     body = bytearray()
     count = 0
     for dest, src, kind, com, data in records:
         if int(kind) not in _SHORT_KINDS:
             raise ValueError(f"a short record carries COMMAND or SHORT, not {kind!r}")
-        if data is not None and (type(data) is not bytes or len(data) > SHORT_MAX):
-            raise ValueError("a short record carries None or bytes of at most 65535 bytes")
+        flags = int(kind)
+        if data is None:
+            flags |= SHORT_NONE
+            payload = b""
+        elif type(data) is bytes:
+            payload = data
+        elif type(data) is np.ndarray:
+            tag, meta, parts, _ = encode_payload(data, False, DEFAULT_LIMITS)
+            if tag != _NDARRAY:  # pragma: no cover - encode_payload refuses what is not one
+                raise ValueError("not a plain numpy array")
+            flags |= SHORT_ARRAY
+            payload = meta + b"".join(bytes(p) for p in parts)
+        else:
+            raise ValueError("a short record carries None, bytes or a numpy array")
+        if len(payload) > SHORT_MAX:
+            raise ValueError(f"a short record carries at most {SHORT_MAX} payload bytes")
         try:
-            body += SHORT.pack(dest, src, com, int(kind) | (SHORT_NONE if data is None else 0),
-                               0 if data is None else len(data))
+            body += SHORT.pack(dest, src, com, flags, len(payload))
         except struct.error as exc:
             raise ValueError(f"short record field out of range: {exc}") from exc
-        if data:
-            body += data
+        body += payload
         count += 1
     return bps_header(count, len(body)) + bytes(body)
 
@@ -80,7 +102,8 @@ ShortRun = tuple[int, list[Any], int]
 
 def decode_short_runs(mv: memoryview, count: int, names: Mapping[int, str] | None,
                       make: type[tuple[Any, ...]],
-                      unknown: Callable[[int], str] | None = None) -> list[ShortRun]:
+                      unknown: Callable[[int], str] | None = None,
+                      limits: Limits = DEFAULT_LIMITS) -> list[ShortRun]:
     """The records of a BPS frame whose header was checked (``count`` from
     it), as :func:`decode_shorts` returns them."""
     # One pass from wire to the receiver's record: no intermediate tuple, no
@@ -99,6 +122,7 @@ def decode_short_runs(mv: memoryview, count: int, names: Mapping[int, str] | Non
     run_bytes = 0
     last_src = -1
     source: Any = None
+    data: Any
     for _ in range(count):
         if off + size > end:
             raise ProtocolError("truncated short record")
@@ -112,6 +136,15 @@ def decode_short_runs(mv: memoryview, count: int, names: Mapping[int, str] | Non
                 raise ProtocolError("None payload with a length")
             kind = kind[0]
             data = None
+        elif type(kind) is list:     # a numpy array: its credit is its nbytes, as sent
+            stop = off + n
+            if stop > end:
+                raise ProtocolError("truncated short record payload")
+            kind = kind[0]
+            arr = decode_short_ndarray(b, off, stop, limits)
+            off = stop
+            n = arr.nbytes
+            data = arr
         else:
             stop = off + n
             if stop > end:
@@ -154,18 +187,19 @@ def decode_shorts(buf: Buffer, *, names: Mapping[int, str] | None = None,
     ``names`` gives the source pid (``unknown(pid)``, by default
     ``"<pid N>"``, when it has none) or, with
     no ``names``, the pid; ``kind`` a :class:`Kind`; ``data`` a ``bytes``
-    copy or None.  Raises only :class:`ProtocolError`.
+    copy, an array of its own, or None; ``payload_bytes`` counts an array's
+    data bytes (its credit), not its meta.  Raises only :class:`ProtocolError`.
     """
     if type(buf) is memoryview and buf.format == "B" and buf.ndim == 1 and len(buf) >= 8:
         # the receive path's case: one header check, no generic dispatch
         version, mtype, count, body_len = L1.unpack_from(buf)
         if (version == VERSION and mtype == _BPS and count and len(buf) == 8 + body_len
                 and body_len <= limits.max_frame):
-            return decode_short_runs(buf, count, names, make, unknown)
+            return decode_short_runs(buf, count, names, make, unknown, limits)
     mv = byte_view(buf)
     mt, count, body_len = read_header(mv, limits)
     if mt is not MsgType.BPS:
         raise ProtocolError(f"not a BPS frame: {mt.name}")
     if len(mv) != L1.size + body_len:
         raise ProtocolError(f"frame holds {len(mv) - L1.size} body bytes, header says {body_len}")
-    return decode_short_runs(mv, count, names, make, unknown)
+    return decode_short_runs(mv, count, names, make, unknown, limits)
