@@ -108,6 +108,11 @@ class Pipe(Generic[T]):
     def closed(self) -> bool:
         return self._closed
 
+    def ready(self) -> bool:
+        """Whether a receive would not wait: an item is queued, or the pipe
+        is closed or at its end (the receive then raises)."""
+        return bool(self._items) or self._closed or self._eof
+
     @property
     def free(self) -> int:
         """Slots neither filled nor reserved."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import pickle
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -140,6 +140,8 @@ class GPHost(Protocol):
     def devices(self) -> DevicePath: ...
     @property
     def tables(self) -> Tables: ...
+    @property
+    def drive(self) -> Callable[[Callable[[], bool]], Awaitable[None]] | None: ...
     async def register(self, name: str, ptype: PType = PType.CPU, *, bind: bool = False,
                        device: int | None = None, to_device: bool = False) -> GP: ...
     async def lookup(self, name: str, timeout: float | None = None) -> int: ...
@@ -165,6 +167,7 @@ class GP:
         #: taken from the pipe, then a wait for its sender's name was cancelled
         self._unnamed: Message | IncomingStream | None = None
         self._router = node.router
+        self._drive = node.drive   # a receiver waiting for a reply steps MPI itself
         self._try_send = node.router.try_send  # hot path: one call, no coroutine, when nothing waits
 
     def __repr__(self) -> str:
@@ -418,13 +421,17 @@ class GP:
                 item, self._unnamed = self._unnamed, None
                 return await self._named(item)
             pipe = self._inbox()
-        try:
-            item = pipe.receive_nowait()
-        except WouldBlock:
-            if timeout is None:
-                item = await pipe.receive()
-            else:
+        if timeout is None:
+            if not len(pipe) and self._drive is not None:
+                await self._drive(pipe.ready)
+            item = await pipe.receive()  # no suspension when an item is queued
+        else:
+            try:
+                item = pipe.receive_nowait()
+            except WouldBlock:
                 async with asyncio.timeout(timeout):
+                    if self._drive is not None:
+                        await self._drive(pipe.ready)
                     item = await pipe.receive()
         if type(item) is Message:
             if type(item[0]) is str:

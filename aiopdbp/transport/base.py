@@ -193,6 +193,18 @@ class Transport(abc.ABC):
         default is a :class:`LoopPoller` (transports without a progress engine)."""
         return LoopPoller(poller).remove
 
+    #: whether :meth:`drive` makes progress (a transport with a polled engine)
+    drives: bool = False
+
+    async def drive(self, ready: Callable[[], bool]) -> None:
+        """Make progress in the calling task until ``ready()``, or return
+        when that would not pay (the caller then waits the ordinary way).
+        The default returns at once: nothing to drive.
+
+        Cancellation: safe; nothing is taken.
+        """
+        return None
+
     #: raw tags are 0 .. raw_tag_limit - 1 (0: the transport has no raw messages)
     raw_tag_limit: int = 0
 

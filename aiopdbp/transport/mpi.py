@@ -286,6 +286,16 @@ class MPITransport(Transport):
         else a future.  Errors (closed transport, bad rank) raise."""
         return self._post(dest, channel, blocks)
 
+    drives = True
+
+    async def drive(self, ready: Callable[[], bool]) -> None:
+        """Step MPI progress in the calling task until ``ready()`` (see
+        :meth:`aiopdbp.transport.progress.ProgressEngine.drive`).
+
+        Cancellation: safe; nothing is taken.
+        """
+        await self._engine.drive(ready)
+
     def add_poller(self, poller: Callable[[], bool]) -> Callable[[], None]:
         """Call ``poller()`` at every progress step (see the engine)."""
         return self._engine.add_poller(poller)
