@@ -308,6 +308,7 @@ class ProgressEngine:
         self.n_deliver_errors = self.n_alloc_errors = self.n_user_allocs = 0
         self.n_send_calls = self.n_completed = self.n_testsome = self.n_testsome_hits = 0
         self.n_rings = 0
+        self.n_drives = self.n_driven = 0
 
     # ------------------------------------------------------------- lifecycle
     def start(self, deliver: DeliverFn, loop: asyncio.AbstractEventLoop,
@@ -592,12 +593,14 @@ class ProgressEngine:
         if perf() - self._last_active > window:
             return  # quiet: the reply is not imminent, let the engine sleep
         self._drivers += 1
+        self.n_drives += 1
         try:
             while not ready():
                 end = perf() + spin
                 while True:
                     if self.step():
                         self._last_active = perf()
+                        self.n_driven += 1
                         if ready():
                             return
                     now = perf()
@@ -739,6 +742,7 @@ class ProgressEngine:
             "testsome_calls": self.n_testsome, "testsome_hits": self.n_testsome_hits,
             "recvs": self.n_recvs, "bytes_recv": self.bytes_recv,
             "steps": self.n_steps, "spins": self.n_spins,
+            "drives": self.n_drives, "driven_steps": self.n_driven,
             "idle_sleeps": self.n_idle_sleeps, "wakeups": self.n_wakeups,
             "inflight": len(self._sends) + len(self._recvs),
             "deliver_errors": self.n_deliver_errors, "alloc_errors": self.n_alloc_errors,

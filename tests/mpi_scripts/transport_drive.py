@@ -1,0 +1,66 @@
+"""A task that waits for a message steps the engine itself (``drive``).
+
+Rank 1 drives until rank 0's ping arrives (the ping is received by a step
+of the driver); a driver cancelled while it steps hands progress back to the
+engine's own task (the next message arrives with no driver at all); a
+driver that starts after the spin window, or with spinning off
+(``AIOPDBP_SPIN_US=0``), returns at once instead of spinning.  argv: none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from transport_common import Inbox, run
+
+from aiopdbp.transport.base import Channel
+from aiopdbp.transport.mpi import MPITransport
+
+
+async def main(t: MPITransport, inbox: Inbox) -> None:
+    peer = 1 - t.rank
+    spinning = os.environ.get("AIOPDBP_SPIN_US") != "0"
+    await t.send(peer, Channel.CONTROL, [b"hello"])
+    await inbox.wait_count(1)
+    # 1. the reply is received by the waiting task's own steps
+    if t.rank == 0:
+        await t.send(1, Channel.CONTROL, [b"ping"])
+        await inbox.wait_count(2)
+    else:
+        st0 = t.stats()
+        await asyncio.wait_for(t.drive(lambda: inbox.count >= 2), 10)
+        await inbox.wait_count(2)
+        st1 = t.stats()
+        if spinning:
+            assert st1["drives"] == st0["drives"] + 1 and st1["driven_steps"] > st0["driven_steps"], (st0, st1)
+        else:
+            assert st1["drives"] == st0["drives"], (st0, st1)
+        await t.send(0, Channel.CONTROL, [b"pong"])
+    # 2. a driver cancelled mid-drive: the engine's task takes over again
+    if t.rank == 1:
+        driver = asyncio.ensure_future(t.drive(lambda: False))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        driver.cancel()
+        try:
+            await driver
+        except asyncio.CancelledError:
+            pass
+        else:
+            assert not spinning, "a driver with spinning on returned on its own within 5 yields"
+        await t.send(0, Channel.CONTROL, [b"go"])
+        await inbox.wait_count(3, timeout=5)   # no driver: the engine's task delivers it
+    else:
+        await inbox.wait_count(3)
+        await t.send(1, Channel.CONTROL, [b"after"])
+    # 3. after the spin window without traffic a driver returns at once
+    await asyncio.sleep(0.05)
+    st = t.stats()
+    await asyncio.wait_for(t.drive(lambda: False), 2)
+    assert t.stats()["drives"] == st["drives"], "a driver started on a quiet engine"
+    print(f"rank {t.rank} OK", flush=True)
+
+
+if __name__ == "__main__":
+    run(main)
