@@ -457,7 +457,7 @@ class Router:
         key = (host, pid)
         self._pending[key] = self._pending.get(key, 0) + cost
         marks = self._marks.get(pipe)
-        if marks is None:
+        if marks is None:  # kept, even empty, until the pipe is released
             marks = self._marks[pipe] = deque()
             pipe.on_watch = self.settle
         elif marks:
@@ -481,11 +481,7 @@ class Router:
         while marks and marks[0][0] <= taken:
             _, host, pid, cost = marks.popleft()
             self._taken(host, pid, cost)
-        if marks:
-            pipe.watch_at = marks[0][0]
-        else:
-            pipe.watch_at = 1 << 62
-            self._marks.pop(pipe, None)
+        pipe.watch_at = marks[0][0] if marks else 1 << 62
 
     def forget_pipe(self, pipe: Pipe[Any]) -> None:
         """A pipe is released: its queued remote items are discarded, their

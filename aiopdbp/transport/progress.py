@@ -398,19 +398,27 @@ class ProgressEngine:
         comm = self._comms[channel]
         tag = self._tag
         self.n_send_calls += 1
-        reqs = []
-        for b in blocks:
-            reqs.append(comm.Isend([b, _BYTE], dest, tag))
+        if len(blocks) == 1:  # the commonest: one frame
+            b = blocks[0]
+            req = comm.Isend([b, _BYTE], dest, tag)
+            reqs = [req]
             self.bytes_sent += len(b) if type(b) is bytes else memoryview(b).nbytes
+        else:
+            reqs = []
+            for b in blocks:
+                reqs.append(comm.Isend([b, _BYTE], dest, tag))
+                self.bytes_sent += len(b) if type(b) is bytes else memoryview(b).nbytes
         self.n_sends += len(reqs)
-        if self._bell is not None:
+        bell = self._bell
+        if bell is not None:
             # Ring when our previous send to dest is older than RING_AFTER_S:
             # dest may be asleep then (see the doorbell module); never
             # otherwise.  After the Isend: the woken engine must find it.
             now = time.perf_counter()
-            if now - self._last_to[dest] > RING_AFTER_S:
-                self._bell.ring(dest)
-            self._last_to[dest] = now
+            last = self._last_to
+            if now - last[dest] > RING_AFTER_S:
+                bell.ring(dest)
+            last[dest] = now
         if len(reqs) == 1:
             if reqs[0].Test():
                 self.n_fast_sends += 1
