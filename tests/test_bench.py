@@ -589,3 +589,22 @@ def test_tests_latency_mixed_with_other_tests_is_refused(capsys: pytest.CaptureF
     with pytest.raises(SystemExit) as ei:
         bench_cli.main(["--tests", "latency,bw"])
     assert ei.value.code == 2 and "bench pingpong" in capsys.readouterr().err
+
+
+def test_hop_table_splits_each_hop_at_its_stamps() -> None:
+    from aiopdbp.bench.hops import HOPS, hop_medians
+
+    # two messages, in ns: send 0, link takes it 1000, post begins 3000, posted 4000;
+    # the receiving step 4500..9000 decodes 5000..6000; recv returns 9500
+    base = [0, 100_000]
+    sends = [b for b in base]
+    posts = [b + 4000 for b in base]
+    steps = [(b + 4500, b + 9000) for b in base]
+    recvs = [b + 9500 for b in base]
+    encs = [(b + 1000, b + 3000) for b in base]
+    decs = [(b + 5000, b + 6000) for b in base]
+    got = hop_medians(sends, posts, steps, recvs, encs, decs, warm=0)
+    assert list(got) == list(HOPS)
+    assert got == {"send path": 4.0, "  before encoding": 1.0, "  encoding": 2.0, "  posting": 1.0,
+                   "MPI": 0.5, "receive path": 4.5, "  probe and receive": 0.5, "  decoding": 1.0,
+                   "  delivery": 3.0, "wake-up": 0.5, "one way": 9.5}

@@ -37,7 +37,7 @@ import numpy as np
 
 from aiopdbp.bench.aio import AioSide, gp_name
 
-__all__ = ["format_hops", "hop_table"]
+__all__ = ["HOPS", "format_hops", "hop_medians", "hop_table"]
 
 HOPS = ("send path", "  before encoding", "  encoding", "  posting", "MPI", "receive path",
         "  probe and receive", "  decoding", "  delivery", "wake-up", "one way")
@@ -126,8 +126,8 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
     if rank != 0:
         return None
     (s0, r0, p0, st0, e0, d0), (s1, r1, p1, st1, e1, d1) = got[0], got[1]
-    fwd = _hops(s0, p0, st1, r1, e0, d1, warm)
-    back = _hops(s1, p1, st0, r0, e1, d0, warm)
+    fwd = hop_medians(s0, p0, st1, r1, e0, d1, warm)
+    back = hop_medians(s1, p1, st0, r0, e1, d0, warm)
     return {"iters": iters, "hops": {h: [fwd[h], back[h]] for h in HOPS}}
 
 
@@ -139,7 +139,7 @@ def _first(stamps: list[tuple[int, int]], starts: list[int], lo: int, hi: int) -
     return None
 
 
-def _hops(sends: list[int], posts: list[int], steps: list[tuple[int, int]], recvs: list[int],
+def hop_medians(sends: list[int], posts: list[int], steps: list[tuple[int, int]], recvs: list[int],
           encs: list[tuple[int, int]], decs: list[tuple[int, int]], warm: int) -> dict[str, float]:
     """Median of each hop (us) over the measured messages of one direction."""
     ends = [e for _, e in steps]
