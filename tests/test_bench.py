@@ -110,17 +110,17 @@ def test_main_cli_hands_bench_arguments_to_the_harness(capsys: pytest.CaptureFix
 
 def test_child_argv_drops_only_the_launch_options() -> None:
     argv = ["-n", "2,3", "--tcp", "--quick", "--out", "x", "-n4", "--ranks=2", "--sizes", "64"]
-    assert bench_cli._child_argv(argv) == ["--quick", "--sizes", "64"]
+    assert bench_cli.child_argv(argv) == ["--quick", "--sizes", "64"]
 
 
 def test_child_argv_with_emulate_drops_the_cluster_options() -> None:
     argv = ["-n", "2,3", "--emulate", "--link", "100mbit", "--hosts", "2", "--link=1gbit",
             "--line-rate", "1gbit", "--sizes", "64"]
-    assert bench_cli._child_argv(argv, emulate=True) == ["--line-rate", "1gbit", "--sizes", "64"]
+    assert bench_cli.child_argv(argv, emulate=True) == ["--line-rate", "1gbit", "--sizes", "64"]
 
 
 def test_child_argv_without_emulate_keeps_the_link_label() -> None:
-    assert bench_cli._child_argv(["--link", "25GbE", "--quick"]) == ["--link", "25GbE", "--quick"]
+    assert bench_cli.child_argv(["--link", "25GbE", "--quick"]) == ["--link", "25GbE", "--quick"]
 
 
 def test_emulated_link_labels_rows_with_the_shaped_rate() -> None:

@@ -29,7 +29,7 @@ from aiopdbp.bench.plan import DEFAULT_SIZES, Options, parse_ranks, parse_rate, 
 from aiopdbp.bench.workload import IMPLS, TESTS
 from aiopdbp.env import bench_link, emulated_link_bps, in_mpi_job, inherited
 
-__all__ = ["build_parser", "latency_alias", "main", "register"]
+__all__ = ["build_parser", "child_argv", "latency_alias", "main", "register"]
 
 HELP = "benchmarks: aiopdbp vs raw mpi4py, MPI_Alltoall and an asyncio floor (aiopdbp bench -h)"
 
@@ -163,7 +163,7 @@ def _world_size() -> int:
     return mpi_world_size()
 
 
-def _child_argv(argv: Sequence[str], *, emulate: bool = False) -> list[str]:
+def child_argv(argv: Sequence[str], *, emulate: bool = False) -> list[str]:
     """``argv`` without the options that only the launching process uses
     (with ``emulate``, ``--link`` is the emulated rate: the ranks get the
     link from the environment instead)."""
@@ -299,7 +299,7 @@ def _launch(ns: argparse.Namespace, opts: Options, argv: Sequence[str]) -> int:
         return start
     ranks = ns.ranks or [2]
     out = Path(opts.out or time.strftime("aiopdbp-bench-%Y%m%d-%H%M%S")).resolve()
-    base = ["-m", "aiopdbp.bench", *_child_argv(argv, emulate=ns.emulate)]
+    base = ["-m", "aiopdbp.bench", *child_argv(argv, emulate=ns.emulate)]
     if len(ranks) == 1:
         return _run_one(start, ranks[0], [*base, "--out", str(out)])
     docs: list[dict[str, Any]] = []
