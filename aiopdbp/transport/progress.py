@@ -586,8 +586,9 @@ class ProgressEngine:
         the spin window -- when spinning is off (an oversubscribed host,
         ``AIOPDBP_SPIN_US=0``), the engine is stopping or has not started:
         the caller then waits the ordinary way, and the engine's own task,
-        which can sleep, takes over.  Yields to the loop after each
-        ``spin`` of stepping, as the engine does.
+        which can sleep, takes over.  Like the engine, it spins (``spin``
+        of steps before yielding) only while the loop has nothing else to
+        run, and otherwise takes one step per loop iteration.
 
         Cancellation: safe at every await; nothing is taken, and the engine
         resumes stepping on its own when its last driver leaves.
@@ -602,9 +603,12 @@ class ProgressEngine:
             return  # quiet: the reply is not imminent, let the engine sleep
         self._drivers += 1
         self.n_drives += 1
+        idle = True
         try:
             while not ready():
-                end = perf() + spin
+                # Spin only while the loop has nothing else to run (as the
+                # engine does): with other tasks busy, one step per turn.
+                end = perf() + spin if idle else 0.0
                 while True:
                     if self.step():
                         self._last_active = perf()
@@ -617,6 +621,7 @@ class ProgressEngine:
                 if now - self._last_active > window or self._stopping:
                     return
                 await asyncio.sleep(0)
+                idle = perf() - now < spin
         except MPI.Exception as exc:
             self._fail(exc)
         finally:
