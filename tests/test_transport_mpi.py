@@ -277,5 +277,6 @@ def test_run_mpi_kills_a_hung_job_on_timeout(tmp_path: Path) -> None:
 @pytest.mark.timeout(TEST_TIMEOUT)
 @pytest.mark.parametrize("spin", ["default", "0"])
 def test_waiting_task_drives_progress_and_hands_it_back(spin: str) -> None:
-    env = {"AIOPDBP_SPIN_US": "" if spin == "default" else "0"}
+    # no doorbell: a ring must not be what wakes the engine after its driver left
+    env = {"AIOPDBP_SPIN_US": "" if spin == "default" else "0", "AIOPDBP_DOORBELL": "0"}
     _ok_ranks(check_mpi(run_mpi(_script("drive"), 2, env=env, timeout=JOB_TIMEOUT)), 2)
