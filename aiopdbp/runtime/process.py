@@ -421,10 +421,12 @@ class GP:
                 item, self._unnamed = self._unnamed, None
                 return await self._named(item)
             pipe = self._inbox()
-        if timeout is None:
-            if not len(pipe) and self._drive is not None:
+        if len(pipe):  # the common case under load: no coroutine, no exception
+            item = pipe.receive_nowait()
+        elif timeout is None:
+            if self._drive is not None:
                 await self._drive(pipe.ready)
-            item = await pipe.receive()  # no suspension when an item is queued
+            item = await pipe.receive()
         else:
             try:
                 item = pipe.receive_nowait()
