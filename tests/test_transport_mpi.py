@@ -120,6 +120,15 @@ def test_alloc_hook_receives_in_place_and_post_returns_futures(tcp: bool, mode: 
     assert out.count(f"alloc hook OK {expect}") == 2, out
 
 
+@requires_mpi
+@pytest.mark.timeout(TEST_TIMEOUT)
+def test_alloc_hook_skips_messages_below_alloc_min() -> None:
+    # alloc_min 64: 5 of the 10 data messages reach the hook; the 1st, 3rd and 5th get its buffer
+    out = check_mpi(run_mpi(_script("alloc"), 2, args=["poll", "64"], timeout=JOB_TIMEOUT))
+    _ok_ranks(out, 2, "poll")
+    assert out.count("alloc hook OK user_allocs=3 errors=1") == 2, out
+
+
 # ------------------------------------------------------------- lifecycle
 
 

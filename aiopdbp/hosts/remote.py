@@ -54,7 +54,7 @@ from aiopdbp.errors import ProtocolError, TransportError
 from aiopdbp.hosts.channel import ControlChannel, Dispatch
 from aiopdbp.hosts.credit import Credit, CreditLedger, StreamControl
 from aiopdbp.hosts.failure import Beat, HostFailures, JobControl, LostCallback, StallRelay, Stop
-from aiopdbp.hosts.inbound import Deliver, Inbound, StreamSink
+from aiopdbp.hosts.inbound import RBP_MIN, Deliver, Inbound, StreamSink
 from aiopdbp.hosts.link import HostLink, LinkStats
 from aiopdbp.hosts.sequencer import Sequencer
 from aiopdbp.hosts.tables import Tables
@@ -149,7 +149,7 @@ class Remote:
         cfg = self.cfg
         timeout = cfg.handshake_timeout if cfg.handshake_timeout is not None else 30.0
         self.sequencer.prepare()
-        await self.transport.start(self._on_message, self.inbound.alloc)
+        await self.transport.start(self._on_message, self.inbound.alloc, alloc_min=RBP_MIN)
         self.failures.start(asyncio.get_running_loop())
         await self.sequencer.handshake(timeout)
         for h in range(self.size):

@@ -130,9 +130,11 @@ class Transport(abc.ABC):
         return self._closed
 
     @abc.abstractmethod
-    async def start(self, deliver: DeliverFn, alloc: AllocFn | None = None) -> None:
+    async def start(self, deliver: DeliverFn, alloc: AllocFn | None = None, *, alloc_min: int = 0) -> None:
         """Begin receiving; every incoming block goes to ``deliver``; ``alloc``
-        (if given) provides the buffer a message of ``nbytes`` lands in.
+        (if given) provides the buffer a message of ``nbytes`` lands in, for
+        messages of at least ``alloc_min`` bytes (smaller ones, the lone
+        short messages, skip the call: the transport's own buffer is cheaper).
 
         Cancellation: safe; a cancelled start leaves the transport unstarted
         and ``aclose()`` still releases whatever was set up.

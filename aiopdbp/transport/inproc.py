@@ -106,6 +106,7 @@ class InProcTransport(Transport):
         self.size = size
         self._deliver: DeliverFn | None = None
         self._alloc: Any = None
+        self._alloc_min = 0
         # One queue per channel: control is drained before data on every
         # tick, so a control message never waits behind queued data.
         self._queues: tuple[deque[tuple[int, Channel, memoryview]], ...] = (deque(), deque())
@@ -113,7 +114,7 @@ class InProcTransport(Transport):
         self.sent = 0
         self.received = 0
 
-    async def start(self, deliver: DeliverFn, alloc: Any = None) -> None:
+    async def start(self, deliver: DeliverFn, alloc: Any = None, *, alloc_min: int = 0) -> None:
         """Begin receiving.
 
         Cancellation: nothing to undo.
@@ -121,6 +122,7 @@ class InProcTransport(Transport):
         self._check_open()
         self._deliver = deliver
         self._alloc = alloc
+        self._alloc_min = alloc_min
         if any(self._queues):
             self._schedule()
 
@@ -155,7 +157,7 @@ class InProcTransport(Transport):
             return
         mv = memoryview(block).cast("B") if memoryview(block).ndim else memoryview(block)
         n = mv.nbytes
-        buf = self._alloc(source, channel, n) if self._alloc is not None else None
+        buf = self._alloc(source, channel, n) if self._alloc is not None and n >= self._alloc_min else None
         if buf is None:
             buf = memoryview(bytearray(n))
         buf[:] = mv

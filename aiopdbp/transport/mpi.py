@@ -181,7 +181,7 @@ class MPITransport(Transport):
 
     # ------------------------------------------------------------ interface
 
-    async def start(self, deliver: DeliverFn, alloc: AllocFn | None = None) -> None:
+    async def start(self, deliver: DeliverFn, alloc: AllocFn | None = None, *, alloc_min: int = 0) -> None:
         """Begin receiving; every incoming block goes to ``deliver``.
 
         ``deliver(source, channel, view)`` is called in the event loop thread,
@@ -190,7 +190,7 @@ class MPITransport(Transport):
         or, when the optional ``alloc(source, channel, nbytes)`` hook
         returned a writable buffer of exactly ``nbytes``, that very object
         (the receive buffer pool's block: the message is received straight
-        into it).  The hook is called in arrival order per (source, channel),
+        into it).  Messages below ``alloc_min`` bytes skip the hook.  The hook is called in arrival order per (source, channel),
         possibly before earlier messages were delivered, and only in the
         ``"poll"`` progress mode (in ``"thread"`` mode it would have to run in
         the progress thread, so the transport allocates itself).
@@ -202,7 +202,7 @@ class MPITransport(Transport):
         if self._started:
             raise RuntimeError("MPITransport.start() called twice")
         await self._join()
-        self._engine.start(deliver, asyncio.get_running_loop(), alloc, self._doorbells())
+        self._engine.start(deliver, asyncio.get_running_loop(), alloc, self._doorbells(), alloc_min=alloc_min)
         self._started = True
 
     async def _join(self) -> None:

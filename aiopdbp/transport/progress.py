@@ -291,6 +291,7 @@ class ProgressEngine:
         self._pollers: list[Callable[[], bool]] = []
         self._deliver: DeliverFn | None = None
         self._alloc: AllocFn | None = None
+        self._alloc_min = 0           # messages below this skip the alloc hook
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Future[None] | None = None
@@ -312,11 +313,13 @@ class ProgressEngine:
 
     # ------------------------------------------------------------- lifecycle
     def start(self, deliver: DeliverFn, loop: asyncio.AbstractEventLoop,
-              alloc: AllocFn | None = None, doorbell: DoorbellJoin | None = None) -> None:
+              alloc: AllocFn | None = None, doorbell: DoorbellJoin | None = None, *,
+              alloc_min: int = 0) -> None:
         """Begin stepping in ``loop``; once ``doorbell``'s address exchange
         completes, an idle engine waits on it (see :mod:`aiopdbp.transport.doorbell`)."""
         self._deliver = deliver
         self._alloc = alloc
+        self._alloc_min = alloc_min
         self._loop = loop
         self._joining = doorbell
         self._task = loop.create_task(self._run(), name="aiopdbp-progress")
@@ -472,7 +475,7 @@ class ProgressEngine:
     def _buffer(self, src: int, ch: int, size: int) -> tuple[Any, Any]:
         """(buffer to receive into, object to deliver): the alloc hook's
         buffer is delivered as it is, our own as a memoryview."""
-        if self._alloc is not None:
+        if self._alloc is not None and size >= self._alloc_min:
             try:
                 buf = self._alloc(src, _CHANNELS[ch], size)
                 if buf is not None:

@@ -80,7 +80,8 @@ def run(
 
     async def _amain() -> None:
         inbox = inbox_factory()
-        await transport.start(inbox.deliver, getattr(inbox, "alloc", None))
+        await transport.start(inbox.deliver, getattr(inbox, "alloc", None),
+                              alloc_min=getattr(inbox, "alloc_min", 0))
         try:
             await asyncio.wait_for(main(transport, inbox), TIMEOUT)
         except BaseException:
