@@ -15,7 +15,9 @@ calls up by name).  The contract is :class:`Transport` (``base``).
   communicators, zero copy.  Its :class:`~aiopdbp.transport.progress.ProgressEngine`
   (``progress``) turns MPI completions into asyncio events: one task per rank
   that probes, receives, completes sends, and sleeps with a :class:`Backoff`
-  (``backoff``) that a peer's :class:`Doorbell` (``doorbell``) can cut short.
+  (``backoff``) that a peer's :class:`Doorbell` (``doorbell``) can cut short;
+  a task waiting for a reply may step it itself (``drive``).  Large messages
+  land in recycled, pre-faulted memory (``recvcache``).
 * ``mpiload``: how MPI is loaded (thread level, start-up watchdog) and the
   world size read from the launcher without MPI (:func:`mpi_world_size`).
 

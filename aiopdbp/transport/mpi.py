@@ -116,7 +116,7 @@ class MPITransport(Transport):
     then).  A delivered ``memoryview`` belongs to the receiver for good; it
     may be kept, sliced, wrapped (``numpy.frombuffer``) and written to.
     Blocks of 128 KiB and more are numpy arrays carved from recycled memory
-    (see ``RecvBufferCache``): the memory goes back to the cache only once the
+    (see :class:`~aiopdbp.transport.recvcache.RecvBufferCache`): the memory goes back to the cache only once the
     array and every view of it are gone, so keep the ``memoryview`` or
     ``view.obj``, never ``view.obj.base`` (the pooled block itself).
     """

@@ -83,9 +83,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
-import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -95,27 +93,16 @@ from aiopdbp.transport.backoff import Backoff
 from aiopdbp.transport.base import AllocFn, Channel, DeliverFn
 from aiopdbp.transport.doorbell import RING_AFTER_S, Doorbell, DoorbellJoin
 from aiopdbp.transport.mpiload import prepare_mpi_import
+from aiopdbp.transport.recvcache import DEFAULT_RECV_CACHE_BYTES, RECV_CACHE_MIN_SIZE, RecvBufferCache
 
 prepare_mpi_import()
 from mpi4py import MPI  # noqa: E402  (thread level must be set first)
 
-_np: Any
-try:  # numpy gives uninitialised (no memset) large receive buffers
-    import numpy as _np
-except ImportError:  # pragma: no cover - numpy is a dependency of aiopdbp
-    _np = None
-
-__all__ = ["Backoff", "ProgressEngine", "RecvBufferCache", "local_ranks", "oversubscribed",
-           "PROGRESS_MODES", "resolve_mode"]
+__all__ = ["Backoff", "ProgressEngine", "local_ranks", "oversubscribed", "PROGRESS_MODES", "resolve_mode"]
 
 PROGRESS_MODES: Final = ("auto", "poll")
 #: messages at most this long are received inline with ``Mrecv``
 DEFAULT_INLINE_RECV_LIMIT: Final = 64 * 1024
-#: receive buffers at least this long come from ``numpy.empty`` (no memset)
-NUMPY_ALLOC_THRESHOLD: Final = 4096
-#: receive buffers at least this long come from the recycling cache
-RECV_CACHE_MIN_SIZE: Final = 128 * 1024
-DEFAULT_RECV_CACHE_BYTES: Final = 64 * 2**20
 #: a step stops receiving after this many bytes (fairness with the sends)
 STEP_RECV_BYTES: Final = 1 << 20
 #: every this many steps, Testsome over every send (not only the oldest)
@@ -156,70 +143,6 @@ def oversubscribed(ranks: int | None = None) -> bool:
     except (AttributeError, OSError):  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
     return (local_ranks() if ranks is None else ranks) > cores
-
-
-def _size_class(size: int) -> int:
-    """Round up to 1/8 of the size's power of two (<= 12.5 % slack)."""
-    step = 1 << max(0, size.bit_length() - 4)
-    return (size + step - 1) // step * step
-
-
-class RecvBufferCache:
-    """Recycles the memory of large receive buffers (thread safe, bounded).
-
-    A large message gets a fresh-looking ``numpy`` array of exactly its size,
-    carved from a pooled owner block.  When the receiver drops its last
-    reference to that array (and every view of it), a ``weakref.finalize``
-    returns the owner block to the cache.  Why: fresh large allocations are
-    ``mmap``-ed by malloc and every page faults again on first touch -- on the
-    shared-memory path that capped receive bandwidth at ~3 GB/s instead of
-    ~9 GB/s.  ``capacity`` bounds the bytes kept while unused (0 disables
-    the cache: plain ``numpy.empty`` per message).  Owner blocks are wrapped
-    in a ``memoryview`` so numpy views of the delivered array keep the
-    *array* (not the owner) alive, which is what the finalizer watches.
-    """
-
-    def __init__(self, capacity: int, min_size: int) -> None:
-        self.capacity = capacity
-        self.min_size = min_size
-        self._free: dict[int, list[memoryview]] = {}
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def alloc(self, size: int) -> Any:
-        if size < NUMPY_ALLOC_THRESHOLD or _np is None:
-            return bytearray(size)
-        if size < self.min_size or self.capacity <= 0:
-            return _np.empty(size, dtype=_np.uint8)
-        cls = _size_class(size)
-        owner: memoryview | None = None
-        with self._lock:
-            lst = self._free.get(cls)
-            if lst:
-                owner = lst.pop()
-                self._bytes -= cls
-        if owner is None:
-            self.misses += 1
-            owner = memoryview(_np.empty(cls, dtype=_np.uint8))
-        else:
-            self.hits += 1
-        arr = _np.frombuffer(owner, dtype=_np.uint8, count=size)
-        weakref.finalize(arr, self._put, cls, owner).atexit = False
-        return arr
-
-    def _put(self, cls: int, owner: memoryview) -> None:
-        with self._lock:
-            if self._bytes + cls > self.capacity:
-                return  # over budget: let it go back to the OS
-            self._free.setdefault(cls, []).append(owner)
-            self._bytes += cls
-
-    def clear(self) -> None:
-        with self._lock:
-            self._free.clear()
-            self._bytes = 0
 
 
 class _SendOp:
