@@ -30,6 +30,7 @@ from aiopdbp.wire.control import (
     StopMsg,
     StreamCreditMsg,
     StreamDoneMsg,
+    StreamDonesMsg,
     TableAckMsg,
     TableMsg,
     TableReqMsg,
@@ -49,7 +50,7 @@ EXAMPLES: list[CtrlMsg] = [
     TableAckMsg(10, False, "no"), CreditMsg([(1, 4096), (2, 65536)]), CreditAskMsg([3, 7]),
     StallMsg([["a", 0, "b", 1, "credit", 31.5]], ["a"]),
     DeadlockMsg([["a", 0, "b", 1, "credit", 31.5], ["b", 1, "a", 0, "credit", 30.0]]),
-    StreamDoneMsg(1, 2, True, ""),
+    StreamDoneMsg(1, 2, True, ""), StreamDonesMsg(1, [2, 3, 5]),
     StreamDoneMsg(1, 3, False, "receiver closed the stream"), StreamCreditMsg(1, 2, 8), ByeMsg(42),
     StopMsg("failed", 1, 0, "ValueError: boom"), StopMsg("interrupted", 2, 2, ""), StopAckMsg(0),
 ]
