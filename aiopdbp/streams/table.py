@@ -68,7 +68,8 @@ from aiopdbp.hosts.tables import StreamEntry, Tables
 
 log = logging.getLogger("aiopdbp.streams.table")
 
-__all__ = ["OutgoingStream", "StreamDevices", "StreamPeers", "StreamTable", "pack_meta", "unpack_meta"]
+__all__ = ["EAGER_OPEN", "OutgoingStream", "StreamDevices", "StreamPeers", "StreamTable", "eager_meta", "pack_meta",
+           "unpack_meta"]
 
 
 class StreamPeers(Protocol):
@@ -87,37 +88,40 @@ class StreamDevices(Protocol):
     def break_host(self, host: int, exc: BaseException) -> None: ...
 
 
-def pack_meta(meta: StreamMeta, eager: Any = None) -> bytes:
-    """The OPEN's payload: the stream's meta, for the wire, and the bytes of
-    ``eager``, the stream's one segment when the OPEN carries it with its END."""
-    d = meta.to_wire()
-    if eager is not None:
-        d["eager"] = memoryview(eager).cast("B") if not isinstance(eager, bytes) else eager
-    return msgpack.packb(d)  # type: ignore[no-any-return]
+#: ``segno`` of an OPEN that carries the whole stream (its one segment, then its END)
+EAGER_OPEN = 1
+
+
+def pack_meta(meta: StreamMeta) -> bytes:
+    """The OPEN's payload: the stream's meta, for the wire."""
+    return msgpack.packb(meta.to_wire())  # type: ignore[no-any-return]
 
 
 def unpack_meta(data: Any) -> StreamMeta:
-    """The stream meta of an OPEN (its carried segment, if any, in ``extra["eager"]``)."""
+    """The stream meta of an OPEN."""
     try:
-        d = msgpack.unpackb(bytes(data), raw=False)
-        eager = d.pop("eager", None)
-        meta = StreamMeta.from_wire(d)
+        return StreamMeta.from_wire(msgpack.unpackb(bytes(data), raw=False))
     except Exception as exc:
         raise ProtocolError(f"bad stream OPEN meta: {exc}") from exc
-    if eager is not None:
-        if not isinstance(eager, bytes) or (isinstance(meta.nbytes, int) and
-                                            meta.nbytes is not None and len(eager) != meta.nbytes):
-            raise ProtocolError("a stream OPEN carries a segment that is not its whole data")
-        meta.extra["eager"] = eager
-    return meta
 
 
-def _eager_segment(meta: StreamMeta, eager: bytes) -> Any:
-    """The carried segment as a link would have delivered it (a writable copy)."""
-    flat = np.frombuffer(eager, dtype=np.uint8).copy()
-    if meta.kind == "ndarray" and meta.dtype:
-        return flat.view(np.dtype(meta.dtype)).reshape(meta.shape)
-    return flat.data
+def eager_meta(cdu: CDU) -> StreamMeta:
+    """The meta of an OPEN that carries its whole stream (``segno``
+    :data:`EAGER_OPEN`): its record is the meta -- an array payload gives an
+    array stream of its dtype and shape, a bytes payload a bytes stream; the
+    sender's credit window is the record's ``id``."""
+    data = cdu.data
+    window = cdu.id
+    if type(window) is not int or not 0 < window <= 0xFFFFFFFF:
+        raise ProtocolError(f"a stream OPEN announces a credit window of {window!r}")
+    if isinstance(data, np.ndarray):
+        if data.ndim == 0 or not data.nbytes:
+            raise ProtocolError("a stream OPEN carries an empty or 0-d array as its whole data")
+        return StreamMeta("ndarray", int(data.nbytes), data.dtype.str, tuple(data.shape), cdu.com,
+                          window=window)
+    if isinstance(data, (bytes, memoryview)) and len(data):
+        return StreamMeta("bytes", memoryview(data).nbytes, com=cdu.com, window=window)
+    raise ProtocolError(f"a stream OPEN carries {type(data).__name__} as its whole data")
 
 
 class OutgoingStream:
@@ -377,8 +381,15 @@ class StreamTable:
             else:
                 target = tgt
                 meta.window = self.window
-                open_item = CDU(Kind.STREAM, src_pid, (pid,), pack_meta(meta, eager), meta.com, 0, sno, 0,
-                                self.rank, (), StreamOp.OPEN)
+                if eager is not None and not meta.extra:
+                    # The whole stream in its OPEN: the record is the meta
+                    # (the payload's kind, dtype and shape; the window in id)
+                    open_item = CDU(Kind.STREAM, src_pid, (pid,), eager, meta.com, self.window, sno,
+                                    EAGER_OPEN, self.rank, (), StreamOp.OPEN)
+                else:
+                    eager = None
+                    open_item = CDU(Kind.STREAM, src_pid, (pid,), pack_meta(meta), meta.com, 0, sno, 0,
+                                    self.rank, (), StreamOp.OPEN)
             out = OutgoingStream(key, pid, pipe_a, target, incoming, entry.node,
                                  window=self.window if incoming is None else None, src_pid=src_pid,
                                  com=meta.com, rank=self.rank, waits=self.router.waits,
@@ -455,8 +466,9 @@ class StreamTable:
                 return
             dest = cdu.dest_ps[0]
             meta: StreamMeta | None = None
+            whole = cdu.segno == EAGER_OPEN
             try:
-                meta = unpack_meta(cdu.data)
+                meta = eager_meta(cdu) if whole else unpack_meta(cdu.data)
                 stream = self._new_incoming(key, cdu.source_p, dest, meta)
             except (NoPipeError, ProtocolError) as exc:
                 if meta is not None and meta.kind == "device" and self.device is not None:
@@ -464,12 +476,8 @@ class StreamTable:
                 if self.peers is not None:
                     self.peers.send_done(key[0], key, f"cannot receive the stream: {exc}")
                 return
-            eager = meta.extra.pop("eager", None)
-            if eager is not None and meta.kind != "device":  # the OPEN carried the whole stream
-                stream.pipe.force_put(CDU(Kind.STREAM, cdu.source_p, (dest,), _eager_segment(meta, eager),
-                                          meta.com, 0, key[1], 0, key[0]))
-                stream.pipe.force_put(CDU(Kind.STREAM, cdu.source_p, (dest,), len(eager).to_bytes(8, "little"),
-                                          meta.com, 0, key[1], 1, key[0], (), StreamOp.END))
+            if whole:  # the OPEN carried the whole stream: its segment and END arrived with it
+                stream.arrived_whole(cdu.data)
             if meta.kind == "device" and self.device is not None and self.device.start_incoming(host, stream):
                 return  # a device message: delivered as a Message once it is complete
             if not self.router.deliver_remote(host, dest, [stream], CREDIT_OVERHEAD):
