@@ -106,6 +106,10 @@ TRANSITIONS: dict[StreamState, frozenset[StreamState]] = {
     StreamState.BROKEN: frozenset(),
 }
 TERMINAL = frozenset({StreamState.DONE, StreamState.ABORTED, StreamState.BROKEN})
+# The same by the states' values: hashing an Enum member runs Python code
+# (Enum.__hash__), a str's hash is cached; every event checks these.
+_ALLOWED = {state.value: tuple(nxt) for state, nxt in TRANSITIONS.items()}
+_DONE, _ABORTED, _BROKEN = StreamState.DONE, StreamState.ABORTED, StreamState.BROKEN
 
 
 # ---------------------------------------------------------------- events
@@ -286,10 +290,11 @@ class _Side:
 
     @property
     def ended(self) -> bool:
-        return self.state in TERMINAL
+        state = self.state
+        return state is _DONE or state is _ABORTED or state is _BROKEN
 
     def _move(self, new: StreamState) -> None:
-        if new not in TRANSITIONS[self.state]:
+        if new not in _ALLOWED[self.state._value_]:
             raise ProtocolError(f"stream state {self.state.name} -> {new.name} is not allowed")
         self.state = new
 

@@ -132,7 +132,7 @@ class IncomingStream:
     ``send_stream``, ``state`` a :class:`StreamState`.
     """
 
-    def __init__(self, owner: StreamOwner, key: tuple[int, int], source: str, pipe: Pipe[CDU],
+    def __init__(self, owner: StreamOwner, key: tuple[int, int], source: str, pipe: Pipe[CDU] | None,
                  window: int, source_pid: int = 0, dest_pid: int = 0,
                  meta: StreamMeta | None = None) -> None:
         self._owner = owner
@@ -142,7 +142,9 @@ class IncomingStream:
         self.dest_pid = dest_pid
         self.source = source
         self.meta = meta if meta is not None else StreamMeta()
-        self.pipe = pipe                   # PipeB, the stream's bound private pipe
+        # PipeB, the stream's bound private pipe; None for a stream whose
+        # OPEN carried it whole (arrived_whole): nothing more can come for it
+        self.pipe = pipe
         self._proto = sp.ReceiverProtocol(window, self.meta.window)
         self._proto.handle(sp.Open())
         self._ready: collections.deque[Any] = collections.deque()  # in order, not yet read
@@ -250,8 +252,11 @@ class IncomingStream:
                 self._apply(sp.Segment(0, whole, nbytes))
                 self._apply(sp.End(1, nbytes))
                 continue
+            pipe = self.pipe
+            if pipe is None:  # not reached: a whole stream is DONE (or failed) once fed
+                raise StreamError(f"stream {self.key} from {self.source!r} has nothing more to read")
             try:
-                cdu = await self.pipe.receive()
+                cdu = await pipe.receive()
             except (BrokenResourceError, ClosedResourceError, EOFError) as exc:
                 if self._error is not None:
                     raise self._error from exc

@@ -115,7 +115,7 @@ def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
     if isinstance(chunk, str):
         raise TypeError(f"a str cannot be streamed (chunk {k} of the stream): encode it to bytes "
                         "first, e.g. text.encode()")
-    if is_device_array(chunk):
+    if type(chunk) is not np.ndarray and is_device_array(chunk):  # a plain ndarray is host data
         raise TypeError(f"chunk {k} is a device array: send_stream() takes a device array whole, "
                         "not inside an iterable (send each one with its own send_stream())")
     if is_array(chunk):
@@ -147,6 +147,14 @@ def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
 
 
 _NO_CHUNK = object()
+
+
+def _borrowed(source: Any) -> bool:
+    """Whether a buffer source may change after ``send_stream`` returns (as
+    :func:`~aiopdbp.streams.receiver.describe` says, without its meta)."""
+    if type(source) is np.ndarray:
+        return bool(source.flags.writeable)
+    return describe(source, 0).borrowed
 
 
 class Staged:
@@ -221,7 +229,7 @@ class HostSource:
         self._chunks: AsyncGenerator[Any, None] | None
         if is_buffer:
             self.meta = self._first_meta = check_chunk(source, None, 0)
-            self.meta.borrowed = describe(source, 0).borrowed
+            self.meta.borrowed = _borrowed(source)
             self._chunks = None  # made when segments() needs it: a short stream never does
             self._buffer = source
         else:
