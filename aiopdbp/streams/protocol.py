@@ -110,6 +110,7 @@ TERMINAL = frozenset({StreamState.DONE, StreamState.ABORTED, StreamState.BROKEN}
 # (Enum.__hash__), a str's hash is cached; every event checks these.
 _ALLOWED = {state.value: tuple(nxt) for state, nxt in TRANSITIONS.items()}
 _DONE, _ABORTED, _BROKEN = StreamState.DONE, StreamState.ABORTED, StreamState.BROKEN
+_OPENING, _OPEN, _ENDING = StreamState.OPENING, StreamState.OPEN, StreamState.ENDING
 
 
 # ---------------------------------------------------------------- events
@@ -347,12 +348,14 @@ class SenderProtocol(_Side):
             self.credits -= 1
 
     def _opened(self, ev: Opened) -> tuple[Event, ...]:
-        self._expect(ev, StreamState.OPENING)
+        if self.state is not _OPENING:
+            self._expect(ev, StreamState.OPENING)
         self._move(StreamState.OPEN)
         return _NONE
 
     def _segment(self, ev: SendSegment) -> tuple[Event, ...]:
-        self._expect(ev, StreamState.OPEN)
+        if self.state is not _OPEN:
+            self._expect(ev, StreamState.OPEN)
         _ints(ev, ev.nbytes)
         if ev.nbytes < 0:
             raise ProtocolError(f"a segment of {ev.nbytes} bytes")
@@ -364,7 +367,8 @@ class SenderProtocol(_Side):
         return _NONE if ev.staged else (EmitSegment(segno),)
 
     def _end(self, ev: End) -> tuple[Event, ...]:
-        self._expect(ev, StreamState.OPEN)
+        if self.state is not _OPEN:
+            self._expect(ev, StreamState.OPEN)
         self._take_credit("the END")
         self._move(StreamState.ENDING)
         return (EmitEnd(self.segno, self.nbytes),)
@@ -384,7 +388,8 @@ class SenderProtocol(_Side):
             self._expect(ev, StreamState.OPENING, StreamState.OPEN, StreamState.ENDING)
             self._move(StreamState.BROKEN)
             return (Fail(ev.error),)
-        self._expect(ev, StreamState.ENDING)  # whole before the END was sent: a lie
+        if self.state is not _ENDING:  # whole before the END was sent: a lie
+            self._expect(ev, StreamState.ENDING)
         self._move(StreamState.DONE)
         return (Finished(),)
 
@@ -427,7 +432,8 @@ class ReceiverProtocol(_Side):
         self._consumed = 0
 
     def _open(self, ev: Open) -> tuple[Event, ...]:
-        self._expect(ev, StreamState.OPENING)
+        if self.state is not _OPENING:
+            self._expect(ev, StreamState.OPENING)
         self._move(StreamState.OPEN)
         return _NONE
 
@@ -438,7 +444,8 @@ class ReceiverProtocol(_Side):
         return ProtocolError(why)
 
     def _segment(self, ev: Segment) -> tuple[Event, ...]:
-        self._expect(ev, StreamState.OPEN)
+        if self.state is not _OPEN:
+            self._expect(ev, StreamState.OPEN)
         _ints(ev, ev.segno, ev.nbytes)
         segno = ev.segno
         nxt = self.next
@@ -477,11 +484,12 @@ class ReceiverProtocol(_Side):
         return (Finished(), SendDone(None))
 
     def _end(self, ev: End) -> tuple[Event, ...]:
-        self._expect(ev, StreamState.OPEN)
+        if self.state is not _OPEN:
+            self._expect(ev, StreamState.OPEN)
         _ints(ev, ev.nseg, ev.nbytes)
         if self.end is not None:
             raise self._peer_error("a second END")
-        if ev.nseg < self.next or ev.nbytes < 0 or any(s >= ev.nseg for s in self._early):
+        if ev.nseg < self.next or ev.nbytes < 0 or (self._early and any(s >= ev.nseg for s in self._early)):
             raise self._peer_error(f"END announced {ev.nseg} segments/{ev.nbytes} bytes, "
                                    f"{self.next + len(self._early)} segments arrived")
         self.end = (ev.nseg, ev.nbytes)

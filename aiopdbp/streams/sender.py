@@ -375,7 +375,8 @@ async def send_stream(streams: StreamTable, sender: int, resolve: Callable[[str,
     if segment_size < 1:
         raise ValueError("segment_size must be >= 1")
     src = HostSource(source, segment_size)
-    await src.start()
+    if src._chunks is not None:  # an iterable: its first chunk fixes the meta
+        await src.start()
     src.meta.com = com
     try:
         pid = await resolve(dest, timeout)
