@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aiopdbp.wire.mesp import VERSION, MsgType
+from aiopdbp.wire.codec import encode_control
+from aiopdbp.wire.mesp import VERSION, Control, MsgType
 from aiopdbp.wire.control import (
     AAPMsg,
     APipeMsg,
@@ -117,3 +118,10 @@ def test_arbitrary_bytes_decode_or_raise_protocol_error(raw: bytes) -> None:
             decode_control(frame)
         except ProtocolError:
             pass
+
+
+@pytest.mark.parametrize("snos", [[], [1, "2"], [True]], ids=["empty", "str", "bool"])
+def test_stream_dones_without_int_snos_is_protocol_error(snos: list[Any]) -> None:
+    frame = encode_control(Control(MsgType.STREAM_DONES, {"node": 1, "snos": snos}))
+    with pytest.raises(ProtocolError, match="STREAM_DONES"):
+        decode_control(frame)

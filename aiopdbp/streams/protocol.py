@@ -18,9 +18,12 @@ misbehaving peer can never crash the I/O code with an ``IndexError``.
 The wire
 --------
 Five CDU ops of kind ``STREAM`` (:class:`~aiopdbp.wire.mesp.StreamOp`): OPEN
-(meta), SEG ``segno``, END (``segno`` = number of segments, data = bytes
-sent), ABORT (data = why); from the receiver back on the control channel,
-DONE (whole, or why it gave up) and CREDIT (``n`` more segments may come).
+(meta; or, ``segno`` 1, the whole stream: its one segment as the record's
+payload, which stands for a SEG 0 and an END of one segment), SEG ``segno``,
+END (``segno`` = number of segments, data = bytes sent), ABORT (data = why);
+from the receiver back on the control channel, DONE (whole, or why it gave
+up; the DONEs of streams taken whole in one loop iteration travel together)
+and CREDIT (``n`` more segments may come).
 
 States (both sides, :class:`StreamState`)::
 

@@ -22,9 +22,15 @@ table and the stream objects feed with what arrives:
   binds PipeB (the receiving host's MTA row: the receiver decides it) and
   creates the incoming stream and hands it to the receiving GP (through the
   router, which parks it if the GP is not bound yet); segments, END and
-  ABORT go to the stream's PipeB.  An OPEN may carry a short stream's one
-  segment and its END (``open_outgoing(eager=...)``): they go to PipeB at
-  once, as if they had come in their own CDUs.  A CDU of a stream nobody
+  ABORT go to the stream's PipeB.  An OPEN may carry a short stream whole
+  (``open_outgoing(eager=...)``: one segment of at most
+  :data:`~aiopdbp.streams.receiver.EAGER_LIMIT` bytes, then its END): its
+  record is then the segment itself, ``segno`` :data:`EAGER_OPEN`, and the
+  meta is the record's (:func:`eager_meta`: no msgpack).  Such a stream binds
+  neither PipeA nor PipeB -- nothing of it follows the OPEN but, from a
+  sender cancelled after routing it, an ABORT that changes nothing -- and
+  the receiving GP's read feeds the segment and the END to the protocol
+  (:meth:`IncomingStream.arrived_whole`), as PipeB would have.  A CDU of a stream nobody
   here knows is a ``ProtocolError`` of the protocol's :class:`Registry`
   (counted as ``stream_cdus_dropped``); one of a stream given up here is late
   and dropped quietly.
@@ -406,7 +412,6 @@ class StreamTable:
                     open_item = CDU(Kind.STREAM, src_pid, (pid,), eager, meta.com, self.window, sno,
                                     EAGER_OPEN, self.rank, (), StreamOp.OPEN)
                 else:
-                    eager = None
                     open_item = CDU(Kind.STREAM, src_pid, (pid,), pack_meta(meta), meta.com, 0, sno, 0,
                                     self.rank, (), StreamOp.OPEN)
             out = OutgoingStream(key, pid, pipe_a, target, incoming, entry.node,
