@@ -1408,6 +1408,104 @@ async def receiver_abandons_stream(ctx: Ctx) -> None:
 
 
 @scenario()
+async def short_streams_carried_whole(ctx: Ctx) -> None:
+    """Streams whose OPEN carries them whole (one segment of at most 64 KiB)
+    keep their kind, dtype and shape; one its receiver aclose()s unread makes
+    send_stream raise BrokenResourceError; nothing stays bound on either side."""
+    snd_r, rcv_r = ctx.owner(0), ctx.owner(1)
+    rcv_name = ctx.name("rcv")
+    arr = np.arange(24, dtype=">i4").reshape(4, 6)  # a big-endian dtype must stay exactly that
+    blob = pattern("scw", 64 << 10)
+
+    async def sender() -> None:
+        snd = await ctx.process("snd")
+        await ctx.lookup(rcv_name)
+        try:
+            await snd.send_stream(rcv_name, blob[:4096], timeout=ctx.timeout)
+        except BrokenResourceError:
+            pass
+        else:
+            raise AssertionError("send_stream of a short stream its receiver abandoned completed")
+        assert await snd.send_stream(rcv_name, blob, timeout=ctx.timeout) == len(blob)
+        assert await snd.send_stream(rcv_name, arr, timeout=ctx.timeout) == arr.nbytes
+        assert not ctx.node.stats().streams_out
+
+    async def receiver() -> None:
+        rcv = await ctx.process("rcv")
+        st = await rcv.recv(timeout=ctx.timeout)
+        assert isinstance(st, IncomingStream), st
+        await st.aclose()
+        st = await rcv.recv(timeout=ctx.timeout)
+        assert isinstance(st, IncomingStream), st
+        assert bytes(await st.read()) == blob
+        st = await rcv.recv(timeout=ctx.timeout)
+        assert isinstance(st, IncomingStream), st
+        got = await st.read()
+        assert (got.dtype, got.shape) == (arr.dtype, arr.shape) and (got == arr).all(), got
+        assert not ctx.node.stats().streams_in
+        assert_empty(rcv)
+
+    async with asyncio.TaskGroup() as tg:
+        if ctx.rank == snd_r:
+            tg.create_task(sender())
+        if ctx.rank == rcv_r:
+            tg.create_task(receiver())
+    await ctx.barrier("done")
+    assert not (ctx.node.stats().streams_in or ctx.node.stats().streams_out)
+
+
+@scenario()
+async def short_stream_sender_cancelled_after_open(ctx: Ctx) -> None:
+    """A sender cancelled while its short stream (carried whole by its OPEN)
+    waits for the receiver's DONE raises CancelledError and leaves nothing
+    bound; the stream had arrived whole, so the receiver still reads all of
+    it (the ABORT that follows changes nothing); later streams work."""
+    snd_r, rcv_r = ctx.owner(0), ctx.owner(1)
+    rcv_name, snd_name = ctx.name("rcv"), ctx.name("snd")
+    blob = pattern("sssc", 4096)
+
+    async def sender() -> None:
+        snd = await ctx.process("snd")
+        await ctx.lookup(rcv_name)
+        task = asyncio.create_task(snd.send_stream(rcv_name, blob, timeout=ctx.timeout))
+        msg = await snd.recv(timeout=ctx.timeout)   # the receiver holds the stream, unread
+        assert isinstance(msg, Message) and msg.data == b"got it", msg
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        else:
+            raise AssertionError("cancelled send_stream returned")
+        assert not ctx.node.stats().streams_out
+        await snd.send(rcv_name, b"cancelled", timeout=ctx.timeout)
+        assert await snd.send_stream(rcv_name, blob[:100], timeout=ctx.timeout) == 100
+
+    async def receiver() -> None:
+        rcv = await ctx.process("rcv")
+        await ctx.lookup(snd_name)
+        st = await rcv.recv(timeout=ctx.timeout)
+        assert isinstance(st, IncomingStream), st
+        await rcv.send(snd_name, b"got it", timeout=ctx.timeout)
+        msg = await rcv.recv(timeout=ctx.timeout)
+        assert isinstance(msg, Message) and msg.data == b"cancelled", msg
+        assert bytes(await st.read()) == blob
+        st2 = await rcv.recv(timeout=ctx.timeout)
+        assert isinstance(st2, IncomingStream), st2
+        assert bytes(await st2.read()) == blob[:100]
+        assert not ctx.node.stats().streams_in
+        assert_empty(rcv)
+
+    async with asyncio.TaskGroup() as tg:
+        if ctx.rank == snd_r:
+            tg.create_task(sender())
+        if ctx.rank == rcv_r:
+            tg.create_task(receiver())
+    await ctx.barrier("done")
+    assert not (ctx.node.stats().streams_in or ctx.node.stats().streams_out)
+
+
+@scenario()
 async def receiver_leaves_midstream(ctx: Ctx) -> None:
     """A receiving GP that frees itself while a stream to it is in flight
     makes the sender's send_stream raise BrokenResourceError (no hang); the

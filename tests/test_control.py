@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aiopdbp.wire.mesp import VERSION, MsgType
+from aiopdbp.wire.codec import encode_control
+from aiopdbp.wire.mesp import VERSION, Control, MsgType
 from aiopdbp.wire.control import (
     AAPMsg,
     APipeMsg,
@@ -30,6 +31,7 @@ from aiopdbp.wire.control import (
     StopMsg,
     StreamCreditMsg,
     StreamDoneMsg,
+    StreamDonesMsg,
     TableAckMsg,
     TableMsg,
     TableReqMsg,
@@ -49,7 +51,7 @@ EXAMPLES: list[CtrlMsg] = [
     TableAckMsg(10, False, "no"), CreditMsg([(1, 4096), (2, 65536)]), CreditAskMsg([3, 7]),
     StallMsg([["a", 0, "b", 1, "credit", 31.5]], ["a"]),
     DeadlockMsg([["a", 0, "b", 1, "credit", 31.5], ["b", 1, "a", 0, "credit", 30.0]]),
-    StreamDoneMsg(1, 2, True, ""),
+    StreamDoneMsg(1, 2, True, ""), StreamDonesMsg(1, [2, 3, 5]),
     StreamDoneMsg(1, 3, False, "receiver closed the stream"), StreamCreditMsg(1, 2, 8), ByeMsg(42),
     StopMsg("failed", 1, 0, "ValueError: boom"), StopMsg("interrupted", 2, 2, ""), StopAckMsg(0),
 ]
@@ -116,3 +118,10 @@ def test_arbitrary_bytes_decode_or_raise_protocol_error(raw: bytes) -> None:
             decode_control(frame)
         except ProtocolError:
             pass
+
+
+@pytest.mark.parametrize("snos", [[], [1, "2"], [True]], ids=["empty", "str", "bool"])
+def test_stream_dones_without_int_snos_is_protocol_error(snos: list[Any]) -> None:
+    frame = encode_control(Control(MsgType.STREAM_DONES, {"node": 1, "snos": snos}))
+    with pytest.raises(ProtocolError, match="STREAM_DONES"):
+        decode_control(frame)

@@ -3,15 +3,17 @@ exactly one handler among its parts."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from aiopdbp.hosts.channel import HANDLER_NAMES, Dispatch
-from aiopdbp.wire.control import ByeMsg, StopAckMsg
+from aiopdbp.wire.control import ByeMsg, StopAckMsg, StreamDoneMsg, StreamDonesMsg
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,3 +64,72 @@ def test_dispatch_refuses_a_control_kind_without_handler() -> None:
 def test_dispatch_refuses_a_control_kind_with_two_handlers() -> None:
     with pytest.raises(TypeError, match="on_table: 2 owners"):
         Dispatch(_Handles(list(HANDLER_NAMES), []), _Handles(["on_table"], []))
+
+
+# ------------------------------------------------------- stream DONEs, batched
+class _Sent:
+    """A control channel that records what is sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, object]] = []
+
+    def send(self, dest: int, msg: object, on_fail: object = None) -> None:
+        self.sent.append((dest, msg))
+
+
+class _Done:
+    """A stream table that records the DONEs it hears."""
+
+    def __init__(self) -> None:
+        self.done_calls: list[tuple[tuple[int, int], str | None, int]] = []
+
+    def done(self, key: tuple[int, int], error: str | None, origin: int) -> None:
+        self.done_calls.append((key, error, origin))
+
+    def credit(self, key: tuple[int, int], segments: int) -> None:
+        raise AssertionError("no credit expected")
+
+
+def _credit(channel: _Sent, streams: _Done | None = None) -> Any:
+    from aiopdbp.hosts.credit import Credit
+    return Credit(0, 3, None, None, channel, None, streams or _Done(), window=lambda h: 1 << 20,  # type: ignore[arg-type]
+                  block_size=1 << 16, large=1 << 16, max_inflight=4, allow_pickle=False)
+
+
+async def _next_iteration() -> None:
+    """Return once the callbacks scheduled so far in this loop iteration ran."""
+    fut = asyncio.get_running_loop().create_future()
+    asyncio.get_running_loop().call_soon(fut.set_result, None)
+    await fut
+
+
+async def test_stream_dones_of_one_loop_iteration_leave_in_one_message_per_host() -> None:
+    channel = _Sent()
+    credit = _credit(channel)
+    credit.send_done(1, (1, 5), None)
+    credit.send_done(1, (1, 6), None)
+    credit.send_done(2, (2, 7), None)
+    assert channel.sent == []
+    await _next_iteration()
+    assert channel.sent == [(1, StreamDonesMsg(1, [5, 6])), (2, StreamDoneMsg(2, 7, True, ""))]
+
+
+async def test_failed_stream_done_leaves_at_once() -> None:
+    channel = _Sent()
+    _credit(channel).send_done(1, (1, 5), "receiver closed the stream")
+    assert channel.sent == [(1, StreamDoneMsg(1, 5, False, "receiver closed the stream"))]
+
+
+async def test_stream_dones_held_for_a_host_that_fails_are_not_sent() -> None:
+    channel = _Sent()
+    credit = _credit(channel)
+    credit.send_done(1, (1, 5), None)
+    credit.fail(1, ConnectionError("host 1 is gone"))
+    await _next_iteration()
+    assert channel.sent == []
+
+
+def test_stream_dones_message_completes_each_stream_it_names() -> None:
+    streams = _Done()
+    _credit(_Sent(), streams).on_stream_dones(2, StreamDonesMsg(2, [4, 9]))
+    assert streams.done_calls == [((2, 4), None, 2), ((2, 9), None, 2)]

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -406,15 +407,46 @@ def test_conversation_with_reordering_and_cancel_either_side_ends_both(
 
 
 # ------------------------------------------------ the OPEN of a short stream
-def test_open_meta_round_trip_carries_short_stream_data() -> None:
-    from aiopdbp.streams.receiver import StreamMeta
-    from aiopdbp.streams.table import pack_meta, unpack_meta
-    meta = unpack_meta(pack_meta(StreamMeta("bytes", 5, com=3), memoryview(b"hello")))
-    assert (meta.kind, meta.nbytes, meta.com, meta.extra) == ("bytes", 5, 3, {"eager": b"hello"})
+def _eager_open(data: object, window: int = 16, com: int = 3) -> object:
+    from aiopdbp.streams.table import EAGER_OPEN
+    from aiopdbp.wire.mesp import CDU, Kind, StreamOp
+    return CDU(Kind.STREAM, 1, (2,), data, com, window, 7, EAGER_OPEN, 0, (), StreamOp.OPEN)
 
 
-def test_open_meta_carrying_part_of_the_stream_is_protocol_error() -> None:
+def test_open_meta_round_trip_keeps_an_iterable_streams_unknown_size() -> None:
     from aiopdbp.streams.receiver import StreamMeta
     from aiopdbp.streams.table import pack_meta, unpack_meta
-    with pytest.raises(ProtocolError, match="not its whole data"):
-        unpack_meta(pack_meta(StreamMeta("bytes", 9), b"hello"))
+    meta = unpack_meta(pack_meta(StreamMeta("ndarray", None, "<i4", (None, 3), com=3, window=8)))
+    assert (meta.kind, meta.nbytes, meta.dtype, meta.shape, meta.com, meta.window) == \
+        ("ndarray", None, "<i4", (None, 3), 3, 8)
+
+
+def test_eager_open_meta_is_its_array_payloads_dtype_and_shape_through_the_codec() -> None:
+    from aiopdbp.streams.table import eager_meta
+    from aiopdbp.wire.codec import decode, encode_cdu
+    arr = np.arange(12, dtype=">i4").reshape(4, 3)  # a big-endian dtype must stay exactly that
+    (cdu,) = decode(b"".join(bytes(p) for p in encode_cdu(_eager_open(arr))))  # type: ignore[arg-type]
+    meta = eager_meta(cdu)  # type: ignore[arg-type]
+    assert (meta.kind, meta.nbytes, meta.dtype, meta.shape, meta.com, meta.window) == \
+        ("ndarray", 48, ">i4", (4, 3), 3, 16)
+
+
+def test_eager_open_meta_of_a_bytes_payload_is_a_bytes_stream() -> None:
+    from aiopdbp.streams.table import eager_meta
+    meta = eager_meta(_eager_open(memoryview(b"hello")))  # type: ignore[arg-type]
+    assert (meta.kind, meta.nbytes, meta.com, meta.window) == ("bytes", 5, 3, 16)
+
+
+@pytest.mark.parametrize("data", [None, b"", np.zeros(0, np.uint8), np.array(5), "text"],
+                         ids=["none", "empty-bytes", "empty-array", "0-d-array", "str"])
+def test_eager_open_without_whole_data_is_protocol_error(data: object) -> None:
+    from aiopdbp.streams.table import eager_meta
+    with pytest.raises(ProtocolError, match="whole data"):
+        eager_meta(_eager_open(data))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("window", [0, -1, 1 << 40])
+def test_eager_open_with_a_bad_window_is_protocol_error(window: int) -> None:
+    from aiopdbp.streams.table import eager_meta
+    with pytest.raises(ProtocolError, match="credit window"):
+        eager_meta(_eager_open(b"hello", window=window))  # type: ignore[arg-type]

@@ -183,9 +183,12 @@ def _job(ns: argparse.Namespace) -> int:
         async with open_node() as node:
             n, r = node.size, node.rank
             async with node.process(f"bench-{r}") as gp:
-                nxt, prv = f"bench-{(r + 1) % n}", f"bench-{(r - 1) % n}"
-                await node.lookup(nxt, timeout=60)
-                await node.lookup(prv, timeout=60)
+                nxt = f"bench-{(r + 1) % n}"
+                # Every GP, not only the neighbours: rank 0 (which registers
+                # GPs) must not block in the harness's Barrier below while a
+                # slower rank's registration still waits for it.
+                for i in range(n):
+                    await node.lookup(f"bench-{i}", timeout=60)
                 rows = []
                 for size in ns.sizes:
                     units = max(4, min(ns.max_units, ns.volume[0] // size))

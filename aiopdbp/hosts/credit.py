@@ -17,7 +17,12 @@ parked senders in FIFO order (see :mod:`aiopdbp.hosts.link`).
 *Stream credit.*  A stream's receiver returns credit in segments
 (``StreamCreditMsg``) and tells the sender when it is done
 (``StreamDoneMsg``); both are forwarded between the stream tables of the two
-hosts through the :class:`StreamControl` door.
+hosts through the :class:`StreamControl` door.  The DONEs of streams taken
+whole leave at the end of the loop iteration, all of them to one host in one
+``StreamDonesMsg``: a receiver that takes many short streams in a burst
+answers them with one MPI message, not one each (and the senders they wake
+together send their next OPENs together, which the link coalesces).  A
+failed stream's DONE (it carries why) leaves at once.
 
 *Failure.*  A failed host's link fails every waiter (:meth:`Credit.fail`);
 nothing more is sent to it, and a link made later starts failed.
@@ -25,6 +30,7 @@ nothing more is sent to it, and a link made later starts failed.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -35,7 +41,7 @@ from aiopdbp.hosts.link import HostLink, LinkStats
 from aiopdbp.pool import SendPool
 from aiopdbp.transport.backoff import Backoff
 from aiopdbp.transport.base import Transport
-from aiopdbp.wire.control import CreditAskMsg, CreditMsg, StreamCreditMsg, StreamDoneMsg
+from aiopdbp.wire.control import CreditAskMsg, CreditMsg, StreamCreditMsg, StreamDoneMsg, StreamDonesMsg
 
 __all__ = ["Credit", "CreditLedger", "StreamControl"]
 
@@ -75,6 +81,9 @@ class Credit:
         self._allow_pickle = allow_pickle
         self.links: dict[int, HostLink] = {}
         self._failed: dict[int, BaseException] = {}
+        # DONEs of streams taken whole, sent at the end of the loop iteration:
+        # (host, the streams' node) -> their snos
+        self._dones: dict[tuple[int, int], list[int]] = {}
 
     # ------------------------------------------------------------------ links
     def link(self, host: int) -> HostLink:
@@ -94,6 +103,8 @@ class Credit:
     def fail(self, host: int, exc: BaseException) -> None:
         """Host ``host`` failed with ``exc``: its link (now or later) fails."""
         self._failed.setdefault(host, exc)
+        for hk in [hk for hk in self._dones if hk[0] == host]:
+            del self._dones[hk]  # nobody there to tell
         link = self.links.get(host)
         if link is not None:
             link.fail(exc)
@@ -104,6 +115,7 @@ class Credit:
 
         Cancellation: nothing to undo.
         """
+        self.send_dones()
         for link in self.links.values():
             link.flush()
         deadline = time.monotonic() + timeout
@@ -148,8 +160,27 @@ class Credit:
 
     # ------------------------------------------------------------ streams
     def send_done(self, host: int, key: tuple[int, int], error: str | None) -> None:
-        """Tell ``host`` that stream ``key`` ended (``error``: why it failed)."""
-        self._channel.send(host, StreamDoneMsg(key[0], key[1], error is None, error or ""))
+        """Tell ``host`` that stream ``key`` ended (``error``: why it failed):
+        a failure at once, a stream taken whole at the end of this loop
+        iteration, with the others of the iteration (:meth:`send_dones`)."""
+        if error is not None:
+            self._channel.send(host, StreamDoneMsg(key[0], key[1], False, error))
+            return
+        if not self._dones:
+            asyncio.get_running_loop().call_soon(self.send_dones)
+        snos = self._dones.get((host, key[0]))
+        if snos is None:
+            self._dones[(host, key[0])] = [key[1]]
+        else:
+            snos.append(key[1])
+
+    def send_dones(self) -> None:
+        """Send the DONEs :meth:`send_done` holds, one message per host."""
+        dones, self._dones = self._dones, {}
+        for (host, node), snos in dones.items():
+            if host not in self._failed:
+                self._channel.send(host, StreamDonesMsg(node, snos) if len(snos) > 1
+                                   else StreamDoneMsg(node, snos[0], True, ""))
 
     def send_credit(self, host: int, key: tuple[int, int], segments: int) -> None:
         """Give ``host``'s stream ``key`` credit for ``segments`` segments."""
@@ -157,6 +188,11 @@ class Credit:
 
     def on_stream_done(self, src: int, msg: StreamDoneMsg) -> None:
         self._streams.done((msg.node, msg.sno), None if msg.ok else msg.error, src)
+
+    def on_stream_dones(self, src: int, msg: StreamDonesMsg) -> None:
+        done, node = self._streams.done, msg.node
+        for sno in msg.snos:
+            done((node, sno), None, src)
 
     def on_stream_credit(self, src: int, msg: StreamCreditMsg) -> None:
         self._streams.credit((msg.node, msg.sno), msg.segments)

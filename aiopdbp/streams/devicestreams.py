@@ -377,7 +377,7 @@ class RecvJob:
     # callbacks of the transfer (run inside poll)
     def on_segment(self, transfer: Any, seg: Segment) -> None:
         stream = self.stream
-        if stream is not None and stream.state not in _ENDED:
+        if stream is not None and stream.state not in _ENDED and stream.pipe is not None:
             stream.pipe.force_put(CDU(Kind.STREAM, stream.source_pid, (stream.dest_pid,), transfer.view(seg),
                                       stream.com, 0, stream.sno, seg.index, self.host))
 

@@ -18,9 +18,12 @@ misbehaving peer can never crash the I/O code with an ``IndexError``.
 The wire
 --------
 Five CDU ops of kind ``STREAM`` (:class:`~aiopdbp.wire.mesp.StreamOp`): OPEN
-(meta), SEG ``segno``, END (``segno`` = number of segments, data = bytes
-sent), ABORT (data = why); from the receiver back on the control channel,
-DONE (whole, or why it gave up) and CREDIT (``n`` more segments may come).
+(meta; or, ``segno`` 1, the whole stream: its one segment as the record's
+payload, which stands for a SEG 0 and an END of one segment), SEG ``segno``,
+END (``segno`` = number of segments, data = bytes sent), ABORT (data = why);
+from the receiver back on the control channel, DONE (whole, or why it gave
+up; the DONEs of streams taken whole in one loop iteration travel together)
+and CREDIT (``n`` more segments may come).
 
 States (both sides, :class:`StreamState`)::
 
@@ -106,6 +109,11 @@ TRANSITIONS: dict[StreamState, frozenset[StreamState]] = {
     StreamState.BROKEN: frozenset(),
 }
 TERMINAL = frozenset({StreamState.DONE, StreamState.ABORTED, StreamState.BROKEN})
+# The same by the states' values: hashing an Enum member runs Python code
+# (Enum.__hash__), a str's hash is cached; every event checks these.
+_ALLOWED = {state.value: tuple(nxt) for state, nxt in TRANSITIONS.items()}
+_DONE, _ABORTED, _BROKEN = StreamState.DONE, StreamState.ABORTED, StreamState.BROKEN
+_OPENING, _OPEN, _ENDING = StreamState.OPENING, StreamState.OPEN, StreamState.ENDING
 
 
 # ---------------------------------------------------------------- events
@@ -286,10 +294,11 @@ class _Side:
 
     @property
     def ended(self) -> bool:
-        return self.state in TERMINAL
+        state = self.state
+        return state is _DONE or state is _ABORTED or state is _BROKEN
 
     def _move(self, new: StreamState) -> None:
-        if new not in TRANSITIONS[self.state]:
+        if new not in _ALLOWED[self.state._value_]:
             raise ProtocolError(f"stream state {self.state.name} -> {new.name} is not allowed")
         self.state = new
 
@@ -342,12 +351,14 @@ class SenderProtocol(_Side):
             self.credits -= 1
 
     def _opened(self, ev: Opened) -> tuple[Event, ...]:
-        self._expect(ev, StreamState.OPENING)
+        if self.state is not _OPENING:
+            self._expect(ev, StreamState.OPENING)
         self._move(StreamState.OPEN)
         return _NONE
 
     def _segment(self, ev: SendSegment) -> tuple[Event, ...]:
-        self._expect(ev, StreamState.OPEN)
+        if self.state is not _OPEN:
+            self._expect(ev, StreamState.OPEN)
         _ints(ev, ev.nbytes)
         if ev.nbytes < 0:
             raise ProtocolError(f"a segment of {ev.nbytes} bytes")
@@ -359,7 +370,8 @@ class SenderProtocol(_Side):
         return _NONE if ev.staged else (EmitSegment(segno),)
 
     def _end(self, ev: End) -> tuple[Event, ...]:
-        self._expect(ev, StreamState.OPEN)
+        if self.state is not _OPEN:
+            self._expect(ev, StreamState.OPEN)
         self._take_credit("the END")
         self._move(StreamState.ENDING)
         return (EmitEnd(self.segno, self.nbytes),)
@@ -379,7 +391,8 @@ class SenderProtocol(_Side):
             self._expect(ev, StreamState.OPENING, StreamState.OPEN, StreamState.ENDING)
             self._move(StreamState.BROKEN)
             return (Fail(ev.error),)
-        self._expect(ev, StreamState.ENDING)  # whole before the END was sent: a lie
+        if self.state is not _ENDING:  # whole before the END was sent: a lie
+            self._expect(ev, StreamState.ENDING)
         self._move(StreamState.DONE)
         return (Finished(),)
 
@@ -422,7 +435,8 @@ class ReceiverProtocol(_Side):
         self._consumed = 0
 
     def _open(self, ev: Open) -> tuple[Event, ...]:
-        self._expect(ev, StreamState.OPENING)
+        if self.state is not _OPENING:
+            self._expect(ev, StreamState.OPENING)
         self._move(StreamState.OPEN)
         return _NONE
 
@@ -433,7 +447,8 @@ class ReceiverProtocol(_Side):
         return ProtocolError(why)
 
     def _segment(self, ev: Segment) -> tuple[Event, ...]:
-        self._expect(ev, StreamState.OPEN)
+        if self.state is not _OPEN:
+            self._expect(ev, StreamState.OPEN)
         _ints(ev, ev.segno, ev.nbytes)
         segno = ev.segno
         nxt = self.next
@@ -472,11 +487,12 @@ class ReceiverProtocol(_Side):
         return (Finished(), SendDone(None))
 
     def _end(self, ev: End) -> tuple[Event, ...]:
-        self._expect(ev, StreamState.OPEN)
+        if self.state is not _OPEN:
+            self._expect(ev, StreamState.OPEN)
         _ints(ev, ev.nseg, ev.nbytes)
         if self.end is not None:
             raise self._peer_error("a second END")
-        if ev.nseg < self.next or ev.nbytes < 0 or any(s >= ev.nseg for s in self._early):
+        if ev.nseg < self.next or ev.nbytes < 0 or (self._early and any(s >= ev.nseg for s in self._early)):
             raise self._peer_error(f"END announced {ev.nseg} segments/{ev.nbytes} bytes, "
                                    f"{self.next + len(self._early)} segments arrived")
         self.end = (ev.nseg, ev.nbytes)

@@ -132,7 +132,7 @@ class IncomingStream:
     ``send_stream``, ``state`` a :class:`StreamState`.
     """
 
-    def __init__(self, owner: StreamOwner, key: tuple[int, int], source: str, pipe: Pipe[CDU],
+    def __init__(self, owner: StreamOwner, key: tuple[int, int], source: str, pipe: Pipe[CDU] | None,
                  window: int, source_pid: int = 0, dest_pid: int = 0,
                  meta: StreamMeta | None = None) -> None:
         self._owner = owner
@@ -142,11 +142,14 @@ class IncomingStream:
         self.dest_pid = dest_pid
         self.source = source
         self.meta = meta if meta is not None else StreamMeta()
-        self.pipe = pipe                   # PipeB, the stream's bound private pipe
+        # PipeB, the stream's bound private pipe; None for a stream whose
+        # OPEN carried it whole (arrived_whole): nothing more can come for it
+        self.pipe = pipe
         self._proto = sp.ReceiverProtocol(window, self.meta.window)
         self._proto.handle(sp.Open())
         self._ready: collections.deque[Any] = collections.deque()  # in order, not yet read
         self._error: BaseException | None = None
+        self._whole: Any = None  # the one segment of a stream whose OPEN carried it all
 
     def __repr__(self) -> str:
         return f"<IncomingStream {self.key} from {self.source!r} seg {self._proto.next} {self.state.name}>"
@@ -177,19 +180,29 @@ class IncomingStream:
         self.fail(exc)
         self._owner.incoming_closed(self, reason, True)
 
+    def arrived_whole(self, data: Any) -> None:
+        """The stream's OPEN carried all of it: ``data``, its one segment,
+        and its END.  They wait here, ahead of anything in PipeB, as they
+        would in PipeB; the protocol hears them when the GP reads, so the
+        sender's DONE still waits for the GP to take the stream."""
+        self._whole = data
+
     def _feed(self, cdu: CDU) -> None:
         """One CDU from PipeB through the protocol, and its actions carried out."""
-        proto = self._proto
         op = cdu.op
+        if op is StreamOp.ABORT:
+            self._apply(sp.Abort(bytes(cdu.data).decode(errors="replace")))
+        elif op is StreamOp.END:
+            self._apply(sp.End(cdu.segno, _end_bytes(cdu.data)))
+        else:
+            data = cdu.data
+            self._apply(sp.Segment(cdu.segno, data, int(data.nbytes) if hasattr(data, "nbytes") else len(data)))
+
+    def _apply(self, event: sp.Event) -> None:
+        """One arrived event through the protocol, and its actions carried out."""
+        proto = self._proto
         try:
-            if op is StreamOp.ABORT:
-                actions = proto.handle(sp.Abort(bytes(cdu.data).decode(errors="replace")))
-            elif op is StreamOp.END:
-                actions = proto.handle(sp.End(cdu.segno, _end_bytes(cdu.data)))
-            else:
-                data = cdu.data
-                actions = proto.handle(sp.Segment(cdu.segno, data, int(data.nbytes) if hasattr(data, "nbytes")
-                                                  else len(data)))
+            actions = proto.handle(event)
         except ProtocolError as exc:
             self._error = StreamError(f"stream {self.key} from {self.source!r}: {exc}")
             if not proto.ended:
@@ -232,8 +245,18 @@ class IncomingStream:
                 return data
             if self._proto.state is StreamState.DONE:
                 return None
+            whole = self._whole
+            if whole is not None:  # what the OPEN carried, as PipeB would have given it
+                self._whole = None
+                nbytes = int(whole.nbytes) if hasattr(whole, "nbytes") else len(whole)
+                self._apply(sp.Segment(0, whole, nbytes))
+                self._apply(sp.End(1, nbytes))
+                continue
+            pipe = self.pipe
+            if pipe is None:  # not reached: a whole stream is DONE (or failed) once fed
+                raise StreamError(f"stream {self.key} from {self.source!r} has nothing more to read")
             try:
-                cdu = await self.pipe.receive()
+                cdu = await pipe.receive()
             except (BrokenResourceError, ClosedResourceError, EOFError) as exc:
                 if self._error is not None:
                     raise self._error from exc

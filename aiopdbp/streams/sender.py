@@ -115,7 +115,7 @@ def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
     if isinstance(chunk, str):
         raise TypeError(f"a str cannot be streamed (chunk {k} of the stream): encode it to bytes "
                         "first, e.g. text.encode()")
-    if is_device_array(chunk):
+    if type(chunk) is not np.ndarray and is_device_array(chunk):  # a plain ndarray is host data
         raise TypeError(f"chunk {k} is a device array: send_stream() takes a device array whole, "
                         "not inside an iterable (send each one with its own send_stream())")
     if is_array(chunk):
@@ -147,6 +147,14 @@ def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
 
 
 _NO_CHUNK = object()
+
+
+def _borrowed(source: Any) -> bool:
+    """Whether a buffer source may change after ``send_stream`` returns (as
+    :func:`~aiopdbp.streams.receiver.describe` says, without its meta)."""
+    if type(source) is np.ndarray:
+        return bool(source.flags.writeable)
+    return describe(source, 0).borrowed
 
 
 class Staged:
@@ -218,10 +226,11 @@ class HostSource:
                 if not isinstance(source, (AsyncIterable, Iterable)) or isinstance(source, _UNORDERED):
                     raise TypeError(f"send_stream cannot stream {_a(source)}: {_ACCEPTED}") from None
         self._is_buffer = is_buffer
+        self._chunks: AsyncGenerator[Any, None] | None
         if is_buffer:
             self.meta = self._first_meta = check_chunk(source, None, 0)
-            self.meta.borrowed = describe(source, 0).borrowed
-            self._chunks = _chunks([source])
+            self.meta.borrowed = _borrowed(source)
+            self._chunks = None  # made when segments() needs it: a short stream never does
             self._buffer = source
         else:
             self._chunks = _chunks(source)
@@ -233,13 +242,14 @@ class HostSource:
 
         Cancellation: the source is closed.
         """
-        if self._is_buffer:
+        chunks = self._chunks
+        if chunks is None:
             return
         try:
-            self._first = first = await anext(self._chunks, _NO_CHUNK)
+            self._first = first = await anext(chunks, _NO_CHUNK)
             fm = self._first_meta = check_chunk(first, None, 0) if first is not _NO_CHUNK else StreamMeta()
         except BaseException:
-            await self._chunks.aclose()
+            await chunks.aclose()
             raise
         self.meta = StreamMeta(fm.kind, None, fm.dtype, (None, *fm.shape[1:]) if fm.shape else (), borrowed=True)
 
@@ -248,7 +258,8 @@ class HostSource:
 
         Cancellation: the iterator may be left unclosed.
         """
-        await self._chunks.aclose()
+        if self._chunks is not None:
+            await self._chunks.aclose()
 
     def single(self) -> Any | None:
         """The whole stream as its one segment when it is a buffer of at most
@@ -257,10 +268,21 @@ class HostSource:
         nbytes = self.meta.nbytes
         if not self._is_buffer or nbytes is None or not 0 < nbytes <= min(EAGER_LIMIT, self._segment_size):
             return None
-        segs = list(cut(self._buffer, self._segment_size))
-        return segs[0] if len(segs) == 1 else None
+        buf = self._buffer
+        if is_array(buf):
+            # the OPEN's record carries its dtype and shape: a 0-d array
+            # (shape ()) goes the segment way, whose OPEN announces the shape
+            if buf.ndim == 0 or not isinstance(buf, np.ndarray):
+                return None
+            return buf if buf.flags.c_contiguous else np.ascontiguousarray(buf)
+        mv = memoryview(buf)  # one segment: what cut() would give, without the generator
+        if mv.ndim != 1 or mv.format not in ("B", "b", "c"):
+            mv = mv.cast("B") if mv.c_contiguous else memoryview(mv.tobytes())
+        return mv
 
     async def segments(self, out: OutgoingStream) -> AsyncGenerator[Any, None]:
+        if self._chunks is None:
+            self._chunks = _chunks([self._buffer])
         chunks, size, k = self._chunks, self._segment_size, 0
         async with contextlib.aclosing(chunks):  # no generator left to the GC
             pending = self._first
@@ -292,33 +314,23 @@ async def run_sender(streams: StreamTable, sender: int, pid: int, meta: StreamMe
     Cancellation: the receiver's stream is aborted; the binding is undone.
     """
     try:
-        try:
-            async with asyncio.timeout(timeout):
-                out = await streams.open_outgoing(sender, pid, meta, timeout, eager=source.single())
-        except TimeoutError:
-            raise TimeoutError(f"{what} could not be opened within {timeout} s") from None
+        if timeout is None:  # no timeout context to enter and leave: short streams feel it
+            out = await streams.open_outgoing(sender, pid, meta, timeout, eager=source.single())
+        else:
+            try:
+                async with asyncio.timeout(timeout):
+                    out = await streams.open_outgoing(sender, pid, meta, timeout, eager=source.single())
+            except TimeoutError:
+                raise TimeoutError(f"{what} could not be opened within {timeout} s") from None
     except BaseException:
         await source.aclose()
         raise
     try:
-        async with asyncio.timeout(timeout):
-            await out.routed
-            if out.carried:
-                # The OPEN carried the one segment and the END; the protocol
-                # heard both when it was routed (OutgoingStream.opened).
-                await source.aclose()
-            else:
-                segments = source.segments(out)
-                async with contextlib.aclosing(segments):
-                    async for seg in segments:
-                        if type(seg) is Staged:
-                            out.staged(seg.nbytes)
-                            continue
-                        await out.reserve()
-                        out.emit_segment(seg)
-                await out.reserve()
-                out.emit_end()
-            await out.done
+        if timeout is None:
+            await _transfer(out, source)
+        else:
+            async with asyncio.timeout(timeout):
+                await _transfer(out, source)
         return out.proto.nbytes
     except BaseException as exc:
         out.cancel(exc)
@@ -327,6 +339,28 @@ async def run_sender(streams: StreamTable, sender: int, pid: int, meta: StreamMe
         raise
     finally:
         streams.close_outgoing(out)
+
+
+async def _transfer(out: OutgoingStream, source: ChunkSource) -> None:
+    """The body of :func:`run_sender` once the stream is open: its segments
+    under the protocol, the END, and the wait for the receiver's DONE."""
+    await out.routed
+    if out.carried:
+        # The OPEN carried the one segment and the END; the protocol
+        # heard both when it was routed (OutgoingStream.opened).
+        await source.aclose()
+    else:
+        segments = source.segments(out)
+        async with contextlib.aclosing(segments):
+            async for seg in segments:
+                if type(seg) is Staged:
+                    out.staged(seg.nbytes)
+                    continue
+                await out.reserve()
+                out.emit_segment(seg)
+        await out.reserve()
+        out.emit_end()
+    await out.done
 
 
 async def send_stream(streams: StreamTable, sender: int, resolve: Callable[[str, float | None], Awaitable[int]],
@@ -341,7 +375,8 @@ async def send_stream(streams: StreamTable, sender: int, resolve: Callable[[str,
     if segment_size < 1:
         raise ValueError("segment_size must be >= 1")
     src = HostSource(source, segment_size)
-    await src.start()
+    if src._chunks is not None:  # an iterable: its first chunk fixes the meta
+        await src.start()
     src.meta.com = com
     try:
         pid = await resolve(dest, timeout)

@@ -22,9 +22,15 @@ table and the stream objects feed with what arrives:
   binds PipeB (the receiving host's MTA row: the receiver decides it) and
   creates the incoming stream and hands it to the receiving GP (through the
   router, which parks it if the GP is not bound yet); segments, END and
-  ABORT go to the stream's PipeB.  An OPEN may carry a short stream's one
-  segment and its END (``open_outgoing(eager=...)``): they go to PipeB at
-  once, as if they had come in their own CDUs.  A CDU of a stream nobody
+  ABORT go to the stream's PipeB.  An OPEN may carry a short stream whole
+  (``open_outgoing(eager=...)``: one segment of at most
+  :data:`~aiopdbp.streams.receiver.EAGER_LIMIT` bytes, then its END): its
+  record is then the segment itself, ``segno`` :data:`EAGER_OPEN`, and the
+  meta is the record's (:func:`eager_meta`: no msgpack).  Such a stream binds
+  neither PipeA nor PipeB -- nothing of it follows the OPEN but, from a
+  sender cancelled after routing it, an ABORT that changes nothing -- and
+  the receiving GP's read feeds the segment and the END to the protocol
+  (:meth:`IncomingStream.arrived_whole`), as PipeB would have.  A CDU of a stream nobody
   here knows is a ``ProtocolError`` of the protocol's :class:`Registry`
   (counted as ``stream_cdus_dropped``); one of a stream given up here is late
   and dropped quietly.
@@ -68,7 +74,8 @@ from aiopdbp.hosts.tables import StreamEntry, Tables
 
 log = logging.getLogger("aiopdbp.streams.table")
 
-__all__ = ["OutgoingStream", "StreamDevices", "StreamPeers", "StreamTable", "pack_meta", "unpack_meta"]
+__all__ = ["EAGER_OPEN", "OutgoingStream", "StreamDevices", "StreamPeers", "StreamTable", "eager_meta", "pack_meta",
+           "unpack_meta"]
 
 
 class StreamPeers(Protocol):
@@ -87,37 +94,40 @@ class StreamDevices(Protocol):
     def break_host(self, host: int, exc: BaseException) -> None: ...
 
 
-def pack_meta(meta: StreamMeta, eager: Any = None) -> bytes:
-    """The OPEN's payload: the stream's meta, for the wire, and the bytes of
-    ``eager``, the stream's one segment when the OPEN carries it with its END."""
-    d = meta.to_wire()
-    if eager is not None:
-        d["eager"] = memoryview(eager).cast("B") if not isinstance(eager, bytes) else eager
-    return msgpack.packb(d)  # type: ignore[no-any-return]
+#: ``segno`` of an OPEN that carries the whole stream (its one segment, then its END)
+EAGER_OPEN = 1
+
+
+def pack_meta(meta: StreamMeta) -> bytes:
+    """The OPEN's payload: the stream's meta, for the wire."""
+    return msgpack.packb(meta.to_wire())  # type: ignore[no-any-return]
 
 
 def unpack_meta(data: Any) -> StreamMeta:
-    """The stream meta of an OPEN (its carried segment, if any, in ``extra["eager"]``)."""
+    """The stream meta of an OPEN."""
     try:
-        d = msgpack.unpackb(bytes(data), raw=False)
-        eager = d.pop("eager", None)
-        meta = StreamMeta.from_wire(d)
+        return StreamMeta.from_wire(msgpack.unpackb(bytes(data), raw=False))
     except Exception as exc:
         raise ProtocolError(f"bad stream OPEN meta: {exc}") from exc
-    if eager is not None:
-        if not isinstance(eager, bytes) or (isinstance(meta.nbytes, int) and
-                                            meta.nbytes is not None and len(eager) != meta.nbytes):
-            raise ProtocolError("a stream OPEN carries a segment that is not its whole data")
-        meta.extra["eager"] = eager
-    return meta
 
 
-def _eager_segment(meta: StreamMeta, eager: bytes) -> Any:
-    """The carried segment as a link would have delivered it (a writable copy)."""
-    flat = np.frombuffer(eager, dtype=np.uint8).copy()
-    if meta.kind == "ndarray" and meta.dtype:
-        return flat.view(np.dtype(meta.dtype)).reshape(meta.shape)
-    return flat.data
+def eager_meta(cdu: CDU) -> StreamMeta:
+    """The meta of an OPEN that carries its whole stream (``segno``
+    :data:`EAGER_OPEN`): its record is the meta -- an array payload gives an
+    array stream of its dtype and shape, a bytes payload a bytes stream; the
+    sender's credit window is the record's ``id``."""
+    data = cdu.data
+    window = cdu.id
+    if type(window) is not int or not 0 < window <= 0xFFFFFFFF:
+        raise ProtocolError(f"a stream OPEN announces a credit window of {window!r}")
+    if isinstance(data, np.ndarray):
+        if data.ndim == 0 or not data.nbytes:
+            raise ProtocolError("a stream OPEN carries an empty or 0-d array as its whole data")
+        return StreamMeta("ndarray", int(data.nbytes), data.dtype.str, tuple(data.shape), cdu.com,
+                          window=window)
+    if isinstance(data, (bytes, memoryview)) and len(data):
+        return StreamMeta("bytes", memoryview(data).nbytes, com=cdu.com, window=window)
+    raise ProtocolError(f"a stream OPEN carries {type(data).__name__} as its whole data")
 
 
 class OutgoingStream:
@@ -131,10 +141,10 @@ class OutgoingStream:
     backpressure.
     """
 
-    __slots__ = ("key", "dest_pid", "pipe_a", "target", "done", "broken", "incoming", "routed",
+    __slots__ = ("key", "dest_pid", "pipe_a", "abort", "target", "done", "broken", "incoming", "routed",
                  "proto", "_credit_waiter", "host", "_waits", "_names", "_head", "carried")
 
-    def __init__(self, key: tuple[int, int], dest_pid: int, pipe_a: Pipe[Any], target: Target,
+    def __init__(self, key: tuple[int, int], dest_pid: int, pipe_a: Pipe[Any] | None, target: Target,
                  incoming: IncomingStream | None, host: int, *, window: int | None = None,
                  src_pid: int = 0, com: int = 0, rank: int = 0, waits: Waits | None = None,
                  names: tuple[str, str] = ("?", "?")) -> None:
@@ -143,7 +153,10 @@ class OutgoingStream:
         self._names = names                 # (sending GP, receiving GP)
         self.key = key
         self.dest_pid = dest_pid
+        # PipeA; None for a stream whose OPEN carries it whole (nothing else
+        # of it goes but an ABORT, held in ``abort`` for close_outgoing)
         self.pipe_a = pipe_a
+        self.abort: CDU | None = None
         self.target = target
         self.host = host                    # the receiver's host
         self.done: asyncio.Future[None] = loop.create_future()
@@ -190,7 +203,7 @@ class OutgoingStream:
     def emit_segment(self, seg: Any) -> None:
         """Put the next segment (after :meth:`reserve`) into PipeA."""
         act = self.proto.handle(sp.SendSegment(int(seg.nbytes)))[0]
-        self.pipe_a.force_put(self._cdu(seg, act.segno))  # type: ignore[attr-defined]
+        self._pipe_a().force_put(self._cdu(seg, act.segno))  # type: ignore[attr-defined]
 
     def staged(self, nbytes: int) -> None:
         """The next segment went outside the stream's CDUs (device staging)."""
@@ -199,7 +212,7 @@ class OutgoingStream:
     def emit_end(self) -> None:
         """Put the END (after :meth:`reserve`) into PipeA."""
         act = self.proto.handle(sp.End())[0]
-        self.pipe_a.force_put(self._cdu(act.nbytes.to_bytes(8, "little"), act.nseg,  # type: ignore[attr-defined]
+        self._pipe_a().force_put(self._cdu(act.nbytes.to_bytes(8, "little"), act.nseg,  # type: ignore[attr-defined]
                                     StreamOp.END))
 
     def cancel(self, exc: BaseException) -> None:
@@ -210,7 +223,16 @@ class OutgoingStream:
         why = "sender cancelled" if isinstance(exc, asyncio.CancelledError) else \
             f"sender failed: {type(exc).__name__}: {exc}"
         act = self.proto.handle(sp.Cancel(why))[0]
-        self.pipe_a.force_put(self._cdu(why.encode(), act.segno, StreamOp.ABORT))  # type: ignore[attr-defined]
+        item = self._cdu(why.encode(), act.segno, StreamOp.ABORT)  # type: ignore[attr-defined]
+        if self.pipe_a is not None:
+            self.pipe_a.force_put(item)
+        else:
+            self.abort = item[2]
+
+    def _pipe_a(self) -> Pipe[Any]:
+        if self.pipe_a is None:  # a stream carried whole by its OPEN emits no segment or END
+            raise ProtocolError(f"stream {self.key} was carried whole by its OPEN")
+        return self.pipe_a
 
     def delivered(self) -> None:
         """The receiver took the whole stream."""
@@ -364,38 +386,56 @@ class StreamTable:
         entry = self.tables.process(pid)
         sno = next(self._snos)
         key = (self.rank, sno)
-        pipe_a = await self.cps.apply()
+        whole = eager is not None and entry.node != self.rank and not meta.extra
+        pipe_a: Pipe[Any] | None = None
+        if not whole:  # a stream carried whole by its OPEN sends nothing through PipeA
+            try:  # the awaits below only when they must wait: a short stream feels each one
+                pipe_a = self.cps.apply_nowait()
+            except NoPipeError:
+                pipe_a = await self.cps.apply()
         incoming: IncomingStream | None = None
         out: OutgoingStream | None = None
         try:
-            self.mta[key] = StreamEntry(pid, src_pid, sno, self.rank, pipe_a.pipe_id, -1)
-            tgt = await self.router.target(pid, timeout)
+            self.mta[key] = StreamEntry(pid, src_pid, sno, self.rank, -1 if pipe_a is None else pipe_a.pipe_id, -1)
+            tgt = self.router.targets.get(pid) or await self.router.target(pid, timeout)
             if entry.node == self.rank:
-                incoming = self._new_incoming(key, src_pid, pid, meta, await self.pps.apply())
-                target: Target = incoming.pipe
+                pipe_b = await self.pps.apply()
+                incoming = self._new_incoming(key, src_pid, pid, meta, pipe_b)
+                target: Target = pipe_b
                 open_item: Any = incoming
             else:
                 target = tgt
                 meta.window = self.window
-                open_item = CDU(Kind.STREAM, src_pid, (pid,), pack_meta(meta, eager), meta.com, 0, sno, 0,
-                                self.rank, (), StreamOp.OPEN)
+                if whole:
+                    # The whole stream in its OPEN: the record is the meta
+                    # (the payload's kind, dtype and shape; the window in id)
+                    open_item = CDU(Kind.STREAM, src_pid, (pid,), eager, meta.com, self.window, sno,
+                                    EAGER_OPEN, self.rank, (), StreamOp.OPEN)
+                else:
+                    open_item = CDU(Kind.STREAM, src_pid, (pid,), pack_meta(meta), meta.com, 0, sno, 0,
+                                    self.rank, (), StreamOp.OPEN)
             out = OutgoingStream(key, pid, pipe_a, target, incoming, entry.node,
                                  window=self.window if incoming is None else None, src_pid=src_pid,
                                  com=meta.com, rank=self.rank, waits=self.router.waits,
                                  names=(self.tables.name_of(src_pid), entry.name))
-            if incoming is None and eager is not None:
+            if whole:
                 out.carried = int(memoryview(eager).nbytes)
             self._out[key] = out
-            await self.router.reserve(tgt, pid, CREDIT_OVERHEAD, timeout, f"GP {entry.name!r}",
-                                      self.tables.name_of(src_pid))
-            self._watch(pipe_a)
+            try:
+                tgt.reserve_nowait(pid, CREDIT_OVERHEAD)
+            except WouldBlock:
+                await self.router.reserve(tgt, pid, CREDIT_OVERHEAD, timeout, f"GP {entry.name!r}",
+                                          self.tables.name_of(src_pid))
+            if pipe_a is not None:
+                self._watch(pipe_a)
             self._submit(_OpenRoute(tgt, out), pid, open_item)
             return out
         except BaseException:
             if incoming is not None:
                 self.incoming_closed(incoming, "the sender failed to open the stream", False)
             self._out.pop(key, None)
-            self.cps.release(pipe_a)
+            if pipe_a is not None:
+                self.cps.release(pipe_a)
             self.mta.pop(key, None)
             raise
 
@@ -404,10 +444,13 @@ class StreamTable:
         if self._out.get(out.key) is not out:
             return
         # Route what is still in PipeA (an ABORT among it) before forgetting it.
-        for target, pid, item in out.pipe_a.drain_nowait():
-            target.put_to(pid, item)
+        if out.pipe_a is not None:
+            for target, pid, item in out.pipe_a.drain_nowait():
+                target.put_to(pid, item)
+            self.cps.release(out.pipe_a)
+        elif out.abort is not None:  # behind the OPEN, which may still queue in the PipeManager
+            self._submit(out.target, 0, out.abort)
         del self._out[out.key]
-        self.cps.release(out.pipe_a)
         self.mta.pop(out.key, None)
 
     def done(self, key: tuple[int, int], error: str | None, origin: int) -> None:
@@ -431,19 +474,23 @@ class StreamTable:
 
     # ------------------------------------------------------------- receiving
     def _new_incoming(self, key: tuple[int, int], src_pid: int, dest_pid: int,
-                      meta: StreamMeta, pipe_b: Pipe[Any] | None = None) -> IncomingStream:
-        if pipe_b is None:
+                      meta: StreamMeta, pipe_b: Pipe[Any] | None = None, whole: bool = False) -> IncomingStream:
+        """The receiving end of stream ``key``; ``whole``: its OPEN carried
+        all of it, so it needs no PipeB (nothing more comes)."""
+        window = max(self.window, meta.window)
+        if pipe_b is None and not whole:
             pipe_b = self.pps.apply_nowait()
-        pipe_b.capacity = max(self.window, meta.window)
+        if pipe_b is not None:
+            pipe_b.capacity = window
         cls = IncomingStream if self.device is None else self.device.stream_class(meta, dest_pid)
-        stream = cls(self, key, self.tables.name_of(src_pid), pipe_b, max(self.window, meta.window),
-                     src_pid, dest_pid, meta)
+        stream = cls(self, key, self.tables.name_of(src_pid), pipe_b, window, src_pid, dest_pid, meta)
         self._in.add(key, stream)
+        pipe_id = -1 if pipe_b is None else pipe_b.pipe_id
         row = self.mta.get(key)
         if row is not None:       # a local stream: one row, both ends
-            row.pipe_b = pipe_b.pipe_id
+            row.pipe_b = pipe_id
         else:
-            self.mta[key] = StreamEntry(dest_pid, src_pid, key[1], key[0], -1, pipe_b.pipe_id)
+            self.mta[key] = StreamEntry(dest_pid, src_pid, key[1], key[0], -1, pipe_id)
         return stream
 
     def place(self, host: int, cdu: CDU) -> None:
@@ -455,21 +502,18 @@ class StreamTable:
                 return
             dest = cdu.dest_ps[0]
             meta: StreamMeta | None = None
+            whole = cdu.segno == EAGER_OPEN
             try:
-                meta = unpack_meta(cdu.data)
-                stream = self._new_incoming(key, cdu.source_p, dest, meta)
+                meta = eager_meta(cdu) if whole else unpack_meta(cdu.data)
+                stream = self._new_incoming(key, cdu.source_p, dest, meta, whole=whole)
             except (NoPipeError, ProtocolError) as exc:
                 if meta is not None and meta.kind == "device" and self.device is not None:
                     self.device.refuse_incoming(host, key, meta)  # still takes the chunks sent
                 if self.peers is not None:
                     self.peers.send_done(key[0], key, f"cannot receive the stream: {exc}")
                 return
-            eager = meta.extra.pop("eager", None)
-            if eager is not None and meta.kind != "device":  # the OPEN carried the whole stream
-                stream.pipe.force_put(CDU(Kind.STREAM, cdu.source_p, (dest,), _eager_segment(meta, eager),
-                                          meta.com, 0, key[1], 0, key[0]))
-                stream.pipe.force_put(CDU(Kind.STREAM, cdu.source_p, (dest,), len(eager).to_bytes(8, "little"),
-                                          meta.com, 0, key[1], 1, key[0], (), StreamOp.END))
+            if whole:  # the OPEN carried the whole stream: its segment and END arrived with it
+                stream.arrived_whole(cdu.data)
             if meta.kind == "device" and self.device is not None and self.device.start_incoming(host, stream):
                 return  # a device message: delivered as a Message once it is complete
             if not self.router.deliver_remote(host, dest, [stream], CREDIT_OVERHEAD):
@@ -485,7 +529,10 @@ class StreamTable:
             if op is StreamOp.END or op is StreamOp.ABORT:
                 self._in.settle(key)
             return
-        found.pipe.force_put(cdu)  # the stream's credit window bounds what comes
+        if found.pipe is not None:
+            found.pipe.force_put(cdu)  # the stream's credit window bounds what comes
+        # else its OPEN carried it whole, END included: only the ABORT of a
+        # sender cancelled after routing the OPEN can follow, and changes nothing
 
     # StreamOwner: what an IncomingStream tells its table
     def incoming_closed(self, stream: IncomingStream, error: str | None, notify: bool) -> None:
@@ -493,8 +540,10 @@ class StreamTable:
         if self._in.live.get(stream.key) is not stream:
             return
         sender = stream.key[0]
-        # a remote stream given up here: drop what is still on its way
-        self._in.remove(stream.key, given_up=sender != self.rank and
+        # a remote stream given up here: drop what is still on its way (a
+        # stream that arrived whole has nothing on its way whose END or ABORT
+        # would settle the key: remembering it would keep it forever)
+        self._in.remove(stream.key, given_up=sender != self.rank and stream.pipe is not None and
                         stream.state not in (StreamState.DONE, StreamState.ABORTED))
         if sender != self.rank:
             self.mta.pop(stream.key, None)
@@ -502,7 +551,8 @@ class StreamTable:
                 self.peers.send_done(sender, stream.key, error)
         elif notify:
             self.done(stream.key, error, self.rank)
-        self.pps.release(stream.pipe)
+        if stream.pipe is not None:
+            self.pps.release(stream.pipe)
 
     def give_credit(self, stream: IncomingStream, segments: int) -> None:
         if stream.key[0] != self.rank and self.peers is not None:

@@ -82,6 +82,7 @@ from aiopdbp.wire.control import (
     StopMsg,
     StreamCreditMsg,
     StreamDoneMsg,
+    StreamDonesMsg,
     TableAckMsg,
     TableMsg,
     TableReqMsg,
@@ -102,7 +103,7 @@ __all__ = [
     # typed control messages (aiopdbp.wire.control)
     "AAPMsg", "APipeMsg", "ARMsg", "ByeMsg", "CancelMsg", "ControlHandler", "CreditAskMsg",
     "CreditMsg", "CtrlMsg", "DeadlockMsg", "HInfoMsg", "MBInfoMsg", "RegMsg", "ReleaseMsg",
-    "StallMsg", "StopAckMsg", "StopMsg", "StreamCreditMsg", "StreamDoneMsg", "TableAckMsg",
+    "StallMsg", "StopAckMsg", "StopMsg", "StreamCreditMsg", "StreamDoneMsg", "StreamDonesMsg", "TableAckMsg",
     "TableMsg", "TableReqMsg", "decode_control",
     # what a GP receives (aiopdbp.wire.message)
     "CREDIT_OVERHEAD", "Message", "credit_cost",

@@ -27,7 +27,7 @@ and the runtime's own: ``TableMsg`` (one ordered table update, broadcast by
 rank 0), ``TableReqMsg``/``TableAckMsg`` (any other table update, and the ones a host asks for without waiting),
 ``CreditMsg`` and ``CreditAskMsg`` (per-destination flow control), ``StallMsg``
 and ``DeadlockMsg`` (:mod:`aiopdbp.stall`), ``StreamDoneMsg``,
-``StreamCreditMsg``, ``ByeMsg``, ``StopMsg`` and ``StopAckMsg``.
+``StreamDonesMsg``, ``StreamCreditMsg``, ``ByeMsg``, ``StopMsg`` and ``StopAckMsg``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ __all__ = [
     "AAPMsg", "APipeMsg", "ARMsg", "ByeMsg", "CancelMsg", "ControlHandler", "CreditAskMsg", "CreditMsg",
     "CtrlMsg", "DeadlockMsg", "StallMsg",
     "HInfoMsg", "MBInfoMsg", "RegMsg", "ReleaseMsg", "StopAckMsg", "StopMsg", "StreamCreditMsg",
-    "StreamDoneMsg", "TableAckMsg", "TableMsg", "TableReqMsg", "decode_control",
+    "StreamDoneMsg", "StreamDonesMsg", "TableAckMsg", "TableMsg", "TableReqMsg", "decode_control",
 ]
 
 
@@ -67,6 +67,7 @@ class ControlHandler(Protocol):
     def on_deadlock(self, src: int, msg: DeadlockMsg) -> None: ...
     def on_stream_done(self, src: int, msg: StreamDoneMsg) -> None: ...
     def on_stream_credit(self, src: int, msg: StreamCreditMsg) -> None: ...
+    def on_stream_dones(self, src: int, msg: StreamDonesMsg) -> None: ...
     def on_bye(self, src: int, msg: ByeMsg) -> None: ...
     def on_stop(self, src: int, msg: StopMsg) -> None: ...
     def on_stop_ack(self, src: int, msg: StopAckMsg) -> None: ...
@@ -379,6 +380,26 @@ class StreamCreditMsg(CtrlMsg):
         if body["segments"] <= 0:
             raise ProtocolError("STREAM_CREDIT segments must be positive")
         return cls(body["node"], body["sno"], body["segments"])
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamDonesMsg(CtrlMsg):
+    """Streams ``(node, sno)``, one per ``sno`` of ``snos``: their receivers
+    took them whole.  The DONEs of one loop iteration to one host travel in
+    one message (a failed stream's DONE is a :class:`StreamDoneMsg` of its own)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.STREAM_DONES
+    HANDLER: ClassVar[str] = "on_stream_dones"
+    node: int
+    snos: list[int]
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
+        snos = body["snos"]
+        if not snos or any(type(s) is not int for s in snos):
+            raise ProtocolError("STREAM_DONES snos must be a non-empty list of ints")
+        return cls(body["node"], list(snos))
 
 
 @_register

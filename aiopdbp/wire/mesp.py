@@ -110,6 +110,7 @@ class MsgType(enum.IntEnum):
     CREDIT_ASK = 0x22     # a sender is parked for credit towards these GPs
     STALL = 0x23          # a rank's stale waits, to rank 0 (aiopdbp.stall)
     DEADLOCK = 0x24       # rank 0 found a cycle of waits: fail them
+    STREAM_DONES = 0x25   # many streams' receivers took them whole (one message per loop iteration)
     # DMP, data channel (paper section 4.3)
     UDATA = 0x10
     LOCAL = 0x11
@@ -188,6 +189,7 @@ CONTROL_SCHEMAS: dict[MsgType, dict[str, type | tuple[type, ...]]] = {
     MsgType.ERROR: {"kind": str, "rank": int, "signal": int, "message": str, "gp": str},
     MsgType.STREAM_DONE: {"node": int, "sno": int, "ok": bool, "error": str},
     MsgType.STREAM_CREDIT: {"node": int, "sno": int, "segments": int},
+    MsgType.STREAM_DONES: {"node": int, "snos": list},
     MsgType.STOP_ACK: {"rank": int},
     MsgType.TABLE_REQ: {"req": int, "op": str, "args": list},
     MsgType.TABLE_ACK: {"req": int, "ok": bool, "error": str},
