@@ -388,7 +388,9 @@ class GP:
 
         Cancellation: a cancelled (or failing) sender sends an ABORT, so the
         receiver's stream ends with ``StreamError``; the binding is undone and
-        the pipes return to their pools.
+        the pipes return to their pools.  A stream that had left whole (one
+        buffer of at most 64 KiB travels in its OPEN) is read in full by the
+        receiver: only the wait for its delivery is cancelled.
         """
         self._check()
         _check_com(com)
