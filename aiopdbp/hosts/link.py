@@ -134,7 +134,7 @@ from aiopdbp.transport.base import Channel, Transport
 
 log = logging.getLogger("aiopdbp.hosts.link")
 
-__all__ = ["HostLink", "LinkStats"]
+__all__ = ["HostLink", "LinkStats", "OwnedSend"]
 
 _BPS = int(MsgType.BPS)
 _BP = int(MsgType.BP)
@@ -179,6 +179,18 @@ class _Waiter:
     def __init__(self, fut: asyncio.Future[None], nbytes: int) -> None:
         self.fut = fut
         self.nbytes = nbytes
+
+
+class OwnedSend:
+    """A message whose large payload is the *caller's* buffer, not a copy
+    (``await gp.send(big)``, see "Large payloads"): ``done`` completes once
+    the buffer may be reused -- or with the link's error."""
+
+    __slots__ = ("msg", "done")
+
+    def __init__(self, msg: Message, done: asyncio.Future[None]) -> None:
+        self.msg = msg
+        self.done = done
 
 
 class _Block:
@@ -228,6 +240,9 @@ class HostLink:
         self.sent_msgs = 0          # data messages posted (the BYE count)
         self._cdus = self._lone = self._blocks = self._splits = self._bytes = 0
         self._credit_waits = self._fallbacks = 0
+        self._bulk_tags = transport.bulk_tags   # 0: payloads follow their header on the data channel
+        self._bulk_seq = 0                      # the next split frame's number (its bulk tag)
+        self._owned: set[asyncio.Future[None]] = set()  # OwnedSend waits not done yet
 
     # --------------------------------------------------------------- credit
     # One admission rule (see the module docstring, "Credit"): ``_admit`` is
@@ -364,6 +379,9 @@ class HostLink:
                     waiter.fut.exception()
         self._queues.clear()
         self._progress_at.clear()
+        owned, self._owned = self._owned, set()
+        for done in owned:  # the payload may never complete now (MPI keeps the buffer)
+            _fail(done, exc)
 
     def waits(self) -> list[tuple[int, int, int, float]]:
         """What is parked now: ``(pid, senders, bytes the head needs, time of
@@ -382,9 +400,15 @@ class HostLink:
         a :class:`Message` for GP ``pid``, or a CDU (streams, multicast).
         False when it was dropped (the host is gone)."""
         if self.error is not None:
+            if type(item) is OwnedSend:
+                _fail(item.done, self.error)
             return False  # the sender was told, or will be, by reserve
         self._cdus += 1
         if type(item) is not Message:
+            if type(item) is OwnedSend:
+                msg = item.msg
+                self._put_cdu(CDU(msg[1], msg[4], (pid,), msg[3], msg[2]), item.done)
+                return True
             self._put_cdu(item)
             return True
         if self._put_short(pid, item):
@@ -452,14 +476,18 @@ class HostLink:
         self._flush_scheduled = False
         self._flush()
 
-    def _put_cdu(self, cdu: CDU) -> None:
+    def owns(self, nbytes: int) -> bool:
+        """Whether a payload of ``nbytes`` travels from the caller's buffer
+        (see "Large payloads"): an :class:`OwnedSend` of it need not be a copy."""
+        return nbytes >= self._large
+
+    def _put_cdu(self, cdu: CDU, done: asyncio.Future[None] | None = None) -> None:
         data = cdu.data
         if data is not None and _large_enough(data, self._large):
-            self._flush()
-            head, payload = encode_split(cdu)
-            self._splits += 1
-            self._post([head, payload], len(head) + memoryview(payload).nbytes, None)
+            self._put_split(cdu, done)
             return
+        if done is not None:  # not large after all (an owner's mistake): it is copied below
+            _resolve(done)
         if self._begin():
             parts = encode_cdu(cdu, allow_pickle=self._allow_pickle)
             frame = b"".join(parts) if len(parts) > 1 else bytes(parts[0])
@@ -486,6 +514,45 @@ class HostLink:
             pos += k
         blk.pos = pos
         blk.count += 1
+
+    def _put_split(self, cdu: CDU, done: asyncio.Future[None] | None) -> None:
+        """A large payload: its header on the data channel, the payload as
+        one MPI message straight from ``cdu.data`` (see "Large payloads");
+        ``done`` (an owned send) completes when the payload may be reused."""
+        self._flush()
+        head, payload = encode_split(cdu)
+        self._splits += 1
+        nbytes = memoryview(payload).nbytes
+        if not self._bulk_tags:  # header and payload, in order on the data channel
+            if done is not None and (self._units or self._inflight >= self._max_inflight):
+                payload = bytes(payload)  # it would wait behind other sends: a copy
+            fut = self._post([head, payload], len(head) + nbytes, None)
+        else:
+            tag = self._bulk_seq
+            self._bulk_seq = (tag + 1) % self._bulk_tags
+            self._post([head], len(head), None)
+            self._bytes += nbytes
+            try:
+                fut = self._transport.post_bulk(self.host, tag, payload)
+            except Exception as exc:  # the transport is closed or broken
+                self.fail(exc)
+                fut = None
+        if done is None:
+            return
+        if self.error is not None:
+            _fail(done, self.error)
+        elif fut is None:
+            _resolve(done)
+        else:
+            self._owned.add(done)
+            fut.add_done_callback(functools.partial(self._owned_sent, done))
+
+    def _owned_sent(self, done: asyncio.Future[None], fut: asyncio.Future[None]) -> None:
+        self._owned.discard(done)
+        if fut.cancelled() or fut.exception() is None:
+            _resolve(done)
+        else:
+            _fail(done, fut.exception())  # type: ignore[arg-type]
 
     def _new_block(self, kind: int) -> _Block:
         self._flush()
@@ -520,16 +587,17 @@ class HostLink:
         self._post([taken.data], blk.pos, taken)
 
     # ------------------------------------------------------------ sending
-    def _post(self, blocks: list[Any], nbytes: int, slot: Slot | None) -> None:
+    def _post(self, blocks: list[Any], nbytes: int, slot: Slot | None) -> asyncio.Future[None] | None:
         """Send ``blocks`` (``nbytes`` in all) now, or after the sends in
         flight when ``max_inflight`` are; ``slot`` returns to the pool once
-        the send has completed."""
+        the send has completed.  The transport's future when it was posted
+        now and has not completed (None otherwise)."""
         if self._units or self._inflight >= self._max_inflight:
             self._units.append((blocks, nbytes, slot))
-        else:
-            self._send(blocks, nbytes, slot)
+            return None
+        return self._send(blocks, nbytes, slot)
 
-    def _send(self, blocks: list[Any], nbytes: int, slot: Slot | None) -> None:
+    def _send(self, blocks: list[Any], nbytes: int, slot: Slot | None) -> asyncio.Future[None] | None:
         self.sent_msgs += len(blocks)
         self._bytes += nbytes
         try:
@@ -537,13 +605,14 @@ class HostLink:
         except Exception as exc:  # the transport is closed or broken
             self._release(slot)
             self.fail(exc)
-            return
+            return None
         if fut is None:
             if slot is not None:
                 self._release(slot)
-            return
+            return None
         self._inflight += 1
         fut.add_done_callback(functools.partial(self._sent, slot))
+        return fut
 
     def _sent(self, slot: Slot | None, fut: asyncio.Future[None]) -> None:
         self._inflight -= 1
@@ -579,6 +648,17 @@ class HostLink:
                          len(self._credit), min(self._credit.values(), default=self.window),
                          self._fallbacks, sum(len(q) for q in self._queues.values()), self._asks,
                          sum(self.window - c for c in self._credit.values()))
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _fail(fut: asyncio.Future[None], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
+        fut.exception()  # retrieved: a cancelled owner must not log it
 
 
 def _large_enough(data: Any, large: int) -> bool:

@@ -193,6 +193,21 @@ class Transport(abc.ABC):
         default is a :class:`LoopPoller` (transports without a progress engine)."""
         return LoopPoller(poller).remove
 
+    #: bulk payload tags are 0 .. bulk_tags - 1 (0: no bulk payloads; large
+    #: payloads then follow their header on the data channel)
+    bulk_tags: int = 0
+
+    def post_bulk(self, dest: int, tag: int, buf: Buffer) -> asyncio.Future[None] | None:
+        """Post one large payload (zero copy) for host ``dest`` under ``tag``;
+        None when it completed at once, else a future (``buf`` reusable then)."""
+        raise NotImplementedError(f"the {self.name} transport has no bulk payloads")
+
+    def recv_bulk(self, source: int, tag: int, nbytes: int, out: Buffer | None,
+                  done: Callable[[Any], None]) -> None:
+        """Receive host ``source``'s payload ``tag`` into ``out`` (None: a
+        pooled buffer of ``nbytes``); ``done(buffer)`` once it landed."""
+        raise NotImplementedError(f"the {self.name} transport has no bulk payloads")
+
     #: raw tags are 0 .. raw_tag_limit - 1 (0: the transport has no raw messages)
     raw_tag_limit: int = 0
 
