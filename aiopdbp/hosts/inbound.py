@@ -18,8 +18,23 @@ Delivery goes up through two small doors handed in at construction:
 :class:`StreamSink` (the stream table: stream CDUs).  A malformed message
 fails its host (``fail_host``) with a :class:`~aiopdbp.errors.ProtocolError`.
 
+*Bulk payloads* (a transport with ``bulk_tags``: MPI).  The header half of
+a split frame (:func:`~aiopdbp.wire.codec.split_target` reads its payload
+size and destination GP) makes the inbound path post the receive of its
+payload -- tag: the frame's number from that host -- into the buffer it will
+be delivered in: the destination GP's own when it waits in
+:meth:`~aiopdbp.runtime.process.GP.recv_into` with an empty pipe and the
+payload fits (:class:`~aiopdbp.routing.router.Landings`), else a pooled,
+recycled one from the transport's receive cache.  Until it has landed, later
+data messages from that host wait behind it (per-source order); a later
+split header posts its own receive at once, so payloads land in parallel.
+The credit the sender reserved admitted these bytes (see
+:mod:`aiopdbp.hosts.link`, "Large payloads"), so the landing buffers are
+bounded by the credit windows.
+
 *Closing.*  Each host's BYE says how many data messages it sent;
-:meth:`Inbound.drained` tells when as many arrived from everyone.
+:meth:`Inbound.drained` tells when as many arrived from everyone (and every
+payload has landed).
 """
 
 from __future__ import annotations

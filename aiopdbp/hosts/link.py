@@ -20,7 +20,9 @@ that lives on host ``h``.  It does the paper's SBP work without a task:
   full or at the end of the iteration (``call_soon``): a burst becomes one
   MPI message per 64 KiB, whatever the number of senders.
 * **Large payloads** (``>= large``: stream segments, big messages) are not
-  copied: a split frame, its header and the caller's buffer as two messages.
+  copied: a split frame, its header on the data channel and the payload as
+  ONE more MPI message straight from the caller's buffer (see "Large
+  payloads" below).
 * **Sending.**  Up to ``max_inflight`` MPI sends per host are in flight; more
   wait in order and go as earlier ones complete (the progress engine's
   completion callback), so blocks of different hosts travel in parallel.
@@ -62,6 +64,47 @@ taken every item of ours that waits in its pipe (at once if it already has),
 and that grant answers the ask.  So while a sender is parked, every byte it
 is owed comes back once the destination has read what was sent: a healthy
 job sends at most one ask per grant, an idle one none.
+
+Large payloads: one MPI message, buffer ownership, admission
+------------------------------------------------------------
+(issue 18 item 3.)  A payload of ``large`` bytes or more (32 KiB,
+``RemoteConfig.large``; below it a copy into a coalesced block costs less
+than a message of its own) leaves as a *split frame*: the CDU header (~100
+bytes) as a data-channel message, then -- on a transport with bulk payloads
+(MPI: :meth:`~aiopdbp.transport.mpi.MPITransport.post_bulk`) -- the payload as
+one ``Isend`` on the bulk communicator, tagged with the frame's number
+towards this host.  The receiving host posts the matching ``Irecv`` when the
+header arrives, into the buffer the payload lands in for good (a pooled one,
+or the destination GP's own in ``recv_into``: :mod:`aiopdbp.hosts.inbound`);
+MPICH's rendezvous moves the bytes, once, with no pool block and no copy on
+either side.  (The in-process transport has no bulk payloads: header and
+payload follow each other on the data channel, and it copies at the send.)
+
+*Buffer ownership* (``MPI_Send``'s): ``await gp.send(big)`` of a writable
+array does not copy it (:meth:`~aiopdbp.routing.router.Router.send_owned`):
+the link gets an :class:`OwnedSend` whose future completes when the
+payload's ``Isend`` has completed, and only then does the call return -- so
+the caller may overwrite the array as soon as ``send`` returns.  A read-only
+array over immutable memory needs no wait (nothing can change it), a local
+destination gets a copy (its pipe keeps the message), and
+``send_nowait`` copies (it cannot wait for MPI; refusing large writable
+arrays there would break code that works today for a saving the caller can
+have with ``await send``).  If host ``h`` fails, every owned send still
+waiting fails with the link's error (MPI keeps the buffer referenced).
+
+*Admission: credit is the clear-to-send.*  The sender reserves the message's
+bytes of the destination GP's credit (the fair rule above) *before* the
+header and the payload are posted; the receiving host therefore only posts
+receives for bytes it has admitted, and allocates the landing buffer then
+(the payload is never matched, probed or allocated earlier).  A message
+larger than the window waits until the whole window is back, so per
+(sending host, GP) at most ``max(window, largest message)`` bytes have
+landed or are landing.  No extra round trip (RTS/CTS) is needed for that:
+MPICH's own rendezvous already keeps the bytes at the sender until the
+``Irecv`` is posted, and the posting is bounded by the credit.  Measured
+bound (``tests/mpi_scripts/large_rss.py``): three hosts sending 16 MiB
+arrays to one GP that reads nothing grow the receiving rank's peak RSS by
+about 3 x 16 MiB, within the documented ``(senders + 2) x 16 MiB``.
 
 Why nothing waits forever inside the library
 --------------------------------------------

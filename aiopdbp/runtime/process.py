@@ -347,8 +347,18 @@ class GP:
         ``copy=False`` hands it to an SGP of this node on its device by
         reference: the sender must not touch it again.
 
+        Buffer ownership (as ``MPI_Send``): a writable numeric array of
+        ``RemoteConfig.large`` bytes or more (32 KiB) sent to a GP on another
+        host is not copied: it travels from its own memory as one MPI message,
+        and the call returns once MPI no longer reads it -- then the caller
+        may reuse it.  Everything else is snapshot (:func:`snapshot`) and the
+        call returns once queued.
+
         Cancellation: a cancelled send has queued nothing (reservations already
-        taken are given back).
+        taken are given back) -- except a large array whose payload was
+        already handed to MPI: that message is sent, and the call waits until
+        MPI no longer reads the array before it raises ``CancelledError``
+        (:meth:`~aiopdbp.routing.router.Router.send_owned`).
         """
         if self._freed:
             raise ClosedResourceError(f"GP {self.name!r} was freed")
@@ -400,7 +410,11 @@ class GP:
 
     def send_nowait(self, dest: str, data: Any = None, *, com: int = 0, kind: Kind = Kind.SHORT) -> None:
         """Send to one GP without waiting; raises ``WouldBlock`` when it is
-        full, ``UnknownProcessError`` for a name not registered (now)."""
+        full, ``UnknownProcessError`` for a name not registered (now).
+
+        The payload is always snapshot (a writable array is copied, large or
+        not): without a wait there is no moment at which MPI is known to be
+        done with the caller's buffer.  ``await send`` avoids the copy."""
         self._check()
         _check_com(com)
         if kind is not Kind.SHORT and kind is not Kind.COMMAND:
