@@ -1,15 +1,22 @@
-"""Large payloads (issue 18 item 3): the split header's announcement, the
-bulk path's memory bound over MPI.  (MPI_Send ownership and ``recv_into``
+"""Large payloads (issue 18 item 3): the split header's announcement, buffer
+ownership in the router and the link, the bulk path's memory bound over MPI.  (MPI_Send ownership and ``recv_into``
 are behaviour scenarios: ``tests/scenarios.py``, run in-process and over MPI.)"""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from typing import Any
 
 import numpy as np
 import pytest
 
-from aiopdbp.errors import ProtocolError
+from aiopdbp.errors import BrokenResourceError, ProtocolError
+from aiopdbp.hosts.link import HostLink, OwnedSend
+from aiopdbp.hosts.tables import Tables
+from aiopdbp.routing.pipes import PipePool
+from aiopdbp.routing.router import Router
+from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
 from aiopdbp.wire.codec import decode_split, encode_cdu, encode_split, split_target
 from aiopdbp.wire.mesp import CDU, Kind
 
@@ -49,3 +56,152 @@ def test_three_senders_of_16mib_to_a_slow_receiver_stay_under_the_rss_bound_4ran
     line = next(x for x in r.stdout.splitlines() if "RSS {" in x)
     got = json.loads(line.split("RSS ", 1)[1])
     assert got["ok"] and got["peak_mib"] - got["base_mib"] <= got["bound_mib"], got
+
+
+# ------------------------------------------- buffer ownership (router + link)
+PID = 5
+
+
+class _Link:
+    """A remote target that sends from the caller's buffer (``owns``) and
+    keeps what it was given; the test completes the MPI send by hand."""
+
+    remote = True
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    def owns(self, nbytes: int) -> bool:
+        return True
+
+    def reserve_nowait(self, pid: int = 0, nbytes: int = 0) -> None:
+        pass
+
+    async def reserve(self, pid: int = 0, nbytes: int = 0) -> None:
+        pass
+
+    def unreserve(self, pid: int = 0, nbytes: int = 0) -> None:
+        pass
+
+    def put_to(self, pid: int, item: Any) -> bool:
+        self.items.append(item)
+        return True
+
+    def offer(self, pid: int, nbytes: int, fields: Any) -> bool:
+        return False
+
+
+def _router(target: Any) -> Router:
+    tables = Tables()
+    router = Router(tables, PipePool(4, 4), 0, name_timeout=1.0,
+                    submit=lambda tgt, pid, item: tgt.put_to(pid, item),
+                    offer=lambda tgt, pid, cost, fields: tgt.offer(pid, cost, fields))
+    router.pids["dst"] = PID          # as the table update registering "dst" makes it
+    router.targets[PID] = target
+    return router
+
+
+def _send(router: Router, arr: np.ndarray) -> Any:
+    return asyncio.ensure_future(router.send_owned(
+        "dst", ("src", Kind.SHORT, 0, arr, 1), arr.nbytes + CREDIT_OVERHEAD, None, np.copy))
+
+
+async def _spin(n: int = 5) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+@pytest.mark.timeout(10)
+async def test_owned_send_returns_only_once_the_payload_send_completed() -> None:
+    link = _Link()
+    arr = np.arange(1000.0)
+    task = _send(_router(link), arr)
+    await _spin()
+    assert not task.done() and len(link.items) == 1
+    owned = link.items[0]
+    assert type(owned) is OwnedSend and owned.msg.data is arr   # the buffer itself, no copy
+    owned.done.set_result(None)
+    await asyncio.wait_for(task, 5)
+
+
+@pytest.mark.timeout(10)
+async def test_cancelled_owned_send_waits_until_mpi_is_done_with_the_buffer() -> None:
+    link = _Link()
+    task = _send(_router(link), np.arange(1000.0))
+    await _spin()
+    task.cancel()
+    await _spin()
+    assert not task.done()            # MPI still reads the buffer: the cancel waits
+    link.items[0].done.set_result(None)
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+
+
+@pytest.mark.timeout(10)
+async def test_owned_send_fails_with_the_link_error() -> None:
+    link = _Link()
+    task = _send(_router(link), np.arange(1000.0))
+    await _spin()
+    link.items[0].done.set_exception(BrokenResourceError("host 1 is gone"))
+    with pytest.raises(BrokenResourceError, match="host 1 is gone"):
+        await asyncio.wait_for(task, 5)
+
+
+@pytest.mark.timeout(10)
+async def test_owned_send_to_a_local_gp_queues_a_copy() -> None:
+    pps = PipePool(4, 4)
+    pipe = pps.apply_nowait()
+    arr = np.arange(1000.0)
+    await asyncio.wait_for(_send(_router(pipe), arr), 5)
+    msg = pipe.receive_nowait()
+    assert msg.data is not arr and (msg.data == arr).all()
+
+
+class _BulkTransport:
+    """Enough of a transport with bulk payloads for one link."""
+
+    tick = 0
+    bulk_tags = 8
+
+    def __init__(self) -> None:
+        self.heads: list[Any] = []
+        self.bulk: list[tuple[int, Any, asyncio.Future[None]]] = []
+
+    def post_nowait(self, dest: int, channel: Any, blocks: list[Any]) -> None:
+        self.heads.append(blocks)
+
+    def post_bulk(self, dest: int, tag: int, buf: Any) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.bulk.append((tag, buf, fut))
+        return fut
+
+
+def _bulk_link(tr: _BulkTransport) -> HostLink:
+    return HostLink(1, tr, None, window=1 << 20, block_size=4096,  # type: ignore[arg-type]
+                    large=32 << 10, max_inflight=4, allow_pickle=False)
+
+
+@pytest.mark.timeout(10)
+async def test_link_sends_a_large_payload_as_one_bulk_message_from_the_buffer() -> None:
+    tr = _BulkTransport()
+    link = _bulk_link(tr)
+    arrs = [np.arange(10_000.0) + i for i in range(3)]
+    for a in arrs:
+        link.put_to(PID, Message(("src", Kind.SHORT, 0, a, 1)))
+    assert [len(h) for h in tr.heads] == [1, 1, 1]           # the header alone on the data channel
+    assert [t for t, _, _ in tr.bulk] == [0, 1, 2]          # the frames' numbers
+    assert all(np.shares_memory(np.frombuffer(b, np.float64), a) for (_, b, _), a in zip(tr.bulk, arrs))
+    head = tr.heads[0][0]
+    assert split_target(head) == (arrs[0].nbytes, PID, False)
+
+
+@pytest.mark.timeout(10)
+async def test_link_failure_fails_an_owned_send_still_in_flight() -> None:
+    tr = _BulkTransport()
+    link = _bulk_link(tr)
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    link.put_to(PID, OwnedSend(Message(("src", Kind.SHORT, 0, np.arange(10_000.0), 1)), done))
+    assert not done.done()
+    link.fail(BrokenResourceError("host 1 is gone"))
+    with pytest.raises(BrokenResourceError):
+        await done

@@ -112,7 +112,7 @@ class Inbound:
                  block_size: int, allow_pickle: bool, bulk: Transport | None = None,
                  landing: Callable[[int, int], Any] | None = None) -> None:
         self.rank = rank
-        self._bulk = bulk if bulk is not None and bulk.bulk_tags else None
+        self._bulk = bulk if getattr(bulk, "bulk_tags", 0) else None
         self._landing = landing  # (pid, nbytes) -> a GP's own buffer (recv_into) or None
         self.bulk_landed = 0       # large payloads received (bulk)
         self.user_landed = 0       # ... of them straight into a GP's own buffer (recv_into)

@@ -283,7 +283,7 @@ class HostLink:
         self.sent_msgs = 0          # data messages posted (the BYE count)
         self._cdus = self._lone = self._blocks = self._splits = self._bytes = 0
         self._credit_waits = self._fallbacks = 0
-        self._bulk_tags = transport.bulk_tags   # 0: payloads follow their header on the data channel
+        self._bulk_tags = getattr(transport, "bulk_tags", 0)  # 0: payloads follow their header (data channel)
         self._bulk_seq = 0                      # the next split frame's number (its bulk tag)
         self._owned: set[asyncio.Future[None]] = set()  # OwnedSend waits not done yet
 
