@@ -1,6 +1,7 @@
 """Large payloads (issue 18 item 3): the split header's announcement, buffer
-ownership in the router and the link, the bulk path's memory bound over MPI.  (MPI_Send ownership and ``recv_into``
-are behaviour scenarios: ``tests/scenarios.py``, run in-process and over MPI.)"""
+ownership in the router and the link, the bulk path's memory bound over
+MPI.  (End to end, MPI_Send ownership and ``recv_into`` are behaviour
+scenarios: ``tests/scenarios.py``, run in-process and over MPI.)"""
 
 from __future__ import annotations
 
