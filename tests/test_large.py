@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from aiopdbp.errors import BrokenResourceError, ProtocolError
-from aiopdbp.hosts.link import HostLink, OwnedSend
+from aiopdbp.hosts.link import HostLink, OwnedDone, OwnedSend
 from aiopdbp.hosts.tables import Tables
 from aiopdbp.routing.pipes import PipePool
 from aiopdbp.routing.router import Router
@@ -86,6 +86,8 @@ class _Link:
 
     def put_to(self, pid: int, item: Any) -> bool:
         self.items.append(item)
+        if type(item) is OwnedSend:
+            item.done.hold()          # as HostLink does when it posts the payload
         return True
 
     def offer(self, pid: int, nbytes: int, fields: Any) -> bool:
@@ -171,8 +173,9 @@ class _BulkTransport:
     def post_nowait(self, dest: int, channel: Any, blocks: list[Any]) -> None:
         self.heads.append(blocks)
 
-    def post_bulk(self, dest: int, tag: int, buf: Any) -> asyncio.Future[None]:
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    def post_bulk(self, dest: int, tag: int, buf: Any,
+                  done: asyncio.Future[None] | None = None) -> asyncio.Future[None]:
+        fut = asyncio.get_running_loop().create_future() if done is None else done
         self.bulk.append((tag, buf, fut))
         return fut
 
@@ -200,9 +203,23 @@ async def test_link_sends_a_large_payload_as_one_bulk_message_from_the_buffer() 
 async def test_link_failure_fails_an_owned_send_still_in_flight() -> None:
     tr = _BulkTransport()
     link = _bulk_link(tr)
-    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    done = OwnedDone(loop=asyncio.get_running_loop())
     link.put_to(PID, OwnedSend(Message(("src", Kind.SHORT, 0, np.arange(10_000.0), 1)), done))
     assert not done.done()
     link.fail(BrokenResourceError("host 1 is gone"))
     with pytest.raises(BrokenResourceError):
         await done
+
+
+@pytest.mark.timeout(10)
+async def test_owned_send_cancelled_before_the_link_posted_it_is_dropped_with_its_credit() -> None:
+    tr = _BulkTransport()
+    link = _bulk_link(tr)
+    arr = np.arange(10_000.0)
+    link.reserve_nowait(PID, arr.nbytes + CREDIT_OVERHEAD)
+    assert link.stats().credit_out == arr.nbytes + CREDIT_OVERHEAD
+    done = OwnedDone(loop=asyncio.get_running_loop())
+    assert done.cancel()                      # not posted yet: an ordinary future
+    link.put_to(PID, OwnedSend(Message(("src", Kind.SHORT, 0, arr, 1)), done))
+    assert tr.heads == [] and tr.bulk == []   # nothing sent
+    assert link.stats().credit_out == 0       # the credit went back

@@ -91,6 +91,12 @@ destination gets a copy (its pipe keeps the message), and
 arrays there would break code that works today for a saving the caller can
 have with ``await send``).  If host ``h`` fails, every owned send still
 waiting fails with the link's error (MPI keeps the buffer referenced).
+Cancellation: the completion is an :class:`OwnedDone`, which the transport
+resolves from the progress step that sees it (one hop to the sender) and
+which a cancel cannot abort once the payload is posted -- the sender's
+``CancelledError`` comes when MPI is done with the buffer (or the link
+fails, or the transport closes and abandons the request); a send cancelled
+before the link took it is dropped here with its credit returned.
 
 *Admission: credit is the clear-to-send.*  The sender reserves the message's
 bytes of the destination GP's credit (the fair rule above) *before* the
@@ -171,13 +177,13 @@ from aiopdbp.wire.mesp import CDU, VERSION, Kind, MsgType
 
 from aiopdbp.wire.shorts import SHORT, SHORT_MAX, SHORT_NONE, bps_header
 from aiopdbp.errors import WouldBlock
-from aiopdbp.wire.message import Message
+from aiopdbp.wire.message import Message, credit_cost
 from aiopdbp.pool import SendPool, Slot
 from aiopdbp.transport.base import Channel, Transport
 
 log = logging.getLogger("aiopdbp.hosts.link")
 
-__all__ = ["HostLink", "LinkStats", "OwnedSend"]
+__all__ = ["HostLink", "LinkStats", "OwnedDone", "OwnedSend"]
 
 _BPS = int(MsgType.BPS)
 _BP = int(MsgType.BP)
@@ -224,6 +230,30 @@ class _Waiter:
         self.nbytes = nbytes
 
 
+class OwnedDone(asyncio.Future[None]):
+    """The completion of an owned send's payload (:class:`OwnedSend`).
+
+    Until the link posts the payload it is an ordinary future: a cancelled
+    owner cancels it, and the link then drops the message (and returns its
+    credit).  Once posted (:meth:`hold`), its awaiting task can no longer
+    cancel it: ``Task.cancel()`` marks the task instead, and the
+    ``CancelledError`` is raised in it once the future completes -- once MPI
+    no longer reads the caller's buffer, or the link failed, or the
+    transport closed.  The transport resolves it from the progress step that
+    sees the completion: one hop to the waiting task."""
+
+    _held = False
+
+    def hold(self) -> None:
+        """The payload is posted: MPI reads the buffer until this completes."""
+        self._held = True
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        if self._held:
+            return False
+        return super().cancel(msg)
+
+
 class OwnedSend:
     """A message whose large payload is the *caller's* buffer, not a copy
     (``await gp.send(big)``, see "Large payloads"): ``done`` completes once
@@ -231,7 +261,7 @@ class OwnedSend:
 
     __slots__ = ("msg", "done")
 
-    def __init__(self, msg: Message, done: asyncio.Future[None]) -> None:
+    def __init__(self, msg: Message, done: OwnedDone) -> None:
         self.msg = msg
         self.done = done
 
@@ -450,7 +480,14 @@ class HostLink:
         if type(item) is not Message:
             if type(item) is OwnedSend:
                 msg = item.msg
-                self._put_cdu(CDU(msg[1], msg[4], (pid,), msg[3], msg[2]), item.done)
+                if item.done.done():   # its sender was cancelled before it got here
+                    self.grant(pid, credit_cost(msg[3]))
+                    return True
+                try:
+                    self._put_cdu(CDU(msg[1], msg[4], (pid,), msg[3], msg[2]), item.done)
+                except BaseException as exc:
+                    _fail(item.done, exc)
+                    raise
                 return True
             self._put_cdu(item)
             return True
@@ -524,7 +561,7 @@ class HostLink:
         (see "Large payloads"): an :class:`OwnedSend` of it need not be a copy."""
         return nbytes >= self._large
 
-    def _put_cdu(self, cdu: CDU, done: asyncio.Future[None] | None = None) -> None:
+    def _put_cdu(self, cdu: CDU, done: OwnedDone | None = None) -> None:
         data = cdu.data
         if data is not None and _large_enough(data, self._large):
             self._put_split(cdu, done)
@@ -558,7 +595,7 @@ class HostLink:
         blk.pos = pos
         blk.count += 1
 
-    def _put_split(self, cdu: CDU, done: asyncio.Future[None] | None) -> None:
+    def _put_split(self, cdu: CDU, done: OwnedDone | None) -> None:
         """A large payload: its header on the data channel, the payload as
         one MPI message straight from ``cdu.data`` (see "Large payloads");
         ``done`` (an owned send) completes when the payload may be reused."""
@@ -566,6 +603,8 @@ class HostLink:
         head, payload = encode_split(cdu)
         self._splits += 1
         nbytes = memoryview(payload).nbytes
+        if done is not None:
+            done.hold()
         if not self._bulk_tags:  # header and payload, in order on the data channel
             if done is not None and (self._units or self._inflight >= self._max_inflight):
                 payload = bytes(payload)  # it would wait behind other sends: a copy
@@ -576,7 +615,9 @@ class HostLink:
             self._post([head], len(head), None)
             self._bytes += nbytes
             try:
-                fut = self._transport.post_bulk(self.host, tag, payload)
+                # the transport resolves ``done`` itself: no callback hop
+                # between MPI's completion and the waiting sender
+                fut = self._transport.post_bulk(self.host, tag, payload, done)
             except Exception as exc:  # the transport is closed or broken
                 self.fail(exc)
                 fut = None
@@ -586,6 +627,9 @@ class HostLink:
             _fail(done, self.error)
         elif fut is None:
             _resolve(done)
+        elif fut is done:
+            self._owned.add(done)
+            done.add_done_callback(self._owned.discard)
         else:
             self._owned.add(done)
             fut.add_done_callback(functools.partial(self._owned_sent, done))

@@ -46,7 +46,7 @@ from aiopdbp.errors import ClosedResourceError, NoPipeError, UnknownProcessError
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
 from aiopdbp.routing.pipes import Pipe, PipePool
 from aiopdbp.stall import Waits
-from aiopdbp.hosts.link import OwnedSend
+from aiopdbp.hosts.link import OwnedDone, OwnedSend
 from aiopdbp.hosts.tables import Tables
 
 log = logging.getLogger("aiopdbp.routing.router")
@@ -390,11 +390,11 @@ class Router:
         ``copy(data)`` and the send is a plain one.
 
         Cancellation: before the message is handed to the link, nothing is
-        queued and no credit is held.  After, the message goes: a cancelled
-        call waits (shielded) until MPI no longer reads the buffer -- bounded
-        by the transport, which fails the wait if host ``h`` is lost -- and
-        then raises ``CancelledError``, so the caller never regains a buffer
-        MPI still reads.
+        queued and no credit is held.  After, the message goes: the wait
+        cannot be cancelled (:class:`~aiopdbp.hosts.link.OwnedDone`), so a
+        cancel is raised once MPI no longer reads the buffer -- bounded by
+        the link, which fails the wait if host ``h`` is lost -- and the
+        caller never regains a buffer MPI still reads.
         """
         pid = self.pids.get(dest)
         if pid is None:
@@ -410,20 +410,12 @@ class Router:
                 self._submit(tgt, pid, Message(fields))
             return
         await self.reserve(tgt, pid, cost, timeout, f"GP {dest!r}", fields[0])
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done = OwnedDone(loop=asyncio.get_running_loop())
         self._submit(tgt, pid, OwnedSend(Message(fields), done))
         if done.done():
             done.result()
             return
-        try:
-            await asyncio.shield(done)
-        except asyncio.CancelledError:
-            if not done.done():
-                try:
-                    await asyncio.shield(done)   # MPI still reads the buffer: wait it out
-                except Exception:
-                    pass
-            raise
+        await done  # not cancellable: a cancel is raised here once MPI is done
 
     async def multicast(self, what: str, pids: tuple[int, ...], fields: tuple[str, Kind, int, Any, int],
                         cost: int, timeout: float | None) -> None:

@@ -197,9 +197,11 @@ class Transport(abc.ABC):
     #: payloads then follow their header on the data channel)
     bulk_tags: int = 0
 
-    def post_bulk(self, dest: int, tag: int, buf: Buffer) -> asyncio.Future[None] | None:
+    def post_bulk(self, dest: int, tag: int, buf: Buffer,
+                  done: asyncio.Future[None] | None = None) -> asyncio.Future[None] | None:
         """Post one large payload (zero copy) for host ``dest`` under ``tag``;
-        None when it completed at once, else a future (``buf`` reusable then)."""
+        None when it completed at once, else a future (``buf`` reusable then;
+        ``done`` itself when given: the transport resolves it)."""
         raise NotImplementedError(f"the {self.name} transport has no bulk payloads")
 
     def recv_bulk(self, source: int, tag: int, nbytes: int, out: Buffer | None,

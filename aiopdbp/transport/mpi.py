@@ -306,13 +306,15 @@ class MPITransport(Transport):
 
     bulk_tags = BULK_TAGS
 
-    def post_bulk(self, dest: int, tag: int, buf: Buffer) -> asyncio.Future[None] | None:
+    def post_bulk(self, dest: int, tag: int, buf: Buffer,
+                  done: asyncio.Future[None] | None = None) -> asyncio.Future[None] | None:
         """Post one large payload to rank ``dest`` on the bulk communicator
         (see "Bulk payloads" above); None when it completed at once, else a
-        future completing when ``buf`` may be reused.  Errors raise."""
+        future completing when ``buf`` may be reused (``done`` itself when
+        given).  Errors raise."""
         if self._closed or not self._started or not 0 <= dest < self.size:
             self._refuse(dest, Channel.DATA)
-        return self._engine.post_bulk_send(dest, tag, buf)
+        return self._engine.post_bulk_send(dest, tag, buf, done)
 
     def recv_bulk(self, source: int, tag: int, nbytes: int, out: Buffer | None,
                   done: Callable[[Any], None]) -> None:

@@ -416,11 +416,14 @@ class ProgressEngine:
         self.kick()
         return fut
 
-    def post_bulk_send(self, dest: int, tag: int, buf: Any) -> asyncio.Future[None] | None:
+    def post_bulk_send(self, dest: int, tag: int, buf: Any,
+                       done: asyncio.Future[None] | None = None) -> asyncio.Future[None] | None:
         """``Isend`` of one large payload on the bulk communicator with
         ``tag`` (its receiver posts the matching receive when the payload's
         header arrives, see :meth:`post_bulk_recv`); None when it completed at
-        once, else a future that completes when ``buf`` may be reused.  The
+        once, else a future that completes when ``buf`` may be reused --
+        ``done`` itself when given (resolved by the step that sees the
+        completion: no callback hop for a caller waiting on it).  The
         engine keeps ``buf`` referenced until MPI is done with it."""
         if self._stopping and self._failure is not None:
             raise TransportError(f"MPI progress failed: {self._failure!r}")
@@ -429,9 +432,11 @@ class ProgressEngine:
         self.bytes_sent += memoryview(buf).nbytes
         req = self._bulk.Isend([buf, _BYTE], dest, tag)
         if req.Test():
+            if done is not None:
+                _resolve(done)
             return None
         assert self._loop is not None
-        fut: asyncio.Future[None] = self._loop.create_future()
+        fut: asyncio.Future[None] = self._loop.create_future() if done is None else done
         self._sends.append((req, _SendOp(fut, 1, (buf,))))
         self.kick()
         return fut
