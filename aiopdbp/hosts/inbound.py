@@ -114,8 +114,6 @@ class Inbound:
         self.rank = rank
         self._bulk = bulk if getattr(bulk, "bulk_tags", 0) else None
         self._landing = landing  # (pid, nbytes) -> a GP's own buffer (recv_into) or None
-        self.bulk_landed = 0       # large payloads received (bulk)
-        self.user_landed = 0       # ... of them straight into a GP's own buffer (recv_into)
         self._pool = pool
         self._deliver = deliver
         self._streams = streams
@@ -232,13 +230,10 @@ class Inbound:
         out = None
         if not stream and self._landing is not None:
             out = self._landing(pid, nbytes)
-            if out is not None:
-                self.user_landed += 1
         entry = _Landing(head)
         s.queue.append(entry)
         tag = s.bulk_seq
         s.bulk_seq = (tag + 1) % bulk.bulk_tags
-        self.bulk_landed += 1
         bulk.recv_bulk(s.host, tag, nbytes, out, functools.partial(self._landed, s, entry))
 
     def _landed(self, s: _Source, entry: _Landing, buf: Any) -> None:

@@ -22,7 +22,13 @@ One step (:meth:`ProgressEngine.step`):
 2. *Complete sends.*  Sends complete about in order: ``Test`` the oldest
    until one is not done (one ``Test`` costs a tenth of a ``Testsome`` over
    a window); every 32nd step, ``Testsome`` over all of them.
-3. *Pollers.*  Other non-blocking work that must be driven by the same loop
+3. *Bulk payloads* (the transport's third communicator, never probed): a
+   large payload's ``Irecv`` is posted by :meth:`ProgressEngine.post_bulk_recv`
+   when its header has arrived, into the buffer it is delivered in, and
+   tested every step; its ``Isend`` (:meth:`ProgressEngine.post_bulk_send`)
+   completes like any send, resolving the waiting sender's future from the
+   step (see :mod:`aiopdbp.transport.mpi`, "Bulk payloads").
+4. *Pollers.*  Other non-blocking work that must be driven by the same loop
    -- the device staging's CUDA events -- registers a poller, called each step.
 
 Waiting (:meth:`ProgressEngine._run`), the latency/CPU trade-off.  After a
@@ -444,9 +450,11 @@ class ProgressEngine:
     def post_bulk_recv(self, src: int, tag: int, nbytes: int, out: Any,
                        done: Callable[[Any], None]) -> None:
         """Receive the payload ``src`` sent with ``tag`` into ``out`` (a
-        writable buffer of at least ``nbytes``; None: a pooled, pre-faulted
-        buffer of exactly ``nbytes`` from the receive cache); ``done(buf)``
-        is called from a step once it has landed."""
+        writable buffer of at least ``nbytes``; None: a buffer of exactly
+        ``nbytes`` from the receive cache, recycled and so already faulted
+        in after warm-up); ``done(buf)`` is called once it has landed: at
+        once when the first ``Test`` completes it (MPICH's single-copy
+        rendezvous copies there), else from a later step."""
         assert self._bulk is not None
         buf = self._cache.alloc(nbytes) if out is None else out
         self.n_bulk_recvs += 1
