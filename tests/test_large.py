@@ -223,3 +223,19 @@ async def test_owned_send_cancelled_before_the_link_posted_it_is_dropped_with_it
     link.put_to(PID, OwnedSend(Message(("src", Kind.SHORT, 0, arr, 1)), done))
     assert tr.heads == [] and tr.bulk == []   # nothing sent
     assert link.stats().credit_out == 0       # the credit went back
+
+
+@pytest.mark.timeout(10)
+async def test_a_whole_window_of_credit_goes_back_before_the_reader_can_reply() -> None:
+    grants: list[tuple[int, list[tuple[int, int]]]] = []
+    router = Router(Tables(), PipePool(4, 4), 0, name_timeout=1.0, window=1 << 20,
+                    submit=lambda tgt, pid, item: None, offer=lambda tgt, pid, cost, fields: False,
+                    grant=lambda host, g: grants.append((host, list(g))))
+    pipe = PipePool(4, 4).apply_nowait()
+    router.targets[PID] = pipe
+    router.deliver_remote(1, PID, [b"big"], (1 << 20) + CREDIT_OVERHEAD)
+    pipe.receive_nowait()
+    assert grants == [(1, [(PID, (1 << 20) + CREDIT_OVERHEAD)])]   # at once, not at the iteration's end
+    router.deliver_remote(1, PID, [b"small"], 1000)
+    pipe.receive_nowait()
+    assert len(grants) == 1                                         # small ones still wait and batch

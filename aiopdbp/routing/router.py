@@ -602,6 +602,14 @@ class Router:
         self._owed.pop(key, None)
         self._asked.discard(key)   # the grant answers the ask; a sender still parked asks again
         self._grants.setdefault(host, []).append((pid, owed))
+        if owed >= self.window:
+            # A whole window (a large message): its sender is parked for it
+            # or will be at its next send, so it goes now -- at the end of
+            # the iteration it would leave after whatever the reader sends
+            # next (a reply), and the sender would park for it (issue 18:
+            # 60 us of a 1 MiB ping-pong hop).
+            self.flush_grants()
+            return
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self.flush_grants)
