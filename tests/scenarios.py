@@ -2176,6 +2176,42 @@ async def recv_into_refuses_what_does_not_fit(ctx: Ctx) -> None:
     await ctx.barrier("done")
 
 
+@scenario()
+async def recv_into_and_a_multicast_share_nothing(ctx: Ctx) -> None:
+    """A large multicast to two GPs, one of which waits in ``recv_into``:
+    both get the data, and the other's array is not a view of the first
+    one's buffer (a multicast's payload never lands in a GP's own buffer)."""
+    src, dst = ctx.owner(0), ctx.owner(1)
+    ready = ctx.name("ready")
+
+    async def receive() -> None:
+        into, plain = await ctx.process("gp", 1), await ctx.process("gp", 2)
+        out = np.zeros(_BIG, dtype=np.float64)
+        task = asyncio.ensure_future(into.recv_into(out, timeout=ctx.timeout))
+        await asyncio.sleep(0)            # it runs up to its wait (a yield, not a delay)
+        await ctx.node.register(ready)
+        got = await task
+        other = await plain.recv(timeout=ctx.timeout)
+        assert isinstance(got, Message) and isinstance(other, Message)
+        assert (out == np.arange(_BIG)).all() and (other.data == np.arange(_BIG)).all()
+        assert not np.shares_memory(other.data, out)
+        out[:] = -1.0                     # the buffer is the caller's: the other copy is unaffected
+        assert (other.data == np.arange(_BIG)).all()
+
+    async def send() -> None:
+        me = await ctx.process("gp", 0)
+        await ctx.node.lookup(ready, timeout=ctx.timeout)
+        await me.send([ctx.name("gp", 1), ctx.name("gp", 2)], np.arange(_BIG, dtype=np.float64),
+                      timeout=ctx.timeout)
+
+    async with asyncio.TaskGroup() as tg:
+        if ctx.rank == dst:
+            tg.create_task(receive())
+        if ctx.rank == src:
+            tg.create_task(send())
+    await ctx.barrier("done")
+
+
 @contextlib.contextmanager
 def pytest_raises(exc: type[BaseException], words: str) -> Iterator[None]:
     """``pytest.raises`` without pytest (the MPI runner has none): ``exc``

@@ -38,6 +38,11 @@ def test_split_target_announces_a_stream_segment() -> None:
     assert (nbytes, stream) == (50_000, True)
 
 
+def test_split_target_names_no_gp_for_a_multicast() -> None:
+    head, _ = encode_split(CDU(Kind.SHORT, 7, (42, 43), np.zeros(10_000), 0))
+    assert split_target(head) == (80_000, 0, False)   # shared by both: no GP's own buffer
+
+
 def test_split_target_refuses_a_whole_frame() -> None:
     whole = b"".join(bytes(p) for p in encode_cdu(CDU(Kind.SHORT, 1, (2,), b"abc", 0)))
     with pytest.raises(ProtocolError, match="announces"):

@@ -228,7 +228,7 @@ class Inbound:
         assert bulk is not None
         nbytes, pid, stream = split_target(head)
         out = None
-        if not stream and self._landing is not None:
+        if pid and not stream and self._landing is not None:  # one GP: its own buffer may do
             out = self._landing(pid, nbytes)
         entry = _Landing(head)
         s.queue.append(entry)

@@ -260,9 +260,10 @@ def encode_split(cdu: CDU, *, limits: Limits = DEFAULT_LIMITS) -> tuple[bytes, B
 
 def split_target(head: Buffer, *, limits: Limits = DEFAULT_LIMITS) -> tuple[int, int, bool]:
     """What the header half of a split frame announces, before its payload
-    arrives: ``(payload bytes, first destination pid, is a stream CDU)`` --
-    enough to choose where the payload lands.  :func:`decode_split` checks
-    the rest once it has."""
+    arrives: ``(payload bytes, destination pid, is a stream CDU)`` -- enough
+    to choose where the payload lands.  The pid is 0 unless the CDU has
+    exactly one destination GP (a multicast's payload is shared by all of
+    them).  :func:`decode_split` checks the rest once it has."""
     mv = byte_view(head)
     mt, count, body_len = read_header(mv, limits)
     if int(mt) not in _CDU_SINGLE or count != 1 or len(mv) < L1.size + _REC.size:
@@ -276,7 +277,7 @@ def split_target(head: Buffer, *, limits: Limits = DEFAULT_LIMITS) -> tuple[int,
     at = L1.size + _REC.size + 4 * n_ns
     if at + 4 * n_ps > len(mv):
         raise ProtocolError("truncated destination list")
-    pid = struct.unpack_from("<I", mv, at)[0] if n_ps else 0
+    pid = struct.unpack_from("<I", mv, at)[0] if n_ps == 1 else 0
     return plen, pid, kind == _STREAM
 
 
