@@ -2181,3 +2181,188 @@ async def stalled_gp_does_not_stop_its_siblings(ctx: Ctx) -> None:
         if ctx.rank == rcv_r:
             tg.create_task(receiver())
     await ctx.barrier("done")
+
+
+# ============================================ large payloads (issue 18, item 3)
+_BIG = 1 << 17   # float64 elements: 1 MiB, far above RemoteConfig.large
+
+
+@scenario()
+async def large_send_owns_the_buffer(ctx: Ctx) -> None:
+    """``await gp.send(big)`` of a writable array returns once the buffer may
+    be reused (MPI_Send ownership): the sender overwrites it right after
+    each send returns, and every receiver (on another host, and itself: a
+    local pipe, which gets a copy) sees exactly what was in it at the send.
+    ``send_nowait`` of a large writable array copies it."""
+    me = await ctx.process("gp", ctx.rank)
+    dest = ctx.name("gp", (ctx.rank + 1) % ctx.size)
+    prev = (ctx.rank + ctx.size - 1) % ctx.size
+    await ctx.lookup(dest)
+    n = 5
+    buf = np.empty(_BIG, dtype=np.float64)
+
+    async def produce() -> None:
+        for i in range(n):
+            buf[:] = 1000 * ctx.rank + i
+            await me.send(dest, buf, com=i, timeout=ctx.timeout)
+            buf[:] = -1.0          # the send returned: the buffer is ours again
+            await me.send(me.name, buf[:1000].copy(), com=100 + i, timeout=ctx.timeout)
+        buf[:] = 1000 * ctx.rank + n
+
+        def sent_nowait() -> bool:
+            try:
+                me.send_nowait(dest, buf, com=n)
+            except WouldBlock:     # no credit yet: the receiver reads on
+                return False
+            buf[:] = -2.0
+            return True
+
+        await ctx.wait_until(sent_nowait, "credit for send_nowait")
+
+    async def consume() -> None:
+        got = 0
+        for _ in range(2 * n + 1):
+            msg = await me.recv(timeout=ctx.timeout)
+            assert isinstance(msg, Message), msg
+            if msg.com >= 100:
+                assert msg.data.shape == (1000,) and (msg.data == -1.0).all()
+                continue
+            assert msg.com == got, (msg.com, got)
+            assert msg.data.shape == (_BIG,) and msg.data.dtype == np.float64
+            bad = np.flatnonzero(msg.data != 1000 * prev + got)
+            assert not bad.size, f"message {got}: {bad.size} elements changed after send returned"
+            got += 1
+        assert got == n + 1
+
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(produce())
+        tg.create_task(consume())
+    await ctx.barrier("done")
+
+
+@scenario()
+async def recv_into_lands_in_the_users_buffer(ctx: Ctx) -> None:
+    """``recv_into(out)`` puts the next message's bytes in the caller's
+    buffer and returns a view of it; a large array from another host for
+    which the call already waits lands there straight from MPI (counted by
+    the transport's ``bulk_recvs_user``)."""
+    src, dst = ctx.owner(0), ctx.owner(1)
+    ready, go = ctx.name("ready"), ctx.name("gp", 0)
+
+    async def receive() -> None:
+        me = await ctx.process("gp", 1)
+        out = np.zeros(2 * _BIG, dtype=np.float64)
+        before = ctx.node.stats().transport.get("bulk_recvs_user", 0)
+        task = asyncio.ensure_future(me.recv_into(out, timeout=ctx.timeout))
+        await asyncio.sleep(0)            # it runs up to its wait (a yield, not a delay)
+        await ctx.node.register(ready)    # ... then the sender may send
+        msg = await task
+        assert isinstance(msg, Message) and msg.source == go
+        assert msg.data.shape == (_BIG,) and msg.data.dtype == np.float64
+        assert np.shares_memory(msg.data, out)
+        assert (out[:_BIG] == np.arange(_BIG)).all() and (out[_BIG:] == 0).all()
+        if src != dst and ctx.node.transport is not None and ctx.node.transport.name == "mpi":
+            assert ctx.node.stats().transport["bulk_recvs_user"] == before + 1, ctx.node.stats().transport
+        # A message that was already waiting is copied in.
+        msg = await me.recv_into(out, timeout=ctx.timeout)
+        assert isinstance(msg, Message) and bytes(msg.data) == b"second"
+        assert bytes(out[:1].view(np.uint8)[:6]) == b"second"
+
+    async def send() -> None:
+        me = await ctx.process("gp", 0)
+        dest = ctx.name("gp", 1)
+        await ctx.node.lookup(ready, timeout=ctx.timeout)
+        await me.send(dest, np.arange(_BIG, dtype=np.float64), timeout=ctx.timeout)
+        await me.send(dest, b"second", timeout=ctx.timeout)
+
+    async with asyncio.TaskGroup() as tg:
+        if ctx.rank == dst:
+            tg.create_task(receive())
+        if ctx.rank == src:
+            tg.create_task(send())
+    await ctx.barrier("done")
+
+
+@scenario()
+async def recv_into_refuses_what_does_not_fit(ctx: Ctx) -> None:
+    """``recv_into`` raises ``ValueError`` for a message larger than the
+    buffer and ``TypeError`` for one that is not bytes or an array; the
+    message stays first, and ``recv`` returns it intact."""
+    src, dst = ctx.owner(0), ctx.owner(1)
+
+    async def receive() -> None:
+        me = await ctx.process("gp", 1)
+        out = np.zeros(_BIG // 2, dtype=np.float64)
+        with pytest_raises(ValueError, "does not fit"):
+            await me.recv_into(out, timeout=ctx.timeout)
+        msg = await me.recv(timeout=ctx.timeout)
+        assert isinstance(msg, Message) and (msg.data == np.arange(_BIG)).all()
+        with pytest_raises(TypeError, "not bytes or a numeric array"):
+            await me.recv_into(out, timeout=ctx.timeout)
+        msg = await me.recv(timeout=ctx.timeout)
+        assert isinstance(msg, Message) and msg.data is None and msg.com == 7
+        with pytest_raises(ValueError, "read-only"):
+            await me.recv_into(b"immutable", timeout=ctx.timeout)
+        assert (out == 0).all()
+
+    async def send() -> None:
+        me = await ctx.process("gp", 0)
+        dest = ctx.name("gp", 1)
+        await ctx.lookup(dest)
+        await me.send(dest, np.arange(_BIG, dtype=np.float64), timeout=ctx.timeout)
+        await me.send(dest, None, com=7, timeout=ctx.timeout)
+
+    async with asyncio.TaskGroup() as tg:
+        if ctx.rank == dst:
+            tg.create_task(receive())
+        if ctx.rank == src:
+            tg.create_task(send())
+    await ctx.barrier("done")
+
+
+@scenario()
+async def recv_into_and_a_multicast_share_nothing(ctx: Ctx) -> None:
+    """A large multicast to two GPs, one of which waits in ``recv_into``:
+    both get the data, and the other's array is not a view of the first
+    one's buffer (a multicast's payload never lands in a GP's own buffer)."""
+    src, dst = ctx.owner(0), ctx.owner(1)
+    ready = ctx.name("ready")
+
+    async def receive() -> None:
+        into, plain = await ctx.process("gp", 1), await ctx.process("gp", 2)
+        out = np.zeros(_BIG, dtype=np.float64)
+        task = asyncio.ensure_future(into.recv_into(out, timeout=ctx.timeout))
+        await asyncio.sleep(0)            # it runs up to its wait (a yield, not a delay)
+        await ctx.node.register(ready)
+        got = await task
+        other = await plain.recv(timeout=ctx.timeout)
+        assert isinstance(got, Message) and isinstance(other, Message)
+        assert (out == np.arange(_BIG)).all() and (other.data == np.arange(_BIG)).all()
+        assert not np.shares_memory(other.data, out)
+        out[:] = -1.0                     # the buffer is the caller's: the other copy is unaffected
+        assert (other.data == np.arange(_BIG)).all()
+
+    async def send() -> None:
+        me = await ctx.process("gp", 0)
+        await ctx.node.lookup(ready, timeout=ctx.timeout)
+        await me.send([ctx.name("gp", 1), ctx.name("gp", 2)], np.arange(_BIG, dtype=np.float64),
+                      timeout=ctx.timeout)
+
+    async with asyncio.TaskGroup() as tg:
+        if ctx.rank == dst:
+            tg.create_task(receive())
+        if ctx.rank == src:
+            tg.create_task(send())
+    await ctx.barrier("done")
+
+
+@contextlib.contextmanager
+def pytest_raises(exc: type[BaseException], words: str) -> Iterator[None]:
+    """``pytest.raises`` without pytest (the MPI runner has none): ``exc``
+    whose message says ``words``."""
+    try:
+        yield
+    except exc as e:
+        assert words in str(e), f"{exc.__name__} without {words!r}: {e}"
+    else:
+        raise AssertionError(f"no {exc.__name__} raised")

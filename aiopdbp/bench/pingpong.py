@@ -10,7 +10,9 @@ implementation).  Implementations, interleaved in the same job (rotated
 order per repeat), each on its own communicator:
 
 * ``aiopdbp``: ``await gp.send(peer, a)`` / ``await gp.recv()``, ``a`` a
-  writable numpy array (what users send: ``gp.send`` copies it);
+  writable numpy array (what users send: ``gp.send`` copies it below
+  ``RemoteConfig.large``, and above sends it from its own memory and returns
+  once MPI is done with it -- ``MPI_Send`` ownership);
   ``aiopdbp-ro``: the same with read-only arrays over ``bytes`` (shared,
   no copy).  Rank 1 echoes ``msg.data``.
 * ``mpi4py``: blocking ``Send``/``Recv`` into a reused numpy buffer.
@@ -52,7 +54,7 @@ __all__ = ["IMPLS", "main", "summarize_runs"]
 
 IMPLS = ("aiopdbp", "aiopdbp-ro", "mpi4py", "floor", "floor-lib")
 PAYLOAD = {
-    "aiopdbp": "writable numpy uint8 (gp.send copies)",
+    "aiopdbp": "writable numpy uint8 (copied < 32 KiB, owned above)",
     "aiopdbp-ro": "read-only numpy uint8 over bytes (shared)",
     "mpi4py": "writable numpy uint8, reused recv buffer",
     "floor": "writable numpy uint8, reused recv buffer",

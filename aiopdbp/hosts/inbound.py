@@ -18,13 +18,30 @@ Delivery goes up through two small doors handed in at construction:
 :class:`StreamSink` (the stream table: stream CDUs).  A malformed message
 fails its host (``fail_host``) with a :class:`~aiopdbp.errors.ProtocolError`.
 
+*Bulk payloads* (a transport with ``bulk_tags``: MPI).  The header half of
+a split frame (:func:`~aiopdbp.wire.codec.split_target` reads its payload
+size and destination GP) makes the inbound path post the receive of its
+payload -- tag: the frame's number from that host -- into the buffer it will
+be delivered in: the destination GP's own when it waits in
+:meth:`~aiopdbp.runtime.process.GP.recv_into` with an empty pipe and the
+payload fits (:class:`~aiopdbp.routing.router.Landings`), else a pooled,
+recycled one from the transport's receive cache.  Until it has landed, later
+data messages from that host wait behind it (per-source order); a later
+split header posts its own receive at once, so payloads land in parallel.
+The credit the sender reserved admitted these bytes (see
+:mod:`aiopdbp.hosts.link`, "Large payloads"), so the landing buffers are
+bounded by the credit windows.
+
 *Closing.*  Each host's BYE says how many data messages it sent;
-:meth:`Inbound.drained` tells when as many arrived from everyone.
+:meth:`Inbound.drained` tells when as many arrived from everyone (and every
+payload has landed).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections import deque
 from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
@@ -32,8 +49,8 @@ import numpy as np
 
 from aiopdbp.errors import ProtocolError, WouldBlock
 from aiopdbp.pool import RecvPool, Slot
-from aiopdbp.transport.base import Channel
-from aiopdbp.wire.codec import decode, decode_split
+from aiopdbp.transport.base import Channel, Transport
+from aiopdbp.wire.codec import decode, decode_split, split_target
 from aiopdbp.wire.mesp import CDU, Kind, MsgType, peek_header
 from aiopdbp.wire.control import ByeMsg
 from aiopdbp.wire.message import Message, credit_cost
@@ -62,16 +79,29 @@ class StreamSink(Protocol):
     def place(self, host: int, cdu: CDU) -> None: ...
 
 
+class _Landing:
+    """A large payload announced by its header, landing (bulk receive)."""
+
+    __slots__ = ("head", "buf")
+
+    def __init__(self, head: bytes) -> None:
+        self.head = head
+        self.buf: Any = None    # the buffer, once the payload has landed
+
+
 class _Source:
     """Receive side of one remote host."""
 
-    __slots__ = ("host", "split_head", "received", "bye")
+    __slots__ = ("host", "split_head", "received", "bye", "queue", "bulk_seq")
 
     def __init__(self, host: int) -> None:
         self.host = host
         self.split_head: bytes | None = None
         self.received = 0       # data messages taken off the network
         self.bye: int | None = None
+        # arrivals behind a payload still landing, in order: _Landing or a data message
+        self.queue: deque[_Landing | memoryview] = deque()
+        self.bulk_seq = 0       # the next split frame's bulk tag
 
 
 class Inbound:
@@ -79,8 +109,11 @@ class Inbound:
 
     def __init__(self, rank: int, size: int, pool: RecvPool, deliver: Deliver, streams: StreamSink, *,
                  name_of: Callable[[int], str], fail_host: Callable[[int, BaseException], None],
-                 block_size: int, allow_pickle: bool) -> None:
+                 block_size: int, allow_pickle: bool, bulk: Transport | None = None,
+                 landing: Callable[[int, int], Any] | None = None) -> None:
         self.rank = rank
+        self._bulk = bulk if getattr(bulk, "bulk_tags", 0) else None
+        self._landing = landing  # (pid, nbytes) -> a GP's own buffer (recv_into) or None
         self._pool = pool
         self._deliver = deliver
         self._streams = streams
@@ -120,6 +153,9 @@ class Inbound:
         if s is None:
             return
         s.received += 1
+        if s.queue:
+            self._behind(s, buf)
+            return
         if s.split_head is None and len(buf) > 1 and buf[1] == _BPS and not self._slots:
             # the commonest: short messages in a plain buffer (checked in decode)
             try:
@@ -161,7 +197,10 @@ class Inbound:
             return
         mt, body_len = peek_header(buf)
         if mt is MsgType.REMOTE and memoryview(buf).nbytes < 8 + body_len:
-            s.split_head = bytes(buf)   # header now, payload next
+            if self._bulk is not None:
+                self._land(s, bytes(buf))
+            else:
+                s.split_head = bytes(buf)   # header now, payload next
             return
         for cdu in decode(buf, allow_pickle=self._allow_pickle):
             if isinstance(cdu, CDU):
@@ -179,6 +218,69 @@ class Inbound:
         msg = Message((self._name_of(cdu.source_p), cdu.kind, cdu.com, cdu.data, cdu.source_p))
         self._deliver.place_messages(host, cdu.dest_ps, msg, credit_cost(cdu.data))
 
+    # ------------------------------------------------------ bulk payloads
+    def _land(self, s: _Source, head: bytes) -> None:
+        """A split frame's header: post the receive of its payload (bulk tag:
+        the frame's number from this host) into a GP's own buffer if it
+        waits in ``recv_into`` for exactly this, else a pooled one; deliver
+        it, in order, once it has landed."""
+        bulk = self._bulk
+        assert bulk is not None
+        nbytes, pid, stream = split_target(head)
+        out = None
+        if pid and not stream and self._landing is not None:  # one GP: its own buffer may do
+            out = self._landing(pid, nbytes)
+        entry = _Landing(head)
+        s.queue.append(entry)
+        tag = s.bulk_seq
+        s.bulk_seq = (tag + 1) % bulk.bulk_tags
+        bulk.recv_bulk(s.host, tag, nbytes, out, functools.partial(self._landed, s, entry))
+
+    def _landed(self, s: _Source, entry: _Landing, buf: Any) -> None:
+        entry.buf = buf
+        q = s.queue
+        while q:
+            item = q[0]
+            if type(item) is _Landing:
+                if item.buf is None:
+                    return          # the next payload has not landed yet
+                q.popleft()
+                try:
+                    self._place_cdu(s.host, decode_split(item.head, item.buf), False)
+                except ProtocolError as exc:
+                    self._malformed(s.host, exc)
+            else:
+                q.popleft()
+                try:
+                    self._place(s, item, False)  # type: ignore[arg-type]
+                except ProtocolError as exc:
+                    self._malformed(s.host, exc)
+
+    def _behind(self, s: _Source, buf: memoryview) -> None:
+        """A data message from a host whose earlier payload is still landing:
+        it waits its turn (a split header posts its own receive at once)."""
+        slot = self._slots.pop(id(buf), None) if self._slots else None
+        if slot is not None:  # out of the pool block: it is held for a while
+            rpool = self._pool
+            rpool.commit(slot, memoryview(buf).nbytes)
+            slot = rpool.next_filled_nowait(s.host)
+            try:
+                buf = memoryview(bytes(buf))
+            finally:
+                rpool.release(slot)
+        try:
+            mt, body_len = peek_header(buf)
+        except ProtocolError as exc:
+            self._malformed(s.host, exc)
+            return
+        if mt is MsgType.REMOTE and memoryview(buf).nbytes < 8 + body_len and self._bulk is not None:
+            try:
+                self._land(s, bytes(buf))
+            except ProtocolError as exc:
+                self._malformed(s.host, exc)
+            return
+        s.queue.append(buf)
+
     # ---------------------------------------------------------------- closing
     def on_bye(self, src: int, msg: ByeMsg) -> None:
         s = self._sources.get(src)
@@ -188,7 +290,7 @@ class Inbound:
     def drained(self, failed: Collection[int]) -> bool:
         """Whether every host not in ``failed`` said BYE and everything it
         sent before has arrived."""
-        return all(s.bye is not None and s.received >= s.bye or s.host in failed
+        return all(s.bye is not None and s.received >= s.bye and not s.queue or s.host in failed
                    for s in self._sources.values())
 
     def received(self) -> dict[int, int]:

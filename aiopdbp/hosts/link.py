@@ -20,7 +20,9 @@ that lives on host ``h``.  It does the paper's SBP work without a task:
   full or at the end of the iteration (``call_soon``): a burst becomes one
   MPI message per 64 KiB, whatever the number of senders.
 * **Large payloads** (``>= large``: stream segments, big messages) are not
-  copied: a split frame, its header and the caller's buffer as two messages.
+  copied: a split frame, its header on the data channel and the payload as
+  ONE more MPI message straight from the caller's buffer (see "Large
+  payloads" below).
 * **Sending.**  Up to ``max_inflight`` MPI sends per host are in flight; more
   wait in order and go as earlier ones complete (the progress engine's
   completion callback), so blocks of different hosts travel in parallel.
@@ -62,6 +64,53 @@ taken every item of ours that waits in its pipe (at once if it already has),
 and that grant answers the ask.  So while a sender is parked, every byte it
 is owed comes back once the destination has read what was sent: a healthy
 job sends at most one ask per grant, an idle one none.
+
+Large payloads: one MPI message, buffer ownership, admission
+------------------------------------------------------------
+(issue 18 item 3.)  A payload of ``large`` bytes or more (32 KiB,
+``RemoteConfig.large``; below it a copy into a coalesced block costs less
+than a message of its own) leaves as a *split frame*: the CDU header (~100
+bytes) as a data-channel message, then -- on a transport with bulk payloads
+(MPI: :meth:`~aiopdbp.transport.mpi.MPITransport.post_bulk`) -- the payload as
+one ``Isend`` on the bulk communicator, tagged with the frame's number
+towards this host.  The receiving host posts the matching ``Irecv`` when the
+header arrives, into the buffer the payload lands in for good (a pooled one,
+or the destination GP's own in ``recv_into``: :mod:`aiopdbp.hosts.inbound`);
+MPICH's rendezvous moves the bytes, once, with no pool block and no copy on
+either side.  (The in-process transport has no bulk payloads: header and
+payload follow each other on the data channel, and it copies at the send.)
+
+*Buffer ownership* (``MPI_Send``'s): ``await gp.send(big)`` of a writable
+array does not copy it (:meth:`~aiopdbp.routing.router.Router.send_owned`):
+the link gets an :class:`OwnedSend` whose future completes when the
+payload's ``Isend`` has completed, and only then does the call return -- so
+the caller may overwrite the array as soon as ``send`` returns.  A read-only
+array over immutable memory needs no wait (nothing can change it), a local
+destination gets a copy (its pipe keeps the message), and
+``send_nowait`` copies (it cannot wait for MPI; refusing large writable
+arrays there would break code that works today for a saving the caller can
+have with ``await send``).  If host ``h`` fails, every owned send still
+waiting fails with the link's error (MPI keeps the buffer referenced).
+Cancellation: the completion is an :class:`OwnedDone`, which the transport
+resolves from the progress step that sees it (one hop to the sender) and
+which a cancel cannot abort once the payload is posted -- the sender's
+``CancelledError`` comes when MPI is done with the buffer (or the link
+fails, or the transport closes and abandons the request); a send cancelled
+before the link took it is dropped here with its credit returned.
+
+*Admission: credit is the clear-to-send.*  The sender reserves the message's
+bytes of the destination GP's credit (the fair rule above) *before* the
+header and the payload are posted; the receiving host therefore only posts
+receives for bytes it has admitted, and allocates the landing buffer then
+(the payload is never matched, probed or allocated earlier).  A message
+larger than the window waits until the whole window is back, so per
+(sending host, GP) at most ``max(window, largest message)`` bytes have
+landed or are landing.  No extra round trip (RTS/CTS) is needed for that:
+MPICH's own rendezvous already keeps the bytes at the sender until the
+``Irecv`` is posted, and the posting is bounded by the credit.  Measured
+bound (``tests/mpi_scripts/large_rss.py``): three hosts sending 16 MiB
+arrays to one GP that reads nothing grow the receiving rank's peak RSS by
+about 3 x 16 MiB, within the documented ``(senders + 2) x 16 MiB``.
 
 Why nothing waits forever inside the library
 --------------------------------------------
@@ -131,13 +180,13 @@ from aiopdbp.wire.mesp import CDU, VERSION, Kind, MsgType
 from aiopdbp.wire.payload import short_ndarray
 from aiopdbp.wire.shorts import SHORT, SHORT_ARRAY, SHORT_MAX, SHORT_NONE, bps_header
 from aiopdbp.errors import WouldBlock
-from aiopdbp.wire.message import Message
+from aiopdbp.wire.message import Message, credit_cost
 from aiopdbp.pool import SendPool, Slot
 from aiopdbp.transport.base import Channel, Transport
 
 log = logging.getLogger("aiopdbp.hosts.link")
 
-__all__ = ["HostLink", "LinkStats"]
+__all__ = ["HostLink", "LinkStats", "OwnedDone", "OwnedSend"]
 
 _BPS = int(MsgType.BPS)
 _BP = int(MsgType.BP)
@@ -183,6 +232,42 @@ class _Waiter:
     def __init__(self, fut: asyncio.Future[None], nbytes: int) -> None:
         self.fut = fut
         self.nbytes = nbytes
+
+
+class OwnedDone(asyncio.Future[None]):
+    """The completion of an owned send's payload (:class:`OwnedSend`).
+
+    Until the link posts the payload it is an ordinary future: a cancelled
+    owner cancels it, and the link then drops the message (and returns its
+    credit).  Once posted (:meth:`hold`), its awaiting task can no longer
+    cancel it: ``Task.cancel()`` marks the task instead, and the
+    ``CancelledError`` is raised in it once the future completes -- once MPI
+    no longer reads the caller's buffer, or the link failed, or the
+    transport closed.  The transport resolves it from the progress step that
+    sees the completion: one hop to the waiting task."""
+
+    _held = False
+
+    def hold(self) -> None:
+        """The payload is posted: MPI reads the buffer until this completes."""
+        self._held = True
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        if self._held:
+            return False
+        return super().cancel(msg)
+
+
+class OwnedSend:
+    """A message whose large payload is the *caller's* buffer, not a copy
+    (``await gp.send(big)``, see "Large payloads"): ``done`` completes once
+    the buffer may be reused -- or with the link's error."""
+
+    __slots__ = ("msg", "done")
+
+    def __init__(self, msg: Message, done: OwnedDone) -> None:
+        self.msg = msg
+        self.done = done
 
 
 class _Block:
@@ -232,6 +317,9 @@ class HostLink:
         self.sent_msgs = 0          # data messages posted (the BYE count)
         self._cdus = self._lone = self._blocks = self._splits = self._bytes = 0
         self._credit_waits = self._fallbacks = 0
+        self._bulk_tags = getattr(transport, "bulk_tags", 0)  # 0: payloads follow their header (data channel)
+        self._bulk_seq = 0                      # the next split frame's number (its bulk tag)
+        self._owned: set[asyncio.Future[None]] = set()  # OwnedSend waits not done yet
 
     # --------------------------------------------------------------- credit
     # One admission rule (see the module docstring, "Credit"): ``_admit`` is
@@ -368,6 +456,9 @@ class HostLink:
                     waiter.fut.exception()
         self._queues.clear()
         self._progress_at.clear()
+        owned, self._owned = self._owned, set()
+        for done in owned:  # the payload may never complete now (MPI keeps the buffer)
+            _fail(done, exc)
 
     def waits(self) -> list[tuple[int, int, int, float]]:
         """What is parked now: ``(pid, senders, bytes the head needs, time of
@@ -386,9 +477,22 @@ class HostLink:
         a :class:`Message` for GP ``pid``, or a CDU (streams, multicast).
         False when it was dropped (the host is gone)."""
         if self.error is not None:
+            if type(item) is OwnedSend:
+                _fail(item.done, self.error)
             return False  # the sender was told, or will be, by reserve
         self._cdus += 1
         if type(item) is not Message:
+            if type(item) is OwnedSend:
+                msg = item.msg
+                if item.done.done():   # its sender was cancelled before it got here
+                    self.grant(pid, credit_cost(msg[3]))
+                    return True
+                try:
+                    self._put_cdu(CDU(msg[1], msg[4], (pid,), msg[3], msg[2]), item.done)
+                except BaseException as exc:
+                    _fail(item.done, exc)
+                    raise
+                return True
             self._put_cdu(item)
             return True
         if self._put_short(pid, item):
@@ -462,14 +566,18 @@ class HostLink:
         self._flush_scheduled = False
         self._flush()
 
-    def _put_cdu(self, cdu: CDU) -> None:
+    def owns(self, nbytes: int) -> bool:
+        """Whether a payload of ``nbytes`` travels from the caller's buffer
+        (see "Large payloads"): an :class:`OwnedSend` of it need not be a copy."""
+        return nbytes >= self._large
+
+    def _put_cdu(self, cdu: CDU, done: OwnedDone | None = None) -> None:
         data = cdu.data
         if data is not None and _large_enough(data, self._large):
-            self._flush()
-            head, payload = encode_split(cdu)
-            self._splits += 1
-            self._post([head, payload], len(head) + memoryview(payload).nbytes, None)
+            self._put_split(cdu, done)
             return
+        if done is not None:  # not large after all (an owner's mistake): it is copied below
+            _resolve(done)
         if self._begin():
             parts = encode_cdu(cdu, allow_pickle=self._allow_pickle)
             frame = b"".join(parts) if len(parts) > 1 else bytes(parts[0])
@@ -496,6 +604,52 @@ class HostLink:
             pos += k
         blk.pos = pos
         blk.count += 1
+
+    def _put_split(self, cdu: CDU, done: OwnedDone | None) -> None:
+        """A large payload: its header on the data channel, the payload as
+        one MPI message straight from ``cdu.data`` (see "Large payloads");
+        ``done`` (an owned send) completes when the payload may be reused."""
+        self._flush()
+        head, payload = encode_split(cdu)
+        self._splits += 1
+        nbytes = memoryview(payload).nbytes
+        if done is not None:
+            done.hold()
+        if not self._bulk_tags:  # header and payload, in order on the data channel
+            if done is not None and (self._units or self._inflight >= self._max_inflight):
+                payload = bytes(payload)  # it would wait behind other sends: a copy
+            fut = self._post([head, payload], len(head) + nbytes, None)
+        else:
+            tag = self._bulk_seq
+            self._bulk_seq = (tag + 1) % self._bulk_tags
+            self._post([head], len(head), None)
+            self._bytes += nbytes
+            try:
+                # the transport resolves ``done`` itself: no callback hop
+                # between MPI's completion and the waiting sender
+                fut = self._transport.post_bulk(self.host, tag, payload, done)
+            except Exception as exc:  # the transport is closed or broken
+                self.fail(exc)
+                fut = None
+        if done is None:
+            return
+        if self.error is not None:
+            _fail(done, self.error)
+        elif fut is None:
+            _resolve(done)
+        elif fut is done:
+            self._owned.add(done)
+            done.add_done_callback(self._owned.discard)
+        else:
+            self._owned.add(done)
+            fut.add_done_callback(functools.partial(self._owned_sent, done))
+
+    def _owned_sent(self, done: asyncio.Future[None], fut: asyncio.Future[None]) -> None:
+        self._owned.discard(done)
+        if fut.cancelled() or fut.exception() is None:
+            _resolve(done)
+        else:
+            _fail(done, fut.exception())  # type: ignore[arg-type]
 
     def _new_block(self, kind: int) -> _Block:
         self._flush()
@@ -530,16 +684,17 @@ class HostLink:
         self._post([taken.data], blk.pos, taken)
 
     # ------------------------------------------------------------ sending
-    def _post(self, blocks: list[Any], nbytes: int, slot: Slot | None) -> None:
+    def _post(self, blocks: list[Any], nbytes: int, slot: Slot | None) -> asyncio.Future[None] | None:
         """Send ``blocks`` (``nbytes`` in all) now, or after the sends in
         flight when ``max_inflight`` are; ``slot`` returns to the pool once
-        the send has completed."""
+        the send has completed.  The transport's future when it was posted
+        now and has not completed (None otherwise)."""
         if self._units or self._inflight >= self._max_inflight:
             self._units.append((blocks, nbytes, slot))
-        else:
-            self._send(blocks, nbytes, slot)
+            return None
+        return self._send(blocks, nbytes, slot)
 
-    def _send(self, blocks: list[Any], nbytes: int, slot: Slot | None) -> None:
+    def _send(self, blocks: list[Any], nbytes: int, slot: Slot | None) -> asyncio.Future[None] | None:
         self.sent_msgs += len(blocks)
         self._bytes += nbytes
         try:
@@ -547,13 +702,14 @@ class HostLink:
         except Exception as exc:  # the transport is closed or broken
             self._release(slot)
             self.fail(exc)
-            return
+            return None
         if fut is None:
             if slot is not None:
                 self._release(slot)
-            return
+            return None
         self._inflight += 1
         fut.add_done_callback(functools.partial(self._sent, slot))
+        return fut
 
     def _sent(self, slot: Slot | None, fut: asyncio.Future[None]) -> None:
         self._inflight -= 1
@@ -589,6 +745,17 @@ class HostLink:
                          len(self._credit), min(self._credit.values(), default=self.window),
                          self._fallbacks, sum(len(q) for q in self._queues.values()), self._asks,
                          sum(self.window - c for c in self._credit.values()))
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _fail(fut: asyncio.Future[None], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
+        fut.exception()  # retrieved: a cancelled owner must not log it
 
 
 def _large_enough(data: Any, large: int) -> bool:

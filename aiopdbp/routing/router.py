@@ -46,6 +46,7 @@ from aiopdbp.errors import ClosedResourceError, NoPipeError, UnknownProcessError
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
 from aiopdbp.routing.pipes import Pipe, PipePool
 from aiopdbp.stall import Waits
+from aiopdbp.hosts.link import OwnedDone, OwnedSend
 from aiopdbp.hosts.tables import Tables
 
 log = logging.getLogger("aiopdbp.routing.router")
@@ -68,6 +69,40 @@ class Target(Protocol):
     def unreserve(self, pid: int = 0, nbytes: int = 0) -> None: ...
     def put_to(self, pid: int, item: Any) -> bool | None: ...
     def offer(self, pid: int, nbytes: int, fields: tuple[str, Kind, int, Any, int]) -> bool: ...
+
+
+class Landings:
+    """Buffers of GPs that wait in ``recv_into`` (:meth:`aiopdbp.runtime.process.GP.recv_into`)
+    with an empty pipe: the next large payload for such a GP from another
+    host lands in its buffer instead of a pooled one."""
+
+    def __init__(self, targets: dict[int, Target]) -> None:
+        self._targets = targets
+        self._posted: dict[int, list[Any]] = {}  # pid -> [buffer, taken]
+
+    def post(self, pid: int, buf: memoryview) -> None:
+        """GP ``pid`` waits in ``recv_into(buf)``."""
+        self._posted[pid] = [buf, False]
+
+    def withdraw(self, pid: int) -> bool:
+        """The wait ended; True when a payload was sent to the buffer meanwhile."""
+        entry = self._posted.pop(pid, None)
+        return entry is not None and bool(entry[1])
+
+    def take(self, pid: int, nbytes: int) -> Any:
+        """Where a large payload of ``nbytes`` for GP ``pid`` lands (the
+        inbound path asks when its header arrives): the GP's own buffer when
+        it waits with nothing in its pipe and the payload fits (once), else
+        None (a pooled buffer)."""
+        entry = self._posted.get(pid)
+        if entry is None or entry[1]:
+            return None
+        buf: memoryview = entry[0]
+        tgt = self._targets.get(pid)
+        if nbytes > buf.nbytes or type(tgt) is not Pipe or len(tgt):
+            return None
+        entry[1] = True
+        return buf[:nbytes]
 
 
 #: grant(host, [(pid, bytes), ...]): give a remote host credit back
@@ -113,6 +148,7 @@ class Router:
         self.dropped = 0
         self.parked = 0
         self.waits = Waits()                      # senders waiting on a destination (aiopdbp.stall)
+        self.landings = Landings(self.targets)    # GPs waiting in recv_into
         tables.subscribe(self.on_update)
 
     # ----------------------------------------------------------- table hook
@@ -344,6 +380,43 @@ class Router:
         tgt.reserve_nowait(pid, cost)
         self._submit(tgt, pid, Message(fields))
 
+    async def send_owned(self, dest: str, fields: tuple[str, Kind, int, Any, int], cost: int,
+                         timeout: float | None, copy: Callable[[Any], Any]) -> None:
+        """Send a large payload with ``MPI_Send`` ownership: return once the
+        caller's buffer ``fields[3]`` may be reused.  To a GP on another host
+        whose link sends it from the buffer itself (``owns``), the call waits
+        for credit, then for the MPI send of the payload to complete; to a
+        local GP (whose pipe would keep the buffer) the payload is
+        ``copy(data)`` and the send is a plain one.
+
+        Cancellation: before the message is handed to the link, nothing is
+        queued and no credit is held.  After, the message goes: the wait
+        cannot be cancelled (:class:`~aiopdbp.hosts.link.OwnedDone`), so a
+        cancel is raised once MPI no longer reads the buffer -- bounded by
+        the link, which fails the wait if host ``h`` is lost -- and the
+        caller never regains a buffer MPI still reads.
+        """
+        pid = self.pids.get(dest)
+        if pid is None:
+            pid = await self.resolve(dest, timeout)
+        tgt = self.targets.get(pid)
+        if tgt is None:
+            tgt = await self.target(pid, timeout)
+        owns = getattr(tgt, "owns", None)
+        if not tgt.remote or owns is None or not owns(cost - CREDIT_OVERHEAD):
+            fields = (fields[0], fields[1], fields[2], copy(fields[3]), fields[4])
+            if not self._offer(tgt, pid, cost, fields):
+                await self.reserve(tgt, pid, cost, timeout, f"GP {dest!r}", fields[0])
+                self._submit(tgt, pid, Message(fields))
+            return
+        await self.reserve(tgt, pid, cost, timeout, f"GP {dest!r}", fields[0])
+        done = OwnedDone(loop=asyncio.get_running_loop())
+        self._submit(tgt, pid, OwnedSend(Message(fields), done))
+        if done.done():
+            done.result()
+            return
+        await done  # not cancellable: a cancel is raised here once MPI is done
+
     async def multicast(self, what: str, pids: tuple[int, ...], fields: tuple[str, Kind, int, Any, int],
                         cost: int, timeout: float | None) -> None:
         """Route one message to every GP of ``pids`` (resolved, distinct):
@@ -525,6 +598,14 @@ class Router:
         self._owed.pop(key, None)
         self._asked.discard(key)   # the grant answers the ask; a sender still parked asks again
         self._grants.setdefault(host, []).append((pid, owed))
+        if owed >= self.window:
+            # A whole window (a large message): its sender is parked for it
+            # or will be at its next send, so it goes now -- at the end of
+            # the iteration it would leave after whatever the reader sends
+            # next (a reply), and the sender would park for it (issue 18:
+            # 60 us of a 1 MiB ping-pong hop).
+            self.flush_grants()
+            return
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self.flush_grants)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import pickle
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -46,10 +47,13 @@ if TYPE_CHECKING:
     from aiopdbp.streams.devicepath import DevicePath
     from aiopdbp.streams.table import StreamTable
 
-__all__ = ["FAILED_CLOSE_TIMEOUT", "GP", "GPHost", "snapshot"]
+__all__ = ["FAILED_CLOSE_TIMEOUT", "GP", "GPHost", "OWNED_MIN", "snapshot"]
 
 #: how long a GP leaving with an exception tries to close what it owns
 FAILED_CLOSE_TIMEOUT = 1.0
+#: arrays at least this large may be sent from the caller's buffer; the link
+#: decides from its own threshold (``RemoteConfig.large``, 32 KiB by default)
+OWNED_MIN = 4096
 
 
 def snapshot(data: Any, allow_pickle: bool, shared: bool) -> Any:
@@ -110,6 +114,40 @@ def _frozen(arr: np.ndarray[Any, Any]) -> bool:
     return isinstance(base, bytes)
 
 
+def _ownable(arr: np.ndarray[Any, Any]) -> bool:
+    """A writable array whose bytes can travel from its own memory as one
+    MPI message (see :meth:`GP.send`, "Buffer ownership")."""
+    dt = arr.dtype
+    return (arr.flags.c_contiguous and not dt.hasobject and dt.fields is None and dt.subdtype is None
+            and not _frozen(arr))
+
+
+def _flat_writable(out: Any) -> memoryview:
+    """``out`` as a flat writable byte view, or a clear error."""
+    try:
+        mv = memoryview(out)
+    except TypeError:
+        raise TypeError(f"recv_into needs a writable buffer, not {type(out).__name__}") from None
+    if mv.readonly:
+        raise ValueError("recv_into needs a writable buffer (this one is read-only)")
+    if not mv.c_contiguous:
+        raise ValueError("recv_into needs a C-contiguous buffer")
+    return mv.cast("B") if mv.ndim != 1 or mv.format != "B" else mv
+
+
+def _size(data: Any) -> int:
+    return len(data) if type(data) is bytes else int(data.nbytes)
+
+
+def _views(item: Any, flat: memoryview) -> bool:
+    """Whether ``item`` is a message whose array payload lies at the start of ``flat``."""
+    data = item.data if type(item) is Message else None
+    if not isinstance(data, np.ndarray) or not flat.nbytes:
+        return False
+    start = np.frombuffer(flat, dtype=np.uint8, count=1).ctypes.data
+    return bool(data.ctypes.data == start)
+
+
 _SHORT, _COMMAND = Kind.SHORT, Kind.COMMAND
 
 
@@ -166,6 +204,8 @@ class GP:
         self._owned: list[Any] = []       # closed when the GP is freed (own())
         #: taken from the pipe, then a wait for its sender's name was cancelled
         self._unnamed: Message | IncomingStream | None = None
+        #: more items taken out of arrival order's way by recv_into (after _unnamed)
+        self._stepped: deque[Message | IncomingStream] = deque()
         self._router = node.router
         self._drive = node.drive   # a receiver waiting for a reply steps MPI itself
         self._try_send = node.router.try_send  # hot path: one call, no coroutine, when nothing waits
@@ -310,8 +350,18 @@ class GP:
         ``copy=False`` hands it to an SGP of this node on its device by
         reference: the sender must not touch it again.
 
+        Buffer ownership (as ``MPI_Send``): a writable numeric array of
+        ``RemoteConfig.large`` bytes or more (32 KiB) sent to a GP on another
+        host is not copied: it travels from its own memory as one MPI message,
+        and the call returns once MPI no longer reads it -- then the caller
+        may reuse it.  Everything else is snapshot (:func:`snapshot`) and the
+        call returns once queued.
+
         Cancellation: a cancelled send has queued nothing (reservations already
-        taken are given back).
+        taken are given back) -- except a large array whose payload was
+        already handed to MPI: that message is sent, and the call waits until
+        MPI no longer reads the array before it raises ``CancelledError``
+        (:meth:`~aiopdbp.routing.router.Router.send_owned`).
         """
         if self._freed:
             raise ClosedResourceError(f"GP {self.name!r} was freed")
@@ -328,6 +378,11 @@ class GP:
             cost = len(data) + CREDIT_OVERHEAD
         else:
             if data is not None:
+                if type(data) is np.ndarray and data.nbytes >= OWNED_MIN and _ownable(data):
+                    # large: sent from this very buffer, the call returns once it may be reused
+                    await self._router.send_owned(dest, (self.name, kind, com, data, self.pid),
+                                                  credit_cost(data), timeout, self._snapshot)
+                    return
                 if type(data) is not np.ndarray and is_device_array(data):
                     await self.node.devices.send(self, self.node.streams, dest, data, com=com, kind=kind,
                                                  timeout=timeout, copy=copy)
@@ -337,6 +392,9 @@ class GP:
         fields = (self.name, kind, com, data, self.pid)
         if not self._try_send(dest, fields, cost):  # the router routed it: nothing to wait for
             await self._router.send_waiting(dest, fields, cost, timeout)
+
+    def _snapshot(self, data: Any) -> Any:
+        return snapshot(data, self.node.allow_pickle, False)
 
     async def _multicast(self, names: list[str], data: Any, com: int, kind: Kind,
                          timeout: float | None) -> None:
@@ -355,7 +413,11 @@ class GP:
 
     def send_nowait(self, dest: str, data: Any = None, *, com: int = 0, kind: Kind = Kind.SHORT) -> None:
         """Send to one GP without waiting; raises ``WouldBlock`` when it is
-        full, ``UnknownProcessError`` for a name not registered (now)."""
+        full, ``UnknownProcessError`` for a name not registered (now).
+
+        The payload is always snapshot (a writable array is copied, large or
+        not): without a wait there is no moment at which MPI is known to be
+        done with the caller's buffer.  ``await send`` avoids the copy."""
         self._check()
         _check_com(com)
         if kind is not Kind.SHORT and kind is not Kind.COMMAND:
@@ -420,7 +482,7 @@ class GP:
         item: Message | IncomingStream
         if pipe is None or self._freed or self._unnamed is not None:
             if self._unnamed is not None:
-                item, self._unnamed = self._unnamed, None
+                item = self._take_held()
                 return await self._named(item)
             pipe = self._inbox()
         if len(pipe):  # the common case under load: no coroutine, no exception
@@ -450,7 +512,7 @@ class GP:
         try:
             name = await self._router.source_name(item.source_pid)
         except asyncio.CancelledError:
-            self._unnamed = item  # the next recv returns it: nothing is lost
+            self._hold(item, front=True)  # the next recv returns it: nothing is lost
             raise
         if type(item) is Message:
             return Message((name, item[1], item[2], item[3], item[4]))
@@ -461,12 +523,106 @@ class GP:
         """The next item, or ``WouldBlock`` when the pipe is empty.  (An item
         whose sender's registration has not reached this host yet names it
         ``"<pid N>"``; :meth:`recv` waits for the name.)"""
-        held = self._unnamed
-        if held is not None:
-            self._unnamed = None
-            return held
+        if self._unnamed is not None:
+            return self._take_held()
         item: Message | IncomingStream = self._inbox().receive_nowait()
         return item
+
+    def _take_held(self) -> Message | IncomingStream:
+        item = self._unnamed
+        assert item is not None
+        self._unnamed = self._stepped.popleft() if self._stepped else None
+        return item
+
+    def _hold(self, item: Message | IncomingStream, *, front: bool = False) -> None:
+        """Keep ``item`` for the next receive (``front``: before those held)."""
+        if self._unnamed is None:
+            self._unnamed = item
+        elif front:
+            self._stepped.appendleft(self._unnamed)
+            self._unnamed = item
+        else:
+            self._stepped.append(item)
+
+    async def recv_into(self, out: Any, timeout: float | None = None) -> Message:
+        """Receive the next message into ``out``, a writable C-contiguous
+        buffer (a numpy array, ``bytearray``, ...), as ``comm.Recv(buf)`` does.
+
+        The next item must be a message whose payload is bytes or a numeric
+        numpy array of at most ``out``'s size; its bytes go to the start of
+        ``out`` and the returned :class:`Message`'s ``data`` views ``out``
+        (an array of the sent dtype and shape, or a ``memoryview`` for bytes).
+        A large payload from another host for which this call is already
+        waiting lands in ``out`` straight from the network (no copy, see
+        :mod:`aiopdbp.hosts.inbound`, "Bulk payloads"); any other is copied
+        into ``out`` from where it landed.
+
+        Errors: ``ValueError`` when the next message does not fit in ``out``,
+        ``TypeError`` when it is not bytes or an array (a stream, ``None``,
+        a pickled object) -- the item then stays first, for :meth:`recv`.
+        ``TimeoutError`` after ``timeout`` seconds with nothing.
+
+        Cancellation: a cancelled call takes nothing (items it had to step
+        over are kept, in order, for the next receive).  If a payload had
+        already begun landing in ``out``, it still lands there -- MPI writes
+        it, so do not use ``out`` for anything else until that message was
+        received -- and its message reaches the pipe as usual, its data a
+        view of ``out``.
+        """
+        flat = _flat_writable(out)
+        router = self._router
+        if self._unnamed is not None:
+            return self._into(flat, await self.recv(timeout))
+        pipe = self._inbox()
+        try:
+            return self._into(flat, pipe.receive_nowait())
+        except WouldBlock:
+            pass
+        router.landings.post(self.pid, flat)
+        taken = False
+        try:
+            async with asyncio.timeout(timeout):
+                item = await self.recv()
+                taken = router.landings.withdraw(self.pid)
+                if taken:
+                    # Our buffer was chosen for a payload whose header came
+                    # while the pipe was empty: that message is ours, even if
+                    # other items got into the pipe before its bytes landed.
+                    while not _views(item, flat):
+                        self._hold(item)
+                        item = await pipe.receive()
+        except BaseException:
+            if not taken:
+                router.landings.withdraw(self.pid)
+            raise
+        return self._into(flat, item)
+
+    def _into(self, flat: memoryview, item: Message | IncomingStream) -> Message:
+        """``item``'s payload in ``flat`` (copied unless it landed there)."""
+        data: Any = item.data if type(item) is Message else None
+        err: Exception | None = None
+        if type(item) is not Message:
+            err = TypeError("recv_into: the next item is a stream, not a message")
+        elif data is None or not (type(data) is bytes or (isinstance(data, np.ndarray)
+                                                          and not data.dtype.hasobject)):
+            err = TypeError(f"recv_into: the next message carries {type(data).__name__}, "
+                            "not bytes or a numeric array")
+        elif _size(data) > flat.nbytes:
+            err = ValueError(f"recv_into: the next message ({_size(data)} bytes) does not fit "
+                             f"in the buffer ({flat.nbytes} bytes)")
+        if err is not None:
+            self._hold(item, front=True)
+            raise err
+        assert type(item) is Message
+        if type(data) is bytes:
+            n = len(data)
+            flat[:n] = data
+            return Message((item[0], item[1], item[2], flat[:n], item[4]))
+        if _views(item, flat):
+            return item
+        view = np.frombuffer(flat, dtype=data.dtype, count=data.size).reshape(data.shape)
+        view[...] = data
+        return Message((item[0], item[1], item[2], view, item[4]))
 
     def __aiter__(self) -> GP:
         return self

@@ -207,6 +207,23 @@ class Transport(abc.ABC):
         """
         return None
 
+    #: bulk payload tags are 0 .. bulk_tags - 1 (0: no bulk payloads; large
+    #: payloads then follow their header on the data channel)
+    bulk_tags: int = 0
+
+    def post_bulk(self, dest: int, tag: int, buf: Buffer,
+                  done: asyncio.Future[None] | None = None) -> asyncio.Future[None] | None:
+        """Post one large payload (zero copy) for host ``dest`` under ``tag``;
+        None when it completed at once, else a future (``buf`` reusable then;
+        ``done`` itself when given: the transport resolves it)."""
+        raise NotImplementedError(f"the {self.name} transport has no bulk payloads")
+
+    def recv_bulk(self, source: int, tag: int, nbytes: int, out: Buffer | None,
+                  done: Callable[[Any], None]) -> None:
+        """Receive host ``source``'s payload ``tag`` into ``out`` (None: a
+        pooled buffer of ``nbytes``); ``done(buffer)`` once it landed."""
+        raise NotImplementedError(f"the {self.name} transport has no bulk payloads")
+
     #: raw tags are 0 .. raw_tag_limit - 1 (0: the transport has no raw messages)
     raw_tag_limit: int = 0
 

@@ -7,7 +7,7 @@ aiopdbp that import mpi4py, and they do so lazily: importing this module does
 ``python prog.py`` that never uses MPI never pays for it.
 
 Dual channel (SPEC section 9): the transport ``Dup()``s its base communicator
-twice, one communicator for ``Channel.CONTROL`` and one for ``Channel.DATA``.
+twice (three times: see "Bulk payloads"), one communicator for ``Channel.CONTROL`` and one for ``Channel.DATA``.
 MPI matching is per communicator, so a control message is never *matched*
 behind data: the sender's control ``Isend`` is a request of its own, and the
 receiver probes the control communicator before the data one in every probe
@@ -20,6 +20,18 @@ rendezvous headers, i.e. after about one probe per queued message.)
 
 MPI thread level: ``MPI_THREAD_MULTIPLE`` is requested, see
 :mod:`aiopdbp.transport.mpiload` (how MPI is loaded, shared with the engine).
+
+Bulk payloads (issue 18, the size-aware protocol): a third communicator,
+``aiopdbp.bulk``, carries the payloads of large messages, one MPI message
+each, from the sender's buffer to the receiver's (:meth:`MPITransport.post_bulk`,
+:meth:`MPITransport.recv_bulk`).  The engine never probes it: the payload's
+header travels on the data channel, and when it arrives the receiving host
+posts an ``Irecv`` for exactly ``(source, tag)`` into the buffer the message
+lands in -- a pooled one, or the receiving GP's own (``recv_into``).  The tag
+is the split frame's number per (sender, receiver) pair modulo
+:data:`BULK_TAGS`, counted alike on both sides (headers are matched in order
+on the data channel).  MPICH's own rendezvous moves the bytes; nothing is
+probed, allocated or copied before the receiver knows where they go.
 
 Raw messages (:meth:`MPITransport.raw_isend`, the device staging's pinned
 chunks) are plain ``Isend``/``Irecv`` on the data communicator with tags
@@ -68,6 +80,8 @@ RAW_TAG_BASE = 32768
 # from an earlier transport -- MPICH reuses a freed communicator's context
 # id -- carries an old tag and can never be matched by a newer one.
 _sessions = itertools.count()
+#: bulk payload tags are 0 .. BULK_TAGS - 1 (the guaranteed MPI_TAG_UB + 1)
+BULK_TAGS = 32768
 
 
 class _RawRequest:
@@ -148,7 +162,9 @@ class MPITransport(Transport):
         self._data: MPI.Comm
         self._control, req_c = base.Idup()
         self._data, req_d = base.Idup()
-        self._joining: list[Any] = [req_c, req_d]
+        self._bulk: MPI.Comm
+        self._bulk, req_b = base.Idup()
+        self._joining: list[Any] = [req_c, req_d, req_b]
         self.join_timeout = join_timeout
         record_own_shm()  # the launcher removes them should this rank be killed
         self._drain_timeout = drain_timeout
@@ -161,6 +177,7 @@ class MPITransport(Transport):
             mode=progress,
             spin_s=None if spin_us is None else spin_us * 1e-6,
             max_backoff_s=None if max_backoff_us is None else max_backoff_us * 1e-6,
+            bulk=self._bulk,
         )
         self._quiescing: asyncio.Future[None] | None = None
         self._raw_limit: int | None = None
@@ -220,6 +237,7 @@ class MPITransport(Transport):
         self._joining = []
         self._control.Set_name("aiopdbp.control")
         self._data.Set_name("aiopdbp.data")
+        self._bulk.Set_name("aiopdbp.bulk")
 
     def _doorbells(self) -> DoorbellJoin:
         """Make this rank's doorbell and start the exchange of every rank's
@@ -295,6 +313,26 @@ class MPITransport(Transport):
         Cancellation: safe; nothing is taken.
         """
         await self._engine.drive(ready)
+
+    bulk_tags = BULK_TAGS
+
+    def post_bulk(self, dest: int, tag: int, buf: Buffer,
+                  done: asyncio.Future[None] | None = None) -> asyncio.Future[None] | None:
+        """Post one large payload to rank ``dest`` on the bulk communicator
+        (see "Bulk payloads" above); None when it completed at once, else a
+        future completing when ``buf`` may be reused (``done`` itself when
+        given).  Errors raise."""
+        if self._closed or not self._started or not 0 <= dest < self.size:
+            self._refuse(dest, Channel.DATA)
+        return self._engine.post_bulk_send(dest, tag, buf, done)
+
+    def recv_bulk(self, source: int, tag: int, nbytes: int, out: Buffer | None,
+                  done: Callable[[Any], None]) -> None:
+        """Receive the payload rank ``source`` posted with ``tag`` into ``out``
+        (None: a pooled buffer of ``nbytes``); ``done(buffer)`` once it landed."""
+        if self._closed or not self._started or not 0 <= source < self.size:
+            self._refuse(source, Channel.DATA)
+        self._engine.post_bulk_recv(source, tag, nbytes, out, done)
 
     def add_poller(self, poller: Callable[[], bool]) -> Callable[[], None]:
         """Call ``poller()`` at every progress step (see the engine)."""
@@ -407,7 +445,7 @@ class MPITransport(Transport):
         _MPI = load_mpi()
         if _MPI.Is_finalized():
             return
-        comms = (self._control, self._data)
+        comms = (self._control, self._data, self._bulk)
         try:
             reqs = [c.Ibarrier() for c in comms]
         except _MPI.Exception:  # pragma: no cover - best effort
@@ -443,7 +481,7 @@ class MPITransport(Transport):
         _MPI = load_mpi()
         if _MPI.Is_finalized():
             return
-        for c in (self._control, self._data):
+        for c in (self._control, self._data, self._bulk):
             try:
                 c.Free()
             except _MPI.Exception:  # pragma: no cover - freeing is best effort

@@ -22,7 +22,13 @@ One step (:meth:`ProgressEngine.step`):
 2. *Complete sends.*  Sends complete about in order: ``Test`` the oldest
    until one is not done (one ``Test`` costs a tenth of a ``Testsome`` over
    a window); every 32nd step, ``Testsome`` over all of them.
-3. *Pollers.*  Other non-blocking work that must be driven by the same loop
+3. *Bulk payloads* (the transport's third communicator, never probed): a
+   large payload's ``Irecv`` is posted by :meth:`ProgressEngine.post_bulk_recv`
+   when its header has arrived, into the buffer it is delivered in, and
+   tested every step; its ``Isend`` (:meth:`ProgressEngine.post_bulk_send`)
+   completes like any send, resolving the waiting sender's future from the
+   step (see :mod:`aiopdbp.transport.mpi`, "Bulk payloads").
+4. *Pollers.*  Other non-blocking work that must be driven by the same loop
    -- the device staging's CUDA events -- registers a poller, called each step.
 
 Waiting (:meth:`ProgressEngine._run`), the latency/CPU trade-off.  After a
@@ -184,9 +190,10 @@ class ProgressEngine:
     def __init__(self, comms: Sequence[MPI.Comm], *, tag: int = 0, mode: str = "auto",
                  spin_s: float | None = None, spin_window_s: float | None = None,
                  max_backoff_s: float | None = None, inline_recv_limit: int = DEFAULT_INLINE_RECV_LIMIT,
-                 recv_cache_bytes: int | None = None) -> None:
+                 recv_cache_bytes: int | None = None, bulk: MPI.Comm | None = None) -> None:
         self.mode = resolve_mode(mode)
         self._comms = list(comms)
+        self._bulk = bulk  # large payloads, matched by (source, tag): never probed
         self._tag = tag
         self._oversubscribed = oversubscribed()
         spin = spin_seconds(DEFAULT_SPIN_S) if spin_s is None else spin_s
@@ -207,6 +214,8 @@ class ProgressEngine:
         self._sends: collections.deque[tuple[Any, _SendOp]] = collections.deque()
         # large receives in flight: (request, op); matched, not posted yet, per channel
         self._recvs: list[tuple[Any, _RecvOp]] = []
+        # payloads posted by post_bulk_recv: (request, buffer, done callback)
+        self._bulk_recvs: list[tuple[Any, Any, Callable[[Any], None]]] = []
         self._matched: list[collections.deque[tuple[Any, Any, _RecvOp]]] = [
             collections.deque() for _ in self._comms]
         # per (channel, source): arrivals waiting behind a large one still landing
@@ -233,6 +242,7 @@ class ProgressEngine:
         self.n_send_calls = self.n_completed = self.n_testsome = self.n_testsome_hits = 0
         self.n_rings = 0
         self.n_drives = self.n_driven = 0
+        self.n_bulk_sends = self.n_bulk_recvs = self.n_bulk_user = 0
 
     # ------------------------------------------------------------- lifecycle
     def start(self, deliver: DeliverFn, loop: asyncio.AbstractEventLoop,
@@ -359,6 +369,63 @@ class ProgressEngine:
             self._sends.append((r, op))
         self.kick()
         return fut
+
+    def post_bulk_send(self, dest: int, tag: int, buf: Any,
+                       done: asyncio.Future[None] | None = None) -> asyncio.Future[None] | None:
+        """``Isend`` of one large payload on the bulk communicator with
+        ``tag`` (its receiver posts the matching receive when the payload's
+        header arrives, see :meth:`post_bulk_recv`); None when it completed at
+        once, else a future that completes when ``buf`` may be reused --
+        ``done`` itself when given (resolved by the step that sees the
+        completion: no callback hop for a caller waiting on it).  The
+        engine keeps ``buf`` referenced until MPI is done with it."""
+        if self._stopping and self._failure is not None:
+            raise TransportError(f"MPI progress failed: {self._failure!r}")
+        assert self._bulk is not None
+        self.n_bulk_sends += 1
+        self.bytes_sent += memoryview(buf).nbytes
+        req = self._bulk.Isend([buf, _BYTE], dest, tag)
+        if req.Test():
+            if done is not None:
+                _resolve(done)
+            return None
+        assert self._loop is not None
+        fut: asyncio.Future[None] = self._loop.create_future() if done is None else done
+        self._sends.append((req, _SendOp(fut, 1, (buf,))))
+        self.kick()
+        return fut
+
+    def post_bulk_recv(self, src: int, tag: int, nbytes: int, out: Any,
+                       done: Callable[[Any], None]) -> None:
+        """Receive the payload ``src`` sent with ``tag`` into ``out`` (a
+        writable buffer of at least ``nbytes``; None: a buffer of exactly
+        ``nbytes`` from the receive cache, recycled and so already faulted
+        in after warm-up); ``done(buf)`` is called once it has landed: at
+        once when the first ``Test`` completes it (MPICH's single-copy
+        rendezvous copies there), else from a later step."""
+        assert self._bulk is not None
+        buf = self._cache.alloc(nbytes) if out is None else out
+        self.n_bulk_recvs += 1
+        self.n_bulk_user += out is not None
+        self.bytes_recv += nbytes
+        req = self._bulk.Irecv([buf, nbytes, _BYTE], src, tag)
+        if req.Test():  # already here (eager, or a single-copy rendezvous done in Irecv)
+            done(buf)
+            return
+        self._bulk_recvs.append((req, buf, done))
+        self.kick()
+
+    def _complete_bulk(self, landed: list[tuple[Callable[[Any], None], Any]]) -> bool:
+        still = []
+        for item in self._bulk_recvs:
+            if item[0].Test():
+                landed.append((item[2], item[1]))
+            else:
+                still.append(item)
+        if len(still) == len(self._bulk_recvs):
+            return False
+        self._bulk_recvs = still
+        return True
 
     def _complete_sends(self) -> bool:
         sends = self._sends
@@ -489,9 +556,19 @@ class ProgressEngine:
         busy = self._receive(deliveries)
         if self._sends:
             busy = self._complete_sends() or busy
+        landed: list[tuple[Callable[[Any], None], Any]] = []
+        if self._bulk_recvs:
+            busy = self._complete_bulk(landed) or busy
         if self._pollers:
             for poll in self._pollers:
                 busy = poll() or busy
+        if landed:
+            for done, buf in landed:
+                try:
+                    done(buf)
+                except Exception as exc:  # a broken callback must not stop progress
+                    self.n_deliver_errors += 1
+                    self._report("aiopdbp: MPI transport bulk receive callback raised", exc)
         if deliveries:
             deliver = self._deliver
             if deliver is not None:
@@ -557,7 +634,7 @@ class ProgressEngine:
 
     def pending(self) -> bool:
         """True while this rank has MPI work of its own in flight."""
-        return bool(self._sends or self._recvs or self._pollers or any(self._matched))
+        return bool(self._sends or self._recvs or self._bulk_recvs or self._pollers or any(self._matched))
 
     async def _run(self) -> None:
         loop = self._loop
@@ -651,9 +728,10 @@ class ProgressEngine:
 
     def _abandon(self) -> None:
         """Give up on every request: keep buffers alive, fail the waiters."""
-        if not (self._sends or self._recvs or any(self._matched)):
+        if not (self._sends or self._recvs or self._bulk_recvs or any(self._matched)):
             return
-        _ABANDONED.append((list(self._sends), list(self._recvs), [list(m) for m in self._matched]))
+        _ABANDONED.append((list(self._sends), list(self._recvs), [list(m) for m in self._matched],
+                           list(self._bulk_recvs)))
         err = TransportError(f"MPI progress failed: {self._failure!r}" if self._failure is not None
                              else "transport closed before the send completed")
         for _, op in self._sends:
@@ -662,6 +740,7 @@ class ProgressEngine:
                 op.future.exception()
         self._sends.clear()
         self._recvs.clear()
+        self._bulk_recvs.clear()
         for m in self._matched:
             m.clear()
         self._fifo.clear()
@@ -683,7 +762,9 @@ class ProgressEngine:
             "steps": self.n_steps, "spins": self.n_spins,
             "drives": self.n_drives, "driven_steps": self.n_driven,
             "idle_sleeps": self.n_idle_sleeps, "wakeups": self.n_wakeups,
-            "inflight": len(self._sends) + len(self._recvs),
+            "inflight": len(self._sends) + len(self._recvs) + len(self._bulk_recvs),
+            "bulk_sends": self.n_bulk_sends, "bulk_recvs": self.n_bulk_recvs,
+            "bulk_recvs_user": self.n_bulk_user,
             "deliver_errors": self.n_deliver_errors, "alloc_errors": self.n_alloc_errors,
             "user_allocs": self.n_user_allocs, "rings_heard": self.n_rings,
             "doorbell": self._bell is not None and self._bell.everyone_rings,

@@ -44,7 +44,7 @@ from aiopdbp.wire.payload import decode_ndarray, decode_pickle, encode_payload, 
 from aiopdbp.wire.shorts import decode_short_runs
 
 __all__ = ["Decoder", "bp_header", "decode", "decode_split", "encode_block", "encode_cdu", "encode_control",
-           "encode_record", "encode_small_into", "encode_split"]
+           "encode_record", "encode_small_into", "encode_split", "split_target"]
 
 _REC_FMT = "QIIIIIBBBHHQ"  # the level-2 record header (see aiopdbp.wire.mesp)
 _REC = struct.Struct("<" + _REC_FMT)
@@ -256,6 +256,29 @@ def encode_split(cdu: CDU, *, limits: Limits = DEFAULT_LIMITS) -> tuple[bytes, B
     if len(parts) == 2:
         return bytes(head), parts[1]
     return bytes(head), b"".join(parts[1:])
+
+
+def split_target(head: Buffer, *, limits: Limits = DEFAULT_LIMITS) -> tuple[int, int, bool]:
+    """What the header half of a split frame announces, before its payload
+    arrives: ``(payload bytes, destination pid, is a stream CDU)`` -- enough
+    to choose where the payload lands.  The pid is 0 unless the CDU has
+    exactly one destination GP (a multicast's payload is shared by all of
+    them).  :func:`decode_split` checks the rest once it has."""
+    mv = byte_view(head)
+    mt, count, body_len = read_header(mv, limits)
+    if int(mt) not in _CDU_SINGLE or count != 1 or len(mv) < L1.size + _REC.size:
+        raise ProtocolError("not the header of a split frame")
+    plen = body_len - (len(mv) - L1.size)
+    (_, _, _, _, _, _, kind, _, _, n_ns, n_ps, rplen) = _REC.unpack_from(mv, L1.size)
+    if plen < 0 or rplen != plen:
+        raise ProtocolError(f"split frame header announces {plen} payload bytes, record says {rplen}")
+    if n_ns > limits.max_dests or n_ps > limits.max_dests:
+        raise ProtocolError(f"CDU with more than {limits.max_dests} destinations")
+    at = L1.size + _REC.size + 4 * n_ns
+    if at + 4 * n_ps > len(mv):
+        raise ProtocolError("truncated destination list")
+    pid = struct.unpack_from("<I", mv, at)[0] if n_ps == 1 else 0
+    return plen, pid, kind == _STREAM
 
 
 def decode_split(head: Buffer, payload: Buffer, *, limits: Limits = DEFAULT_LIMITS) -> CDU:

@@ -1,0 +1,246 @@
+"""Large payloads (issue 18 item 3): the split header's announcement, buffer
+ownership in the router and the link, the bulk path's memory bound over
+MPI.  (End to end, MPI_Send ownership and ``recv_into`` are behaviour
+scenarios: ``tests/scenarios.py``, run in-process and over MPI.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+from aiopdbp.errors import BrokenResourceError, ProtocolError
+from aiopdbp.hosts.link import HostLink, OwnedDone, OwnedSend
+from aiopdbp.hosts.tables import Tables
+from aiopdbp.routing.pipes import PipePool
+from aiopdbp.routing.router import Router
+from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
+from aiopdbp.wire.codec import decode_split, encode_cdu, encode_split, split_target
+from aiopdbp.wire.mesp import CDU, Kind
+
+from tests.mpirun import SCRIPTS_DIR, requires_mpi, run_mpi
+
+
+def test_split_target_announces_size_and_destination_of_an_array() -> None:
+    arr = np.arange(10_000, dtype=np.float32).reshape(100, 100)
+    head, payload = encode_split(CDU(Kind.SHORT, 7, (42,), arr, 3))
+    assert split_target(head) == (arr.nbytes, 42, False)
+    cdu = decode_split(head, bytearray(memoryview(payload).cast("B")))
+    assert cdu.dest_ps == (42,) and (cdu.data == arr).all() and cdu.data.shape == (100, 100)
+
+
+def test_split_target_announces_a_stream_segment() -> None:
+    head, _ = encode_split(CDU(Kind.STREAM, 7, (0,), b"x" * 50_000, 0))
+    nbytes, _, stream = split_target(head)
+    assert (nbytes, stream) == (50_000, True)
+
+
+def test_split_target_names_no_gp_for_a_multicast() -> None:
+    head, _ = encode_split(CDU(Kind.SHORT, 7, (42, 43), np.zeros(10_000), 0))
+    assert split_target(head) == (80_000, 0, False)   # shared by both: no GP's own buffer
+
+
+def test_split_target_refuses_a_whole_frame() -> None:
+    whole = b"".join(bytes(p) for p in encode_cdu(CDU(Kind.SHORT, 1, (2,), b"abc", 0)))
+    with pytest.raises(ProtocolError, match="announces"):
+        split_target(whole)
+
+
+def test_split_target_refuses_garbage() -> None:
+    with pytest.raises(ProtocolError):
+        split_target(b"\x01\x07\x01\x00" + bytes(4))
+
+
+@requires_mpi
+@pytest.mark.timeout(150)
+def test_three_senders_of_16mib_to_a_slow_receiver_stay_under_the_rss_bound_4ranks() -> None:
+    r = run_mpi(SCRIPTS_DIR / "large_rss.py", n=4, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = next(x for x in r.stdout.splitlines() if "RSS {" in x)
+    got = json.loads(line.split("RSS ", 1)[1])
+    assert got["ok"] and got["peak_mib"] - got["base_mib"] <= got["bound_mib"], got
+
+
+# ------------------------------------------- buffer ownership (router + link)
+PID = 5
+
+
+class _Link:
+    """A remote target that sends from the caller's buffer (``owns``) and
+    keeps what it was given; the test completes the MPI send by hand."""
+
+    remote = True
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    def owns(self, nbytes: int) -> bool:
+        return True
+
+    def reserve_nowait(self, pid: int = 0, nbytes: int = 0) -> None:
+        pass
+
+    async def reserve(self, pid: int = 0, nbytes: int = 0) -> None:
+        pass
+
+    def unreserve(self, pid: int = 0, nbytes: int = 0) -> None:
+        pass
+
+    def put_to(self, pid: int, item: Any) -> bool:
+        self.items.append(item)
+        if type(item) is OwnedSend:
+            item.done.hold()          # as HostLink does when it posts the payload
+        return True
+
+    def offer(self, pid: int, nbytes: int, fields: Any) -> bool:
+        return False
+
+
+def _router(target: Any) -> Router:
+    tables = Tables()
+    router = Router(tables, PipePool(4, 4), 0, name_timeout=1.0,
+                    submit=lambda tgt, pid, item: tgt.put_to(pid, item),
+                    offer=lambda tgt, pid, cost, fields: tgt.offer(pid, cost, fields))
+    router.pids["dst"] = PID          # as the table update registering "dst" makes it
+    router.targets[PID] = target
+    return router
+
+
+def _send(router: Router, arr: np.ndarray) -> Any:
+    return asyncio.ensure_future(router.send_owned(
+        "dst", ("src", Kind.SHORT, 0, arr, 1), arr.nbytes + CREDIT_OVERHEAD, None, np.copy))
+
+
+async def _spin(n: int = 5) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+@pytest.mark.timeout(10)
+async def test_owned_send_returns_only_once_the_payload_send_completed() -> None:
+    link = _Link()
+    arr = np.arange(1000.0)
+    task = _send(_router(link), arr)
+    await _spin()
+    assert not task.done() and len(link.items) == 1
+    owned = link.items[0]
+    assert type(owned) is OwnedSend and owned.msg.data is arr   # the buffer itself, no copy
+    owned.done.set_result(None)
+    await asyncio.wait_for(task, 5)
+
+
+@pytest.mark.timeout(10)
+async def test_cancelled_owned_send_waits_until_mpi_is_done_with_the_buffer() -> None:
+    link = _Link()
+    task = _send(_router(link), np.arange(1000.0))
+    await _spin()
+    task.cancel()
+    await _spin()
+    assert not task.done()            # MPI still reads the buffer: the cancel waits
+    link.items[0].done.set_result(None)
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+
+
+@pytest.mark.timeout(10)
+async def test_owned_send_fails_with_the_link_error() -> None:
+    link = _Link()
+    task = _send(_router(link), np.arange(1000.0))
+    await _spin()
+    link.items[0].done.set_exception(BrokenResourceError("host 1 is gone"))
+    with pytest.raises(BrokenResourceError, match="host 1 is gone"):
+        await asyncio.wait_for(task, 5)
+
+
+@pytest.mark.timeout(10)
+async def test_owned_send_to_a_local_gp_queues_a_copy() -> None:
+    pps = PipePool(4, 4)
+    pipe = pps.apply_nowait()
+    arr = np.arange(1000.0)
+    await asyncio.wait_for(_send(_router(pipe), arr), 5)
+    msg = pipe.receive_nowait()
+    assert msg.data is not arr and (msg.data == arr).all()
+
+
+class _BulkTransport:
+    """Enough of a transport with bulk payloads for one link."""
+
+    tick = 0
+    bulk_tags = 8
+
+    def __init__(self) -> None:
+        self.heads: list[Any] = []
+        self.bulk: list[tuple[int, Any, asyncio.Future[None]]] = []
+
+    def post_nowait(self, dest: int, channel: Any, blocks: list[Any]) -> None:
+        self.heads.append(blocks)
+
+    def post_bulk(self, dest: int, tag: int, buf: Any,
+                  done: asyncio.Future[None] | None = None) -> asyncio.Future[None]:
+        fut = asyncio.get_running_loop().create_future() if done is None else done
+        self.bulk.append((tag, buf, fut))
+        return fut
+
+
+def _bulk_link(tr: _BulkTransport) -> HostLink:
+    return HostLink(1, tr, None, window=1 << 20, block_size=4096,  # type: ignore[arg-type]
+                    large=32 << 10, max_inflight=4, allow_pickle=False)
+
+
+@pytest.mark.timeout(10)
+async def test_link_sends_a_large_payload_as_one_bulk_message_from_the_buffer() -> None:
+    tr = _BulkTransport()
+    link = _bulk_link(tr)
+    arrs = [np.arange(10_000.0) + i for i in range(3)]
+    for a in arrs:
+        link.put_to(PID, Message(("src", Kind.SHORT, 0, a, 1)))
+    assert [len(h) for h in tr.heads] == [1, 1, 1]           # the header alone on the data channel
+    assert [t for t, _, _ in tr.bulk] == [0, 1, 2]          # the frames' numbers
+    assert all(np.shares_memory(np.frombuffer(b, np.float64), a) for (_, b, _), a in zip(tr.bulk, arrs))
+    head = tr.heads[0][0]
+    assert split_target(head) == (arrs[0].nbytes, PID, False)
+
+
+@pytest.mark.timeout(10)
+async def test_link_failure_fails_an_owned_send_still_in_flight() -> None:
+    tr = _BulkTransport()
+    link = _bulk_link(tr)
+    done = OwnedDone(loop=asyncio.get_running_loop())
+    link.put_to(PID, OwnedSend(Message(("src", Kind.SHORT, 0, np.arange(10_000.0), 1)), done))
+    assert not done.done()
+    link.fail(BrokenResourceError("host 1 is gone"))
+    with pytest.raises(BrokenResourceError):
+        await done
+
+
+@pytest.mark.timeout(10)
+async def test_owned_send_cancelled_before_the_link_posted_it_is_dropped_with_its_credit() -> None:
+    tr = _BulkTransport()
+    link = _bulk_link(tr)
+    arr = np.arange(10_000.0)
+    link.reserve_nowait(PID, arr.nbytes + CREDIT_OVERHEAD)
+    assert link.stats().credit_out == arr.nbytes + CREDIT_OVERHEAD
+    done = OwnedDone(loop=asyncio.get_running_loop())
+    assert done.cancel()                      # not posted yet: an ordinary future
+    link.put_to(PID, OwnedSend(Message(("src", Kind.SHORT, 0, arr, 1)), done))
+    assert tr.heads == [] and tr.bulk == []   # nothing sent
+    assert link.stats().credit_out == 0       # the credit went back
+
+
+@pytest.mark.timeout(10)
+async def test_a_whole_window_of_credit_goes_back_before_the_reader_can_reply() -> None:
+    grants: list[tuple[int, list[tuple[int, int]]]] = []
+    router = Router(Tables(), PipePool(4, 4), 0, name_timeout=1.0, window=1 << 20,
+                    submit=lambda tgt, pid, item: None, offer=lambda tgt, pid, cost, fields: False,
+                    grant=lambda host, g: grants.append((host, list(g))))
+    pipe = PipePool(4, 4).apply_nowait()
+    router.targets[PID] = pipe
+    router.deliver_remote(1, PID, [b"big"], (1 << 20) + CREDIT_OVERHEAD)
+    pipe.receive_nowait()
+    assert grants == [(1, [(PID, (1 << 20) + CREDIT_OVERHEAD)])]   # at once, not at the iteration's end
+    router.deliver_remote(1, PID, [b"small"], 1000)
+    pipe.receive_nowait()
+    assert len(grants) == 1                                         # small ones still wait and batch
