@@ -18,7 +18,7 @@ from aiopdbp.hosts.tables import Tables
 from aiopdbp.routing.pipes import PipePool
 from aiopdbp.routing.router import Router
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
-from aiopdbp.wire.codec import decode_split, encode_cdu, encode_split, split_target
+from aiopdbp.wire.codec import decode_split, encode_cdu, encode_split, split_stream_key, split_target
 from aiopdbp.wire.mesp import CDU, Kind
 
 from tests.mpirun import SCRIPTS_DIR, requires_mpi, run_mpi
@@ -36,6 +36,11 @@ def test_split_target_announces_a_stream_segment() -> None:
     head, _ = encode_split(CDU(Kind.STREAM, 7, (0,), b"x" * 50_000, 0))
     nbytes, _, stream = split_target(head)
     assert (nbytes, stream) == (50_000, True)
+
+
+def test_split_stream_key_names_the_stream_of_a_segment_header() -> None:
+    head, _ = encode_split(CDU(Kind.STREAM, 7, (0,), b"x" * 50_000, 0, sno=41, segno=3, source_n=2))
+    assert split_target(head)[2] and split_stream_key(head) == (2, 41)
 
 
 def test_split_target_names_no_gp_for_a_multicast() -> None:

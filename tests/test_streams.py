@@ -6,6 +6,7 @@ import array
 import asyncio
 import random
 from collections.abc import AsyncIterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -613,3 +614,55 @@ async def test_carried_stream_done_before_the_sender_resumes_completes_it() -> N
     out.delivered()
     await asyncio.wait_for(out.done, 5)
     assert out.state is StreamState.DONE and out.broken is None
+
+
+class _LandingOwner:
+    """The stream table's part an IncomingStream talks to, for one stream."""
+
+    def incoming_closed(self, stream: Any, error: str | None, notify: bool) -> None:
+        pass
+
+    def give_credit(self, stream: Any, segments: int) -> None:
+        pass
+
+    def landing_array(self, nbytes: int) -> Any:
+        return np.empty(nbytes, dtype=np.uint8)
+
+
+async def test_read_returns_segments_landed_in_place_without_a_copy() -> None:
+    from aiopdbp.routing.pipes import Pipe
+    from aiopdbp.streams.receiver import IncomingStream, StreamMeta
+    from aiopdbp.wire.mesp import CDU, Kind, StreamOp
+
+    pipe: Pipe[Any] = Pipe(16)
+    stream = IncomingStream(_LandingOwner(), (1, 1), "src", pipe, 8, meta=StreamMeta(nbytes=300))
+    parts = [stream.landing(100), stream.landing(100), stream.landing(100)]
+    assert stream.landing(1) is None  # past the announced size
+    for i, part in enumerate(parts, 1):
+        part[:] = i
+        pipe.force_put(CDU(Kind.STREAM, 5, (0,), part, segno=i - 1, sno=1, source_n=1))
+    pipe.force_put(CDU(Kind.STREAM, 5, (0,), (300).to_bytes(8, "little"), segno=3, sno=1, source_n=1,
+                       op=StreamOp.END))
+    got = await stream.read()
+    assert bytes(got) == bytes([1] * 100 + [2] * 100 + [3] * 100)
+    assert np.shares_memory(np.frombuffer(got, np.uint8), parts[0])  # the landed array itself
+
+
+async def test_read_gathers_right_when_a_segment_did_not_land_in_place() -> None:
+    # Segment 2 came another way, so segment 3 landed where segment 2 belongs:
+    # copying segment 2 into the landed array would overwrite segment 3.
+    from aiopdbp.routing.pipes import Pipe
+    from aiopdbp.streams.receiver import IncomingStream, StreamMeta
+    from aiopdbp.wire.mesp import CDU, Kind, StreamOp
+
+    pipe: Pipe[Any] = Pipe(16)
+    stream = IncomingStream(_LandingOwner(), (1, 1), "src", pipe, 8, meta=StreamMeta(nbytes=300))
+    first, third = stream.landing(100), stream.landing(100)
+    first[:] = 1
+    third[:] = 3
+    for i, data in enumerate([first, np.full(100, 2, np.uint8), third], 1):
+        pipe.force_put(CDU(Kind.STREAM, 5, (0,), data, segno=i - 1, sno=1, source_n=1))
+    pipe.force_put(CDU(Kind.STREAM, 5, (0,), (300).to_bytes(8, "little"), segno=3, sno=1, source_n=1,
+                       op=StreamOp.END))
+    got = await stream.read()
+    assert bytes(got) == bytes([1] * 100 + [2] * 100 + [3] * 100)

@@ -50,7 +50,7 @@ import numpy as np
 from aiopdbp.errors import ProtocolError, WouldBlock
 from aiopdbp.pool import RecvPool, Slot
 from aiopdbp.transport.base import Channel, Transport
-from aiopdbp.wire.codec import decode, decode_split, split_target
+from aiopdbp.wire.codec import decode, decode_split, split_stream_key, split_target
 from aiopdbp.wire.mesp import CDU, Kind, MsgType, peek_header
 from aiopdbp.wire.control import ByeMsg
 from aiopdbp.wire.message import Message, credit_cost
@@ -77,6 +77,7 @@ class StreamSink(Protocol):
     """Where arrived stream CDUs go (the stream table, :mod:`aiopdbp.streams.table`)."""
 
     def place(self, host: int, cdu: CDU) -> None: ...
+    def landing(self, key: tuple[int, int], nbytes: int) -> Any | None: ...
 
 
 class _Landing:
@@ -222,13 +223,16 @@ class Inbound:
     def _land(self, s: _Source, head: bytes) -> None:
         """A split frame's header: post the receive of its payload (bulk tag:
         the frame's number from this host) into a GP's own buffer if it
-        waits in ``recv_into`` for exactly this, else a pooled one; deliver
-        it, in order, once it has landed."""
+        waits in ``recv_into`` for exactly this, a stream segment into its
+        place in the stream's array (:meth:`StreamSink.landing`), else a
+        pooled one; deliver it, in order, once it has landed."""
         bulk = self._bulk
         assert bulk is not None
         nbytes, pid, stream = split_target(head)
         out = None
-        if pid and not stream and self._landing is not None:  # one GP: its own buffer may do
+        if stream:  # a segment: its slice of the array the reader gets, if the stream keeps one
+            out = self._streams.landing(split_stream_key(head), nbytes)
+        elif pid and self._landing is not None:  # one GP: its own buffer may do
             out = self._landing(pid, nbytes)
         entry = _Landing(head)
         s.queue.append(entry)

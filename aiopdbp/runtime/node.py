@@ -495,6 +495,7 @@ class Node:
             parked=self.router.parked,
             pipes_in_use=self.pps.in_use, pipes_created=self.pps.created,
             streams_in=self.streams.incoming, streams_out=self.streams.outgoing,
+            segments_landed=self.streams.landed,
             table_version=self.tables.version, table_digest=self.tables.digest,
             credit_owed=self.router.stats()["credit_owed"], bind_waits=self.router.stats()["bind_waits"],
             links=r.link_stats() if r is not None else {},

@@ -21,7 +21,9 @@ class NodeStats:
     node waiting now for their destination GP to bind a pipe (``send`` with a
     timeout to a GP registered without one).  Resources: ``gps`` registered
     here, ``pipes_in_use`` / ``pipes_created`` of the private pipe pool,
-    ``streams_in`` / ``streams_out`` live streams, ``table_version`` /
+    ``streams_in`` / ``streams_out`` live streams, ``segments_landed``
+    stream segments received straight into the array ``read()`` returns
+    (:meth:`~aiopdbp.streams.receiver.IncomingStream.landing`), ``table_version`` /
     ``table_digest`` of the replicated tables (equal on every host once the
     same updates arrived).  Remote hosts: ``links`` per host
     (:class:`~aiopdbp.hosts.link.LinkStats`), ``received`` data messages per host,
@@ -54,6 +56,7 @@ class NodeStats:
     table_digest: str
     credit_owed: int = 0
     bind_waits: int = 0
+    segments_landed: int = 0
     links: dict[int, LinkStats] = field(default_factory=dict)
     received: dict[int, int] = field(default_factory=dict)
     protocol_errors: int = 0

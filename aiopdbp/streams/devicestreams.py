@@ -100,6 +100,10 @@ class DeviceIncomingStream(IncomingStream):
     no copy, ``read()`` returns the whole destination.
     """
 
+    def landing(self, nbytes: int) -> None:
+        """Segments land in pooled buffers: aiopdbp moves them to the device."""
+        return None
+
     #: the destination array (set by the device path when the stream opens)
     array: Any = None
 
@@ -148,6 +152,10 @@ class HostToDeviceStream(IncomingStream):
     ``to_device=True``: if its GP is one (decided when it is read, when the
     GP is surely known here), segments and ``read()`` are device arrays on
     the GP's device; otherwise it is an ordinary stream."""
+
+    def landing(self, nbytes: int) -> None:
+        """Segments land in pooled buffers: aiopdbp moves them to the device."""
+        return None
 
     devices: ToDevice  #: a class attribute of the per-node subclass (see DevicePath)
 

@@ -29,10 +29,12 @@ from aiopdbp.streams import protocol as sp
 from aiopdbp.streams.protocol import StreamState
 from aiopdbp.wire.mesp import CDU, StreamOp
 
-__all__ = ["DEFAULT_SEGMENT", "EAGER_LIMIT", "IncomingStream", "StreamMeta", "StreamOwner", "StreamState",
+__all__ = ["DEFAULT_SEGMENT", "EAGER_LIMIT", "LAND_MAX", "IncomingStream", "StreamMeta", "StreamOwner", "StreamState",
            "describe", "is_array"]
 
 DEFAULT_SEGMENT = 1 << 20
+#: streams of known size up to this land their large segments in place (IncomingStream.landing)
+LAND_MAX = 64 << 20
 #: a stream of at most this many bytes, known when it opens, travels inside its OPEN
 EAGER_LIMIT = 64 << 10
 
@@ -41,6 +43,7 @@ class StreamOwner(Protocol):
     """What a stream needs of the table that keeps it (:mod:`aiopdbp.streams.table`)."""
 
     def incoming_closed(self, stream: IncomingStream, error: str | None, notify: bool) -> None: ...
+    def landing_array(self, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]: ...
     def give_credit(self, stream: IncomingStream, segments: int) -> None: ...
 
 
@@ -150,6 +153,10 @@ class IncomingStream:
         self._ready: collections.deque[Any] = collections.deque()  # in order, not yet read
         self._error: BaseException | None = None
         self._whole: Any = None  # the one segment of a stream whose OPEN carried it all
+        # Segments landing in place: the array read() returns, and where the
+        # next announced segment goes in it (see landing()).
+        self._landed: np.ndarray[Any, np.dtype[np.uint8]] | None = None
+        self._land_at = 0
 
     def __repr__(self) -> str:
         return f"<IncomingStream {self.key} from {self.source!r} seg {self._proto.next} {self.state.name}>"
@@ -186,6 +193,30 @@ class IncomingStream:
         would in PipeB; the protocol hears them when the GP reads, so the
         sender's DONE still waits for the GP to take the stream."""
         self._whole = data
+
+    def landing(self, nbytes: int) -> Any | None:
+        """Where the next large segment, of ``nbytes``, may land as it comes
+        off the network (its header has arrived, its bytes not yet): its
+        slice of the array :meth:`read` will return, so that reading the
+        stream copies nothing -- or None (a pooled buffer, copied by
+        :meth:`read` as before).  Segments come in order, so slices are
+        handed out in order.  Only for a stream of known size of at most
+        :data:`LAND_MAX`: the whole array is allocated at the first segment
+        (what :meth:`read` would allocate anyway; a reader that only
+        iterates holds it while it holds a segment)."""
+        total = self.meta.nbytes
+        if total is None or total > LAND_MAX or self.pipe is None or self._proto.ended:
+            return None
+        buf = self._landed
+        if buf is None:
+            if self._land_at:
+                return None
+            buf = self._landed = self._owner.landing_array(total)
+        at = self._land_at
+        if at + nbytes > total:
+            return None
+        self._land_at = at + nbytes
+        return buf[at:at + nbytes]
 
     def _feed(self, cdu: CDU) -> None:
         """One CDU from PipeB through the protocol, and its actions carried out."""
@@ -297,11 +328,20 @@ class IncomingStream:
         if meta.nbytes is not None and self._proto.next == len(self._ready):  # nothing read yet
             # numpy's allocator asks the kernel for huge pages on big buffers,
             # which makes first-touch page faults several times cheaper.
-            flat = _flat_bytes(out, meta.nbytes)
+            landed = self._landed if out is None else None
+            flat = landed if landed is not None else _flat_bytes(out, meta.nbytes)
             pos = 0
             while (seg := await self._next_segment()) is not None:
                 b = _as_u8(seg)
-                flat[pos:pos + b.size] = b
+                if landed is not None and b.size and b.ctypes.data != landed.ctypes.data + pos:
+                    # Not landed in its place (it came another way): from
+                    # here on gather into a fresh array, since later
+                    # segments may sit where this one belongs.
+                    flat = np.empty(meta.nbytes, dtype=np.uint8)
+                    flat[:pos] = landed[:pos]
+                    landed = None
+                if landed is None:
+                    flat[pos:pos + b.size] = b
                 pos += b.size
             if meta.kind == "ndarray":
                 return flat[:pos].view(np.dtype(meta.dtype)).reshape(meta.shape)

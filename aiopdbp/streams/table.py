@@ -71,6 +71,7 @@ from aiopdbp.streams.protocol import Registry, StreamState
 from aiopdbp.stall import Waits
 from aiopdbp.streams.receiver import IncomingStream, StreamMeta
 from aiopdbp.hosts.tables import StreamEntry, Tables
+from aiopdbp.transport.recvcache import DEFAULT_RECV_CACHE_BYTES, RECV_CACHE_MIN_SIZE, RecvBufferCache
 
 log = logging.getLogger("aiopdbp.streams.table")
 
@@ -370,6 +371,9 @@ class StreamTable:
         self._out: dict[tuple[int, int], OutgoingStream] = {}
         # incoming streams, and the remote ones this host gave up (their late CDUs are dropped)
         self._in: Registry[tuple[int, int], IncomingStream] = Registry()
+        # recycled arrays of the streams whose segments land in place
+        self._landings = RecvBufferCache(DEFAULT_RECV_CACHE_BYTES, RECV_CACHE_MIN_SIZE)
+        self.landed = 0       # segments given a place in their stream's array
         self.dropped = 0
 
     # --------------------------------------------------------------- sending
@@ -535,6 +539,25 @@ class StreamTable:
         # sender cancelled after routing the OPEN can follow, and changes nothing
 
     # StreamOwner: what an IncomingStream tells its table
+    def landing_array(self, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
+        """An array for a stream whose segments land in place: recycled
+        memory, as received messages get (fresh memory would fault on
+        every page as the bytes land: measured 0.5x against 0.7x the
+        message bandwidth at 16 MiB)."""
+        if nbytes < RECV_CACHE_MIN_SIZE:
+            return np.empty(nbytes, dtype=np.uint8)
+        arr: np.ndarray[Any, np.dtype[np.uint8]] = self._landings.alloc(nbytes)
+        return arr
+
+    def landing(self, key: tuple[int, int], nbytes: int) -> Any | None:
+        """Where the next segment of stream ``key`` (``nbytes``, announced by
+        its header) may land: its slice of the stream's array, or None."""
+        found = self._in.live.get(key)
+        out = found.landing(nbytes) if found is not None else None
+        if out is not None:
+            self.landed += 1
+        return out
+
     def incoming_closed(self, stream: IncomingStream, error: str | None, notify: bool) -> None:
         """The receiving side is done (finished, aborted, abandoned)."""
         if self._in.live.get(stream.key) is not stream:

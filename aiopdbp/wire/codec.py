@@ -44,7 +44,7 @@ from aiopdbp.wire.payload import decode_ndarray, decode_pickle, encode_payload, 
 from aiopdbp.wire.shorts import decode_short_runs
 
 __all__ = ["Decoder", "bp_header", "decode", "decode_split", "encode_block", "encode_cdu", "encode_control",
-           "encode_record", "encode_small_into", "encode_split", "split_target"]
+           "encode_record", "encode_small_into", "encode_split", "split_stream_key", "split_target"]
 
 _REC_FMT = "QIIIIIBBBHHQ"  # the level-2 record header (see aiopdbp.wire.mesp)
 _REC = struct.Struct("<" + _REC_FMT)
@@ -279,6 +279,13 @@ def split_target(head: Buffer, *, limits: Limits = DEFAULT_LIMITS) -> tuple[int,
         raise ProtocolError("truncated destination list")
     pid = struct.unpack_from("<I", mv, at)[0] if n_ps == 1 else 0
     return plen, pid, kind == _STREAM
+
+
+def split_stream_key(head: Buffer) -> tuple[int, int]:
+    """The stream key ``(source node, stream number)`` of a split frame's
+    header that :func:`split_target` accepted as a stream CDU's."""
+    (_, sno, _, source_n) = struct.unpack_from("<QIII", byte_view(head), L1.size)
+    return source_n, sno
 
 
 def decode_split(head: Buffer, payload: Buffer, *, limits: Limits = DEFAULT_LIMITS) -> CDU:
