@@ -666,3 +666,26 @@ async def test_read_gathers_right_when_a_segment_did_not_land_in_place() -> None
                        op=StreamOp.END))
     got = await stream.read()
     assert bytes(got) == bytes([1] * 100 + [2] * 100 + [3] * 100)
+
+
+def test_landing_arrays_of_a_host_stay_within_land_max() -> None:
+    from aiopdbp.hosts.tables import Tables
+    from aiopdbp.routing.pipes import PipePool
+    from aiopdbp.routing.router import Router
+    from aiopdbp.streams.receiver import LAND_MAX, IncomingStream, StreamMeta
+    from aiopdbp.streams.table import StreamTable
+
+    tables = Tables()
+    pps = PipePool(4, 4)
+    router = Router(tables, pps, 0, name_timeout=1.0, submit=lambda *a: None, offer=lambda *a: False)
+    table = StreamTable(0, 8, tables, pps, PipePool(1 << 30, 4, first_id=1 << 20), router,
+                        submit=lambda *a: None, watch=lambda p: None)
+    big = LAND_MAX // 2 + 1
+    first = IncomingStream(table, (1, 1), "a", pps.apply_nowait(), 8, meta=StreamMeta(nbytes=big))
+    second = IncomingStream(table, (1, 2), "b", pps.apply_nowait(), 8, meta=StreamMeta(nbytes=big))
+    assert first.landing(1 << 20) is not None
+    assert second.landing(1 << 20) is None        # both would exceed LAND_MAX
+    assert second.landing(1 << 20) is None        # and it stays pooled for the rest of its segments
+    table.incoming_closed(first, None, False)     # the first one's bytes are the reader's now
+    third = IncomingStream(table, (1, 3), "c", pps.apply_nowait(), 8, meta=StreamMeta(nbytes=big))
+    assert third.landing(1 << 20) is not None

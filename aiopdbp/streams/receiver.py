@@ -33,7 +33,8 @@ __all__ = ["DEFAULT_SEGMENT", "EAGER_LIMIT", "LAND_MAX", "IncomingStream", "Stre
            "describe", "is_array"]
 
 DEFAULT_SEGMENT = 1 << 20
-#: streams of known size up to this land their large segments in place (IncomingStream.landing)
+#: streams of known size up to this land their large segments in place (IncomingStream.landing),
+#: and the most bytes all streams of a host being received hold that way at once
 LAND_MAX = 64 << 20
 #: a stream of at most this many bytes, known when it opens, travels inside its OPEN
 EAGER_LIMIT = 64 << 10
@@ -43,7 +44,7 @@ class StreamOwner(Protocol):
     """What a stream needs of the table that keeps it (:mod:`aiopdbp.streams.table`)."""
 
     def incoming_closed(self, stream: IncomingStream, error: str | None, notify: bool) -> None: ...
-    def landing_array(self, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]: ...
+    def landing_array(self, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]] | None: ...
     def give_credit(self, stream: IncomingStream, segments: int) -> None: ...
 
 
@@ -201,9 +202,10 @@ class IncomingStream:
         stream copies nothing -- or None (a pooled buffer, copied by
         :meth:`read` as before).  Segments come in order, so slices are
         handed out in order.  Only for a stream of known size of at most
-        :data:`LAND_MAX`: the whole array is allocated at the first segment
-        (what :meth:`read` would allocate anyway; a reader that only
-        iterates holds it while it holds a segment)."""
+        :data:`LAND_MAX`, and while the host's budget for such arrays
+        allows (the owner's ``landing_array``: the whole array is taken at
+        the first segment, before the stream's window would bound what it
+        holds, so many concurrent streams must not all do it)."""
         total = self.meta.nbytes
         if total is None or total > LAND_MAX or self.pipe is None or self._proto.ended:
             return None
@@ -212,11 +214,21 @@ class IncomingStream:
             if self._land_at:
                 return None
             buf = self._landed = self._owner.landing_array(total)
+            if buf is None:  # the host's budget for such arrays is spent
+                self._land_at = -1  # and stays so for this stream
+                return None
         at = self._land_at
-        if at + nbytes > total:
+        if at < 0 or at + nbytes > total:  # closed, or past the announced size
             return None
         self._land_at = at + nbytes
         return buf[at:at + nbytes]
+
+    def landing_bytes(self) -> int:
+        """Bytes of the array this stream's segments land in (0: none);
+        counted once: the owner's budget gets them back when it closes."""
+        n = 0 if self._landed is None or self._land_at < 0 else int(self._landed.nbytes)
+        self._land_at = -1  # nothing more lands here
+        return n
 
     def _feed(self, cdu: CDU) -> None:
         """One CDU from PipeB through the protocol, and its actions carried out."""

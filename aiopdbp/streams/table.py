@@ -69,7 +69,7 @@ from aiopdbp.routing.pipes import Pipe, PipePool
 from aiopdbp.routing.router import Router, Target
 from aiopdbp.streams.protocol import Registry, StreamState
 from aiopdbp.stall import Waits
-from aiopdbp.streams.receiver import IncomingStream, StreamMeta
+from aiopdbp.streams.receiver import LAND_MAX, IncomingStream, StreamMeta
 from aiopdbp.hosts.tables import StreamEntry, Tables
 from aiopdbp.transport.recvcache import DEFAULT_RECV_CACHE_BYTES, RECV_CACHE_MIN_SIZE, RecvBufferCache
 
@@ -374,6 +374,7 @@ class StreamTable:
         # recycled arrays of the streams whose segments land in place
         self._landings = RecvBufferCache(DEFAULT_RECV_CACHE_BYTES, RECV_CACHE_MIN_SIZE)
         self.landed = 0       # segments given a place in their stream's array
+        self._land_bytes = 0  # bytes of the arrays of streams not closed yet (<= LAND_MAX)
         self.dropped = 0
 
     # --------------------------------------------------------------- sending
@@ -539,11 +540,17 @@ class StreamTable:
         # sender cancelled after routing the OPEN can follow, and changes nothing
 
     # StreamOwner: what an IncomingStream tells its table
-    def landing_array(self, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
-        """An array for a stream whose segments land in place: recycled
-        memory, as received messages get (fresh memory would fault on
-        every page as the bytes land: measured 0.5x against 0.7x the
+    def landing_array(self, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]] | None:
+        """An array for a stream whose segments land in place, or None when
+        the streams that hold one now already hold :data:`LAND_MAX` bytes
+        (without it, 16 streams in flight of 16 MiB each would take 256 MiB
+        at once, where their windows bound them to a few segments).
+        Recycled memory, as received messages get: fresh memory would fault
+        on every page as the bytes land (measured: 0.5x against 0.7x the
         message bandwidth at 16 MiB)."""
+        if self._land_bytes + nbytes > LAND_MAX:
+            return None
+        self._land_bytes += nbytes
         if nbytes < RECV_CACHE_MIN_SIZE:
             return np.empty(nbytes, dtype=np.uint8)
         arr: np.ndarray[Any, np.dtype[np.uint8]] = self._landings.alloc(nbytes)
@@ -560,6 +567,7 @@ class StreamTable:
 
     def incoming_closed(self, stream: IncomingStream, error: str | None, notify: bool) -> None:
         """The receiving side is done (finished, aborted, abandoned)."""
+        self._land_bytes -= stream.landing_bytes()   # its array is the reader's now, or garbage
         if self._in.live.get(stream.key) is not stream:
             return
         sender = stream.key[0]
