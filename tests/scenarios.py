@@ -2294,6 +2294,43 @@ async def large_send_owns_the_buffer(ctx: Ctx) -> None:
 
 
 @scenario()
+async def recv_into_keeps_arrival_order(ctx: Ctx) -> None:
+    """A loop of ``recv_into`` gets one sender's large arrays and bytes in
+    the order sent, each intact, whatever lands where (the review's
+    reproducer: over TCP, a GP's buffer was offered to a payload while an
+    earlier one of the same host was still landing)."""
+    me = await ctx.process("gp", ctx.rank)
+    dest = ctx.name("gp", (ctx.rank + 1) % ctx.size)
+    prev = (ctx.rank - 1) % ctx.size
+    n = 40
+
+    def item(src: int, i: int) -> Any:
+        if i % 5 == 4:  # a large bytes payload: copied into out, never landed there
+            return pattern(f"rio{src}.{i}", 100_000)
+        return np.full(32 * 1024, src * 1000 + i, dtype=np.float64)  # 256 KiB
+
+    async def produce() -> None:
+        await ctx.lookup(dest)
+        for i in range(n):
+            await me.send(dest, item(ctx.rank, i), com=i, timeout=ctx.timeout)
+
+    async def consume() -> None:
+        out = np.empty(32 * 1024, dtype=np.float64)
+        for i in range(n):
+            msg = await me.recv_into(out, timeout=ctx.timeout)
+            assert msg.com == i, f"message {msg.com} arrived as #{i}"
+            exp = item(prev, i)
+            got = bytes(msg.data) if isinstance(exp, bytes) else msg.data
+            assert (got == exp) if isinstance(exp, bytes) else np.array_equal(got, exp), f"#{i} content"
+
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(produce())
+        tg.create_task(consume())
+    await ctx.barrier("done")
+    assert_empty(me)
+
+
+@scenario()
 async def recv_into_lands_in_the_users_buffer(ctx: Ctx) -> None:
     """``recv_into(out)`` puts the next message's bytes in the caller's
     buffer and returns a view of it; a large array from another host for

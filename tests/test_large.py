@@ -43,6 +43,12 @@ def test_split_stream_key_names_the_stream_of_a_segment_header() -> None:
     assert split_target(head)[2] and split_stream_key(head) == (2, 41)
 
 
+def test_split_target_names_no_gp_for_a_bytes_payload() -> None:
+    # bytes arrive as a bytes object of their own: they never stay in a GP's buffer
+    head, _ = encode_split(CDU(Kind.SHORT, 7, (42,), b"x" * 50_000, 0))
+    assert split_target(head) == (50_000, 0, False)
+
+
 def test_split_target_names_no_gp_for_a_multicast() -> None:
     head, _ = encode_split(CDU(Kind.SHORT, 7, (42, 43), np.zeros(10_000), 0))
     assert split_target(head) == (80_000, 0, False)   # shared by both: no GP's own buffer

@@ -692,3 +692,25 @@ async def test_recv_gives_the_placeholder_when_the_sender_never_registers() -> N
         rcv.pipe.send_nowait(_unnamed_message(999))
         msg = await rcv.recv()
         assert (msg.source, msg.data) == ("<pid 999>", b"x")
+
+
+async def test_recv_into_refuses_to_start_while_a_recv_waits(pdbp_node) -> None:
+    gp = await pdbp_node.register("one", bind=True)
+    waiting = asyncio.ensure_future(gp.recv())
+    await asyncio.sleep(0)  # a yield: recv runs until it waits on the empty pipe
+    with pytest.raises(RuntimeError, match="one receiver at a time"):
+        await gp.recv_into(bytearray(16))
+    await gp.send("one", b"hi")
+    assert (await waiting).data == b"hi"  # the waiting recv lost nothing
+
+
+async def test_recv_refuses_to_start_while_recv_into_waits(pdbp_node) -> None:
+    gp = await pdbp_node.register("one", bind=True)
+    out = bytearray(16)
+    into = asyncio.ensure_future(gp.recv_into(out))
+    await asyncio.sleep(0)
+    with pytest.raises(RuntimeError, match="one receiver at a time"):
+        await gp.recv()
+    await gp.send("one", b"hello")
+    msg = await into
+    assert bytes(msg.data) == b"hello" and bytes(out[:5]) == b"hello"

@@ -232,7 +232,9 @@ class Inbound:
         out = None
         if stream:  # a segment: its slice of the array the reader gets, if the stream keeps one
             out = self._streams.landing(split_stream_key(head), nbytes)
-        elif pid and self._landing is not None:  # one GP: its own buffer may do
+        elif pid and self._landing is not None and not s.queue:
+            # One GP's array, and nothing of this host's is ahead of it (the
+            # GP's next message must be this one): its own buffer may do.
             out = self._landing(pid, nbytes)
         entry = _Landing(head)
         s.queue.append(entry)

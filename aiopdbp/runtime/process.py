@@ -207,6 +207,8 @@ class GP:
         #: more items taken out of arrival order's way by recv_into (after _unnamed)
         self._stepped: deque[Message | IncomingStream] = deque()
         self._router = node.router
+        self._into_task: asyncio.Task[Any] | None = None   # the task in recv_into, if any
+        self._waiting = 0                               # recv calls waiting for an item now
         self._drive = node.drive   # a receiver waiting for a reply steps MPI itself
         self._try_send = node.router.try_send  # hot path: one call, no coroutine, when nothing waits
 
@@ -480,25 +482,30 @@ class GP:
         """
         pipe = self._pipe
         item: Message | IncomingStream
-        if pipe is None or self._freed or self._unnamed is not None:
+        if pipe is None or self._freed or self._unnamed is not None or self._into_task is not None:
+            if self._into_task is not None and self._into_task is not asyncio.current_task():
+                raise RuntimeError(f"GP {self.name!r}: recv while recv_into waits: the message "
+                                   "meant for its buffer could go to either (one receiver at a time)")
             if self._unnamed is not None:
                 item = self._take_held()
                 return await self._named(item)
             pipe = self._inbox()
         if len(pipe):  # the common case under load: no coroutine, no exception
             item = pipe.receive_nowait()
-        elif timeout is None:
-            if self._drive is not None:
-                await self._drive(pipe.ready)
-            item = await pipe.receive()
         else:
+            self._waiting += 1
             try:
-                item = pipe.receive_nowait()
-            except WouldBlock:
-                async with asyncio.timeout(timeout):
+                if timeout is None:
                     if self._drive is not None:
                         await self._drive(pipe.ready)
                     item = await pipe.receive()
+                else:
+                    async with asyncio.timeout(timeout):
+                        if self._drive is not None:
+                            await self._drive(pipe.ready)
+                        item = await pipe.receive()
+            finally:
+                self._waiting -= 1
         if type(item) is Message:
             if type(item[0]) is str:
                 return item
@@ -557,6 +564,10 @@ class GP:
         :mod:`aiopdbp.hosts.inbound`, "Bulk payloads"); any other is copied
         into ``out`` from where it landed.
 
+        One receiver at a time: ``RuntimeError`` when another ``recv`` or
+        ``recv_into`` already waits on this GP, and for a ``recv`` that
+        starts while this call waits.
+
         Errors: ``ValueError`` when the next message does not fit in ``out``,
         ``TypeError`` when it is not bytes or an array (a stream, ``None``,
         a pickled object) -- the item then stays first, for :meth:`recv`.
@@ -578,6 +589,12 @@ class GP:
             return self._into(flat, pipe.receive_nowait())
         except WouldBlock:
             pass
+        if self._into_task is not None or self._waiting:
+            # Another receiver could take the message that lands in ``out``
+            # (and this call would wait for it forever).
+            raise RuntimeError(f"GP {self.name!r}: recv_into while another receive waits on this GP "
+                               "(one receiver at a time)")
+        self._into_task = asyncio.current_task()
         router.landings.post(self.pid, flat)
         taken = False
         try:
@@ -595,6 +612,8 @@ class GP:
             if not taken:
                 router.landings.withdraw(self.pid)
             raise
+        finally:
+            self._into_task = None
         return self._into(flat, item)
 
     def _into(self, flat: memoryview, item: Message | IncomingStream) -> Message:

@@ -263,13 +263,15 @@ def split_target(head: Buffer, *, limits: Limits = DEFAULT_LIMITS) -> tuple[int,
     arrives: ``(payload bytes, destination pid, is a stream CDU)`` -- enough
     to choose where the payload lands.  The pid is 0 unless the CDU has
     exactly one destination GP (a multicast's payload is shared by all of
-    them).  :func:`decode_split` checks the rest once it has."""
+    them) and its payload is a numpy array (a bytes payload is delivered
+    as a ``bytes`` object of its own: it cannot stay in a GP's buffer).
+    :func:`decode_split` checks the rest once it has."""
     mv = byte_view(head)
     mt, count, body_len = read_header(mv, limits)
     if int(mt) not in _CDU_SINGLE or count != 1 or len(mv) < L1.size + _REC.size:
         raise ProtocolError("not the header of a split frame")
     plen = body_len - (len(mv) - L1.size)
-    (_, _, _, _, _, _, kind, _, _, n_ns, n_ps, rplen) = _REC.unpack_from(mv, L1.size)
+    (_, _, _, _, _, _, kind, _, tag, n_ns, n_ps, rplen) = _REC.unpack_from(mv, L1.size)
     if plen < 0 or rplen != plen:
         raise ProtocolError(f"split frame header announces {plen} payload bytes, record says {rplen}")
     if n_ns > limits.max_dests or n_ps > limits.max_dests:
@@ -277,7 +279,7 @@ def split_target(head: Buffer, *, limits: Limits = DEFAULT_LIMITS) -> tuple[int,
     at = L1.size + _REC.size + 4 * n_ns
     if at + 4 * n_ps > len(mv):
         raise ProtocolError("truncated destination list")
-    pid = struct.unpack_from("<I", mv, at)[0] if n_ps == 1 else 0
+    pid = struct.unpack_from("<I", mv, at)[0] if n_ps == 1 and tag == _NDARRAY else 0
     return plen, pid, kind == _STREAM
 
 
