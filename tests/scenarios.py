@@ -2293,6 +2293,36 @@ async def large_send_owns_the_buffer(ctx: Ctx) -> None:
     await ctx.barrier("done")
 
 
+@scenario(remote=RemoteConfig(gp_window=256 << 10))
+async def whole_streams_take_their_bytes_of_credit(ctx: Ctx) -> None:
+    """Short streams carried whole in their OPEN charge their bytes to the
+    receiving GP's window, as messages do: 24 concurrent 60 KB streams to a
+    GP that reads nothing yet make their senders wait for credit (the
+    review's reproducer had 200 of them land, 11.7 MiB past a 1 MiB
+    window); then every stream arrives intact."""
+    me = await ctx.process("gp", ctx.rank)
+    dest = ctx.name("gp", (ctx.rank + 1) % ctx.size)
+    prev = (ctx.rank - 1) % ctx.size
+    n = 24
+    await ctx.lookup(dest)
+    host = (ctx.rank + 1) % ctx.size
+    senders = [asyncio.ensure_future(me.send_stream(dest, pattern(f"wst{ctx.rank}.{i}", 60_000),
+                                                    com=i, timeout=ctx.timeout)) for i in range(n)]
+    if ctx.size > 1:  # a remote destination: its credit makes them wait
+        await ctx.wait_until(lambda: ctx.node.stats().links[host].credit_waits > 0,
+                             "a short-stream sender parked for credit")
+    await ctx.barrier("parked")
+    got = {}
+    for _ in range(n):
+        st = await me.recv(timeout=ctx.timeout)
+        assert isinstance(st, IncomingStream), st
+        got[st.com] = bytes(await st.read())
+    await asyncio.gather(*senders)
+    assert got == {i: pattern(f"wst{prev}.{i}", 60_000) for i in range(n)}
+    await ctx.barrier("done")
+    assert_empty(me)
+
+
 @scenario()
 async def recv_into_keeps_arrival_order(ctx: Ctx) -> None:
     """A loop of ``recv_into`` gets one sender's large arrays and bytes in

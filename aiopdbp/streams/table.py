@@ -131,6 +131,10 @@ def eager_meta(cdu: CDU) -> StreamMeta:
     raise ProtocolError(f"a stream OPEN carries {type(data).__name__} as its whole data")
 
 
+def _nbytes(data: Any) -> int:
+    return int(data.nbytes) if hasattr(data, "nbytes") else len(data)
+
+
 class OutgoingStream:
     """Sender-side handle of one bound stream (its MTA row) and its
     :class:`~aiopdbp.streams.protocol.SenderProtocol`.
@@ -426,10 +430,13 @@ class StreamTable:
             if whole:
                 out.carried = int(memoryview(eager).nbytes)
             self._out[key] = out
+            # An OPEN that carries the stream charges its bytes too, as a
+            # message would: the receiving GP's window bounds them.
+            cost = CREDIT_OVERHEAD + (out.carried if whole else 0)
             try:
-                tgt.reserve_nowait(pid, CREDIT_OVERHEAD)
+                tgt.reserve_nowait(pid, cost)
             except WouldBlock:
-                await self.router.reserve(tgt, pid, CREDIT_OVERHEAD, timeout, f"GP {entry.name!r}",
+                await self.router.reserve(tgt, pid, cost, timeout, f"GP {entry.name!r}",
                                           self.tables.name_of(src_pid))
             if pipe_a is not None:
                 self._watch(pipe_a)
@@ -521,7 +528,8 @@ class StreamTable:
                 stream.arrived_whole(cdu.data)
             if meta.kind == "device" and self.device is not None and self.device.start_incoming(host, stream):
                 return  # a device message: delivered as a Message once it is complete
-            if not self.router.deliver_remote(host, dest, [stream], CREDIT_OVERHEAD):
+            cost = CREDIT_OVERHEAD + (_nbytes(cdu.data) if whole else 0)  # as the sender charged
+            if not self.router.deliver_remote(host, dest, [stream], cost):
                 self.incoming_closed(stream, "the receiving GP is gone", True)
             return
         try:
