@@ -714,3 +714,16 @@ async def test_recv_refuses_to_start_while_recv_into_waits(pdbp_node) -> None:
     await gp.send("one", b"hello")
     msg = await into
     assert bytes(msg.data) == b"hello" and bytes(out[:5]) == b"hello"
+
+
+async def test_recv_into_waits_for_the_name_of_a_sender_registered_after_its_message(pdbp_node, pdbp_spawn) -> None:
+    node = pdbp_node
+    async with node.process("rcv") as rcv:
+        late_pid = rcv.pid + 1
+        rcv.pipe.send_nowait(_unnamed_message(late_pid))
+        out = bytearray(8)
+        task = await pdbp_spawn(rcv.recv_into(out))
+        assert not task.done()
+        await node.register("late")
+        msg = await task
+        assert (msg.source, type(msg.source), bytes(out[:1])) == ("late", str, b"x")

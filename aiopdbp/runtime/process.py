@@ -122,6 +122,11 @@ def _ownable(arr: np.ndarray[Any, Any]) -> bool:
             and not _frozen(arr))
 
 
+def _named_now(item: Message | IncomingStream) -> bool:
+    """Whether ``item`` names its sender already (else :meth:`GP._named` waits for it)."""
+    return type(item[0] if type(item) is Message else item.source) is str
+
+
 def _flat_writable(out: Any) -> memoryview:
     """``out`` as a flat writable byte view, or a clear error."""
     try:
@@ -586,9 +591,11 @@ class GP:
             return self._into(flat, await self.recv(timeout))
         pipe = self._inbox()
         try:
-            return self._into(flat, pipe.receive_nowait())
+            item = pipe.receive_nowait()
         except WouldBlock:
             pass
+        else:
+            return self._into(flat, item if _named_now(item) else await self._named(item))
         if self._into_task is not None or self._waiting:
             # Another receiver could take the message that lands in ``out``
             # (and this call would wait for it forever).
@@ -614,7 +621,7 @@ class GP:
             raise
         finally:
             self._into_task = None
-        return self._into(flat, item)
+        return self._into(flat, item if _named_now(item) else await self._named(item))
 
     def _into(self, flat: memoryview, item: Message | IncomingStream) -> Message:
         """``item``'s payload in ``flat`` (copied unless it landed there)."""
