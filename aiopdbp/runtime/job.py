@@ -201,10 +201,11 @@ class Job:
         if self.stop is not None:
             return
         self.stop = stop
-        if stop.kind is StopKind.PEER_FAILED and stop.rank != self.rank:
-            # at once, before the notice is acknowledged: the failing rank
-            # exits when every rank has acknowledged, and hydra then kills
-            # the ranks left
+        if stop.rank != self.rank and stop.kind is not StopKind.HOST_LOST:
+            # at once, before the notice is acknowledged: the failing (or
+            # interrupted) rank exits when every rank has acknowledged -- an
+            # interrupted one may not even wait -- and hydra then kills the
+            # ranks left (seen once in CI: rank 0 never printed its line)
             self._peer_line()
         if tell and stop.rank == self.rank:
             for peer in list(self._peers):
