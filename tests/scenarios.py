@@ -507,7 +507,7 @@ async def small_arrays_arrive_writable(ctx: Ctx) -> None:
     prev = (ctx.rank - 1) % ctx.size
     kinds = [np.arange(8, dtype=np.uint8), np.arange(6, dtype=">i4").reshape(2, 3),
              np.array([True, False, True]), np.array(2.5), np.zeros((0, 4), np.float32),
-             np.arange(256, dtype=np.float64)]
+             np.arange(256, dtype=np.float64), np.arange(2048, dtype=np.float64)]  # 2 KiB, 16 KiB
     n = 24
 
     def item(src: int, i: int) -> Any:

@@ -521,7 +521,7 @@ class HostLink:
             n, flags = len(data), _FLAGS[fields[1]]
         elif type(data) is np.ndarray:
             parts = short_ndarray(data)  # None: not small, or its meta not checked yet
-            if parts is None:
+            if parts is None or data.nbytes >= self._short_limit:
                 return False
             data = parts[0] + parts[1]   # meta then bytes: the record's payload
             n, flags = len(data), _FLAGS_ARRAY[fields[1]]
