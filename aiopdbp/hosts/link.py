@@ -515,6 +515,7 @@ class HostLink:
         """Encode a message ``(source, kind, com, data, source_pid)`` as a
         compact short record (False: its payload needs a full CDU record)."""
         data = fields[3]
+        meta = b""   # an array's level-3 meta, written before its bytes
         if data is None:
             n, flags = 0, _FLAGS_NONE[fields[1]]
         elif type(data) is bytes and len(data) < self._short_limit:
@@ -523,8 +524,8 @@ class HostLink:
             parts = short_ndarray(data)  # None: not small, or its meta not checked yet
             if parts is None or data.nbytes >= self._short_limit:
                 return False
-            data = parts[0] + parts[1]   # meta then bytes: the record's payload
-            n, flags = len(data), _FLAGS_ARRAY[fields[1]]
+            meta, data = parts
+            n, flags = len(meta) + data.nbytes, _FLAGS_ARRAY[fields[1]]
         else:
             return False
         # The commonest CDU, so this is written out flat.
@@ -535,7 +536,9 @@ class HostLink:
                 self._tick = self._transport.tick
                 frame = _LONE.pack(VERSION, _BPS, 1, _SHORT_SIZE + n, pid, fields[4], fields[2],
                                    flags, n)
-                if n:
+                if meta:
+                    frame = b"".join((frame, meta, data))  # one copy of the array's bytes
+                elif n:
                     frame += data
                 self._lone += 1
                 self._post([frame], len(frame), None)
@@ -546,7 +549,12 @@ class HostLink:
         pos = blk.pos
         _pack_short(blk.view, pos, pid, fields[4], fields[2], flags, n)
         pos += _SHORT_SIZE
-        if n:
+        if meta:
+            m = len(meta)
+            blk.view[pos:pos + m] = meta
+            blk.view[pos + m:pos + n] = data
+            pos += n
+        elif n:
             blk.view[pos:pos + n] = data
             pos += n
         blk.pos = pos
