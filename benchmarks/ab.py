@@ -22,7 +22,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def _run(checkout: Path, bench: list[str], out: Path) -> list[dict[str, object]]:
@@ -33,27 +37,37 @@ def _run(checkout: Path, bench: list[str], out: Path) -> list[dict[str, object]]
     return rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse(doc: str | None, runs_flag: str, default: int) -> tuple[argparse.Namespace, list[str]]:
+    """``OLD NEW [--<runs_flag> N] -- <bench options>``: (the A/B's options, the bench's)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("old", type=Path)
     ap.add_argument("new", type=Path)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument(f"--{runs_flag}", dest="runs", type=int, default=default)
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
-    args = ap.parse_args(argv[:cut])
-    bench = argv[cut + 1:]  # the options for aiopdbp bench, after --
-    seen: dict[str, dict[tuple[str, int, int, str], list[tuple[float, float, float]]]] = {"old": {}, "new": {}}
+    return ap.parse_args(argv[:cut]), argv[cut + 1:]
+
+
+def alternate(old: Path, new: Path, runs: int, run: Callable[[Path, Path], list[T]]) -> Iterator[tuple[str, T]]:
+    """``run(checkout, out_dir)`` on OLD, NEW, OLD, ... ``runs`` times each
+    (a shared machine's drift hits both alike); yields ``(side, row)``."""
     with tempfile.TemporaryDirectory(prefix="aiopdbp-ab-") as tmp:
-        for i in range(args.repeats):
-            for side, checkout in (("old", args.old), ("new", args.new)):
-                rows = _run(checkout.resolve(), bench, Path(tmp) / f"{side}{i}")
-                for r in rows:
-                    if str(r["impl"]).startswith("aiopdbp"):
-                        key = (str(r["test"]), int(r["ranks"]), int(r["size"]), str(r["impl"]))  # type: ignore[call-overload]
-                        cpu = sum(float(r.get(k) or 0) for k in ("cpu_tx_us", "cpu_rx_us", "cpu_txrx_us"))  # type: ignore[arg-type]
-                        seen[side].setdefault(key, []).append((float(r["median"]), float(r["vs_raw"] or 0), cpu))  # type: ignore[arg-type]
-                print(f"run {i + 1}/{args.repeats} {side} done", file=sys.stderr, flush=True)
-    print(f"aiopdbp bench {' '.join(bench)}; {args.repeats} runs each, alternated old/new")
+        for i in range(runs):
+            for side, checkout in (("old", old), ("new", new)):
+                for row in run(checkout.resolve(), Path(tmp) / f"{side}{i}"):
+                    yield side, row
+                print(f"run {i + 1}/{runs} {side} done", file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    args, bench = parse(__doc__, "repeats", 5)   # the options for aiopdbp bench, after --
+    seen: dict[str, dict[tuple[str, int, int, str], list[tuple[float, float, float]]]] = {"old": {}, "new": {}}
+    for side, r in alternate(args.old, args.new, args.runs, lambda c, out: _run(c, bench, out)):
+        if str(r["impl"]).startswith("aiopdbp"):
+            key = (str(r["test"]), int(r["ranks"]), int(r["size"]), str(r["impl"]))  # type: ignore[call-overload]
+            cpu = sum(float(r.get(k) or 0) for k in ("cpu_tx_us", "cpu_rx_us", "cpu_txrx_us"))  # type: ignore[arg-type]
+            seen[side].setdefault(key, []).append((float(r["median"]), float(r["vs_raw"] or 0), cpu))  # type: ignore[arg-type]
+    print(f"aiopdbp bench {' '.join(bench)}; {args.runs} runs each, alternated old/new")
     print(f"{'test':6} {'n':>2} {'size':>8} {'impl':12} {'old x raw (range)':>22} {'new x raw (range)':>22} "
           f"{'old median':>11} {'new median':>11} {'old cpu us':>10} {'new cpu us':>10}  new inside old range")
     for key in sorted(seen["old"]):

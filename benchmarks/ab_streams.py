@@ -13,14 +13,14 @@ streams (``benchmarks/ab.py`` does the same for ``aiopdbp bench``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from ab import alternate, parse  # benchmarks/ab.py: the same alternation for aiopdbp bench
 
 Key = tuple[int, int, int]
 
@@ -43,22 +43,11 @@ def _run(checkout: Path, bench: list[str], out: Path) -> list[dict[str, float]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("old", type=Path)
-    ap.add_argument("new", type=Path)
-    ap.add_argument("--runs", type=int, default=4)
-    argv = sys.argv[1:]
-    cut = argv.index("--") if "--" in argv else len(argv)
-    args = ap.parse_args(argv[:cut])
-    bench = argv[cut + 1:]
+    args, bench = parse(__doc__, "runs", 4)
     seen: dict[str, dict[Key, list[tuple[float, float, float]]]] = {"old": {}, "new": {}}
-    with tempfile.TemporaryDirectory(prefix="aiopdbp-abs-") as tmp:
-        for i in range(args.runs):
-            for side, checkout in (("old", args.old), ("new", args.new)):
-                for r in _run(checkout.resolve(), bench, Path(tmp) / f"{side}{i}"):
-                    key = (int(r["n"]), int(r["size"]), int(r["inflight"]))
-                    seen[side].setdefault(key, []).append((r["ratio"], r["streams_per_s"], r["msgs_per_s"]))
-                print(f"run {i + 1}/{args.runs} {side} done", file=sys.stderr, flush=True)
+    for side, r in alternate(args.old, args.new, args.runs, lambda c, out: _run(c, bench, out)):
+        key = (int(r["n"]), int(r["size"]), int(r["inflight"]))
+        seen[side].setdefault(key, []).append((r["ratio"], r["streams_per_s"], r["msgs_per_s"]))
     print(f"aiopdbp bench streams {' '.join(bench)}; {args.runs} runs each, alternated old/new")
     print(f"{'n':>2} {'size':>8} {'infl':>4} {'old ratio (range)':>22} {'new ratio (range)':>22} "
           f"{'old str/s':>10} {'old msg/s':>10} {'new str/s':>10} {'new msg/s':>10}")
