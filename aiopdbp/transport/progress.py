@@ -556,8 +556,9 @@ class ProgressEngine:
         busy = self._receive(deliveries)
         if self._sends:
             busy = self._complete_sends() or busy
-        landed: list[tuple[Callable[[Any], None], Any]] = []
-        if self._bulk_recvs:
+        landed: list[tuple[Callable[[Any], None], Any]] | None = None
+        if self._bulk_recvs:  # (no list per step otherwise: steps run back to back while polling)
+            landed = []
             busy = self._complete_bulk(landed) or busy
         if self._pollers:
             for poll in self._pollers:
