@@ -505,7 +505,8 @@ class GP:
                 if timeout is None:
                     if self._drive is not None:
                         await self._drive(pipe.ready)
-                    item = await pipe.receive()
+                    # (the driver usually ends with an item there: no coroutine for it)
+                    item = pipe.receive_nowait() if len(pipe) else await pipe.receive()
                 else:
                     async with asyncio.timeout(timeout):
                         if self._drive is not None:
