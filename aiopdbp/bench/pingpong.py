@@ -49,6 +49,7 @@ from aiopdbp.bench.aio import AioSide, gp_name, loop_factory
 from aiopdbp.bench.floor import Floor
 from aiopdbp.bench.plan import parse_sizes
 from aiopdbp.env import in_mpi_job
+from aiopdbp.hosts.remote import RemoteConfig
 
 __all__ = ["IMPLS", "main", "summarize_runs"]
 
@@ -100,6 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns.sizes = parse_sizes(ns.sizes or (QUICK_SIZES if ns.quick else DEFAULT_SIZES))
         if ns.hops is not None:
             (ns.hops,) = parse_sizes(ns.hops)
+            if ns.hops >= RemoteConfig.large:
+                raise ValueError(f"--hops {ns.hops}: the per-hop table follows a message below "
+                                 f"RemoteConfig.large ({RemoteConfig.large} B); larger ones travel "
+                                 "as a header and one bulk MPI message")
     except ValueError as exc:
         parser.error(str(exc))
     ns.impls = tuple(x.strip() for x in ns.impls.split(",") if x.strip())
