@@ -496,6 +496,42 @@ async def message_payload_types(ctx: Ctx) -> None:
     await ctx.barrier("done")
 
 
+@scenario(remote=RemoteConfig(gp_window=64 << 10))
+async def refused_payloads_hold_no_credit(ctx: Ctx) -> None:
+    """Arrays the wire cannot carry raw (a structured dtype, more than 32
+    dimensions) are refused at the sender with the same error on one host
+    and on many, to one GP and to several, and keep nothing reserved: a
+    payload of a whole credit window sent after many refusals arrives."""
+    me = await ctx.process("gp", ctx.rank)
+    dest = ctx.name("gp", (ctx.rank + 1) % ctx.size)
+    await ctx.lookup(dest)
+    structured = np.zeros(4, dtype=[("a", "<i4"), ("b", "<f8")])
+    deep = np.zeros((1,) * 33, np.uint8)
+    for _ in range(200):
+        try:
+            await me.send(dest, structured, timeout=ctx.timeout)
+            raise AssertionError("a structured array was sent without allow_pickle")
+        except TypeError as exc:
+            assert "allow_pickle" in str(exc), exc
+        try:
+            await me.send(dest, deep, timeout=ctx.timeout)
+            raise AssertionError("an array of 33 dimensions was sent")
+        except ValueError as exc:
+            assert "dimensions" in str(exc), exc
+        try:
+            await me.send([dest], structured, timeout=ctx.timeout)
+            raise AssertionError("a structured array was multicast without allow_pickle")
+        except TypeError:
+            pass
+    whole = np.arange(64 << 10, dtype=np.uint8)  # its credit needs the whole window
+    await me.send(dest, whole, timeout=ctx.timeout)
+    msg = await me.recv(timeout=ctx.timeout)
+    assert isinstance(msg, Message), msg
+    assert_same(msg.data, whole, "the window-sized array")
+    await ctx.barrier("done")
+    assert_empty(me)
+
+
 @scenario()
 async def small_arrays_arrive_writable(ctx: Ctx) -> None:
     """Small arrays sent again and again (the compact short record once their

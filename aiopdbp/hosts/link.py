@@ -507,8 +507,13 @@ class HostLink:
         if self.error is not None or not self._admit(pid, nbytes):
             return False
         self._cdus += 1
-        if not self._put_short(pid, fields):
-            self._put_cdu(CDU(fields[1], fields[4], (pid,), fields[3], fields[2]))
+        try:
+            if not self._put_short(pid, fields):
+                self._put_cdu(CDU(fields[1], fields[4], (pid,), fields[3], fields[2]))
+        except BaseException:  # refused by the encoder: nothing was queued, the credit goes back
+            self._cdus -= 1
+            self.grant(pid, nbytes)
+            raise
         return True
 
     def _put_short(self, pid: int, fields: tuple[Any, ...]) -> bool:

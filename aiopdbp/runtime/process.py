@@ -38,6 +38,7 @@ from aiopdbp.wire.mesp import Kind
 from aiopdbp.device.backend import is_device_array
 from aiopdbp.errors import ClosedResourceError, NoPipeError, PDBPError, WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost
+from aiopdbp.wire.payload import travels_raw
 from aiopdbp.routing.pipes import Pipe
 from aiopdbp.streams.receiver import DEFAULT_SEGMENT, IncomingStream
 from aiopdbp.streams.sender import send_stream
@@ -70,9 +71,8 @@ def snapshot(data: Any, allow_pickle: bool, shared: bool) -> Any:
     if isinstance(data, np.generic):
         data = np.asarray(data)  # numpy scalars travel as 0-d arrays
     if isinstance(data, np.ndarray):
-        if data.dtype.hasobject:
-            if not allow_pickle:
-                raise TypeError("object arrays need allow_pickle=True (trusted clusters only)")
+        # the wire's rule, here too: one host refuses what many would
+        if not travels_raw(data, allow_pickle):
             return _pickle_copy(data)
         if _frozen(data):
             return data

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from aiopdbp.errors import ProtocolError
-from aiopdbp.wire.mesp import ALIGN, Buffer, Limits, Payload
+from aiopdbp.wire.mesp import ALIGN, DEFAULT_LIMITS, Buffer, Limits, Payload
 
 __all__ = ["SHORT_ARRAY_MAX", "decode_ndarray", "decode_pickle", "decode_short_ndarray", "encode_payload",
-           "ndarray_meta", "short_ndarray"]
+           "ndarray_meta", "short_ndarray", "travels_raw"]
 
 _U8 = struct.Struct("<B")
 _U16 = struct.Struct("<H")
@@ -108,15 +108,9 @@ def encode_payload(data: Any, allow_pickle: bool,
             else:
                 view = np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
             return _NDARRAY, hit, [view] if view.nbytes else [], view.nbytes
-        if dt.hasobject or dt.fields is not None or dt.subdtype is not None or dt.itemsize == 0:
-            if allow_pickle:
-                return _pickle_payload(data, limits)
-            raise TypeError(f"ndarray of dtype {dt} needs allow_pickle=True")
-        if data.ndim > limits.max_ndim:
-            raise ValueError(f"ndarray has {data.ndim} dimensions > {limits.max_ndim}")
+        if not travels_raw(data, allow_pickle, limits):
+            return _pickle_payload(data, limits)
         name = dt.str.encode("ascii")
-        if len(name) > 0xFF:
-            raise TypeError(f"dtype {dt} has too long a name for the wire")
         meta = (_U8.pack(len(name)) + name
                 + struct.pack(f"<B{data.ndim}Q", data.ndim, *data.shape))
         if len(_META_ENC) < _META_CACHE_MAX:
@@ -127,6 +121,28 @@ def encode_payload(data: Any, allow_pickle: bool,
         return _pickle_payload(data, limits)
     raise TypeError(f"cannot send {type(data).__name__} without allow_pickle=True "
                     "(only None, bytes-like objects and numpy arrays travel raw)")
+
+
+def travels_raw(data: np.ndarray[Any, Any], allow_pickle: bool, limits: Limits = DEFAULT_LIMITS) -> bool:
+    """Whether the array ``data`` travels as raw bytes (True) or, with
+    ``allow_pickle``, pickled (False); ``TypeError``/``ValueError`` when it
+    cannot travel at all.  Raw: plain fixed-size dtypes (no objects, fields,
+    sub-arrays or empty void) of at most ``limits.max_ndim`` dimensions.  The
+    sender checks this before it reserves anything, so that a refused
+    payload fails the same way on one host and on many."""
+    dt = data.dtype
+    if (dt, data.shape) in _META_ENC:  # checked before
+        return True
+    if dt.hasobject or dt.fields is not None or dt.subdtype is not None or dt.itemsize == 0:
+        if allow_pickle:
+            return False
+        raise TypeError(f"ndarray of dtype {dt} needs allow_pickle=True (only plain numeric, bool, "
+                        "bytes and datetime dtypes travel raw; pickle: trusted clusters only)")
+    if data.ndim > limits.max_ndim:
+        raise ValueError(f"ndarray has {data.ndim} dimensions > {limits.max_ndim}")
+    if len(dt.str) > 0xFF:
+        raise TypeError(f"dtype {dt} has too long a name for the wire")
+    return True
 
 
 def short_ndarray(data: np.ndarray[Any, Any]) -> tuple[bytes, memoryview] | None:
