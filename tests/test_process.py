@@ -727,3 +727,32 @@ async def test_recv_into_waits_for_the_name_of_a_sender_registered_after_its_mes
         await node.register("late")
         msg = await task
         assert (msg.source, type(msg.source), bytes(out[:1])) == ("late", str, b"x")
+
+
+# ------------------------------------------------------------------ bad input
+@pytest.mark.parametrize("dest", [b"b", bytearray(b"b"), 123, ["b", 5]])
+async def test_send_to_a_dest_that_is_not_names_raises_typeerror(pdbp_node, dest: object) -> None:
+    async with pdbp_node.process("a") as a, pdbp_node.process("b") as b:
+        with pytest.raises(TypeError, match="GP name"):
+            await a.send(dest, b"x")  # type: ignore[arg-type]
+        assert len(b.pipe) == 0  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("timeout", [-1, -0.5, float("nan")])
+@pytest.mark.parametrize("call", ["send", "recv", "recv_into", "send_stream"])
+async def test_negative_or_nan_timeout_raises_valueerror(pdbp_node, call: str, timeout: float) -> None:
+    async with pdbp_node.process("a") as a, pdbp_node.process("b") as b:
+        calls = {"send": lambda: a.send("b", b"x", timeout=timeout),
+                 "recv": lambda: b.recv(timeout=timeout),
+                 "recv_into": lambda: b.recv_into(bytearray(8), timeout=timeout),
+                 "send_stream": lambda: a.send_stream("b", b"x", timeout=timeout)}
+        with pytest.raises(ValueError, match="timeout must be"):
+            await calls[call]()
+        assert len(b.pipe) == 0  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("into", [False, True])
+async def test_recv_timeout_says_what_it_waited_for(pdbp_node, into: bool) -> None:
+    async with pdbp_node.process("b") as b:
+        with pytest.raises(TimeoutError, match="GP 'b' received nothing"):
+            await (b.recv_into(bytearray(8), timeout=0.01) if into else b.recv(timeout=0))

@@ -112,6 +112,18 @@ def _frozen(arr: np.ndarray[Any, Any]) -> bool:
     return isinstance(base, bytes)
 
 
+def _check_timeout(timeout: float | None) -> None:
+    """``timeout`` is None or a number >= 0 (as ``queue.Queue.get`` wants)."""
+    if timeout is not None and not timeout >= 0:  # (NaN too)
+        raise ValueError(f"timeout must be None or a number >= 0, not {timeout!r}")
+
+
+def _check_dest(dest: Any) -> None:
+    """A multicast's names are strings (bytes would iterate as ints)."""
+    if isinstance(dest, (bytes, bytearray, memoryview)) or not hasattr(dest, "__iter__"):
+        raise TypeError(f"dest must be a GP name (str) or an iterable of names, not {type(dest).__name__}")
+
+
 def _ownable(arr: np.ndarray[Any, Any]) -> bool:
     """A writable array whose bytes can travel from its own memory as one
     MPI message (see :meth:`GP.send`, "Buffer ownership")."""
@@ -379,8 +391,15 @@ class GP:
         if kind is not _SHORT and kind is not _COMMAND:
             raise ValueError(f"send() carries Kind.SHORT or Kind.COMMAND messages, not {kind!r} "
                              "(streams go with send_stream)")
+        if timeout is not None:
+            _check_timeout(timeout)
         if not isinstance(dest, str):
-            await self._multicast(list(dest), data, com, kind, timeout)
+            _check_dest(dest)
+            names = list(dest)
+            for n in names:
+                if not isinstance(n, str):
+                    raise TypeError(f"dest: GP names are strings, not {type(n).__name__} ({n!r})")
+            await self._multicast(names, data, com, kind, timeout)
             return
         # Snapshot first: a refused payload must not hold a reservation.
         if type(data) is bytes:
@@ -465,6 +484,7 @@ class GP:
         """
         self._check()
         _check_com(com)
+        _check_timeout(timeout)
         if is_device_array(data):
             return await self.node.devices.send_stream(self, self.node.streams, dest, data, segment_size=segment_size, com=com,
                                                        timeout=timeout, copy=copy)
@@ -508,10 +528,14 @@ class GP:
                     # (the driver usually ends with an item there: no coroutine for it)
                     item = pipe.receive_nowait() if len(pipe) else await pipe.receive()
                 else:
-                    async with asyncio.timeout(timeout):
-                        if self._drive is not None:
-                            await self._drive(pipe.ready)
-                        item = await pipe.receive()
+                    _check_timeout(timeout)
+                    try:
+                        async with asyncio.timeout(timeout):
+                            if self._drive is not None:
+                                await self._drive(pipe.ready)
+                            item = await pipe.receive()
+                    except TimeoutError:
+                        raise TimeoutError(f"GP {self.name!r} received nothing within {timeout:g} s") from None
             finally:
                 self._waiting -= 1
         if type(item) is Message:
@@ -589,6 +613,7 @@ class GP:
         view of ``out``.
         """
         flat = _flat_writable(out)
+        _check_timeout(timeout)
         router = self._router
         if self._unnamed is not None:
             return self._into(flat, await self.recv(timeout))
@@ -618,9 +643,12 @@ class GP:
                     while not _views(item, flat):
                         self._hold(item)
                         item = await pipe.receive()
-        except BaseException:
+        except BaseException as exc:
             if not taken:
                 router.landings.withdraw(self.pid)
+            if type(exc) is TimeoutError and not exc.args:
+                raise TimeoutError(f"GP {self.name!r} received nothing into its buffer within "
+                                   f"{timeout:g} s") from None
             raise
         finally:
             self._into_task = None
