@@ -291,9 +291,7 @@ class IncomingStream:
             whole = self._whole
             if whole is not None:  # what the OPEN carried, as PipeB would have given it
                 self._whole = None
-                nbytes = int(whole.nbytes) if hasattr(whole, "nbytes") else len(whole)
-                self._apply(sp.Segment(0, whole, nbytes))
-                self._apply(sp.End(1, nbytes))
+                self._apply(sp.Whole(whole, int(whole.nbytes) if hasattr(whole, "nbytes") else len(whole)))
                 continue
             pipe = self.pipe
             if pipe is None:  # not reached: a whole stream is DONE (or failed) once fed
@@ -337,6 +335,16 @@ class IncomingStream:
         broken (``aclose()`` it).
         """
         meta = self.meta
+        whole = self._whole
+        if whole is not None and out is None and not self._ready and self._error is None:
+            # The OPEN carried it all and nothing was read: one event, one copy.
+            self._whole = None
+            self._apply(sp.Whole(whole, int(whole.nbytes) if hasattr(whole, "nbytes") else len(whole)))
+            # (no Consumed: the stream is DONE, and a DONE stream gives no credit back)
+            seg = self._ready.popleft()
+            if meta.kind == "ndarray" and type(seg) is np.ndarray:
+                return seg.copy()  # the OPEN's record gave it the stream's dtype and shape
+            return _as_u8(seg).copy().data
         if meta.nbytes is not None and self._proto.next == len(self._ready):  # nothing read yet
             # numpy's allocator asks the kernel for huge pages on big buffers,
             # which makes first-touch page faults several times cheaper.

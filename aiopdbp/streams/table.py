@@ -194,14 +194,14 @@ class OutgoingStream:
     def opened(self) -> None:
         """The OPEN was routed: segments may follow."""
         if self.proto.state is StreamState.OPENING:
-            self.proto.handle(sp.Opened())
             if self.carried:
                 # The OPEN just routed carried the one segment and the END: the
                 # protocol hears them now, before the receiver's DONE can come
                 # back (it could, before the sender's task resumes, and a DONE
                 # ahead of the END broke a stream that was delivered).
-                self.proto.handle(sp.SendSegment(self.carried, staged=True))
-                self.proto.handle(sp.End())
+                self.proto.handle(sp.SendWhole(self.carried))
+            else:
+                self.proto.handle(sp.Opened())
             if not self.routed.done():
                 self.routed.set_result(None)
 
