@@ -152,10 +152,10 @@ class OutgoingStream:
     def __init__(self, key: tuple[int, int], dest_pid: int, pipe_a: Pipe[Any] | None, target: Target,
                  incoming: IncomingStream | None, host: int, *, window: int | None = None,
                  src_pid: int = 0, com: int = 0, rank: int = 0, waits: Waits | None = None,
-                 names: tuple[str, str] = ("?", "?")) -> None:
+                 names: Callable[[], tuple[str, str]] | None = None) -> None:
         loop = asyncio.get_running_loop()
         self._waits = waits                 # where a wait for the window is registered (stalls)
-        self._names = names                 # (sending GP, receiving GP)
+        self._names = names                 # () -> (sending GP, receiving GP), asked only for a wait
         self.key = key
         self.dest_pid = dest_pid
         # PipeA; None for a stream whose OPEN carries it whole (nothing else
@@ -304,8 +304,8 @@ class OutgoingStream:
                 raise
         wait = None
         if self._waits is not None:
-            wait = self._waits.begin(self._names[0], "the segment window of a stream",
-                                     self._names[1], self.host)
+            src, dest = self._names() if self._names is not None else ("?", "?")
+            wait = self._waits.begin(src, "the segment window of a stream", dest, self.host)
         try:
             await self._wait_room()
         except asyncio.CancelledError:
@@ -426,9 +426,9 @@ class StreamTable:
             out = OutgoingStream(key, pid, pipe_a, target, incoming, entry.node,
                                  window=self.window if incoming is None else None, src_pid=src_pid,
                                  com=meta.com, rank=self.rank, waits=self.router.waits,
-                                 names=(self.tables.name_of(src_pid), entry.name))
+                                 names=lambda: (self.tables.name_of(src_pid), entry.name))
             if whole:
-                out.carried = int(memoryview(eager).nbytes)
+                out.carried = int(eager.nbytes)  # an array or a memoryview
             self._out[key] = out
             # An OPEN that carries the stream charges its bytes too, as a
             # message would: the receiving GP's window bounds them.
