@@ -25,8 +25,11 @@ table and the stream objects feed with what arrives:
   ABORT go to the stream's PipeB.  An OPEN may carry a short stream whole
   (``open_outgoing(eager=...)``: one segment of at most
   :data:`~aiopdbp.streams.receiver.EAGER_LIMIT` bytes, then its END): its
-  record is then the segment itself, ``segno`` :data:`EAGER_OPEN`, and the
-  meta is the record's (:func:`eager_meta`: no msgpack).  Such a stream binds
+  record is then the segment itself -- a short record among the short
+  messages (:class:`~aiopdbp.wire.shorts.ShortStream`, handed over by the
+  router: :meth:`StreamTable.open_whole`) or, when it does not fit one, a
+  CDU record of ``segno`` :data:`EAGER_OPEN` -- and the meta is the
+  record's (:func:`eager_meta`: no msgpack).  Such a stream binds
   neither PipeA nor PipeB -- nothing of it follows the OPEN but, from a
   sender cancelled after routing it, an ABORT that changes nothing -- and
   the receiving GP's read feeds the segment and the END to the protocol
@@ -62,6 +65,7 @@ import msgpack
 import numpy as np
 
 from aiopdbp.wire.mesp import CDU, Kind, StreamOp
+from aiopdbp.wire.shorts import EAGER_OPEN, ShortStream
 from aiopdbp.streams import protocol as sp
 from aiopdbp.errors import BrokenResourceError, NoPipeError, ProtocolError, StreamError, WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD
@@ -95,8 +99,6 @@ class StreamDevices(Protocol):
     def break_host(self, host: int, exc: BaseException) -> None: ...
 
 
-#: ``segno`` of an OPEN that carries the whole stream (its one segment, then its END)
-EAGER_OPEN = 1
 
 
 def pack_meta(meta: StreamMeta) -> bytes:
@@ -117,17 +119,21 @@ def eager_meta(cdu: CDU) -> StreamMeta:
     :data:`EAGER_OPEN`): its record is the meta -- an array payload gives an
     array stream of its dtype and shape, a bytes payload a bytes stream; the
     sender's credit window is the record's ``id``."""
-    data = cdu.data
-    window = cdu.id
+    return _whole_meta(cdu.data, cdu.com, cdu.id)
+
+
+def _whole_meta(data: Any, com: int, window: Any) -> StreamMeta:
+    """The meta of a stream carried whole: its one segment ``data``, its
+    ``com`` and the sender's credit ``window`` (a CDU record's or a short
+    stream record's)."""
     if type(window) is not int or not 0 < window <= 0xFFFFFFFF:
         raise ProtocolError(f"a stream OPEN announces a credit window of {window!r}")
     if isinstance(data, np.ndarray):
         if data.ndim == 0 or not data.nbytes:
             raise ProtocolError("a stream OPEN carries an empty or 0-d array as its whole data")
-        return StreamMeta("ndarray", int(data.nbytes), data.dtype.str, tuple(data.shape), cdu.com,
-                          window=window)
-    if isinstance(data, (bytes, memoryview)) and len(data):
-        return StreamMeta("bytes", memoryview(data).nbytes, com=cdu.com, window=window)
+        return StreamMeta("ndarray", data.nbytes, data.dtype.str, data.shape, com, window=window)
+    if isinstance(data, (bytes, bytearray, memoryview)) and len(data):
+        return StreamMeta("bytes", memoryview(data).nbytes, com=com, window=window)
     raise ProtocolError(f"a stream OPEN carries {type(data).__name__} as its whole data")
 
 
@@ -417,9 +423,10 @@ class StreamTable:
                 meta.window = self.window
                 if whole:
                     # The whole stream in its OPEN: the record is the meta
-                    # (the payload's kind, dtype and shape; the window in id)
-                    open_item = CDU(Kind.STREAM, src_pid, (pid,), eager, meta.com, self.window, sno,
-                                    EAGER_OPEN, self.rank, (), StreamOp.OPEN)
+                    # (the payload's kind, dtype and shape), a short record
+                    # among the messages when it fits (the link decides)
+                    open_item = ShortStream((None, Kind.STREAM, meta.com, eager, src_pid, sno, self.window,
+                                             self.rank))
                 else:
                     open_item = CDU(Kind.STREAM, src_pid, (pid,), pack_meta(meta), meta.com, 0, sno, 0,
                                     self.rank, (), StreamOp.OPEN)
@@ -546,6 +553,32 @@ class StreamTable:
             found.pipe.force_put(cdu)  # the stream's credit window bounds what comes
         # else its OPEN carried it whole, END included: only the ABORT of a
         # sender cancelled after routing the OPEN can follow, and changes nothing
+
+    def open_whole(self, host: int, dest: int, src_pid: int, source: Any, com: int, sno: int, window: int,
+                   data: Any) -> IncomingStream | None:
+        """A stream from ``host`` arrived whole in a short record (the
+        router's :class:`~aiopdbp.routing.router.WholeStreams`): its
+        incoming stream, for the router to put in GP ``dest``'s pipe among
+        the messages around it -- or None when it cannot be received (its
+        sender is told).  ``data`` is the segment, a copy of its own."""
+        key = (host, sno)
+        if key in self._in.live:
+            return None  # a second OPEN of a live stream: dropped, as place() drops it
+        try:
+            stream = self._new_incoming(key, src_pid, dest, _whole_meta(data, com, window), whole=True)
+        except (NoPipeError, ProtocolError) as exc:
+            if self.peers is not None:
+                self.peers.send_done(host, key, f"cannot receive the stream: {exc}")
+            return None
+        stream.arrived_whole(data, owned=True)
+        return stream
+
+    def undelivered(self, items: list[Any]) -> None:
+        """Items the router could not deliver (their GP is gone): the
+        streams among them end, their senders hear it."""
+        for item in items:
+            if isinstance(item, IncomingStream):
+                self.incoming_closed(item, "the receiving GP is gone", True)
 
     # StreamOwner: what an IncomingStream tells its table
     def landing_array(self, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]] | None:
