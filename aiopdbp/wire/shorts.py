@@ -115,14 +115,19 @@ def bps_header(count: int, body_len: int) -> bytes:
     return L1.pack(VERSION, _BPS, count, body_len)
 
 
-def encode_shorts(records: Iterable[tuple[int, int, Kind, int, bytes | np.ndarray[Any, Any] | None]]) -> bytes:
+def encode_shorts(records: Iterable[tuple[int, int, Kind, int, Any]]) -> bytes:
     """One BPS frame of ``(dest, source, kind, com, data)`` records (the
-    reference encoder; the send path packs records into its blocks itself)."""
+    reference encoder; the send path packs records into its blocks itself).
+    A short stream is kind STREAM with ``data`` ``(sno, window, segment)``."""
     body = bytearray()
     count = 0
     for dest, src, kind, com, data in records:
-        if int(kind) not in _SHORT_KINDS:
-            raise ValueError(f"a short record carries COMMAND or SHORT, not {kind!r}")
+        head = b""
+        if kind is Kind.STREAM and type(data) is tuple and len(data) == 3 and data[2] is not None:
+            head, data = STREAM_HEAD.pack(data[0], data[1]), data[2]
+        elif int(kind) not in _SHORT_KINDS:
+            raise ValueError(f"a short record carries COMMAND or SHORT (or STREAM: (sno, window, data)), "
+                             f"not {kind!r}")
         flags = int(kind)
         if data is None:
             flags |= SHORT_NONE
@@ -137,6 +142,7 @@ def encode_shorts(records: Iterable[tuple[int, int, Kind, int, bytes | np.ndarra
             payload = meta + b"".join(bytes(p) for p in parts)
         else:
             raise ValueError("a short record carries None, bytes or a numpy array")
+        payload = head + payload
         if len(payload) > SHORT_MAX:
             raise ValueError(f"a short record carries at most {SHORT_MAX} payload bytes")
         try:
