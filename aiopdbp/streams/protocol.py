@@ -401,10 +401,11 @@ class SenderProtocol(_Side):
     def _whole(self, ev: SendWhole) -> tuple[Event, ...]:
         if self.state is not _OPENING:
             self._expect(ev, StreamState.OPENING)
-        _ints(ev, ev.nbytes)
-        if ev.nbytes < 0:
+        if type(ev.nbytes) is not int or ev.nbytes < 0:
+            _ints(ev, ev.nbytes)
             raise ProtocolError(f"a segment of {ev.nbytes} bytes")
-        self._take_credit("the END")
+        if self.credits is not None:
+            self._take_credit("the END")
         self.state = _ENDING  # OPENING -> OPEN -> ENDING, both allowed: the three events in one
         self.segno = 1
         self.nbytes = ev.nbytes
@@ -535,7 +536,8 @@ class ReceiverProtocol(_Side):
     def _whole(self, ev: Whole) -> tuple[Event, ...]:
         if self.state is not _OPEN:
             self._expect(ev, StreamState.OPEN)
-        _ints(ev, ev.nbytes)
+        if type(ev.nbytes) is not int:
+            _ints(ev, ev.nbytes)
         if self.next or self._early or self.end is not None:
             raise self._peer_error("a whole stream after other segments or an END")
         if ev.nbytes < 0:

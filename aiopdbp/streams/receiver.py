@@ -97,6 +97,9 @@ def describe(source: Any, com: int) -> StreamMeta:
     return StreamMeta("bytes", mv.nbytes, com=com, borrowed=not mv.readonly)
 
 
+_OPEN = sp.Open()  # made once: every stream starts with it
+
+
 def _end_bytes(data: Any) -> int:
     try:
         return int.from_bytes(bytes(data), "little")
@@ -150,7 +153,7 @@ class IncomingStream:
         # OPEN carried it whole (arrived_whole): nothing more can come for it
         self.pipe = pipe
         self._proto = sp.ReceiverProtocol(window, self.meta.window)
-        self._proto.handle(sp.Open())
+        self._proto.handle(_OPEN)
         self._ready: collections.deque[Any] = collections.deque()  # in order, not yet read
         self._error: BaseException | None = None
         self._whole: Any = None  # the one segment of a stream whose OPEN carried it all

@@ -137,6 +137,10 @@ def _whole_meta(data: Any, com: int, window: Any) -> StreamMeta:
     raise ProtocolError(f"a stream OPEN carries {type(data).__name__} as its whole data")
 
 
+# events without fields, made once (a short stream feels every allocation)
+_OPENED, _DONE_WHOLE = sp.Opened(), sp.Done()  # (DONE of a stream taken whole)
+
+
 def _nbytes(data: Any) -> int:
     return int(data.nbytes) if hasattr(data, "nbytes") else len(data)
 
@@ -204,10 +208,11 @@ class OutgoingStream:
                 # The OPEN just routed carried the one segment and the END: the
                 # protocol hears them now, before the receiver's DONE can come
                 # back (it could, before the sender's task resumes, and a DONE
-                # ahead of the END broke a stream that was delivered).
+                # ahead of the END broke a stream that was delivered).  Nobody
+                # waits for ``routed``: the sender waits for the DONE alone.
                 self.proto.handle(sp.SendWhole(self.carried))
-            else:
-                self.proto.handle(sp.Opened())
+                return
+            self.proto.handle(_OPENED)
             if not self.routed.done():
                 self.routed.set_result(None)
 
@@ -248,7 +253,7 @@ class OutgoingStream:
     def delivered(self) -> None:
         """The receiver took the whole stream."""
         try:
-            self.proto.handle(sp.Done())
+            self.proto.handle(_DONE_WHOLE)
         except ProtocolError as exc:  # a DONE before the END, or after the sender gave up
             if not self.proto.ended:
                 self.break_(BrokenResourceError(f"stream receiver: {exc}"))
@@ -615,7 +620,7 @@ class StreamTable:
         # a remote stream given up here: drop what is still on its way (a
         # stream that arrived whole has nothing on its way whose END or ABORT
         # would settle the key: remembering it would keep it forever)
-        self._in.remove(stream.key, given_up=sender != self.rank and stream.pipe is not None and
+        self._in.remove(stream.key, given_up=stream.pipe is not None and sender != self.rank and
                         stream.state not in (StreamState.DONE, StreamState.ABORTED))
         if sender != self.rank:
             self.mta.pop(stream.key, None)
