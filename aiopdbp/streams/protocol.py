@@ -404,8 +404,11 @@ class SenderProtocol(_Side):
         if type(ev.nbytes) is not int or ev.nbytes < 0:
             _ints(ev, ev.nbytes)
             raise ProtocolError(f"a segment of {ev.nbytes} bytes")
-        if self.credits is not None:
-            self._take_credit("the END")
+        credits = self.credits
+        if credits is not None:
+            if credits <= 0:
+                raise ProtocolError("the END without credit (window used up)")
+            self.credits = credits - 1
         self.state = _ENDING  # OPENING -> OPEN -> ENDING, both allowed: the three events in one
         self.segno = 1
         self.nbytes = ev.nbytes

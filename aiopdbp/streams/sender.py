@@ -224,7 +224,7 @@ class HostSource:
         # Refuse bad input before anything is sent: a buffer is checked whole;
         # an iterable's first chunk is taken in start() (it fixes the stream's
         # dtype and shape, which the OPEN announces), the others as they come.
-        is_buffer = is_array(source) or isinstance(source, (str, np.generic))
+        is_buffer = type(source) is np.ndarray or is_array(source) or isinstance(source, (str, np.generic))
         if not is_buffer:
             try:  # a buffer first: array.array is also iterable, but one buffer
                 memoryview(source)
@@ -276,7 +276,7 @@ class HostSource:
         if not self._is_buffer or nbytes is None or not 0 < nbytes <= min(EAGER_LIMIT, self._segment_size):
             return None
         buf = self._buffer
-        if is_array(buf):
+        if type(buf) is np.ndarray or is_array(buf):
             # the OPEN's record carries its dtype and shape: a 0-d array
             # (shape ()) goes the segment way, whose OPEN announces the shape
             if buf.ndim == 0 or not isinstance(buf, np.ndarray):

@@ -613,7 +613,8 @@ class StreamTable:
 
     def incoming_closed(self, stream: IncomingStream, error: str | None, notify: bool) -> None:
         """The receiving side is done (finished, aborted, abandoned)."""
-        self._land_bytes -= stream.landing_bytes()   # its array is the reader's now, or garbage
+        if stream.pipe is not None:  # (a stream that arrived whole landed nothing)
+            self._land_bytes -= stream.landing_bytes()   # its array is the reader's now, or garbage
         if self._in.live.get(stream.key) is not stream:
             return
         sender = stream.key[0]
