@@ -756,15 +756,16 @@ def test_mutated_short_block_decodes_or_raises_protocol_error(records: list[Any]
     _decode_mutated_shorts(records, data)
 
 
-def _decode_mutated_shorts(records: list[Any], data: st.DataObject) -> None:
+def _decode_mutated_shorts(records: list[Any], data: st.DataObject, stream: Any = None) -> None:
     """Encode ``records`` as a BPS frame, change up to 4 bytes and cut it:
-    both decoders give records or ProtocolError, nothing else."""
+    both decoders give records or ProtocolError, nothing else (``stream``:
+    the bulk decoder's callback for short streams)."""
     frame = bytearray(encode_shorts(records))
     for _ in range(data.draw(st.integers(1, 4))):
         i = data.draw(st.integers(0, len(frame) - 1))
         frame[i] = data.draw(st.integers(0, 255))
     cut = data.draw(st.integers(0, len(frame)))
-    for decoder in (decode_shorts, decode):
+    for decoder in (lambda b: decode_shorts(b, stream=stream), decode):
         try:
             decoder(bytes(frame[:cut]))
         except ProtocolError:
@@ -836,3 +837,64 @@ def test_cached_ndarray_meta_still_obeys_a_smaller_max_ndim() -> None:
     decode(memoryview(frame))  # cached now
     with pytest.raises(ProtocolError):
         decode(memoryview(frame), limits=Limits(max_ndim=2))
+
+
+# ------------------------------------------------------------ short streams
+def _opened(dest: int, src: int, source: Any, com: int, sno: int, window: int, data: Any) -> Any:
+    """A decoder's stream callback: what the stream table would put in the pipe."""
+    return ("stream", dest, src, source, com, sno, window, data)
+
+
+def test_short_stream_record_takes_its_place_among_the_messages_of_its_run() -> None:
+    arr = np.arange(6, dtype=">i4").reshape(2, 3)
+    frame = encode_shorts([(5, 2, Kind.SHORT, 1, b"before"), (5, 2, Kind.STREAM, 9, (7, 16, b"seg")),
+                           (5, 2, Kind.SHORT, 2, b"after"), (6, 3, Kind.STREAM, 0, (8, 4, arr))])
+    runs = decode_shorts(frame, names={2: "a", 3: "b"}, make=Message, stream=_opened)
+    assert [(d, n) for d, _, n in runs] == [(5, 6 + 3 + 5), (6, arr.nbytes)]  # credit: data bytes, as sent
+    before, whole, after = runs[0][1]
+    assert (before.data, after.data) == (b"before", b"after")
+    assert whole == ("stream", 5, 2, "a", 9, 7, 16, bytearray(b"seg"))
+    got = runs[1][1][0][-1]
+    assert runs[1][1][0][:7] == ("stream", 6, 3, "b", 0, 8, 4)
+    assert got.dtype == arr.dtype and got.shape == arr.shape and (got == arr).all() and got.flags.writeable
+
+
+def test_short_stream_record_refused_by_the_callback_is_left_out_but_counted() -> None:
+    frame = encode_shorts([(5, 2, Kind.STREAM, 0, (7, 16, b"seg")), (5, 2, Kind.SHORT, 0, b"m")])
+    runs = decode_shorts(frame, make=Message, stream=lambda *a: None)
+    assert [(d, [m.data for m in run], n) for d, run, n in runs] == [(5, [b"m"], 4)]
+
+
+def test_short_stream_record_without_a_stream_callback_is_protocol_error() -> None:
+    with pytest.raises(ProtocolError, match="no stream may come"):
+        decode_shorts(encode_shorts([(5, 2, Kind.STREAM, 0, (7, 16, b"seg"))]))
+
+
+def test_short_stream_record_of_no_data_is_protocol_error() -> None:
+    with pytest.raises(ProtocolError, match="short stream"):
+        decode_shorts(encode_shorts([(5, 2, Kind.STREAM, 0, (7, 16, b""))]), stream=_opened)
+
+
+def test_generic_decode_gives_a_short_stream_as_the_open_cdu_that_carries_it_whole() -> None:
+    from aiopdbp.wire.shorts import EAGER_OPEN, ShortStream
+
+    (cdu,) = decode(encode_shorts([(5, 2, Kind.STREAM, 3, (7, 16, b"seg"))]))
+    assert cdu == ShortStream((None, Kind.STREAM, 3, bytearray(b"seg"), 2, 7, 16, 0)).cdu(5)
+    assert (cdu.op, cdu.segno, cdu.sno, cdu.id, cdu.dest_ps) == (StreamOp.OPEN, EAGER_OPEN, 7, 16, (5,))
+
+
+stream_records = st.lists(
+    st.one_of(st.tuples(st.integers(1, 9), st.integers(1, 9), st.sampled_from([Kind.SHORT, Kind.COMMAND]),
+                        st.integers(0, 9), st.one_of(st.none(), st.binary(max_size=20))),
+              st.tuples(st.integers(1, 9), st.integers(1, 9), st.just(Kind.STREAM), st.integers(0, 9),
+                        st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1),
+                                  st.one_of(st.binary(min_size=1, max_size=20),
+                                            npst.arrays(np.int16, st.integers(1, 5)))))),
+    min_size=1, max_size=12)
+
+
+@FAST
+@given(stream_records, st.data())
+def test_mutated_short_block_with_streams_decodes_or_raises_protocol_error(records: list[Any],
+                                                                          data: st.DataObject) -> None:
+    _decode_mutated_shorts(records, data, _opened)

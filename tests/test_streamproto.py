@@ -17,7 +17,7 @@ from aiopdbp.errors import ProtocolError
 from aiopdbp.streams.protocol import (
     Abort, Aborted, Break, Cancel, Close, Consumed, Credit, Deliver, Done, EmitAbort, EmitEnd,
     EmitSegment, End, Event, Fail, Finished, Open, Opened, ReceiverProtocol, Registry, Segment,
-    SendCredit, SendDone, SendSegment, SenderProtocol, StreamState,
+    SendCredit, SendDone, SendSegment, SenderProtocol, SendWhole, StreamState, Whole,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -103,6 +103,26 @@ def test_sender_cancel_emits_abort_and_ends_it() -> None:
             s.handle(ev)
 
 
+def _fields(side: Any) -> dict[str, Any]:
+    return {k: getattr(side, k) for k in type(side).__slots__ if not k.startswith("_")} | {"state": side.state}
+
+
+@pytest.mark.parametrize("window", [None, 1, 4])
+def test_sender_send_whole_is_opened_a_staged_segment_and_end(window: int | None) -> None:
+    one, three = SenderProtocol(window), SenderProtocol(window)
+    assert one.handle(SendWhole(910)) == ()
+    three.handle(Opened())
+    three.handle(SendSegment(910, staged=True))
+    three.handle(End())
+    assert _fields(one) == _fields(three)
+    assert one.handle(Done()) == (Finished(),)
+
+
+def test_sender_send_whole_after_opened_is_protocol_error() -> None:
+    with pytest.raises(ProtocolError):
+        _sender().handle(SendWhole(1))
+
+
 def test_sender_zero_credit_is_protocol_error() -> None:
     with pytest.raises(ProtocolError):
         _sender().handle(Credit(0))
@@ -124,6 +144,23 @@ def test_receiver_delivers_in_order_and_finishes_at_end() -> None:
     assert r.handle(Segment(1, "b", 1)) == (Deliver("b"),)
     assert r.handle(End(2, 2)) == (Finished(), SendDone(None))
     assert r.state is StreamState.DONE
+
+
+@pytest.mark.parametrize("credit", [0, 4])
+def test_receiver_whole_is_segment_zero_and_an_end_of_one(credit: int) -> None:
+    one, two = _receiver(4, credit), _receiver(4, credit)
+    actions = one.handle(Whole("a", 7))
+    assert actions == (Deliver("a"), Finished(), SendDone(None))
+    assert two.handle(Segment(0, "a", 7)) + two.handle(End(1, 7)) == actions
+    assert _fields(one) == _fields(two) and one.state is StreamState.DONE
+
+
+def test_receiver_whole_after_a_segment_breaks_the_stream() -> None:
+    r = _receiver()
+    r.handle(Segment(0, "a", 1))
+    with pytest.raises(ProtocolError):
+        r.handle(Whole("b", 1))
+    assert r.state is StreamState.BROKEN
 
 
 def test_receiver_reorders_early_segments() -> None:
@@ -232,7 +269,7 @@ _JUNK = st.one_of(st.none(), st.text(max_size=2), st.floats(allow_nan=True), st.
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from([Segment, End, Credit, SendSegment, Done]), st.lists(_JUNK, min_size=1, max_size=3),
+@given(st.sampled_from([Segment, End, Credit, SendSegment, Done, SendWhole, Whole]), st.lists(_JUNK, min_size=1, max_size=3),
        st.booleans())
 def test_malformed_event_fields_answer_protocol_error_only(
         cls: Any, values: list[Any], sender: bool) -> None:
@@ -270,7 +307,7 @@ _RECV_EVENTS = st.one_of(
     st.builds(End, st.integers(-1, 8), st.integers(-1, 12)),
     st.builds(Abort, st.text(max_size=3)), st.builds(Close, st.text(max_size=3)),
     st.builds(Break, st.text(max_size=3)), st.just(Consumed()), st.just(Open()),
-    st.just(SendSegment(1)), st.just(Credit(1)))
+    st.just(SendSegment(1)), st.just(Credit(1)), st.builds(Whole, st.none(), st.integers(-1, 3)))
 
 
 @settings(max_examples=400, deadline=None)
@@ -296,7 +333,7 @@ _SEND_EVENTS = st.one_of(
     st.builds(SendSegment, st.integers(-1, 5), st.booleans()), st.just(End()), st.just(Opened()),
     st.builds(Credit, st.integers(-1, 3)), st.builds(Done, st.none() | st.text(max_size=3)),
     st.builds(Cancel, st.text(max_size=3)), st.builds(Break, st.text(max_size=3)),
-    st.just(Segment(0, None, 0)))
+    st.just(Segment(0, None, 0)), st.builds(SendWhole, st.integers(-1, 5)))
 
 
 @settings(max_examples=400, deadline=None)

@@ -15,8 +15,9 @@ that lives on host ``h``.  It does the paper's SBP work without a task:
 * **Coalescing.**  The first CDU for ``h`` in a loop iteration leaves at once,
   as a frame of its own (latency).  The CDUs that follow in the same
   iteration are encoded straight into the open block of the sub-pool SCBP_h
-  -- short messages in the 15-byte compact record of a BPS block, anything
-  else as a full record of a BP block -- and the block is sent when it is
+  -- short messages, and streams carried whole by their OPEN
+  (:class:`~aiopdbp.wire.shorts.ShortStream`), in the 15-byte compact
+  record of a BPS block, anything else as a full record of a BP block -- and the block is sent when it is
   full or at the end of the iteration (``call_soon``): a burst becomes one
   MPI message per 64 KiB, whatever the number of senders.
 * **Large payloads** (``>= large``: stream segments, big messages) are not
@@ -178,7 +179,7 @@ from aiopdbp.wire.codec import bp_header, encode_cdu, encode_record, encode_spli
 from aiopdbp.wire.mesp import CDU, VERSION, Kind, MsgType
 
 from aiopdbp.wire.payload import short_ndarray
-from aiopdbp.wire.shorts import SHORT, SHORT_ARRAY, SHORT_MAX, SHORT_NONE, bps_header
+from aiopdbp.wire.shorts import SHORT, SHORT_ARRAY, SHORT_MAX, SHORT_NONE, STREAM_HEAD, ShortStream, bps_header
 from aiopdbp.errors import WouldBlock
 from aiopdbp.wire.message import Message, credit_cost
 from aiopdbp.pool import SendPool, Slot
@@ -219,9 +220,10 @@ class LinkStats:
 
 _SHORT_SIZE = SHORT.size
 _pack_short = SHORT.pack_into
-_FLAGS = {k: int(k) for k in (Kind.SHORT, Kind.COMMAND)}            # kind -> record flags
+_FLAGS = {k: int(k) for k in (Kind.SHORT, Kind.COMMAND, Kind.STREAM)}  # kind -> record flags
 _FLAGS_NONE = {k: int(k) | SHORT_NONE for k in (Kind.SHORT, Kind.COMMAND)}
-_FLAGS_ARRAY = {k: int(k) | SHORT_ARRAY for k in (Kind.SHORT, Kind.COMMAND)}
+_FLAGS_ARRAY = {k: int(k) | SHORT_ARRAY for k in (Kind.SHORT, Kind.COMMAND, Kind.STREAM)}
+_STREAM_HEAD = STREAM_HEAD.pack
 
 
 class _Waiter:
@@ -482,6 +484,10 @@ class HostLink:
             return False  # the sender was told, or will be, by reserve
         self._cdus += 1
         if type(item) is not Message:
+            if type(item) is ShortStream:  # a stream whole in its OPEN: a short record if it fits
+                if not self._put_short(pid, item, _STREAM_HEAD(item[5], item[6])):
+                    self._put_cdu(item.cdu(pid))
+                return True
             if type(item) is OwnedSend:
                 msg = item.msg
                 if item.done.done():   # its sender was cancelled before it got here
@@ -516,11 +522,12 @@ class HostLink:
             raise
         return True
 
-    def _put_short(self, pid: int, fields: tuple[Any, ...]) -> bool:
+    def _put_short(self, pid: int, fields: tuple[Any, ...], head: bytes = b"") -> bool:
         """Encode a message ``(source, kind, com, data, source_pid)`` as a
-        compact short record (False: its payload needs a full CDU record)."""
+        compact short record (False: its payload needs a full CDU record);
+        a :class:`ShortStream` too, its ``head`` (sno, window) first."""
         data = fields[3]
-        meta = b""   # an array's level-3 meta, written before its bytes
+        meta = head   # a short stream's head, an array's level-3 meta: written before its bytes
         if data is None:
             n, flags = 0, _FLAGS_NONE[fields[1]]
         elif type(data) is bytes and len(data) < self._short_limit:
@@ -529,8 +536,10 @@ class HostLink:
             parts = short_ndarray(data)  # None: not small, or its meta not checked yet
             if parts is None or data.nbytes >= self._short_limit:
                 return False
-            meta, data = parts
+            meta, data = meta + parts[0], parts[1]
             n, flags = len(meta) + data.nbytes, _FLAGS_ARRAY[fields[1]]
+        elif type(data) is memoryview and head and len(head) + data.nbytes <= min(SHORT_MAX, self._short_limit):
+            n, flags = len(head) + data.nbytes, _FLAGS[fields[1]]  # a short stream of bytes
         else:
             return False
         # The commonest CDU, so this is written out flat.

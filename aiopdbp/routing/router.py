@@ -19,7 +19,10 @@ send path's common case: the waiting path is taken only when it says no).
 waited for up to the caller's ``timeout`` or the node's ``name_timeout``,
 then :class:`UnknownProcessError`; a name freed since fails at once.
 
-*Arrivals from other hosts* (:meth:`place_shorts`, :meth:`place_messages`):
+*Arrivals from other hosts* (:meth:`place_shorts`, :meth:`place_messages`;
+a stream carried whole in a short record becomes its incoming stream in the
+stream table, handed in as ``streams``, and takes its place among the
+messages):
 the messages of one block for one GP go into its pipe in one batch, past its
 capacity -- the sender's credit bounded them -- and the router remembers
 where the batch ends.  When the GP has taken it (the pipe's watch), the bytes
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -109,6 +113,15 @@ class Landings:
 GrantFn = Callable[[int, list[tuple[int, int]]], None]
 
 
+class WholeStreams(Protocol):
+    """Where the router hands the streams that arrive whole in short records
+    (the stream table, :mod:`aiopdbp.streams.table`)."""
+
+    def open_whole(self, host: int, dest: int, src: int, source: Any, com: int, sno: int, window: int,
+                   data: Any) -> Any | None: ...
+    def undelivered(self, items: list[Any]) -> None: ...
+
+
 class Router:
     """Names -> pids -> targets, local delivery and placement of arrivals."""
 
@@ -116,7 +129,9 @@ class Router:
                  submit: Callable[[Target, int, Any], None],
                  offer: Callable[[Target, int, int, tuple[str, Kind, int, Any, int]], bool],
                  links: Callable[[int], Target] | None = None, grant: GrantFn | None = None,
-                 bind_timeout: float = 30.0, window: int = 1 << 20) -> None:
+                 bind_timeout: float = 30.0, window: int = 1 << 20,
+                 streams: WholeStreams | None = None) -> None:
+        self._streams = streams  # the streams that arrive whole in short records go there
         self._submit = submit    # the PipeManager's: queue an item for a target
         self._offer = offer      # ... and its no-wait path (False: take the waiting one)
         self.tables = tables
@@ -464,15 +479,17 @@ class Router:
         """Deliver a BPS frame of short messages from ``host``: decoded
         straight into :class:`Message` records, one pipe operation per run
         of records for the same GP (raises only ``ProtocolError``)."""
+        streams = self._streams
+        whole = None if streams is None else functools.partial(streams.open_whole, host)
         for pid, msgs, nbytes in decode_shorts(buf, names=self._names, make=Message,
-                                               unknown=self.tables.name_of):
+                                               unknown=self.tables.name_of, stream=whole):
             cost = nbytes + CREDIT_OVERHEAD * len(msgs)
             tgt: Any = self.targets.get(pid)
             if type(tgt) is Pipe and not tgt.closed:  # deliver_remote's common case
                 tgt.put_many(msgs)
                 self._mark(tgt, host, pid, cost)
-            else:
-                self.deliver_remote(host, pid, msgs, cost)
+            elif not self.deliver_remote(host, pid, msgs, cost) and streams is not None:
+                streams.undelivered(msgs)  # a stream among them: its sender must hear
 
     def place_messages(self, host: int, pids: tuple[int, ...], item: Any, cost: int) -> None:
         """Deliver one item (a Message, or a stream's first contact) from

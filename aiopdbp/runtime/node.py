@@ -77,6 +77,23 @@ class _StreamPeers:
         self.send_credit = send_credit
 
 
+class _WholeStreams:
+    """The router's way to the stream table (:class:`~aiopdbp.routing.router.WholeStreams`),
+    which is built after the router: forwards to the node's."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    def open_whole(self, host: int, dest: int, src: int, source: Any, com: int, sno: int, window: int,
+                   data: Any) -> Any | None:
+        return self._node.streams.open_whole(host, dest, src, source, com, sno, window, data)
+
+    def undelivered(self, items: list[Any]) -> None:
+        self._node.streams.undelivered(items)
+
+
 class Node:
     """One host of the PDBP system.
 
@@ -153,7 +170,8 @@ class Node:
         self.router = Router(self.tables, self.pps, self.rank, name_timeout=name_timeout,
                              submit=self.manager.submit, offer=self.manager.offer,
                              links=self._link if multi else None, grant=self._grant if multi else None,
-                             bind_timeout=cfg.bind_timeout, window=cfg.gp_window)
+                             bind_timeout=cfg.bind_timeout, window=cfg.gp_window,
+                             streams=_WholeStreams(self) if multi else None)
         self.devices = DevicePath(device, rank=self.rank, tables=self.tables, router=self.router,
                                   submit=self.manager.submit, transport=transport)
         self.streams = StreamTable(self.rank, stream_window, self.tables, self.pps, self.cps_streams,

@@ -485,7 +485,7 @@ class GP:
         self._check()
         _check_com(com)
         _check_timeout(timeout)
-        if is_device_array(data):
+        if type(data) is not np.ndarray and is_device_array(data):  # a plain host array is the commonest
             return await self.node.devices.send_stream(self, self.node.streams, dest, data, segment_size=segment_size, com=com,
                                                        timeout=timeout, copy=copy)
         return await send_stream(self.node.streams, self.pid, self._router.resolve, dest, data, com=com, timeout=timeout,

@@ -146,4 +146,5 @@ class DeviceBindings:
 
     def any_to_device(self) -> bool:
         """True if some SGP of this node was opened with ``to_device=True``."""
-        return any(td for _, td in self._by_name.values())
+        # (asked for every incoming array stream: most nodes have no SGP at all)
+        return bool(self._by_name) and any(td for _, td in self._by_name.values())

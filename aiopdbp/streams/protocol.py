@@ -67,8 +67,13 @@ A ProtocolError caused by the peer breaks the stream first, so the I/O code
 fails the reader and tells the sender (``SendDone(error)``).
 
 *A fast path is the slow path that found it need not wait*: a stream whose
-one segment and END are known when it opens sends ``Open``, ``Segment`` and
-``End`` back to back; the receiver's events are the same ones.
+one segment and END are known when it opens (its OPEN carries it whole) may
+say so in one event on each side: ``SendWhole(nbytes)`` on the sender is
+``Opened``, a staged ``SendSegment(nbytes)`` and ``End`` back to back (the
+END's credit taken, nothing to emit: the OPEN carried them); ``Whole(data,
+nbytes)`` on the receiver is ``Segment(0, data, nbytes)`` and ``End(1,
+nbytes)`` (``Deliver``, ``Finished``, ``SendDone(None)``).  Same states,
+same checks, one dispatch instead of three (a short stream feels each one).
 """
 
 from __future__ import annotations
@@ -83,8 +88,8 @@ from aiopdbp.errors import ProtocolError
 __all__ = [
     "Aborted", "Action", "Break", "Cancel", "Close", "Consumed", "Credit", "Deliver", "Done",
     "EmitAbort", "EmitEnd", "EmitSegment", "End", "Event", "Fail", "Finished", "Open", "Opened",
-    "ReceiverProtocol", "Registry", "SendCredit", "SendDone", "SendSegment", "Segment",
-    "SenderProtocol", "StreamState", "TERMINAL", "TRANSITIONS",
+    "ReceiverProtocol", "Registry", "SendCredit", "SendDone", "SendSegment", "SendWhole", "Segment",
+    "SenderProtocol", "StreamState", "TERMINAL", "TRANSITIONS", "Whole",
 ]
 
 
@@ -141,6 +146,14 @@ class SendSegment(Event):
 
 
 @dataclass(slots=True)
+class SendWhole(Event):
+    """Sender: the routed OPEN carried the whole stream, ``nbytes`` in one
+    segment, and its END (``Opened``, a staged ``SendSegment``, ``End``)."""
+
+    nbytes: int
+
+
+@dataclass(slots=True)
 class Credit(Event):
     """Sender: the receiver consumed ``n`` segments."""
 
@@ -171,6 +184,15 @@ class Segment(Event):
     """Receiver: segment ``segno`` arrived (``data`` is opaque here)."""
 
     segno: int
+    data: Any
+    nbytes: int
+
+
+@dataclass(slots=True)
+class Whole(Event):
+    """Receiver: the OPEN carried the whole stream: segment 0 (``data``,
+    ``nbytes``) and an END of one segment of ``nbytes``."""
+
     data: Any
     nbytes: int
 
@@ -376,6 +398,22 @@ class SenderProtocol(_Side):
         self._move(StreamState.ENDING)
         return (EmitEnd(self.segno, self.nbytes),)
 
+    def _whole(self, ev: SendWhole) -> tuple[Event, ...]:
+        if self.state is not _OPENING:
+            self._expect(ev, StreamState.OPENING)
+        if type(ev.nbytes) is not int or ev.nbytes < 0:
+            _ints(ev, ev.nbytes)
+            raise ProtocolError(f"a segment of {ev.nbytes} bytes")
+        credits = self.credits
+        if credits is not None:
+            if credits <= 0:
+                raise ProtocolError("the END without credit (window used up)")
+            self.credits = credits - 1
+        self.state = _ENDING  # OPENING -> OPEN -> ENDING, both allowed: the three events in one
+        self.segno = 1
+        self.nbytes = ev.nbytes
+        return _NONE
+
     def _credit(self, ev: Credit) -> tuple[Event, ...]:
         self._expect(ev, StreamState.OPENING, StreamState.OPEN, StreamState.ENDING)
         _ints(ev, ev.n)
@@ -408,7 +446,7 @@ class SenderProtocol(_Side):
 
     _handlers: dict[type[Event], Callable[[Any, Any], tuple[Event, ...]]] = {
         Opened: _opened, SendSegment: _segment, End: _end, Credit: _credit, Done: _done,
-        Cancel: _cancel, Break: _break}
+        Cancel: _cancel, Break: _break, SendWhole: _whole}
 
 
 # ---------------------------------------------------------------- receiver
@@ -498,6 +536,22 @@ class ReceiverProtocol(_Side):
         self.end = (ev.nseg, ev.nbytes)
         return self._maybe_finish()
 
+    def _whole(self, ev: Whole) -> tuple[Event, ...]:
+        if self.state is not _OPEN:
+            self._expect(ev, StreamState.OPEN)
+        if type(ev.nbytes) is not int:
+            _ints(ev, ev.nbytes)
+        if self.next or self._early or self.end is not None:
+            raise self._peer_error("a whole stream after other segments or an END")
+        if ev.nbytes < 0:
+            raise self._peer_error(f"a segment of {ev.nbytes} bytes")
+        # Segment 0 in order, then its END of one segment: DONE at once.
+        self.next = 1
+        self.nbytes = ev.nbytes
+        self.end = (1, ev.nbytes)
+        self.state = _DONE
+        return (Deliver(ev.data), Finished(), SendDone(None))
+
     def _abort(self, ev: Abort) -> tuple[Event, ...]:
         self._expect(ev, StreamState.OPENING, StreamState.OPEN)
         self._move(StreamState.ABORTED)
@@ -529,7 +583,7 @@ class ReceiverProtocol(_Side):
 
     _handlers: dict[type[Event], Callable[[Any, Any], tuple[Event, ...]]] = {
         Open: _open, Segment: _segment, End: _end, Abort: _abort, Consumed: _consumed_one,
-        Close: _close, Break: _break}
+        Close: _close, Break: _break, Whole: _whole}
 
 
 # ---------------------------------------------------------------- registry

@@ -97,6 +97,9 @@ def describe(source: Any, com: int) -> StreamMeta:
     return StreamMeta("bytes", mv.nbytes, com=com, borrowed=not mv.readonly)
 
 
+_OPEN = sp.Open()  # made once: every stream starts with it
+
+
 def _end_bytes(data: Any) -> int:
     try:
         return int.from_bytes(bytes(data), "little")
@@ -150,10 +153,11 @@ class IncomingStream:
         # OPEN carried it whole (arrived_whole): nothing more can come for it
         self.pipe = pipe
         self._proto = sp.ReceiverProtocol(window, self.meta.window)
-        self._proto.handle(sp.Open())
+        self._proto.handle(_OPEN)
         self._ready: collections.deque[Any] = collections.deque()  # in order, not yet read
         self._error: BaseException | None = None
         self._whole: Any = None  # the one segment of a stream whose OPEN carried it all
+        self._owned = False      # ... and it is a writable copy of its own
         # Segments landing in place: the array read() returns, and where the
         # next announced segment goes in it (see landing()).
         self._landed: np.ndarray[Any, np.dtype[np.uint8]] | None = None
@@ -188,12 +192,15 @@ class IncomingStream:
         self.fail(exc)
         self._owner.incoming_closed(self, reason, True)
 
-    def arrived_whole(self, data: Any) -> None:
+    def arrived_whole(self, data: Any, owned: bool = False) -> None:
         """The stream's OPEN carried all of it: ``data``, its one segment,
         and its END.  They wait here, ahead of anything in PipeB, as they
         would in PipeB; the protocol hears them when the GP reads, so the
-        sender's DONE still waits for the GP to take the stream."""
+        sender's DONE still waits for the GP to take the stream.
+        ``owned``: ``data`` is a writable copy of its own (a short record's),
+        which :meth:`read` hands over as it is: its one copy was made."""
         self._whole = data
+        self._owned = owned
 
     def landing(self, nbytes: int) -> Any | None:
         """Where the next large segment, of ``nbytes``, may land as it comes
@@ -291,9 +298,7 @@ class IncomingStream:
             whole = self._whole
             if whole is not None:  # what the OPEN carried, as PipeB would have given it
                 self._whole = None
-                nbytes = int(whole.nbytes) if hasattr(whole, "nbytes") else len(whole)
-                self._apply(sp.Segment(0, whole, nbytes))
-                self._apply(sp.End(1, nbytes))
+                self._apply(sp.Whole(whole, int(whole.nbytes) if hasattr(whole, "nbytes") else len(whole)))
                 continue
             pipe = self.pipe
             if pipe is None:  # not reached: a whole stream is DONE (or failed) once fed
@@ -337,6 +342,19 @@ class IncomingStream:
         broken (``aclose()`` it).
         """
         meta = self.meta
+        whole = self._whole
+        if whole is not None and out is None and not self._ready and self._error is None:
+            # The OPEN carried it all and nothing was read: one event, one copy.
+            self._whole = None
+            self._apply(sp.Whole(whole, int(whole.nbytes) if hasattr(whole, "nbytes") else len(whole)))
+            # (no Consumed: the stream is DONE, and a DONE stream gives no credit back)
+            seg = self._ready.popleft()
+            if meta.kind == "ndarray" and type(seg) is np.ndarray:
+                # the OPEN's record gave it the stream's dtype and shape
+                return seg if self._owned else seg.copy()
+            if self._owned and type(seg) is bytearray:
+                return memoryview(seg)
+            return _as_u8(seg).copy().data
         if meta.nbytes is not None and self._proto.next == len(self._ready):  # nothing read yet
             # numpy's allocator asks the kernel for huge pages on big buffers,
             # which makes first-touch page faults several times cheaper.

@@ -110,6 +110,10 @@ def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
     kind, dtype and trailing shape of its first chunk, so the receiver can
     gather it into one buffer or array.
     """
+    if type(chunk) is np.ndarray and first is None:  # the commonest: one plain host array
+        dt = chunk.dtype
+        if not _needs_pickle(dt):
+            return StreamMeta("ndarray", chunk.nbytes, dt.str, chunk.shape)
     if isinstance(chunk, np.generic):
         chunk = np.asarray(chunk)
     if isinstance(chunk, str):
@@ -175,6 +179,9 @@ class ChunkSource(Protocol):
     :class:`Staged` for one the source carried itself.  It may watch ``out``
     (e.g. ``out.done`` fails when the receiver gives up).  :meth:`aclose`
     releases what the source holds when the stream ends before it started.
+    :meth:`single` is the whole stream as one short buffer for its OPEN to
+    carry, or None; a source whose single buffer was carried holds nothing
+    to release.
     """
 
     def segments(self, out: OutgoingStream) -> AsyncGenerator[Any, None]: ...
@@ -217,7 +224,7 @@ class HostSource:
         # Refuse bad input before anything is sent: a buffer is checked whole;
         # an iterable's first chunk is taken in start() (it fixes the stream's
         # dtype and shape, which the OPEN announces), the others as they come.
-        is_buffer = is_array(source) or isinstance(source, (str, np.generic))
+        is_buffer = type(source) is np.ndarray or is_array(source) or isinstance(source, (str, np.generic))
         if not is_buffer:
             try:  # a buffer first: array.array is also iterable, but one buffer
                 memoryview(source)
@@ -269,7 +276,7 @@ class HostSource:
         if not self._is_buffer or nbytes is None or not 0 < nbytes <= min(EAGER_LIMIT, self._segment_size):
             return None
         buf = self._buffer
-        if is_array(buf):
+        if type(buf) is np.ndarray or is_array(buf):
             # the OPEN's record carries its dtype and shape: a 0-d array
             # (shape ()) goes the segment way, whose OPEN announces the shape
             if buf.ndim == 0 or not isinstance(buf, np.ndarray):
@@ -327,7 +334,10 @@ async def run_sender(streams: StreamTable, sender: int, pid: int, meta: StreamMe
         raise
     try:
         if timeout is None:
-            await _transfer(out, source)
+            if out.carried:  # see _transfer; one coroutine fewer to resume for a short stream
+                await out.done
+            else:
+                await _transfer(out, source)
         else:
             async with asyncio.timeout(timeout):
                 await _transfer(out, source)
@@ -344,22 +354,23 @@ async def run_sender(streams: StreamTable, sender: int, pid: int, meta: StreamMe
 async def _transfer(out: OutgoingStream, source: ChunkSource) -> None:
     """The body of :func:`run_sender` once the stream is open: its segments
     under the protocol, the END, and the wait for the receiver's DONE."""
-    await out.routed
     if out.carried:
-        # The OPEN carried the one segment and the END; the protocol
-        # heard both when it was routed (OutgoingStream.opened).
-        await source.aclose()
-    else:
-        segments = source.segments(out)
-        async with contextlib.aclosing(segments):
-            async for seg in segments:
-                if type(seg) is Staged:
-                    out.staged(seg.nbytes)
-                    continue
-                await out.reserve()
-                out.emit_segment(seg)
-        await out.reserve()
-        out.emit_end()
+        # The OPEN carried the one segment and the END; the protocol heard
+        # both when it was routed (OutgoingStream.opened), and the DONE
+        # cannot come before that.  The source was one buffer: nothing to close.
+        await out.done
+        return
+    await out.routed
+    segments = source.segments(out)
+    async with contextlib.aclosing(segments):
+        async for seg in segments:
+            if type(seg) is Staged:
+                out.staged(seg.nbytes)
+                continue
+            await out.reserve()
+            out.emit_segment(seg)
+    await out.reserve()
+    out.emit_end()
     await out.done
 
 

@@ -25,8 +25,11 @@ table and the stream objects feed with what arrives:
   ABORT go to the stream's PipeB.  An OPEN may carry a short stream whole
   (``open_outgoing(eager=...)``: one segment of at most
   :data:`~aiopdbp.streams.receiver.EAGER_LIMIT` bytes, then its END): its
-  record is then the segment itself, ``segno`` :data:`EAGER_OPEN`, and the
-  meta is the record's (:func:`eager_meta`: no msgpack).  Such a stream binds
+  record is then the segment itself -- a short record among the short
+  messages (:class:`~aiopdbp.wire.shorts.ShortStream`, handed over by the
+  router: :meth:`StreamTable.open_whole`) or, when it does not fit one, a
+  CDU record of ``segno`` :data:`EAGER_OPEN` -- and the meta is the
+  record's (:func:`eager_meta`: no msgpack).  Such a stream binds
   neither PipeA nor PipeB -- nothing of it follows the OPEN but, from a
   sender cancelled after routing it, an ABORT that changes nothing -- and
   the receiving GP's read feeds the segment and the END to the protocol
@@ -62,6 +65,7 @@ import msgpack
 import numpy as np
 
 from aiopdbp.wire.mesp import CDU, Kind, StreamOp
+from aiopdbp.wire.shorts import EAGER_OPEN, ShortStream
 from aiopdbp.streams import protocol as sp
 from aiopdbp.errors import BrokenResourceError, NoPipeError, ProtocolError, StreamError, WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD
@@ -95,8 +99,6 @@ class StreamDevices(Protocol):
     def break_host(self, host: int, exc: BaseException) -> None: ...
 
 
-#: ``segno`` of an OPEN that carries the whole stream (its one segment, then its END)
-EAGER_OPEN = 1
 
 
 def pack_meta(meta: StreamMeta) -> bytes:
@@ -117,18 +119,26 @@ def eager_meta(cdu: CDU) -> StreamMeta:
     :data:`EAGER_OPEN`): its record is the meta -- an array payload gives an
     array stream of its dtype and shape, a bytes payload a bytes stream; the
     sender's credit window is the record's ``id``."""
-    data = cdu.data
-    window = cdu.id
+    return _whole_meta(cdu.data, cdu.com, cdu.id)
+
+
+def _whole_meta(data: Any, com: int, window: Any) -> StreamMeta:
+    """The meta of a stream carried whole: its one segment ``data``, its
+    ``com`` and the sender's credit ``window`` (a CDU record's or a short
+    stream record's)."""
     if type(window) is not int or not 0 < window <= 0xFFFFFFFF:
         raise ProtocolError(f"a stream OPEN announces a credit window of {window!r}")
     if isinstance(data, np.ndarray):
         if data.ndim == 0 or not data.nbytes:
             raise ProtocolError("a stream OPEN carries an empty or 0-d array as its whole data")
-        return StreamMeta("ndarray", int(data.nbytes), data.dtype.str, tuple(data.shape), cdu.com,
-                          window=window)
-    if isinstance(data, (bytes, memoryview)) and len(data):
-        return StreamMeta("bytes", memoryview(data).nbytes, com=cdu.com, window=window)
+        return StreamMeta("ndarray", data.nbytes, data.dtype.str, data.shape, com, window=window)
+    if isinstance(data, (bytes, bytearray, memoryview)) and len(data):
+        return StreamMeta("bytes", memoryview(data).nbytes, com=com, window=window)
     raise ProtocolError(f"a stream OPEN carries {type(data).__name__} as its whole data")
+
+
+# events without fields, made once (a short stream feels every allocation)
+_OPENED, _DONE_WHOLE = sp.Opened(), sp.Done()  # (DONE of a stream taken whole)
 
 
 def _nbytes(data: Any) -> int:
@@ -152,10 +162,10 @@ class OutgoingStream:
     def __init__(self, key: tuple[int, int], dest_pid: int, pipe_a: Pipe[Any] | None, target: Target,
                  incoming: IncomingStream | None, host: int, *, window: int | None = None,
                  src_pid: int = 0, com: int = 0, rank: int = 0, waits: Waits | None = None,
-                 names: tuple[str, str] = ("?", "?")) -> None:
+                 names: Callable[[], tuple[str, str]] | None = None) -> None:
         loop = asyncio.get_running_loop()
         self._waits = waits                 # where a wait for the window is registered (stalls)
-        self._names = names                 # (sending GP, receiving GP)
+        self._names = names                 # () -> (sending GP, receiving GP), asked only for a wait
         self.key = key
         self.dest_pid = dest_pid
         # PipeA; None for a stream whose OPEN carries it whole (nothing else
@@ -194,14 +204,15 @@ class OutgoingStream:
     def opened(self) -> None:
         """The OPEN was routed: segments may follow."""
         if self.proto.state is StreamState.OPENING:
-            self.proto.handle(sp.Opened())
             if self.carried:
                 # The OPEN just routed carried the one segment and the END: the
                 # protocol hears them now, before the receiver's DONE can come
                 # back (it could, before the sender's task resumes, and a DONE
-                # ahead of the END broke a stream that was delivered).
-                self.proto.handle(sp.SendSegment(self.carried, staged=True))
-                self.proto.handle(sp.End())
+                # ahead of the END broke a stream that was delivered).  Nobody
+                # waits for ``routed``: the sender waits for the DONE alone.
+                self.proto.handle(sp.SendWhole(self.carried))
+                return
+            self.proto.handle(_OPENED)
             if not self.routed.done():
                 self.routed.set_result(None)
 
@@ -242,7 +253,7 @@ class OutgoingStream:
     def delivered(self) -> None:
         """The receiver took the whole stream."""
         try:
-            self.proto.handle(sp.Done())
+            self.proto.handle(_DONE_WHOLE)
         except ProtocolError as exc:  # a DONE before the END, or after the sender gave up
             if not self.proto.ended:
                 self.break_(BrokenResourceError(f"stream receiver: {exc}"))
@@ -304,8 +315,8 @@ class OutgoingStream:
                 raise
         wait = None
         if self._waits is not None:
-            wait = self._waits.begin(self._names[0], "the segment window of a stream",
-                                     self._names[1], self.host)
+            src, dest = self._names() if self._names is not None else ("?", "?")
+            wait = self._waits.begin(src, "the segment window of a stream", dest, self.host)
         try:
             await self._wait_room()
         except asyncio.CancelledError:
@@ -417,18 +428,19 @@ class StreamTable:
                 meta.window = self.window
                 if whole:
                     # The whole stream in its OPEN: the record is the meta
-                    # (the payload's kind, dtype and shape; the window in id)
-                    open_item = CDU(Kind.STREAM, src_pid, (pid,), eager, meta.com, self.window, sno,
-                                    EAGER_OPEN, self.rank, (), StreamOp.OPEN)
+                    # (the payload's kind, dtype and shape), a short record
+                    # among the messages when it fits (the link decides)
+                    open_item = ShortStream((None, Kind.STREAM, meta.com, eager, src_pid, sno, self.window,
+                                             self.rank))
                 else:
                     open_item = CDU(Kind.STREAM, src_pid, (pid,), pack_meta(meta), meta.com, 0, sno, 0,
                                     self.rank, (), StreamOp.OPEN)
             out = OutgoingStream(key, pid, pipe_a, target, incoming, entry.node,
                                  window=self.window if incoming is None else None, src_pid=src_pid,
                                  com=meta.com, rank=self.rank, waits=self.router.waits,
-                                 names=(self.tables.name_of(src_pid), entry.name))
+                                 names=lambda: (self.tables.name_of(src_pid), entry.name))
             if whole:
-                out.carried = int(memoryview(eager).nbytes)
+                out.carried = int(eager.nbytes)  # an array or a memoryview
             self._out[key] = out
             # An OPEN that carries the stream charges its bytes too, as a
             # message would: the receiving GP's window bounds them.
@@ -547,6 +559,32 @@ class StreamTable:
         # else its OPEN carried it whole, END included: only the ABORT of a
         # sender cancelled after routing the OPEN can follow, and changes nothing
 
+    def open_whole(self, host: int, dest: int, src_pid: int, source: Any, com: int, sno: int, window: int,
+                   data: Any) -> IncomingStream | None:
+        """A stream from ``host`` arrived whole in a short record (the
+        router's :class:`~aiopdbp.routing.router.WholeStreams`): its
+        incoming stream, for the router to put in GP ``dest``'s pipe among
+        the messages around it -- or None when it cannot be received (its
+        sender is told).  ``data`` is the segment, a copy of its own."""
+        key = (host, sno)
+        if key in self._in.live:
+            return None  # a second OPEN of a live stream: dropped, as place() drops it
+        try:
+            stream = self._new_incoming(key, src_pid, dest, _whole_meta(data, com, window), whole=True)
+        except (NoPipeError, ProtocolError) as exc:
+            if self.peers is not None:
+                self.peers.send_done(host, key, f"cannot receive the stream: {exc}")
+            return None
+        stream.arrived_whole(data, owned=True)
+        return stream
+
+    def undelivered(self, items: list[Any]) -> None:
+        """Items the router could not deliver (their GP is gone): the
+        streams among them end, their senders hear it."""
+        for item in items:
+            if isinstance(item, IncomingStream):
+                self.incoming_closed(item, "the receiving GP is gone", True)
+
     # StreamOwner: what an IncomingStream tells its table
     def landing_array(self, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]] | None:
         """An array for a stream whose segments land in place, or None when
@@ -575,14 +613,15 @@ class StreamTable:
 
     def incoming_closed(self, stream: IncomingStream, error: str | None, notify: bool) -> None:
         """The receiving side is done (finished, aborted, abandoned)."""
-        self._land_bytes -= stream.landing_bytes()   # its array is the reader's now, or garbage
+        if stream.pipe is not None:  # (a stream that arrived whole landed nothing)
+            self._land_bytes -= stream.landing_bytes()   # its array is the reader's now, or garbage
         if self._in.live.get(stream.key) is not stream:
             return
         sender = stream.key[0]
         # a remote stream given up here: drop what is still on its way (a
         # stream that arrived whole has nothing on its way whose END or ABORT
         # would settle the key: remembering it would keep it forever)
-        self._in.remove(stream.key, given_up=sender != self.rank and stream.pipe is not None and
+        self._in.remove(stream.key, given_up=stream.pipe is not None and sender != self.rank and
                         stream.state not in (StreamState.DONE, StreamState.ABORTED))
         if sender != self.rank:
             self.mta.pop(stream.key, None)

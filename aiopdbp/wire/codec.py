@@ -41,7 +41,7 @@ from aiopdbp.wire.mesp import (
     read_header,
 )
 from aiopdbp.wire.payload import decode_ndarray, decode_pickle, encode_payload, ndarray_meta
-from aiopdbp.wire.shorts import decode_short_runs
+from aiopdbp.wire.shorts import ShortStream, decode_short_runs
 
 __all__ = ["Decoder", "bp_header", "decode", "decode_split", "encode_block", "encode_cdu", "encode_control",
            "encode_record", "encode_small_into", "encode_split", "split_stream_key", "split_target"]
@@ -478,9 +478,9 @@ def decode(buf: Buffer, *, allow_pickle: bool = False,
         return [_decode_control(mt, mv[L1.size:], limits)]
     try:
         if mt is MsgType.BPS:
-            return [CDU(k, src, (dest,), data, com)
-                    for dest, run, _ in decode_short_runs(mv, count, None, tuple, None, limits)
-                    for _, k, com, data, src in run]
+            return [rec if type(rec) is CDU else CDU(rec[1], rec[4], (dest,), rec[3], rec[2])
+                    for dest, run, _ in decode_short_runs(mv, count, None, tuple, None, limits, _short_stream)
+                    for rec in run]
         return _decode_records(mv, count, allow_pickle, limits)
     except ProtocolError:
         raise
@@ -489,6 +489,12 @@ def decode(buf: Buffer, *, allow_pickle: bool = False,
         # tests hold them to it), but callers treat ProtocolError as "the
         # peer sent garbage" and must never see a raw ValueError for that.
         raise ProtocolError(f"malformed frame: {exc!r}") from exc
+
+
+def _short_stream(dest: int, src: int, source: Any, com: int, sno: int, window: int, data: Any) -> CDU:
+    """A short stream record as the full CDU record of the same OPEN (its
+    sending node, which the record leaves to the receiving link, is 0 here)."""
+    return ShortStream((None, Kind.STREAM, com, data, src, sno, window, 0)).cdu(dest)
 
 
 class Decoder:

@@ -11,6 +11,18 @@ writable array of its own; then payload_len bytes.  No id/sno/segno (they are 0 
 alignment.  Writers pack records straight into a pool block with
 ``SHORT.pack_into`` and write ``bps_header`` in front.
 
+*Short streams.*  Kind bits STREAM (1) mark a stream whose OPEN carries it
+whole (:class:`ShortStream`: one short segment, then its END): the payload
+starts with ``STREAM_HEAD`` ``<II`` (the stream's ``sno`` -- its key is the
+sending host and ``sno`` -- and the sender's credit window), then bytes or
+(bit 6) an array as above.  It travels among the short messages of a block,
+so it costs what a short message costs on the wire, and it is decoded in the
+same pass: the decoder hands it to its ``stream`` callback (the receiving
+host's stream table), whose answer takes its place in the run, so it keeps
+its order with the messages around it.  As a full CDU record the same OPEN
+is ``Kind.STREAM``, op OPEN, ``segno`` :data:`EAGER_OPEN`, window in ``id``
+(:meth:`ShortStream.cdu`).
+
 :func:`decode_shorts` decodes a whole frame in one pass, straight into the
 receiver's records.  Sans-I/O: imports neither asyncio nor mpi4py.
 """
@@ -25,6 +37,7 @@ import numpy as np
 
 from aiopdbp.errors import ProtocolError
 from aiopdbp.wire.mesp import (
+    CDU,
     DEFAULT_LIMITS,
     L1,
     VERSION,
@@ -33,14 +46,15 @@ from aiopdbp.wire.mesp import (
     Limits,
     MsgType,
     Payload,
+    StreamOp,
     byte_view,
     read_header,
 )
 from aiopdbp.wire.payload import decode_short_ndarray, encode_payload
 
 __all__ = [
-    "SHORT", "SHORT_ARRAY", "SHORT_MAX", "SHORT_NONE", "ShortRun", "bps_header", "decode_short_runs",
-    "decode_shorts", "encode_shorts",
+    "EAGER_OPEN", "SHORT", "SHORT_ARRAY", "SHORT_MAX", "SHORT_NONE", "STREAM_HEAD", "ShortRun", "ShortStream",
+    "StreamFn", "bps_header", "decode_short_runs", "decode_shorts", "encode_shorts",
 ]
 
 SHORT = struct.Struct("<IIIBH")
@@ -49,11 +63,49 @@ SHORT_ARRAY = 0x40         # flags bit: the payload is a numpy array (meta + byt
 SHORT_MAX = 0xFFFF         # largest payload of a short record
 _SHORT_KINDS = frozenset((int(Kind.COMMAND), int(Kind.SHORT)))
 _NDARRAY = int(Payload.NDARRAY)
-# flags byte -> Kind; (Kind,) when the payload is None, [Kind] for an array
+#: what a short stream's payload starts with: its sno and the sender's credit window
+STREAM_HEAD = struct.Struct("<II")
+#: ``segno`` of a stream OPEN (full CDU record) that carries its whole stream
+EAGER_OPEN = 1
+
+
+class _Whole:
+    """Flags of a short stream record (``array``: its data is an array)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: bool) -> None:
+        self.array = array
+
+
+# flags byte -> Kind; (Kind,) when the payload is None, [Kind] for an array,
+# a _Whole for a short stream
 _SHORT_KIND_OF: dict[int, Any] = {**{int(k): k for k in (Kind.COMMAND, Kind.SHORT)},
                                   **{int(k) | SHORT_NONE: (k,) for k in (Kind.COMMAND, Kind.SHORT)},
-                                  **{int(k) | SHORT_ARRAY: [k] for k in (Kind.COMMAND, Kind.SHORT)}}
+                                  **{int(k) | SHORT_ARRAY: [k] for k in (Kind.COMMAND, Kind.SHORT)},
+                                  int(Kind.STREAM): _Whole(False), int(Kind.STREAM) | SHORT_ARRAY: _Whole(True)}
 _BPS = int(MsgType.BPS)
+
+#: what a decoder hands a short stream to: ``(dest pid, source pid, source
+#: name, com, sno, window, data)`` -> the item that takes its place in its
+#: run, or None (nothing takes it: refused)
+StreamFn = Callable[[int, int, Any, int, int, int, Any], Any]
+
+
+class ShortStream(tuple):  # type: ignore[type-arg]
+    """A stream whose OPEN carries it whole, as the sending link takes it:
+    ``ShortStream((None, Kind.STREAM, com, data, source_pid, sno, window, node))``
+    -- a message's fields (no name: the record has none), then the
+    stream's number, the sender's credit window and the sending node.  A
+    tuple underneath, as :class:`~aiopdbp.wire.message.Message`: the link
+    reads the same fields of both."""
+
+    __slots__ = ()
+
+    def cdu(self, dest: int) -> CDU:
+        """The same OPEN as a full CDU record (what does not fit a short one)."""
+        _, _, com, data, src, sno, window, node = self
+        return CDU(Kind.STREAM, src, (dest,), data, com, window, sno, EAGER_OPEN, node, (), StreamOp.OPEN)
 
 
 def bps_header(count: int, body_len: int) -> bytes:
@@ -63,14 +115,19 @@ def bps_header(count: int, body_len: int) -> bytes:
     return L1.pack(VERSION, _BPS, count, body_len)
 
 
-def encode_shorts(records: Iterable[tuple[int, int, Kind, int, bytes | np.ndarray[Any, Any] | None]]) -> bytes:
+def encode_shorts(records: Iterable[tuple[int, int, Kind, int, Any]]) -> bytes:
     """One BPS frame of ``(dest, source, kind, com, data)`` records (the
-    reference encoder; the send path packs records into its blocks itself)."""
+    reference encoder; the send path packs records into its blocks itself).
+    A short stream is kind STREAM with ``data`` ``(sno, window, segment)``."""
     body = bytearray()
     count = 0
     for dest, src, kind, com, data in records:
-        if int(kind) not in _SHORT_KINDS:
-            raise ValueError(f"a short record carries COMMAND or SHORT, not {kind!r}")
+        head = b""
+        if kind is Kind.STREAM and type(data) is tuple and len(data) == 3 and data[2] is not None:
+            head, data = STREAM_HEAD.pack(data[0], data[1]), data[2]
+        elif int(kind) not in _SHORT_KINDS:
+            raise ValueError(f"a short record carries COMMAND or SHORT (or STREAM: (sno, window, data)), "
+                             f"not {kind!r}")
         flags = int(kind)
         if data is None:
             flags |= SHORT_NONE
@@ -85,6 +142,7 @@ def encode_shorts(records: Iterable[tuple[int, int, Kind, int, bytes | np.ndarra
             payload = meta + b"".join(bytes(p) for p in parts)
         else:
             raise ValueError("a short record carries None, bytes or a numpy array")
+        payload = head + payload
         if len(payload) > SHORT_MAX:
             raise ValueError(f"a short record carries at most {SHORT_MAX} payload bytes")
         try:
@@ -103,7 +161,7 @@ ShortRun = tuple[int, list[Any], int]
 def decode_short_runs(mv: memoryview, count: int, names: Mapping[int, str] | None,
                       make: type[tuple[Any, ...]],
                       unknown: Callable[[int], str] | None = None,
-                      limits: Limits = DEFAULT_LIMITS) -> list[ShortRun]:
+                      limits: Limits = DEFAULT_LIMITS, stream: StreamFn | None = None) -> list[ShortRun]:
     """The records of a BPS frame whose header was checked (``count`` from
     it), as :func:`decode_shorts` returns them."""
     # One pass from wire to the receiver's record: no intermediate tuple, no
@@ -145,6 +203,36 @@ def decode_short_runs(mv: memoryview, count: int, names: Mapping[int, str] | Non
             off = stop
             n = arr.nbytes
             data = arr
+        elif type(kind) is _Whole:   # a short stream: its credit is its data's bytes, as sent
+            stop = off + n
+            if stop > end or n <= STREAM_HEAD.size:
+                raise ProtocolError("truncated short stream record")
+            if stream is None:
+                raise ProtocolError("a short stream record where no stream may come")
+            sno, window = STREAM_HEAD.unpack_from(b, off)
+            if kind.array:
+                data = decode_short_ndarray(b, off + STREAM_HEAD.size, stop, limits)
+                n = data.nbytes
+            else:  # writable, of its own: what the reader gets
+                data = bytearray(memoryview(b)[off + STREAM_HEAD.size:stop])
+                n -= STREAM_HEAD.size
+            off = stop
+            source = names.get(src) if names is not None else src
+            if source is None:
+                source = f"<pid {src}>" if unknown is None else unknown(src)
+            last_src = src
+            item = stream(dest, src, source, com, sno, window, data)
+            if dest != run_dest:
+                if run:
+                    runs.append((run_dest, run, run_bytes))
+                run = []
+                append = run.append
+                run_dest = dest
+                run_bytes = 0
+            if item is not None:
+                append(item)
+            run_bytes += n
+            continue
         else:
             stop = off + n
             if stop > end:
@@ -177,11 +265,14 @@ def decode_short_runs(mv: memoryview, count: int, names: Mapping[int, str] | Non
 def decode_shorts(buf: Buffer, *, names: Mapping[int, str] | None = None,
                   make: type[tuple[Any, ...]] = tuple,
                   limits: Limits = DEFAULT_LIMITS,
-                  unknown: Callable[[int], str] | None = None) -> list[ShortRun]:
+                  unknown: Callable[[int], str] | None = None,
+                  stream: StreamFn | None = None) -> list[ShortRun]:
     """Decode one BPS frame in bulk, straight into the receiver's records.
 
     Returns runs ``[(dest, [record, ...], payload_bytes), ...]``: consecutive
-    records for the same destination GP form one run (order kept).  Each
+    records for the same destination GP form one run (order kept).  A short
+    stream record is handed to ``stream`` (without one it is a
+    ProtocolError), whose answer takes its place in its run.  Each
     record is ``make((source, kind, com, data, source_pid))`` (``make`` a
     tuple type, e.g. the receiver's message class, called with one tuple): ``source`` is the name
     ``names`` gives the source pid (``unknown(pid)``, by default
@@ -195,11 +286,11 @@ def decode_shorts(buf: Buffer, *, names: Mapping[int, str] | None = None,
         version, mtype, count, body_len = L1.unpack_from(buf)
         if (version == VERSION and mtype == _BPS and count and len(buf) == 8 + body_len
                 and body_len <= limits.max_frame):
-            return decode_short_runs(buf, count, names, make, unknown, limits)
+            return decode_short_runs(buf, count, names, make, unknown, limits, stream)
     mv = byte_view(buf)
     mt, count, body_len = read_header(mv, limits)
     if mt is not MsgType.BPS:
         raise ProtocolError(f"not a BPS frame: {mt.name}")
     if len(mv) != L1.size + body_len:
         raise ProtocolError(f"frame holds {len(mv) - L1.size} body bytes, header says {body_len}")
-    return decode_short_runs(mv, count, names, make, unknown, limits)
+    return decode_short_runs(mv, count, names, make, unknown, limits, stream)
