@@ -95,7 +95,7 @@ __all__ = [
     "progress_mode", "spin_seconds", "max_backoff_seconds", "idle_max_seconds", "doorbell_enabled",
     "mpi_thread_level", "mpiexec_override", "bench_link", "under_aiopdbp_launch", "job_dir",
     "emulated_link_bps", "search_path", "mpi_settings", "inherited",
-    "own_shm", "record_own_shm", "recorded_shm", "record_failure", "recorded_failure",
+    "own_shm", "record_own_shm", "recorded_shm", "record_failure", "recorded_failure", "recorded_stop",
 ]
 
 # ------------------------------------------------------------- launchers
@@ -385,27 +385,36 @@ def recorded_shm(where: str) -> set[str]:
     return found
 
 
-def record_failure(code: int) -> None:
-    """Tell ``aiopdbp launch`` the job's status: this rank failed.  The ranks
-    exit on their own once the failure is acknowledged; when one exits
-    before the others, hydra kills those still running and mpiexec's status
-    becomes 9 (killed), which would hide the failure's own status."""
+def record_failure(code: int, line: str = "") -> None:
+    """Tell ``aiopdbp launch`` the job's status: this rank failed (or, with
+    ``line``, the job was interrupted: the launcher says ``line`` when it was
+    not signalled itself -- one rank was).  The ranks exit on their own once
+    the failure is acknowledged; when one exits before the others, hydra
+    kills those still running and mpiexec's status becomes 9 (killed), which
+    would hide the failure's own status."""
     where = job_dir()
     if not where:
         return
     with contextlib.suppress(OSError):
         with open(os.path.join(where, FAILED_FILE), "w", encoding="utf-8") as f:
-            f.write(f"{code}\n")
+            f.write(f"{code}\n{line}\n" if line else f"{code}\n")
 
 
 def recorded_failure(where: str) -> int | None:
     """The status a failing rank recorded in job directory ``where`` (None: none did)."""
+    return recorded_stop(where)[0]
+
+
+def recorded_stop(where: str) -> tuple[int | None, str]:
+    """The status and line a rank recorded in job directory ``where``
+    (:func:`record_failure`; ``(None, "")``: none did)."""
     try:
         with open(os.path.join(where, FAILED_FILE), encoding="utf-8") as f:
             text = f.read().strip()
     except OSError:
-        return None
+        return None, ""
+    head, _, line = text.partition("\n")
     try:
-        return int(text) if text else None
+        return (int(head) if head else None), line.strip()
     except ValueError:
-        return None
+        return None, ""

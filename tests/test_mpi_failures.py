@@ -167,6 +167,17 @@ def test_sigint_to_one_rank_stops_every_rank() -> None:
     _assert_clean(pids, segs, out)
 
 
+def test_sigterm_to_one_rank_under_launch_says_so_once() -> None:
+    job = _launch("-n", "3", str(STOP))
+    pids, segs = _ready(job, 3)
+    os.kill(pids[1], signal.SIGTERM)      # the launcher was not signalled
+    assert job.finish() == 143, job.output
+    out = job.output
+    assert re.search(r"aiopdbp launch: job interrupted by SIGTERM \(on rank \d\)", out), out
+    assert len(re.findall(r"interrupted", out)) == 1, out
+    _assert_clean(pids, segs, out)
+
+
 def test_sigint_during_startup_stops_the_job() -> None:
     job = _launch("-n", "2", str(STOP), "startup")   # rank 1 never opens its node
     pids = [int(m.group(1)) for m in job.wait_for(r"ready (\d+)$", 1)]

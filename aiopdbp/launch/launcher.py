@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from aiopdbp.env import JOB_DIR, LAUNCHER, inherited, mpiexec_override, recorded_failure, recorded_shm
+from aiopdbp.env import (JOB_DIR, LAUNCHER, inherited, mpiexec_override, recorded_failure, recorded_shm,
+                         recorded_stop)
 from aiopdbp.launch.emulate import (
     EmulateConfig,
     EmulatedCluster,
@@ -386,8 +387,10 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
                 got.append((int(signal.SIGTERM), now))
             with contextlib.suppress(subprocess.TimeoutExpired):
                 rc = proc.wait(0.05)
+        stop_line = ""
         if rc not in (0, None) and not got:
             rc = _failed_status(job_dir, rc)
+            stop_line = recorded_stop(job_dir)[1]  # a rank was signalled alone: rank 0's line
     finally:
         for signum, handler in old.items():
             signal.signal(signum, handler)
@@ -405,6 +408,8 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
         name = signal.Signals(signum).name
         say(f"interrupted by {name}; the job ended {time.monotonic() - t0:.2f} s later")
         return 128 + signum
+    if stop_line:
+        say(stop_line)
     return 128 - rc if rc < 0 else rc
 
 

@@ -304,8 +304,8 @@ class Job:
 
     def _stop_line(self) -> None:
         """The one line a rank prints about the job's stop, at most once: an
-        interrupt is said by rank 0 alone (``aiopdbp launch`` says it itself,
-        so then no rank does), another rank's failure by every rank, naming
+        interrupt is said by rank 0 alone (under ``aiopdbp launch`` the
+        launcher says it, from rank 0's record when only a rank was signalled), another rank's failure by every rank, naming
         where it started (under a plain mpiexec each rank's output is read
         among the others'); this rank's own failure has its traceback and a
         lost host its abort line instead."""
@@ -313,7 +313,12 @@ class Job:
         if stop is None:
             return
         if stop.kind is StopKind.INTERRUPTED:
-            if self.rank != 0 or under_aiopdbp_launch():
+            if self.rank != 0:
+                return
+            if under_aiopdbp_launch():
+                # the launcher says it: its own signal's line if it got one,
+                # else this one (a rank was signalled alone)
+                record_failure(stop.exit_code, f"job {stop.describe()}")
                 return
             line = f"aiopdbp: job {stop.describe()}"
         elif stop.kind is StopKind.HOST_LOST or stop.rank == self.rank:
