@@ -96,6 +96,7 @@ __all__ = [
     "mpi_thread_level", "mpiexec_override", "bench_link", "under_aiopdbp_launch", "job_dir",
     "emulated_link_bps", "search_path", "mpi_settings", "inherited",
     "own_shm", "record_own_shm", "recorded_shm", "record_failure", "recorded_failure", "recorded_stop",
+    "record_rank", "recorded_ranks",
 ]
 
 # ------------------------------------------------------------- launchers
@@ -370,6 +371,44 @@ def record_own_shm() -> None:
         with contextlib.suppress(OSError):
             with open(os.path.join(where, f"{SHM_FILE_PREFIX}{os.getpid()}"), "w", encoding="utf-8") as f:
                 f.write("\n".join(segs) + "\n")
+
+
+#: ``rank.<rank>`` (its pid) when a rank's ``aiopdbp.run`` starts, ``done.<rank>`` when it returns
+RANK_FILE_PREFIX = "rank."
+DONE_FILE_PREFIX = "done."
+
+
+def record_rank(rank: int, done: bool = False) -> None:
+    """Tell the launcher that ``aiopdbp.run`` started on ``rank`` (its pid),
+    or, with ``done``, that it returned: a rank that started and never
+    returned, with no failure or interrupt recorded, vanished (killed by a
+    signal, out of memory, ``os._exit``)."""
+    where = job_dir()
+    if not where:
+        return
+    name = f"{DONE_FILE_PREFIX if done else RANK_FILE_PREFIX}{rank}"
+    with contextlib.suppress(OSError):
+        with open(os.path.join(where, name), "w", encoding="utf-8") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+def recorded_ranks(where: str) -> tuple[dict[int, int], set[int]]:
+    """``({rank: pid} of the ranks whose run started, {ranks whose run
+    returned})`` from job directory ``where`` (launcher side)."""
+    started: dict[int, int] = {}
+    done: set[int] = set()
+    with contextlib.suppress(OSError):
+        for name in os.listdir(where):
+            prefix, _, rank = name.partition(".")
+            if not rank.isdigit():
+                continue
+            if name.startswith(DONE_FILE_PREFIX):
+                done.add(int(rank))
+            elif name.startswith(RANK_FILE_PREFIX):
+                with contextlib.suppress(OSError, ValueError):
+                    with open(os.path.join(where, name), encoding="utf-8") as f:
+                        started[int(rank)] = int(f.read().strip())
+    return started, done
 
 
 def recorded_shm(where: str) -> set[str]:

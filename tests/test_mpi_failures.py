@@ -195,6 +195,15 @@ def test_killed_rank_leaves_no_shared_memory_under_launch() -> None:
     segs = re.findall(r"shm (\S+)", out)
     assert segs, f"the ranks reported no segment (not on MPICH's shm path?)\n{out}"
     _assert_clean([], segs, out)
+    assert re.search(r"aiopdbp launch: the job ended without aiopdbp's report.*rank.* 1 \(pid \d+\)", out), out
+
+
+def test_rank_that_exits_by_os_exit_0_fails_the_job_under_launch() -> None:
+    job = _launch("-n", "2", str(STOP), "exit0")   # hydra alone would report success
+    rc = job.finish()
+    out = job.output
+    assert rc != 0, out
+    assert re.search(r"aiopdbp launch: the job ended without aiopdbp's report.*rank.* 1 \(pid \d+\)", out), out
 
 
 # ---------------------------------------------------------- a failing rank

@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from aiopdbp.env import (JOB_DIR, LAUNCHER, inherited, mpiexec_override, recorded_failure, recorded_shm,
-                         recorded_stop)
+from aiopdbp.env import (JOB_DIR, LAUNCHER, inherited, mpiexec_override, recorded_ranks,
+                         recorded_shm, recorded_stop)
 from aiopdbp.launch.emulate import (
     EmulateConfig,
     EmulatedCluster,
@@ -329,12 +329,18 @@ def launch(
     return run_job(cmd, env, timeout=timeout, grace=grace)
 
 
-def _failed_status(job_dir: str, rc: int) -> int:
-    """The status a failing aiopdbp rank recorded (:func:`aiopdbp.env.record_failure`),
-    else mpiexec's ``rc``: hydra reports 9 when it killed a rank that had not
-    exited yet, although the job ended because a rank raised."""
-    recorded = recorded_failure(job_dir)
-    return rc if recorded is None else recorded
+def _vanished(job_dir: str) -> str:
+    """A line naming the ranks whose ``aiopdbp.run`` started and never
+    returned although none recorded a failure or an interrupt ("" when
+    every one returned, or none used ``aiopdbp.run``)."""
+    started, done = recorded_ranks(job_dir)
+    gone = sorted(set(started) - done)
+    if not gone:
+        return ""
+    who = ", ".join(f"{r} (pid {started[r]})" for r in gone)
+    return ("the job ended without aiopdbp's report: a rank was killed (a signal, out of memory) "
+            "or left by os._exit, and hydra ended the others; never returned from aiopdbp.run: "
+            f"rank{'s' if len(gone) > 1 else ''} {who}")
 
 
 def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
@@ -388,9 +394,15 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
             with contextlib.suppress(subprocess.TimeoutExpired):
                 rc = proc.wait(0.05)
         stop_line = ""
-        if rc not in (0, None) and not got:
-            rc = _failed_status(job_dir, rc)
-            stop_line = recorded_stop(job_dir)[1]  # a rank was signalled alone: rank 0's line
+        if rc is not None and not got:
+            code, stop_line = recorded_stop(job_dir)  # stop_line: a rank was signalled alone
+            if rc and code is not None:
+                rc = code  # the status a failing rank recorded, not hydra's 9
+            elif code is None:
+                vanished = _vanished(job_dir)
+                if vanished:  # no aiopdbp report: say which ranks never returned
+                    stop_line = vanished
+                    rc = rc or 1
     finally:
         for signum, handler in old.items():
             signal.signal(signum, handler)

@@ -70,6 +70,7 @@ from aiopdbp.env import (
     own_shm,
     rank_prefix_wanted,
     record_failure,
+    record_rank,
     record_own_shm,
     under_aiopdbp_launch,
     uvloop_wanted,
@@ -546,6 +547,7 @@ def run(main: Coroutine[Any, Any, T] | Awaitable[T], *, use_uvloop: bool | None 
     job = Job(env_rank() if size > 1 else 0, size)
     if job.under_mpi:
         _prefix_output(job.rank)
+        record_rank(job.rank)  # (aiopdbp launch: a rank that never returns vanished)
     previous, _current = _current, job
     outcome: BaseException | None = None
     try:
@@ -562,5 +564,7 @@ def run(main: Coroutine[Any, Any, T] | Awaitable[T], *, use_uvloop: bool | None 
         raise
     finally:
         _current = previous
+        if job.under_mpi and job.stop is None and (outcome is None or isinstance(outcome, SystemExit)):
+            record_rank(job.rank, done=True)
         if job.under_mpi and (outcome is not None or job.stop is not None):
             job.finish(outcome)

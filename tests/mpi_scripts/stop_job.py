@@ -5,6 +5,7 @@ Modes (argv[1]):
   wait      -- every rank opens its node and waits (default)
   startup   -- rank 1 never opens its node: the others are stuck in start-up
   selfkill  -- rank 1 kills itself with SIGKILL once everyone is ready
+  exit0     -- rank 1 leaves by os._exit(0) once everyone is ready
 """
 import asyncio
 import os
@@ -35,6 +36,9 @@ async def main(mode: str) -> None:
             if mode == "selfkill" and node.rank == 1:
                 await node.lookup("w0")
                 os.kill(os.getpid(), signal.SIGKILL)
+            if mode == "exit0" and node.rank == 1:
+                await node.lookup("w0")
+                os._exit(0)
             await gp.recv()
 
 
