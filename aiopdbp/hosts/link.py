@@ -173,7 +173,7 @@ from typing import Any
 
 import numpy as np
 
-from aiopdbp.wire.codec import bp_header, encode_cdu, encode_record, encode_split
+from aiopdbp.wire.codec import bp_header, encode_cdu, encode_record, encode_split, encode_split_array
 
 from aiopdbp.wire.mesp import CDU, VERSION, Kind, MsgType
 
@@ -487,8 +487,14 @@ class HostLink:
                 if item.done.done():   # its sender was cancelled before it got here
                     self.grant(pid, credit_cost(msg[3]))
                     return True
+                data = msg[3]
                 try:
-                    self._put_cdu(CDU(msg[1], msg[4], (pid,), msg[3], msg[2]), item.done)
+                    if self._bulk_tags and type(data) is np.ndarray and data.nbytes >= self._large:
+                        # the commonest large send: one GP's array, its header cached
+                        self._flush()
+                        self._put_split(encode_split_array(msg[1], msg[4], pid, msg[2], data), item.done)
+                    else:
+                        self._put_cdu(CDU(msg[1], msg[4], (pid,), data, msg[2]), item.done)
                 except BaseException as exc:
                     _fail(item.done, exc)
                     raise
@@ -582,7 +588,8 @@ class HostLink:
     def _put_cdu(self, cdu: CDU, done: OwnedDone | None = None) -> None:
         data = cdu.data
         if data is not None and _large_enough(data, self._large):
-            self._put_split(cdu, done)
+            self._flush()
+            self._put_split(encode_split(cdu), done)
             return
         if done is not None:  # not large after all (an owner's mistake): it is copied below
             _resolve(done)
@@ -613,12 +620,13 @@ class HostLink:
         blk.pos = pos
         blk.count += 1
 
-    def _put_split(self, cdu: CDU, done: OwnedDone | None) -> None:
-        """A large payload: its header on the data channel, the payload as
-        one MPI message straight from ``cdu.data`` (see "Large payloads");
+    def _put_split(self, split: tuple[bytes, Any], done: OwnedDone | None) -> None:
+        """A large payload (``split``: a frame's header and payload, from
+        :func:`~aiopdbp.wire.codec.encode_split`; the open block was
+        flushed): the header on the data channel, the payload as one MPI
+        message straight from the caller's buffer (see "Large payloads");
         ``done`` (an owned send) completes when the payload may be reused."""
-        self._flush()
-        head, payload = encode_split(cdu)
+        head, payload = split
         self._splits += 1
         nbytes = memoryview(payload).nbytes
         if done is not None:
