@@ -30,7 +30,12 @@ data messages from that host wait behind it (per-source order); a later
 split header posts its own receive at once, so payloads land in parallel.
 The credit the sender reserved admitted these bytes (see
 :mod:`aiopdbp.hosts.link`, "Large payloads"), so the landing buffers are
-bounded by the credit windows.
+bounded by the credit windows.  A header that announces one GP's array is
+checked once and kept per header bytes (:func:`~aiopdbp.wire.codec.split_array`):
+when the same bytes come again (a loop sending arrays of one shape),
+:meth:`Inbound.on_data` posts the payload's receive at once and the landed
+payload becomes the GP's message without the decoder -- about 5 us less per
+64 KiB message, a sixth of its hop.
 
 *Closing.*  Each host's BYE says how many data messages it sent;
 :meth:`Inbound.drained` tells when as many arrived from everyone (and every
@@ -176,8 +181,9 @@ class Inbound:
                 return
             if mt == _REMOTE and len(buf) <= _HEAD_MAX and self._arrays:
                 head = bytes(buf)
-                if head in self._arrays:  # a split header seen before: post its receive now
-                    self._land(s, head)
+                arr = self._arrays.get(head)
+                if arr is not None:  # a split header seen before: post its receive now
+                    self._land(s, head, arr)
                     return
         slot = self._slots.pop(id(buf), None) if self._slots else None
         try:
@@ -235,7 +241,7 @@ class Inbound:
         self._deliver.place_messages(host, cdu.dest_ps, msg, credit_cost(cdu.data))
 
     # ------------------------------------------------------ bulk payloads
-    def _land(self, s: _Source, head: bytes) -> None:
+    def _land(self, s: _Source, head: bytes, arr: SplitArray | None = None) -> None:
         """A split frame's header: post the receive of its payload (bulk tag:
         the frame's number from this host) into a GP's own buffer if it
         waits in ``recv_into`` for exactly this, a stream segment into its
@@ -243,7 +249,8 @@ class Inbound:
         pooled one; deliver it, in order, once it has landed."""
         bulk = self._bulk
         assert bulk is not None
-        arr = self._arrays.get(head)
+        if arr is None:
+            arr = self._arrays.get(head)
         if arr is not None:
             nbytes, pid, stream = arr.nbytes, arr.pid, False
         else:

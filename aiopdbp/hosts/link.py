@@ -79,6 +79,10 @@ or the destination GP's own in ``recv_into``: :mod:`aiopdbp.hosts.inbound`);
 MPICH's rendezvous moves the bytes, once, with no pool block and no copy on
 either side.  (The in-process transport has no bulk payloads: header and
 payload follow each other on the data channel, and it copies at the send.)
+The header of one GP's array to one GP depends only on (kind, source,
+destination, com, dtype, shape), so it is encoded once and kept
+(:func:`~aiopdbp.wire.codec.encode_split_array`): a loop sending arrays of
+one shape skips the encoder (~3 us of a 64 KiB hop's ~30).
 
 *Buffer ownership* (``MPI_Send``'s): ``await gp.send(big)`` of a writable
 array does not copy it (:meth:`~aiopdbp.routing.router.Router.send_owned`):

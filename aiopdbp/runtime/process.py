@@ -388,7 +388,7 @@ class GP:
                 if type(data) is np.ndarray and data.nbytes >= OWNED_MIN and _ownable(data):
                     # large: sent from this very buffer, the call returns once it may be reused
                     await self._router.send_owned(dest, (self.name, kind, com, data, self.pid),
-                                                  credit_cost(data), timeout, self._snapshot)
+                                                  data.nbytes + CREDIT_OVERHEAD, timeout, self._snapshot)
                     return
                 if type(data) is not np.ndarray and is_device_array(data):
                     await self.node.devices.send(self, self.node.streams, dest, data, com=com, kind=kind,
@@ -503,7 +503,8 @@ class GP:
                 if timeout is None:
                     if self._drive is not None:
                         await self._drive(pipe.ready)
-                    item = await pipe.receive()
+                    # (after a drive the item is usually here: no coroutine for it)
+                    item = pipe.receive_nowait() if len(pipe) else await pipe.receive()
                 else:
                     async with asyncio.timeout(timeout):
                         if self._drive is not None:

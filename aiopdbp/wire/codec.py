@@ -408,11 +408,11 @@ class SplitArray(NamedTuple):
     com: int
     dtype: np.dtype[Any]
     shape: tuple[int, ...]
-    count: int
+    items: int
 
     def array(self, payload: Buffer) -> np.ndarray[Any, Any]:
         """The array over ``payload`` (``nbytes`` or more bytes), not copied."""
-        return _array(payload, self.dtype, self.shape, self.count)
+        return _array(payload, self.dtype, self.shape, self.items)
 
 
 def split_array(head: Buffer, *, limits: Limits = DEFAULT_LIMITS) -> SplitArray | None:
