@@ -163,6 +163,7 @@ def test_sigint_to_one_rank_stops_every_rank() -> None:
     assert job.finish() == 130, job.output
     out = job.output
     assert re.search(r"\[0\] aiopdbp: job interrupted by SIGINT \(on rank \d\)", out), out
+    assert len(re.findall(r"interrupted", out)) == 1, out   # rank 0's line, no other rank's
     _assert_clean(pids, segs, out)
 
 

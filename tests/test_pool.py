@@ -262,6 +262,32 @@ def test_subpool_abort_is_skipped_by_reader() -> None:
     assert take_release(sp) == 9 and sp.used == 0
 
 
+def test_subpool_consume_finishes_the_readers_next_cell_in_one_step() -> None:
+    sp = row(capacity=1, initial=1)
+    got = sp.reserve()
+    assert got is not None and sp.put(1) is None  # full while it is written
+    assert sp.consume(got[0])
+    assert sp.used == 0 and sp.pending == 0 and sp.stats()["takes"] == 1
+    assert put_byte(sp, 3) == 0 and take_release(sp) == 3
+
+
+def test_subpool_consume_refused_behind_an_older_committed_cell() -> None:
+    sp = row()
+    put_byte(sp, 5)
+    got = sp.reserve()
+    assert got is not None
+    assert not sp.consume(got[0])  # FIFO: the committed cell is read first
+    assert sp.used == 2 and take_release(sp) == 5
+
+
+def test_subpool_consume_skips_aborted_cells_ahead() -> None:
+    sp = row()
+    first, second = sp.reserve(), sp.reserve()
+    assert first is not None and second is not None
+    sp.abort(first[0])
+    assert sp.consume(second[0]) and sp.used == 0
+
+
 def test_subpool_release_of_unheld_cell_raises() -> None:
     sp = row()
     put_byte(sp, 1)
@@ -553,6 +579,15 @@ def test_acquire_nowait_on_full_row_raises_would_block() -> None:
     pool.commit(pool.acquire_nowait(0))
     with pytest.raises(WouldBlock):
         pool.acquire_nowait(0)
+
+
+async def test_consume_wakes_a_writer_waiting_for_space() -> None:
+    pool = send_pool(capacity=1)
+    slot = pool.acquire_nowait(0)
+    waiter = asyncio.create_task(pool.acquire(0))
+    await until(lambda: pool.matrix[0].waits == 1)
+    assert pool.consume(slot) and slot.mode == ""
+    assert (await asyncio.wait_for(waiter, 5)).mode == "w"
 
 
 def test_buffer_pool_send_and_recv_share_one_umb() -> None:

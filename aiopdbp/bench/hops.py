@@ -1,4 +1,4 @@
-"""Where an 8 B one-way hop's time goes (``aiopdbp bench pingpong --hops``).
+"""Where a one-way hop's time goes (``aiopdbp bench pingpong --hops [SIZE]``, 8 B by default).
 
 A diagnostic run, separate from the timed ones: the ``aiopdbp-ro`` ping-pong
 with ``time.perf_counter_ns`` timestamps (``CLOCK_MONOTONIC``, one clock for
@@ -52,13 +52,14 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
 
     ns = time.perf_counter_ns
     posts: list[int] = []
-    post_in: list[int] = []
     steps: list[tuple[int, int]] = []
     orig_post: Callable[..., Any] = ProgressEngine.post_send
     orig_step: Callable[..., bool] = ProgressEngine.step
 
     def post_send(self: ProgressEngine, *a: Any) -> Any:
-        post_in.append(ns())
+        t = ns()
+        if offered:  # paired with the offer it posts (credit grants and control frames post without one)
+            encs.append((offered.pop(), t))
         out = orig_post(self, *a)
         posts.append(ns())
         return out
@@ -70,14 +71,15 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
             steps.append((t, ns()))
         return busy
 
-    offers: list[int] = []
+    offered: list[int] = []   # the last offer not yet posted
+    encs: list[tuple[int, int]] = []  # (the link took it, the engine posts it)
     decs: list[tuple[int, int]] = []
     orig_offer: Callable[..., bool] = HostLink.offer
     orig_dec: Callable[..., Any] = getattr(inbound, "decode")  # the name inbound.py calls
     orig_shorts: Callable[..., Any] = getattr(router, "decode_shorts")  # the name router.py calls
 
     def offer(self: HostLink, *a: Any) -> bool:
-        offers.append(ns())
+        offered[:] = [ns()]
         return orig_offer(self, *a)
 
     def timed(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -121,14 +123,13 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
     finally:
         for obj, name, _, old in patches:
             setattr(obj, name, old)
-    encs = list(zip(offers, post_in))  # (the link took it, the engine posts it)
     got = ctl.gather((sends, recvs, posts, steps, encs, decs), root=0)
     if rank != 0:
         return None
     (s0, r0, p0, st0, e0, d0), (s1, r1, p1, st1, e1, d1) = got[0], got[1]
     fwd = hop_medians(s0, p0, st1, r1, e0, d1, warm)
     back = hop_medians(s1, p1, st0, r0, e1, d0, warm)
-    return {"iters": iters, "hops": {h: [fwd[h], back[h]] for h in HOPS}}
+    return {"iters": iters, "size": int(pl.readonly[0].nbytes), "hops": {h: [fwd[h], back[h]] for h in HOPS}}
 
 
 def _first(stamps: list[tuple[int, int]], starts: list[int], lo: int, hi: int) -> tuple[int, int] | None:
@@ -172,7 +173,7 @@ def hop_medians(sends: list[int], posts: list[int], steps: list[tuple[int, int]]
 
 def format_hops(doc: dict[str, Any]) -> str:
     """Markdown table of :func:`hop_table`'s result."""
-    lines = [f"8 B one-way hops, aiopdbp-ro, medians of {doc['iters']} round trips (us)",
+    lines = [f"{doc.get('size', 8)} B one-way hops, aiopdbp-ro, medians of {doc['iters']} round trips (us)",
              "| hop | rank 0 -> 1 | rank 1 -> 0 |", "|---|---|---|"]
     for h, (a, b) in doc["hops"].items():
         lines.append(f"| {h} | {a:.2f} | {b:.2f} |")

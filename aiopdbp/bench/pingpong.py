@@ -24,7 +24,7 @@ order per repeat), each on its own communicator:
   library that routes by name pays.
 
 CPU per round trip is the two ranks' ``process_time`` over the measured
-round trips.  ``--hops`` adds a diagnostic run of ``aiopdbp-ro`` at 8 B
+round trips.  ``--hops [SIZE]`` adds a diagnostic run of ``aiopdbp-ro`` at 8 B (or SIZE)
 (never timed with the figures) in :mod:`aiopdbp.bench.hops`.  ``--quick``
 checks the echo of every implementation at three sizes and times nothing.
 Output: a table on stdout and ``pingpong.json`` in ``--out``.
@@ -83,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--iters", type=int, default=2000, help="most round trips per run (fewer for large sizes)")
     a("--repeat", type=int, default=3, help="runs per size and impl; figures are their medians")
     a("--quick", action="store_true", help="check the echo of every impl at 3 sizes; time nothing")
-    a("--hops", action="store_true", help="add the 8 B per-hop table (diagnostic run of aiopdbp-ro)")
+    a("--hops", nargs="?", const="8", default=None, metavar="SIZE",
+      help="add the per-hop table of one size (8 B unless given; a diagnostic run of aiopdbp-ro)")
     a("--timeout", type=float, default=120.0, help="seconds any one run may take")
     a("--out", default="", help="folder for pingpong.json (default: none written)")
     a("--no-uvloop", dest="uvloop", action="store_false", help="asyncio's default loop")
@@ -97,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = parser.parse_args(args)
     try:
         ns.sizes = parse_sizes(ns.sizes or (QUICK_SIZES if ns.quick else DEFAULT_SIZES))
+        if ns.hops is not None:
+            (ns.hops,) = parse_sizes(ns.hops)
     except ValueError as exc:
         parser.error(str(exc))
     ns.impls = tuple(x.strip() for x in ns.impls.split(",") if x.strip())
@@ -357,7 +360,7 @@ def _run(ns: argparse.Namespace, argv: Sequence[str]) -> int:
         if ns.hops and not failed:
             from aiopdbp.bench.hops import hop_table
 
-            hops = hop_table(job.side, job.ctl, job.rank, Payloads(8), ns.iters)
+            hops = hop_table(job.side, job.ctl, job.rank, Payloads(ns.hops), ns.iters)
     except BaseException:
         from aiopdbp.bench.runner import abort_job
 

@@ -190,13 +190,16 @@ class Inbound:
             if slot is None:
                 self._place(s, buf, False)
                 return
-            rpool = self._pool  # the RBP writer's half: the block is in RCBP_src
-            rpool.commit(slot, memoryview(buf).nbytes)
-            slot = rpool.next_filled_nowait(src)
+            # The block is in RCBP_src; it is decoded and copied out here, at
+            # once, so the RBP reader is this same step: it goes back by
+            # consume(), not a commit/next_filled/release round (~5 us).
             try:
                 self._place(s, buf, True)
-            finally:  # decoded and copied out: the block goes back at once
-                rpool.release(slot)
+            finally:
+                rpool = self._pool
+                if not rpool.consume(slot):  # older blocks first: the FIFO round
+                    rpool.commit(slot, memoryview(buf).nbytes)
+                    rpool.release(rpool.next_filled_nowait(src))
         except ProtocolError as exc:
             self._malformed(src, exc)
 

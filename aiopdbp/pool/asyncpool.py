@@ -169,6 +169,18 @@ class AsyncPool:
         self._data[slot.host].wake_all()  # a later committed cell may be next now
         self._space[slot.host].wake_all()
 
+    def consume(self, slot: Slot) -> bool:
+        """Finish a writer's slot whose bytes were read in place, with no
+        commit/next_filled/release round (the receive path decodes a landed
+        block at once); False, with nothing done, when older committed blocks
+        of the row come first -- then take that round."""
+        self._own(slot, "w")
+        if not self.matrix[slot.host].consume(slot.cell):
+            return False
+        slot.mode = ""
+        self._space[slot.host].wake_all()
+        return True
+
     def next_filled_nowait(self, host: int) -> Slot:
         """Non-waiting :meth:`next_filled`; raises WouldBlock when nothing is
         ready, ClosedResourceError when closed and drained."""

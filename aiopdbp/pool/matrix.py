@@ -331,17 +331,20 @@ class SubPool:
             if not self.allocate_rs(max(1, self.initial)):
                 self._refused("no real space")
                 return None
-        if self._occupied == self.real:
+        blocks = self._blocks  # (len(blocks) is self.real, read often on the receive path)
+        occupied = self._occupied
+        if occupied == len(blocks):
             return None
-        if self.recv == self.real - 1:
-            self._check_growth()
         cell = self.recv
+        if cell == len(blocks) - 1:
+            self._check_growth()
         self._state[cell] = _Cell.WRITING
-        self.recv = (cell + 1) % self.real  # after growth: cell + 1, no wrap
-        self._occupied += 1
+        self.recv = (cell + 1) % len(blocks)  # after growth: cell + 1, no wrap
+        self._occupied = occupied = occupied + 1
         self.puts += 1
-        self.peak_used = max(self.peak_used, self._occupied)
-        return cell, self._umb.view(self._blocks[cell])
+        if occupied > self.peak_used:
+            self.peak_used = occupied
+        return cell, self._umb.view(blocks[cell])
 
     def commit(self, cell: int, nbytes: int) -> None:
         """Mark a reserved cell as holding ``nbytes`` bytes for the reader."""
@@ -368,6 +371,22 @@ class SubPool:
         self._expect(cell, _Cell.WRITING)
         self._state[cell] = _Cell.ABORTED
         self._skip_aborted()
+
+    def consume(self, cell: int) -> bool:
+        """commit + take + release of the reserved ``cell`` in one step, for a
+        writer that is its own reader (a block decoded where it landed, at
+        once); False, with nothing done, unless ``cell`` is the reader's next
+        (then the three steps, in order, keep the FIFO)."""
+        state = self._state
+        if state[self.send] is _Cell.ABORTED:
+            self._skip_aborted()
+        if self._filled or cell != self.send or state[cell] is not _Cell.WRITING:
+            return False
+        state[cell] = _Cell.DONE
+        self.send = (cell + 1) % len(self._blocks)
+        self.takes += 1
+        self._advance_tail()
+        return True
 
     # -- reader side -----------------------------------------------------------
     def take(self) -> tuple[int, memoryview, int] | None:

@@ -201,12 +201,11 @@ class Job:
         if self.stop is not None:
             return
         self.stop = stop
-        if stop.rank != self.rank and stop.kind is not StopKind.HOST_LOST:
-            # at once, before the notice is acknowledged: the failing (or
-            # interrupted) rank exits when every rank has acknowledged -- an
-            # interrupted one may not even wait -- and hydra then kills the
-            # ranks left (seen once in CI: rank 0 never printed its line)
-            self._peer_line()
+        # The line about the stop is said at once, not when this rank exits:
+        # the failing rank exits once every rank has acknowledged, an
+        # interrupted one without waiting, and hydra then kills the ranks
+        # left (seen in CI: rank 0 never printed its line).
+        self._stop_line()
         if tell and stop.rank == self.rank:
             for peer in list(self._peers):
                 peer.tell_peers(stop)
@@ -303,15 +302,29 @@ class Job:
         sys.stderr.write(text)
         sys.stderr.flush()
 
-    def _peer_line(self) -> None:
-        """The one line a rank prints about another rank's failure, naming
+    def _stop_line(self) -> None:
+        """The one line a rank prints about the job's stop, at most once: an
+        interrupt is said by rank 0 alone (``aiopdbp launch`` says it itself,
+        so then no rank does), another rank's failure by every rank, naming
         where it started (under a plain mpiexec each rank's output is read
-        among the others')."""
+        among the others'); this rank's own failure has its traceback and a
+        lost host its abort line instead."""
+        stop = self.stop
+        if stop is None:
+            return
+        if stop.kind is StopKind.INTERRUPTED:
+            if self.rank != 0 or under_aiopdbp_launch():
+                return
+            line = f"aiopdbp: job {stop.describe()}"
+        elif stop.kind is StopKind.HOST_LOST or stop.rank == self.rank:
+            return
+        else:
+            line = f"aiopdbp: {stop.describe()}"
         with self._line_lock:
-            if self._line_said or self.stop is None:
+            if self._line_said:
                 return
             self._line_said = True
-        self._say(f"aiopdbp: {self.stop.describe()}")
+        self._say(line)
 
     def _say(self, line: str) -> None:
         sys.stderr.write(line + "\n")
@@ -334,15 +347,11 @@ class Job:
         """After the loop ended: exit the way the outcome demands (MPI)."""
         stop = self.stop
         if stop is not None:
-            if stop.kind is StopKind.INTERRUPTED:
-                if self.rank == 0 and not under_aiopdbp_launch():
-                    self._say(f"aiopdbp: job {stop.describe()}")
-            elif stop.kind is StopKind.HOST_LOST:
+            if stop.kind is StopKind.HOST_LOST:
                 # the lost host cannot hear us: only MPI_Abort ends its rank
                 self._say(f"aiopdbp: rank {self.rank}: {stop.describe()}")
                 _abort(1)
-            elif stop.rank != self.rank:
-                self._peer_line()
+            self._stop_line()  # (said already, unless the stop came some other way)
             _hard_exit(stop.exit_code)
         if exc is None or isinstance(exc, (SystemExit, GeneratorExit)):
             return

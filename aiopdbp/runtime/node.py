@@ -159,6 +159,9 @@ class Node:
         self.streams = StreamTable(self.rank, stream_window, self.tables, self.pps, self.cps_streams,
                                    self.router, submit=self.manager.submit, watch=self.manager.watch,
                                    device=self.devices, peers=_StreamPeers(self._send_done, self._send_credit) if multi else None)
+        #: arrays at least this large may travel from the sender's own buffer
+        #: (``RemoteConfig.large``; None on one host: a local send always copies)
+        self.owned_min: int | None = cfg.large if multi else None
         #: what a GP waiting in ``recv`` calls to step the transport itself (None: nothing to drive)
         self.drive = transport.drive if multi and transport is not None and transport.drives else None
         self._gps: dict[int, GP] = {}

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import pickle
+import sys
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -47,13 +48,10 @@ if TYPE_CHECKING:
     from aiopdbp.streams.devicepath import DevicePath
     from aiopdbp.streams.table import StreamTable
 
-__all__ = ["FAILED_CLOSE_TIMEOUT", "GP", "GPHost", "OWNED_MIN", "snapshot"]
+__all__ = ["FAILED_CLOSE_TIMEOUT", "GP", "GPHost", "snapshot"]
 
 #: how long a GP leaving with an exception tries to close what it owns
 FAILED_CLOSE_TIMEOUT = 1.0
-#: arrays at least this large may be sent from the caller's buffer; the link
-#: decides from its own threshold (``RemoteConfig.large``, 32 KiB by default)
-OWNED_MIN = 4096
 
 
 def snapshot(data: Any, allow_pickle: bool, shared: bool) -> Any:
@@ -185,6 +183,8 @@ class GPHost(Protocol):
     def tables(self) -> Tables: ...
     @property
     def drive(self) -> Callable[[Callable[[], bool]], Awaitable[None]] | None: ...
+    @property
+    def owned_min(self) -> int | None: ...
     async def register(self, name: str, ptype: PType = PType.CPU, *, bind: bool = False,
                        device: int | None = None, to_device: bool = False) -> GP: ...
     async def lookup(self, name: str, timeout: float | None = None) -> int: ...
@@ -216,6 +216,8 @@ class GP:
         self._waiting = 0                               # recv calls waiting for an item now
         self._drive = node.drive   # a receiver waiting for a reply steps MPI itself
         self._try_send = node.router.try_send  # hot path: one call, no coroutine, when nothing waits
+        # arrays this large take send_owned (MPI_Send ownership); smaller ones the copy path
+        self._owned_min = node.owned_min if node.owned_min is not None else sys.maxsize
 
     def __repr__(self) -> str:
         return f"<GP {self.name!r} pid={self.pid} {self.ptype.name} on node {self.node.rank}>"
@@ -385,7 +387,7 @@ class GP:
             cost = len(data) + CREDIT_OVERHEAD
         else:
             if data is not None:
-                if type(data) is np.ndarray and data.nbytes >= OWNED_MIN and _ownable(data):
+                if type(data) is np.ndarray and data.nbytes >= self._owned_min and _ownable(data):
                     # large: sent from this very buffer, the call returns once it may be reused
                     await self._router.send_owned(dest, (self.name, kind, com, data, self.pid),
                                                   data.nbytes + CREDIT_OVERHEAD, timeout, self._snapshot)
@@ -503,7 +505,7 @@ class GP:
                 if timeout is None:
                     if self._drive is not None:
                         await self._drive(pipe.ready)
-                    # (after a drive the item is usually here: no coroutine for it)
+                    # (the driver usually ends with an item there: no coroutine for it)
                     item = pipe.receive_nowait() if len(pipe) else await pipe.receive()
                 else:
                     async with asyncio.timeout(timeout):
