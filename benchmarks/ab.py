@@ -10,7 +10,9 @@ whether the new median of medians lies inside the old range; also the CPU
 microseconds per unit (sender + receiver), steadier than a speed on a shared machine.  Each run's
 figures are aiopdbp's against raw mpi4py *in the same job* (``x raw``), so a
 run on a busier moment moves both; the table shows the ratio and the speed.
-Written for issue 16 (a restructuring must not change speed).
+Written for issue 16 (a restructuring must not change speed).  ``-- pingpong
+<options>`` A/Bs ``aiopdbp bench pingpong``: its median is the one-way p50 in
+us and ``x raw`` its bandwidth against hand-written mpi4py in the same job.
 """
 
 from __future__ import annotations
@@ -31,10 +33,25 @@ T = TypeVar("T")
 
 def _run(checkout: Path, bench: list[str], out: Path) -> list[dict[str, object]]:
     env = dict(os.environ, PYTHONPATH=str(checkout))
-    cmd = [sys.executable, "-m", "aiopdbp", "bench", *bench, "--no-plots", "--out", str(out)]
+    pingpong = bench[:1] == ["pingpong"]
+    cmd = [sys.executable, "-m", "aiopdbp", "bench", *bench, *([] if pingpong else ["--no-plots"]),
+           "--out", str(out)]
     subprocess.run(cmd, check=True, env=env, cwd=checkout, stdout=subprocess.DEVNULL, timeout=1800)
+    if pingpong:
+        return _pingpong_rows(json.loads((out / "pingpong.json").read_text())["rows"])
     rows: list[dict[str, object]] = json.loads((out / "bench.json").read_text())["rows"]
     return rows
+
+
+def _pingpong_rows(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """``bench pingpong``'s rows in the shape above: median = one-way p50 in
+    us, ``vs_raw`` = bandwidth against hand-written mpi4py in the same job
+    (its latency over ours), CPU = us per round trip (both ranks)."""
+    raw = {r["size"]: float(r["latency_us"]) for r in rows if r["impl"] == "mpi4py"}  # type: ignore[arg-type]
+    return [{"test": "pingpong", "ranks": 2, "size": r["size"], "impl": r["impl"],
+             "median": r["latency_us"], "cpu_txrx_us": r["cpu_us_per_rt"],
+             "vs_raw": raw[r["size"]] / float(r["latency_us"]) if r["size"] in raw else None}  # type: ignore[arg-type]
+            for r in rows]
 
 
 def parse(doc: str | None, runs_flag: str, default: int) -> tuple[argparse.Namespace, list[str]]:

@@ -2440,6 +2440,47 @@ async def recv_into_lands_in_the_users_buffer(ctx: Ctx) -> None:
 
 
 @scenario()
+async def recv_into_lands_arrays_of_one_shape_in_the_users_buffer(ctx: Ctx) -> None:
+    """Arrays of one shape sent again and again to a GP that waits in
+    ``recv_into`` each land in its buffer (from the second on, their split
+    header is the one the receiving host keeps: its cached path), intact."""
+    src, dst = ctx.owner(0), ctx.owner(1)
+    n = 4
+    shape = (64, 1024)   # 512 KiB of float64: a bulk payload
+
+    async def receive() -> None:
+        me = await ctx.process("gp", 1)
+        out = np.zeros(shape, dtype=np.float64)
+        before = ctx.node.stats().transport.get("bulk_recvs_user", 0)
+        for i in range(n):
+            task = asyncio.ensure_future(me.recv_into(out, timeout=ctx.timeout))
+            await asyncio.sleep(0)                       # it runs up to its wait ...
+            await ctx.node.register(ctx.name(f"ready{i}"))  # ... then the sender may send
+            msg = await task
+            assert isinstance(msg, Message) and msg.com == i
+            assert msg.data.shape == shape and np.shares_memory(msg.data, out)
+            assert (out == i + np.arange(shape[1])).all(), f"#{i} content"
+        if src != dst and ctx.node.transport is not None and ctx.node.transport.name == "mpi":
+            assert ctx.node.stats().transport["bulk_recvs_user"] == before + n, ctx.node.stats().transport
+
+    async def send() -> None:
+        me = await ctx.process("gp", 0)
+        dest = ctx.name("gp", 1)
+        buf = np.empty(shape, dtype=np.float64)
+        for i in range(n):
+            await ctx.node.lookup(ctx.name(f"ready{i}"), timeout=ctx.timeout)
+            buf[:] = i + np.arange(shape[1])
+            await me.send(dest, buf, com=i, timeout=ctx.timeout)
+
+    async with asyncio.TaskGroup() as tg:
+        if ctx.rank == dst:
+            tg.create_task(receive())
+        if ctx.rank == src:
+            tg.create_task(send())
+    await ctx.barrier("done")
+
+
+@scenario()
 async def recv_into_refuses_what_does_not_fit(ctx: Ctx) -> None:
     """``recv_into`` raises ``ValueError`` for a message larger than the
     buffer and ``TypeError`` for one that is not bytes or an array; the

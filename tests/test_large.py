@@ -18,7 +18,8 @@ from aiopdbp.hosts.tables import Tables
 from aiopdbp.routing.pipes import PipePool
 from aiopdbp.routing.router import Router
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
-from aiopdbp.wire.codec import decode_split, encode_cdu, encode_split, split_stream_key, split_target
+from aiopdbp.wire.codec import (decode_split, encode_cdu, encode_split, encode_split_array, split_array,
+                                split_stream_key, split_target)
 from aiopdbp.wire.mesp import CDU, Kind
 
 from tests.mpirun import SCRIPTS_DIR, requires_mpi, run_mpi
@@ -63,6 +64,52 @@ def test_split_target_refuses_a_whole_frame() -> None:
 def test_split_target_refuses_garbage() -> None:
     with pytest.raises(ProtocolError):
         split_target(b"\x01\x07\x01\x00" + bytes(4))
+
+
+# -------------------------------------- the split header of one GP's array, cached
+@pytest.mark.parametrize("dtype", ["u1", "f8", "c16", "M8[s]"])
+def test_cached_split_header_is_the_encoders_and_payload_the_arrays_bytes(dtype: str) -> None:
+    arr = np.arange(12_000).astype(dtype).reshape(40, 300)
+    want_head, want_payload = encode_split(CDU(Kind.COMMAND, 7, (42,), arr, 9))
+    for _ in range(2):  # the first call fills the cache, the second hits it
+        head, payload = encode_split_array(Kind.COMMAND, 7, 42, 9, arr)
+        assert head == bytes(want_head)
+        assert bytes(memoryview(payload).cast("B")) == bytes(memoryview(want_payload).cast("B"))
+
+
+def test_cached_split_header_differs_by_shape_and_destination() -> None:
+    a, b = np.zeros(8192), np.zeros((2, 4096))
+    heads = {encode_split_array(Kind.SHORT, 7, pid, 0, x)[0] for pid in (42, 43) for x in (a, b)}
+    assert len(heads) == 4
+
+
+def test_split_array_says_what_decode_split_decodes() -> None:
+    arr = np.arange(10_000, dtype=np.float32).reshape(100, 100)
+    head, payload = encode_split(CDU(Kind.COMMAND, 7, (42,), arr, 3))
+    info = split_array(head)
+    assert info is not None
+    buf = bytearray(memoryview(payload).cast("B"))
+    cdu = decode_split(head, buf)
+    got = info.array(buf)
+    assert (info.nbytes, info.pid, info.kind, info.source_p, info.com) == (arr.nbytes, 42, Kind.COMMAND, 7, 3)
+    assert got.dtype == cdu.data.dtype and got.shape == cdu.data.shape and (got == arr).all()
+
+
+@pytest.mark.parametrize("cdu", [
+    CDU(Kind.STREAM, 7, (0,), np.zeros(8192), 0),        # a stream segment
+    CDU(Kind.SHORT, 7, (42,), b"x" * 50_000, 0),          # bytes
+    CDU(Kind.SHORT, 7, (42, 43), np.zeros(8192), 0),      # a multicast
+], ids=["stream", "bytes", "multicast"])
+def test_split_array_is_none_for_other_split_frames(cdu: CDU) -> None:
+    assert split_array(encode_split(cdu)[0]) is None
+
+
+def test_split_array_refuses_a_header_with_stray_bytes() -> None:
+    head, _ = encode_split(CDU(Kind.SHORT, 7, (42,), np.zeros(8192), 0))
+    bad = bytearray(head + bytes(8))
+    bad[4:8] = (int.from_bytes(head[4:8], "little") + 8).to_bytes(4, "little")  # body_len covers them
+    with pytest.raises(ProtocolError, match="stray"):
+        split_array(bytes(bad))
 
 
 @requires_mpi

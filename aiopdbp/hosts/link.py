@@ -80,6 +80,10 @@ or the destination GP's own in ``recv_into``: :mod:`aiopdbp.hosts.inbound`);
 MPICH's rendezvous moves the bytes, once, with no pool block and no copy on
 either side.  (The in-process transport has no bulk payloads: header and
 payload follow each other on the data channel, and it copies at the send.)
+The header of one GP's array to one GP depends only on (kind, source,
+destination, com, dtype, shape), so it is encoded once and kept
+(:func:`~aiopdbp.wire.codec.encode_split_array`): a loop sending arrays of
+one shape skips the encoder (~3 us of a 64 KiB hop's ~30).
 
 *Buffer ownership* (``MPI_Send``'s): ``await gp.send(big)`` of a writable
 array does not copy it (:meth:`~aiopdbp.routing.router.Router.send_owned`):
@@ -174,7 +178,7 @@ from typing import Any
 
 import numpy as np
 
-from aiopdbp.wire.codec import bp_header, encode_cdu, encode_record, encode_split
+from aiopdbp.wire.codec import bp_header, encode_cdu, encode_record, encode_split, encode_split_array
 
 from aiopdbp.wire.mesp import CDU, VERSION, Kind, MsgType
 
@@ -493,8 +497,14 @@ class HostLink:
                 if item.done.done():   # its sender was cancelled before it got here
                     self.grant(pid, credit_cost(msg[3]))
                     return True
+                data = msg[3]
                 try:
-                    self._put_cdu(CDU(msg[1], msg[4], (pid,), msg[3], msg[2]), item.done)
+                    if self._bulk_tags and type(data) is np.ndarray and data.nbytes >= self._large:
+                        # the commonest large send: one GP's array, its header cached
+                        self._flush()
+                        self._put_split(encode_split_array(msg[1], msg[4], pid, msg[2], data), item.done)
+                    else:
+                        self._put_cdu(CDU(msg[1], msg[4], (pid,), data, msg[2]), item.done)
                 except BaseException as exc:
                     _fail(item.done, exc)
                     raise
@@ -596,7 +606,8 @@ class HostLink:
     def _put_cdu(self, cdu: CDU, done: OwnedDone | None = None) -> None:
         data = cdu.data
         if data is not None and _large_enough(data, self._large):
-            self._put_split(cdu, done)
+            self._flush()
+            self._put_split(encode_split(cdu), done)
             return
         if done is not None:  # not large after all (an owner's mistake): it is copied below
             _resolve(done)
@@ -627,12 +638,13 @@ class HostLink:
         blk.pos = pos
         blk.count += 1
 
-    def _put_split(self, cdu: CDU, done: OwnedDone | None) -> None:
-        """A large payload: its header on the data channel, the payload as
-        one MPI message straight from ``cdu.data`` (see "Large payloads");
+    def _put_split(self, split: tuple[bytes, Any], done: OwnedDone | None) -> None:
+        """A large payload (``split``: a frame's header and payload, from
+        :func:`~aiopdbp.wire.codec.encode_split`; the open block was
+        flushed): the header on the data channel, the payload as one MPI
+        message straight from the caller's buffer (see "Large payloads");
         ``done`` (an owned send) completes when the payload may be reused."""
-        self._flush()
-        head, payload = encode_split(cdu)
+        head, payload = split
         self._splits += 1
         nbytes = memoryview(payload).nbytes
         if done is not None:

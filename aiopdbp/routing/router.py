@@ -424,7 +424,10 @@ class Router:
                 await self.reserve(tgt, pid, cost, timeout, f"GP {dest!r}", fields[0])
                 self._submit(tgt, pid, Message(fields))
             return
-        await self.reserve(tgt, pid, cost, timeout, f"GP {dest!r}", fields[0])
+        try:  # the commonest: credit at hand (reserve would try this first too)
+            tgt.reserve_nowait(pid, cost)
+        except WouldBlock:
+            await self.reserve(tgt, pid, cost, timeout, f"GP {dest!r}", fields[0])
         done = OwnedDone(loop=asyncio.get_running_loop())
         self._submit(tgt, pid, OwnedSend(Message(fields), done))
         if done.done():

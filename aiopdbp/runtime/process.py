@@ -409,7 +409,7 @@ class GP:
                 if type(data) is np.ndarray and data.nbytes >= self._owned_min and _ownable(data):
                     # large: sent from this very buffer, the call returns once it may be reused
                     await self._router.send_owned(dest, (self.name, kind, com, data, self.pid),
-                                                  credit_cost(data), timeout, self._snapshot)
+                                                  data.nbytes + CREDIT_OVERHEAD, timeout, self._snapshot)
                     return
                 if type(data) is not np.ndarray and is_device_array(data):
                     await self.node.devices.send(self, self.node.streams, dest, data, com=com, kind=kind,
