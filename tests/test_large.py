@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from aiopdbp.errors import BrokenResourceError, ProtocolError
-from aiopdbp.hosts.link import HostLink, OwnedDone, OwnedSend
+from aiopdbp.hosts.link import HostLink
+from aiopdbp.hosts.owned import OwnedDone, OwnedSend
 from aiopdbp.hosts.tables import Tables
 from aiopdbp.routing.pipes import PipePool
 from aiopdbp.routing.router import Router

@@ -188,10 +188,11 @@ from aiopdbp.errors import WouldBlock
 from aiopdbp.wire.message import Message, credit_cost
 from aiopdbp.pool import SendPool, Slot
 from aiopdbp.transport.base import Channel, Transport
+from aiopdbp.hosts.owned import OwnedDone, OwnedSend, fail_owned, resolve_owned
 
 log = logging.getLogger("aiopdbp.hosts.link")
 
-__all__ = ["HostLink", "LinkStats", "OwnedDone", "OwnedSend"]
+__all__ = ["HostLink", "LinkStats"]
 
 _BPS = int(MsgType.BPS)
 _BP = int(MsgType.BP)
@@ -238,42 +239,6 @@ class _Waiter:
     def __init__(self, fut: asyncio.Future[None], nbytes: int) -> None:
         self.fut = fut
         self.nbytes = nbytes
-
-
-class OwnedDone(asyncio.Future[None]):
-    """The completion of an owned send's payload (:class:`OwnedSend`).
-
-    Until the link posts the payload it is an ordinary future: a cancelled
-    owner cancels it, and the link then drops the message (and returns its
-    credit).  Once posted (:meth:`hold`), its awaiting task can no longer
-    cancel it: ``Task.cancel()`` marks the task instead, and the
-    ``CancelledError`` is raised in it once the future completes -- once MPI
-    no longer reads the caller's buffer, or the link failed, or the
-    transport closed.  The transport resolves it from the progress step that
-    sees the completion: one hop to the waiting task."""
-
-    _held = False
-
-    def hold(self) -> None:
-        """The payload is posted: MPI reads the buffer until this completes."""
-        self._held = True
-
-    def cancel(self, msg: Any | None = None) -> bool:
-        if self._held:
-            return False
-        return super().cancel(msg)
-
-
-class OwnedSend:
-    """A message whose large payload is the *caller's* buffer, not a copy
-    (``await gp.send(big)``, see "Large payloads"): ``done`` completes once
-    the buffer may be reused -- or with the link's error."""
-
-    __slots__ = ("msg", "done")
-
-    def __init__(self, msg: Message, done: OwnedDone) -> None:
-        self.msg = msg
-        self.done = done
 
 
 class _Block:
@@ -464,7 +429,7 @@ class HostLink:
         self._progress_at.clear()
         owned, self._owned = self._owned, set()
         for done in owned:  # the payload may never complete now (MPI keeps the buffer)
-            _fail(done, exc)
+            fail_owned(done, exc)
 
     def waits(self) -> list[tuple[int, int, int, float]]:
         """What is parked now: ``(pid, senders, bytes the head needs, time of
@@ -484,7 +449,7 @@ class HostLink:
         False when it was dropped (the host is gone)."""
         if self.error is not None:
             if type(item) is OwnedSend:
-                _fail(item.done, self.error)
+                fail_owned(item.done, self.error)
             return False  # the sender was told, or will be, by reserve
         self._cdus += 1
         if type(item) is not Message:
@@ -506,7 +471,7 @@ class HostLink:
                     else:
                         self._put_cdu(CDU(msg[1], msg[4], (pid,), data, msg[2]), item.done)
                 except BaseException as exc:
-                    _fail(item.done, exc)
+                    fail_owned(item.done, exc)
                     raise
                 return True
             self._put_cdu(item)
@@ -610,7 +575,7 @@ class HostLink:
             self._put_split(encode_split(cdu), done)
             return
         if done is not None:  # not large after all (an owner's mistake): it is copied below
-            _resolve(done)
+            resolve_owned(done)
         if self._begin():
             parts = encode_cdu(cdu, allow_pickle=self._allow_pickle)
             frame = b"".join(parts) if len(parts) > 1 else bytes(parts[0])
@@ -668,9 +633,9 @@ class HostLink:
         if done is None:
             return
         if self.error is not None:
-            _fail(done, self.error)
+            fail_owned(done, self.error)
         elif fut is None:
-            _resolve(done)
+            resolve_owned(done)
         elif fut is done:
             self._owned.add(done)
             done.add_done_callback(self._owned.discard)
@@ -681,9 +646,9 @@ class HostLink:
     def _owned_sent(self, done: asyncio.Future[None], fut: asyncio.Future[None]) -> None:
         self._owned.discard(done)
         if fut.cancelled() or fut.exception() is None:
-            _resolve(done)
+            resolve_owned(done)
         else:
-            _fail(done, fut.exception())  # type: ignore[arg-type]
+            fail_owned(done, fut.exception())  # type: ignore[arg-type]
 
     def _new_block(self, kind: int) -> _Block:
         self._flush()
@@ -779,17 +744,6 @@ class HostLink:
                          len(self._credit), min(self._credit.values(), default=self.window),
                          self._fallbacks, sum(len(q) for q in self._queues.values()), self._asks,
                          sum(self.window - c for c in self._credit.values()))
-
-
-def _resolve(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
-def _fail(fut: asyncio.Future[None], exc: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(exc)
-        fut.exception()  # retrieved: a cancelled owner must not log it
 
 
 def _large_enough(data: Any, large: int) -> bool:

@@ -50,7 +50,7 @@ from aiopdbp.errors import ClosedResourceError, NoPipeError, UnknownProcessError
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
 from aiopdbp.routing.pipes import Pipe, PipePool
 from aiopdbp.stall import Waits
-from aiopdbp.hosts.link import OwnedDone, OwnedSend
+from aiopdbp.hosts.owned import OwnedDone, OwnedSend
 from aiopdbp.hosts.tables import Tables
 
 log = logging.getLogger("aiopdbp.routing.router")
@@ -406,7 +406,7 @@ class Router:
 
         Cancellation: before the message is handed to the link, nothing is
         queued and no credit is held.  After, the message goes: the wait
-        cannot be cancelled (:class:`~aiopdbp.hosts.link.OwnedDone`), so a
+        cannot be cancelled (:class:`~aiopdbp.hosts.owned.OwnedDone`), so a
         cancel is raised once MPI no longer reads the buffer -- bounded by
         the link, which fails the wait if host ``h`` is lost -- and the
         caller never regains a buffer MPI still reads.
