@@ -478,9 +478,11 @@ class GP:
 
         Cancellation: a cancelled (or failing) sender sends an ABORT, so the
         receiver's stream ends with ``StreamError``; the binding is undone and
-        the pipes return to their pools.  A stream that had left whole (one
-        buffer of at most 64 KiB travels in its OPEN) is read in full by the
-        receiver: only the wait for its delivery is cancelled.
+        the pipes return to their pools.  A stream whose every byte had left
+        (one buffer of at most 64 KiB travels in its OPEN; a larger one once
+        its last segment was sent) may be read in full by the receiver: only
+        the wait for its delivery is cancelled -- after a ``TimeoutError``
+        too, so a retry may deliver the data twice.
         """
         self._check()
         _check_com(com)

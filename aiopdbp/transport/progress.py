@@ -96,7 +96,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from aiopdbp.env import idle_max_seconds, local_ranks, max_backoff_seconds, progress_mode, spin_seconds
-from aiopdbp.errors import TransportError
+from aiopdbp.errors import ClosedResourceError, TransportError
 from aiopdbp.transport.backoff import Backoff
 from aiopdbp.transport.base import AllocFn, Channel, DeliverFn
 from aiopdbp.transport.doorbell import RING_AFTER_S, Doorbell, DoorbellJoin
@@ -573,7 +573,8 @@ class ProgressEngine:
                     done(buf)
                 except Exception as exc:  # a broken callback must not stop progress
                     self.n_deliver_errors += 1
-                    self._report("aiopdbp: MPI transport bulk receive callback raised", exc)
+                    if type(exc) is not ClosedResourceError:  # (that one: the node is closing)
+                        self._report("aiopdbp: MPI transport bulk receive callback raised", exc)
         if deliveries:
             deliver = self._deliver
             if deliver is not None:
@@ -582,7 +583,8 @@ class ProgressEngine:
                         deliver(src, ch, view)
                     except Exception as exc:  # a broken callback must not stop progress
                         self.n_deliver_errors += 1
-                        self._report("aiopdbp: MPI transport deliver callback raised", exc)
+                        if type(exc) is not ClosedResourceError:  # (that one: the node is closing)
+                            self._report("aiopdbp: MPI transport deliver callback raised", exc)
         return busy
 
     async def drive(self, ready: Callable[[], bool]) -> None:
