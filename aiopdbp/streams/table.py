@@ -485,7 +485,7 @@ class StreamTable:
         if error is None:
             out.delivered()
             return
-        exc = BrokenResourceError(f"stream receiver failed: {error}")
+        exc = BrokenResourceError(f"the stream was not received: {error}")
         if origin != self.rank:
             exc.origin_rank = origin
         out.break_(exc, refused=True)
