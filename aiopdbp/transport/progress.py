@@ -76,10 +76,8 @@ step that receives the reply runs in the very task that wants it: no
 future is resolved and no second task is scheduled between the ``Mrecv``
 and ``recv`` returning (measured: the wake-up hop of an 8 B ping-pong,
 ~3 us of ~15).  A driver only starts while traffic is recent (the spin
-window; a send counts: after an idle gap the ping's sender drives while it
-awaits the answer) and leaves when it has been quiet that long, so an idle
-rank still sleeps in the engine's task with the doorbell, and never with
-spinning off.
+window) and leaves when it has been quiet that long, so an idle rank still
+sleeps in the engine's task with the doorbell, and never with spinning off.
 
 Sends are posted by :meth:`post_send` in the caller's task: one ``Isend`` per
 block and one ``Test`` -- eager messages complete right there and the caller
@@ -347,14 +345,12 @@ class ProgressEngine:
                 reqs.append(comm.Isend([b, _BYTE], dest, tag))
                 self.bytes_sent += len(b) if type(b) is bytes else memoryview(b).nbytes
         self.n_sends += len(reqs)
-        # A send is traffic: its reply may be due, so a task that now awaits
-        # it drives (see "Driving"), even after an idle gap.
-        self._last_active = now = time.perf_counter()
         bell = self._bell
         if bell is not None:
             # Ring when our previous send to dest is older than RING_AFTER_S:
             # dest may be asleep then (see the doorbell module); never
             # otherwise.  After the Isend: the woken engine must find it.
+            now = time.perf_counter()
             last = self._last_to
             if now - last[dest] > RING_AFTER_S:
                 bell.ring(dest)
