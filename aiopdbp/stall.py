@@ -117,11 +117,17 @@ class Waits:
 
     def fail(self, cycle: tuple[WaitEdge, ...]) -> int:
         """Fail the waits of the cycle's edges that live here."""
-        keys = {(e.gp, e.waits_for) for e in cycle}
+        rank_of = {(e.gp, e.waits_for): e.rank for e in cycle}
+        origin = cycle[0].rank
         n = 0
         for wait in self._live:
-            if (wait.gp, wait.dest) in keys and wait.error is None and wait.task is not None:
+            rank = rank_of.get((wait.gp, wait.dest))
+            if rank is not None and wait.error is None and wait.task is not None:
                 wait.error = DeadlockError(cycle)
+                if rank != origin:
+                    # one failure for the job: the cycle's first rank reports
+                    # it, the others' errors are its consequence (one line each)
+                    wait.error.origin_rank = origin
                 wait.task.cancel()
                 n += 1
         return n

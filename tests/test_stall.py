@@ -135,6 +135,7 @@ def test_send_send_cycle_across_ranks_fails_the_job_with_the_cycle(tcp: bool) ->
     for row in got.values():                  # every rank that printed saw the same cycle
         assert sorted(row["cycle"]) == want, out  # type: ignore[arg-type]
     assert "DeadlockError: deadlock: 'g" in out, out
+    assert out.count("Traceback") == 1, out   # one failure (the cycle's first rank), one line elsewhere
 
 
 @requires_mpi
