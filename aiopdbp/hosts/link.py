@@ -476,9 +476,13 @@ class HostLink:
                 return True
             self._put_cdu(item)
             return True
-        if self._put_short(pid, item):
-            return True
-        self._put_cdu(CDU(item[1], item[4], (pid,), item[3], item[2]))
+        try:
+            if not self._put_short(pid, item):
+                self._put_cdu(CDU(item[1], item[4], (pid,), item[3], item[2]))
+        except BaseException:  # refused by the encoder: nothing was queued, the credit goes back
+            self._cdus -= 1
+            self.grant(pid, credit_cost(item[3]))
+            raise
         return True
 
     def offer(self, pid: int, nbytes: int, fields: tuple[str, Kind, int, Any, int]) -> bool:
