@@ -198,6 +198,17 @@ def test_killed_rank_leaves_no_shared_memory_under_launch() -> None:
     assert re.search(r"aiopdbp launch: the job ended without aiopdbp's report.*rank.* 1 \(pid \d+\)", out), out
 
 
+def test_rank_that_fails_before_run_stops_the_job_under_launch() -> None:
+    job = _launch("-n", "2", str(STOP), "import")   # rank 0 waits for it in its handshake
+    pids = [int(m.group(1)) for m in job.wait_for(r"ready (\d+)$", 1)]
+    rc = job.finish()
+    out = job.output
+    assert rc != 0, out
+    assert "rank 1 failed before aiopdbp.run" in out, out
+    assert re.search(r"aiopdbp launch: rank process pid \d+ ended before starting aiopdbp.run", out), out
+    _assert_clean(pids, [], out)
+
+
 def test_rank_that_exits_by_os_exit_0_fails_the_job_under_launch() -> None:
     job = _launch("-n", "2", str(STOP), "exit0")   # hydra alone would report success
     rc = job.finish()

@@ -235,6 +235,13 @@ class JobWatch:
                 out.append(pid)
         return out
 
+    def gone_ranks(self) -> list[int]:
+        """The rank processes seen running that have ended."""
+        with self._lock:
+            ranks = list(self.ranks)
+        alive = set(self.alive())
+        return [pid for pid in ranks if pid not in alive]
+
     def signal_ranks(self, sig: int) -> bool:
         """Send ``sig`` to the ranks themselves; False when none is known yet."""
         with self._lock:
@@ -329,6 +336,34 @@ def launch(
     return run_job(cmd, env, timeout=timeout, grace=grace)
 
 
+#: how long a rank may be gone, unstarted, before the launcher stops the job (hydra may first)
+EARLY_EXIT_GRACE_S = 1.0
+
+
+def _left_before_run(watch: JobWatch, job_dir: str, now: float, seen: dict[int, float]) -> str:
+    """A line when a rank's process ended without starting ``aiopdbp.run``
+    (it failed at import, say) while other ranks did start it: they would
+    wait for it in their start-up handshake until it times out (30 s by
+    default).  "" otherwise, or while that is younger than
+    :data:`EARLY_EXIT_GRACE_S`."""
+    gone = watch.gone_ranks()
+    if not gone:
+        return ""
+    started, _ = recorded_ranks(job_dir)
+    if not started:
+        return ""  # not an aiopdbp.run program (or none has started yet)
+    pids = set(started.values())
+    early = [p for p in gone if p not in pids]
+    for p in early:
+        seen.setdefault(p, now)
+    late = sorted(p for p in early if now - seen[p] >= EARLY_EXIT_GRACE_S)
+    if not late:
+        return ""
+    return (f"rank process{'es' if len(late) > 1 else ''} {', '.join(f'pid {p}' for p in late)} ended "
+            "before starting aiopdbp.run (see its output above) while the other ranks wait for it "
+            "in their start-up handshake: the job was stopped")
+
+
 def _vanished(job_dir: str) -> str:
     """A line naming the ranks whose ``aiopdbp.run`` started and never
     returned although none recorded a failure or an interrupt ("" when
@@ -376,6 +411,8 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
     rc: int | None = None
     timed_out = False
     try:
+        early = ""                       # a rank that ended before it started aiopdbp.run
+        early_seen: dict[int, float] = {}  # such a rank's pid -> when it was first seen gone
         while rc is None:
             rc = proc.poll()
             if rc is not None:
@@ -391,10 +428,18 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
                 with contextlib.suppress(OSError):
                     proc.terminate()
                 got.append((int(signal.SIGTERM), now))
+            if not got and not early:
+                early = _left_before_run(watch, job_dir, now, early_seen)
+                if early:  # the others would wait for it until their handshake times out
+                    watch.kill_all()
+                    with contextlib.suppress(OSError):
+                        os.killpg(proc.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 rc = proc.wait(0.05)
         stop_line = ""
-        if rc is not None and not got:
+        if early:
+            stop_line, rc = early, 1
+        elif rc is not None and not got:
             code, stop_line = recorded_stop(job_dir)  # stop_line: a rank was signalled alone
             if rc and code is not None:
                 rc = code  # the status a failing rank recorded, not hydra's 9

@@ -6,6 +6,7 @@ Modes (argv[1]):
   startup   -- rank 1 never opens its node: the others are stuck in start-up
   selfkill  -- rank 1 kills itself with SIGKILL once everyone is ready
   exit0     -- rank 1 leaves by os._exit(0) once everyone is ready
+  import    -- rank 1 raises before it starts aiopdbp.run (at import, say)
 """
 import asyncio
 import os
@@ -13,6 +14,7 @@ import signal
 import sys
 
 import aiopdbp
+import aiopdbp.env
 
 
 def report() -> None:
@@ -42,4 +44,7 @@ async def main(mode: str) -> None:
             await gp.recv()
 
 
+if sys.argv[1:] == ["import"] and aiopdbp.env.env_rank() == 1:
+    print(f"ready {os.getpid()}", flush=True)
+    raise RuntimeError("rank 1 failed before aiopdbp.run")
 aiopdbp.run(main(sys.argv[1] if len(sys.argv) > 1 else "wait"))
