@@ -235,6 +235,11 @@ class JobWatch:
                 out.append(pid)
         return out
 
+    def rank_count(self) -> int:
+        """How many rank processes were seen."""
+        with self._lock:
+            return len(self.ranks)
+
     def gone_ranks(self) -> list[int]:
         """The rank processes seen running that have ended."""
         with self._lock:
@@ -349,9 +354,12 @@ def _left_before_run(watch: JobWatch, job_dir: str, now: float, seen: dict[int, 
     gone = watch.gone_ranks()
     if not gone:
         return ""
-    started, _ = recorded_ranks(job_dir)
-    if not started:
-        return ""  # not an aiopdbp.run program (or none has started yet)
+    started, done = recorded_ranks(job_dir)
+    if not started or done or len(started) >= watch.rank_count():
+        # not an aiopdbp.run program, or none started yet; a rank already
+        # finished; or every rank process started it (a rank process that
+        # is a wrapper around python then ended after its python)
+        return ""
     pids = set(started.values())
     early = [p for p in gone if p not in pids]
     for p in early:
