@@ -387,6 +387,9 @@ def record_rank(rank: int, done: bool = False) -> None:
     if not where:
         return
     name = f"{DONE_FILE_PREFIX if done else RANK_FILE_PREFIX}{rank}"
+    if not done:  # a second aiopdbp.run in the same program: its end is not known yet
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(where, f"{DONE_FILE_PREFIX}{rank}"))
     with contextlib.suppress(OSError):
         with open(os.path.join(where, name), "w", encoding="utf-8") as f:
             f.write(f"{os.getpid()}\n")

@@ -496,6 +496,32 @@ async def message_payload_types(ctx: Ctx) -> None:
     await ctx.barrier("done")
 
 
+@scenario()
+async def short_streams_of_signed_bytes_arrive(ctx: Ctx) -> None:
+    """Short streams whose data is a signed-byte or char buffer
+    (``array('b')``, a ``'c'`` memoryview), several in one loop iteration,
+    arrive whole (the block's records are written as unsigned bytes)."""
+    import array
+    me = await ctx.process("gp", ctx.rank)
+    dest = ctx.name("gp", (ctx.rank + 1) % ctx.size)
+    await ctx.lookup(dest)
+    datas = [array.array("b", bytes([ctx.rank + i]) * (100 + i)) for i in range(3)]
+    datas += [memoryview(bytearray(bytes([ctx.rank + 7]) * 50)).cast("c")]
+    # (send_stream returns once the receiver read the stream: receive meanwhile)
+    sending = asyncio.gather(*(me.send_stream(dest, d, timeout=ctx.timeout) for d in datas))
+    prev = (ctx.rank - 1) % ctx.size
+    want = sorted([bytes([prev + i]) * (100 + i) for i in range(3)] + [bytes([prev + 7]) * 50])
+    got = []
+    for _ in range(4):
+        item = await me.recv(timeout=ctx.timeout)
+        assert isinstance(item, IncomingStream), item
+        got.append(bytes(await item.read()))
+    assert sorted(got) == want
+    assert await sending == [100, 101, 102, 50]
+    await ctx.barrier("done")
+    assert_empty(me)
+
+
 @scenario(remote=RemoteConfig(gp_window=64 << 10))
 async def refused_payloads_hold_no_credit(ctx: Ctx) -> None:
     """Arrays the wire cannot carry raw (a structured dtype, more than 32

@@ -303,3 +303,29 @@ async def test_a_whole_window_of_credit_goes_back_before_the_reader_can_reply() 
     router.deliver_remote(1, PID, [b"small"], 1000)
     pipe.receive_nowait()
     assert len(grants) == 1                                         # small ones still wait and batch
+
+
+@pytest.mark.timeout(10)
+async def test_record_refused_in_a_fresh_block_gives_back_its_credit_and_its_pool_cell() -> None:
+    from aiopdbp.pool import PoolMatrix, SendPool, UserMemory
+    from aiopdbp.wire.shorts import ShortStream
+
+    pool = SendPool(PoolMatrix(2, 2, UserMemory(4096, 4), 2, 0.5))
+    tr = _BulkTransport()
+    link = HostLink(1, tr, pool, window=1 << 20, block_size=4096,  # type: ignore[arg-type]
+                    large=32 << 10, max_inflight=4, allow_pickle=False)
+    link.put_to(PID, Message(("src", Kind.SHORT, 0, b"first", 1)))   # the iteration's first: alone
+    bad = memoryview(bytearray(b"x" * 100)).cast("b")  # a 'b' view: a block (format 'B') refuses it
+    link.reserve_nowait(PID, CREDIT_OVERHEAD + 100)
+    with pytest.raises(ValueError):
+        link.put_to(PID, ShortStream((None, Kind.STREAM, 0, bad, 1, 7, 4, 0)))
+    assert link.stats().credit_min == 1 << 20           # its credit came back
+    await asyncio.sleep(0)                               # the end-of-iteration flush: nothing to send
+    await asyncio.sleep(0)
+    assert len(tr.heads) == 1 and pool.matrix[1].used == 0  # and its cell is free again
+    tr.tick += 1                                         # a later loop iteration
+    for k in range(3):                                   # the link goes on: a lone frame, then a block
+        link.put_to(PID, Message(("src", Kind.SHORT, 0, b"m%d" % k, 1)))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert len(tr.heads) == 3 and link.stats().blocks == 1, tr.heads

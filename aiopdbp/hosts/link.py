@@ -185,7 +185,7 @@ from aiopdbp.wire.mesp import CDU, VERSION, Kind, MsgType
 from aiopdbp.wire.payload import short_ndarray
 from aiopdbp.wire.shorts import SHORT, SHORT_ARRAY, SHORT_MAX, SHORT_NONE, STREAM_HEAD, ShortStream, bps_header
 from aiopdbp.errors import WouldBlock
-from aiopdbp.wire.message import Message, credit_cost
+from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost
 from aiopdbp.pool import SendPool, Slot
 from aiopdbp.transport.base import Channel, Transport
 from aiopdbp.hosts.owned import OwnedDone, OwnedSend, fail_owned, resolve_owned
@@ -454,8 +454,13 @@ class HostLink:
         self._cdus += 1
         if type(item) is not Message:
             if type(item) is ShortStream:  # a stream whole in its OPEN: a short record if it fits
-                if not self._put_short(pid, item, _STREAM_HEAD(item[5], item[6])):
-                    self._put_cdu(item.cdu(pid))
+                try:
+                    if not self._put_short(pid, item, _STREAM_HEAD(item[5], item[6])):
+                        self._put_cdu(item.cdu(pid))
+                except BaseException:  # refused: nothing queued, its credit goes back
+                    self._cdus -= 1
+                    self.grant(pid, CREDIT_OVERHEAD + item[3].nbytes)
+                    raise
                 return True
             if type(item) is OwnedSend:
                 msg = item.msg
@@ -674,6 +679,12 @@ class HostLink:
         if blk is None:
             return
         self._open = None
+        if not blk.count:
+            # opened for a record the encoder then refused: nothing to send,
+            # and its pool cell must not stay reserved (it would jam the row)
+            if blk.slot is not None:
+                self._pool.abort(blk.slot)
+            return
         head = bps_header if blk.kind == _BPS else bp_header
         blk.view[:8] = head(blk.count, blk.pos - 8)
         self._blocks += 1

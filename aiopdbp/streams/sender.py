@@ -65,7 +65,7 @@ def cut(chunk: Any, segment_size: int) -> Iterator[Any]:
             yield arr[i:i + rows]
         return
     mv = memoryview(chunk)
-    if mv.ndim != 1 or mv.format not in ("B", "b", "c"):
+    if mv.ndim != 1 or mv.format != "B":  # ('b'/'c' too: blocks are written as 'B')
         mv = mv.cast("B") if mv.c_contiguous else memoryview(mv.tobytes())
     n = mv.nbytes
     if n == 0:
@@ -283,7 +283,7 @@ class HostSource:
                 return None
             return buf if buf.flags.c_contiguous else np.ascontiguousarray(buf)
         mv = memoryview(buf)  # one segment: what cut() would give, without the generator
-        if mv.ndim != 1 or mv.format not in ("B", "b", "c"):
+        if mv.ndim != 1 or mv.format != "B":  # ('b'/'c' too: blocks are written as 'B')
             mv = mv.cast("B") if mv.c_contiguous else memoryview(mv.tobytes())
         return mv
 
