@@ -329,3 +329,27 @@ async def test_record_refused_in_a_fresh_block_gives_back_its_credit_and_its_poo
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     assert len(tr.heads) == 3 and link.stats().blocks == 1, tr.heads
+
+
+@pytest.mark.timeout(10)
+async def test_items_parked_for_a_gp_that_never_binds_end_their_streams_when_they_expire() -> None:
+    ended: list[Any] = []
+    heard = asyncio.Event()
+
+    class _Streams:
+        def open_whole(self, *a: Any) -> None:
+            return None
+
+        def undelivered(self, items: list[Any]) -> None:
+            ended.extend(items)
+            heard.set()
+
+    granted: list[tuple[int, list[tuple[int, int]]]] = []
+    router = Router(Tables(), PipePool(4, 4), 0, name_timeout=1.0,
+                    submit=lambda tgt, pid, item: None, offer=lambda *a: False,
+                    grant=lambda host, grants: granted.append((host, grants)),
+                    bind_timeout=0.05, streams=_Streams())
+    item = object()   # (an IncomingStream in the node: the stream table ends it)
+    assert router.deliver_remote(1, PID, [item], 100)      # parked: its registration has not come
+    await asyncio.wait_for(heard.wait(), 5)                 # bind_timeout later
+    assert ended == [item]                                   # its sender will hear

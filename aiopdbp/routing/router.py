@@ -532,7 +532,8 @@ class Router:
         q = self._parked.pop(pid, None)
         while q:
             host, items, cost = q.popleft()
-            self.deliver_remote(host, pid, items, cost)
+            if not self.deliver_remote(host, pid, items, cost) and self._streams is not None:
+                self._streams.undelivered(items)  # a stream among them: its sender must hear
 
     def _expire(self, pid: int) -> None:
         q = self._parked.pop(pid, None)
@@ -543,6 +544,8 @@ class Router:
             host, items, cost = q.popleft()
             self.dropped += len(items)
             self._owe(host, pid, cost)
+            if self._streams is not None:
+                self._streams.undelivered(items)  # a stream among them: its sender must hear
 
     # ---------------------------------------------------------- credit out
     def _mark(self, pipe: Pipe[Any], host: int, pid: int, cost: int) -> None:
