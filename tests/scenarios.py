@@ -102,6 +102,15 @@ class Scenario:
 SCENARIOS: dict[str, Scenario] = {}
 
 
+async def on_ranks(ctx: Ctx, *parts: tuple[int, Callable[[], Awaitable[None]]]) -> None:
+    """Run each ``(rank, coroutine function)`` part on its rank, concurrently
+    (a sender and a receiver on the same rank run side by side)."""
+    async with asyncio.TaskGroup() as tg:
+        for rank, part in parts:
+            if ctx.rank == rank:
+                tg.create_task(part())
+
+
 def scenario(*, timeout: float = 30.0, **options: Any) -> Callable[[Callable[[Ctx], Awaitable[None]]], Scenario]:
     """Register ``async def name(ctx)`` as a scenario; ``options`` go to the Node."""
 
@@ -1455,13 +1464,7 @@ async def sender_cancel_midstream(ctx: Ctx) -> None:
         assert not ctx.node.stats().streams_in, ctx.node.stats()
         assert_empty(rcv)
 
-    async with asyncio.TaskGroup() as tg:
-        if ctx.rank == snd_r:
-            tg.create_task(sender())
-        if ctx.rank == rcv_r:
-            tg.create_task(receiver())
-        if ctx.rank == oth_r:
-            tg.create_task(other())
+    await on_ranks(ctx, (snd_r, sender), (rcv_r, receiver), (oth_r, other))
     await ctx.barrier("done")
     assert not (ctx.node.stats().streams_in or ctx.node.stats().streams_out)
 
@@ -1513,11 +1516,7 @@ async def receiver_abandons_stream(ctx: Ctx) -> None:
         assert not ctx.node.stats().streams_in
         assert_empty(rcv)
 
-    async with asyncio.TaskGroup() as tg:
-        if ctx.rank == snd_r:
-            tg.create_task(sender())
-        if ctx.rank == rcv_r:
-            tg.create_task(receiver())
+    await on_ranks(ctx, (snd_r, sender), (rcv_r, receiver))
     await ctx.barrier("done")
     assert not (ctx.node.stats().streams_in or ctx.node.stats().streams_out)
 
@@ -1560,11 +1559,7 @@ async def short_streams_carried_whole(ctx: Ctx) -> None:
         assert not ctx.node.stats().streams_in
         assert_empty(rcv)
 
-    async with asyncio.TaskGroup() as tg:
-        if ctx.rank == snd_r:
-            tg.create_task(sender())
-        if ctx.rank == rcv_r:
-            tg.create_task(receiver())
+    await on_ranks(ctx, (snd_r, sender), (rcv_r, receiver))
     await ctx.barrier("done")
     assert not (ctx.node.stats().streams_in or ctx.node.stats().streams_out)
 
@@ -1611,11 +1606,7 @@ async def short_stream_sender_cancelled_after_open(ctx: Ctx) -> None:
         assert not ctx.node.stats().streams_in
         assert_empty(rcv)
 
-    async with asyncio.TaskGroup() as tg:
-        if ctx.rank == snd_r:
-            tg.create_task(sender())
-        if ctx.rank == rcv_r:
-            tg.create_task(receiver())
+    await on_ranks(ctx, (snd_r, sender), (rcv_r, receiver))
     await ctx.barrier("done")
     assert not (ctx.node.stats().streams_in or ctx.node.stats().streams_out)
 
@@ -1668,11 +1659,7 @@ async def receiver_leaves_midstream(ctx: Ctx) -> None:
             raise AssertionError("a stream whose receiver left ended without StreamError")
         assert not ctx.node.stats().streams_in, ctx.node.stats()
 
-    async with asyncio.TaskGroup() as tg:
-        if ctx.rank == snd_r:
-            tg.create_task(sender())
-        if ctx.rank == rcv_r:
-            tg.create_task(receiver())
+    await on_ranks(ctx, (snd_r, sender), (rcv_r, receiver))
     await ctx.barrier("done")
 
 
@@ -1716,11 +1703,7 @@ async def send_before_bind(ctx: Ctx) -> None:
         assert_empty(rcv)
         await rcv.free()
 
-    async with asyncio.TaskGroup() as tg:
-        if ctx.rank == snd_r:
-            tg.create_task(sender())
-        if ctx.rank == rcv_r:
-            tg.create_task(receiver())
+    await on_ranks(ctx, (snd_r, sender), (rcv_r, receiver))
     await ctx.barrier("done")
 
 
@@ -1962,11 +1945,7 @@ async def cancelled_big_stream_stops_within_window(ctx: Ctx) -> None:
         assert isinstance(msg, Message) and msg.data == b"cancelled", msg
         assert_empty(rcv)
 
-    async with asyncio.TaskGroup() as tg:
-        if ctx.rank == snd_r:
-            tg.create_task(sender())
-        if ctx.rank == rcv_r:
-            tg.create_task(receiver())
+    await on_ranks(ctx, (snd_r, sender), (rcv_r, receiver))
     await ctx.barrier("done")
 
 
@@ -2027,11 +2006,7 @@ async def bad_stream_input_refused(ctx: Ctx) -> None:
         assert isinstance(last, Message) and last.data == b"m2", last
         assert_empty(rcv)
 
-    async with asyncio.TaskGroup() as tg:
-        if ctx.rank == snd_r:
-            tg.create_task(sender())
-        if ctx.rank == rcv_r:
-            tg.create_task(receiver())
+    await on_ranks(ctx, (snd_r, sender), (rcv_r, receiver))
     await ctx.barrier("done")
 
 
@@ -2093,11 +2068,7 @@ async def iterable_streams_keep_dtype_and_shape(ctx: Ctx) -> None:
                 assert got.tobytes() == exp.tobytes(), f"dtype {dt}: content differs"
         assert_empty(rcv)
 
-    async with asyncio.TaskGroup() as tg:
-        if ctx.rank == snd_r:
-            tg.create_task(sender())
-        if ctx.rank == rcv_r:
-            tg.create_task(receiver())
+    await on_ranks(ctx, (snd_r, sender), (rcv_r, receiver))
     await ctx.barrier("done")
 
 
@@ -2157,11 +2128,7 @@ async def cancelled_recv_takes_nothing(ctx: Ctx) -> None:
         assert got == [0, 1, 2], got
         assert_empty(rcv)
 
-    async with asyncio.TaskGroup() as tg:
-        if ctx.rank == snd_r:
-            tg.create_task(sender())
-        if ctx.rank == rcv_r:
-            tg.create_task(receiver())
+    await on_ranks(ctx, (snd_r, sender), (rcv_r, receiver))
     await ctx.barrier("done")
 
 
@@ -2290,11 +2257,7 @@ async def stalled_gp_does_not_stop_its_siblings(ctx: Ctx) -> None:
             seq += 1
         assert seq >= 1
 
-    async with asyncio.TaskGroup() as tg:
-        if ctx.rank == snd_r:
-            tg.create_task(sender())
-        if ctx.rank == rcv_r:
-            tg.create_task(receiver())
+    await on_ranks(ctx, (snd_r, sender), (rcv_r, receiver))
     await ctx.barrier("done")
 
 

@@ -181,6 +181,7 @@ def decode_short_runs(mv: memoryview, count: int, names: Mapping[int, str] | Non
     last_src = -1
     source: Any = None
     data: Any
+    sno = window = -1  # (sno >= 0: the record is a short stream's)
     for _ in range(count):
         if off + size > end:
             raise ProtocolError("truncated short record")
@@ -217,22 +218,6 @@ def decode_short_runs(mv: memoryview, count: int, names: Mapping[int, str] | Non
                 data = bytearray(memoryview(b)[off + STREAM_HEAD.size:stop])
                 n -= STREAM_HEAD.size
             off = stop
-            source = names.get(src) if names is not None else src
-            if source is None:
-                source = f"<pid {src}>" if unknown is None else unknown(src)
-            last_src = src
-            item = stream(dest, src, source, com, sno, window, data)
-            if dest != run_dest:
-                if run:
-                    runs.append((run_dest, run, run_bytes))
-                run = []
-                append = run.append
-                run_dest = dest
-                run_bytes = 0
-            if item is not None:
-                append(item)
-            run_bytes += n
-            continue
         else:
             stop = off + n
             if stop > end:
@@ -254,7 +239,14 @@ def decode_short_runs(mv: memoryview, count: int, names: Mapping[int, str] | Non
             append = run.append
             run_dest = dest
             run_bytes = 0
-        append(make((source, kind, com, data, src)))
+        if sno < 0:
+            append(make((source, kind, com, data, src)))
+        else:  # the stream table makes its incoming stream (None: it refused it)
+            assert stream is not None  # (checked where the record was read)
+            item = stream(dest, src, source, com, sno, window, data)
+            if item is not None:
+                append(item)
+            sno = -1
         run_bytes += n
     if off != end:
         raise ProtocolError(f"{end - off} trailing bytes after the last short record")
