@@ -377,19 +377,9 @@ class Router:
         Cancellation: a cancelled send has queued nothing (a reservation
         already taken is given back).
         """
-        pid, tgt = await self._routed(dest, timeout)
+        pid, tgt = await _routed(self, dest, timeout)
         await self.reserve(tgt, pid, cost, timeout, f"GP {dest!r}", fields[0])
         self._submit(tgt, pid, Message(fields))
-
-    async def _routed(self, dest: str, timeout: float | None) -> tuple[int, Target]:
-        """GP ``dest``'s pid and target, waiting for its name and binding."""
-        pid = self.pids.get(dest)
-        if pid is None:
-            pid = await self.resolve(dest, timeout)
-        tgt = self.targets.get(pid)
-        if tgt is None:
-            tgt = await self.target(pid, timeout)
-        return pid, tgt
 
     def send_nowait(self, dest: str, fields: tuple[str, Kind, int, Any, int], cost: int) -> None:
         """A send without waiting: ``WouldBlock`` when the target is full,
@@ -416,7 +406,7 @@ class Router:
         the link, which fails the wait if host ``h`` is lost -- and the
         caller never regains a buffer MPI still reads.
         """
-        pid, tgt = await self._routed(dest, timeout)
+        pid, tgt = await _routed(self, dest, timeout)
         owns = getattr(tgt, "owns", None)
         if not tgt.remote or owns is None or not owns(cost - CREDIT_OVERHEAD):
             fields = (fields[0], fields[1], fields[2], copy(fields[3]), fields[4])
@@ -666,6 +656,18 @@ class Router:
                 "parked_now": sum(len(q) for q in self._parked.values()),
                 "bind_waits": sum(not f.done() for w in self._bind_waiters.values() for f in w),
                 "credit_owed": sum(self._owed.values())}
+
+
+async def _routed(router: Router, dest: str, timeout: float | None) -> tuple[int, Target]:
+    """GP ``dest``'s pid and target, waiting for its name and binding
+    (a function, not a method: the Router stays within 30 methods)."""
+    pid = router.pids.get(dest)
+    if pid is None:
+        pid = await router.resolve(dest, timeout)
+    tgt = router.targets.get(pid)
+    if tgt is None:
+        tgt = await router.target(pid, timeout)
+    return pid, tgt
 
 
 def _wake(waiters: Any) -> None:
