@@ -1524,31 +1524,46 @@ async def receiver_abandons_stream(ctx: Ctx) -> None:
 @scenario()
 async def short_streams_carried_whole(ctx: Ctx) -> None:
     """Streams whose OPEN carries them whole (one segment of at most 64 KiB)
-    keep their kind, dtype and shape; one its receiver aclose()s unread makes
-    send_stream raise BrokenResourceError; nothing stays bound on either side."""
+    return once sent, as a message's send does: before anyone reads them, the
+    sender's buffer free to reuse at once (below and above ``large``), and no
+    DONE comes back; they keep their kind, dtype and shape; one its receiver
+    aclose()s unread is dropped there (later reads raise StreamError);
+    nothing stays bound on either side."""
     snd_r, rcv_r = ctx.owner(0), ctx.owner(1)
     rcv_name = ctx.name("rcv")
     arr = np.arange(24, dtype=">i4").reshape(4, 6)  # a big-endian dtype must stay exactly that
     blob = pattern("scw", 64 << 10)
+    dones = ("StreamDoneMsg", "StreamDonesMsg")
+
+    def dones_sent() -> int:
+        return sum(n for kind, n in ctx.node.stats().messages_sent.get(snd_r, {}).items() if kind in dones)
 
     async def sender() -> None:
         snd = await ctx.process("snd")
         await ctx.lookup(rcv_name)
-        try:
-            await snd.send_stream(rcv_name, blob[:4096], timeout=ctx.timeout)
-        except BrokenResourceError:
-            pass
-        else:
-            raise AssertionError("send_stream of a short stream its receiver abandoned completed")
-        assert await snd.send_stream(rcv_name, blob, timeout=ctx.timeout) == len(blob)
+        small, big = bytearray(blob[:4096]), bytearray(blob)
+        assert await snd.send_stream(rcv_name, small, timeout=ctx.timeout) == 4096
+        assert await snd.send_stream(rcv_name, big, timeout=ctx.timeout) == len(blob)
+        small[:] = bytes(len(small))   # free to reuse once send_stream returned
+        big[:] = bytes(len(big))
         assert await snd.send_stream(rcv_name, arr, timeout=ctx.timeout) == arr.nbytes
+        # nobody has read anything yet: this message goes behind three streams
+        await snd.send(rcv_name, b"all sent", timeout=ctx.timeout)
         assert not ctx.node.stats().streams_out
 
     async def receiver() -> None:
         rcv = await ctx.process("rcv")
+        before = dones_sent()
+        await ctx.wait_until(lambda: len(rcv.pipe) == 4, "three streams and a message, unread")
         st = await rcv.recv(timeout=ctx.timeout)
-        assert isinstance(st, IncomingStream), st
+        assert isinstance(st, IncomingStream) and st.finished, st
         await st.aclose()
+        try:
+            await st.read()
+        except StreamError:
+            pass
+        else:
+            raise AssertionError("read() of a short stream after aclose() did not raise StreamError")
         st = await rcv.recv(timeout=ctx.timeout)
         assert isinstance(st, IncomingStream), st
         assert bytes(await st.read()) == blob
@@ -1556,6 +1571,9 @@ async def short_streams_carried_whole(ctx: Ctx) -> None:
         assert isinstance(st, IncomingStream), st
         got = await st.read()
         assert (got.dtype, got.shape) == (arr.dtype, arr.shape) and (got == arr).all(), got
+        msg = await rcv.recv(timeout=ctx.timeout)
+        assert isinstance(msg, Message) and msg.data == b"all sent", msg
+        assert dones_sent() == before, "a DONE went back for a stream sent whole"
         assert not ctx.node.stats().streams_in
         assert_empty(rcv)
 
@@ -1565,21 +1583,28 @@ async def short_streams_carried_whole(ctx: Ctx) -> None:
 
 
 @scenario()
-async def short_stream_sender_cancelled_after_open(ctx: Ctx) -> None:
-    """A sender cancelled while its short stream (carried whole by its OPEN)
-    waits for the receiver's DONE raises CancelledError and leaves nothing
-    bound; the stream had arrived whole, so the receiver still reads all of
-    it (the ABORT that follows changes nothing); later streams work."""
+async def short_stream_sender_cancelled_before_it_left(ctx: Ctx) -> None:
+    """A short stream whose sender is cancelled while it waits for the
+    receiving GP's credit (its window full of unread messages) raises
+    CancelledError and sends nothing: the receiver finds the messages and no
+    stream; nothing stays bound; later streams work."""
     snd_r, rcv_r = ctx.owner(0), ctx.owner(1)
-    rcv_name, snd_name = ctx.name("rcv"), ctx.name("snd")
-    blob = pattern("sssc", 4096)
+    rcv_name, gate_name = ctx.name("rcv"), ctx.name("gate")
+    blob = pattern("sscb", 4096)
 
     async def sender() -> None:
         snd = await ctx.process("snd")
         await ctx.lookup(rcv_name)
+        await ctx.lookup(gate_name)
+        sent = 0
+        while True:   # fill the receiving GP's window
+            try:
+                snd.send_nowait(rcv_name, blob)
+            except WouldBlock:
+                break
+            sent += 1
         task = asyncio.create_task(snd.send_stream(rcv_name, blob, timeout=ctx.timeout))
-        msg = await snd.recv(timeout=ctx.timeout)   # the receiver holds the stream, unread
-        assert isinstance(msg, Message) and msg.data == b"got it", msg
+        await ctx.wait_until(lambda: ctx.node.stats().stall["waiting"] > 0, "the stream to wait for credit")
         task.cancel()
         try:
             await task
@@ -1588,21 +1613,26 @@ async def short_stream_sender_cancelled_after_open(ctx: Ctx) -> None:
         else:
             raise AssertionError("cancelled send_stream returned")
         assert not ctx.node.stats().streams_out
-        await snd.send(rcv_name, b"cancelled", timeout=ctx.timeout)
+        await snd.send(gate_name, b"read now", timeout=ctx.timeout)
+        await snd.send(rcv_name, sent.to_bytes(4, "little"), timeout=ctx.timeout)
         assert await snd.send_stream(rcv_name, blob[:100], timeout=ctx.timeout) == 100
 
     async def receiver() -> None:
         rcv = await ctx.process("rcv")
-        await ctx.lookup(snd_name)
+        gate = await ctx.process("gate")
+        await gate.recv(timeout=ctx.timeout)   # nothing is read before the sender gave up
+        n = 0
+        while True:
+            msg = await rcv.recv(timeout=ctx.timeout)
+            assert isinstance(msg, Message), f"the cancelled stream arrived: {msg!r}"
+            if len(msg.data) == 4:
+                assert int.from_bytes(msg.data, "little") == n
+                break
+            assert msg.data == blob
+            n += 1
         st = await rcv.recv(timeout=ctx.timeout)
         assert isinstance(st, IncomingStream), st
-        await rcv.send(snd_name, b"got it", timeout=ctx.timeout)
-        msg = await rcv.recv(timeout=ctx.timeout)
-        assert isinstance(msg, Message) and msg.data == b"cancelled", msg
-        assert bytes(await st.read()) == blob
-        st2 = await rcv.recv(timeout=ctx.timeout)
-        assert isinstance(st2, IncomingStream), st2
-        assert bytes(await st2.read()) == blob[:100]
+        assert bytes(await st.read()) == blob[:100]
         assert not ctx.node.stats().streams_in
         assert_empty(rcv)
 

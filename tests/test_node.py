@@ -31,7 +31,8 @@ async def test_leaving_open_node_frees_all_gps_and_leaves_no_task() -> None:
         bound = await node.register("bound")
         await bound.apply_pipe()
         await bare.send("bound", b"queued")
-        stream_sender = asyncio.create_task(bare.send_stream("bound", b"x" * 100))
+        # segments (not one record, which is done once sent): its sender waits for the reader
+        stream_sender = asyncio.create_task(bare.send_stream("bound", b"x" * 100, segment_size=10))
         assert (await bound.recv()).data == b"queued"
         stream = await bound.recv()
         assert isinstance(stream, IncomingStream)

@@ -108,14 +108,21 @@ def _fields(side: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("window", [None, 1, 4])
-def test_sender_send_whole_is_opened_a_staged_segment_and_end(window: int | None) -> None:
-    one, three = SenderProtocol(window), SenderProtocol(window)
-    assert one.handle(SendWhole(910)) == ()
-    three.handle(Opened())
-    three.handle(SendSegment(910, staged=True))
-    three.handle(End())
-    assert _fields(one) == _fields(three)
-    assert one.handle(Done()) == (Finished(),)
+def test_sender_send_whole_is_opened_a_staged_segment_an_end_and_done(window: int | None) -> None:
+    one, four = SenderProtocol(window), SenderProtocol(window)
+    assert one.handle(SendWhole(910)) == (Finished(),)
+    four.handle(Opened())
+    four.handle(SendSegment(910, staged=True))
+    four.handle(End())
+    assert four.handle(Done()) == (Finished(),)
+    assert _fields(one) == _fields(four) and one.state is StreamState.DONE
+
+
+def test_sender_done_after_send_whole_is_protocol_error() -> None:
+    s = SenderProtocol(4)
+    s.handle(SendWhole(10))
+    with pytest.raises(ProtocolError):   # nothing comes back for a stream sent whole
+        s.handle(Done())
 
 
 def test_sender_send_whole_after_opened_is_protocol_error() -> None:
@@ -147,11 +154,11 @@ def test_receiver_delivers_in_order_and_finishes_at_end() -> None:
 
 
 @pytest.mark.parametrize("credit", [0, 4])
-def test_receiver_whole_is_segment_zero_and_an_end_of_one(credit: int) -> None:
+def test_receiver_whole_is_segment_zero_and_an_end_of_one_without_a_done(credit: int) -> None:
     one, two = _receiver(4, credit), _receiver(4, credit)
     actions = one.handle(Whole("a", 7))
-    assert actions == (Deliver("a"), Finished(), SendDone(None))
-    assert two.handle(Segment(0, "a", 7)) + two.handle(End(1, 7)) == actions
+    assert actions == (Deliver("a"), Finished())   # its sender waits for no DONE
+    assert two.handle(Segment(0, "a", 7)) + two.handle(End(1, 7)) == actions + (SendDone(None),)
     assert _fields(one) == _fields(two) and one.state is StreamState.DONE
 
 

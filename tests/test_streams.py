@@ -695,20 +695,25 @@ async def test_stream_arrived_whole_in_a_short_record_is_read_without_another_co
     # what the router hands the table for a short stream record: the decode's own copy
     arr = np.arange(12, dtype=">i4").reshape(3, 4)
     st = pdbp_node.streams.open_whole(1, 99, 5, "src", 3, 7, 16, arr)
-    assert st is not None and st.com == 3 and pdbp_node.stats().streams_in == 1
+    assert st is not None and st.com == 3 and st.finished
     got = await st.read()
     assert got is arr and got.dtype == arr.dtype and got.shape == arr.shape
-    assert st.finished and pdbp_node.stats().streams_in == 0
     st = pdbp_node.streams.open_whole(1, 99, 5, "src", 0, 8, 16, bytearray(b"seg"))
     assert st is not None
     mv = await st.read()
     assert bytes(mv) == b"seg" and not mv.readonly
 
 
-async def test_stream_arrived_whole_twice_or_undelivered_is_dropped_and_closed(pdbp_node) -> None:
+async def test_stream_arrived_whole_binds_nothing(pdbp_node) -> None:
+    # complete on arrival, its sender done once it sent it: like a message,
+    # it is the reader's (scenario short_streams_carried_whole: no DONE goes back)
     st = pdbp_node.streams.open_whole(1, 99, 5, "src", 0, 7, 16, bytearray(b"seg"))
-    assert pdbp_node.streams.open_whole(1, 99, 5, "src", 0, 7, 16, bytearray(b"again")) is None
-    assert pdbp_node.streams.open_whole(1, 99, 5, "src", 0, 9, 0, bytearray(b"no window")) is None
-    assert pdbp_node.stats().streams_in == 1
+    assert st is not None and st.finished
+    assert pdbp_node.stats().streams_in == 0
     pdbp_node.streams.undelivered([object(), st])  # its GP was gone: the router could not put it anywhere
+    assert pdbp_node.stats().streams_in == 0
+
+
+async def test_stream_arrived_whole_without_a_window_is_refused(pdbp_node) -> None:
+    assert pdbp_node.streams.open_whole(1, 99, 5, "src", 0, 9, 0, bytearray(b"no window")) is None
     assert pdbp_node.stats().streams_in == 0

@@ -19,10 +19,11 @@ parked senders in FIFO order (see :mod:`aiopdbp.hosts.link`).
 (``StreamDoneMsg``); both are forwarded between the stream tables of the two
 hosts through the :class:`StreamControl` door.  The DONEs of streams taken
 whole leave at the end of the loop iteration, all of them to one host in one
-``StreamDonesMsg``: a receiver that takes many short streams in a burst
-answers them with one MPI message, not one each (and the senders they wake
-together send their next OPENs together, which the link coalesces).  A
-failed stream's DONE (it carries why) leaves at once.
+``StreamDonesMsg``: a receiver that finishes many streams in a burst answers
+them with one MPI message, not one each (and the senders they wake together
+send their next OPENs together, which the link coalesces).  A failed
+stream's DONE (it carries why) leaves at once.  (A short stream, carried
+whole by its OPEN, gets no DONE: its sender was done once it sent it.)
 
 *Failure.*  A failed host's link fails every waiter (:meth:`Credit.fail`);
 nothing more is sent to it, and a link made later starts failed.

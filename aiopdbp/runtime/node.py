@@ -176,7 +176,8 @@ class Node:
                                   submit=self.manager.submit, transport=transport)
         self.streams = StreamTable(self.rank, stream_window, self.tables, self.pps, self.cps_streams,
                                    self.router, submit=self.manager.submit, watch=self.manager.watch,
-                                   device=self.devices, peers=_StreamPeers(self._send_done, self._send_credit) if multi else None)
+                                   device=self.devices, peers=_StreamPeers(self._send_done, self._send_credit) if multi else None,
+                                   large=cfg.large if multi else None)
         #: arrays at least this large may travel from the sender's own buffer
         #: (``RemoteConfig.large``; None on one host: a local send always copies)
         self.owned_min: int | None = cfg.large if multi else None

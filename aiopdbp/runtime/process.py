@@ -468,8 +468,11 @@ class GP:
         ``data`` is one buffer/array (cut into ``segment_size``-byte segments,
         default 1 MiB; arrays along their first axis) or an iterable / async
         iterable of buffers or arrays produced over time.  Returns the number
-        of bytes sent, after the receiver has taken the whole stream.
-        ``timeout`` bounds the whole call.
+        of bytes sent, after the receiver has taken the whole stream -- but a
+        stream of one segment of at most 64 KiB travels whole in one record
+        and returns once sent (a copy taken), as :meth:`send` does: what its
+        receiver does with it is not reported back.  ``timeout`` bounds the
+        whole call.
 
         A device array is staged through pinned chunks across nodes (its
         segments are the chunks: ``min(segment_size, chunk_size)`` bytes of
@@ -478,11 +481,11 @@ class GP:
 
         Cancellation: a cancelled (or failing) sender sends an ABORT, so the
         receiver's stream ends with ``StreamError``; the binding is undone and
-        the pipes return to their pools.  A stream whose every byte had left
-        (one buffer of at most 64 KiB travels in its OPEN; a larger one once
-        its last segment was sent) may be read in full by the receiver: only
-        the wait for its delivery is cancelled -- after a ``TimeoutError``
-        too, so a retry may deliver the data twice.
+        the pipes return to their pools.  A short stream (one record) is sent
+        or not: cancelled while it waits for credit, nothing goes.  A larger
+        stream whose last segment had left may be read in full by the
+        receiver: only the wait for its delivery is cancelled -- after a
+        ``TimeoutError`` too, so a retry may deliver the data twice.
         """
         self._check()
         _check_com(com)

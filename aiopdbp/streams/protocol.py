@@ -22,12 +22,13 @@ Five CDU ops of kind ``STREAM`` (:class:`~aiopdbp.wire.mesp.StreamOp`): OPEN
 payload, which stands for a SEG 0 and an END of one segment), SEG ``segno``,
 END (``segno`` = number of segments, data = bytes sent), ABORT (data = why);
 from the receiver back on the control channel, DONE (whole, or why it gave
-up; the DONEs of streams taken whole in one loop iteration travel together)
-and CREDIT (``n`` more segments may come).
+up; the DONEs of one loop iteration travel together; none for a stream its
+OPEN carried whole, see below) and CREDIT (``n`` more segments may come).
 
 States (both sides, :class:`StreamState`)::
 
     OPENING --Opened/Open--> OPEN --End--> ENDING --Done--> DONE      (sender)
+    OPENING --SendWhole--> DONE             (sender: all of it in its OPEN)
     OPENING --Open--> OPEN --all segments + End verified--> DONE      (receiver)
     any live state --Cancel/Abort--> ABORTED      the sender gave up
     any live state --Close/Break/peer error--> BROKEN   receiver gave up,
@@ -69,11 +70,17 @@ fails the reader and tells the sender (``SendDone(error)``).
 *A fast path is the slow path that found it need not wait*: a stream whose
 one segment and END are known when it opens (its OPEN carries it whole) may
 say so in one event on each side: ``SendWhole(nbytes)`` on the sender is
-``Opened``, a staged ``SendSegment(nbytes)`` and ``End`` back to back (the
-END's credit taken, nothing to emit: the OPEN carried them); ``Whole(data,
-nbytes)`` on the receiver is ``Segment(0, data, nbytes)`` and ``End(1,
-nbytes)`` (``Deliver``, ``Finished``, ``SendDone(None)``).  Same states,
-same checks, one dispatch instead of three (a short stream feels each one).
+``Opened``, a staged ``SendSegment(nbytes)``, ``End`` and ``Done`` back to
+back (the END's credit taken, nothing to emit: the OPEN carried them;
+``Finished``); ``Whole(data, nbytes)`` on the receiver is ``Segment(0,
+data, nbytes)`` and ``End(1, nbytes)`` (``Deliver``, ``Finished``).  Same
+states, same checks, one dispatch instead of four (a short stream feels each
+one).  Such a stream is DONE for its sender once its OPEN is sent, as SPEC
+section 5 has it ("the sender waits until the whole stream is sent"), so
+the receiver answers it with no DONE: a short stream costs what a message
+costs, one record one way.  A longer stream's sender waits for the DONE
+instead, because its segments are paced by the receiver's credit anyway
+and the DONE bounds how many such streams one sender has open at a time.
 """
 
 from __future__ import annotations
@@ -297,6 +304,7 @@ class SendCredit(Event):
 
 
 _NONE: tuple[Event, ...] = ()
+_FINISHED: tuple[Event, ...] = (Finished(),)  # (an event carries no state: one serves every stream)
 
 
 def _ints(ev: Event, *values: object) -> None:
@@ -409,10 +417,13 @@ class SenderProtocol(_Side):
             if credits <= 0:
                 raise ProtocolError("the END without credit (window used up)")
             self.credits = credits - 1
-        self.state = _ENDING  # OPENING -> OPEN -> ENDING, both allowed: the three events in one
+        # OPENING -> OPEN -> ENDING -> DONE, all allowed: the four events in
+        # one.  Every byte left in the OPEN, and a stream is done for its
+        # sender once it is sent (SPEC section 5): no DONE comes back for it.
+        self.state = _DONE
         self.segno = 1
         self.nbytes = ev.nbytes
-        return _NONE
+        return _FINISHED
 
     def _credit(self, ev: Credit) -> tuple[Event, ...]:
         self._expect(ev, StreamState.OPENING, StreamState.OPEN, StreamState.ENDING)
@@ -550,7 +561,8 @@ class ReceiverProtocol(_Side):
         self.nbytes = ev.nbytes
         self.end = (1, ev.nbytes)
         self.state = _DONE
-        return (Deliver(ev.data), Finished(), SendDone(None))
+        # no SendDone: the sender was done once the OPEN left (SendWhole)
+        return (Deliver(ev.data), _FINISHED[0])
 
     def _abort(self, ev: Abort) -> tuple[Event, ...]:
         self._expect(ev, StreamState.OPENING, StreamState.OPEN)

@@ -156,8 +156,8 @@ class IncomingStream:
         self._proto.handle(_OPEN)
         self._ready: collections.deque[Any] = collections.deque()  # in order, not yet read
         self._error: BaseException | None = None
-        self._whole: Any = None  # the one segment of a stream whose OPEN carried it all
-        self._owned = False      # ... and it is a writable copy of its own
+        self._whole = False      # its OPEN carried it all (arrived_whole), and it is unread
+        self._owned = False      # ... and its one segment is a writable copy of its own
         # Segments landing in place: the array read() returns, and where the
         # next announced segment goes in it (see landing()).
         self._landed: np.ndarray[Any, np.dtype[np.uint8]] | None = None
@@ -194,12 +194,13 @@ class IncomingStream:
 
     def arrived_whole(self, data: Any, owned: bool = False) -> None:
         """The stream's OPEN carried all of it: ``data``, its one segment,
-        and its END.  They wait here, ahead of anything in PipeB, as they
-        would in PipeB; the protocol hears them when the GP reads, so the
-        sender's DONE still waits for the GP to take the stream.
-        ``owned``: ``data`` is a writable copy of its own (a short record's),
-        which :meth:`read` hands over as it is: its one copy was made."""
-        self._whole = data
+        and its END, which the protocol hears now (the stream is DONE:
+        nothing more comes, and its sender, done once it sent the OPEN,
+        waits for nothing).  ``owned``: ``data`` is a writable copy of its
+        own (a short record's), which :meth:`read` hands over as it is: its
+        one copy was made."""
+        self._apply(sp.Whole(data, int(data.nbytes) if hasattr(data, "nbytes") else len(data)))
+        self._whole = True
         self._owned = owned
 
     def landing(self, nbytes: int) -> Any | None:
@@ -295,11 +296,6 @@ class IncomingStream:
                 return data
             if self._proto.state is StreamState.DONE:
                 return None
-            whole = self._whole
-            if whole is not None:  # what the OPEN carried, as PipeB would have given it
-                self._whole = None
-                self._apply(sp.Whole(whole, int(whole.nbytes) if hasattr(whole, "nbytes") else len(whole)))
-                continue
             pipe = self.pipe
             if pipe is None:  # not reached: a whole stream is DONE (or failed) once fed
                 raise StreamError(f"stream {self.key} from {self.source!r} has nothing more to read")
@@ -342,11 +338,9 @@ class IncomingStream:
         broken (``aclose()`` it).
         """
         meta = self.meta
-        whole = self._whole
-        if whole is not None and out is None and not self._ready and self._error is None:
-            # The OPEN carried it all and nothing was read: one event, one copy.
-            self._whole = None
-            self._apply(sp.Whole(whole, int(whole.nbytes) if hasattr(whole, "nbytes") else len(whole)))
+        if self._whole and out is None and self._ready and self._error is None:
+            # The OPEN carried it all and nothing was read: one copy at most.
+            self._whole = False
             # (no Consumed: the stream is DONE, and a DONE stream gives no credit back)
             seg = self._ready.popleft()
             if meta.kind == "ndarray" and type(seg) is np.ndarray:
@@ -400,12 +394,19 @@ class IncomingStream:
         return memoryview(flat.data)
 
     async def aclose(self) -> None:
-        """Abandon the stream (idempotent).  The sender's ``send_stream``
-        fails with ``BrokenResourceError``; later reads raise ``StreamError``.
+        """Abandon the stream (idempotent): what was not read is dropped and
+        later reads raise ``StreamError``.  A sender still sending (or, for
+        a stream of several segments, waiting for its delivery) fails with
+        ``BrokenResourceError``; one whose stream travelled whole in its
+        OPEN had returned already.
 
         Cancellation: never suspends.
         """
         if self._proto.ended:
+            if self._ready:  # delivered, unread: dropped here, nobody to tell
+                self._ready.clear()
+                self._whole = False
+                self._error = StreamError(f"stream {self.key} was closed by its receiver")
             return
         self._error = StreamError(f"stream {self.key} was closed by its receiver")
         for act in self._proto.handle(sp.Close("receiver closed the stream")):

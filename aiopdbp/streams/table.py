@@ -30,10 +30,13 @@ table and the stream objects feed with what arrives:
   router: :meth:`StreamTable.open_whole`) or, when it does not fit one, a
   CDU record of ``segno`` :data:`EAGER_OPEN` -- and the meta is the
   record's (:func:`eager_meta`: no msgpack).  Such a stream binds
-  neither PipeA nor PipeB -- nothing of it follows the OPEN but, from a
-  sender cancelled after routing it, an ABORT that changes nothing -- and
-  the receiving GP's read feeds the segment and the END to the protocol
-  (:meth:`IncomingStream.arrived_whole`), as PipeB would have.  A CDU of a stream nobody
+  neither PipeA nor PipeB and nothing of it follows the OPEN: it is done for
+  its sender once the OPEN is routed (SPEC section 5: "the sender waits
+  until the whole stream is sent"; its bytes copied by then), arrives
+  complete (:meth:`IncomingStream.arrived_whole`: the protocol hears its
+  segment and END at once), and is the reader's like a message -- no row
+  in either MTA, no DONE back.  A local one goes the same way, a copy of
+  its own straight into the receiving GP's pipe.  A CDU of a stream nobody
   here knows is a ``ProtocolError`` of the protocol's :class:`Registry`
   (counted as ``stream_cdus_dropped``); one of a stream given up here is late
   and dropped quietly.
@@ -205,12 +208,13 @@ class OutgoingStream:
         """The OPEN was routed: segments may follow."""
         if self.proto.state is StreamState.OPENING:
             if self.carried:
-                # The OPEN just routed carried the one segment and the END: the
-                # protocol hears them now, before the receiver's DONE can come
-                # back (it could, before the sender's task resumes, and a DONE
-                # ahead of the END broke a stream that was delivered).  Nobody
-                # waits for ``routed``: the sender waits for the DONE alone.
+                # The OPEN just routed carried the one segment and the END:
+                # the stream is sent, so it is done (the protocol's SendWhole;
+                # its bytes were copied on the way or are a private copy, see
+                # open_outgoing).  Nobody waits for ``routed``.
                 self.proto.handle(sp.SendWhole(self.carried))
+                if not self.done.done():
+                    self.done.set_result(None)
                 return
             self.proto.handle(_OPENED)
             if not self.routed.done():
@@ -239,6 +243,10 @@ class OutgoingStream:
         why = "sender cancelled" if isinstance(exc, asyncio.CancelledError) else \
             f"sender failed: {type(exc).__name__}: {exc}"
         act = self.proto.handle(sp.Cancel(why))[0]
+        if self.carried:
+            # Its OPEN, which may still be on its way, is the whole stream:
+            # an ABORT behind it would find nothing to abort.
+            return
         item = self._cdu(why.encode(), act.segno, StreamOp.ABORT)  # type: ignore[attr-defined]
         if self.pipe_a is not None:
             self.pipe_a.force_put(item)
@@ -358,9 +366,18 @@ class _OpenRoute:
         self.target = target
         self.out = out
 
-    def put_to(self, pid: int, item: Any) -> None:
-        self.target.put_to(pid, item)
-        self.out.opened()
+    def put_to(self, pid: int, item: Any) -> bool | None:
+        put = self.target.put_to(pid, item)
+        out = self.out
+        if put is False and out.carried and out.incoming is not None:
+            # A stream carried whole to a local GP that left while its OPEN
+            # queued: nothing will break it later (it binds nothing), and its
+            # sender, done once the OPEN is routed, must not hear "sent".
+            names = out._names() if out._names is not None else ("?", "its receiver")
+            out.break_(BrokenResourceError(f"the stream was not received: GP {names[1]!r} left"))
+            return put
+        out.opened()
+        return put
 
 
 class StreamTable:
@@ -369,8 +386,11 @@ class StreamTable:
     def __init__(self, rank: int, window: int, tables: Tables, pps: PipePool, cps: PipePool,
                  router: Router, *, submit: Callable[[Any, int, Any], None],
                  watch: Callable[[Pipe[Any]], None], device: StreamDevices | None = None,
-                 peers: StreamPeers | None = None) -> None:
+                 peers: StreamPeers | None = None, large: int | None = None) -> None:
         self.rank = rank
+        #: payloads at least this large leave from the sender's own buffer
+        #: (``RemoteConfig.large``; None on one host)
+        self.large = large
         self.window = window
         self.tables = tables
         self.pps = pps
@@ -397,16 +417,17 @@ class StreamTable:
                             timeout: float | None, eager: Any = None) -> OutgoingStream:
         """Bind a stream from GP ``src_pid`` to GP ``pid`` and send its OPEN.
 
-        ``eager``: the stream's one (short) segment; a remote stream's OPEN
-        carries it and the END (``out.carried``), so the stream costs one CDU
-        each way.  The stream protocol sees the same events either way.
+        ``eager``: the stream's one (short) segment; the OPEN carries it and
+        the END (``out.carried``), so the stream costs one record, one way,
+        and is done once the OPEN is routed (as a message's send is).  The
+        stream protocol sees the same events as for segments and an END.
 
         Cancellation: whatever was bound is undone.
         """
         entry = self.tables.process(pid)
         sno = next(self._snos)
         key = (self.rank, sno)
-        whole = eager is not None and entry.node != self.rank and not meta.extra
+        whole = eager is not None and not meta.extra
         pipe_a: Pipe[Any] | None = None
         if not whole:  # a stream carried whole by its OPEN sends nothing through PipeA
             try:  # the awaits below only when they must wait: a short stream feels each one
@@ -418,18 +439,32 @@ class StreamTable:
         try:
             self.mta[key] = StreamEntry(pid, src_pid, sno, self.rank, -1 if pipe_a is None else pipe_a.pipe_id, -1)
             tgt = self.router.targets.get(pid) or await self.router.target(pid, timeout)
-            if entry.node == self.rank:
+            if entry.node == self.rank and whole:
+                # The whole stream, complete, straight into the receiving
+                # GP's pipe (no PipeB): a copy of its own, as a local send
+                # takes one, since the sender returns once it is there.
+                incoming = self._new_incoming(key, src_pid, pid, meta, whole=True)
+                incoming.arrived_whole(eager.copy() if type(eager) is np.ndarray else bytearray(eager), owned=True)
+                target: Target = tgt
+                open_item: Any = incoming
+            elif entry.node == self.rank:
                 pipe_b = await self.pps.apply()
                 incoming = self._new_incoming(key, src_pid, pid, meta, pipe_b)
-                target: Target = pipe_b
-                open_item: Any = incoming
+                target = pipe_b
+                open_item = incoming
             else:
                 target = tgt
                 meta.window = self.window
                 if whole:
                     # The whole stream in its OPEN: the record is the meta
                     # (the payload's kind, dtype and shape), a short record
-                    # among the messages when it fits (the link decides)
+                    # among the messages when it fits (the link decides).
+                    # The sender returns once it is routed: below ``large``
+                    # the link copies it on the way; at or above, the link
+                    # would send it from this very buffer, so it gets a copy
+                    # of its own (as GP.send takes a snapshot).
+                    if self.large is not None and eager.nbytes >= self.large:
+                        eager = eager.copy() if type(eager) is np.ndarray else memoryview(bytearray(eager))
                     open_item = ShortStream((None, Kind.STREAM, meta.com, eager, src_pid, sno, self.window,
                                              self.rank))
                 else:
@@ -508,6 +543,10 @@ class StreamTable:
             pipe_b.capacity = window
         cls = IncomingStream if self.device is None else self.device.stream_class(meta, dest_pid)
         stream = cls(self, key, self.tables.name_of(src_pid), pipe_b, window, src_pid, dest_pid, meta)
+        if whole:
+            # complete on arrival, nothing more comes and nobody waits on it:
+            # no binding to keep (it is the reader's, like a message)
+            return stream
         self._in.add(key, stream)
         pipe_id = -1 if pipe_b is None else pipe_b.pipe_id
         row = self.mta.get(key)
