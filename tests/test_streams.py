@@ -535,7 +535,8 @@ async def test_send_stream_timeout_bounds_opening_the_stream(blocked_on: str) ->
         async with node.process("c"), node.process("p") as p:
             if blocked_on == "receiver_pipe_full":
                 await p.send("c", b"fill")
-            sender = asyncio.create_task(p.send_stream("c", b"data", timeout=0.02))
+            # segments: a stream that binds a pipe (one carried whole needs none)
+            sender = asyncio.create_task(p.send_stream("c", b"data", segment_size=2, timeout=0.02))
             outcome = await _outcome(sender, guard=0.3)
             assert isinstance(outcome, TimeoutError)
 

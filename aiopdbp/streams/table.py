@@ -437,7 +437,8 @@ class StreamTable:
         incoming: IncomingStream | None = None
         out: OutgoingStream | None = None
         try:
-            self.mta[key] = StreamEntry(pid, src_pid, sno, self.rank, -1 if pipe_a is None else pipe_a.pipe_id, -1)
+            if pipe_a is not None:  # (a stream carried whole binds no pipe: no MTA row)
+                self.mta[key] = StreamEntry(pid, src_pid, sno, self.rank, pipe_a.pipe_id, -1)
             tgt = self.router.targets.get(pid) or await self.router.target(pid, timeout)
             if entry.node == self.rank and whole:
                 # The whole stream, complete, straight into the receiving
