@@ -649,6 +649,29 @@ async def test_read_returns_segments_landed_in_place_without_a_copy() -> None:
     assert np.shares_memory(np.frombuffer(got, np.uint8), parts[0])  # the landed array itself
 
 
+async def test_read_begun_before_the_first_segment_returns_the_landed_array(pdbp_spawn) -> None:
+    # The usual order: the reader takes the stream at its OPEN and waits in
+    # read(); only then does the first segment's header arrive and take the
+    # landing array.  read() must return that array, not gather a copy.
+    from aiopdbp.routing.pipes import Pipe
+    from aiopdbp.streams.receiver import IncomingStream, StreamMeta
+    from aiopdbp.wire.mesp import CDU, Kind, StreamOp
+
+    pipe: Pipe[Any] = Pipe(16)
+    stream = IncomingStream(_LandingOwner(), (1, 1), "src", pipe, 8, meta=StreamMeta(nbytes=200))
+    reading = await pdbp_spawn(stream.read())
+    assert not reading.done()
+    parts = [stream.landing(100), stream.landing(100)]
+    for i, part in enumerate(parts, 1):
+        part[:] = i
+        pipe.force_put(CDU(Kind.STREAM, 5, (0,), part, segno=i - 1, sno=1, source_n=1))
+    pipe.force_put(CDU(Kind.STREAM, 5, (0,), (200).to_bytes(8, "little"), segno=2, sno=1, source_n=1,
+                       op=StreamOp.END))
+    got = await reading
+    assert bytes(got) == bytes([1] * 100 + [2] * 100)
+    assert np.shares_memory(np.frombuffer(got, np.uint8), parts[0])  # the landed array itself
+
+
 async def test_read_gathers_right_when_a_segment_did_not_land_in_place() -> None:
     # Segment 2 came another way, so segment 3 landed where segment 2 belongs:
     # copying segment 2 into the landed array would overwrite segment 3.

@@ -352,12 +352,22 @@ class IncomingStream:
         if meta.nbytes is not None and self._proto.next == len(self._ready):  # nothing read yet
             # numpy's allocator asks the kernel for huge pages on big buffers,
             # which makes first-touch page faults several times cheaper.
-            landed = self._landed if out is None else None
-            flat = landed if landed is not None else _flat_bytes(out, meta.nbytes)
+            # The array segments land in is taken when the first segment's
+            # header arrives, usually after this read began: look for it at
+            # the first segment, not before.
+            flat: Any = None if out is None else _flat_bytes(out, meta.nbytes)
+            landed: Any = None
             pos = 0
             while (seg := await self._next_segment()) is not None:
                 b = _as_u8(seg)
-                if landed is not None and b.size and b.ctypes.data != landed.ctypes.data + pos:
+                if flat is None:   # the first segment: in the landing array, or gathered
+                    landed = self._landed
+                    if landed is None or not b.size or b.ctypes.data != landed.ctypes.data:
+                        landed = None
+                        flat = np.empty(meta.nbytes, dtype=np.uint8)
+                    else:
+                        flat = landed
+                elif landed is not None and b.size and b.ctypes.data != landed.ctypes.data + pos:
                     # Not landed in its place (it came another way): from
                     # here on gather into a fresh array, since later
                     # segments may sit where this one belongs.
@@ -367,6 +377,8 @@ class IncomingStream:
                 if landed is None:
                     flat[pos:pos + b.size] = b
                 pos += b.size
+            if flat is None:  # no segment at all
+                flat = np.empty(0, dtype=np.uint8)
             if meta.kind == "ndarray":
                 return flat[:pos].view(np.dtype(meta.dtype)).reshape(meta.shape)
             return memoryview(flat[:pos].data)
