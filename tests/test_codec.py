@@ -23,6 +23,7 @@ from aiopdbp.wire.codec import Decoder, decode, encode_block, encode_cdu, encode
 
 from aiopdbp.wire.mesp import ALIGN, CDU, CONTROL_SCHEMAS, VERSION, Control, Kind, Limits, MsgType, StreamOp, frame_size, peek_header
 
+from aiopdbp.wire.message import CREDIT_OVERHEAD
 from aiopdbp.wire.shorts import encode_shorts
 from aiopdbp.errors import ProtocolError
 
@@ -860,9 +861,11 @@ def test_short_stream_record_takes_its_place_among_the_messages_of_its_run() -> 
 
 
 def test_short_stream_record_refused_by_the_callback_is_left_out_but_counted() -> None:
+    # counted as its sender charged it: its bytes and a record's overhead
+    # (the run's items each add one overhead where the runs are placed)
     frame = encode_shorts([(5, 2, Kind.STREAM, 0, (7, 16, b"seg")), (5, 2, Kind.SHORT, 0, b"m")])
     runs = decode_shorts(frame, make=Message, stream=lambda *a: None)
-    assert [(d, [m.data for m in run], n) for d, run, n in runs] == [(5, [b"m"], 4)]
+    assert [(d, [m.data for m in run], n) for d, run, n in runs] == [(5, [b"m"], 4 + CREDIT_OVERHEAD)]
 
 
 def test_short_stream_record_without_a_stream_callback_is_protocol_error() -> None:

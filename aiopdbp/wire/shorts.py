@@ -50,6 +50,7 @@ from aiopdbp.wire.mesp import (
     byte_view,
     read_header,
 )
+from aiopdbp.wire.message import CREDIT_OVERHEAD
 from aiopdbp.wire.payload import decode_short_ndarray, encode_payload
 
 __all__ = [
@@ -246,6 +247,8 @@ def decode_short_runs(mv: memoryview, count: int, names: Mapping[int, str] | Non
             item = stream(dest, src, source, com, sno, window, data)
             if item is not None:
                 append(item)
+            else:  # refused: not in the run, but its credit (with the record's overhead) comes back
+                n += CREDIT_OVERHEAD
             sno = -1
         run_bytes += n
     if off != end:
@@ -271,7 +274,11 @@ def decode_shorts(buf: Buffer, *, names: Mapping[int, str] | None = None,
     ``"<pid N>"``, when it has none) or, with
     no ``names``, the pid; ``kind`` a :class:`Kind`; ``data`` a ``bytes``
     copy, an array of its own, or None; ``payload_bytes`` counts an array's
-    data bytes (its credit), not its meta.  Raises only :class:`ProtocolError`.
+    data bytes (its credit), not its meta, and for a stream record
+    ``stream`` refused (None: left out of the run) its bytes and
+    :data:`~aiopdbp.wire.message.CREDIT_OVERHEAD`, as its sender charged
+    it (the run's records each add one overhead where they are placed).
+    Raises only :class:`ProtocolError`.
     """
     if type(buf) is memoryview and buf.format == "B" and buf.ndim == 1 and len(buf) >= 8:
         # the receive path's case: one header check, no generic dispatch
