@@ -455,8 +455,7 @@ class HostLink:
         if type(item) is not Message:
             if type(item) is ShortStream:  # a stream whole in its OPEN: a short record if it fits
                 try:
-                    if not self._put_short(pid, item, _STREAM_HEAD(item[5], item[6])):
-                        self._put_cdu(item.cdu(pid))
+                    self._put_stream(pid, item)
                 except BaseException:  # refused: nothing queued, its credit goes back
                     self._cdus -= 1
                     self.grant(pid, CREDIT_OVERHEAD + item[3].nbytes)
@@ -492,19 +491,28 @@ class HostLink:
 
     def offer(self, pid: int, nbytes: int, fields: tuple[str, Kind, int, Any, int]) -> bool:
         """Target protocol: reserve ``nbytes`` of GP ``pid``'s credit and put
-        the message ``fields`` in one step, when neither has to wait; False
-        (nothing taken) otherwise -- the caller then takes the waiting path."""
+        the message ``fields`` (or a :class:`ShortStream`) in one step, when
+        neither has to wait; False (nothing taken) otherwise -- the caller
+        then takes the waiting path."""
         if self.error is not None or not self._admit(pid, nbytes):
             return False
         self._cdus += 1
         try:
-            if not self._put_short(pid, fields):
+            if type(fields) is ShortStream:
+                self._put_stream(pid, fields)
+            elif not self._put_short(pid, fields):
                 self._put_cdu(CDU(fields[1], fields[4], (pid,), fields[3], fields[2]))
         except BaseException:  # refused by the encoder: nothing was queued, the credit goes back
             self._cdus -= 1
             self.grant(pid, nbytes)
             raise
         return True
+
+    def _put_stream(self, pid: int, item: ShortStream) -> None:
+        """A stream whole in its OPEN: a short record (its head, sno and
+        window, first) if it fits, else a full CDU record."""
+        if not self._put_short(pid, item, _STREAM_HEAD(item[5], item[6])):
+            self._put_cdu(item.cdu(pid))
 
     def _put_short(self, pid: int, fields: tuple[Any, ...], head: bytes = b"") -> bool:
         """Encode a message ``(source, kind, com, data, source_pid)`` as a

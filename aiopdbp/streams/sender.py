@@ -314,19 +314,24 @@ async def run_sender(streams: StreamTable, sender: int, pid: int, meta: StreamMe
     from GP ``sender`` to GP ``pid`` in the node's stream table ``streams``,
     send what ``source`` yields under the stream protocol
     (:mod:`aiopdbp.streams.protocol`: a credit or pipe slot per segment), the END,
-    and wait until the receiver has it all; returns the bytes sent.  On
-    failure or cancellation the receiver gets an ABORT.  ``what`` names the
-    stream in timeout errors.
+    and wait until the receiver has it all; returns the bytes sent.  A
+    stream its OPEN carries whole is done once that is routed: first without
+    waiting (:meth:`StreamTable.send_whole_nowait`, no handle made), else
+    through :meth:`StreamTable.open_outgoing`.  On failure or cancellation
+    the receiver gets an ABORT.  ``what`` names the stream in timeout errors.
 
     Cancellation: the receiver's stream is aborted; the binding is undone.
     """
+    eager = source.single()
+    if eager is not None and streams.send_whole_nowait(sender, pid, meta, eager):
+        return int(eager.nbytes)  # sent whole, nothing had to wait: done (the source was one buffer)
     try:
         if timeout is None:  # no timeout context to enter and leave: short streams feel it
-            out = await streams.open_outgoing(sender, pid, meta, timeout, eager=source.single())
+            out = await streams.open_outgoing(sender, pid, meta, timeout, eager=eager)
         else:
             try:
                 async with asyncio.timeout(timeout):
-                    out = await streams.open_outgoing(sender, pid, meta, timeout, eager=source.single())
+                    out = await streams.open_outgoing(sender, pid, meta, timeout, eager=eager)
             except TimeoutError:
                 raise TimeoutError(f"{what} could not be opened within {timeout} s") from None
     except BaseException:

@@ -386,7 +386,8 @@ class StreamTable:
     def __init__(self, rank: int, window: int, tables: Tables, pps: PipePool, cps: PipePool,
                  router: Router, *, submit: Callable[[Any, int, Any], None],
                  watch: Callable[[Pipe[Any]], None], device: StreamDevices | None = None,
-                 peers: StreamPeers | None = None, large: int | None = None) -> None:
+                 peers: StreamPeers | None = None, large: int | None = None,
+                 offer: Callable[[Target, int, int, Any], bool] | None = None) -> None:
         self.rank = rank
         #: payloads at least this large leave from the sender's own buffer
         #: (``RemoteConfig.large``; None on one host)
@@ -401,6 +402,7 @@ class StreamTable:
         #: this host's MTA rows: its outgoing streams (PipeA) and incoming ones (PipeB)
         self.mta: dict[tuple[int, int], StreamEntry] = {}
         self._submit = submit
+        self._offer = offer   # the PipeManager's no-wait path (send_whole_nowait)
         self._watch = watch
         self._snos = itertools.count(1)
         self._out: dict[tuple[int, int], OutgoingStream] = {}
@@ -413,6 +415,33 @@ class StreamTable:
         self.dropped = 0
 
     # --------------------------------------------------------------- sending
+    def _whole_record(self, src_pid: int, sno: int, com: int, eager: Any) -> ShortStream:
+        """The OPEN of a stream it carries whole, for another host: a short
+        record among the messages when it fits (the link decides), its meta
+        the payload's kind, dtype and shape.  Its sender is done once it is
+        routed: below ``large`` the link copies it on the way; at or above,
+        the link would send it from this very buffer, so it gets a copy of
+        its own (as GP.send takes a snapshot)."""
+        if self.large is not None and eager.nbytes >= self.large:
+            eager = eager.copy() if type(eager) is np.ndarray else memoryview(bytearray(eager))
+        return ShortStream((None, Kind.STREAM, com, eager, src_pid, sno, self.window, self.rank))
+
+    def send_whole_nowait(self, src_pid: int, pid: int, meta: StreamMeta, eager: Any) -> bool:
+        """Send a stream its OPEN carries whole (``eager``, its one segment)
+        to GP ``pid`` on another host in one step, when nothing has to wait
+        (the GP's binding and credit there, nothing queued ahead): True once
+        it is routed, which ends it for its sender (the protocol's
+        ``SendWhole``: OPENING and DONE in the same step, so no state is kept
+        and nothing can break it after).  False, having done nothing: then
+        :meth:`open_outgoing`, which waits.  Like ``try_send`` for a message:
+        the common case costs no coroutine and no handle."""
+        offer = self._offer
+        tgt = self.router.targets.get(pid)
+        if offer is None or tgt is None or not tgt.remote or meta.extra:
+            return False
+        item = self._whole_record(src_pid, next(self._snos), meta.com, eager)
+        return offer(tgt, pid, CREDIT_OVERHEAD + int(eager.nbytes), item)
+
     async def open_outgoing(self, src_pid: int, pid: int, meta: StreamMeta,
                             timeout: float | None, eager: Any = None) -> OutgoingStream:
         """Bind a stream from GP ``src_pid`` to GP ``pid`` and send its OPEN.
@@ -457,17 +486,7 @@ class StreamTable:
                 target = tgt
                 meta.window = self.window
                 if whole:
-                    # The whole stream in its OPEN: the record is the meta
-                    # (the payload's kind, dtype and shape), a short record
-                    # among the messages when it fits (the link decides).
-                    # The sender returns once it is routed: below ``large``
-                    # the link copies it on the way; at or above, the link
-                    # would send it from this very buffer, so it gets a copy
-                    # of its own (as GP.send takes a snapshot).
-                    if self.large is not None and eager.nbytes >= self.large:
-                        eager = eager.copy() if type(eager) is np.ndarray else memoryview(bytearray(eager))
-                    open_item = ShortStream((None, Kind.STREAM, meta.com, eager, src_pid, sno, self.window,
-                                             self.rank))
+                    open_item = self._whole_record(src_pid, sno, meta.com, eager)
                 else:
                     open_item = CDU(Kind.STREAM, src_pid, (pid,), pack_meta(meta), meta.com, 0, sno, 0,
                                     self.rank, (), StreamOp.OPEN)
