@@ -738,6 +738,7 @@ async def test_stream_arrived_whole_binds_nothing(pdbp_node) -> None:
     assert pdbp_node.stats().streams_in == 0
 
 
-async def test_stream_arrived_whole_without_a_window_is_refused(pdbp_node) -> None:
+async def test_stream_arrived_whole_without_a_window_is_dropped_and_counted(pdbp_node) -> None:
+    before = pdbp_node.stats().dropped
     assert pdbp_node.streams.open_whole(1, 99, 5, "src", 0, 9, 0, bytearray(b"no window")) is None
-    assert pdbp_node.stats().streams_in == 0
+    assert pdbp_node.stats().streams_in == 0 and pdbp_node.stats().dropped == before + 1

@@ -553,16 +553,19 @@ class StreamTable:
 
     # ------------------------------------------------------------- receiving
     def _new_incoming(self, key: tuple[int, int], src_pid: int, dest_pid: int,
-                      meta: StreamMeta, pipe_b: Pipe[Any] | None = None, whole: bool = False) -> IncomingStream:
+                      meta: StreamMeta, pipe_b: Pipe[Any] | None = None, whole: bool = False,
+                      source: str | None = None) -> IncomingStream:
         """The receiving end of stream ``key``; ``whole``: its OPEN carried
-        all of it, so it needs no PipeB (nothing more comes)."""
+        all of it, so it needs no PipeB (nothing more comes); ``source``: the
+        sender's name, when the caller has it already."""
         window = max(self.window, meta.window)
         if pipe_b is None and not whole:
             pipe_b = self.pps.apply_nowait()
         if pipe_b is not None:
             pipe_b.capacity = window
         cls = IncomingStream if self.device is None else self.device.stream_class(meta, dest_pid)
-        stream = cls(self, key, self.tables.name_of(src_pid), pipe_b, window, src_pid, dest_pid, meta)
+        stream = cls(self, key, self.tables.name_of(src_pid) if source is None else source, pipe_b, window,
+                     src_pid, dest_pid, meta)
         if whole:
             # complete on arrival, nothing more comes and nobody waits on it:
             # no binding to keep (it is the reader's, like a message)
@@ -623,16 +626,15 @@ class StreamTable:
         """A stream from ``host`` arrived whole in a short record (the
         router's :class:`~aiopdbp.routing.router.WholeStreams`): its
         incoming stream, for the router to put in GP ``dest``'s pipe among
-        the messages around it -- or None when it cannot be received (its
-        sender is told).  ``data`` is the segment, a copy of its own."""
-        key = (host, sno)
-        if key in self._in.live:
-            return None  # a second OPEN of a live stream: dropped, as place() drops it
+        the messages around it -- or None when its record is malformed
+        (dropped and counted: its sender, done once it sent it, waits for
+        nothing).  ``data`` is the segment, a copy of its own."""
         try:
-            stream = self._new_incoming(key, src_pid, dest, _whole_meta(data, com, window), whole=True)
-        except (NoPipeError, ProtocolError) as exc:
-            if self.peers is not None:
-                self.peers.send_done(host, key, f"cannot receive the stream: {exc}")
+            stream = self._new_incoming((host, sno), src_pid, dest, _whole_meta(data, com, window), whole=True,
+                                        source=source if type(source) is str else None)
+        except ProtocolError as exc:
+            self.dropped += 1
+            log.debug("host %d: a stream record dropped: %s", host, exc)
             return None
         stream.arrived_whole(data, owned=True)
         return stream
