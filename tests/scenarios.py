@@ -531,6 +531,34 @@ async def short_streams_of_signed_bytes_arrive(ctx: Ctx) -> None:
     assert_empty(me)
 
 
+class _ArraySubclass(np.ndarray):  # e.g. np.memmap: an ndarray all the same
+    pass
+
+
+@scenario()
+async def short_streams_of_an_ndarray_subclass_arrive_as_arrays(ctx: Ctx) -> None:
+    """A short stream (carried whole by its OPEN) of an ndarray subclass, below
+    and at or above ``RemoteConfig.large`` (where the sender takes a private
+    copy), arrives as an array of the sender's dtype and shape, to a GP of
+    this host or of another."""
+    me = await ctx.process("gp", ctx.rank)
+    dest = ctx.name("gp", (ctx.rank + 1) % ctx.size)
+    await ctx.lookup(dest)
+    rows = (256, 2500)  # 4 KiB and 40000 bytes of (rows, 4) int32
+    for n in rows:
+        await me.send_stream(dest, np.arange(n * 4, dtype=np.int32).reshape(n, 4).view(_ArraySubclass),
+                             timeout=ctx.timeout)
+    for n in rows:
+        item = await me.recv(timeout=ctx.timeout)
+        assert isinstance(item, IncomingStream), item
+        got = await item.read()
+        assert isinstance(got, np.ndarray), f"a stream of {n * 16} bytes of an ndarray subclass read as {got!r:.60}"
+        assert (got.dtype, got.shape) == (np.dtype(np.int32), (n, 4)), (got.dtype, got.shape)
+        assert (got.reshape(-1) == np.arange(n * 4)).all()
+    await ctx.barrier("done")
+    assert_empty(me)
+
+
 @scenario(remote=RemoteConfig(gp_window=64 << 10))
 async def refused_payloads_hold_no_credit(ctx: Ctx) -> None:
     """Arrays the wire cannot carry raw (a structured dtype, more than 32

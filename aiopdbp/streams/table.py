@@ -144,6 +144,16 @@ def _whole_meta(data: Any, com: int, window: Any) -> StreamMeta:
 _OPENED, _DONE_WHOLE = sp.Opened(), sp.Done()  # (DONE of a stream taken whole)
 
 
+def _own_copy(data: Any) -> Any:
+    """A private copy of a short stream's one segment, as its receiver reads
+    it: an array of any ndarray subclass (np.memmap, say) as a plain
+    ndarray -- the receiver takes only a plain one for an array, and would
+    read a subclass as bytes -- and any other buffer as a bytearray."""
+    if isinstance(data, np.ndarray):
+        return data.copy() if type(data) is np.ndarray else np.array(data)
+    return bytearray(data)
+
+
 def _nbytes(data: Any) -> int:
     return int(data.nbytes) if hasattr(data, "nbytes") else len(data)
 
@@ -445,7 +455,7 @@ class StreamTable:
                 # GP's pipe (no PipeB): a copy of its own, as a local send
                 # takes one, since the sender returns once it is there.
                 incoming = self._new_incoming(key, src_pid, pid, meta, whole=True)
-                incoming.arrived_whole(eager.copy() if type(eager) is np.ndarray else bytearray(eager), owned=True)
+                incoming.arrived_whole(_own_copy(eager), owned=True)
                 target: Target = tgt
                 open_item: Any = incoming
             elif entry.node == self.rank:
@@ -465,7 +475,9 @@ class StreamTable:
                     # would send it from this very buffer, so it gets a copy
                     # of its own (as GP.send takes a snapshot).
                     if self.large is not None and eager.nbytes >= self.large:
-                        eager = eager.copy() if type(eager) is np.ndarray else memoryview(bytearray(eager))
+                        eager = _own_copy(eager)
+                        if type(eager) is bytearray:  # the record's bytes are a memoryview (nbytes)
+                            eager = memoryview(eager)
                     open_item = ShortStream((None, Kind.STREAM, meta.com, eager, src_pid, sno, self.window,
                                              self.rank))
                 else:
