@@ -1670,6 +1670,58 @@ async def short_stream_sender_cancelled_before_it_left(ctx: Ctx) -> None:
 
 
 @scenario()
+async def short_stream_sender_cancelled_while_its_open_queues_sends_nothing(ctx: Ctx) -> None:
+    """A short stream whose OPEN queues behind another stream's segments
+    (the PipeManager has not routed it yet) and whose sender is cancelled
+    then is not sent: the receiver gets the other stream and the message sent
+    next, not the cancelled stream nor the bytes its buffer held after the
+    cancel; its credit came back (a later short stream goes)."""
+    snd_r, rcv_r = ctx.owner(0), ctx.owner(1)
+    rcv_name = ctx.name("rcv")
+    blob = pattern("sscq", 4096)
+
+    async def sender() -> None:
+        snd = await ctx.process("snd")
+        bulk = await ctx.process("bulk")
+        await ctx.lookup(rcv_name)
+        buf = bytearray(b"A" * 100)
+        # 64 segments: their sender puts a window of them in its stream pipe at once
+        long = asyncio.create_task(bulk.send_stream(rcv_name, blob, segment_size=64, timeout=ctx.timeout))
+        short = asyncio.create_task(snd.send_stream(rcv_name, buf, timeout=ctx.timeout))
+        await asyncio.sleep(0)  # both ran up to their first wait
+        assert not short.done(), "the short stream's OPEN did not queue behind the segments"
+        short.cancel()
+        try:
+            await short
+        except asyncio.CancelledError:
+            pass
+        else:
+            raise AssertionError("cancelled send_stream returned")
+        buf[:] = b"B" * 100  # the caller's again
+        await snd.send(rcv_name, b"after", timeout=ctx.timeout)
+        assert await long == len(blob)
+        assert await snd.send_stream(rcv_name, blob[:100], timeout=ctx.timeout) == 100
+        assert not ctx.node.stats().streams_out
+
+    async def receiver() -> None:
+        rcv = await ctx.process("rcv")
+        st = await rcv.recv(timeout=ctx.timeout)
+        assert isinstance(st, IncomingStream), st
+        assert bytes(await st.read()) == blob
+        msg = await rcv.recv(timeout=ctx.timeout)
+        assert isinstance(msg, Message), f"the cancelled stream arrived: {msg!r}"
+        assert msg.data == b"after", msg
+        st = await rcv.recv(timeout=ctx.timeout)
+        assert isinstance(st, IncomingStream), st
+        assert bytes(await st.read()) == blob[:100]
+        assert_empty(rcv)
+
+    await on_ranks(ctx, (snd_r, sender), (rcv_r, receiver))
+    await ctx.barrier("done")
+    assert not (ctx.node.stats().streams_in or ctx.node.stats().streams_out)
+
+
+@scenario()
 async def receiver_leaves_midstream(ctx: Ctx) -> None:
     """A receiving GP that frees itself while a stream to it is in flight
     makes the sender's send_stream raise BrokenResourceError (no hang); the

@@ -377,14 +377,24 @@ class _OpenRoute:
         self.out = out
 
     def put_to(self, pid: int, item: Any) -> bool | None:
-        put = self.target.put_to(pid, item)
         out = self.out
-        if put is False and out.carried and out.incoming is not None:
-            # A stream carried whole to a local GP that left while its OPEN
-            # queued: nothing will break it later (it binds nothing), and its
-            # sender, done once the OPEN is routed, must not hear "sent".
+        if out.carried and (out.done.cancelled() or out.proto.state is StreamState.ABORTED):
+            # A stream carried whole whose sender gave up (cancelled, timed
+            # out: its wait cancelled ``done``) while its OPEN queued here: it
+            # is not sent (GP.send_stream: "sent or not"), so the caller's
+            # buffer, its own again since the CancelledError, is not read
+            # now; its credit goes back.
+            self.target.unreserve(pid, CREDIT_OVERHEAD + out.carried)
+            return True
+        put = self.target.put_to(pid, item)
+        if put is False and out.carried:
+            # A stream carried whole to a local GP that left, or to a host
+            # whose link failed, while its OPEN queued: nothing will break it
+            # later (it binds nothing), and its sender, done once the OPEN is
+            # routed, must not hear "sent".
             names = out._names() if out._names is not None else ("?", "its receiver")
-            out.break_(BrokenResourceError(f"the stream was not received: GP {names[1]!r} left"))
+            why = f"GP {names[1]!r} left" if out.incoming is not None else f"host {out.host} is gone"
+            out.break_(BrokenResourceError(f"the stream was not received: {why}"))
             return put
         out.opened()
         return put
