@@ -516,7 +516,7 @@ async def short_streams_of_signed_bytes_arrive(ctx: Ctx) -> None:
     await ctx.lookup(dest)
     datas = [array.array("b", bytes([ctx.rank + i]) * (100 + i)) for i in range(3)]
     datas += [memoryview(bytearray(bytes([ctx.rank + 7]) * 50)).cast("c")]
-    # (send_stream returns once the receiver read the stream: receive meanwhile)
+    # (sent concurrently: several short stream records in one loop iteration)
     sending = asyncio.gather(*(me.send_stream(dest, d, timeout=ctx.timeout) for d in datas))
     prev = (ctx.rank - 1) % ctx.size
     want = sorted([bytes([prev + i]) * (100 + i) for i in range(3)] + [bytes([prev + 7]) * 50])
