@@ -618,8 +618,8 @@ class StreamTable:
             return
         if found.pipe is not None:
             found.pipe.force_put(cdu)  # the stream's credit window bounds what comes
-        # else its OPEN carried it whole, END included: only the ABORT of a
-        # sender cancelled after routing the OPEN can follow, and changes nothing
+        # (a stream carried whole by its OPEN is in no table here, and its
+        # sender sends nothing after the OPEN, not even an ABORT)
 
     def open_whole(self, host: int, dest: int, src_pid: int, source: Any, com: int, sno: int, window: int,
                    data: Any) -> IncomingStream | None:
@@ -627,7 +627,8 @@ class StreamTable:
         router's :class:`~aiopdbp.routing.router.WholeStreams`): its
         incoming stream, for the router to put in GP ``dest``'s pipe among
         the messages around it -- or None when it cannot be received (its
-        sender is told).  ``data`` is the segment, a copy of its own."""
+        sender is told, which changes nothing: it was done once it sent the
+        record).  ``data`` is the segment, a copy of its own."""
         key = (host, sno)
         if key in self._in.live:
             return None  # a second OPEN of a live stream: dropped, as place() drops it
