@@ -516,7 +516,7 @@ async def short_streams_of_signed_bytes_arrive(ctx: Ctx) -> None:
     await ctx.lookup(dest)
     datas = [array.array("b", bytes([ctx.rank + i]) * (100 + i)) for i in range(3)]
     datas += [memoryview(bytearray(bytes([ctx.rank + 7]) * 50)).cast("c")]
-    # (send_stream returns once the receiver read the stream: receive meanwhile)
+    # (sent concurrently: several short stream records in one loop iteration)
     sending = asyncio.gather(*(me.send_stream(dest, d, timeout=ctx.timeout) for d in datas))
     prev = (ctx.rank - 1) % ctx.size
     want = sorted([bytes([prev + i]) * (100 + i) for i in range(3)] + [bytes([prev + 7]) * 50])
@@ -527,6 +527,34 @@ async def short_streams_of_signed_bytes_arrive(ctx: Ctx) -> None:
         got.append(bytes(await item.read()))
     assert sorted(got) == want
     assert await sending == [100, 101, 102, 50]
+    await ctx.barrier("done")
+    assert_empty(me)
+
+
+class _ArraySubclass(np.ndarray):  # e.g. np.memmap: an ndarray all the same
+    pass
+
+
+@scenario()
+async def short_streams_of_an_ndarray_subclass_arrive_as_arrays(ctx: Ctx) -> None:
+    """A short stream (carried whole by its OPEN) of an ndarray subclass, below
+    and at or above ``RemoteConfig.large`` (where the sender takes a private
+    copy), arrives as an array of the sender's dtype and shape, to a GP of
+    this host or of another."""
+    me = await ctx.process("gp", ctx.rank)
+    dest = ctx.name("gp", (ctx.rank + 1) % ctx.size)
+    await ctx.lookup(dest)
+    rows = (256, 2500)  # 4 KiB and 40000 bytes of (rows, 4) int32
+    for n in rows:
+        await me.send_stream(dest, np.arange(n * 4, dtype=np.int32).reshape(n, 4).view(_ArraySubclass),
+                             timeout=ctx.timeout)
+    for n in rows:
+        item = await me.recv(timeout=ctx.timeout)
+        assert isinstance(item, IncomingStream), item
+        got = await item.read()
+        assert isinstance(got, np.ndarray), f"a stream of {n * 16} bytes of an ndarray subclass read as {got!r:.60}"
+        assert (got.dtype, got.shape) == (np.dtype(np.int32), (n, 4)), (got.dtype, got.shape)
+        assert (got.reshape(-1) == np.arange(n * 4)).all()
     await ctx.barrier("done")
     assert_empty(me)
 
@@ -1634,6 +1662,58 @@ async def short_stream_sender_cancelled_before_it_left(ctx: Ctx) -> None:
         assert isinstance(st, IncomingStream), st
         assert bytes(await st.read()) == blob[:100]
         assert not ctx.node.stats().streams_in
+        assert_empty(rcv)
+
+    await on_ranks(ctx, (snd_r, sender), (rcv_r, receiver))
+    await ctx.barrier("done")
+    assert not (ctx.node.stats().streams_in or ctx.node.stats().streams_out)
+
+
+@scenario()
+async def short_stream_sender_cancelled_while_its_open_queues_sends_nothing(ctx: Ctx) -> None:
+    """A short stream whose OPEN queues behind another stream's segments
+    (the PipeManager has not routed it yet) and whose sender is cancelled
+    then is not sent: the receiver gets the other stream and the message sent
+    next, not the cancelled stream nor the bytes its buffer held after the
+    cancel; its credit came back (a later short stream goes)."""
+    snd_r, rcv_r = ctx.owner(0), ctx.owner(1)
+    rcv_name = ctx.name("rcv")
+    blob = pattern("sscq", 4096)
+
+    async def sender() -> None:
+        snd = await ctx.process("snd")
+        bulk = await ctx.process("bulk")
+        await ctx.lookup(rcv_name)
+        buf = bytearray(b"A" * 100)
+        # 64 segments: their sender puts a window of them in its stream pipe at once
+        long = asyncio.create_task(bulk.send_stream(rcv_name, blob, segment_size=64, timeout=ctx.timeout))
+        short = asyncio.create_task(snd.send_stream(rcv_name, buf, timeout=ctx.timeout))
+        await asyncio.sleep(0)  # both ran up to their first wait
+        assert not short.done(), "the short stream's OPEN did not queue behind the segments"
+        short.cancel()
+        try:
+            await short
+        except asyncio.CancelledError:
+            pass
+        else:
+            raise AssertionError("cancelled send_stream returned")
+        buf[:] = b"B" * 100  # the caller's again
+        await snd.send(rcv_name, b"after", timeout=ctx.timeout)
+        assert await long == len(blob)
+        assert await snd.send_stream(rcv_name, blob[:100], timeout=ctx.timeout) == 100
+        assert not ctx.node.stats().streams_out
+
+    async def receiver() -> None:
+        rcv = await ctx.process("rcv")
+        st = await rcv.recv(timeout=ctx.timeout)
+        assert isinstance(st, IncomingStream), st
+        assert bytes(await st.read()) == blob
+        msg = await rcv.recv(timeout=ctx.timeout)
+        assert isinstance(msg, Message), f"the cancelled stream arrived: {msg!r}"
+        assert msg.data == b"after", msg
+        st = await rcv.recv(timeout=ctx.timeout)
+        assert isinstance(st, IncomingStream), st
+        assert bytes(await st.read()) == blob[:100]
         assert_empty(rcv)
 
     await on_ranks(ctx, (snd_r, sender), (rcv_r, receiver))

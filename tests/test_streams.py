@@ -617,6 +617,34 @@ async def test_carried_stream_done_before_the_sender_resumes_completes_it() -> N
     assert out.state is StreamState.DONE and out.broken is None
 
 
+class _DroppingLink:
+    """A remote host's link that has failed: it drops what is routed to it."""
+
+    remote = True
+
+    def put_to(self, pid: int, item: Any) -> bool:
+        return False
+
+
+async def test_carried_stream_routed_to_a_failed_link_breaks_its_sender() -> None:
+    # A short stream is done once its OPEN is routed; an OPEN the link drops
+    # (its host failed while the OPEN queued in the PipeManager) was not
+    # sent, and its sender must not return as if it had been.
+    from typing import cast
+
+    from aiopdbp.streams.table import OutgoingStream, _OpenRoute
+
+    from aiopdbp import StreamState
+
+    link = _DroppingLink()
+    out = OutgoingStream((1, 7), 5, None, cast(Any, link), None, 1, window=16)
+    out.carried = 910
+    assert _OpenRoute(cast(Any, link), out).put_to(5, object()) is False
+    with pytest.raises(BrokenResourceError, match="host 1 is gone"):
+        await asyncio.wait_for(out.done, 5)
+    assert out.state is StreamState.BROKEN
+
+
 class _LandingOwner:
     """The stream table's part an IncomingStream talks to, for one stream."""
 

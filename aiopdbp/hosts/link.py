@@ -455,7 +455,7 @@ class HostLink:
         if type(item) is not Message:
             if type(item) is ShortStream:  # a stream whole in its OPEN: a short record if it fits
                 try:
-                    self._put_stream(pid, item)
+                    _put_stream(self, pid, item)
                 except BaseException:  # refused: nothing queued, its credit goes back
                     self._cdus -= 1
                     self.grant(pid, CREDIT_OVERHEAD + item[3].nbytes)
@@ -499,7 +499,7 @@ class HostLink:
         self._cdus += 1
         try:
             if type(fields) is ShortStream:
-                self._put_stream(pid, fields)
+                _put_stream(self, pid, fields)
             elif not self._put_short(pid, fields):
                 self._put_cdu(CDU(fields[1], fields[4], (pid,), fields[3], fields[2]))
         except BaseException:  # refused by the encoder: nothing was queued, the credit goes back
@@ -507,12 +507,6 @@ class HostLink:
             self.grant(pid, nbytes)
             raise
         return True
-
-    def _put_stream(self, pid: int, item: ShortStream) -> None:
-        """A stream whole in its OPEN: a short record (its head, sno and
-        window, first) if it fits, else a full CDU record."""
-        if not self._put_short(pid, item, _STREAM_HEAD(item[5], item[6])):
-            self._put_cdu(item.cdu(pid))
 
     def _put_short(self, pid: int, fields: tuple[Any, ...], head: bytes = b"") -> bool:
         """Encode a message ``(source, kind, com, data, source_pid)`` as a
@@ -767,6 +761,14 @@ class HostLink:
                          len(self._credit), min(self._credit.values(), default=self.window),
                          self._fallbacks, sum(len(q) for q in self._queues.values()), self._asks,
                          sum(self.window - c for c in self._credit.values()))
+
+
+def _put_stream(link: HostLink, pid: int, item: ShortStream) -> None:
+    """A stream whole in its OPEN, into ``link``: a short record (its head,
+    sno and window, first) if it fits, else a full CDU record.  (A function,
+    not a method: HostLink is at the layout's 30.)"""
+    if not link._put_short(pid, item, _STREAM_HEAD(item[5], item[6])):
+        link._put_cdu(item.cdu(pid))
 
 
 def _large_enough(data: Any, large: int) -> bool:

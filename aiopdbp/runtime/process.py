@@ -482,7 +482,8 @@ class GP:
         Cancellation: a cancelled (or failing) sender sends an ABORT, so the
         receiver's stream ends with ``StreamError``; the binding is undone and
         the pipes return to their pools.  A short stream (one record) is sent
-        or not: cancelled while it waits for credit, nothing goes.  A larger
+        or not: cancelled before its record is routed (while it waits for
+        credit, or queues behind other streams' segments), nothing goes.  A larger
         stream whose last segment had left may be read in full by the
         receiver: only the wait for its delivery is cancelled -- after a
         ``TimeoutError`` too, so a retry may deliver the data twice.

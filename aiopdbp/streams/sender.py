@@ -16,6 +16,8 @@ an END that carries how many segments and bytes were sent, and waits until
 the receiver has taken the END (the whole stream is *delivered*).  Then the
 binding is undone and the pipes go back to their pools.  A sender that fails
 or is cancelled midway sends an ABORT instead, which overtakes backpressure.
+A short stream, carried whole by its OPEN, binds no pipe and is done once
+its OPEN is routed (a copy taken): no DONE comes back for it.
 
 Zero copy: segments of an immutable or read-only source are views of it.  A
 writable source is also sent as views (no copy on the sending side); the
@@ -318,7 +320,8 @@ async def run_sender(streams: StreamTable, sender: int, pid: int, meta: StreamMe
     stream its OPEN carries whole is done once that is routed: first without
     waiting (:meth:`StreamTable.send_whole_nowait`, no handle made), else
     through :meth:`StreamTable.open_outgoing`.  On failure or cancellation
-    the receiver gets an ABORT.  ``what`` names the stream in timeout errors.
+    the receiver gets an ABORT (a stream carried whole: its OPEN is dropped
+    if it was not routed yet).  ``what`` names the stream in timeout errors.
 
     Cancellation: the receiver's stream is aborted; the binding is undone.
     """
@@ -358,11 +361,12 @@ async def run_sender(streams: StreamTable, sender: int, pid: int, meta: StreamMe
 
 async def _transfer(out: OutgoingStream, source: ChunkSource) -> None:
     """The body of :func:`run_sender` once the stream is open: its segments
-    under the protocol, the END, and the wait for the receiver's DONE."""
+    under the protocol, the END, and the wait for the receiver's DONE (a
+    stream carried whole: for its OPEN to be routed)."""
     if out.carried:
-        # The OPEN carried the one segment and the END; the protocol heard
-        # both when it was routed (OutgoingStream.opened), and the DONE
-        # cannot come before that.  The source was one buffer: nothing to close.
+        # The OPEN carried the one segment and the END; the stream is done
+        # once the OPEN is routed (OutgoingStream.opened): no DONE comes
+        # back for it.  The source was one buffer: nothing to close.
         await out.done
         return
     await out.routed

@@ -144,6 +144,16 @@ def _whole_meta(data: Any, com: int, window: Any) -> StreamMeta:
 _OPENED, _DONE_WHOLE = sp.Opened(), sp.Done()  # (DONE of a stream taken whole)
 
 
+def _own_copy(data: Any) -> Any:
+    """A private copy of a short stream's one segment, as its receiver reads
+    it: an array of any ndarray subclass (np.memmap, say) as a plain
+    ndarray -- the receiver takes only a plain one for an array, and would
+    read a subclass as bytes -- and any other buffer as a bytearray."""
+    if isinstance(data, np.ndarray):
+        return data.copy() if type(data) is np.ndarray else np.array(data)
+    return bytearray(data)
+
+
 def _nbytes(data: Any) -> int:
     return int(data.nbytes) if hasattr(data, "nbytes") else len(data)
 
@@ -367,14 +377,24 @@ class _OpenRoute:
         self.out = out
 
     def put_to(self, pid: int, item: Any) -> bool | None:
-        put = self.target.put_to(pid, item)
         out = self.out
-        if put is False and out.carried and out.incoming is not None:
-            # A stream carried whole to a local GP that left while its OPEN
-            # queued: nothing will break it later (it binds nothing), and its
-            # sender, done once the OPEN is routed, must not hear "sent".
+        if out.carried and (out.done.cancelled() or out.proto.state is StreamState.ABORTED):
+            # A stream carried whole whose sender gave up (cancelled, timed
+            # out: its wait cancelled ``done``) while its OPEN queued here: it
+            # is not sent (GP.send_stream: "sent or not"), so the caller's
+            # buffer, its own again since the CancelledError, is not read
+            # now; its credit goes back.
+            self.target.unreserve(pid, CREDIT_OVERHEAD + out.carried)
+            return True
+        put = self.target.put_to(pid, item)
+        if put is False and out.carried:
+            # A stream carried whole to a local GP that left, or to a host
+            # whose link failed, while its OPEN queued: nothing will break it
+            # later (it binds nothing), and its sender, done once the OPEN is
+            # routed, must not hear "sent".
             names = out._names() if out._names is not None else ("?", "its receiver")
-            out.break_(BrokenResourceError(f"the stream was not received: GP {names[1]!r} left"))
+            why = f"GP {names[1]!r} left" if out.incoming is not None else f"host {out.host} is gone"
+            out.break_(BrokenResourceError(f"the stream was not received: {why}"))
             return put
         out.opened()
         return put
@@ -423,7 +443,9 @@ class StreamTable:
         the link would send it from this very buffer, so it gets a copy of
         its own (as GP.send takes a snapshot)."""
         if self.large is not None and eager.nbytes >= self.large:
-            eager = eager.copy() if type(eager) is np.ndarray else memoryview(bytearray(eager))
+            eager = _own_copy(eager)
+            if type(eager) is bytearray:  # the record's bytes are a memoryview (nbytes)
+                eager = memoryview(eager)
         return ShortStream((None, Kind.STREAM, com, eager, src_pid, sno, self.window, self.rank))
 
     def send_whole_nowait(self, src_pid: int, pid: int, meta: StreamMeta, eager: Any) -> bool:
@@ -474,7 +496,7 @@ class StreamTable:
                 # GP's pipe (no PipeB): a copy of its own, as a local send
                 # takes one, since the sender returns once it is there.
                 incoming = self._new_incoming(key, src_pid, pid, meta, whole=True)
-                incoming.arrived_whole(eager.copy() if type(eager) is np.ndarray else bytearray(eager), owned=True)
+                incoming.arrived_whole(_own_copy(eager), owned=True)
                 target: Target = tgt
                 open_item: Any = incoming
             elif entry.node == self.rank:
@@ -618,8 +640,8 @@ class StreamTable:
             return
         if found.pipe is not None:
             found.pipe.force_put(cdu)  # the stream's credit window bounds what comes
-        # else its OPEN carried it whole, END included: only the ABORT of a
-        # sender cancelled after routing the OPEN can follow, and changes nothing
+        # (a stream carried whole by its OPEN is in no table here, and its
+        # sender sends nothing after the OPEN, not even an ABORT)
 
     def open_whole(self, host: int, dest: int, src_pid: int, source: Any, com: int, sno: int, window: int,
                    data: Any) -> IncomingStream | None:

@@ -12,7 +12,7 @@ async def camera(node: aiopdbp.Node) -> None:
     async with node.process("camera") as cam:
         await cam.send("detector", b"hello", com=1)    # waits until "detector" exists
         frames = np.arange(16 * 48 * 64, dtype=np.uint8).reshape(16, 48, 64)
-        await cam.send_stream("detector", frames)      # returns once delivered
+        await cam.send_stream("detector", frames)      # 48 KiB: one record, returns once sent
         reply = await cam.recv()                       # a Message: .source .kind .com .data
         print("camera got", len(reply.data), "means from", reply.source)
 
