@@ -597,11 +597,12 @@ def test_streams_between_ranks_1_and_2_send_nothing_to_rank_0() -> None:
     assert row["sent"] == {"1": {"data": 1}, "2": {"data": 1}}, out
 
 
-async def test_carried_stream_done_before_the_sender_resumes_completes_it() -> None:
-    # A short remote stream rides whole in its OPEN.  The receiver's DONE can
-    # come back right after the OPEN is routed, before the sending task has
-    # resumed: it must complete the stream.  It broke it with "SendSegment in
-    # state BROKEN" (found by the seeded stress: the receiver had the data).
+async def test_carried_stream_is_done_once_routed_and_a_stray_done_changes_nothing() -> None:
+    # A short remote stream rides whole in its OPEN and is done once that is
+    # routed (no DONE comes back for it); a stray DONE after that (a peer of
+    # an older version, a malformed one) must not break it.  (Before the
+    # stream was done at routing, a DONE before the sender resumed broke it
+    # with "SendSegment in state BROKEN", found by the seeded stress.)
     from typing import Any, cast
 
     from aiopdbp.routing.pipes import Pipe
