@@ -127,6 +127,11 @@ class DeviceError(PDBPError):
     :class:`StreamError`."""
 
 
+#: what a stream's sender waits for once its last segment left (its
+#: receiver's DONE), as the stall watch names it (:mod:`aiopdbp.stall`)
+STREAM_READING = "the reading of a stream"
+
+
 class DeadlockError(PDBPError):
     """GPs wait in ``send`` for each other in a cycle and none of them reads:
     ``cycle`` is the wait-for graph, a tuple of
@@ -137,7 +142,12 @@ class DeadlockError(PDBPError):
     def __init__(self, cycle: tuple[Any, ...]) -> None:
         self.cycle = cycle
         names = " -> ".join([*(f"{e.gp!r} (rank {e.rank})" for e in cycle), repr(cycle[0].gp)])
+        if cycle[0].resource == STREAM_READING:
+            why = ("a send_stream of more than 64 KiB returns once its receiver has read it all, and "
+                   "each sends one to the next before receiving; receive in another task")
+        else:
+            why = ("each sends more than a window to the next before receiving; receive in another "
+                   "task, or send less before receiving")
         super().__init__(
             f"deadlock: {names}: each GP waits in send for {cycle[0].resource} of the next, and "
-            "none of them reads (each sends more than a window to the next before receiving); "
-            "receive in another task, or send less before receiving")
+            f"none of them reads ({why})")

@@ -57,6 +57,50 @@ async def test_send_send_cycle_fails_both_sends_with_the_wait_for_graph() -> Non
             assert node.stats().stall["deadlocks"] == 1
 
 
+@pytest.mark.timeout(20)
+async def test_stream_exchange_cycle_fails_both_send_streams_instead_of_hanging() -> None:
+    # Each GP sends the other a stream of more than 64 KiB (it returns once
+    # read) before receiving: neither reads, so neither returns.  Found by
+    # a newcomer check: it hung silently, the DONE wait being no wait the
+    # stall watch saw (up to the segment window, 16 MiB, where it did).
+    from aiopdbp.errors import STREAM_READING
+
+    async with aiopdbp.open_node(stall_timeout=STALL) as node:
+        async with node.process("a") as a, node.process("b") as b:
+            async def exchange(gp: aiopdbp.GP, dest: str) -> None:
+                await gp.send_stream(dest, bytes(100 << 10))
+                await (await gp.recv()).read()  # type: ignore[union-attr]
+
+            results = await asyncio.gather(exchange(a, "b"), exchange(b, "a"), return_exceptions=True)
+            assert all(isinstance(r, DeadlockError) for r in results), results
+            cycle = results[0].cycle  # type: ignore[union-attr]
+            assert {(e.gp, e.waits_for) for e in cycle} == {("a", "b"), ("b", "a")}
+            assert all(e.resource == STREAM_READING for e in cycle), cycle
+            assert "returns once its receiver has read it all" in str(results[0])
+            assert node.stats().stall["deadlocks"] == 1
+
+
+@pytest.mark.timeout(20)
+async def test_stream_its_receiver_does_not_read_is_reported_and_completes_once_read(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="aiopdbp.stall")
+    stalled = _Seen("stalled")
+    logging.getLogger("aiopdbp.stall").addHandler(stalled)
+    try:
+        async with aiopdbp.open_node(stall_timeout=STALL) as node:
+            async with node.process("p") as p, node.process("lazy") as lazy:
+                sending = asyncio.create_task(p.send_stream("lazy", bytes(100 << 10)))
+                stream = await lazy.recv()      # taken, not read: the sender still waits
+                await stalled.event.wait()
+                assert not sending.done()
+                assert bytes(await stream.read()) == bytes(100 << 10)  # type: ignore[union-attr]
+                assert await sending == 100 << 10   # a slow reader is reported, never failed
+                assert node.stats().stall["deadlocks"] == 0
+    finally:
+        logging.getLogger("aiopdbp.stall").removeHandler(stalled)
+    assert "GP 'p' (rank 0) waits" in caplog.text and "the reading of a stream of GP 'lazy'" in caplog.text
+
+
 class _Seen(logging.Handler):
     """Sets an event when a record containing ``text`` is logged."""
 
@@ -136,6 +180,22 @@ def test_send_send_cycle_across_ranks_fails_the_job_with_the_cycle(tcp: bool) ->
         assert sorted(row["cycle"]) == want, out  # type: ignore[arg-type]
     assert "DeadlockError: deadlock: 'g" in out, out
     assert out.count("Traceback") == 1, out   # one failure (the cycle's first rank), one line elsewhere
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(90)
+def test_stream_exchange_cycle_across_ranks_fails_the_job_instead_of_hanging() -> None:
+    from aiopdbp.errors import STREAM_READING
+
+    r = run_mpi(SCRIPTS_DIR / "deadlock.py", n=2, args=["streams"], timeout=60)
+    got = _results(check_mpi(r, expect_rc=1))
+    out = r.stdout + unprefixed(r.stderr)
+    assert got, out
+    want = [["g0", 0, "g1", 1, STREAM_READING], ["g1", 1, "g0", 0, STREAM_READING]]
+    for row in got.values():
+        assert sorted(row["cycle"]) == want, out  # type: ignore[arg-type]
+    assert "DeadlockError: deadlock: 'g" in out and out.count("Traceback") == 1, out
 
 
 @requires_mpi

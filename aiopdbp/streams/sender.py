@@ -380,7 +380,7 @@ async def _transfer(out: OutgoingStream, source: ChunkSource) -> None:
             out.emit_segment(seg)
     await out.reserve()
     out.emit_end()
-    await out.done
+    await out.delivery()
 
 
 async def send_stream(streams: StreamTable, sender: int, resolve: Callable[[str, float | None], Awaitable[int]],

@@ -70,7 +70,7 @@ import numpy as np
 from aiopdbp.wire.mesp import CDU, Kind, StreamOp
 from aiopdbp.wire.shorts import EAGER_OPEN, ShortStream
 from aiopdbp.streams import protocol as sp
-from aiopdbp.errors import BrokenResourceError, NoPipeError, ProtocolError, StreamError, WouldBlock
+from aiopdbp.errors import STREAM_READING, BrokenResourceError, NoPipeError, ProtocolError, StreamError, WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD
 from aiopdbp.routing.pipes import Pipe, PipePool
 from aiopdbp.routing.router import Router, Target
@@ -309,6 +309,28 @@ class OutgoingStream:
         w = self._credit_waiter
         if w is not None and not w.done():
             w.set_result(None)
+
+    async def delivery(self) -> None:
+        """Wait for the receiver's DONE (it took the whole stream) as a wait
+        on a peer the stall watch sees: a sender whose receiver does not
+        read is reported, and GPs that each wait so for the next, none of
+        them reading, fail with ``DeadlockError`` instead of hanging.
+
+        Cancellation: the wait ends (``done`` with it); every byte may have left.
+        """
+        done = self.done
+        if done.done() or self._waits is None:
+            await done
+            return
+        src, dest = self._names() if self._names is not None else ("?", "?")
+        wait = self._waits.begin(src, STREAM_READING, dest, self.host)
+        try:
+            await done
+        except asyncio.CancelledError:
+            wait.check()
+            raise
+        finally:
+            self._waits.end(wait)
 
     async def reserve(self) -> None:
         """Room for one more CDU of this stream (credit, or a PipeB slot).

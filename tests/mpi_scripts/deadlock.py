@@ -5,6 +5,8 @@ receiving (an application deadlock any bounded design allows).  Each rank
 prints its DeadlockError's cycle as one JSON line and re-raises: the job
 fails.  ``slow``: rank 1 is a slow receiver (it starts reading 2.5 s late);
 rank 0's sends stall, are reported and complete: the job succeeds.
+``streams``: each GP sends the other a 1 MiB stream (it returns once read)
+before receiving: the same cycle, through the streams' DONE waits.
 """
 import asyncio
 import json
@@ -35,6 +37,10 @@ async def main(mode: str) -> None:
                 await gp.send(other, b"done")
                 return
             try:
+                if mode == "streams":
+                    await gp.send_stream(other, bytes(1 << 20))
+                    await (await gp.recv()).read()
+                    return
                 for i in range(N):
                     await gp.send(other, i.to_bytes(4, "little") * (SIZE // 4))
             except aiopdbp.DeadlockError as exc:
