@@ -241,3 +241,32 @@ def test_run_propagates_exception() -> None:
 
     with pytest.raises(KeyError):
         aiopdbp.run(fail(), use_uvloop=False)
+
+
+@pytest.mark.parametrize("call", ["send", "send_stream"])
+async def test_send_waiting_for_a_binding_of_a_gp_that_is_freed_names_it(pdbp_spawn, call: str) -> None:
+    # Found by a newcomer check: a send (with a timeout, so it waits for the
+    # binding) to a GP freed meanwhile said "no generalized process named
+    # 'pid 2'": the pid, looked up again after the GP had gone.
+    async with aiopdbp.open_node() as node:
+        async with node.process("s") as s:
+            peer = await node.register("peer")   # no pipe: a send with a timeout waits for one
+            coro = s.send("peer", b"x", timeout=10) if call == "send" else s.send_stream("peer", b"x", timeout=10)
+            waiting = await pdbp_spawn(coro)
+            assert not waiting.done()
+            await peer.free()
+            with pytest.raises(aiopdbp.UnknownProcessError) as info:
+                await waiting
+            assert "'peer'" in str(info.value) and info.value.freed_on == 0, info.value
+
+
+async def test_send_to_a_gp_whose_pipe_was_released_names_the_gp(pdbp_spawn) -> None:
+    async with aiopdbp.open_node(pipe_capacity=1) as node:
+        async with node.process("s") as s:
+            async with node.process("peer") as peer:
+                await s.send("peer", b"fills its pipe")
+                sending = await pdbp_spawn(s.send("peer", b"waits for room"))
+                assert not sending.done()
+                await peer.release_pipe()
+            with pytest.raises(BrokenResourceError, match="of GP 'peer'"):
+                await sending

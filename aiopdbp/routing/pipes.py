@@ -439,7 +439,7 @@ class PipePool:
         if self._all.get(pipe.pipe_id) is not pipe:
             return
         pipe.close()
-        fresh: Pipe[Any] = Pipe(self.pipe_capacity, pipe.pipe_id, pipe.label)
+        fresh: Pipe[Any] = Pipe(self.pipe_capacity, pipe.pipe_id, f"{self.label}{pipe.pipe_id}")
         self._all[pipe.pipe_id] = fresh
         self._free.append(fresh)
         _wake_first(self._waiters)

@@ -666,7 +666,13 @@ async def _routed(router: Router, dest: str, timeout: float | None) -> tuple[int
         pid = await router.resolve(dest, timeout)
     tgt = router.targets.get(pid)
     if tgt is None:
-        tgt = await router.target(pid, timeout)
+        try:
+            tgt = await router.target(pid, timeout)
+        except UnknownProcessError:
+            # it left between its name and now (the error could only say
+            # "pid N"): the name rule says it by name, with where it left
+            await router.resolve(dest, 0)
+            raise
     return pid, tgt
 
 

@@ -362,6 +362,8 @@ class Node:
         bound = self.devices.sgps.bind(name, device, to_device) if ptype is PType.GPU else None
         try:
             pipe = self.pps.apply_nowait() if bind else None
+            if pipe is not None:  # its errors name the GP ("pipe pps3 of GP 'x' was closed ...")
+                pipe.label = f"{pipe.label} of GP {name!r}"
             try:
                 pid = await self.commit("proc_reg", name, int(ptype), self.rank,
                                         pipe.pipe_id if pipe is not None else None)
@@ -413,6 +415,7 @@ class Node:
         if self._closed:
             raise ClosedResourceError(f"node {self.rank} is closed")
         pipe = await self.pps.apply(timeout)
+        pipe.label = f"{pipe.label} of GP {gp.name!r}"
         try:
             await self.commit("pipe_bind", gp.pid, pipe.pipe_id)
         except BaseException:

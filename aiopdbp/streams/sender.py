@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from aiopdbp.errors import UnknownProcessError
 from aiopdbp.device.backend import is_device_array
 from aiopdbp.streams.receiver import DEFAULT_SEGMENT, EAGER_LIMIT, StreamMeta, describe, is_array
 
@@ -403,4 +404,10 @@ async def send_stream(streams: StreamTable, sender: int, resolve: Callable[[str,
     except BaseException:
         await src.aclose()
         raise
-    return await run_sender(streams, sender, pid, src.meta, src, timeout=timeout, what=f"stream to {dest!r}")
+    try:
+        return await run_sender(streams, sender, pid, src.meta, src, timeout=timeout, what=f"stream to {dest!r}")
+    except UnknownProcessError:
+        # the GP left between its name and the stream's opening (the error
+        # could only say "pid N"): the name rule says it by name
+        await resolve(dest, 0)
+        raise
