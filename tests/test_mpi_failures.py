@@ -385,3 +385,35 @@ def test_rank_that_never_opens_its_node_after_mpi_init_gives_handshake_error() -
     proc = run_mpi(SCRIPTS_DIR / "handshake_timeout.py", n=2, timeout=90)
     out = proc.stdout + proc.stderr
     assert "HANDSHAKE ERROR" in out and "within 1.0 s" in out, out
+
+
+_NOISE_AFTER_STOP = """
+import asyncio, signal
+import aiopdbp
+from aiopdbp.errors import TransportError
+
+async def main():
+    loop = asyncio.get_running_loop()
+    signal.raise_signal(signal.SIGINT)       # the job stops: main is cancelled
+    try:
+        await asyncio.sleep(30)
+    finally:  # what a rank still running sees as its peers exit, and a real bug
+        loop.call_exception_handler({"message": "transport noise", "exception": TransportError("peer gone")})
+        loop.call_exception_handler({"message": "a real bug", "exception": ValueError("bug")})
+
+aiopdbp.run(main())
+"""
+
+
+@pytest.mark.timeout(60)
+def test_transport_errors_after_an_interrupt_stay_out_of_the_output() -> None:
+    # Found by a newcomer check: Ctrl-C during a stream run printed ~70 lines
+    # of "MPI transport deliver callback raised ... process_vm_readv failed"
+    # in 3 runs of 17 (MPI calls to ranks that had exited), before the
+    # launcher's one line.  After a stop, transport errors are its consequence.
+    r = subprocess.run([sys.executable, "-c", _NOISE_AFTER_STOP], env=_env(), cwd=str(REPO_ROOT),
+                       capture_output=True, text=True, timeout=50)
+    out = r.stdout + r.stderr
+    assert r.returncode in (130, -signal.SIGINT), out   # (one process: KeyboardInterrupt, as Python does)
+    assert "a real bug" in out and "ValueError: bug" in out, out
+    assert "transport noise" not in out and "peer gone" not in out, out

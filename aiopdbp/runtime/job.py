@@ -55,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import logging
 import os
 import signal
 import sys
@@ -75,6 +76,7 @@ from aiopdbp.env import (
     under_aiopdbp_launch,
     uvloop_wanted,
 )
+from aiopdbp.errors import TransportError
 from aiopdbp.hosts.failure import Stop, StopKind, where
 from aiopdbp.transport.mpiload import ABORT_FLUSH_S, load_mpi
 
@@ -102,6 +104,18 @@ class Peer(Protocol):
     def tell_peers(self, stop: Stop) -> None: ...
 
     async def wait_acks(self, timeout: float) -> bool: ...
+
+
+log = logging.getLogger("aiopdbp.job")
+
+
+def _transport_noise(exc: BaseException) -> bool:
+    """An error of MPI or of the transport: what a stopping job's peers,
+    exiting, leave the ranks still running (calls to processes that are gone)."""
+    if isinstance(exc, TransportError):
+        return True
+    mpi = sys.modules.get("mpi4py.MPI")
+    return mpi is not None and isinstance(exc, mpi.Exception)
 
 
 def leaves(exc: BaseException) -> list[BaseException]:
@@ -339,8 +353,9 @@ class Job:
     # -- running ----------------------------------------------------------------
     async def supervise(self, main: Awaitable[T]) -> T:
         """Run ``main`` as the job's main task."""
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
         self._main = asyncio.current_task()
+        loop.set_exception_handler(self._loop_error)
         self._stopped = asyncio.Event()
         if self.stop is not None:
             self._stopped.set()
@@ -348,6 +363,19 @@ class Job:
             return await main
         finally:
             self._main = None
+
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """The loop's exception handler: once the job is stopping (a
+        signal, a peer's stop), what the transport reports -- MPI calls to
+        ranks that already exited (``process_vm_readv failed``) -- is a
+        consequence of the stop, which was said in one line: kept out of the
+        output (debug log).  Anything else, and everything before a stop,
+        is reported as asyncio would."""
+        exc = context.get("exception")
+        if self.stop is not None and exc is not None and _transport_noise(exc):
+            log.debug("after the stop: %s: %r", context.get("message"), exc)
+            return
+        loop.default_exception_handler(context)
 
     def finish(self, exc: BaseException | None) -> None:
         """After the loop ended: exit the way the outcome demands (MPI)."""
