@@ -771,3 +771,27 @@ async def test_stream_arrived_whole_without_a_window_is_dropped_and_counted(pdbp
     before = pdbp_node.stats().dropped
     assert pdbp_node.streams.open_whole(1, 99, 5, "src", 0, 9, 0, bytearray(b"no window")) is None
     assert pdbp_node.stats().streams_in == 0 and pdbp_node.stats().dropped == before + 1
+
+
+@pytest.mark.parametrize("dest", [("c",), ["c"], b"c", 3])
+async def test_send_stream_to_anything_but_one_name_raises_typeerror(pdbp_node, dest: Any) -> None:
+    # a tuple waited for a GP literally named "('c',)", a list failed as unhashable
+    async with pdbp_node.process("p") as p:
+        with pytest.raises(TypeError, match="one GP"):
+            await p.send_stream(dest, b"x")
+
+
+@pytest.mark.parametrize("size", [1.5, "10", True])
+async def test_send_stream_segment_size_not_an_int_raises_typeerror(pdbp_node, size: Any) -> None:
+    async with pdbp_node.process("c"), pdbp_node.process("p") as p:
+        with pytest.raises(TypeError, match="segment_size"):
+            await p.send_stream("c", b"x" * 10, segment_size=size)
+
+
+async def test_stream_of_a_sender_that_timed_out_says_so(pdbp_node) -> None:
+    async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
+        with pytest.raises(TimeoutError):
+            await p.send_stream("c", DATA, segment_size=100, timeout=0.01)  # nobody reads
+        stream = await _recv_stream(c)
+        with pytest.raises(StreamError, match="aborted by its sender: sender timed out$"):
+            await stream.read()

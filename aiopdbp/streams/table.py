@@ -250,8 +250,12 @@ class OutgoingStream:
         stream is already over, e.g. the receiver gave up first)."""
         if self.proto.ended or self.done.done():
             return
-        why = "sender cancelled" if isinstance(exc, asyncio.CancelledError) else \
-            f"sender failed: {type(exc).__name__}: {exc}"
+        if isinstance(exc, asyncio.CancelledError):
+            why = "sender cancelled"
+        elif isinstance(exc, TimeoutError):
+            why = "sender timed out" + (f": {exc}" if str(exc) else "")
+        else:
+            why = f"sender failed: {type(exc).__name__}" + (f": {exc}" if str(exc) else "")
         act = self.proto.handle(sp.Cancel(why))[0]
         if self.carried:
             # Its OPEN, which may still be on its way, is the whole stream:
