@@ -221,7 +221,7 @@ class OutgoingStream:
                 # The OPEN just routed carried the one segment and the END:
                 # the stream is sent, so it is done (the protocol's SendWhole;
                 # its bytes were copied on the way or are a private copy, see
-                # open_outgoing).  Nobody waits for ``routed``.
+                # _whole_record).  Nobody waits for ``routed``.
                 self.proto.handle(sp.SendWhole(self.carried))
                 if not self.done.done():
                     self.done.set_result(None)
