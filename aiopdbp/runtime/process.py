@@ -491,7 +491,7 @@ class GP:
         self._check()
         _check_com(com)
         _check_timeout(timeout)
-        if type(dest) is not str:
+        if not isinstance(dest, str):
             raise TypeError(f"send_stream sends to one GP: dest is its name (a str), not {type(dest).__name__}")
         if segment_size is not None and (type(segment_size) is not int and not isinstance(segment_size, int)
                                          or isinstance(segment_size, bool)):
