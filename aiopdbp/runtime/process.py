@@ -493,8 +493,7 @@ class GP:
         _check_timeout(timeout)
         if not isinstance(dest, str):
             raise TypeError(f"send_stream sends to one GP: dest is its name (a str), not {type(dest).__name__}")
-        if segment_size is not None and (type(segment_size) is not int and not isinstance(segment_size, int)
-                                         or isinstance(segment_size, bool)):
+        if segment_size is not None and (not isinstance(segment_size, int) or isinstance(segment_size, bool)):
             raise TypeError(f"segment_size is a number of bytes (an int), not {segment_size!r}")
         if type(data) is not np.ndarray and is_device_array(data):  # a plain host array is the commonest
             return await self.node.devices.send_stream(self, self.node.streams, dest, data, segment_size=segment_size, com=com,

@@ -414,13 +414,14 @@ class IncomingStream:
 
         Cancellation: never suspends.
         """
-        if self._proto.ended:
-            if self._ready:  # delivered, unread: dropped here, nobody to tell
-                self._ready.clear()
-                self._whole = False
-                self._error = StreamError(f"stream {self.key} was closed by its receiver")
+        ended = self._proto.ended
+        if ended and not self._ready:
             return
+        self._ready.clear()  # (a stream already DONE: delivered, unread, dropped here, nobody to tell)
+        self._whole = False
         self._error = StreamError(f"stream {self.key} was closed by its receiver")
+        if ended:
+            return
         for act in self._proto.handle(sp.Close("receiver closed the stream")):
             self._owner.incoming_closed(self, act.error, True)  # type: ignore[attr-defined]
 

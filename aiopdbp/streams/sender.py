@@ -343,10 +343,7 @@ async def run_sender(streams: StreamTable, sender: int, pid: int, meta: StreamMe
         raise
     try:
         if timeout is None:
-            if out.carried:  # see _transfer; one coroutine fewer to resume for a short stream
-                await out.done
-            else:
-                await _transfer(out, source)
+            await _transfer(out, source)
         else:
             async with asyncio.timeout(timeout):
                 await _transfer(out, source)

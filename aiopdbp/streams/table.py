@@ -61,7 +61,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import msgpack
@@ -322,14 +322,25 @@ class OutgoingStream:
 
         Cancellation: the wait ends (``done`` with it); every byte may have left.
         """
-        done = self.done
-        if done.done() or self._waits is None:
-            await done
+        if self.done.done():
+            self.done.result()
+            return
+        await self._watched(STREAM_READING, self.done)
+
+    async def _watched(self, resource: str, aw: Awaitable[Any]) -> None:
+        """Await ``aw``, a wait for ``resource`` of the receiver, registered
+        with the stall watch (when there is one) for as long as it lasts.
+
+        Cancellation: the wait ends; one the watch failed (a deadlock)
+        raises its error instead.
+        """
+        if self._waits is None:
+            await aw
             return
         src, dest = self._names() if self._names is not None else ("?", "?")
-        wait = self._waits.begin(src, STREAM_READING, dest, self.host)
+        wait = self._waits.begin(src, resource, dest, self.host)
         try:
-            await done
+            await aw
         except asyncio.CancelledError:
             wait.check()
             raise
@@ -357,19 +368,7 @@ class OutgoingStream:
                 if self.broken is not None:  # say why: the receiver gave up the stream
                     raise self.broken from None
                 raise
-        wait = None
-        if self._waits is not None:
-            src, dest = self._names() if self._names is not None else ("?", "?")
-            wait = self._waits.begin(src, "the segment window of a stream", dest, self.host)
-        try:
-            await self._wait_room()
-        except asyncio.CancelledError:
-            if wait is not None:
-                wait.check()
-            raise
-        finally:
-            if wait is not None:
-                self._waits.end(wait)  # type: ignore[union-attr]
+        await self._watched("the segment window of a stream", self._wait_room())
 
     async def _wait_room(self) -> None:
         if self.proto.credits is not None:
