@@ -123,6 +123,14 @@ def _cuda_info() -> dict[str, Any]:
     return out
 
 
+def _core_info() -> str:
+    """Which form of the data-path core runs (compiled or pure Python) and why."""
+    from aiopdbp import ext
+    from aiopdbp.wire import core  # noqa: F401  (importing it makes the choice)
+
+    return "; ".join(f"{name}: {form}" for name, form in ext.core().items())
+
+
 def collect_info() -> dict[str, Any]:
     """Everything ``aiopdbp info`` reports, as a JSON-able dict."""
     uvloop_version = _dist_version("uvloop")
@@ -137,6 +145,7 @@ def collect_info() -> dict[str, Any]:
         "msgpack": _dist_version("msgpack"),
         "uvloop": uvloop_version or "not installed",
         "event_loop": "uvloop" if use_uvloop else "asyncio (default)",
+        "core": _core_info(),
     }
     info.update(_mpi_info())
     info["mpiexec"] = _mpiexec()

@@ -31,6 +31,9 @@ variable                       meaning                                     defau
                                (:func:`local_transport_forced`)            size > 1)
 ``AIOPDBP_UVLOOP``             ``0``: plain asyncio loop                   ``1``
                                (:func:`uvloop_wanted`)
+``AIOPDBP_NO_EXTENSIONS``      ``1``: the pure-Python core, even where     ``0``
+                               the compiled one is built
+                               (:func:`extensions_wanted`)
 ``AIOPDBP_RANK_PREFIX``        ``0``: no ``[rank]`` prefix on output       ``1``
                                (:func:`rank_prefix_wanted`)
 ``AIOPDBP_DEVICE``             device backend: auto, cupy, sim             ``auto``
@@ -132,6 +135,7 @@ JOB_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "SLURM_
 # ------------------------------------------------------ aiopdbp settings
 TRANSPORT = "AIOPDBP_TRANSPORT"
 UVLOOP = "AIOPDBP_UVLOOP"
+NO_EXTENSIONS = "AIOPDBP_NO_EXTENSIONS"
 RANK_PREFIX = "AIOPDBP_RANK_PREFIX"
 DEVICE = "AIOPDBP_DEVICE"
 PROGRESS = "AIOPDBP_PROGRESS"
@@ -234,6 +238,12 @@ def local_transport_forced() -> bool:
 def uvloop_wanted() -> bool:
     """Whether ``aiopdbp.run`` should use uvloop (if installed): ``AIOPDBP_UVLOOP`` not ``0``."""
     return _flag(UVLOOP)
+
+
+def extensions_wanted() -> bool:
+    """Whether the compiled core may run (:mod:`aiopdbp.ext`): ``AIOPDBP_NO_EXTENSIONS``
+    unset, empty or ``0``."""
+    return _get(NO_EXTENSIONS).strip() in ("", "0")
 
 
 def rank_prefix_wanted() -> bool:

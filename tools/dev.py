@@ -46,6 +46,9 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 PYPROJECT = ROOT / "pyproject.toml"
 STAMP = VENV / ".aiopdbp-install-stamp"
+# what the compiled core is built from: a change to one of them means pip
+# must run again (it rebuilds the extension)
+BUILD_INPUTS = (ROOT / "setup.py", ROOT / "aiopdbp" / "wire" / "blocks.py", ROOT / "aiopdbp" / "wire" / "cblocks.pyx")
 WINDOWS = os.name == "nt"
 BIN = VENV / ("Scripts" if WINDOWS else "bin")
 EXE = ".exe" if WINDOWS else ""
@@ -141,9 +144,13 @@ def create_venv() -> None:
 
 
 def install_key(extras: str) -> str:
-    """What the stamp records: pyproject.toml's content, the extras, the venv's Python."""
+    """What the stamp records: pyproject.toml's content, the compiled core's
+    sources, the extras, the venv's Python."""
     h = hashlib.sha256()
     h.update(PYPROJECT.read_bytes())
+    for path in BUILD_INPUTS:
+        if path.exists():
+            h.update(path.read_bytes())
     h.update(f"\0extras={extras}\0".encode())
     cfg = VENV / "pyvenv.cfg"  # names the venv's Python version
     if cfg.exists():
@@ -194,7 +201,7 @@ def ensure_env(extras: str, reinstall: bool, verbose: bool) -> None:
     if reinstall or not stamp_is_fresh(extras):
         install(extras, verbose)
     else:
-        say(".venv is up to date (pyproject.toml unchanged since the last install)")
+        say(".venv is up to date (pyproject.toml and the core's sources unchanged since the last install)")
 
 
 def venv_env() -> dict[str, str]:

@@ -46,10 +46,18 @@ import sys
 import time
 import traceback
 
-import aiopdbp
-from aiopdbp.transport.mpi import load_mpi
+# AIOPDBP_SCENARIO_PURE_RANKS=1,3: those ranks run the pure-Python core, the
+# others the compiled one where it is built (a job of mixed forms); set before
+# aiopdbp is imported, since the choice is made at import
+if os.environ.get("PMI_RANK", "?") in os.environ.get("AIOPDBP_SCENARIO_PURE_RANKS", "").split(","):
+    os.environ["AIOPDBP_NO_EXTENSIONS"] = "1"
 
-from tests import scenarios
+import aiopdbp  # noqa: E402
+from aiopdbp import ext  # noqa: E402
+from aiopdbp.transport.mpi import load_mpi  # noqa: E402
+from aiopdbp.wire import core  # noqa: E402,F401  (the core's form is chosen at its import)
+
+from tests import scenarios  # noqa: E402
 
 #: where the scenarios come from (``--registry``)
 REGISTRY = scenarios.SCENARIOS
@@ -72,6 +80,10 @@ COMM.Set_name("run_scenarios")
 CLOSE_BUDGET = 2 * scenarios.DEFAULT_NODE_OPTIONS["close_timeout"] + 10
 #: seconds the ranks may drift apart at the end-of-scenario sync
 SYNC_TIMEOUT = 60.0
+
+
+sys.stdout.write(f"CORE rank {RANK} {ext.core().get('blocks', '?')}\n")
+sys.stdout.flush()
 
 
 def emit(name: str, ok: bool, detail: str) -> None:
