@@ -306,7 +306,7 @@ async def test_a_whole_window_of_credit_goes_back_before_the_reader_can_reply() 
 
 
 @pytest.mark.timeout(10)
-async def test_record_refused_in_a_fresh_block_gives_back_its_credit_and_its_pool_cell() -> None:
+async def test_a_refused_record_gives_back_its_credit_and_holds_no_pool_cell() -> None:
     from aiopdbp.pool import PoolMatrix, SendPool, UserMemory
     from aiopdbp.wire.shorts import ShortStream
 
@@ -315,9 +315,9 @@ async def test_record_refused_in_a_fresh_block_gives_back_its_credit_and_its_poo
     link = HostLink(1, tr, pool, window=1 << 20, block_size=4096,  # type: ignore[arg-type]
                     large=32 << 10, max_inflight=4, allow_pickle=False)
     link.put_to(PID, Message(("src", Kind.SHORT, 0, b"first", 1)))   # the iteration's first: alone
-    bad = memoryview(bytearray(b"x" * 100)).cast("b")  # a 'b' view: a block (format 'B') refuses it
-    link.reserve_nowait(PID, CREDIT_OVERHEAD + 100)
-    with pytest.raises(ValueError):
+    bad = object()  # neither a short record nor, without allow_pickle, a full one
+    link.reserve_nowait(PID, CREDIT_OVERHEAD)      # what credit_cost charges an object
+    with pytest.raises(TypeError):
         link.put_to(PID, ShortStream((None, Kind.STREAM, 0, bad, 1, 7, 4, 0)))
     assert link.stats().credit_min == 1 << 20           # its credit came back
     await asyncio.sleep(0)                               # the end-of-iteration flush: nothing to send

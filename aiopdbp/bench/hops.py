@@ -15,7 +15,7 @@ granularity: the receiver's step must come round); receive path ``b1 - b0``;
 wake-up ``b2 - b1`` (the loop switching to the task that awaits ``recv``).
 The send path is split where the host link takes the message
 (``HostLink.offer``) and where the engine's ``post_send`` begins, and the
-receive path at its decoding (``decode_shorts`` as the router calls it for
+receive path at its decoding (the router's block reader (``Router.reader``) for
 short records, ``decode`` as the inbound side calls it for full frames), so
 each hop also shows: before encoding (snapshot, routing), encoding (credit,
 the record or frame), posting (transport, ``Isend``, ``Test``); probe and
@@ -43,11 +43,18 @@ HOPS = ("send path", "  before encoding", "  encoding", "  posting", "MPI", "rec
         "  probe and receive", "  decoding", "  delivery", "wake-up", "one way")
 
 
+class _TimedReader:
+    """A router's block reader whose reads are timed (``read``: the timed call)."""
+
+    def __init__(self, reader: Any, read: Callable[..., Any]) -> None:
+        self._reader = reader
+        self.read = read
+
+
 def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[str, Any] | None:
     """Run the diagnostic ping-pong; rank 0 gets ``{hop: [0->1 us, 1->0 us]}``, others None."""
     from aiopdbp.hosts import inbound
     from aiopdbp.hosts.link import HostLink
-    from aiopdbp.routing import router
     from aiopdbp.transport.progress import ProgressEngine
 
     ns = time.perf_counter_ns
@@ -76,7 +83,9 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
     decs: list[tuple[int, int]] = []
     orig_offer: Callable[..., bool] = HostLink.offer
     orig_dec: Callable[..., Any] = getattr(inbound, "decode")  # the name inbound.py calls
-    orig_shorts: Callable[..., Any] = getattr(router, "decode_shorts")  # the name router.py calls
+    assert side.node is not None
+    rt = side.node.router
+    orig_reader = rt.reader
 
     def offer(self: HostLink, *a: Any) -> bool:
         offered[:] = [ns()]
@@ -115,7 +124,7 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
 
     patches = [(ProgressEngine, "post_send", post_send, orig_post), (ProgressEngine, "step", step, orig_step),
                (HostLink, "offer", offer, orig_offer), (inbound, "decode", timed(orig_dec), orig_dec),
-               (router, "decode_shorts", timed(orig_shorts), orig_shorts)]
+               (rt, "reader", _TimedReader(orig_reader, timed(orig_reader.read)), orig_reader)]
     for obj, name, new, _ in patches:
         setattr(obj, name, new)
     try:

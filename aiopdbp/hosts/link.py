@@ -169,7 +169,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import struct
 import time
 from collections import deque
 from collections.abc import Callable
@@ -178,12 +177,10 @@ from typing import Any
 
 import numpy as np
 
-from aiopdbp.wire.codec import bp_header, encode_cdu, encode_record, encode_split, encode_split_array
-
-from aiopdbp.wire.mesp import CDU, VERSION, Kind, MsgType
-
-from aiopdbp.wire.payload import short_ndarray
-from aiopdbp.wire.shorts import SHORT, SHORT_ARRAY, SHORT_MAX, SHORT_NONE, STREAM_HEAD, ShortStream, bps_header
+from aiopdbp.wire.codec import encode_cdu, encode_record, encode_split, encode_split_array
+from aiopdbp.wire.core import BlockWriter
+from aiopdbp.wire.mesp import CDU, L1, Kind, MsgType
+from aiopdbp.wire.shorts import STREAM_HEAD, ShortStream
 from aiopdbp.errors import WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost
 from aiopdbp.pool import SendPool, Slot
@@ -197,8 +194,6 @@ __all__ = ["HostLink", "LinkStats"]
 _BPS = int(MsgType.BPS)
 _BP = int(MsgType.BP)
 _DATA = Channel.DATA
-# level-1 header + one short record: a lone short message in one pack
-_LONE = struct.Struct("<BBHI" + SHORT.format[1:])
 
 
 @dataclass(frozen=True)
@@ -223,11 +218,6 @@ class LinkStats:
     credit_out: int = 0     # bytes of credit outstanding towards all GPs of h (window - credit)
 
 
-_SHORT_SIZE = SHORT.size
-_pack_short = SHORT.pack_into
-_FLAGS = {k: int(k) for k in (Kind.SHORT, Kind.COMMAND, Kind.STREAM)}  # kind -> record flags
-_FLAGS_NONE = {k: int(k) | SHORT_NONE for k in (Kind.SHORT, Kind.COMMAND)}
-_FLAGS_ARRAY = {k: int(k) | SHORT_ARRAY for k in (Kind.SHORT, Kind.COMMAND, Kind.STREAM)}
 _STREAM_HEAD = STREAM_HEAD.pack
 
 
@@ -239,21 +229,6 @@ class _Waiter:
     def __init__(self, fut: asyncio.Future[None], nbytes: int) -> None:
         self.fut = fut
         self.nbytes = nbytes
-
-
-class _Block:
-    """The open block of SCBP_h being filled: a pool slot (or a private
-    buffer when the row is full), its kind (BPS/BP), fill level and count."""
-
-    __slots__ = ("slot", "view", "kind", "pos", "count", "limit")
-
-    def __init__(self, slot: Slot | None, view: memoryview, kind: int) -> None:
-        self.slot = slot
-        self.view = view
-        self.kind = kind
-        self.pos = 8      # after the level-1 header, written at flush
-        self.count = 0
-        self.limit = len(view)
 
 
 class HostLink:
@@ -270,7 +245,11 @@ class HostLink:
         self._pool = pool
         self._block_size = block_size
         self._large = large
-        self._short_limit = min(SHORT_MAX + 1, large)  # bytes payloads shorter go as short records
+        # the open block (the core's writer) and the pool slot it is in (None:
+        # a private buffer, or no block open)
+        self._writer = BlockWriter(large)   # bytes payloads shorter than large go as short records
+        self._slot: Slot | None = None
+        self._block: memoryview | None = None
         self._max_inflight = max_inflight
         self._allow_pickle = allow_pickle
         self._credit: dict[int, int] = {}          # pid -> credit left (absent: a full window)
@@ -279,7 +258,6 @@ class HostLink:
         self._asked: set[int] = set()              # pids asked for credit since the last grant
         self._ask = ask
         self._asks = 0
-        self._open: _Block | None = None
         self._tick = -1                 # the transport tick of the last lone CDU
         self._flush_scheduled = False
         self._units: deque[tuple[list[Any], int, Slot | None]] = deque()
@@ -458,7 +436,7 @@ class HostLink:
                     _put_stream(self, pid, item)
                 except BaseException:  # refused: nothing queued, its credit goes back
                     self._cdus -= 1
-                    self.grant(pid, CREDIT_OVERHEAD + item[3].nbytes)
+                    self.grant(pid, credit_cost(item[3]))
                     raise
                 return True
             if type(item) is OwnedSend:
@@ -511,61 +489,28 @@ class HostLink:
     def _put_short(self, pid: int, fields: tuple[Any, ...], head: bytes = b"") -> bool:
         """Encode a message ``(source, kind, com, data, source_pid)`` as a
         compact short record (False: its payload needs a full CDU record);
-        a :class:`ShortStream` too, its ``head`` (sno, window) first."""
-        data = fields[3]
-        meta = head   # a short stream's head, an array's level-3 meta: written before its bytes
-        if data is None:
-            n, flags = 0, _FLAGS_NONE[fields[1]]
-        elif type(data) is bytes and len(data) < self._short_limit:
-            n, flags = len(data), _FLAGS[fields[1]]
-        elif type(data) is np.ndarray:
-            parts = short_ndarray(data)  # None: not small, or its meta not checked yet
-            if parts is None or data.nbytes >= self._short_limit:
+        a :class:`ShortStream` too, its ``head`` (sno, window) first.  The
+        first CDU of a loop iteration leaves at once, in a frame of its own."""
+        w = self._writer
+        if not w.kind and not self._units and self._transport.tick != self._tick:
+            frame = w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, True)
+            if frame is None:
                 return False
-            meta, data = meta + parts[0], parts[1]
-            n, flags = len(meta) + data.nbytes, _FLAGS_ARRAY[fields[1]]
-        elif type(data) is memoryview and head and len(head) + data.nbytes <= min(SHORT_MAX, self._short_limit):
-            n, flags = len(head) + data.nbytes, _FLAGS[fields[1]]  # a short stream of bytes
-        else:
-            return False
-        # The commonest CDU, so this is written out flat.
-        blk = self._open
-        if blk is None:
-            if not self._units and self._transport.tick != self._tick:
-                # the first CDU of this loop iteration: a frame of its own, now
-                self._tick = self._transport.tick
-                frame = _LONE.pack(VERSION, _BPS, 1, _SHORT_SIZE + n, pid, fields[4], fields[2],
-                                   flags, n)
-                if meta:
-                    frame = b"".join((frame, meta, data))  # one copy of the array's bytes
-                elif n:
-                    frame += data
-                self._lone += 1
-                self._post([frame], len(frame), None)
-                return True
-            blk = self._new_block(_BPS)
-        elif blk.kind != _BPS or blk.pos + _SHORT_SIZE + n > blk.limit or blk.count == 0xFFFF:
-            blk = self._new_block(_BPS)
-        pos = blk.pos
-        _pack_short(blk.view, pos, pid, fields[4], fields[2], flags, n)
-        pos += _SHORT_SIZE
-        if meta:
-            m = len(meta)
-            blk.view[pos:pos + m] = meta
-            blk.view[pos + m:pos + n] = data
-            pos += n
-        elif n:
-            blk.view[pos:pos + n] = data
-            pos += n
-        blk.pos = pos
-        blk.count += 1
-        return True
+            self._tick = self._transport.tick
+            self._lone += 1
+            self._post([frame], len(frame), None)
+            return True
+        put = w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, False)
+        if put is False:  # no block open, a BP one, or full
+            self._new_block(_BPS)
+            put = w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, False)
+        return put is True
 
     def _begin(self) -> bool:
         """True for the first CDU of this loop iteration (it leaves at once;
         the transport's ``tick`` tells iterations apart without a callback)."""
         tick = self._transport.tick
-        if tick == self._tick or self._open is not None or self._units:
+        if tick == self._tick or self._writer.kind or self._units:
             return False
         self._tick = tick
         return True
@@ -593,26 +538,20 @@ class HostLink:
             self._lone += 1
             self._post([frame], len(frame), None)
             return
-        blk = self._open
-        at = blk.pos if blk is not None and blk.kind == _BP else 8
+        w = self._writer
+        at = w.offset(_BP)
         parts, n = encode_record(cdu, at, allow_pickle=self._allow_pickle)
-        if blk is None or blk.kind != _BP or blk.pos + n > blk.limit or blk.count == 0xFFFF:
-            if n + 8 > self._block_size:  # too big for a block, not splittable: its own frame
-                self._flush()
-                whole = b"".join(bytes(p) for p in encode_cdu(cdu, allow_pickle=self._allow_pickle))
-                self._post([whole], len(whole), None)
-                return
-            blk = self._new_block(_BP)
-            if blk.pos != at:  # padding depends on the offset: encode again
-                parts, n = encode_record(cdu, blk.pos, allow_pickle=self._allow_pickle)
-        pos = blk.pos
-        view = blk.view
-        for part in parts:
-            k = len(part) if type(part) is bytes else memoryview(part).nbytes
-            view[pos:pos + k] = part
-            pos += k
-        blk.pos = pos
-        blk.count += 1
+        if w.put_record(parts, n):
+            return
+        if n + L1.size > self._block_size:  # too big for a block, not splittable: its own frame
+            self._flush()
+            whole = b"".join(bytes(p) for p in encode_cdu(cdu, allow_pickle=self._allow_pickle))
+            self._post([whole], len(whole), None)
+            return
+        self._new_block(_BP)
+        if w.offset(_BP) != at:  # padding depends on the offset: encode again
+            parts, n = encode_record(cdu, w.offset(_BP), allow_pickle=self._allow_pickle)
+        w.put_record(parts, n)
 
     def _put_split(self, split: tuple[bytes, Any], done: OwnedDone | None) -> None:
         """A large payload (``split``: a frame's header and payload, from
@@ -661,7 +600,7 @@ class HostLink:
         else:
             fail_owned(done, fut.exception())  # type: ignore[arg-type]
 
-    def _new_block(self, kind: int) -> _Block:
+    def _new_block(self, kind: int) -> None:
         self._flush()
         if not self._flush_scheduled:  # sent at the end of this loop iteration
             self._flush_scheduled = True
@@ -672,32 +611,32 @@ class HostLink:
             slot = None  # the row is full and may not grow: a private buffer
             self._fallbacks += 1
         view = slot.view if slot is not None else memoryview(bytearray(self._block_size))
-        blk = self._open = _Block(slot, view, kind)
-        return blk
+        self._slot = slot
+        self._block = view
+        self._writer.open(view, kind)
 
     def _flush(self) -> None:
         """Send the open block, if any."""
-        blk = self._open
-        if blk is None:
+        if not self._writer.kind:
             return
-        self._open = None
-        if not blk.count:
+        slot, view = self._slot, self._block
+        self._slot = self._block = None
+        n = self._writer.close()
+        if not n:
             # opened for a record the encoder then refused: nothing to send,
             # and its pool cell must not stay reserved (it would jam the row)
-            if blk.slot is not None:
-                self._pool.abort(blk.slot)
+            if slot is not None:
+                self._pool.abort(slot)
             return
-        head = bps_header if blk.kind == _BPS else bp_header
-        blk.view[:8] = head(blk.count, blk.pos - 8)
         self._blocks += 1
-        slot = blk.slot
         if slot is None:
-            self._post([blk.view[:blk.pos]], blk.pos, None)
+            assert view is not None
+            self._post([view[:n]], n, None)
             return
         pool = self._pool
-        pool.commit(slot, blk.pos)
+        pool.commit(slot, n)
         taken = pool.next_filled_nowait(self.host)  # the oldest committed: this one
-        self._post([taken.data], blk.pos, taken)
+        self._post([taken.data], n, taken)
 
     # ------------------------------------------------------------ sending
     def _post(self, blocks: list[Any], nbytes: int, slot: Slot | None) -> asyncio.Future[None] | None:
@@ -749,7 +688,7 @@ class HostLink:
     @property
     def idle(self) -> bool:
         """Nothing open, queued or in flight."""
-        return self._open is None and not self._units and self._inflight == 0
+        return not self._writer.kind and not self._units and self._inflight == 0
 
     def flush(self) -> None:
         """Send the open block now (before code that blocks the loop)."""

@@ -45,7 +45,7 @@ from typing import Any, Protocol
 
 from aiopdbp.wire.mesp import CDU, Kind
 
-from aiopdbp.wire.shorts import decode_shorts
+from aiopdbp.wire.core import BlockReader
 from aiopdbp.errors import ClosedResourceError, NoPipeError, UnknownProcessError, WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
 from aiopdbp.routing.pipes import Pipe, PipePool
@@ -145,6 +145,8 @@ class Router:
         self.targets: dict[int, Target] = {}      # bound GPs: pid -> where their CDUs go
         self.pids = tables.by_name                 # name -> pid (hot path)
         self._names = tables.names
+        #: decodes the BPS frames from other hosts into Messages (the core's reader)
+        self.reader = BlockReader(tables.names, Message, tables.name_of)
         self._left: dict[str, int] = {}           # names registered once and freed since -> rank
         self._home: dict[int, int] = {}           # pid -> the rank of its GP
         self._ever_bound: set[int] = set()
@@ -474,8 +476,7 @@ class Router:
         of records for the same GP (raises only ``ProtocolError``)."""
         streams = self._streams
         whole = None if streams is None else functools.partial(streams.open_whole, host)
-        for pid, msgs, nbytes in decode_shorts(buf, names=self._names, make=Message,
-                                               unknown=self.tables.name_of, stream=whole):
+        for pid, msgs, nbytes in self.reader.read(buf, whole):
             cost = nbytes + CREDIT_OVERHEAD * len(msgs)
             tgt: Any = self.targets.get(pid)
             if type(tgt) is Pipe and not tgt.closed:  # deliver_remote's common case
