@@ -23,12 +23,21 @@ receive (``Improbe``, ``Mrecv``, buffer, dispatch), decoding, and delivery
 (the ``Message``, routing, credit marks, the pipe, the waiter's future).
 The engine methods and the two module functions are wrapped for this run
 only and restored after it, so the timed runs carry no instrumentation.
+
+The same round trips then run once more, unpatched, to count what each rank
+does per round trip: Python calls into aiopdbp under ``cProfile`` (the
+functions that run while a rank polls for the next message are left out:
+their count is waiting, not work), all Python calls, and the data and
+control messages it posts (:data:`PER_RT`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import cProfile
+import os
+import pstats
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,7 +46,7 @@ import numpy as np
 
 from aiopdbp.bench.aio import AioSide, gp_name
 
-__all__ = ["HOPS", "format_hops", "hop_medians", "hop_table"]
+__all__ = ["HOPS", "PER_RT", "format_hops", "hop_medians", "hop_table"]
 
 HOPS = ("send path", "  before encoding", "  encoding", "  posting", "MPI", "receive path",
         "  probe and receive", "  decoding", "  delivery", "wake-up", "one way")
@@ -133,12 +142,55 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
         for obj, name, _, old in patches:
             setattr(obj, name, old)
     got = ctl.gather((sends, recvs, posts, steps, encs, decs), root=0)
+    # The same round trips again, unpatched, counted: Python calls (cProfile)
+    # and the messages each rank posts.
+    sends.clear()
+    recvs.clear()
+    before = _message_counts(side)
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        side.measure(body)
+    finally:
+        prof.disable()
+    counts = {k: (v - before[k]) / (warm + iters) for k, v in _message_counts(side).items()}
+    counts.update(_call_counts(prof, warm + iters))
+    per_rank = ctl.gather(counts, root=0)
     if rank != 0:
         return None
     (s0, r0, p0, st0, e0, d0), (s1, r1, p1, st1, e1, d1) = got[0], got[1]
     fwd = hop_medians(s0, p0, st1, r1, e0, d1, warm)
     back = hop_medians(s1, p1, st0, r0, e1, d0, warm)
-    return {"iters": iters, "size": int(pl.readonly[0].nbytes), "hops": {h: [fwd[h], back[h]] for h in HOPS}}
+    return {"iters": iters, "size": int(pl.readonly[0].nbytes), "hops": {h: [fwd[h], back[h]] for h in HOPS},
+            "per_round_trip": {k: [per_rank[0][k], per_rank[1][k]] for k in PER_RT}}
+
+
+#: what :func:`hop_table` counts per round trip on each rank
+PER_RT = {"calls": "Python calls into aiopdbp (progress polling excluded)",
+          "calls_all": "Python calls, all (polling, builtins, asyncio included)",
+          "data_msgs": "data MPI messages sent (blocks, lone frames, split headers and payloads)",
+          "ctl_msgs": "control messages sent (credit grants and asks, table updates)"}
+#: functions that run while a rank polls for its next message: their calls
+#: count waiting, not work per message
+_POLLING = {("progress.py", "step"), ("progress.py", "_receive"), ("progress.py", "drive"),
+            ("mpi.py", "drive"), ("pipes.py", "ready")}
+
+
+def _message_counts(side: AioSide) -> dict[str, int]:
+    assert side.node is not None
+    st = side.node.stats()
+    data = sum(link.messages for link in st.links.values()) + int(st.transport.get("bulk_sends", 0))
+    ctl = sum(v for kinds in st.messages_sent.values() for k, v in kinds.items() if k != "data")
+    return {"data_msgs": data, "ctl_msgs": ctl}
+
+
+def _call_counts(prof: cProfile.Profile, rts: int) -> dict[str, float]:
+    stats = pstats.Stats(prof)
+    ours = 0
+    for (file, _, func), row in stats.stats.items():  # type: ignore[attr-defined]
+        if f"{os.sep}aiopdbp{os.sep}" in file and (os.path.basename(file), func) not in _POLLING:
+            ours += row[1]   # primitive + recursive calls
+    return {"calls": ours / rts, "calls_all": stats.total_calls / rts}  # type: ignore[attr-defined]
 
 
 def _first(stamps: list[tuple[int, int]], starts: list[int], lo: int, hi: int) -> tuple[int, int] | None:
@@ -187,4 +239,12 @@ def format_hops(doc: dict[str, Any]) -> str:
     for h, (a, b) in doc["hops"].items():
         lines.append(f"| {h} | {a:.2f} | {b:.2f} |")
     lines.append("(the hops' medians need not add up to the one-way median)")
+    per = doc.get("per_round_trip")
+    if per:
+        lines += ["", f"per round trip at {doc.get('size', 8)} B (the same round trips again, counted)",
+                  "| per round trip | rank 0 | rank 1 |", "|---|---|---|"]
+        for key, label in PER_RT.items():
+            a, b = per[key]
+            lines.append(f"| {label} | {a:.1f} | {b:.1f} |" if key.startswith("calls")
+                         else f"| {label} | {a:.3f} | {b:.3f} |")
     return "\n".join(lines)
