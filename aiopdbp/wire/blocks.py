@@ -196,13 +196,20 @@ class BlockWriter:
             if n > SHORT_MAX:
                 return None
             flags = kind | SHORT_ARRAY
-        elif type(data) is bytes or (type(data) is memoryview and head):  # a short stream's bytes
-            n = len(head) + (len(data) if type(data) is bytes else data.nbytes)
-            if n > SHORT_MAX or n > self.short_limit or (type(data) is memoryview and not data.c_contiguous):
+        elif type(data) is bytes:  # a short stream's bytes, after its head
+            n = len(head) + len(data)
+            if n > SHORT_MAX or n > self.short_limit:
                 return None
             flags = kind
             meta = head
-            body = data if type(data) is bytes or (data.format == "B" and data.ndim == 1) else data.cast("B")
+            body = data
+        elif type(data) is memoryview and head:  # the same as a view, of any format
+            n = len(head) + data.nbytes
+            if n > SHORT_MAX or n > self.short_limit or not data.c_contiguous:
+                return None
+            flags = kind
+            meta = head
+            body = data if data.format == "B" and data.ndim == 1 else data.cast("B")
         else:
             return None
         if lone:
