@@ -29,7 +29,7 @@ import contextlib
 import pickle
 import sys
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -42,6 +42,7 @@ from aiopdbp.wire.payload import travels_raw
 from aiopdbp.routing.pipes import Pipe
 from aiopdbp.streams.receiver import DEFAULT_SEGMENT, IncomingStream
 from aiopdbp.streams.sender import send_stream
+from aiopdbp.streams.devicebind import Captured
 from aiopdbp.hosts.tables import PType, Tables
 
 if TYPE_CHECKING:
@@ -352,8 +353,8 @@ class GP:
         await self.free(reason=exc)
 
     # -- CPI: sending -----------------------------------------------------------
-    async def send(self, dest: str | Iterable[str], data: Any = None, *, com: int = 0,
-                   kind: Kind = Kind.SHORT, timeout: float | None = None, copy: bool = True) -> None:
+    def send(self, dest: str | Iterable[str], data: Any = None, *, com: int = 0, kind: Kind = Kind.SHORT,
+             timeout: float | None = None, copy: bool = True, stream: Any = None) -> Coroutine[Any, Any, None]:
         """Send a short or command message (the patent's INFO); returns once queued.
 
         ``dest`` is a GP name or an iterable of names (multicast: one CDU with a
@@ -369,7 +370,9 @@ class GP:
         simulated one) takes the device path and the call returns once
         aiopdbp no longer reads it (see :mod:`aiopdbp.streams.devicepath`);
         ``copy=False`` hands it to an SGP of this node on its device by
-        reference: the sender must not touch it again.
+        reference: the sender must not touch it again.  ``send`` is a plain
+        function returning the awaitable: the producer's pending work is
+        captured at the call, on ``stream`` (default: the current stream).
 
         Buffer ownership (as ``MPI_Send``): a writable numeric array of
         ``RemoteConfig.large`` bytes or more (32 KiB) sent to a GP on another
@@ -383,6 +386,18 @@ class GP:
         already handed to MPI: that message is sent, and the call waits until
         MPI no longer reads the array before it raises ``CancelledError``
         (:meth:`~aiopdbp.routing.router.Router.send_owned`).
+        """
+        if data is not None and type(data) is not bytes and type(data) is not np.ndarray and is_device_array(data):
+            data = self.node.devices.capture(self, data, stream)  # now: the caller's stream is current now
+        elif stream is not None:
+            raise TypeError("stream= is for device arrays")
+        return self._send(dest, data, com, kind, timeout, copy)
+
+    async def _send(self, dest: str | Iterable[str], data: Any, com: int, kind: Kind, timeout: float | None,
+                    copy: bool) -> None:
+        """Body of :meth:`send` (``data`` a :class:`Captured` device array or host data).
+
+        Cancellation: as for :meth:`send`.
         """
         if self._freed:
             raise ClosedResourceError(f"GP {self.name!r} was freed")
@@ -411,7 +426,7 @@ class GP:
                     await self._router.send_owned(dest, (self.name, kind, com, data, self.pid),
                                                   data.nbytes + CREDIT_OVERHEAD, timeout, self._snapshot)
                     return
-                if type(data) is not np.ndarray and is_device_array(data):
+                if type(data) is Captured:
                     await self.node.devices.send(self, self.node.streams, dest, data, com=com, kind=kind,
                                                  timeout=timeout, copy=copy)
                     return
@@ -430,7 +445,7 @@ class GP:
         router = self._router
         if not names:
             raise ValueError("multicast to an empty set of names")
-        if is_device_array(data):  # one device transfer per receiver
+        if type(data) is Captured:  # one device transfer per receiver
             for name in dict.fromkeys(names):
                 await node.devices.send(self, node.streams, name, data, com=com, kind=kind, timeout=timeout, copy=True)
             return
@@ -461,8 +476,8 @@ class GP:
         """
         await self.send(dest, data, com=com, kind=Kind.COMMAND, timeout=timeout)
 
-    async def send_stream(self, dest: str, data: Any, *, segment_size: int | None = None,
-                          com: int = 0, timeout: float | None = None, copy: bool = True) -> int:
+    def send_stream(self, dest: str, data: Any, *, segment_size: int | None = None, com: int = 0,
+                    timeout: float | None = None, copy: bool = True, stream: Any = None) -> Coroutine[Any, Any, int]:
         """Send a data stream (the patent's SINFO); returns once delivered.
 
         ``data`` is one buffer/array (cut into ``segment_size``-byte segments,
@@ -477,7 +492,7 @@ class GP:
         A device array is staged through pinned chunks across nodes (its
         segments are the chunks: ``min(segment_size, chunk_size)`` bytes of
         whole rows, default one chunk), copied device-to-device on one node
-        (``copy=False``: by reference; see :meth:`send`).
+        (``copy=False``: by reference; ``stream``: see :meth:`send`).
 
         Cancellation: a cancelled (or failing) sender sends an ABORT, so the
         receiver's stream ends with ``StreamError``; the binding is undone and
@@ -488,6 +503,18 @@ class GP:
         receiver: only the wait for its delivery is cancelled -- after a
         ``TimeoutError`` too, so a retry may deliver the data twice.
         """
+        if type(data) is not np.ndarray and is_device_array(data):  # a plain host array is the commonest
+            data = self.node.devices.capture(self, data, stream)  # now: the caller's stream is current now
+        elif stream is not None:
+            raise TypeError("stream= is for device arrays")
+        return self._send_stream(dest, data, segment_size, com, timeout, copy)
+
+    async def _send_stream(self, dest: str, data: Any, segment_size: int | None, com: int, timeout: float | None,
+                           copy: bool) -> int:
+        """Body of :meth:`send_stream`.
+
+        Cancellation: as for :meth:`send_stream`.
+        """
         self._check()
         _check_com(com)
         _check_timeout(timeout)
@@ -495,7 +522,7 @@ class GP:
             raise TypeError(f"send_stream sends to one GP: dest is its name (a str), not {type(dest).__name__}")
         if segment_size is not None and (not isinstance(segment_size, int) or isinstance(segment_size, bool)):
             raise TypeError(f"segment_size is a number of bytes (an int), not {segment_size!r}")
-        if type(data) is not np.ndarray and is_device_array(data):  # a plain host array is the commonest
+        if type(data) is Captured:
             return await self.node.devices.send_stream(self, self.node.streams, dest, data, segment_size=segment_size, com=com,
                                                        timeout=timeout, copy=copy)
         return await send_stream(self.node.streams, self.pid, self._router.resolve, dest, data, com=com, timeout=timeout,
