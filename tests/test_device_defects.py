@@ -283,9 +283,9 @@ def test_sim_allocator_hands_a_freed_block_to_the_next_allocation_on_its_stream(
         a = sim.empty((256,), np.float32, "C", 0, s)
         del a
         sim.empty((256,), np.float32, "C", 0)  # another stream: a fresh block
-        assert sim.reuses == 0
+        assert sim.memory.reuses == 0
         sim.empty((256,), np.float32, "C", 0, s)
-        assert sim.reuses == 1
+        assert sim.memory.reuses == 1
     finally:
         sim.close()
 

@@ -87,6 +87,7 @@ import numpy.typing as npt
 
 from aiopdbp.errors import ClosedResourceError, DeviceError
 from aiopdbp.device.backend import ArrayInfo, DeviceBackend, Event, HostBuffer, Order, Stream, order_of
+from aiopdbp.device.simmem import CurrentStreams, SimMemory
 
 __all__ = ["Fault", "SimArray", "SimBackend", "SimEvent", "SimFault", "SimHold", "SimStream", "TraceEntry"]
 
@@ -131,7 +132,7 @@ class _Block:
         self.backend = backend
 
     def __del__(self) -> None:
-        self.backend._free(self.raw, self.stream)
+        self.backend.memory.free(self.raw, self.stream, self.stream.name)
 
 
 class SimArray:
@@ -271,11 +272,17 @@ class SimStream:
 
     def __enter__(self) -> SimStream:
         """Make this the calling thread's current stream of its device (``with s:``)."""
-        self.backend._push(self)
+        be = self.backend
+        if self.device != be.get_device():
+            raise RuntimeError(f"stream {self.name} is on device {self.device}, "
+                               f"not on the current device {be.get_device()}")
+        be.current.stack(self.device).append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.backend._pop(self)
+        stack = self.backend.current.stack(self.device)
+        if stack and stack[-1] is self:
+            stack.pop()
 
     def synchronize(self) -> None:
         """Block until everything queued so far has run (tests, ``get()``)."""
@@ -316,7 +323,10 @@ class SimStream:
                     return
                 op = self._ops[0]
             self._execute(op, closed)
-            self.backend._ran(op, self)
+            if op.touches:
+                self.backend.memory.touch(op.touches, self, -1)
+            if op.done is not None:
+                op.done.set()
             with self._cv:
                 if self._ops and self._ops[0] is op:
                     self._ops.popleft()
@@ -356,6 +366,19 @@ class SimStream:
         else:
             be.log("end", op.kind, self.name, op.nbytes)
 
+
+    def record_raw(self) -> SimEvent:
+        """Queue a record, bypassing the null stream's implicit ordering."""
+        op = _Op("record")
+        op.event = SimEvent(f"{self.name}#{next(self.backend.labels)}")
+        self.submit(op)
+        return op.event
+
+    def wait_raw(self, event: SimEvent) -> None:
+        """Queue a wait, bypassing the null stream's implicit ordering."""
+        op = _Op("wait")
+        op.wait_for = event
+        self.submit(op)
 
     def _wait(self, event: SimEvent, closed: BaseException) -> BaseException | None:
         """Stall this worker until ``event`` completes (or the backend closes)."""
@@ -399,22 +422,19 @@ class SimBackend(DeviceBackend):
         self.faults = list(faults)
         self.trace: list[TraceEntry] = []
         self.pinned_allocations = 0  #: calls of alloc_pinned (a pool allocates once)
+        self.memory = SimMemory()  #: the caching allocator and the pinned ranges
         #: device memory freed while work on another stream still touched it (each a description)
-        self.violations: list[str] = []
-        self.reuses = 0  #: allocations served from a freed block (the caching allocator)
-        self._pinned: list[tuple[int, int]] = []  # address ranges of pinned allocations
-        self._cache: dict[tuple[int, int], list[npt.NDArray[np.uint8]]] = {}  # (id(stream), nbytes) -> blocks
-        self._busy: dict[int, collections.Counter[int]] = {}  # id(block) -> id(stream) -> queued ops
+        self.violations = self.memory.violations
+        self.current: CurrentStreams[SimStream] = CurrentStreams()
         self._lock = threading.Lock()
         self._seq = itertools.count()
-        self._labels = itertools.count()
+        self.labels = itertools.count()  #: numbers of event labels
         self._counts: collections.Counter[str] = collections.Counter()
         self.stopping = threading.Event()
         self._streams: list[SimStream] = []
         self._holds: list[SimHold] = []
         self._gates: dict[tuple[str, int], SimHold] = {}
         self._null = [self._new_stream(d, f"dev{d}-null", non_blocking=False, null=True) for d in range(devices)]
-        self._tls = threading.local()
         self._closed = False
 
     # -- devices
@@ -422,11 +442,11 @@ class SimBackend(DeviceBackend):
         return self.devices
 
     def get_device(self) -> int:
-        return int(getattr(self._tls, "device", 0))
+        return self.current.device
 
     def set_device(self, device: int) -> None:
         self._check_device(device)
-        self._tls.device = device
+        self.current.device = device
 
     # -- arrays and memory
     def asarray(self, host: Any, device: int | None = None) -> SimArray:
@@ -459,13 +479,7 @@ class SimBackend(DeviceBackend):
             raise TypeError("device arrays cannot hold Python objects")
         s = self.current_stream(device) if stream is None else self._stream(stream)
         nbytes = dt.itemsize * int(np.prod(shape, dtype=np.int64))
-        with self._lock:
-            free = self._cache.get((id(s), nbytes))
-            raw = free.pop() if free else None
-            if raw is not None:
-                self.reuses += 1
-        if raw is None:
-            raw = np.empty(nbytes, dtype=np.uint8)
+        raw = self.memory.alloc(nbytes, s)
         data = np.ndarray(shape, dt, buffer=raw, order=order) if nbytes else np.empty(shape, dt, order=order)
         return SimArray(data, device, self, _Block(raw, s, self))
 
@@ -481,16 +495,12 @@ class SimBackend(DeviceBackend):
             raise ValueError("nbytes must be >= 0")
         self.pinned_allocations += 1
         buf = np.zeros(nbytes, dtype=np.uint8)
-        with self._lock:
-            self._pinned.append((buf.ctypes.data, buf.ctypes.data + nbytes))
+        self.memory.pin(buf)
         return buf
 
     def is_pinned(self, buf: Any) -> bool:
         """True for memory inside an :meth:`alloc_pinned` allocation."""
-        arr = np.frombuffer(buf, dtype=np.uint8) if not isinstance(buf, np.ndarray) else buf
-        start = arr.ctypes.data
-        with self._lock:
-            return any(lo <= start and start + arr.nbytes <= hi for lo, hi in self._pinned)
+        return self.memory.is_pinned(buf)
 
     # -- streams and events
     def create_stream(self, device: int, *, non_blocking: bool = True) -> SimStream:
@@ -503,7 +513,7 @@ class SimBackend(DeviceBackend):
         """The calling thread's current stream of ``device``: the innermost
         ``with stream:`` of this thread, else the legacy null stream."""
         self._check_device(device)
-        stack = self._stack(device)
+        stack = self.current.stack(device)
         return stack[-1] if stack else self._null[device]
 
     def null_stream(self, device: int) -> SimStream:
@@ -514,7 +524,7 @@ class SimBackend(DeviceBackend):
     def record_event(self, stream: Stream) -> SimEvent:
         s = self._stream(stream)
         op = _Op("record")
-        op.event = SimEvent(f"{s.name}#{next(self._labels)}")
+        op.event = SimEvent(f"{s.name}#{next(self.labels)}")
         self._submit(s, op)
         return op.event
 
@@ -591,23 +601,6 @@ class SimBackend(DeviceBackend):
             t.join()
 
     # -- internals
-    def _stack(self, device: int) -> list[SimStream]:
-        stacks: dict[int, list[SimStream]] | None = getattr(self._tls, "streams", None)
-        if stacks is None:
-            stacks = self._tls.streams = {}
-        return stacks.setdefault(device, [])
-
-    def _push(self, stream: SimStream) -> None:
-        if stream.device != self.get_device():
-            raise RuntimeError(f"stream {stream.name} is on device {stream.device}, "
-                               f"not on the current device {self.get_device()}")
-        self._stack(stream.device).append(stream)
-
-    def _pop(self, stream: SimStream) -> None:
-        stack = self._stack(stream.device)
-        if stack and stack[-1] is stream:
-            stack.pop()
-
     def _submit(self, s: SimStream, op: _Op) -> None:
         """Queue ``op`` on ``s`` with the legacy null stream's implicit ordering."""
         if op.kind != "wait":
@@ -616,46 +609,10 @@ class SimBackend(DeviceBackend):
                     blocking = [b for b in self._streams if b.device == s.device and not b.non_blocking
                                 and not b.null]
                 for b in blocking:
-                    self._raw_wait(s, self._raw_record(b))
+                    s.wait_raw(b.record_raw())
             elif not s.non_blocking:
-                self._raw_wait(s, self._raw_record(self._null[s.device]))
+                s.wait_raw(self._null[s.device].record_raw())
         s.submit(op)
-
-    def _raw_record(self, s: SimStream) -> SimEvent:
-        op = _Op("record")
-        op.event = SimEvent(f"{s.name}#{next(self._labels)}")
-        s.submit(op)
-        return op.event
-
-    def _raw_wait(self, s: SimStream, event: SimEvent) -> None:
-        op = _Op("wait")
-        op.wait_for = event
-        s.submit(op)
-
-    def _ran(self, op: _Op, s: SimStream) -> None:
-        """``op`` is over: its blocks are no longer touched by it."""
-        if op.touches:
-            with self._lock:
-                for b in op.touches:
-                    c = self._busy.get(b)
-                    if c is not None:
-                        c[id(s)] -= 1
-                        if c[id(s)] <= 0:
-                            del c[id(s)]
-                        if not c:
-                            del self._busy[b]
-        if op.done is not None:
-            op.done.set()
-
-    def _free(self, raw: npt.NDArray[np.uint8], stream: SimStream) -> None:
-        """A block's last array is gone: back to its stream's free list."""
-        with self._lock:
-            users = self._busy.get(id(raw))
-            others = [k for k in (users or {}) if k != id(stream)]
-            if others:
-                self.violations.append(f"{raw.nbytes} bytes allocated on {stream.name} freed while work on "
-                                       "another stream still touches them")
-            self._cache.setdefault((id(stream), raw.nbytes), []).append(raw)
 
     def _new_stream(self, device: int, name: str, *, non_blocking: bool = True, null: bool = False) -> SimStream:
         s = SimStream(self, device, name, non_blocking=non_blocking, null=null)
@@ -691,9 +648,7 @@ class SimBackend(DeviceBackend):
         blocks = tuple(id(a._block.raw) for a in uses if a._block is not None)
         if blocks:
             op.touches = blocks
-            with self._lock:
-                for b in blocks:
-                    self._busy.setdefault(b, collections.Counter())[id(s)] += 1
+            self.memory.touch(blocks, s, +1)
         if sync:
             op.done = threading.Event()
         self._submit(s, op)

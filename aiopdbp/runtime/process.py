@@ -424,7 +424,8 @@ class GP:
                 if type(data) is np.ndarray and data.nbytes >= self._owned_min and _ownable(data):
                     # large: sent from this very buffer, the call returns once it may be reused
                     await self._router.send_owned(dest, (self.name, kind, com, data, self.pid),
-                                                  data.nbytes + CREDIT_OVERHEAD, timeout, self._snapshot)
+                                                  data.nbytes + CREDIT_OVERHEAD, timeout,
+                                                  lambda d: snapshot(d, self.node.allow_pickle, False))
                     return
                 if type(data) is Captured:
                     await self.node.devices.send(self, self.node.streams, dest, data, com=com, kind=kind,
@@ -435,9 +436,6 @@ class GP:
         fields = (self.name, kind, com, data, self.pid)
         if not self._try_send(dest, fields, cost):  # the router routed it: nothing to wait for
             await self._router.send_waiting(dest, fields, cost, timeout)
-
-    def _snapshot(self, data: Any) -> Any:
-        return snapshot(data, self.node.allow_pickle, False)
 
     async def _multicast(self, names: list[str], data: Any, com: int, kind: Kind,
                          timeout: float | None) -> None:
@@ -502,18 +500,9 @@ class GP:
         stream whose last segment had left may be read in full by the
         receiver: only the wait for its delivery is cancelled -- after a
         ``TimeoutError`` too, so a retry may deliver the data twice.
-        """
-        if type(data) is not np.ndarray and is_device_array(data):  # a plain host array is the commonest
-            data = self.node.devices.capture(self, data, stream)  # now: the caller's stream is current now
-        elif stream is not None:
-            raise TypeError("stream= is for device arrays")
-        return self._send_stream(dest, data, segment_size, com, timeout, copy)
 
-    async def _send_stream(self, dest: str, data: Any, segment_size: int | None, com: int, timeout: float | None,
-                           copy: bool) -> int:
-        """Body of :meth:`send_stream`.
-
-        Cancellation: as for :meth:`send_stream`.
+        A plain function returning the awaitable: wrong arguments raise at
+        the call, and a device array's producer stream is captured there.
         """
         self._check()
         _check_com(com)
@@ -522,11 +511,14 @@ class GP:
             raise TypeError(f"send_stream sends to one GP: dest is its name (a str), not {type(dest).__name__}")
         if segment_size is not None and (not isinstance(segment_size, int) or isinstance(segment_size, bool)):
             raise TypeError(f"segment_size is a number of bytes (an int), not {segment_size!r}")
-        if type(data) is Captured:
-            return await self.node.devices.send_stream(self, self.node.streams, dest, data, segment_size=segment_size, com=com,
-                                                       timeout=timeout, copy=copy)
-        return await send_stream(self.node.streams, self.pid, self._router.resolve, dest, data, com=com, timeout=timeout,
-                                 segment_size=DEFAULT_SEGMENT if segment_size is None else segment_size)
+        if type(data) is not np.ndarray and is_device_array(data):  # a plain host array is the commonest
+            cap = self.node.devices.capture(self, data, stream)  # now: the caller's stream is current now
+            return self.node.devices.send_stream(self, self.node.streams, dest, cap, segment_size=segment_size,
+                                                 com=com, timeout=timeout, copy=copy)
+        if stream is not None:
+            raise TypeError("stream= is for device arrays")
+        return send_stream(self.node.streams, self.pid, self._router.resolve, dest, data, com=com, timeout=timeout,
+                           segment_size=DEFAULT_SEGMENT if segment_size is None else segment_size)
 
     # -- CPI: receiving ------------------------------------------------------------
     def _inbox(self) -> Pipe[Any]:
