@@ -300,3 +300,39 @@ def test_sim_copy_to_pageable_memory_is_synchronous() -> None:
         assert host.tolist() == list(range(16))  # done when the call returns
     finally:
         sim.close()
+
+
+# ------------------------------------------------------------ every dtype
+def _dtypes() -> list[Any]:
+    names = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+             "float16", "float32", "float64", "complex64", "complex128", ">i4", ">f8"]
+    out: list[Any] = [pytest.param(np.dtype(n), id=n) for n in names]
+    try:
+        import ml_dtypes
+    except ImportError:
+        out.append(pytest.param(None, id="bfloat16", marks=pytest.mark.skip(reason="needs ml_dtypes")))
+    else:
+        out.append(pytest.param(np.dtype(ml_dtypes.bfloat16), id="bfloat16"))
+    return out
+
+
+@pytest.mark.parametrize("dtype", _dtypes())
+@pytest.mark.parametrize("how", ["send", "send_stream"])
+async def test_device_arrays_of_every_dtype_arrive_as_themselves(dev: Dev, pair: Any, dtype: Any, how: str) -> None:
+    if not isinstance(dev, SimDev):
+        pytest.skip("the simulated device's target (issue 32)")
+    a, b = pair
+    if dtype is not None and dtype.kind == "V" and a.node is not b.node:
+        pytest.xfail("the staged header carries dtype.str ('<V2' for bfloat16): the dtype by name is issue 29's")
+    host = (np.arange(24) % 7).astype(dtype).reshape(4, 6)
+    x = dev.backend.asarray(host)
+    if how == "send":
+        await a.send("b", x)
+        m = await b.recv(timeout=20)
+        got = m.data
+    else:
+        task = asyncio.ensure_future(a.send_stream("b", x))
+        got = await (await b.recv(timeout=20)).read()
+        await task
+    arr = got.get()
+    assert arr.dtype == host.dtype and arr.shape == host.shape and np.array_equal(arr, host)
