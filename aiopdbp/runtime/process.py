@@ -113,6 +113,13 @@ def _frozen(arr: np.ndarray[Any, Any]) -> bool:
     return isinstance(base, bytes)
 
 
+async def _raising(exc: Exception) -> Any:
+    """An awaitable that raises ``exc``: what a plain function returning an
+    awaitable hands back for an error found at the call, so that it is raised
+    where the caller awaits, as an ``async def`` would."""
+    raise exc
+
+
 def _check_timeout(timeout: float | None) -> None:
     """``timeout`` is None or a number >= 0 (as ``queue.Queue.get`` wants)."""
     if timeout is not None and not timeout >= 0:  # (NaN too)
@@ -388,9 +395,12 @@ class GP:
         (:meth:`~aiopdbp.routing.router.Router.send_owned`).
         """
         if data is not None and type(data) is not bytes and type(data) is not np.ndarray and is_device_array(data):
-            data = self.node.devices.capture(self, data, stream)  # now: the caller's stream is current now
+            try:
+                data = self.node.devices.capture(self, data, stream)  # now: the caller's stream is current now
+            except Exception as exc:
+                return _raising(exc)
         elif stream is not None:
-            raise TypeError("stream= is for device arrays")
+            return _raising(TypeError("stream= is for device arrays"))
         return self._send(dest, data, com, kind, timeout, copy)
 
     async def _send(self, dest: str | Iterable[str], data: Any, com: int, kind: Kind, timeout: float | None,
@@ -501,22 +511,25 @@ class GP:
         receiver: only the wait for its delivery is cancelled -- after a
         ``TimeoutError`` too, so a retry may deliver the data twice.
 
-        A plain function returning the awaitable: wrong arguments raise at
-        the call, and a device array's producer stream is captured there.
+        A plain function returning the awaitable (a device array's producer
+        stream is captured at the call); what is wrong is raised by the await.
         """
-        self._check()
-        _check_com(com)
-        _check_timeout(timeout)
-        if not isinstance(dest, str):
-            raise TypeError(f"send_stream sends to one GP: dest is its name (a str), not {type(dest).__name__}")
-        if segment_size is not None and (not isinstance(segment_size, int) or isinstance(segment_size, bool)):
-            raise TypeError(f"segment_size is a number of bytes (an int), not {segment_size!r}")
-        if type(data) is not np.ndarray and is_device_array(data):  # a plain host array is the commonest
-            cap = self.node.devices.capture(self, data, stream)  # now: the caller's stream is current now
-            return self.node.devices.send_stream(self, self.node.streams, dest, cap, segment_size=segment_size,
-                                                 com=com, timeout=timeout, copy=copy)
-        if stream is not None:
-            raise TypeError("stream= is for device arrays")
+        try:
+            self._check()
+            _check_com(com)
+            _check_timeout(timeout)
+            if not isinstance(dest, str):
+                raise TypeError(f"send_stream sends to one GP: dest is its name (a str), not {type(dest).__name__}")
+            if segment_size is not None and (not isinstance(segment_size, int) or isinstance(segment_size, bool)):
+                raise TypeError(f"segment_size is a number of bytes (an int), not {segment_size!r}")
+            if type(data) is not np.ndarray and is_device_array(data):  # a plain host array is the commonest
+                cap = self.node.devices.capture(self, data, stream)  # now: the caller's stream is current now
+                return self.node.devices.send_stream(self, self.node.streams, dest, cap, segment_size=segment_size,
+                                                     com=com, timeout=timeout, copy=copy)
+            if stream is not None:
+                raise TypeError("stream= is for device arrays")
+        except Exception as exc:
+            return _raising(exc)
         return send_stream(self.node.streams, self.pid, self._router.resolve, dest, data, com=com, timeout=timeout,
                            segment_size=DEFAULT_SEGMENT if segment_size is None else segment_size)
 
