@@ -153,9 +153,8 @@ class Remote:
         await self.transport.start(self._on_message, self.inbound.alloc, alloc_min=RBP_MIN)
         self.failures.start(asyncio.get_running_loop())
         await self.sequencer.handshake(timeout)
-        for h in range(self.size):
-            if h != self.rank:
-                self.credit.link(h)
+        # A link (its block, credit book and counters) is made at the first
+        # send to its host (Credit.link), so a rank pays for the peers it talks to.
 
     def _heartbeat(self, on_lost: Callable[[int], None]) -> Beat | None:
         """Start the heartbeat thread (MPI transports; see aiopdbp.hosts.liveness)."""
