@@ -154,13 +154,14 @@ async def rank_main(pattern: str, units: int, unit_size: int, warm: int, out: Pa
             await _pattern(inbox, rank, names, pattern, units, unit)
             await _barrier(inbox, rank, names)
             t_pattern = time.perf_counter() - t2
+            links = sorted(node.stats().links)   # the hosts this rank holds a link to
     rec: dict[str, Any] = {
         "impl": "aiopdbp", "pattern": pattern, "rank": rank, "size": size,
         "open_s": t_open, "register_s": t_reg,
         "all_registered_s": t_all_reg, "registration_msgs": reg_msgs,
         "first_rtt_s": cold, "warm_rtt_s": warm_rtt, "pattern_s": t_pattern,
         "total_s": time.perf_counter() - t_start, "rss_open_kib": rss_open,
-        "rss_peak_kib": _peak_kib()}
+        "rss_peak_kib": _peak_kib(), "links": links}
     (out / f"aiopdbp-{rank}.json").write_text(json.dumps(rec), encoding="utf-8")
     return 0
 
