@@ -328,6 +328,28 @@ def test_matrix_makes_a_row_and_its_initial_space_at_its_hosts_first_use() -> No
     assert pm[2].real == 4 and not pm.made(0) and pm.umb.free_blocks == 60
 
 
+def test_an_empty_row_gives_its_initial_space_to_a_new_peer_when_the_umb_is_spent() -> None:
+    pm = PoolMatrix(3, N, UserMemory(8, 8), M0, T)
+    assert pm[0].real == 4 and pm[1].real == 4 and pm.umb.free_blocks == 0
+    put_byte(pm[1], 7)                       # row 1 holds data: it keeps its space
+    assert pm[2].real == 4 and pm[0].real == 0   # row 0 was empty: its space went to row 2
+    assert pm[1].real == 4 and take_release(pm[1]) == 7
+
+
+def test_a_row_made_again_after_giving_its_space_away_keeps_fifo() -> None:
+    pm = PoolMatrix(2, N, UserMemory(8, 4), M0, T)
+    for v in (1, 2):
+        put_byte(pm[0], v)
+    assert [take_release(pm[0]) for _ in range(2)] == [1, 2]
+    assert pm[1].real == 4 and pm[0].real == 0   # row 0, empty, gave its 4 blocks away
+    for v in (3, 4, 5):
+        put_byte(pm[1], v)
+    take_release(pm[1]), take_release(pm[1]), take_release(pm[1])
+    for v in (6, 7, 8):                      # row 0 again: bootstraps from row 1's idle space
+        put_byte(pm[0], v)
+    assert [take_release(pm[0]) for _ in range(3)] == [6, 7, 8]
+
+
 def test_matrix_initial_allocation_equal_per_row() -> None:
     pm = PoolMatrix(3, N, UserMemory(8, 64), M0, T)
     assert [pm[h].real for h in range(3)] == [4, 4, 4] and pm.umb.free_blocks == 52
@@ -336,6 +358,7 @@ def test_matrix_initial_allocation_equal_per_row() -> None:
 def test_matrix_initial_allocation_short_warns(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="aiopdbp.pool"):
         pm = PoolMatrix(3, N, UserMemory(8, 10), M0, T)
+        put_byte(pm[0], 1), put_byte(pm[1], 2)   # busy rows keep their space
         assert [pm[h].real for h in range(3)] == [4, 4, 2]
     assert any("UMB exhausted; row 2" in r.getMessage() for r in caplog.records)
 

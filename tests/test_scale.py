@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -32,3 +33,38 @@ def test_16_rank_oversubscribed_ring_job_links_only_the_peers_it_talks_to(tmp_pa
         talked = {rank - 1, rank + 1, 0}
         assert set(recs[rank]["links"]) <= talked, (rank, recs[rank]["links"])  # type: ignore[arg-type]
     assert set(recs[0]["links"]) == set(range(1, 16))   # rank 0 releases everybody's barrier
+
+
+@pytest.mark.timeout(60)
+async def test_all_to_all_within_a_pool_budget_smaller_than_one_row_set_per_peer() -> None:
+    from aiopdbp.hosts.remote import RemoteConfig
+    from aiopdbp.runtime.cluster import open_cluster
+
+    n, count = 4, 60
+    names = [f"a2a-{r}" for r in range(n)]
+    cfg = RemoteConfig(pool_blocks=6)   # rows of 3 peers x 2 directions would want 24 blocks
+    async with open_cluster(n, remote=cfg) as nodes:
+
+        async def member(r: int) -> dict[str, list[int]]:
+            async with nodes[r].process(names[r]) as gp:
+                for name in names:
+                    await nodes[r].lookup(name, timeout=20)
+
+                async def send_all() -> None:
+                    for i in range(count):
+                        for peer in names:
+                            if peer != names[r]:
+                                await gp.send(peer, i.to_bytes(4, "little"), timeout=20)
+
+                sender = asyncio.create_task(send_all())
+                got: dict[str, list[int]] = {}
+                for _ in range(count * (n - 1)):
+                    msg = await gp.recv(timeout=20)
+                    got.setdefault(msg.source, []).append(int.from_bytes(msg.data, "little"))  # type: ignore[union-attr]
+                await sender
+                return got
+
+        results = await asyncio.gather(*(member(r) for r in range(n)))
+        for r, got in enumerate(results):
+            assert got == {name: list(range(count)) for name in names if name != names[r]}
+        assert all(node.stats().pool["umb"]["nblocks"] == 6 for node in nodes)  # type: ignore[index]

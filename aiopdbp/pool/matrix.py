@@ -579,6 +579,16 @@ class PoolMatrix:
                 break
             if row is not requester and not row.used and row.real > row.initial:
                 got += row.shrink_to(max(row.initial, row.real - (want - got)))
+        # Still short: the UMB is the rank's budget, shared by every peer it
+        # talks to, so rows with nothing in them give up their initial space
+        # too (an empty row holds no order to keep; its next writer
+        # bootstraps it like a new row).
+        if got < want:
+            for row in self._rows.values():
+                if got >= want:
+                    break
+                if row is not requester and not row.used and row.real:
+                    got += row.shrink_to(0)
         return got
 
     def size_history(self, host: int) -> list[tuple[float, int]]:
