@@ -2,9 +2,9 @@
 
 ``aiopdbp launch -n N -m aiopdbp.bench.scale_job rank --pattern alltoall --out DIR``
 runs on every rank: ``open_node`` (MPI is initialised inside it), one GP
-``scale-RANK``, a counter barrier of GP messages (every GP has registered
-once it passes), a cold and a warm round trip between two ranks that the
-barrier leaves untouched (1 and N-1; 0 and 1 at N=2), then the pattern --
+``scale-RANK``, a dissemination barrier of GP messages (every GP has
+registered once it passes), a cold and a warm round trip between rank 0 and a rank the
+barrier never pairs it with (:func:`cold_pair`), then the pattern --
 ``alltoall``: ``--units`` messages of ``--unit`` bytes to every other GP;
 ``ring``: the same to both neighbours -- and a last barrier.  Each rank
 writes ``DIR/aiopdbp-RANK.json``.
@@ -36,11 +36,11 @@ from aiopdbp.runtime.node import Node
 from aiopdbp.runtime.process import GP
 from aiopdbp.wire.message import Message
 
-__all__ = ["REGISTRATION_KINDS", "main", "registration_messages"]
+__all__ = ["REGISTRATION_KINDS", "cold_pair", "main", "registration_messages"]
 
 REGISTRATION_KINDS: Final = frozenset({
     "RegMsg", "ARMsg", "APipeMsg", "AAPMsg", "TableMsg", "TableReqMsg", "TableAckMsg"})
-COM_ARRIVE, COM_GO, COM_DATA, COM_PING, COM_PONG = 1, 2, 3, 4, 5
+COM_ARRIVE, COM_DATA, COM_PING, COM_PONG = 1, 3, 4, 5
 TIMEOUT: Final = 120.0
 
 
@@ -54,42 +54,55 @@ def _peak_kib() -> int:
 
 
 class _Inbox:
-    """``recv`` by ``com``: what arrives for another phase waits here for it."""
+    """``recv`` by ``com`` (and, for barrier rounds, by payload): what arrives
+    for another phase waits here for it."""
 
     def __init__(self, gp: GP) -> None:
         self.gp = gp
-        self.held: dict[int, list[Message]] = {}
+        self.held: dict[tuple[int, bytes | None], list[Message]] = {}
 
-    async def take(self, com: int) -> Message:
-        held = self.held.get(com)
+    async def take(self, com: int, key: bytes | None = None) -> Message:
+        held = self.held.get((com, key))
         if held:
             return held.pop(0)
         while True:
             item = await self.gp.recv(timeout=TIMEOUT)
             if not isinstance(item, Message):
                 raise RuntimeError(f"{self.gp.name}: a stream arrived in the scale benchmark")
-            if item.com == com:
+            got = (item.com, bytes(item.data) if item.com == COM_ARRIVE else None)
+            if got == (com, key):
                 return item
-            self.held.setdefault(item.com, []).append(item)
+            self.held.setdefault(got, []).append(item)
 
 
-async def _barrier(inbox: _Inbox, rank: int, names: list[str]) -> None:
-    gp = inbox.gp
-    if rank == 0:
-        for _ in names[1:]:
-            await inbox.take(COM_ARRIVE)
-        for name in names[1:]:
-            await gp.send(name, b"", com=COM_GO, timeout=TIMEOUT)
-    else:
-        await gp.send(names[0], b"", com=COM_ARRIVE, timeout=TIMEOUT)
-        await inbox.take(COM_GO)
+async def _barrier(inbox: _Inbox, rank: int, names: list[str], epoch: int) -> None:
+    """A dissemination barrier (as MPI's ``Barrier`` on shared memory): in round
+    k, rank r tells r + 2^k and waits for r - 2^k -- log2(N) peers per rank,
+    so the barrier does not make every rank talk to one."""
+    size, k = len(names), 0
+    while (1 << k) < size:
+        key = bytes((epoch, k))
+        await inbox.gp.send(names[(rank + (1 << k)) % size], key, com=COM_ARRIVE, timeout=TIMEOUT)
+        await inbox.take(COM_ARRIVE, key)
+        k += 1
+
+
+def cold_pair(size: int) -> int:
+    """The nearest rank d to rank 0 that the dissemination barrier never pairs
+    with it (neither d nor N-d a power of two); 1 when there is none (N <= 4:
+    the "cold" round trip is then a warm pair's)."""
+    for d in range(3, size - 2):
+        if d & (d - 1) and (size - d) & (size - d - 1):
+            return d
+    return 1
 
 
 async def _round_trips(inbox: _Inbox, rank: int, names: list[str], unit: bytes,
                        warm: int) -> tuple[float, float]:
-    """Cold and median warm round trip between the pair the barrier leaves alone."""
+    """Cold and median warm round trip between 0 and a rank the barrier leaves
+    it alone with (:func:`cold_pair`)."""
     size = len(names)
-    a, b = (1, size - 1) if size > 2 else (0, 1)
+    a, b = 0, cold_pair(size)
     gp = inbox.gp
     times: list[float] = []
     if rank == a:
@@ -146,13 +159,13 @@ async def rank_main(pattern: str, units: int, unit_size: int, warm: int, out: Pa
         async with node.process(names[rank]) as gp:
             t_reg = time.perf_counter() - t1
             inbox = _Inbox(gp)
-            await _barrier(inbox, rank, names)
+            await _barrier(inbox, rank, names, 0)
             t_all_reg = time.perf_counter() - t1
             reg_msgs = registration_messages(node.stats().messages_sent) - before
             cold, warm_rtt = await _round_trips(inbox, rank, names, unit, warm)
             t2 = time.perf_counter()
             await _pattern(inbox, rank, names, pattern, units, unit)
-            await _barrier(inbox, rank, names)
+            await _barrier(inbox, rank, names, 1)
             t_pattern = time.perf_counter() - t2
             links = sorted(node.stats().links)   # the hosts this rank holds a link to
     rec: dict[str, Any] = {
