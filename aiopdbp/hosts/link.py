@@ -475,7 +475,11 @@ class HostLink:
         if self.error is not None or not self._admit(pid, nbytes):
             return False
         self._cdus += 1
+        w = self._writer
         try:
+            if w.kind == _BPS and type(fields) is not ShortStream and w.put_short(
+                    pid, fields[4], fields[2], fields[1], fields[3], b"", False) is True:
+                return True  # the commonest: a short record into the open block
             if type(fields) is ShortStream:
                 _put_stream(self, pid, fields)
             elif not self._put_short(pid, fields):

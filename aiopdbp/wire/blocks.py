@@ -72,6 +72,8 @@ SHORT_ARRAY = 0x40         # flags bit: the payload is a numpy array (meta + byt
 SHORT_MAX = 0xFFFF         # largest payload of a short record
 #: what a short stream's payload starts with: its sno and the sender's credit window
 STREAM_HEAD = struct.Struct("<II")
+# level-1 header + one short record: a lone frame in one pack
+_LONE = struct.Struct("<BBHI" + SHORT.format[1:])
 
 _BPS = int(MsgType.BPS)
 _BP = int(MsgType.BP)
@@ -116,36 +118,28 @@ class BlockWriter:
 
     def __init__(self, short_limit: int) -> None:
         self.short_limit = min(SHORT_MAX + 1, short_limit)
+        #: the open block's level-1 type (BPS or BP), 0 when none is open
+        self.kind = 0
+        #: records in the open block
+        self.count = 0
         self._view: memoryview | None = None
-        self._kind = 0
         self._pos = 0
-        self._count = 0
         self._limit = 0
 
     # ----------------------------------------------------------- the block
-    @property
-    def kind(self) -> int:
-        """The open block's level-1 type (BPS or BP), 0 when none is open."""
-        return self._kind if self._view is not None else 0
-
-    @property
-    def count(self) -> int:
-        """Records in the open block."""
-        return self._count
-
     def offset(self, kind: int) -> int:
         """Where a record of a block of ``kind`` would start: in the open
         block if it is of that kind, else at the start of a new one (a full
         record's padding depends on it)."""
-        return self._pos if self._view is not None and self._kind == kind else L1.size
+        return self._pos if self.kind == kind else L1.size
 
     def open(self, view: memoryview, kind: int) -> None:
         """Begin a block of ``kind`` (BPS or BP) in ``view`` (its size is
         the block's limit); a block still open is dropped, unsent."""
         self._view = view
-        self._kind = kind
+        self.kind = kind
         self._pos = L1.size      # the level-1 header is written at close
-        self._count = 0
+        self.count = 0
         self._limit = len(view)
 
     def close(self) -> int:
@@ -156,10 +150,11 @@ class BlockWriter:
         if view is None:
             return 0
         self._view = None
-        count = self._count
+        kind, self.kind = self.kind, 0
+        count = self.count
         if not count:
             return 0
-        L1.pack_into(view, 0, VERSION, self._kind, count, self._pos - L1.size)
+        L1.pack_into(view, 0, VERSION, kind, count, self._pos - L1.size)
         return self._pos
 
     # -------------------------------------------------------------- records
@@ -176,22 +171,21 @@ class BlockWriter:
         full: the caller opens a new BPS block and puts it again).  None: not
         a short record (the caller encodes a full record); nothing written.
         """
-        meta = head
-        if data is None:
+        # Written out flat, the commonest case first: this runs once per message.
+        if type(data) is bytes and not head:
+            n = len(data)
+            if n >= self.short_limit:
+                return None
+            flags = kind
+            meta = b""
+            body: Any = data
+        elif data is None:
             if head:
                 return None
             n = 0
             flags = kind | SHORT_NONE
-            body: Any = b""
-        elif type(data) is bytes:
-            n = len(data)
-            if n >= self.short_limit:
-                return None
-            n += len(head)
-            if n > SHORT_MAX:
-                return None
-            flags = kind
-            body = data
+            meta = b""
+            body = b""
         elif type(data) is np.ndarray:
             parts = short_ndarray(data)  # None: not small, or its meta not checked yet
             if parts is None or data.nbytes >= self.short_limit:
@@ -199,32 +193,35 @@ class BlockWriter:
             meta = head + parts[0]
             body = parts[1]
             n = len(meta) + data.nbytes
+            if n > SHORT_MAX:
+                return None
             flags = kind | SHORT_ARRAY
-        elif type(data) is memoryview and head:
+        elif type(data) is bytes:  # a short stream's bytes, after its head
+            n = len(head) + len(data)
+            if n > SHORT_MAX or n > self.short_limit:
+                return None
+            flags = kind
+            meta = head
+            body = data
+        elif type(data) is memoryview and head:  # the same as a view, of any format
             n = len(head) + data.nbytes
             if n > SHORT_MAX or n > self.short_limit or not data.c_contiguous:
                 return None
             flags = kind
-            body = data if data.format == "B" and data.ndim == 1 else data.cast("B")  # its bytes, any format
+            meta = head
+            body = data if data.format == "B" and data.ndim == 1 else data.cast("B")
         else:
             return None
         if lone:
-            frame = bytearray(_HEAD_SIZE + _SHORT_SIZE + n)
-            L1.pack_into(frame, 0, VERSION, _BPS, 1, _SHORT_SIZE + n)
-            SHORT.pack_into(frame, _HEAD_SIZE, pid, src, com, flags, n)
-            pos = _HEAD_SIZE + _SHORT_SIZE
+            frame = _LONE.pack(VERSION, _BPS, 1, _SHORT_SIZE + n, pid, src, com, flags, n)
             if meta:
-                m = len(meta)
-                frame[pos:pos + m] = meta
-                pos += m
-            if pos < len(frame):
-                frame[pos:] = body
-            return bytes(frame)
-        view = self._view
+                return b"".join((frame, meta, body))  # one copy of the payload's bytes
+            return frame + body if n else frame
         pos = self._pos
-        if (view is None or self._kind != _BPS or pos + _SHORT_SIZE + n > self._limit
-                or self._count == _MAX_COUNT):
+        if self.kind != _BPS or pos + _SHORT_SIZE + n > self._limit or self.count == _MAX_COUNT:
             return False
+        view = self._view
+        assert view is not None
         SHORT.pack_into(view, pos, pid, src, com, flags, n)
         pos += _SHORT_SIZE
         if meta:
@@ -234,23 +231,24 @@ class BlockWriter:
         elif n:
             view[pos:pos + n] = body
         self._pos = pos + n
-        self._count += 1
+        self.count += 1
         return True
 
     def put_record(self, parts: list[Any], nbytes: int) -> bool:
         """Put a full CDU record (``parts``, ``nbytes`` in all, encoded for
         :meth:`offset` of BP) into the open BP block; False when there is no
         room (no block, a BPS one, or full)."""
-        view = self._view
         pos = self._pos
-        if view is None or self._kind != _BP or pos + nbytes > self._limit or self._count == _MAX_COUNT:
+        if self.kind != _BP or pos + nbytes > self._limit or self.count == _MAX_COUNT:
             return False
+        view = self._view
+        assert view is not None
         for part in parts:
             k = len(part) if type(part) is bytes else memoryview(part).nbytes
             view[pos:pos + k] = part
             pos += k
         self._pos = pos
-        self._count += 1
+        self.count += 1
         return True
 
 

@@ -107,46 +107,38 @@ cdef class BlockWriter:
     :class:`aiopdbp.wire.blocks.BlockWriter`)."""
 
     cdef public Py_ssize_t short_limit
+    cdef public int kind
+    cdef public Py_ssize_t count
     cdef object _view
     cdef Py_buffer _buf
     cdef bint _held
-    cdef int _kind
     cdef Py_ssize_t _pos
-    cdef Py_ssize_t _count
     cdef Py_ssize_t _limit
 
     def __init__(self, Py_ssize_t short_limit):
         self.short_limit = min(_SMAX + 1, short_limit)
+        self.kind = 0
+        self.count = 0
         self._view = None
         self._held = False
-        self._kind = 0
         self._pos = 0
-        self._count = 0
         self._limit = 0
 
     def __dealloc__(self):
         if self._held:
             PyBuffer_Release(&self._buf)
 
-    @property
-    def kind(self):
-        return self._kind if self._view is not None else 0
-
-    @property
-    def count(self):
-        return self._count
-
     cpdef Py_ssize_t offset(self, int kind):
-        return self._pos if self._view is not None and self._kind == kind else HEAD_SIZE
+        return self._pos if self.kind == kind else HEAD_SIZE
 
     cpdef open(self, object view, int kind):
         self._drop()
         PyObject_GetBuffer(view, &self._buf, PyBUF_WRITABLE)
         self._held = True
         self._view = view
-        self._kind = kind
+        self.kind = kind
         self._pos = HEAD_SIZE
-        self._count = 0
+        self.count = 0
         self._limit = self._buf.len
 
     cdef void _drop(self):
@@ -158,10 +150,11 @@ cdef class BlockWriter:
     cpdef Py_ssize_t close(self):
         if self._view is None:
             return 0
-        cdef Py_ssize_t count = self._count
+        cdef Py_ssize_t count = self.count
         cdef Py_ssize_t pos = self._pos
         if count:
-            _header(<uint8_t*>self._buf.buf, self._kind, count, pos - HEAD_SIZE)
+            _header(<uint8_t*>self._buf.buf, self.kind, count, pos - HEAD_SIZE)
+        self.kind = 0
         self._drop()
         return pos if count else 0
 
@@ -173,20 +166,17 @@ cdef class BlockWriter:
         cdef int flags
         cdef bytes frame
         cdef uint8_t* p
-        if data is None:
+        if type(data) is bytes and not head:
+            n = len(<bytes>data)
+            if n >= self.short_limit:
+                return None
+            flags = kind
+            body = data
+        elif data is None:
             if head:
                 return None
             n = 0
             flags = kind | _NONE
-        elif type(data) is bytes:
-            n = len(<bytes>data)
-            if n >= self.short_limit:
-                return None
-            n += len(head)
-            if n > _SMAX:
-                return None
-            flags = kind
-            body = data
         elif type(data) is _ndarray:
             parts = short_ndarray(data)
             if parts is None or data.nbytes >= self.short_limit:
@@ -194,10 +184,13 @@ cdef class BlockWriter:
             meta = head + <bytes>parts[0]
             body = parts[1]
             n = len(<bytes>meta) + data.nbytes
+            if n > _SMAX:
+                return None
             flags = kind | _ARRAY
-        elif type(data) is memoryview and head:
-            n = len(head) + (<memoryview>data).nbytes
-            if n > _SMAX or n > self.short_limit or not (<memoryview>data).c_contiguous:
+        elif type(data) is bytes or (type(data) is memoryview and head):
+            n = len(head) + (len(<bytes>data) if type(data) is bytes else (<memoryview>data).nbytes)
+            if n > _SMAX or n > self.short_limit or (type(data) is memoryview
+                                                     and not (<memoryview>data).c_contiguous):
                 return None
             flags = kind
             body = data
@@ -217,8 +210,7 @@ cdef class BlockWriter:
                 _copy(p + pos, body)
             return frame
         pos = self._pos
-        if (self._view is None or self._kind != _BPS or pos + SHORT_SIZE + n > self._limit
-                or self._count == MAX_COUNT):
+        if self.kind != _BPS or pos + SHORT_SIZE + n > self._limit or self.count == MAX_COUNT:
             return False
         p = <uint8_t*>self._buf.buf + pos
         _record(p, pid, src, com, flags, n)
@@ -228,17 +220,17 @@ cdef class BlockWriter:
         if n > m:
             _copy(p + m, body)
         self._pos = pos + SHORT_SIZE + n
-        self._count += 1
+        self.count += 1
         return True
 
     cpdef bint put_record(self, list parts, Py_ssize_t nbytes) except -1:
         cdef Py_ssize_t pos = self._pos
-        if self._view is None or self._kind != _BP or pos + nbytes > self._limit or self._count == MAX_COUNT:
+        if self.kind != _BP or pos + nbytes > self._limit or self.count == MAX_COUNT:
             return False
         for part in parts:
             pos += _copy(<uint8_t*>self._buf.buf + pos, part)
         self._pos = pos
-        self._count += 1
+        self.count += 1
         return True
 
 
