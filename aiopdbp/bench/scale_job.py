@@ -31,8 +31,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-import aiopdbp
-from aiopdbp.runtime.node import Node
+from aiopdbp.runtime.job import run
+from aiopdbp.runtime.node import open_node
 from aiopdbp.runtime.process import GP
 from aiopdbp.wire.message import Message
 
@@ -149,7 +149,7 @@ async def rank_main(pattern: str, units: int, unit_size: int, warm: int, out: Pa
     """One rank of the job; writes ``out/aiopdbp-RANK.json``."""
     unit = bytes(unit_size)
     t0 = time.perf_counter()
-    async with aiopdbp.open_node() as node:
+    async with open_node() as node:
         t_open = time.perf_counter() - t0
         rss_open = _peak_kib()
         rank, size = node.rank, node.size
@@ -239,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--out", required=True)
     a = p.parse_args(argv)
     if a.what == "rank":
-        return aiopdbp.run(rank_main(a.pattern, a.units, a.unit, a.warm, Path(a.out), t_start))
-    return aiopdbp.run(cluster_main(a.nodes, Path(a.out)))
+        return run(rank_main(a.pattern, a.units, a.unit, a.warm, Path(a.out), t_start))
+    return run(cluster_main(a.nodes, Path(a.out)))
 
 
 if __name__ == "__main__":
