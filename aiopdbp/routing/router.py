@@ -275,7 +275,8 @@ class Router:
         # a misspelt name would otherwise wait out the name timeout silently
         close = self.close_names(name)
         if close and name not in self.pids:
-            log.warning("waiting up to %g s for a GP named %r to be registered; did you mean %s?",
+            log.warning("waiting up to %g s for a GP named %r to be registered; did you mean %s? "
+                        "(to fail sooner: open_node(name_timeout=...) or send(..., timeout=...))",
                         wait, name, " or ".join(repr(c) for c in close))
 
     async def source_name(self, pid: int) -> str:
