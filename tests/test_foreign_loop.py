@@ -60,3 +60,18 @@ def test_a_running_kernel_refuses_a_job_of_several_ranks(monkeypatch: pytest.Mon
 
     with pytest.raises(RuntimeError, match="aiopdbp launch -n N prog.py"):
         asyncio.run(start())
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(90)
+def test_a_clean_job_under_another_loop_is_not_reported_vanished_by_aiopdbp_launch() -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "aiopdbp", "launch", "-n", "2",
+                        str(SCRIPTS_DIR / "foreign_loop.py"), "asyncio", "clean"],
+                       capture_output=True, text=True, timeout=80)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "never returned" not in out, out

@@ -439,6 +439,8 @@ def adopt_loop() -> Job | None:
     ``RuntimeError`` (:data:`KERNEL_FIX`) in a running Jupyter kernel."""
     global _current
     if _current is not None:
+        if _current.adopted:
+            record_rank(_current.rank)   # a later node of the same program
         return _current
     size = env_size()
     if size <= 1:
@@ -478,6 +480,7 @@ def end_adopted(job: Job, exc: BaseException | None) -> None:
         if job.stop is None and isinstance(exc, (SystemExit, GeneratorExit)):
             return
         job.finish(exc)
+    record_rank(job.rank, done=True)   # (aiopdbp launch: this rank returned, it did not vanish)
 
 
 # ---------------------------------------------------------------- exiting
