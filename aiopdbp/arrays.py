@@ -68,8 +68,8 @@ def wire_name(dt: np.dtype[Any]) -> str:
     if md is not None and _TAG in md:
         origin, name = md[_TAG]
         return f"{name};{origin}" if origin else name
-    if dt.kind == "V" and dt.type is not np.void and dt.fields is None:
-        return str(dt.type.__name__)  # an ml_dtypes scalar type (dt.str would be "|V2")
+    if dt.isbuiltin == 2 and dt.type.__name__ in _ML_SIZES:  # a user-defined (ml_dtypes) dtype:
+        return str(dt.type.__name__)  # its dt.str ("<V2", "<f1") names no dtype
     return dt.str
 
 

@@ -111,7 +111,7 @@ def encode_payload(data: Any, allow_pickle: bool,
         # a tagged dtype (aiopdbp.arrays: a tensor's) equals its untagged base
         hit = _META_ENC.get((dt, data.shape)) if dt.metadata is None else _TAGGED_ENC.get(_tkey(dt, data.shape))
         if hit is not None:  # dtype and shape checked before
-            if data.ndim == 1 and dt.itemsize == 1 and data.flags.c_contiguous:
+            if data.ndim == 1 and dt.itemsize == 1 and data.flags.c_contiguous and dt.isbuiltin != 2:
                 view = data.data  # already flat bytes (maybe as int8, bool, S1)
                 if view.format != "B":
                     view = view.cast("B")
@@ -167,7 +167,7 @@ def short_ndarray(data: np.ndarray[Any, Any]) -> tuple[bytes, memoryview] | None
     meta = _META_ENC.get((dt, data.shape)) if dt.metadata is None else _TAGGED_ENC.get(_tkey(dt, data.shape))
     if meta is None or data.nbytes > SHORT_ARRAY_MAX or not data.flags.c_contiguous:
         return None
-    if data.ndim == 1 and data.dtype.itemsize == 1:
+    if data.ndim == 1 and dt.itemsize == 1 and dt.isbuiltin != 2:  # (no buffer of a user dtype: float8)
         view = data.data  # already flat bytes (maybe as int8, bool, S1)
         if view.format != "B":
             view = view.cast("B")
