@@ -36,7 +36,7 @@ _ML_SIZES = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fn
              "float8_e5m2fnuz": 1, "float8_e4m3b11fnuz": 1, "float8_e4m3": 1, "float8_e3m4": 1,
              "float8_e8m0fnu": 1, "float4_e2m1fn": 1, "float6_e2m3fn": 1, "float6_e3m2fn": 1,
              "int2": 1, "int4": 1, "uint2": 1, "uint4": 1}
-_UINT = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16)}
+_UINT: dict[int, np.dtype[Any]] = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16)}
 # torch dtypes numpy has no builtin for: torch name -> wire name
 _TORCH_SPECIAL = {"bfloat16": "bfloat16", "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
                   "float8_e4m3fnuz": "float8_e4m3fnuz", "float8_e5m2fnuz": "float8_e5m2fnuz"}
@@ -54,19 +54,25 @@ def _tag(base: np.dtype[Any], origin: str, name: str) -> np.dtype[Any]:
     return dt
 
 
+def _tag_of(dt: np.dtype[Any]) -> tuple[str, str]:
+    origin, name = dt.metadata[_TAG]  # type: ignore[index]
+    return str(origin), str(name)
+
+
 def _ml_dtype(name: str) -> np.dtype[Any] | None:
     try:
         import ml_dtypes
     except ImportError:
         return None
-    return np.dtype(getattr(ml_dtypes, name))
+    dt: np.dtype[Any] = np.dtype(getattr(ml_dtypes, name))
+    return dt
 
 
 def wire_name(dt: np.dtype[Any]) -> str:
     """The name ``dt`` travels by (see the module's doc)."""
     md = dt.metadata
     if md is not None and _TAG in md:
-        origin, name = md[_TAG]
+        origin, name = _tag_of(dt)
         return f"{name};{origin}" if origin else name
     if dt.isbuiltin == 2 and dt.type.__name__ in _ML_SIZES:  # a user-defined (ml_dtypes) dtype:
         return str(dt.type.__name__)  # its dt.str ("<V2", "<f1") names no dtype
@@ -133,7 +139,7 @@ def _torch_array(t: Any) -> np.ndarray[Any, Any] | None:
         if special is None:
             raise TypeError(f"cannot send a tensor of {t.dtype}: {exc}") from None
         size = _ML_SIZES[special]
-        raw = t.view(torch.uint8 if size == 1 else torch.int16).numpy()
+        raw: np.ndarray[Any, Any] = t.view(torch.uint8 if size == 1 else torch.int16).numpy()
         return raw.view(_tag(_UINT[size], "torch", special))
     return arr.view(_tag(arr.dtype, "torch", arr.dtype.str))
 
@@ -156,7 +162,8 @@ def host_array(obj: Any) -> np.ndarray[Any, Any] | None:
     if dev_type not in (1, 3):  # kDLCPU, kDLCUDAHost
         return None
     try:
-        return np.from_dlpack(obj)
+        arr: np.ndarray[Any, Any] = np.from_dlpack(obj)
+        return arr
     except (BufferError, TypeError, RuntimeError) as exc:
         raise TypeError(f"cannot send {type(obj).__name__}: DLPack refused it ({exc})") from None
 
@@ -210,7 +217,7 @@ def arrival(arr: np.ndarray[Any, Any], kind: str) -> Any:
         if kind == "torch" and isinstance(arr, np.ndarray):
             return _as_torch(arr, wire_name(arr.dtype))
         return arr
-    origin, name = md[_TAG]
+    origin, name = _tag_of(arr.dtype)
     if kind == "torch" or (kind == "auto" and origin == "torch" and _torch() is not None):
         return _as_torch(arr, name)
     return _as_numpy(arr, name)

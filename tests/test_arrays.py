@@ -176,3 +176,15 @@ def test_a_tensor_and_an_array_of_one_shape_get_their_own_meta() -> None:
     got = _round_trip(arrays.host_array(torch.zeros(3)))
     assert type(arrays.arrival(got, "auto")) is torch.Tensor
     assert _round_trip(x).dtype.metadata is None  # the tensor's meta did not replace the array's
+
+
+async def test_recv_into_a_tensor_that_waits_for_the_message() -> None:
+    torch = _torch()
+    async with aiopdbp.open_node() as node:
+        async with node.process("a") as a, node.process("b") as b:
+            out = torch.zeros(3, dtype=torch.bfloat16)
+            into = asyncio.create_task(b.recv_into(out, timeout=10))
+            await asyncio.sleep(0)  # (recv_into now waits: its pipe is empty)
+            await a.send("b", torch.tensor([1.0, 2.0, 3.0], dtype=torch.bfloat16))
+            msg = await into
+            assert out.tolist() == [1.0, 2.0, 3.0] and type(msg.data) is torch.Tensor

@@ -161,7 +161,7 @@ def _size(data: Any) -> int:
 
 def _views(item: Any, flat: memoryview) -> bool:
     """Whether ``item`` is a message whose array payload lies at the start of ``flat``."""
-    data = item.data if type(item) is Message else None
+    data = _host_data(item.data) if type(item) is Message else None
     if not isinstance(data, np.ndarray) or not flat.nbytes:
         return False
     start = np.frombuffer(flat, dtype=np.uint8, count=1).ctypes.data
@@ -174,12 +174,25 @@ _SHORT, _COMMAND = Kind.SHORT, Kind.COMMAND
 def _arrive(item: Message | IncomingStream, kind: str) -> Message | IncomingStream:
     """``item`` with its array as the receiver asked (:func:`aiopdbp.arrays.arrival`)."""
     if type(item) is Message:
-        data = item[3]
-        if type(data) is np.ndarray and (kind != "auto" or data.dtype.metadata is not None):
-            return Message((item[0], item[1], item[2], arrival(data, kind), item[4]))
-    elif kind != "auto":
+        return _arrived(item, kind)
+    if kind != "auto" and isinstance(item, IncomingStream):
         item.arrays = kind
     return item
+
+
+def _arrived(msg: Message, kind: str) -> Message:
+    data = msg[3]
+    if type(data) is np.ndarray and (kind != "auto" or data.dtype.metadata is not None):
+        return Message((msg[0], msg[1], msg[2], arrival(data, kind), msg[4]))
+    return msg
+
+
+def _host_data(data: Any) -> Any:
+    """A received tensor as the ndarray over its memory (recv_into's checks)."""
+    if data is None or type(data) is bytes or type(data) is np.ndarray:
+        return data
+    arr = host_array(data)
+    return data if arr is None else arr
 
 
 def _check_com(com: int) -> None:
@@ -201,6 +214,9 @@ class GPHost(Protocol):
     def rank(self) -> int: ...
     @property
     def allow_pickle(self) -> bool: ...
+
+    @property
+    def arrays(self) -> str: ...
     @property
     def router(self) -> Router: ...
     @property
@@ -656,15 +672,15 @@ class GP:
         _check_timeout(timeout)
         router = self._router
         if self._unnamed is not None:
-            return self._into(flat, await self.recv(timeout))
+            return _arrived(self._into(flat, await self.recv(timeout)), self.node.arrays)
         pipe = self._inbox()
         try:
             item = pipe.receive_nowait()
         except WouldBlock:
             pass
         else:
-            into = self._into(flat, item if _named_now(item) else await self._named(item))
-        return into if type(into[3]) is not np.ndarray else _arrive(into, self.node.arrays)  # type: ignore[return-value]
+            return _arrived(self._into(flat, item if _named_now(item) else await self._named(item)),
+                            self.node.arrays)
         if self._into_task is not None or self._waiting:
             # Another receiver could take the message that lands in ``out``
             # (and this call would wait for it forever).
@@ -693,12 +709,11 @@ class GP:
             raise
         finally:
             self._into_task = None
-        into = self._into(flat, item if _named_now(item) else await self._named(item))
-        return into if type(into[3]) is not np.ndarray else _arrive(into, self.node.arrays)  # type: ignore[return-value]
+        return _arrived(self._into(flat, item if _named_now(item) else await self._named(item)), self.node.arrays)
 
     def _into(self, flat: memoryview, item: Message | IncomingStream) -> Message:
         """``item``'s payload in ``flat`` (copied unless it landed there)."""
-        data: Any = item.data if type(item) is Message else None
+        data: Any = _host_data(item.data) if type(item) is Message else None
         err: Exception | None = None
         if type(item) is not Message:
             err = TypeError("recv_into: the next item is a stream, not a message")
