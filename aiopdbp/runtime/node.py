@@ -115,7 +115,7 @@ class Node:
         what an array arrives as: ``"auto"`` (as it was sent: a PyTorch
         tensor as a tensor where torch imports here, else numpy),
         ``"numpy"`` or ``"torch"``; ``recv``/``read`` may override it per call
-        (:doc:`/arrays`).
+        (:doc:`/guide/arrays`).
     ``name_timeout``
         the name rule: ``send``, ``send_stream`` and ``lookup`` wait up to this
         many seconds for a name that is not registered yet (another rank may
