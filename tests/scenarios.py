@@ -2740,7 +2740,7 @@ def _same_tensor(got: Any, exp: Any, what: str) -> None:
     import torch
     assert type(got) is torch.Tensor, f"{what}: {type(got).__name__}"
     assert (got.dtype, got.shape) == (exp.dtype, exp.shape), f"{what}: {got.dtype}{got.shape} != {exp.dtype}{exp.shape}"
-    assert torch.equal(got.view(torch.uint8), exp.contiguous().view(torch.uint8)), what
+    assert torch.equal(got.reshape(-1).view(torch.uint8), exp.reshape(-1).contiguous().view(torch.uint8)), what
 
 
 @scenario(requires=("torch",))
