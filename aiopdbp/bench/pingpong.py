@@ -62,6 +62,13 @@ PAYLOAD = {
     "floor-lib": "writable numpy uint8 out, fresh buffer in (Mrecv)",
 }
 DEFAULT_SIZES = "8,64,1K,8K,64K,1M,16M,64M"
+
+
+def _label(impl: str, payload: str) -> str:
+    """What ``impl`` sends under ``--payload``."""
+    if payload == "torch" and impl.startswith("aiopdbp"):
+        return "CPU torch uint8 tensor (writable; copied < 32 KiB, owned above)"
+    return PAYLOAD[impl]
 QUICK_SIZES = "8,64K,1M"
 _TAG = 5
 
@@ -399,7 +406,7 @@ def _run(ns: argparse.Namespace, argv: Sequence[str]) -> int:
         return 0
     doc = {"command": "aiopdbp bench pingpong " + " ".join(argv), "rows": rows, "hops": hops,
            "peak_rss_MiB_rank0": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-           "payloads": {k: PAYLOAD[k] for k in ns.impls}, "payload": ns.payload}
+           "payloads": {k: _label(k, ns.payload) for k in ns.impls}, "payload": ns.payload}
     print(format_table(rows, ns.impls))
     if hops:
         from aiopdbp.bench.hops import format_hops
@@ -434,7 +441,7 @@ def _plan(job: Job, ns: argparse.Namespace) -> tuple[list[dict[str, Any]], list[
                 per[impl].append(rs)
         if job.rank == 0 and not ns.quick:
             for impl in impls:
-                rows.append({"impl": impl, "payload": PAYLOAD[impl], **summarize_runs(size, per[impl])})
+                rows.append({"impl": impl, "payload": _label(impl, ns.payload), **summarize_runs(size, per[impl])})
             print(f"  {size} B done", file=sys.stderr, flush=True)
     return rows, failed
 
