@@ -423,3 +423,51 @@ async def device_receiver_closes_midstream_frees_chunks(ctx: Ctx) -> None:
         check(await s.read(), host, "the stream after the close", device=dst.device)
     await both(ctx, sender, receiver)
     await settled(ctx)
+
+
+def _dtype_cases() -> list[np.ndarray[Any, Any]]:
+    """One small array of every dtype the device path carries (the
+    ml_dtypes family where it is installed)."""
+    base = np.arange(-6, 6).reshape(3, 4)
+    out = [base.astype(t) for t in (np.float16, np.float32, np.float64, np.complex64, np.complex128, np.uint8,
+                                    np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64, np.int64)]
+    out += [base > 0, base.astype(">f4"), np.array(3.5, np.float32), np.empty((0, 4), np.int32)]
+    try:
+        import ml_dtypes
+    except ImportError:
+        return out
+    return out + [base.astype(getattr(ml_dtypes, n)) for n in ("bfloat16", "float8_e4m3fn", "float8_e5m2")]
+
+
+@scenario(sim_only=True)
+async def device_arrays_of_every_dtype_arrive_as_themselves(ctx: Ctx) -> None:
+    """Device arrays of every dtype (bfloat16 and float8 included) arrive by
+    send and send_stream as device arrays of that dtype, shape and bytes:
+    the stream header names the dtype (ArrayMeta), not its ``dtype.str``."""
+    cases = _dtype_cases()
+
+    def same(got: Any, want: np.ndarray[Any, Any], what: str) -> None:
+        assert is_device_array(got), f"{what}: {type(got).__name__}"
+        host = to_host(got)
+        assert (host.dtype, host.shape) == (want.dtype, want.shape), f"{what}: {host.dtype}{host.shape}"
+        assert host.tobytes() == want.tobytes(), f"{what}: content differs"
+
+    async def sender() -> None:
+        src = await ctx.process("src", ptype=PType.GPU)
+        await ctx.lookup(ctx.name("dst"))
+        for i, host in enumerate(cases):
+            await src.send(ctx.name("dst"), to_dev(ctx.node, host), com=i, timeout=ctx.timeout)
+            await src.send_stream(ctx.name("dst"), to_dev(ctx.node, host), com=i, timeout=ctx.timeout)
+
+    async def receiver() -> None:
+        dst = await ctx.process("dst", ptype=PType.GPU)
+        for i, host in enumerate(cases):
+            m = await dst.recv(timeout=ctx.timeout)
+            assert isinstance(m, Message) and m.com == i, m
+            same(m.data, host, f"message {host.dtype}")
+            s = await dst.recv(timeout=ctx.timeout)
+            assert isinstance(s, IncomingStream) and s.com == i, s
+            same(await s.read(), host, f"stream {host.dtype}")
+
+    await both(ctx, sender, receiver)
+    await settled(ctx)

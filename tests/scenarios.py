@@ -35,6 +35,7 @@ import copy
 import dataclasses
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import time
@@ -81,6 +82,8 @@ class Scenario:
     options: dict[str, Any]
     timeout: float
     doc: str = ""
+    #: modules the scenario needs (its tests skip without them)
+    requires: tuple[str, ...] = ()
 
     def __call__(self, ctx: Ctx) -> Awaitable[None]:
         return self.fn(ctx)
@@ -111,14 +114,16 @@ async def on_ranks(ctx: Ctx, *parts: tuple[int, Callable[[], Awaitable[None]]]) 
                 tg.create_task(part())
 
 
-def scenario(*, timeout: float = 30.0, **options: Any) -> Callable[[Callable[[Ctx], Awaitable[None]]], Scenario]:
-    """Register ``async def name(ctx)`` as a scenario; ``options`` go to the Node."""
+def scenario(*, timeout: float = 30.0, requires: tuple[str, ...] = (),
+             **options: Any) -> Callable[[Callable[[Ctx], Awaitable[None]]], Scenario]:
+    """Register ``async def name(ctx)`` as a scenario; ``options`` go to the Node;
+    ``requires``: modules without which it is skipped."""
 
     def deco(fn: Callable[[Ctx], Awaitable[None]]) -> Scenario:
         name = fn.__name__
         if name in SCENARIOS:
             raise ValueError(f"scenario {name!r} registered twice")
-        sc = Scenario(name, fn, options, timeout * TIMEOUT_SCALE, (fn.__doc__ or "").strip())
+        sc = Scenario(name, fn, options, timeout * TIMEOUT_SCALE, (fn.__doc__ or "").strip(), requires)
         SCENARIOS[name] = sc
         return sc
 
@@ -255,6 +260,8 @@ async def run_on_node(sc: Scenario | str, node: aiopdbp.Node,
         try:
             async with asyncio.timeout(sc.timeout) as deadline:
                 async with Ctx(node, sc) as ctx:
+                    if not all(importlib.util.find_spec(m) for m in sc.requires):
+                        return  # (its pytest test is skipped)
                     try:
                         await sc.fn(ctx)
                     except Exception as exc:
@@ -2662,3 +2669,112 @@ def pytest_raises(exc: type[BaseException], words: str) -> Iterator[None]:
         assert words in str(e), f"{exc.__name__} without {words!r}: {e}"
     else:
         raise AssertionError(f"no {exc.__name__} raised")
+
+
+# ============================================================== arrays and tensors
+def _ml_arrays() -> list[np.ndarray]:
+    import ml_dtypes
+    return [np.arange(-3, 9, dtype=ml_dtypes.bfloat16).reshape(3, 4),
+            np.linspace(-2, 2, 7).astype(ml_dtypes.float8_e4m3fn),
+            np.linspace(-2, 2, 5).astype(ml_dtypes.float8_e5m2),
+            (np.arange(6) + 1j * np.arange(6)).astype(np.complex64).reshape(2, 3),
+            np.arange(5, dtype=">f4"), np.array([True, False, True]), np.arange(4, dtype=np.uint16),
+            np.arange(-4, 4, dtype=np.int8)]
+
+
+async def _arrays_round(ctx: Ctx, payloads: Callable[[], list[Any]], check: Callable[[Any, Any, str], None]) -> None:
+    """Rank 0's GP sends each payload to the last rank's GP by send, then by
+    send_stream; the receiver checks each arrival against a fresh copy."""
+    last = ctx.size - 1
+
+    async def produce() -> None:
+        me = await ctx.process("src")
+        dest = ctx.name("dst")
+        await ctx.lookup(dest)
+        for x in payloads():
+            await me.send(dest, x, timeout=ctx.timeout)
+        for x in payloads():
+            await me.send_stream(dest, x, timeout=ctx.timeout)
+
+    async def consume() -> None:
+        me = await ctx.process("dst")
+        exp = payloads()
+        for i, x in enumerate(exp):
+            msg = await me.recv(timeout=ctx.timeout)
+            assert isinstance(msg, Message), msg
+            check(msg.data, x, f"send #{i}")
+        for i, x in enumerate(exp):
+            st = await me.recv(timeout=ctx.timeout)
+            assert isinstance(st, IncomingStream), st
+            check(await st.read(), x, f"send_stream #{i}")
+
+    await on_ranks(ctx, (0, produce), (last, consume))
+    await ctx.barrier("done")
+
+
+def _same_numpy(got: Any, exp: Any, what: str) -> None:
+    assert type(got) is np.ndarray, f"{what}: {type(got).__name__}"
+    assert (got.dtype, got.shape) == (exp.dtype, exp.shape), f"{what}: {got.dtype}{got.shape} != {exp.dtype}{exp.shape}"
+    assert got.tobytes() == exp.tobytes(), what
+
+
+@scenario(requires=("ml_dtypes",))
+async def arrays_arrive_with_their_dtype(ctx: Ctx) -> None:
+    """bfloat16, float8 (e4m3fn, e5m2), complex64, big-endian float32, bool
+    and small int numpy arrays arrive, by send and send_stream, with their
+    dtype, shape and bytes (the dtype travels by name and byte order)."""
+    await _arrays_round(ctx, _ml_arrays, _same_numpy)
+
+
+def _tensors() -> list[Any]:
+    import torch
+    g = torch.Generator().manual_seed(7)
+    return [torch.randn(3, 4, generator=g), torch.randn(64, generator=g).to(torch.bfloat16),
+            torch.arange(-5, 7, dtype=torch.int64).reshape(3, 4),
+            torch.arange(24.).reshape(4, 6)[:, ::2].T,          # a non-contiguous view
+            torch.tensor(2.5), torch.zeros(0, 3), torch.tensor([True, False]),
+            torch.ones(3).to(torch.float8_e4m3fn), torch.randn(1 << 18, generator=g)]
+
+
+def _same_tensor(got: Any, exp: Any, what: str) -> None:
+    import torch
+    assert type(got) is torch.Tensor, f"{what}: {type(got).__name__}"
+    assert (got.dtype, got.shape) == (exp.dtype, exp.shape), f"{what}: {got.dtype}{got.shape} != {exp.dtype}{exp.shape}"
+    assert torch.equal(got.reshape(-1).view(torch.uint8), exp.reshape(-1).contiguous().view(torch.uint8)), what
+
+
+@scenario(requires=("torch",))
+async def tensors_arrive_as_tensors(ctx: Ctx) -> None:
+    """float32, bfloat16, int64, bool and float8 tensors, a non-contiguous
+    view, 0-d, empty and 1 MiB tensors arrive, by send and send_stream, as
+    torch tensors equal to what was sent."""
+    await _arrays_round(ctx, _tensors, _same_tensor)
+
+
+@scenario(requires=("torch",))
+async def a_sent_tensor_may_be_written_at_once(ctx: Ctx) -> None:
+    """After ``await gp.send(t)`` writing to ``t`` does not change what
+    arrives (small and large tensors), and ``arrays="numpy"`` on ``recv``
+    gives numpy."""
+    import torch
+    last = ctx.size - 1
+    sizes = [4, 1 << 20]
+
+    async def produce() -> None:
+        me = await ctx.process("src")
+        await ctx.lookup(ctx.name("dst"))
+        for n in sizes:
+            t = torch.full((n,), 7.0)
+            await me.send(ctx.name("dst"), t, timeout=ctx.timeout)
+            t.fill_(-1.0)
+
+    async def consume() -> None:
+        me = await ctx.process("dst")
+        for n in sizes:
+            msg = await me.recv(timeout=ctx.timeout, arrays="numpy")
+            assert isinstance(msg, Message)
+            assert type(msg.data) is np.ndarray and msg.data.dtype == np.float32, msg.data.dtype
+            assert msg.data.shape == (n,) and bool((msg.data == 7.0).all()), f"{n}: {msg.data[:4]}"
+
+    await on_ranks(ctx, (0, produce), (last, consume))
+    await ctx.barrier("done")

@@ -17,6 +17,7 @@ parametrization per transport:
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import re
 import subprocess
 import threading
@@ -51,6 +52,8 @@ def _params(name: str) -> list[Any]:
             marks: list[Any] = [pytest.mark.mpi, requires_mpi, pytest.mark.timeout(MPI_TEST_TIMEOUT)]
         else:
             marks = [pytest.mark.timeout(sc.timeout + 40)]
+        for mod in sc.requires:
+            marks.append(pytest.mark.skipif(importlib.util.find_spec(mod) is None, reason=f"needs {mod}"))
         out.append(pytest.param(t, id=t, marks=marks))
     return out
 

@@ -7,6 +7,7 @@ warnings as errors; ``.ci/run`` runs it.)"""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import os
 import re
@@ -22,6 +23,14 @@ from tests.mpirun import REPO_ROOT, requires_mpi, unprefixed
 
 DOCS = REPO_ROOT / "docs"
 TUTORIAL = sorted((DOCS / "tutorial").glob("*.py"))
+#: programs that need a module (skipped without it)
+NEEDS = {"gpu_torch": "torch"}
+
+
+def _progs() -> list[object]:
+    return [pytest.param(p, id=p.stem, marks=[pytest.mark.skipif(
+        importlib.util.find_spec(NEEDS[p.stem]) is None, reason=f"needs {NEEDS[p.stem]}")] if p.stem in NEEDS else [])
+            for p in TUTORIAL]
 _LAUNCHER_VARS = ("PMI_FD", "PMI_RANK", "PMI_SIZE", "PMI_PORT", "MPI_LOCALNRANKS", "MPI_LOCALRANKID")
 
 
@@ -42,7 +51,7 @@ def test_every_tutorial_program_is_shown_on_a_page() -> None:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("prog", TUTORIAL, ids=[p.stem for p in TUTORIAL])
+@pytest.mark.parametrize("prog", _progs())
 def test_tutorial_program_runs_in_one_process(prog: Path, tmp_path: Path) -> None:
     assert _run([sys.executable, str(prog)], tmp_path), "the program printed nothing"
 
@@ -50,7 +59,7 @@ def test_tutorial_program_runs_in_one_process(prog: Path, tmp_path: Path) -> Non
 @requires_mpi
 @pytest.mark.mpi
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("prog", TUTORIAL, ids=[p.stem for p in TUTORIAL])
+@pytest.mark.parametrize("prog", _progs())
 def test_tutorial_program_prints_the_same_on_two_ranks(prog: Path, tmp_path: Path) -> None:
     one = _run([sys.executable, str(prog)], tmp_path)
     two = _run([sys.executable, "-m", "aiopdbp", "launch", "-n", "2", str(prog)], tmp_path)

@@ -121,7 +121,7 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
             for i in range(warm + iters):
                 if rank == 0:
                     sends.append(ns())
-                    await gp.send(peer, pl.readonly[i & 1])
+                    await gp.send(peer, pl.aio_readonly[i & 1])
                     msg = await gp.recv()
                     recvs.append(ns())
                 else:

@@ -62,6 +62,13 @@ PAYLOAD = {
     "floor-lib": "writable numpy uint8 out, fresh buffer in (Mrecv)",
 }
 DEFAULT_SIZES = "8,64,1K,8K,64K,1M,16M,64M"
+
+
+def _label(impl: str, payload: str) -> str:
+    """What ``impl`` sends under ``--payload``."""
+    if payload == "torch" and impl.startswith("aiopdbp"):
+        return "CPU torch uint8 tensor (writable; copied < 32 KiB, owned above)"
+    return PAYLOAD[impl]
 QUICK_SIZES = "8,64K,1M"
 _TAG = 5
 
@@ -86,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--quick", action="store_true", help="check the echo of every impl at 3 sizes; time nothing")
     a("--hops", nargs="?", const="8", default=None, metavar="SIZE",
       help="add the per-hop table of one size (8 B unless given; a diagnostic run of aiopdbp-ro)")
+    a("--payload", choices=("numpy", "torch"), default="numpy",
+      help="what the aiopdbp rows send: numpy arrays, or CPU torch tensors over the same bytes "
+           "(torch has no read-only tensor: aiopdbp-ro then sends writable tensors too)")
     a("--timeout", type=float, default=120.0, help="seconds any one run may take")
     a("--out", default="", help="folder for pingpong.json (default: none written)")
     a("--no-uvloop", dest="uvloop", action="store_false", help="asyncio's default loop")
@@ -139,18 +149,29 @@ def _child_argv(argv: Sequence[str]) -> list[str]:
 class Payloads:
     """Two distinct seeded payloads of one size, in every form the impls send."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, payload: str = "numpy") -> None:
         rng = np.random.default_rng(291 + size)
         self.size = size
         self.raw = [rng.integers(0, 256, size, dtype=np.uint8).tobytes() for _ in range(2)]
         self.writable = [np.frombuffer(bytearray(b), dtype=np.uint8) for b in self.raw]
         self.readonly = [np.frombuffer(b, dtype=np.uint8) for b in self.raw]
+        #: what the aiopdbp rows send (the others send ``writable``)
+        self.aio_writable: list[Any] = list(self.writable)
+        self.aio_readonly: list[Any] = list(self.readonly)
+        if payload == "torch":
+            import torch
+            self.aio_writable = self.aio_readonly = [torch.from_numpy(a) for a in self.writable]
         if size < 4096:
             exp = self.raw
-            self.check: Callable[[Any, int], bool] = lambda got, k: bytes(got) == exp[k]
+            self.check: Callable[[Any, int], bool] = lambda got, k: bytes(_np(got)) == exp[k]
         else:
             arrs = self.readonly
-            self.check = lambda got, k: bool(np.array_equal(np.frombuffer(got, dtype=np.uint8), arrs[k]))
+            self.check = lambda got, k: bool(np.array_equal(np.frombuffer(_np(got), dtype=np.uint8), arrs[k]))
+
+
+def _np(got: Any) -> Any:
+    """A received tensor as numpy (no copy), for the echo check."""
+    return got.numpy() if type(got).__module__.startswith("torch") else got
 
 
 class Result:
@@ -264,7 +285,7 @@ async def aio_pingpong(side: AioSide, pl: Payloads, iters: int, warm: int, reado
     gp = side.gps[0]
     peer = gp_name(1 - rank, 0)
     send, recv = gp.send, gp.recv
-    payload = pl.readonly if readonly else pl.writable
+    payload = pl.aio_readonly if readonly else pl.aio_writable
     ns, check, rtt = time.perf_counter_ns, pl.check, r.rtt_ns
     name = "aiopdbp-ro" if readonly else "aiopdbp"
     c0 = 0.0
@@ -365,7 +386,7 @@ def _run(ns: argparse.Namespace, argv: Sequence[str]) -> int:
         if ns.hops and not failed:
             from aiopdbp.bench.hops import hop_table
 
-            hops = hop_table(job.side, job.ctl, job.rank, Payloads(ns.hops), ns.iters)
+            hops = hop_table(job.side, job.ctl, job.rank, Payloads(ns.hops, ns.payload), ns.iters)
     except BaseException:
         from aiopdbp.bench.runner import abort_job
 
@@ -385,7 +406,7 @@ def _run(ns: argparse.Namespace, argv: Sequence[str]) -> int:
         return 0
     doc = {"command": "aiopdbp bench pingpong " + " ".join(argv), "rows": rows, "hops": hops,
            "peak_rss_MiB_rank0": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-           "payloads": {k: PAYLOAD[k] for k in ns.impls}}
+           "payloads": {k: _label(k, ns.payload) for k in ns.impls}, "payload": ns.payload}
     print(format_table(rows, ns.impls))
     if hops:
         from aiopdbp.bench.hops import format_hops
@@ -404,7 +425,7 @@ def _plan(job: Job, ns: argparse.Namespace) -> tuple[list[dict[str, Any]], list[
     failed: list[str] = []
     impls = list(ns.impls)
     for size in ns.sizes:
-        pl = Payloads(size)
+        pl = Payloads(size, ns.payload)
         iters = 5 if ns.quick else iters_for(size, ns.iters)
         warm = 2 if ns.quick else max(2, iters // 10)
         repeat = 1 if ns.quick else ns.repeat
@@ -420,7 +441,7 @@ def _plan(job: Job, ns: argparse.Namespace) -> tuple[list[dict[str, Any]], list[
                 per[impl].append(rs)
         if job.rank == 0 and not ns.quick:
             for impl in impls:
-                rows.append({"impl": impl, "payload": PAYLOAD[impl], **summarize_runs(size, per[impl])})
+                rows.append({"impl": impl, "payload": _label(impl, ns.payload), **summarize_runs(size, per[impl])})
             print(f"  {size} B done", file=sys.stderr, flush=True)
     return rows, failed
 

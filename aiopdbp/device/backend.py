@@ -261,6 +261,8 @@ def classify(obj: Any) -> Placement:
         return Placement.SIM
     if type(obj) is np.ndarray or isinstance(obj, (bytes, bytearray, memoryview)):
         return Placement.HOST  # fast path for the common host payloads
+    if getattr(obj, "is_cuda", None) is False and type(obj).__module__.startswith("torch"):
+        return Placement.HOST  # a CPU (or meta) tensor, whose __cuda_array_interface__ raises: slow
     try:
         if getattr(obj, "__cuda_array_interface__", None) is not None:
             return Placement.CUDA

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from aiopdbp.arrays import parse_name, wire_name
 from aiopdbp.errors import ClosedResourceError, ProtocolError
 from aiopdbp.device.backend import DeviceBackend, HostBuffer, Order
 
@@ -91,14 +92,14 @@ class ArrayMeta:
         return self.dtype.itemsize * int(np.prod(self.shape, dtype=np.int64))
 
     def to_wire(self) -> dict[str, Any]:
-        return {"dtype": self.dtype.str, "shape": list(self.shape), "order": self.order, "piece": self.piece_size}
+        return {"dtype": wire_name(self.dtype), "shape": list(self.shape), "order": self.order, "piece": self.piece_size}
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> ArrayMeta:
         """Parse a received header; ``ProtocolError`` when it is malformed."""
         try:
             shape = tuple(int(n) for n in d["shape"])
-            return cls(np.dtype(str(d["dtype"])), shape, d["order"], int(d["piece"]))
+            return cls(parse_name(str(d["dtype"])), shape, d["order"], int(d["piece"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"malformed device array header {d!r}: {exc}") from None
 

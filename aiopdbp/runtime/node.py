@@ -38,6 +38,7 @@ import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from aiopdbp.arrays import KINDS
 from aiopdbp.device.backend import DeviceBackend
 from aiopdbp.streams.devicebind import DeviceConfig
 from aiopdbp.streams.devicepath import DevicePath
@@ -110,6 +111,11 @@ class Node:
     ``allow_pickle``
         allow arbitrary Python objects as payloads (pickle protocol 5).
         **Trusted clusters only**: unpickling runs code chosen by the sender.
+    ``arrays``
+        what an array arrives as: ``"auto"`` (as it was sent: a PyTorch
+        tensor as a tensor where torch imports here, else numpy),
+        ``"numpy"`` or ``"torch"``; ``recv``/``read`` may override it per call
+        (:doc:`/guide/arrays`).
     ``name_timeout``
         the name rule: ``send``, ``send_stream`` and ``lookup`` wait up to this
         many seconds for a name that is not registered yet (another rank may
@@ -140,7 +146,7 @@ class Node:
 
     def __init__(self, transport: Transport | None = None, *, pipe_capacity: int = 1024,
                  max_pipes: int = 65536, stream_pipes: int = 1024, stream_window: int = 16,
-                 allow_pickle: bool = False, remote: RemoteConfig | None = None,
+                 allow_pickle: bool = False, arrays: str = "auto", remote: RemoteConfig | None = None,
                  close_timeout: float | None = None, handshake_timeout: float | None = None,
                  name_timeout: float = DEFAULT_NAME_TIMEOUT,
                  host_timeout: float | None = None,
@@ -150,6 +156,9 @@ class Node:
         self.rank = transport.rank if transport is not None else 0
         self.size = transport.size if transport is not None else 1
         self.allow_pickle = allow_pickle
+        if arrays not in KINDS:
+            raise ValueError(f"arrays is one of {KINDS}, not {arrays!r}")
+        self.arrays = arrays
         self.stream_window = stream_window
         self.name_timeout = name_timeout
         cfg = remote or RemoteConfig()

@@ -39,6 +39,7 @@ from aiopdbp.device.backend import is_device_array
 from aiopdbp.errors import ClosedResourceError, NoPipeError, PDBPError, WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost
 from aiopdbp.wire.payload import travels_raw
+from aiopdbp.arrays import KINDS, arrival, host_array
 from aiopdbp.routing.pipes import Pipe
 from aiopdbp.streams.receiver import DEFAULT_SEGMENT, IncomingStream
 from aiopdbp.streams.sender import send_stream
@@ -71,6 +72,8 @@ def snapshot(data: Any, allow_pickle: bool, shared: bool) -> Any:
         return data
     if isinstance(data, np.generic):
         data = np.asarray(data)  # numpy scalars travel as 0-d arrays
+    elif not isinstance(data, np.ndarray) and (arr := host_array(data)) is not None:
+        data = arr  # a tensor (or any host array by DLPack): an ndarray over its memory
     if isinstance(data, np.ndarray):
         # the wire's rule, here too: one host refuses what many would
         if not travels_raw(data, allow_pickle):
@@ -147,6 +150,8 @@ def _named_now(item: Message | IncomingStream) -> bool:
 
 def _flat_writable(out: Any) -> memoryview:
     """``out`` as a flat writable byte view, or a clear error."""
+    if not isinstance(out, np.ndarray) and (arr := host_array(out)) is not None:
+        out = arr  # a CPU tensor: its memory
     try:
         mv = memoryview(out)
     except TypeError:
@@ -164,7 +169,7 @@ def _size(data: Any) -> int:
 
 def _views(item: Any, flat: memoryview) -> bool:
     """Whether ``item`` is a message whose array payload lies at the start of ``flat``."""
-    data = item.data if type(item) is Message else None
+    data = _host_data(item.data) if type(item) is Message else None
     if not isinstance(data, np.ndarray) or not flat.nbytes:
         return False
     start = np.frombuffer(flat, dtype=np.uint8, count=1).ctypes.data
@@ -172,6 +177,30 @@ def _views(item: Any, flat: memoryview) -> bool:
 
 
 _SHORT, _COMMAND = Kind.SHORT, Kind.COMMAND
+
+
+def _arrive(item: Message | IncomingStream, kind: str) -> Message | IncomingStream:
+    """``item`` with its array as the receiver asked (:func:`aiopdbp.arrays.arrival`)."""
+    if type(item) is Message:
+        return _arrived(item, kind)
+    if kind != "auto" and isinstance(item, IncomingStream):
+        item.arrays = kind
+    return item
+
+
+def _arrived(msg: Message, kind: str) -> Message:
+    data = msg[3]
+    if type(data) is np.ndarray and (kind != "auto" or data.dtype.metadata is not None):
+        return Message((msg[0], msg[1], msg[2], arrival(data, kind), msg[4]))
+    return msg
+
+
+def _host_data(data: Any) -> Any:
+    """A received tensor as the ndarray over its memory (recv_into's checks)."""
+    if data is None or type(data) is bytes or type(data) is np.ndarray:
+        return data
+    arr = host_array(data)
+    return data if arr is None else arr
 
 
 def _check_com(com: int) -> None:
@@ -193,6 +222,9 @@ class GPHost(Protocol):
     def rank(self) -> int: ...
     @property
     def allow_pickle(self) -> bool: ...
+
+    @property
+    def arrays(self) -> str: ...
     @property
     def router(self) -> Router: ...
     @property
@@ -431,6 +463,8 @@ class GP:
             cost = len(data) + CREDIT_OVERHEAD
         else:
             if data is not None:
+                if type(data) is not np.ndarray and (arr := host_array(data)) is not None:
+                    data = arr  # a tensor's memory as an ndarray (no copy): the paths numpy takes
                 if type(data) is np.ndarray and data.nbytes >= self._owned_min and _ownable(data):
                     # large: sent from this very buffer, the call returns once it may be reused
                     await self._router.send_owned(dest, (self.name, kind, com, data, self.pid),
@@ -522,6 +556,8 @@ class GP:
                 raise TypeError(f"send_stream sends to one GP: dest is its name (a str), not {type(dest).__name__}")
             if segment_size is not None and (not isinstance(segment_size, int) or isinstance(segment_size, bool)):
                 raise TypeError(f"segment_size is a number of bytes (an int), not {segment_size!r}")
+            if type(data) is not np.ndarray and (arr := host_array(data)) is not None:
+                data = arr  # a tensor's memory as an ndarray: one buffer, not an iterable of rows
             if type(data) is not np.ndarray and is_device_array(data):  # a plain host array is the commonest
                 cap = self.node.devices.capture(self, data, stream)  # now: the caller's stream is current now
                 return self.node.devices.send_stream(self, self.node.streams, dest, cap, segment_size=segment_size,
@@ -541,14 +577,20 @@ class GP:
             raise NoPipeError(f"GP {self.name!r} has no private pipe: call apply_pipe() first")
         return pipe
 
-    async def recv(self, timeout: float | None = None) -> Message | IncomingStream:
+    async def recv(self, timeout: float | None = None, *,
+                   arrays: str | None = None) -> Message | IncomingStream:
         """The next item in arrival order: a :class:`Message` or an
         :class:`~aiopdbp.streams.receiver.IncomingStream` (the paper's recvData).
 
         Raises ``TimeoutError`` after ``timeout`` seconds with nothing.
+        ``arrays`` picks what an array arrives as, for this call: ``"auto"``
+        (as sent: a tensor as a tensor where torch imports), ``"numpy"`` or
+        ``"torch"``; default: the node's ``arrays`` option.
 
         Cancellation: a cancelled receive takes nothing from the pipe.
         """
+        if arrays is not None and arrays not in KINDS:
+            raise ValueError(f"arrays is one of {KINDS}, not {arrays!r}")
         pipe = self._pipe
         item: Message | IncomingStream
         if pipe is None or self._freed or self._unnamed is not None or self._into_task is not None:
@@ -557,7 +599,7 @@ class GP:
                                    "meant for its buffer could go to either (one receiver at a time)")
             if self._unnamed is not None:
                 item = self._take_held()
-                return await self._named(item)
+                return _arrive(await self._named(item), arrays or self.node.arrays)
             pipe = self._inbox()
         if len(pipe):  # the common case under load: no coroutine, no exception
             item = pipe.receive_nowait()
@@ -580,12 +622,16 @@ class GP:
                         raise TimeoutError(f"GP {self.name!r} received nothing within {timeout:g} s") from None
             finally:
                 self._waiting -= 1
+        kind = arrays or self.node.arrays
         if type(item) is Message:
             if type(item[0]) is str:
-                return item
+                data = item[3]
+                if type(data) is not np.ndarray or (kind == "auto" and data.dtype.metadata is None):
+                    return item  # the commonest
+                return _arrive(item, kind)
         elif type(item.source) is str:
-            return item
-        return await self._named(item)
+            return _arrive(item, kind)
+        return _arrive(await self._named(item), kind)
 
     async def _named(self, item: Message | IncomingStream) -> Message | IncomingStream:
         """``item`` with its sender's name: its data overtook the table update
@@ -605,9 +651,9 @@ class GP:
         whose sender's registration has not reached this host yet names it
         ``"<pid N>"``; :meth:`recv` waits for the name.)"""
         if self._unnamed is not None:
-            return self._take_held()
+            return _arrive(self._take_held(), self.node.arrays)
         item: Message | IncomingStream = self._inbox().receive_nowait()
-        return item
+        return _arrive(item, self.node.arrays)
 
     def _take_held(self) -> Message | IncomingStream:
         item = self._unnamed
@@ -658,14 +704,15 @@ class GP:
         _check_timeout(timeout)
         router = self._router
         if self._unnamed is not None:
-            return self._into(flat, await self.recv(timeout))
+            return _arrived(self._into(flat, await self.recv(timeout)), self.node.arrays)
         pipe = self._inbox()
         try:
             item = pipe.receive_nowait()
         except WouldBlock:
             pass
         else:
-            return self._into(flat, item if _named_now(item) else await self._named(item))
+            return _arrived(self._into(flat, item if _named_now(item) else await self._named(item)),
+                            self.node.arrays)
         if self._into_task is not None or self._waiting:
             # Another receiver could take the message that lands in ``out``
             # (and this call would wait for it forever).
@@ -694,11 +741,11 @@ class GP:
             raise
         finally:
             self._into_task = None
-        return self._into(flat, item if _named_now(item) else await self._named(item))
+        return _arrived(self._into(flat, item if _named_now(item) else await self._named(item)), self.node.arrays)
 
     def _into(self, flat: memoryview, item: Message | IncomingStream) -> Message:
         """``item``'s payload in ``flat`` (copied unless it landed there)."""
-        data: Any = item.data if type(item) is Message else None
+        data: Any = _host_data(item.data) if type(item) is Message else None
         err: Exception | None = None
         if type(item) is not Message:
             err = TypeError("recv_into: the next item is a stream, not a message")

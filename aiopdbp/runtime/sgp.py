@@ -67,7 +67,8 @@ class SGP(GP):
         """The same stream as the device backend knows it."""
         return self._stream
 
-    async def recv(self, timeout: float | None = None) -> Message | IncomingStream:
+    async def recv(self, timeout: float | None = None, *,
+                   arrays: str | None = None) -> Message | IncomingStream:
         """As :meth:`GP.recv`; with ``to_device=True`` a numpy message payload
         is first copied to this GP's device.
 
@@ -78,7 +79,7 @@ class SGP(GP):
         if self._held is not None:
             item, self._held = self._held, None
         else:
-            item = await super().recv(timeout)
+            item = await super().recv(timeout, arrays=arrays)
         if self.to_device and type(item) is Message and isinstance(item.data, np.ndarray):
             try:
                 data = await self.node.devices.to_device(item.data, self.pid)

@@ -117,7 +117,7 @@ class DeviceIncomingStream(IncomingStream):
             raise StopAsyncIteration
         return data
 
-    async def read(self, out: Any = None) -> Any:
+    async def read(self, out: Any = None, *, arrays: str | None = None) -> Any:  # (device data: arrays does not apply)
         """The whole array, once every segment arrived: a device array for
         an SGP, a numpy array for an NGP, with the sender's dtype, shape and
         memory order.  ``out`` (numpy destinations only) receives a copy.
@@ -169,7 +169,7 @@ class HostToDeviceStream(IncomingStream):
             return seg
         return await self.devices.to_device(seg, self.dest_pid)
 
-    async def read(self, out: Any = None) -> Any:
+    async def read(self, out: Any = None, *, arrays: str | None = None) -> Any:  # (device data: arrays does not apply)
         """The whole stream (one device array for a to_device SGP).
 
         Cancellation: as for :meth:`IncomingStream.read`.

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from aiopdbp.arrays import KINDS, arrival, host_array, parse_name, wire_name
 from aiopdbp.errors import BrokenResourceError, ClosedResourceError, ProtocolError, StreamError
 from aiopdbp.routing.pipes import Pipe
 from aiopdbp.streams import protocol as sp
@@ -54,7 +55,7 @@ class StreamMeta:
 
     kind: str = "bytes"                    # "bytes" or "ndarray"
     nbytes: int | None = None              # total bytes; None: unknown (an iterable source)
-    dtype: str = ""                        # numpy dtype str for ndarray streams
+    dtype: str = ""                        # ndarray streams: the wire name (aiopdbp.arrays.wire_name)
     shape: tuple[int | None, ...] = ()     # ndarray streams: first axis None when unknown
     com: int = 0
     borrowed: bool = False                 # segments are views of sender memory that may change
@@ -91,7 +92,7 @@ def is_array(obj: Any) -> bool:
 def describe(source: Any, com: int) -> StreamMeta:
     """Meta for a buffer/array source (an iterable source is described lazily)."""
     if is_array(source):
-        return StreamMeta("ndarray", int(source.nbytes), source.dtype.str, tuple(source.shape), com,
+        return StreamMeta("ndarray", int(source.nbytes), wire_name(source.dtype), tuple(source.shape), com,
                           borrowed=bool(getattr(getattr(source, "flags", None), "writeable", True)))
     mv = memoryview(source)
     return StreamMeta("bytes", mv.nbytes, com=com, borrowed=not mv.readonly)
@@ -162,6 +163,8 @@ class IncomingStream:
         # next announced segment goes in it (see landing()).
         self._landed: np.ndarray[Any, np.dtype[np.uint8]] | None = None
         self._land_at = 0
+        #: what arrays arrive as by default (the receiving node's ``arrays`` option)
+        self.arrays = "auto"
 
     def __repr__(self) -> str:
         return f"<IncomingStream {self.key} from {self.source!r} seg {self._proto.next} {self.state.name}>"
@@ -324,19 +327,33 @@ class IncomingStream:
             data = memoryview(bytes(data) if self.meta.borrowed else data)
         return data
 
-    async def read(self, out: Any = None) -> Any:
+    async def read(self, out: Any = None, *, arrays: str | None = None) -> Any:
         """Gather the whole stream into one buffer or array.
 
         Bytes streams give a writable ``memoryview`` (format ``B``); array
-        streams a ``numpy.ndarray`` with the sender's dtype and shape.  With
-        ``out`` (any writable buffer or array of at least the stream's size,
-        e.g. one reused across streams) the data land there and a view of the
-        filled part is returned: no allocation, exactly one copy.
+        streams an array with the sender's dtype and shape: as it was sent
+        (a tensor as a tensor where torch imports), or as ``arrays`` says
+        (``"auto"``, ``"numpy"``, ``"torch"``; default: the receiving node's
+        option).  With ``out`` (any writable buffer, array or CPU tensor of
+        at least the stream's size, e.g. one reused across streams) the data
+        land there and a view of the filled part is returned: no
+        allocation, exactly one copy.
 
         Cancellation: cancelling leaves the stream open at the segment reached;
         segments already consumed are not given back, so treat the stream as
         broken (``aclose()`` it).
         """
+        kind = arrays or self.arrays
+        if kind not in KINDS:
+            raise ValueError(f"arrays is one of {KINDS}, not {arrays!r}")
+        if out is not None and not isinstance(out, np.ndarray) and (arr := host_array(out)) is not None:
+            out = arr  # a tensor: its memory as an ndarray
+        data = await self._read(out)
+        if type(data) is np.ndarray and (kind != "auto" or data.dtype.metadata is not None):
+            return arrival(data, kind)
+        return data
+
+    async def _read(self, out: Any) -> Any:
         meta = self.meta
         if self._whole and out is None and self._ready and self._error is None:
             # The OPEN carried it all and nothing was read: one copy at most.
@@ -380,7 +397,7 @@ class IncomingStream:
             if flat is None:  # no segment at all
                 flat = np.empty(0, dtype=np.uint8)
             if meta.kind == "ndarray":
-                return flat[:pos].view(np.dtype(meta.dtype)).reshape(meta.shape)
+                return flat[:pos].view(parse_name(meta.dtype)).reshape(meta.shape)
             return memoryview(flat[:pos].data)
         parts = []
         while (seg := await self._next_segment()) is not None:
@@ -388,10 +405,10 @@ class IncomingStream:
                          else _as_u8(seg).copy())
         if self.meta.kind == "ndarray" or (parts and parts[0].dtype != np.uint8):
             if not parts:
-                return np.empty((0, *meta.shape[1:]), dtype=np.dtype(meta.dtype or "u1"))
+                return np.empty((0, *meta.shape[1:]), dtype=parse_name(meta.dtype or "u1"))
             # the announced dtype, exactly: concatenate would make it native-endian
             whole = np.concatenate([p.reshape(1) if p.ndim == 0 else p for p in parts],
-                                   dtype=np.dtype(meta.dtype) if meta.dtype else None)
+                                   dtype=parse_name(meta.dtype) if meta.dtype else None)
             if out is not None:
                 dst = _flat_bytes(out, whole.nbytes)
                 dst[:] = whole.reshape(-1).view(np.uint8)

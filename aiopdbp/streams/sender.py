@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from aiopdbp.arrays import host_array, wire_name
 from aiopdbp.errors import UnknownProcessError
 from aiopdbp.device.backend import is_device_array
 from aiopdbp.streams.receiver import DEFAULT_SEGMENT, EAGER_LIMIT, StreamMeta, describe, is_array
@@ -78,13 +79,21 @@ def cut(chunk: Any, segment_size: int) -> Iterator[Any]:
         yield mv[i:i + segment_size]
 
 
+def _host(chunk: Any) -> Any:
+    """A tensor chunk (or any host array by DLPack) as an ndarray over its memory."""
+    if type(chunk) is np.ndarray or type(chunk) is bytes:
+        return chunk
+    arr = host_array(chunk)
+    return chunk if arr is None else arr
+
+
 async def _chunks(source: Any) -> AsyncGenerator[Any, None]:
     if isinstance(source, AsyncIterable):
         async for c in source:
-            yield c
+            yield _host(c)
     else:
         for c in source:
-            yield c
+            yield _host(c)
 
 
 def _needs_pickle(dt: np.dtype[Any]) -> bool:
@@ -92,7 +101,7 @@ def _needs_pickle(dt: np.dtype[Any]) -> bool:
 
 
 #: what send_stream takes, for its errors
-_ACCEPTED = ("give bytes, a bytearray or memoryview, a numpy array, or an ordered (async) iterable "
+_ACCEPTED = ("give bytes, a bytearray or memoryview, a numpy array or CPU tensor, or an ordered (async) iterable "
              "(list, tuple, generator) of those, each item one chunk")
 #: iterables without an order: their chunks would arrive in no defined order
 _UNORDERED = (set, frozenset, dict)
@@ -116,7 +125,7 @@ def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
     if type(chunk) is np.ndarray and first is None:  # the commonest: one plain host array
         dt = chunk.dtype
         if not _needs_pickle(dt):
-            return StreamMeta("ndarray", chunk.nbytes, dt.str, chunk.shape)
+            return StreamMeta("ndarray", chunk.nbytes, wire_name(dt), chunk.shape)
     if isinstance(chunk, np.generic):
         chunk = np.asarray(chunk)
     if isinstance(chunk, str):
@@ -131,7 +140,7 @@ def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
             raise TypeError(f"chunk {k}: cannot stream an array of dtype {dt} (object, structured "
                             "or sub-array dtypes need pickling: send them with gp.send() and "
                             "open_node(allow_pickle=True))")
-        meta = StreamMeta("ndarray", int(chunk.nbytes), dt.str, tuple(chunk.shape))
+        meta = StreamMeta("ndarray", int(chunk.nbytes), wire_name(dt), tuple(chunk.shape))
     else:
         try:
             mv = memoryview(chunk)

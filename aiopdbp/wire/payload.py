@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from aiopdbp.arrays import parse_name, wire_name
 from aiopdbp.errors import ProtocolError
 from aiopdbp.wire.mesp import ALIGN, DEFAULT_LIMITS, Buffer, Limits, Payload
 
@@ -38,6 +39,10 @@ _DTYPE_CACHE_MAX = 256
 # (dtype, shape, count) of meta bytes already checked (receiver): ~2.5 us of
 # a lone 8 B array's ~4 us encode, ~1.5 us of its decode.
 _META_ENC: dict[tuple[np.dtype[Any], tuple[int, ...]], bytes] = {}
+# Tagged dtypes (aiopdbp.arrays) compare and hash equal to their untagged
+# base (and each other), so their meta, which names the origin, is kept
+# apart, by the tag itself.
+_TAGGED_ENC: dict[tuple[Any, str, tuple[int, ...]], bytes] = {}
 _META_DEC: dict[bytes, tuple[np.dtype[Any], tuple[int, ...], int]] = {}
 _META_CACHE_MAX = 1024
 
@@ -48,6 +53,10 @@ _META_CACHE_MAX = 1024
 #: than a full record's path (8 B-1 KiB: 8x the floor against 13-21x;
 #: 8 KiB: 34 us one way against 39 us; 16 KiB: 41 us either way)
 SHORT_ARRAY_MAX = (32 << 10) - 1
+
+
+def _tkey(dt: np.dtype[Any], shape: tuple[int, ...]) -> tuple[Any, str, tuple[int, ...]]:
+    return (tuple(sorted(dt.metadata.items())) if dt.metadata else None, dt.str, shape)
 
 
 def _align(off: int) -> int:
@@ -99,9 +108,10 @@ def encode_payload(data: Any, allow_pickle: bool,
         data = np.asarray(data)  # numpy scalars travel as 0-d arrays
     if isinstance(data, np.ndarray):
         dt = data.dtype
-        hit = _META_ENC.get((dt, data.shape))
+        # a tagged dtype (aiopdbp.arrays: a tensor's) equals its untagged base
+        hit = _META_ENC.get((dt, data.shape)) if dt.metadata is None else _TAGGED_ENC.get(_tkey(dt, data.shape))
         if hit is not None:  # dtype and shape checked before
-            if data.ndim == 1 and dt.itemsize == 1 and data.flags.c_contiguous:
+            if data.ndim == 1 and dt.itemsize == 1 and data.flags.c_contiguous and dt.isbuiltin != 2:
                 view = data.data  # already flat bytes (maybe as int8, bool, S1)
                 if view.format != "B":
                     view = view.cast("B")
@@ -110,11 +120,14 @@ def encode_payload(data: Any, allow_pickle: bool,
             return _NDARRAY, hit, [view] if view.nbytes else [], view.nbytes
         if not travels_raw(data, allow_pickle, limits):
             return _pickle_payload(data, limits)
-        name = dt.str.encode("ascii")
+        name = wire_name(dt).encode("ascii")
         meta = (_U8.pack(len(name)) + name
                 + struct.pack(f"<B{data.ndim}Q", data.ndim, *data.shape))
-        if len(_META_ENC) < _META_CACHE_MAX:
-            _META_ENC[(dt, data.shape)] = meta
+        if dt.metadata is None:
+            if len(_META_ENC) < _META_CACHE_MAX:
+                _META_ENC[(dt, data.shape)] = meta
+        elif len(_TAGGED_ENC) < _META_CACHE_MAX:
+            _TAGGED_ENC[_tkey(dt, data.shape)] = meta
         flat = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         return _NDARRAY, meta, [flat.data] if flat.nbytes else [], flat.nbytes
     if allow_pickle:
@@ -140,7 +153,7 @@ def travels_raw(data: np.ndarray[Any, Any], allow_pickle: bool, limits: Limits =
                         "bytes and datetime dtypes travel raw; pickle: trusted clusters only)")
     if data.ndim > limits.max_ndim:
         raise ValueError(f"ndarray has {data.ndim} dimensions > {limits.max_ndim}")
-    if len(dt.str) > 0xFF:
+    if len(wire_name(dt)) > 0xFF:
         raise TypeError(f"dtype {dt} has too long a name for the wire")
     return True
 
@@ -150,10 +163,11 @@ def short_ndarray(data: np.ndarray[Any, Any]) -> tuple[bytes, memoryview] | None
     level-3 meta unpadded, then its C-contiguous bytes -- or None when it
     is not one (too big, not C-contiguous, a dtype or shape never checked
     by :func:`encode_payload`: the full record path takes it)."""
-    meta = _META_ENC.get((data.dtype, data.shape))
+    dt = data.dtype
+    meta = _META_ENC.get((dt, data.shape)) if dt.metadata is None else _TAGGED_ENC.get(_tkey(dt, data.shape))
     if meta is None or data.nbytes > SHORT_ARRAY_MAX or not data.flags.c_contiguous:
         return None
-    if data.ndim == 1 and data.dtype.itemsize == 1:
+    if data.ndim == 1 and dt.itemsize == 1 and dt.isbuiltin != 2:  # (no buffer of a user dtype: float8)
         view = data.data  # already flat bytes (maybe as int8, bool, S1)
         if view.format != "B":
             view = view.cast("B")
@@ -170,7 +184,7 @@ def _dtype(name: bytes) -> np.dtype[Any]:
     if dt is not None:
         return dt
     try:
-        dt = np.dtype(name.decode("ascii"))
+        dt = parse_name(name.decode("ascii"))
     except Exception as exc:  # TypeError, ValueError, UnicodeDecodeError, ...
         raise ProtocolError(f"bad dtype {name!r}") from exc
     # Only plain, fixed-size, reference-free dtypes can be viewed over bytes.

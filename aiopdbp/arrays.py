@@ -1,0 +1,223 @@
+"""Arrays as users hold them: PyTorch tensors, DLPack, the ml_dtypes family.
+
+Everything below the GP works on plain ``numpy.ndarray``.  A host array of
+another kind is turned into one at the call (:func:`host_array`, no copy),
+its dtype *tagged* with numpy dtype metadata: ``{"aiopdbp": (origin,
+name)}`` -- where it came from (``"torch"`` or ``""``) and its dtype's name
+on the wire.  The tag rides along every path an ndarray takes (a tagged
+array is still ``type(a) is np.ndarray``: short records, owned sends and
+streams keep their fast paths), and the receiver turns it back
+(:func:`arrival`).
+
+The wire names a dtype by ``dtype.str`` (``"<f4"``: name and byte order)
+for numpy's own dtypes and by its name for the ``ml_dtypes`` family
+(``"bfloat16"``, ``"float8_e4m3fn"``: little-endian, as every supported
+host), followed by ``";torch"`` for an array sent as a tensor.  No framework
+is imported unless an object (or the wire) names it.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from typing import Any
+
+import numpy as np
+
+__all__ = ["KINDS", "arrival", "host_array", "parse_name", "wire_name"]
+
+#: what a receiver may ask arrays to arrive as
+KINDS = ("auto", "numpy", "torch")
+
+_TAG = "aiopdbp"
+# The ml_dtypes family (numpy knows them only once ml_dtypes is imported):
+# name -> item size, for the unsigned view a receiver without it falls back to.
+_ML_SIZES = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1,
+             "float8_e5m2fnuz": 1, "float8_e4m3b11fnuz": 1, "float8_e4m3": 1, "float8_e3m4": 1,
+             "float8_e8m0fnu": 1, "float4_e2m1fn": 1, "float6_e2m3fn": 1, "float6_e3m2fn": 1,
+             "int2": 1, "int4": 1, "uint2": 1, "uint4": 1}
+_UINT: dict[int, np.dtype[Any]] = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16)}
+# torch dtypes numpy has no builtin for: torch name -> wire name
+_TORCH_SPECIAL = {"bfloat16": "bfloat16", "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
+                  "float8_e4m3fnuz": "float8_e4m3fnuz", "float8_e5m2fnuz": "float8_e5m2fnuz"}
+
+_tagged: dict[tuple[str, str, str], np.dtype[Any]] = {}
+_parsed: dict[str, np.dtype[Any]] = {}
+_warned: set[str] = set()
+
+
+def _tag(base: np.dtype[Any], origin: str, name: str) -> np.dtype[Any]:
+    key = (base.str, origin, name)
+    dt = _tagged.get(key)
+    if dt is None:  # building a dtype costs ~1 us: one per (base, origin, name)
+        dt = _tagged[key] = np.dtype(base.str, metadata={_TAG: (origin, name)})
+    return dt
+
+
+def _tag_of(dt: np.dtype[Any]) -> tuple[str, str]:
+    origin, name = dt.metadata[_TAG]  # type: ignore[index]
+    return str(origin), str(name)
+
+
+def _ml_dtype(name: str) -> np.dtype[Any] | None:
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    dt: np.dtype[Any] = np.dtype(getattr(ml_dtypes, name))
+    return dt
+
+
+def wire_name(dt: np.dtype[Any]) -> str:
+    """The name ``dt`` travels by (see the module's doc)."""
+    md = dt.metadata
+    if md is not None and _TAG in md:
+        origin, name = _tag_of(dt)
+        return f"{name};{origin}" if origin else name
+    if dt.isbuiltin == 2 and dt.type.__name__ in _ML_SIZES:  # a user-defined (ml_dtypes) dtype:
+        return str(dt.type.__name__)  # its dt.str ("<V2", "<f1") names no dtype
+    return dt.str
+
+
+def parse_name(text: str) -> np.dtype[Any]:
+    """The dtype a wire name stands for; ``ValueError``/``TypeError`` when
+    it names none.  An ``ml_dtypes`` name imports ml_dtypes; without it,
+    the unsigned integer of the same size, with one warning."""
+    dt = _parsed.get(text)
+    if dt is not None:
+        return dt
+    name, _, origin = text.partition(";")
+    if origin not in ("", "torch"):
+        raise ValueError(f"unknown array origin {origin!r}")
+    size = _ML_SIZES.get(name)
+    if size is None:
+        base = np.dtype(name)
+        dt = base if not origin else _tag(base, origin, base.str)
+    elif origin:  # a tensor: its receiver rebuilds it from the bits, no ml_dtypes needed
+        dt = _tag(_UINT[size], origin, name)
+    else:
+        ml = _ml_dtype(name)
+        dt = ml if ml is not None else _tag(_UINT[size], "", name)
+    if len(_parsed) < 256:
+        _parsed[text] = dt
+    return dt
+
+
+# ------------------------------------------------------------------ sending
+
+
+def _torch_refusal(t: Any) -> TypeError | None:
+    if t.requires_grad:
+        return TypeError("cannot send a tensor that requires grad: send t.detach()")
+    if t.is_nested:
+        return TypeError("cannot send a nested tensor: send its components (t.unbind()) or t.to_padded_tensor(0)")
+    if t.is_conj():
+        return TypeError("cannot send a tensor with its conjugate bit set: send t.resolve_conj()")
+    if t.is_neg():
+        return TypeError("cannot send a tensor with its negative bit set: send t.resolve_neg()")
+    return None
+
+
+def _torch_array(t: Any) -> np.ndarray[Any, Any] | None:
+    """A CPU tensor as a tagged ndarray over its memory; None for a device
+    tensor (the device path takes it); ``TypeError`` for one that cannot
+    travel, saying what to send instead."""
+    if not t.is_cpu:
+        if t.is_meta:
+            raise TypeError("cannot send a tensor on the meta device: it has no data")
+        return None
+    torch = sys.modules["torch"]
+    if t.layout is not torch.strided:
+        raise TypeError(f"cannot send a {t.layout} tensor: send t.to_dense() (or its indices and values)")
+    try:  # the common case first: t.numpy() itself refuses what cannot travel
+        arr: np.ndarray[Any, Any] = t.numpy()
+    except (TypeError, RuntimeError) as exc:
+        refusal = _torch_refusal(t)
+        if refusal is not None:
+            raise refusal from None
+        special = _TORCH_SPECIAL.get(str(t.dtype).removeprefix("torch."))
+        if special is None:
+            raise TypeError(f"cannot send a tensor of {t.dtype}: {exc}") from None
+        size = _ML_SIZES[special]
+        raw: np.ndarray[Any, Any] = t.view(torch.uint8 if size == 1 else torch.int16).numpy()
+        return raw.view(_tag(_UINT[size], "torch", special))
+    return arr.view(_tag(arr.dtype, "torch", arr.dtype.str))
+
+
+def host_array(obj: Any) -> np.ndarray[Any, Any] | None:
+    """``obj`` -- a tensor or an array by ``__dlpack__`` in host memory -- as
+    an ndarray over the same memory (tagged with its origin); None when it
+    is no such array (bytes, a device array, any other object)."""
+    if type(obj).__module__.startswith("torch"):
+        torch = sys.modules.get("torch")
+        if torch is not None and (type(obj) is torch.Tensor or isinstance(obj, torch.Tensor)):
+            return _torch_array(obj)
+    probe = getattr(obj, "__dlpack_device__", None)
+    if probe is None or getattr(obj, "__cuda_array_interface__", None) is not None:
+        return None
+    try:
+        dev_type = int(probe()[0])
+    except Exception:
+        return None
+    if dev_type not in (1, 3):  # kDLCPU, kDLCUDAHost
+        return None
+    try:
+        arr: np.ndarray[Any, Any] = np.from_dlpack(obj)
+        return arr
+    except (BufferError, TypeError, RuntimeError) as exc:
+        raise TypeError(f"cannot send {type(obj).__name__}: DLPack refused it ({exc})") from None
+
+
+# ---------------------------------------------------------------- receiving
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _as_torch(arr: np.ndarray[Any, Any], name: str) -> Any:
+    torch = _torch()
+    if torch is None:
+        raise RuntimeError("arrays='torch' needs PyTorch on the receiver (pip install torch)")
+    size = _ML_SIZES.get(name)
+    if not arr.flags.writeable:  # a shared read-only copy: the tensor gets its own
+        arr = arr.copy()
+    if size is not None:
+        t = torch.from_numpy(arr.view(_UINT[size] if size == 1 else np.int16))
+        return t.view(getattr(torch, name))
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    return torch.from_numpy(arr.view(arr.dtype.str))
+
+
+def _as_numpy(arr: np.ndarray[Any, Any], name: str) -> np.ndarray[Any, Any]:
+    if name in _ML_SIZES:
+        ml = _ml_dtype(name)
+        if ml is not None:
+            return arr.view(ml)
+        if name not in _warned:
+            _warned.add(name)
+            warnings.warn(f"arrays of {name} arrive as {arr.dtype.str} (their bits): "
+                          "pip install ml_dtypes on the receiver for the dtype itself", stacklevel=3)
+        return arr.view(arr.dtype.str)
+    return arr.view(np.dtype(name)) if name else arr
+
+
+def arrival(arr: np.ndarray[Any, Any], kind: str) -> Any:
+    """A received ``arr`` as the receiver asked: ``"auto"`` as it was sent
+    (a tensor as a tensor when torch imports here, else numpy), ``"numpy"``,
+    ``"torch"``.  No copy (but a tensor of a read-only or non-native-endian
+    array)."""
+    md = arr.dtype.metadata
+    if md is None or _TAG not in md:
+        if kind == "torch" and isinstance(arr, np.ndarray):
+            return _as_torch(arr, wire_name(arr.dtype))
+        return arr
+    origin, name = _tag_of(arr.dtype)
+    if kind == "torch" or (kind == "auto" and origin == "torch" and _torch() is not None):
+        return _as_torch(arr, name)
+    return _as_numpy(arr, name)
