@@ -133,3 +133,41 @@ def test_stream_dones_message_completes_each_stream_it_names() -> None:
     streams = _Done()
     _credit(_Sent(), streams).on_stream_dones(2, StreamDonesMsg(2, [4, 9]))
     assert streams.done_calls == [((2, 4), None, 2), ((2, 9), None, 2)]
+
+
+class _Silent:
+    """A control channel whose messages go nowhere (rank 0 never answers)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, object]] = []
+
+    def send(self, dest: int, msg: object, on_fail: object = None) -> None:
+        self.sent.append((dest, msg))
+
+
+@pytest.mark.timeout(10)
+async def test_table_request_rank_0_never_answers_fails_after_the_reply_timeout() -> None:
+    from aiopdbp.errors import BrokenResourceError
+    from aiopdbp.hosts.sequencer import Sequencer
+    from aiopdbp.hosts.tables import Tables
+
+    channel = _Silent()
+    seq = Sequencer(1, 2, Tables(), channel, gp_window=1 << 20, reply_timeout=0.2)  # type: ignore[arg-type]
+    with pytest.raises(BrokenResourceError, match="host 0 did not answer proc_free within 0.2 s"):
+        await seq.commit("proc_free", (5,))
+    assert [type(m).__name__ for _, m in channel.sent] == ["ReleaseMsg"]
+
+
+def test_second_bye_and_data_after_bye_are_protocol_errors() -> None:
+    from aiopdbp.errors import ProtocolError
+    from aiopdbp.hosts.inbound import Inbound
+
+    failed: list[tuple[int, BaseException]] = []
+    inbound = Inbound(0, 2, None, None, None, name_of=str,  # type: ignore[arg-type]
+                      fail_host=lambda h, e: failed.append((h, e)), block_size=1 << 16, allow_pickle=False)
+    inbound.on_bye(1, ByeMsg(0))
+    with pytest.raises(ProtocolError, match="second BYE from host 1"):
+        inbound.on_bye(1, ByeMsg(3))
+    inbound.on_data(1, memoryview(bytes(16)))     # a data message after the forged BYE(0)
+    assert [(h, type(e).__name__) for h, e in failed] == [(1, "ProtocolError")]
+    assert "data message 1 after a BYE that said 0" in str(failed[0][1])
