@@ -279,16 +279,17 @@ class Inbound:
             out = self._landing(pid, nbytes)
         self.admit(s.host, nbytes)
         entry = _Landing(head, arr)
+        s.queue.append(entry)   # before the receive: it may land at once
         tag = s.bulk_seq
+        s.bulk_seq = (tag + 1) % bulk.bulk_tags
         try:
             bulk.recv_bulk(s.host, tag, nbytes, out, functools.partial(self._landed, s, entry))
         except MemoryError:
             # what the header announced cannot be held here: the sender's
             # fault or not, its frames cannot be taken any more
+            s.queue.remove(entry)
             raise ProtocolError(f"no memory for the {nbytes}-byte payload announced by host {s.host}") \
                 from None
-        s.queue.append(entry)
-        s.bulk_seq = (tag + 1) % bulk.bulk_tags
 
     def admit(self, host: int, nbytes: int) -> None:
         """The check before a payload's receive is posted: raises
