@@ -171,3 +171,34 @@ def test_second_bye_and_data_after_bye_are_protocol_errors() -> None:
     inbound.on_data(1, memoryview(bytes(16)))     # a data message after the forged BYE(0)
     assert [(h, type(e).__name__) for h, e in failed] == [(1, "ProtocolError")]
     assert "data message 1 after a BYE that said 0" in str(failed[0][1])
+
+
+def test_split_payload_that_lands_at_once_is_delivered() -> None:
+    """A bulk receive may complete inside ``recv_bulk`` (the payload was
+    there already): the landing must be queued before it is posted."""
+    import numpy as np
+
+    from aiopdbp.hosts.inbound import Inbound
+    from aiopdbp.wire.codec import encode_split
+    from aiopdbp.wire.mesp import CDU, Kind
+
+    class AtOnce:
+        bulk_tags = 4
+
+        def recv_bulk(self, source: int, tag: int, nbytes: int, out: object, done: Any) -> None:
+            done(np.ones(nbytes, np.uint8))
+
+    class Router:
+        def __init__(self) -> None:
+            self.got: list[Any] = []
+
+        def place_messages(self, host: int, pids: tuple[int, ...], item: Any, cost: int) -> None:
+            self.got.append((host, pids, item))
+
+    router = Router()
+    inbound = Inbound(0, 2, None, router, None, name_of=str, fail_host=lambda h, e: None,  # type: ignore[arg-type]
+                      block_size=1 << 16, allow_pickle=False, bulk=AtOnce())  # type: ignore[arg-type]
+    head, _ = encode_split(CDU(Kind.SHORT, 1, (2,), np.zeros(1 << 16, np.uint8)))
+    inbound.on_data(1, memoryview(head))
+    assert [(h, pids) for h, pids, _ in router.got] == [(1, (2,))]
+    assert inbound.drained(()) is False  # (no BYE yet) but nothing waits behind the payload
