@@ -292,10 +292,10 @@ async def _producer(gp: GP, cfg: DemoConfig, say: Callable[[str], None]) -> bool
     verdict = _unjs(await _expect(gp, Com.VERDICT, t))
     ok = ok and bool(verdict["ok"])
     say(f"producer: consumer's verdict: {'OK' if verdict['ok'] else 'FAILED'}")
-    say(f"throughput: {cfg.messages / t_msgs:,.0f} msg/s (64 B work items, until all ACKs), "
-        f"{nbytes / t_stream / 1e9:.2f} GB/s (frame streams, until delivered)")
-    say("  (cold process: first-touch page faults and the pipeline's own work included; "
-        "routing alone: benchmarks/bench_local.py)")
+    say(f"throughput: {cfg.messages / t_msgs:,.0f} msg/s (64 B work items, until all ACKs)")
+    say(f"            {nbytes / t_stream / 1e9:.2f} GB/s (frame streams, until delivered)")
+    say("  (a cold process: first-touch page faults and the pipeline's own work included;")
+    say("   routing alone: benchmarks/bench_local.py)")
     return ok
 
 

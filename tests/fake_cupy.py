@@ -43,6 +43,7 @@ class _Runtime:
         self.calls: list[tuple[Any, ...]] = []
         self.event_status: dict[int, int] = {}
         self.owners: dict[int, int] = {}  # device pointer -> device
+        self.pinned: list[tuple[int, int]] = []  # address ranges of pinned allocations
 
     def getDeviceCount(self) -> int:
         return self.ndev
@@ -74,7 +75,8 @@ class _Runtime:
             raise CUDARuntimeError(status)
 
     def pointerGetAttributes(self, ptr: int) -> Any:
-        return types.SimpleNamespace(device=self.owners.get(ptr, 0), type=2)
+        pinned = any(lo <= ptr < hi for lo, hi in self.pinned)  # cudaMemoryTypeHost, else Device
+        return types.SimpleNamespace(device=self.owners.get(ptr, 0), type=1 if pinned else 2)
 
 
 class _Device:
@@ -199,6 +201,8 @@ class _PinnedMemory:
         self.size, self.flags = size, flags
         self.buf = bytearray(size)
         runtime.calls.append(("PinnedMemory", size, flags))
+        addr = np.frombuffer(self.buf, dtype=np.uint8).ctypes.data
+        runtime.pinned.append((addr, addr + size))
 
 
 def _pinned_pointer(mem: _PinnedMemory, offset: int) -> memoryview:

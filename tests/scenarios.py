@@ -2459,8 +2459,8 @@ async def whole_streams_take_their_bytes_of_credit(ctx: Ctx) -> None:
     senders = [asyncio.ensure_future(me.send_stream(dest, pattern(f"wst{ctx.rank}.{i}", 60_000),
                                                     com=i, timeout=ctx.timeout)) for i in range(n)]
     if ctx.size > 1:  # a remote destination: its credit makes them wait
-        await ctx.wait_until(lambda: ctx.node.stats().links[host].credit_waits > 0,
-                             "a short-stream sender parked for credit")
+        await ctx.wait_until(lambda: getattr(ctx.node.stats().links.get(host), "credit_waits", 0) > 0,
+                             "a short-stream sender parked for credit")   # (the link: at the first send)
     await ctx.barrier("parked")
     got = {}
     for _ in range(n):

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(60, method="thread")]  # a CUDA call blocked behind a held kernel ignores signals
 
 from tests.cuda_guard import cupy_or_skip
 

@@ -185,7 +185,9 @@ def test_fake_cupy_select_device_and_errors(dev: FakeHarness) -> None:
 def test_fake_cupy_from_host_and_copy_d2d_use_the_right_pointers(dev: FakeHarness) -> None:
     host = np.arange(24, dtype=np.int16).reshape(4, 6)
     s = dev.backend.create_stream(1)
-    arr, ev = dev.backend.from_host(host.tobytes(), host.dtype, (4, 6), "C", 1, s)
+    pinned = dev.backend.alloc_pinned(host.nbytes)
+    pinned[:] = np.frombuffer(host.tobytes(), np.uint8)
+    arr, ev = dev.backend.from_host(pinned, host.dtype, (4, 6), "C", 1, s)
     assert ev.done() and arr.device.id == 1
     np.testing.assert_array_equal(arr.get(), host)
     dst = dev.backend.empty((4, 6), np.int16, "C", 0)

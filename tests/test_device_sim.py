@@ -232,7 +232,9 @@ def test_sim_close_fails_pending_events_and_joins_every_worker() -> None:
 def test_from_host_wraps_received_bytes_as_a_device_array(sim: SimBackend) -> None:
     host = np.asfortranarray(np.arange(12, dtype=">i4").reshape(3, 4))
     copy_stream = sim.create_stream(1)
-    arr, ev = sim.from_host(memoryview(host.tobytes(order="A")), host.dtype, (3, 4), "F", 1, copy_stream)
+    pinned = sim.alloc_pinned(host.nbytes)
+    pinned[:] = np.frombuffer(host.tobytes(order="A"), np.uint8)
+    arr, ev = sim.from_host(memoryview(pinned), host.dtype, (3, 4), "F", 1, copy_stream)
     ev.synchronize()
     info = sim.inspect(arr)
     assert (info.device, info.dtype, info.shape, info.order) == (1, host.dtype, (3, 4), "F")

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(60, method="thread")]  # a CUDA call blocked behind a held kernel ignores signals
 
 from tests.cuda_guard import cupy_or_skip
 
@@ -55,7 +55,7 @@ def _cupy_scenarios(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.mark.parametrize("hosts", [1, 2])
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(120, method="thread")
 async def test_device_scenario_over_cupy(name: str, hosts: int) -> None:
     if hosts == 1 and name in dsc.REMOTE_ONLY:
         pytest.skip("needs two hosts")
@@ -64,7 +64,7 @@ async def test_device_scenario_over_cupy(name: str, hosts: int) -> None:
 
 @requires_mpi
 @pytest.mark.mpi
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(300, method="thread")
 def test_device_scenarios_over_cupy_mpi_2ranks() -> None:
     proc = run_mpi(SCRIPTS_DIR / "run_scenarios.py", 2, args=["--registry", "tests.devicepath_scenarios", *NAMES],
                    timeout=240, env={"AIOPDBP_TEST_DEVICE": "cupy"})

@@ -19,7 +19,7 @@ from collections import deque
 import pytest
 
 from aiopdbp.errors import HostLostError, TransportError
-from aiopdbp.hosts.liveness import BEAT, Monitor, State, encode
+from aiopdbp.hosts.liveness import BEAT, Monitor, State, encode, watch_set
 
 from tests.mpirun import SCRIPTS_DIR, check_mpi, requires_mpi, run_mpi
 
@@ -306,3 +306,27 @@ def test_start_below_thread_multiple_raises_and_poll_works() -> None:
         assert "MPI_THREAD_MULTIPLE" in res[r]["start_error"], out
         assert res[r]["received"] >= 3 and res[r]["lost"] == [], out
     assert TransportError.__name__ in res[0]["start_error_type"], out
+
+
+# --------------------------------------------------------------- watch set (issue 31)
+def test_watch_set_is_the_nearest_ranks_on_each_side_of_the_ring() -> None:
+    assert watch_set(0, 16) == [1, 2, 14, 15]
+    assert watch_set(7, 16, 1) == [6, 8]
+    assert watch_set(2, 5) == [0, 1, 3, 4]          # small jobs: every peer
+
+
+def test_a_rank_beats_only_to_its_watch_set() -> None:
+    clock = Clock()
+    net, mons, _ = monitors(16, clock)
+    run_rounds(clock, mons, 2)
+    beaten = {b for (a, b), sent in net.sends.items() if a == 0 and sent}
+    assert beaten == {1, 2, 14, 15}
+
+
+def test_a_dead_rank_is_declared_lost_by_its_watchers_alone() -> None:
+    clock = Clock()
+    _, mons, events = monitors(16, clock)
+    run_rounds(clock, mons, 2)
+    run_rounds(clock, [m for r, m in enumerate(mons) if r != 5], 5)   # rank 5 went silent
+    assert sorted(me for me, lost, _ in events if lost == 5) == [3, 4, 6, 7]
+    assert {lost for _, lost, _ in events} == {5}

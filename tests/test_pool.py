@@ -322,21 +322,50 @@ def test_subpool_threshold_outside_open_interval_raises(threshold: float) -> Non
 
 
 # -- PoolMatrix -------------------------------------------------------------------
+def test_matrix_makes_a_row_and_its_initial_space_at_its_hosts_first_use() -> None:
+    pm = PoolMatrix(3, N, UserMemory(8, 64), M0, T)
+    assert pm.rows == [] and pm.umb.free_blocks == 64
+    assert pm[2].real == 4 and not pm.made(0) and pm.umb.free_blocks == 60
+
+
+def test_an_empty_row_gives_its_initial_space_to_a_new_peer_when_the_umb_is_spent() -> None:
+    pm = PoolMatrix(3, N, UserMemory(8, 8), M0, T)
+    assert pm[0].real == 4 and pm[1].real == 4 and pm.umb.free_blocks == 0
+    put_byte(pm[1], 7)                       # row 1 holds data: it keeps its space
+    assert pm[2].real == 4 and pm[0].real == 0   # row 0 was empty: its space went to row 2
+    assert pm[1].real == 4 and take_release(pm[1]) == 7
+
+
+def test_a_row_made_again_after_giving_its_space_away_keeps_fifo() -> None:
+    pm = PoolMatrix(2, N, UserMemory(8, 4), M0, T)
+    for v in (1, 2):
+        put_byte(pm[0], v)
+    assert [take_release(pm[0]) for _ in range(2)] == [1, 2]
+    assert pm[1].real == 4 and pm[0].real == 0   # row 0, empty, gave its 4 blocks away
+    for v in (3, 4, 5):
+        put_byte(pm[1], v)
+    take_release(pm[1]), take_release(pm[1]), take_release(pm[1])
+    for v in (6, 7, 8):                      # row 0 again: bootstraps from row 1's idle space
+        put_byte(pm[0], v)
+    assert [take_release(pm[0]) for _ in range(3)] == [6, 7, 8]
+
+
 def test_matrix_initial_allocation_equal_per_row() -> None:
     pm = PoolMatrix(3, N, UserMemory(8, 64), M0, T)
-    assert [r.real for r in pm] == [4, 4, 4] and pm.umb.free_blocks == 52
+    assert [pm[h].real for h in range(3)] == [4, 4, 4] and pm.umb.free_blocks == 52
 
 
 def test_matrix_initial_allocation_short_warns(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="aiopdbp.pool"):
         pm = PoolMatrix(3, N, UserMemory(8, 10), M0, T)
-    assert [r.real for r in pm] == [4, 4, 2]
-    assert any("initial allocation" in r.getMessage() for r in caplog.records)
+        put_byte(pm[0], 1), put_byte(pm[1], 2)   # busy rows keep their space
+        assert [pm[h].real for h in range(3)] == [4, 4, 2]
+    assert any("UMB exhausted; row 2" in r.getMessage() for r in caplog.records)
 
 
 def test_matrix_local_row_gets_no_space_until_used() -> None:
     pm = PoolMatrix(3, N, UserMemory(8, 64), M0, T, local=1)
-    assert [r.real for r in pm] == [4, 0, 4]
+    assert [pm[h].real for h in range(3)] == [4, 0, 4]
     assert pm[1].put(1) is not None and pm[1].real == 1
 
 
@@ -386,6 +415,7 @@ def test_matrix_reclaim_disabled_keeps_idle_space() -> None:
 def test_size_history_records_growth() -> None:
     now = [0.0]
     pm = PoolMatrix(1, N, UserMemory(8, 64), M0, T, clock=lambda: now[0])
+    assert pm[0].real == 4  # the row is made (its history begins) at its first use
     now[0] = 5.0
     for v in range(12):
         put_byte(pm[0], v)
@@ -543,6 +573,7 @@ async def test_bootstrap_writer_wakes_when_blocks_freed() -> None:
     umb = UserMemory(8, 4)
     pm = PoolMatrix(2, N, umb, M0, T, local=1, reclaim=False)
     pool = SendPool(pm)
+    assert pm[0].real == 4  # row 0 holds every block of the UMB
     waiting = asyncio.create_task(pool.acquire(1))  # row 1 has no real space
     await until(lambda: pm[1].waits == 1)
     assert pm[0].shrink_to(2) == 2  # blocks come back to the UMB
@@ -594,6 +625,8 @@ def test_buffer_pool_send_and_recv_share_one_umb() -> None:
     bp = BufferPool(3, N, 64, 40, M0, T, local=0)
     assert isinstance(bp.send, SendPool) and isinstance(bp.recv, RecvPool)
     assert bp.send.matrix.umb is bp.recv.matrix.umb is bp.umb
+    for host in range(3):
+        bp.send.matrix[host], bp.recv.matrix[host]  # the rows of every host, made
     assert bp.umb.free_blocks == 40 - 2 * 2 * M0
     umb = {"block_size": 64, "nblocks": 40, "free_blocks": 24, "used_blocks": 16}
     assert bp.stats()["umb"] == umb

@@ -207,6 +207,14 @@ async def test_waiting_for_misspelt_name_logs_the_suggestion_while_it_waits(pdbp
                    for r in caplog.records), caplog.records
 
 
+async def test_the_misspelt_name_hint_says_how_to_fail_sooner(pdbp_node, caplog) -> None:
+    async with pdbp_node.process("p") as p, pdbp_node.process("worker-1"):
+        with caplog.at_level("WARNING", logger="aiopdbp.routing.router"), pytest.raises(UnknownProcessError):
+            await p.send("wroker-1", b"x", timeout=0.2)
+        assert any("name_timeout=" in r.getMessage() and "timeout=" in r.getMessage()
+                   for r in caplog.records), caplog.records
+
+
 async def test_send_to_unknown_name_with_zero_timeout_raises_at_once(pdbp_node) -> None:
     async with pdbp_node.process("p") as p:
         with pytest.raises(UnknownProcessError) as info:

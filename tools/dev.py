@@ -25,9 +25,13 @@ Commands:
                           (bench_local, bench_barrier)
 
 ``.venv`` is created with the interpreter that runs this script.  The project is
-installed editable (``pip install -e .[test,bench,video,docs]``) and a stamp file records what was
-installed; while ``pyproject.toml`` is unchanged since then, pip is not run again,
-so a second call starts at once.  ``--reinstall`` forces the install step.
+installed editable with what the command needs (``demo``: aiopdbp alone, its
+compiled core built on the way; ``bench``: the bench extra; ``setup``, ``test``
+and ``docs``: ``.[test,bench,video,docs]``), and a stamp file records what was
+installed; while ``pyproject.toml`` and the core's sources are unchanged and the
+extras a command needs are installed, pip is not run again, so a second call
+starts at once.  ``--extras`` names the extras instead; ``--reinstall`` forces
+the install step.
 """
 
 from __future__ import annotations
@@ -55,6 +59,10 @@ EXE = ".exe" if WINDOWS else ""
 VENV_PY = BIN / f"python{EXE}"
 # bench: plots/progress; video: PyAV for the video example; docs: Sphinx for the site
 DEFAULT_EXTRAS = "test,bench,video,docs"
+# what each command needs installed: the demo needs aiopdbp alone (its
+# first run is then mostly the core's build), the rest everything
+COMMAND_EXTRAS = {"demo": "", "setup": DEFAULT_EXTRAS, "test": DEFAULT_EXTRAS, "docs": DEFAULT_EXTRAS,
+                  "bench": "bench"}
 COMMANDS = ("setup", "demo", "test", "bench", "docs")
 DOCS_OUT = ROOT / "docs" / "_build" / "html"
 
@@ -143,27 +151,39 @@ def create_venv() -> None:
     die(venv_help())
 
 
-def install_key(extras: str) -> str:
-    """What the stamp records: pyproject.toml's content, the compiled core's
-    sources, the extras, the venv's Python."""
+def _extras(spec: str) -> set[str]:
+    return {e.strip() for e in spec.split(",") if e.strip()}
+
+
+def install_key() -> str:
+    """What the stamp's first line records: pyproject.toml's content, the
+    compiled core's sources, the venv's Python (its second line: the extras
+    installed)."""
     h = hashlib.sha256()
     h.update(PYPROJECT.read_bytes())
     for path in BUILD_INPUTS:
         if path.exists():
             h.update(path.read_bytes())
-    h.update(f"\0extras={extras}\0".encode())
     cfg = VENV / "pyvenv.cfg"  # names the venv's Python version
     if cfg.exists():
         h.update(cfg.read_bytes())
     return h.hexdigest()
 
 
-def stamp_is_fresh(extras: str) -> bool:
-    """True if the last install is still valid (so pip can be skipped)."""
+def installed_extras() -> set[str] | None:
+    """The extras of the last install while it is still valid, else None."""
     if not STAMP.exists() or not (BIN / f"aiopdbp{EXE}").exists():
-        return False
-    key = install_key(extras)
-    if STAMP.read_text(encoding="utf-8").strip() != key:
+        return None
+    lines = STAMP.read_text(encoding="utf-8").splitlines()
+    if not lines or lines[0].strip() != install_key():
+        return None
+    return _extras(lines[1]) if len(lines) > 1 else set()
+
+
+def stamp_is_fresh(extras: str) -> bool:
+    """True if the last install is still valid and has ``extras`` (so pip can be skipped)."""
+    have = installed_extras()
+    if have is None or not _extras(extras) <= have:
         return False
     if PYPROJECT.stat().st_mtime > STAMP.stat().st_mtime:
         # Touched (e.g. by a checkout) but the same content: still fresh.
@@ -185,7 +205,7 @@ def install(extras: str, verbose: bool) -> None:
     r = subprocess.run(cmd, cwd=ROOT, env=venv_env())
     if r.returncode != 0:
         die(f"pip install failed (exit {r.returncode}); see the output above", r.returncode)
-    STAMP.write_text(install_key(extras) + "\n", encoding="utf-8")
+    STAMP.write_text(f"{install_key()}\n{','.join(sorted(_extras(extras)))}\n", encoding="utf-8")
     say(f"installed in {time.monotonic() - t0:.1f} s")
 
 
@@ -199,7 +219,8 @@ def ensure_env(extras: str, reinstall: bool, verbose: bool) -> None:
     if not venv_python_works():
         create_venv()
     if reinstall or not stamp_is_fresh(extras):
-        install(extras, verbose)
+        # what was installed and is still valid stays installed
+        install(",".join(sorted(_extras(extras) | (installed_extras() or set()))), verbose)
     else:
         say(".venv is up to date (pyproject.toml and the core's sources unchanged since the last install)")
 
@@ -270,7 +291,7 @@ def cmd_bench(args: list[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``[options] COMMAND [ARGS...]`` (ARGS go through verbatim)."""
     rest = list(sys.argv[1:] if argv is None else argv)
-    extras, reinstall, verbose = DEFAULT_EXTRAS, False, False
+    extras, reinstall, verbose = None, False, False
     while rest and rest[0].startswith("-"):
         opt = rest.pop(0)
         if opt in ("-h", "--help"):
@@ -292,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(usage(), file=sys.stderr)
         return 2
     command, args = rest[0], rest[1:]
-    ensure_env(extras, reinstall, verbose)
+    ensure_env(COMMAND_EXTRAS[command] if extras is None else extras, reinstall, verbose)
     if command == "setup":
         return 0
     if command == "demo":

@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         "OSU-style point-to-point tests with aiopdbp, side by side with raw mpi4py, "
         "MPI_Alltoall and an asyncio floor, in the same job. Results: table, JSON, CSV, PNG.",
         epilog="examples: aiopdbp bench --quick | aiopdbp bench -n 2,3,4 --tests NtoN --tcp | "
-        "aiopdbp bench streams --help | "
+        "aiopdbp bench streams --help | aiopdbp bench scale --help | "
         "mpiexec -n 4 python -m aiopdbp bench --tests 1toN,Nto1 --sizes 4K,64K,1M")
     a = p.add_argument
     a("-n", "--ranks", type=parse_ranks, default=None, metavar="N[,N...]",
@@ -226,6 +226,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from aiopdbp.bench.streams import main as streams_main
 
         return streams_main(args[1:])
+    if args[:1] == ["scale"]:  # per-peer costs over rank counts (issue 31): its own command
+        from aiopdbp.bench.scale import main as scale_main
+
+        return scale_main(args[1:])
     if args[:1] == ["pingpong"]:  # request/response (issue 18): its own parser
         from aiopdbp.bench.pingpong import main as pingpong_main
 

@@ -116,12 +116,26 @@ class DeviceBackend(abc.ABC):
 
     # -- arrays and memory
     @abc.abstractmethod
-    def inspect(self, obj: Any) -> ArrayInfo:
-        """Describe a device array (``TypeError`` if this backend cannot use it)."""
+    def inspect(self, obj: Any, stream: Stream | None = None) -> ArrayInfo:
+        """Describe a device array (``TypeError`` if this backend cannot use it).
+        Its producer's stream is ``stream``, else the calling thread's current
+        stream of its device (a DLPack producer orders its work before it)."""
 
     @abc.abstractmethod
-    def empty(self, shape: tuple[int, ...], dtype: npt.DTypeLike, order: Order, device: int) -> Any:
-        """Allocate an uninitialised device array on ``device`` (for its current stream)."""
+    def empty(self, shape: tuple[int, ...], dtype: npt.DTypeLike, order: Order, device: int,
+              stream: Stream | None = None) -> Any:
+        """Allocate an uninitialised device array on ``device``, from the memory
+        pool of ``stream`` (default: the current stream): the memory may be
+        handed to the next allocation on that stream once the array is gone,
+        so whoever uses it on another stream orders that work after ``stream``."""
+
+    def as_stream(self, obj: Any, device: int) -> Stream:
+        """The backend's handle of a user's stream object (``stream=`` arguments)."""
+        return obj  # type: ignore[no-any-return]
+
+    def is_pinned(self, buf: Any) -> bool:
+        """True when host buffer ``buf`` is pinned (a copy with it is truly asynchronous)."""
+        return False
 
     @abc.abstractmethod
     def contiguous(self, array: Any, stream: Stream) -> Any:
@@ -166,19 +180,25 @@ class DeviceBackend(abc.ABC):
 
     # -- helpers built on the primitives
     def from_host(
-        self, host: Any, dtype: npt.DTypeLike, shape: tuple[int, ...], order: Order, device: int, stream: Stream
+        self, host: Any, dtype: npt.DTypeLike, shape: tuple[int, ...], order: Order, device: int, stream: Stream,
+        consumer: Stream | None = None,
     ) -> tuple[Any, Event]:
-        """Wrap received host bytes as a new device array: allocate, queue the
-        copy on ``stream`` (after the device's current stream, whose memory
-        pool the allocation came from) and return ``(array, event)``; the
-        array is valid once ``event.done()``.  ``host`` must stay untouched
-        until then."""
+        """Wrap received *pinned* host bytes as a new device array: allocate
+        from ``consumer``'s pool (default: the current stream), queue the copy
+        on ``stream`` after ``consumer``'s work and return ``(array, event)``;
+        the array is valid once ``event.done()``.  ``host`` must stay
+        untouched until then.  Pageable memory raises ``ValueError``: its
+        copy would block the calling thread (the event loop)."""
         buf = np.frombuffer(host, dtype=np.uint8)
         dt = np.dtype(dtype)
         if buf.nbytes != dt.itemsize * _prod(shape):
             raise ValueError(f"{buf.nbytes} bytes cannot hold a {dt} array of shape {shape}")
-        arr = self.empty(shape, dt, order, device)
-        self.wait_event(stream, self.record_event(self.current_stream(device)))
+        if buf.nbytes and not self.is_pinned(buf):
+            raise ValueError("from_host needs pinned host memory (alloc_pinned): a copy from pageable "
+                             "memory is synchronous")
+        owner = self.current_stream(device) if consumer is None else consumer
+        arr = self.empty(shape, dt, order, device, owner)
+        self.wait_event(stream, self.record_event(owner))
         if buf.nbytes:
             self.copy_h2d(buf, arr, 0, stream)
         return arr, self.record_event(stream)

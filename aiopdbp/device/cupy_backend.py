@@ -157,8 +157,34 @@ class CupyBackend(DeviceBackend):
         return device
 
     # -- arrays and memory
-    def inspect(self, obj: Any) -> ArrayInfo:
+    def as_stream(self, obj: Any, device: int) -> CupyStream:
+        """A ``cupy.cuda.Stream``, a torch stream (``cuda_stream``) or any
+        object with a ``ptr``, as a stream handle on ``device``."""
+        if isinstance(obj, CupyStream):
+            return obj
+        ptr = getattr(obj, "ptr", None)
+        if ptr is None:
+            ptr = getattr(obj, "cuda_stream", None)
+        if ptr is None:
+            raise TypeError(f"{type(obj).__name__} is not a CUDA stream")
+        return CupyStream(int(ptr), device, obj if hasattr(obj, "ptr") and hasattr(obj, "__enter__") else None)
+
+    def is_pinned(self, buf: Any) -> bool:
+        arr = buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, dtype=np.uint8)
+        if not arr.nbytes:
+            return True
+        try:
+            return int(self._rt.pointerGetAttributes(arr.ctypes.data).type) == 1  # cudaMemoryTypeHost
+        except Exception:  # pageable memory unknown to CUDA
+            return False
+
+    def _owner(self, s: CupyStream) -> Any:
+        """A CuPy stream object for ``s`` (for ``with``)."""
+        return s.owner if s.owner is not None else self._cp.cuda.ExternalStream(s.ptr, s.device)
+
+    def inspect(self, obj: Any, stream: Stream | None = None) -> ArrayInfo:
         cp = self._cp
+        user = None if stream is None else self._stream(stream)
         if isinstance(obj, cp.ndarray):
             arr, dev, stream = obj, int(obj.device.id), None
         elif classify(obj) is not Placement.CUDA:
@@ -167,11 +193,17 @@ class CupyBackend(DeviceBackend):
             cai = getattr(obj, "__cuda_array_interface__", None)
             if cai is not None:
                 arr, dev, stream = self._from_cai(obj, cai)
-            else:  # DLPack on a CUDA device: the producer orders its work before our current stream
+            else:  # DLPack on a CUDA device (torch): the producer orders its work before that stream
                 dev = int(obj.__dlpack_device__()[1])
                 with _cuda("DLPack import"), cp.cuda.Device(dev):
-                    arr = cp.from_dlpack(obj)
+                    if user is not None:
+                        with self._owner(user):
+                            arr = cp.from_dlpack(obj)
+                    else:
+                        arr = cp.from_dlpack(obj)
                 stream = None
+        if user is not None:
+            stream = user
         dtype = np.dtype(arr.dtype)
         shape, strides = tuple(int(n) for n in arr.shape), tuple(int(s) for s in arr.strides)
         return ArrayInfo(arr, dev, dtype, shape, strides, int(arr.nbytes), order_of(shape, strides, dtype.itemsize),
@@ -201,9 +233,13 @@ class CupyBackend(DeviceBackend):
         sptr = cai.get("stream")  # v3: None, 1 (legacy default), 2 (per-thread default) or a handle
         return arr, dev, (CupyStream(int(sptr), dev) if sptr is not None else None)
 
-    def empty(self, shape: tuple[int, ...], dtype: npt.DTypeLike, order: Order, device: int) -> Any:
+    def empty(self, shape: tuple[int, ...], dtype: npt.DTypeLike, order: Order, device: int,
+              stream: Stream | None = None) -> Any:
         with _cuda("allocation"), self._cp.cuda.Device(device):
-            return self._cp.empty(shape, dtype, order=order)
+            if stream is None:
+                return self._cp.empty(shape, dtype, order=order)
+            with self._owner(self._stream(stream)):  # the memory pool is per stream
+                return self._cp.empty(shape, dtype, order=order)
 
     def contiguous(self, array: Any, stream: Stream) -> Any:
         s = self._stream(stream)

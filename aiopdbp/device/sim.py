@@ -48,6 +48,25 @@ and every error path can be tested on a machine without a GPU:
   of chunk 2 ended before the send of chunk 1 completed"), never timing.
   Entries also carry ``time.perf_counter()``, for benchmarks that measure
   how much simulated copies overlapped.
+* **Current stream and the legacy null stream** (as CuPy): the current
+  stream is per thread and per device, the legacy null stream unless a
+  ``with stream:`` block of that thread says otherwise (entering a stream of
+  another device than the thread's current one raises ``RuntimeError``).
+  Work on the null stream waits for all earlier work of the device's
+  *blocking* streams, and work on a blocking stream for earlier null-stream
+  work; non-blocking streams (:meth:`SimBackend.create_stream`, the default)
+  order against neither.
+* **Caching allocator** (CuPy's memory pool): a device array's memory
+  belongs to the stream current when it was allocated; once the last array
+  using it is collected it goes back to that stream's free list, and the next
+  allocation of the same size on the same stream gets it -- safe for work on
+  that stream only.  A block freed while an operation queued on *another*
+  stream still touches it is the bug that corrupts data on a GPU: it is
+  recorded in :attr:`SimBackend.violations`.
+* **Pageable memory**: a copy to or from a host buffer that is not pinned
+  (:meth:`SimBackend.alloc_pinned`) is synchronous, as ``cudaMemcpyAsync``
+  is: the call returns when the copy ran, after everything before it on its
+  stream.
 * **Shutdown**: :meth:`SimBackend.close` stops every worker (delays are
   interruptible), fails what is still queued (its events raise
   ``DeviceError``) and joins the threads, so no thread outlives the backend.
@@ -68,6 +87,7 @@ import numpy.typing as npt
 
 from aiopdbp.errors import ClosedResourceError, DeviceError
 from aiopdbp.device.backend import ArrayInfo, DeviceBackend, Event, HostBuffer, Order, Stream, order_of
+from aiopdbp.device.simmem import CurrentStreams, SimMemory
 
 __all__ = ["Fault", "SimArray", "SimBackend", "SimEvent", "SimFault", "SimHold", "SimStream", "TraceEntry"]
 
@@ -100,16 +120,32 @@ class TraceEntry(NamedTuple):
     time: float = 0.0  #: ``time.perf_counter()`` when logged (wall-clock overlap checks)
 
 
+class _Block:
+    """One allocation of the caching allocator; back to its stream's free
+    list when the last array using it is collected."""
+
+    __slots__ = ("raw", "stream", "backend")
+
+    def __init__(self, raw: npt.NDArray[np.uint8], stream: SimStream, backend: SimBackend) -> None:
+        self.raw = raw
+        self.stream = stream
+        self.backend = backend
+
+    def __del__(self) -> None:
+        self.backend.memory.free(self.raw, self.stream, self.stream.name)
+
+
 class SimArray:
     """A simulated device array: host memory that only the backend touches."""
 
     __aiopdbp_sim_device__ = True
-    __slots__ = ("_data", "device", "backend")
+    __slots__ = ("_data", "device", "backend", "_block")
 
-    def __init__(self, data: npt.NDArray[Any], device: int, backend: SimBackend) -> None:
+    def __init__(self, data: npt.NDArray[Any], device: int, backend: SimBackend, block: _Block | None = None) -> None:
         self._data = data
         self.device = device
         self.backend = backend
+        self._block = block  # views share their base's block
 
     @property
     def dtype(self) -> np.dtype[Any]:
@@ -147,7 +183,7 @@ class SimArray:
         return self._data
 
     def __getitem__(self, key: Any) -> SimArray:
-        return SimArray(self._data[key], self.device, self.backend)
+        return SimArray(self._data[key], self.device, self.backend, self._block)
 
     def __len__(self) -> int:
         return len(self._data)
@@ -198,7 +234,7 @@ class SimHold:
 
 
 class _Op:
-    __slots__ = ("kind", "fn", "nbytes", "fail", "sticky", "event", "wait_for", "gate")
+    __slots__ = ("kind", "fn", "nbytes", "fail", "sticky", "event", "wait_for", "gate", "touches", "done")
 
     def __init__(self, kind: str, fn: Callable[[], None] | None = None, nbytes: int = 0) -> None:
         self.kind = kind
@@ -209,15 +245,20 @@ class _Op:
         self.event: SimEvent | None = None  # kind "record": the event to complete
         self.wait_for: SimEvent | None = None  # kind "wait": the event to wait on
         self.gate: SimEvent | None = None  # a copy or kernel waits for this before it starts
+        self.touches: tuple[int, ...] = ()  # ids of the device blocks it reads or writes
+        self.done: threading.Event | None = None  # set once it ran (synchronous copies wait on it)
 
 
 class SimStream:
     """A simulated stream: a FIFO of operations drained by one worker thread."""
 
-    def __init__(self, backend: SimBackend, device: int, name: str) -> None:
+    def __init__(self, backend: SimBackend, device: int, name: str, *, non_blocking: bool = True,
+                 null: bool = False) -> None:
         self.backend = backend
         self._device = device
         self.name = name
+        self.non_blocking = non_blocking
+        self.null = null  #: the legacy null (default) stream of its device
         self._ops: collections.deque[_Op] = collections.deque()
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -228,6 +269,20 @@ class SimStream:
     @property
     def device(self) -> int:
         return self._device
+
+    def __enter__(self) -> SimStream:
+        """Make this the calling thread's current stream of its device (``with s:``)."""
+        be = self.backend
+        if self.device != be.get_device():
+            raise RuntimeError(f"stream {self.name} is on device {self.device}, "
+                               f"not on the current device {be.get_device()}")
+        be.current.stack(self.device).append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        stack = self.backend.current.stack(self.device)
+        if stack and stack[-1] is self:
+            stack.pop()
 
     def synchronize(self) -> None:
         """Block until everything queued so far has run (tests, ``get()``)."""
@@ -261,11 +316,17 @@ class SimStream:
                     for op in self._ops:  # fail what never ran: its events must not hang
                         if op.event is not None:
                             op.event.complete(closed)
+                        if op.done is not None:
+                            op.done.set()
                     self._ops.clear()
                     self._cv.notify_all()
                     return
                 op = self._ops[0]
             self._execute(op, closed)
+            if op.touches:
+                self.backend.memory.touch(op.touches, self, -1)
+            if op.done is not None:
+                op.done.set()
             with self._cv:
                 if self._ops and self._ops[0] is op:
                     self._ops.popleft()
@@ -305,6 +366,19 @@ class SimStream:
         else:
             be.log("end", op.kind, self.name, op.nbytes)
 
+
+    def record_raw(self) -> SimEvent:
+        """Queue a record, bypassing the null stream's implicit ordering."""
+        op = _Op("record")
+        op.event = SimEvent(f"{self.name}#{next(self.backend.labels)}")
+        self.submit(op)
+        return op.event
+
+    def wait_raw(self, event: SimEvent) -> None:
+        """Queue a wait, bypassing the null stream's implicit ordering."""
+        op = _Op("wait")
+        op.wait_for = event
+        self.submit(op)
 
     def _wait(self, event: SimEvent, closed: BaseException) -> BaseException | None:
         """Stall this worker until ``event`` completes (or the backend closes)."""
@@ -348,16 +422,19 @@ class SimBackend(DeviceBackend):
         self.faults = list(faults)
         self.trace: list[TraceEntry] = []
         self.pinned_allocations = 0  #: calls of alloc_pinned (a pool allocates once)
+        self.memory = SimMemory()  #: the caching allocator and the pinned ranges
+        #: device memory freed while work on another stream still touched it (each a description)
+        self.violations = self.memory.violations
+        self.current: CurrentStreams[SimStream] = CurrentStreams()
         self._lock = threading.Lock()
         self._seq = itertools.count()
-        self._labels = itertools.count()
+        self.labels = itertools.count()  #: numbers of event labels
         self._counts: collections.Counter[str] = collections.Counter()
         self.stopping = threading.Event()
         self._streams: list[SimStream] = []
         self._holds: list[SimHold] = []
         self._gates: dict[tuple[str, int], SimHold] = {}
-        self._current = [self._new_stream(d, f"dev{d}-current") for d in range(devices)]
-        self._tls = threading.local()
+        self._null = [self._new_stream(d, f"dev{d}-null", non_blocking=False, null=True) for d in range(devices)]
         self._closed = False
 
     # -- devices
@@ -365,11 +442,11 @@ class SimBackend(DeviceBackend):
         return self.devices
 
     def get_device(self) -> int:
-        return int(getattr(self._tls, "device", 0))
+        return self.current.device
 
     def set_device(self, device: int) -> None:
         self._check_device(device)
-        self._tls.device = device
+        self.current.device = device
 
     # -- arrays and memory
     def asarray(self, host: Any, device: int | None = None) -> SimArray:
@@ -379,51 +456,76 @@ class SimBackend(DeviceBackend):
         data = np.array(host, order="K", copy=True)
         if data.dtype.hasobject:
             raise TypeError("device arrays cannot hold Python objects")
-        return SimArray(data, dev, self)
+        order: Order = "F" if data.flags.f_contiguous and not data.flags.c_contiguous else "C"
+        out = self.empty(tuple(data.shape), data.dtype, order, dev)
+        out.unsafe_host_view()[...] = data
+        return out
 
-    def inspect(self, obj: Any) -> ArrayInfo:
+    def inspect(self, obj: Any, stream: Stream | None = None) -> ArrayInfo:
         if not isinstance(obj, SimArray) or obj.backend is not self:
             raise TypeError(f"{type(obj).__name__} is not a device array of this simulated backend")
         data = obj.unsafe_host_view()
         return ArrayInfo(
             obj, obj.device, data.dtype, tuple(data.shape), tuple(data.strides), int(data.nbytes),
-            order_of(tuple(data.shape), tuple(data.strides), data.itemsize), self.current_stream(obj.device),
+            order_of(tuple(data.shape), tuple(data.strides), data.itemsize),
+            self.current_stream(obj.device) if stream is None else self._stream(stream),
         )
 
-    def empty(self, shape: tuple[int, ...], dtype: npt.DTypeLike, order: Order, device: int) -> SimArray:
+    def empty(self, shape: tuple[int, ...], dtype: npt.DTypeLike, order: Order, device: int,
+              stream: Stream | None = None) -> SimArray:
         self._check_device(device)
         dt = np.dtype(dtype)
         if dt.hasobject:
             raise TypeError("device arrays cannot hold Python objects")
-        return SimArray(np.empty(shape, dt, order=order), device, self)
+        s = self.current_stream(device) if stream is None else self._stream(stream)
+        nbytes = dt.itemsize * int(np.prod(shape, dtype=np.int64))
+        raw = self.memory.alloc(nbytes, s)
+        data = np.ndarray(shape, dt, buffer=raw, order=order) if nbytes else np.empty(shape, dt, order=order)
+        return SimArray(data, device, self, _Block(raw, s, self))
 
     def contiguous(self, array: Any, stream: Stream) -> SimArray:
         info = self.inspect(array)
         out = self.empty(info.shape, info.dtype, "C", info.device)
-        src = array.unsafe_host_view()
-        self._queue(stream, "kernel", lambda: np.copyto(out.unsafe_host_view(), src), info.nbytes)
+        src, dst = array.unsafe_host_view(), out.unsafe_host_view()
+        self._queue(stream, "kernel", lambda: np.copyto(dst, src), info.nbytes, (array, out))
         return out
 
     def alloc_pinned(self, nbytes: int) -> HostBuffer:
         if nbytes < 0:
             raise ValueError("nbytes must be >= 0")
         self.pinned_allocations += 1
-        return np.zeros(nbytes, dtype=np.uint8)
+        buf = np.zeros(nbytes, dtype=np.uint8)
+        self.memory.pin(buf)
+        return buf
+
+    def is_pinned(self, buf: Any) -> bool:
+        """True for memory inside an :meth:`alloc_pinned` allocation."""
+        return self.memory.is_pinned(buf)
 
     # -- streams and events
-    def create_stream(self, device: int) -> SimStream:
+    def create_stream(self, device: int, *, non_blocking: bool = True) -> SimStream:
+        """A new stream (non-blocking unless asked: ``cupy.cuda.Stream(non_blocking=False)``
+        is the user's default, ordered against the null stream)."""
         self._check_device(device)
-        return self._new_stream(device, f"dev{device}-s{len(self._streams)}")
+        return self._new_stream(device, f"dev{device}-s{len(self._streams)}", non_blocking=non_blocking)
 
     def current_stream(self, device: int) -> SimStream:
+        """The calling thread's current stream of ``device``: the innermost
+        ``with stream:`` of this thread, else the legacy null stream."""
         self._check_device(device)
-        return self._current[device]
+        stack = self.current.stack(device)
+        return stack[-1] if stack else self._null[device]
+
+    def null_stream(self, device: int) -> SimStream:
+        """The legacy null (default) stream of ``device``."""
+        self._check_device(device)
+        return self._null[device]
 
     def record_event(self, stream: Stream) -> SimEvent:
         s = self._stream(stream)
         op = _Op("record")
-        op.event = SimEvent(f"{s.name}#{next(self._labels)}")
-        s.submit(op)
+        op.event = SimEvent(f"{s.name}#{next(self.labels)}")
+        self._submit(s, op)
         return op.event
 
     def wait_event(self, stream: Stream, event: Event) -> None:
@@ -431,29 +533,33 @@ class SimBackend(DeviceBackend):
             raise TypeError(f"expected a SimEvent, got {type(event).__name__}")
         op = _Op("wait")
         op.wait_for = event
-        self._stream(stream).submit(op)
+        self._submit(self._stream(stream), op)
 
     # -- copies
     def copy_d2h(self, src: Any, src_offset: int, dst: HostBuffer, stream: Stream) -> None:
         mem = _bytes_of(self.inspect(src).array)
         n = _check_range(src_offset, dst.nbytes, mem.nbytes)
-        self._queue(stream, "d2h", lambda: np.copyto(dst, mem[src_offset : src_offset + n]), n)
+        self._queue(stream, "d2h", lambda: np.copyto(dst, mem[src_offset : src_offset + n]), n, (src,),
+                    sync=not self.is_pinned(dst))
 
     def copy_h2d(self, src: HostBuffer, dst: Any, dst_offset: int, stream: Stream) -> None:
         mem = _bytes_of(self.inspect(dst).array)
         n = _check_range(dst_offset, src.nbytes, mem.nbytes)
-        self._queue(stream, "h2d", lambda: np.copyto(mem[dst_offset : dst_offset + n], src), n)
+        self._queue(stream, "h2d", lambda: np.copyto(mem[dst_offset : dst_offset + n], src), n, (dst,),
+                    sync=not self.is_pinned(src))
 
     def copy_d2d(self, src: Any, dst: Any, stream: Stream) -> None:
         a, b = _bytes_of(self.inspect(src).array), _bytes_of(self.inspect(dst).array)
         if a.nbytes != b.nbytes:
             raise ValueError(f"copy_d2d of {a.nbytes} bytes into {b.nbytes}")
-        self._queue(stream, "d2d", lambda: np.copyto(b, a), a.nbytes)
+        self._queue(stream, "d2d", lambda: np.copyto(b, a), a.nbytes, (src, dst))
 
     # -- simulation controls
-    def launch(self, stream: Stream, kernel: Callable[[], None]) -> None:
-        """Queue a simulated kernel; an exception it raises is a device fault."""
-        self._queue(stream, "kernel", kernel, 0)
+    def launch(self, stream: Stream, kernel: Callable[[], None], uses: Iterable[SimArray] = ()) -> None:
+        """Queue a simulated kernel; an exception it raises is a device fault.
+        ``uses``: the arrays it touches (for :attr:`violations`; the kernel
+        itself should hold their memory, not the arrays)."""
+        self._queue(stream, "kernel", kernel, 0, tuple(uses))
 
     def hold(self, stream: Stream) -> SimHold:
         """Stall ``stream`` from now on until the returned hold is released."""
@@ -495,8 +601,21 @@ class SimBackend(DeviceBackend):
             t.join()
 
     # -- internals
-    def _new_stream(self, device: int, name: str) -> SimStream:
-        s = SimStream(self, device, name)
+    def _submit(self, s: SimStream, op: _Op) -> None:
+        """Queue ``op`` on ``s`` with the legacy null stream's implicit ordering."""
+        if op.kind != "wait":
+            if s.null:
+                with self._lock:
+                    blocking = [b for b in self._streams if b.device == s.device and not b.non_blocking
+                                and not b.null]
+                for b in blocking:
+                    s.wait_raw(b.record_raw())
+            elif not s.non_blocking:
+                s.wait_raw(self._null[s.device].record_raw())
+        s.submit(op)
+
+    def _new_stream(self, device: int, name: str, *, non_blocking: bool = True, null: bool = False) -> SimStream:
+        s = SimStream(self, device, name, non_blocking=non_blocking, null=null)
         with self._lock:
             self._streams.append(s)
         return s
@@ -510,7 +629,8 @@ class SimBackend(DeviceBackend):
         if not 0 <= device < self.devices:
             raise ValueError(f"no simulated device {device} (devices: {self.devices})")
 
-    def _queue(self, stream: Stream, kind: OpKind, fn: Callable[[], None], nbytes: int) -> None:
+    def _queue(self, stream: Stream, kind: OpKind, fn: Callable[[], None], nbytes: int,
+               uses: tuple[SimArray, ...] = (), *, sync: bool = False) -> None:
         s = self._stream(stream)
         op = _Op(kind, fn, nbytes)
         with self._lock:
@@ -525,7 +645,15 @@ class SimBackend(DeviceBackend):
                 if fault.at == "submit":
                     raise DeviceError(f"simulated {kind} failed") from err
                 op.fail, op.sticky = err, fault.sticky
-        s.submit(op)
+        blocks = tuple(id(a._block.raw) for a in uses if a._block is not None)
+        if blocks:
+            op.touches = blocks
+            self.memory.touch(blocks, s, +1)
+        if sync:
+            op.done = threading.Event()
+        self._submit(s, op)
+        if op.done is not None:  # pageable host memory: the copy is synchronous
+            op.done.wait()
 
     def log(self, phase: str, kind: str, stream: str, nbytes: int) -> int:
         with self._lock:

@@ -30,8 +30,9 @@ long row).
 
     FREE -> D2H_COPYING -> READY -> SENDING -> FREE
 
-On creation an event is recorded on the array's stream (the producer's
-pending work) and aiopdbp's copy stream waits on it: the copies are ordered
+On creation aiopdbp's copy stream -- one of its own, taken from a small
+pool, so one slow producer never stalls another transfer's copies -- waits
+on events recorded, when the user sent, on the producer's stream: the copies are ordered
 after the producer without a device-wide synchronize.  Each poll then, oldest
 first: queries the events of chunks being copied (events of one stream
 complete in order, so it stops at the first one not done: a cheap
@@ -46,8 +47,10 @@ wire while chunks *i+1...* are being copied.
 
     FREE -> RECEIVING -> H2D_COPYING -> FREE
 
-It allocates the destination array on the receiving device (ordered after
-that device's current stream, whose memory pool the allocation came from),
+It allocates the destination array on the receiving device from the
+memory pool of the *consumer's* stream (the receiving SGP's ``gp.stream``)
+and orders its copies after that stream's work -- the memory may be a block
+the consumer freed while its kernels still read it --
 posts receives for the next pieces into free chunks, queues a host-to-device
 copy when a receive lands, and frees the chunk when that copy's event is
 done.  Pieces may land out of order; segments are delivered strictly in order
@@ -62,7 +65,9 @@ being copied waits for its event, a chunk handed to MPI for its request
 (receives are cancelled first).  Then the state is ``FAILED``.  A drain that
 can never finish (a dead peer) is cut short by :meth:`Transfer.abandon`: its
 chunks are withdrawn from the pool for good, never reused while MPI or the
-GPU might still write them.
+GPU might still write them, and the device array is kept alive by the
+:class:`Stager` until the copies queued with it completed (a freed device
+block would be handed to the next allocation while a copy still writes it).
 
 **Driving it.**  Everything runs in one thread, the one calling ``poll``;
 ``on_done(transfer)`` is called exactly once, when the outcome is known
@@ -112,7 +117,7 @@ from aiopdbp.device.chunks import (
 
 __all__ = [
     "ChunkState", "DEFAULT_MAX_IN_FLIGHT", "RECV_TRANSITIONS", "RecvTransfer",
-    "Request", "SEND_TRANSITIONS", "SendTransfer", "Stager", "TRANSFER_TRANSITIONS", "Transfer", "TransferState",
+    "Request", "SEND_TRANSITIONS", "SendTransfer", "Stager", "StreamPool", "TRANSFER_TRANSITIONS", "Transfer", "TransferState",
 ]
 
 DEFAULT_MAX_IN_FLIGHT = 4
@@ -230,6 +235,9 @@ class Transfer:
         self._transitions = transitions
         self._slots: collections.deque[_Slot] = collections.deque()
         self._next = 0  # next piece to start
+        self.abandoned = False
+        #: after abandon: events of copies still queued, and what they touch (kept alive)
+        self.lingering: list[tuple[Event, Any]] = []
 
     @property
     def settled(self) -> bool:
@@ -252,8 +260,12 @@ class Transfer:
         withdrawn from the pool for good.  For a drain that cannot finish."""
         self.abort(ClosedResourceError("transfer abandoned"))
         self._prune()
+        array = self._array()
         for slot in self._slots:
             self.pool.lose(slot.chunk)
+            if slot.event is not None and slot.state in (ChunkState.D2H_COPYING, ChunkState.H2D_COPYING):
+                self.lingering.append((slot.event, array))
+        self.abandoned = True
         self._slots.clear()
         self._finish()
 
@@ -294,7 +306,7 @@ class Transfer:
         on failure, fail the transfer (False)."""
         try:
             queue()
-        except DeviceError as exc:  # nothing was queued: the chunk is untouched
+        except Exception as exc:  # nothing was queued (a DeviceError, or a bug): the chunk is untouched
             self._move(slot, ChunkState.FREE)
             self._fail(exc)
             return False
@@ -329,6 +341,10 @@ class Transfer:
     def _release_array(self) -> None:
         pass
 
+    def _array(self) -> Any:
+        """The device array the copies touch."""
+        return None
+
     def _notify_done(self) -> None:
         if self._on_done is not None:
             self._on_done(self)
@@ -348,13 +364,16 @@ class SendTransfer(Transfer):
         piece_size: int,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         on_done: DoneFn | None = None,
+        after: tuple[Event, ...] | None = None,
     ) -> None:
         order = info.order or "C"
         super().__init__(backend, pool, ArrayMeta(info.dtype, info.shape, order, piece_size), stream,
                          post_send, max_in_flight, on_done, SEND_TRANSITIONS)
         self.device = info.device
-        # order our copies after the producer's pending work, on the device
-        backend.wait_event(stream, backend.record_event(info.stream))
+        # order our copies after the producer's pending work, on the device: after
+        # the events recorded when the user sent (``after``), else recorded now
+        for ev in (backend.record_event(info.stream),) if after is None else after:
+            backend.wait_event(stream, ev)
         self._src: Any = info.array if info.order is not None else backend.contiguous(info.array, stream)
 
     def poll(self) -> bool:
@@ -427,6 +446,9 @@ class SendTransfer(Transfer):
     def _release_array(self) -> None:
         self._src = None  # the user's array (or our contiguous copy) may go now
 
+    def _array(self) -> Any:
+        return self._src
+
 
 class RecvTransfer(Transfer):
     """Stages one device array in: ``post_recv`` per piece, H2D copies, in-order segments."""
@@ -443,13 +465,15 @@ class RecvTransfer(Transfer):
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         on_segment: SegmentFn | None = None,
         on_done: DoneFn | None = None,
+        consumer: Stream | None = None,
     ) -> None:
         super().__init__(backend, pool, meta, stream, post_recv, max_in_flight, on_done, RECV_TRANSITIONS)
         self.device = device
+        owner = backend.current_stream(device) if consumer is None else consumer
         #: the destination device array, complete once the transfer is DONE
-        self.array: Any = backend.empty(meta.shape, meta.dtype, meta.order, device)
-        # the allocation belongs to the current stream's pool: copy after its work
-        backend.wait_event(stream, backend.record_event(backend.current_stream(device)))
+        self.array: Any = backend.empty(meta.shape, meta.dtype, meta.order, device, owner)
+        # the block comes from the consumer stream's pool: copy after its work
+        backend.wait_event(stream, backend.record_event(owner))
         self.segments_delivered = 0
         self._on_segment = on_segment
         self._copying: collections.deque[_Slot] = collections.deque()  # in queue order
@@ -546,12 +570,45 @@ class RecvTransfer(Transfer):
         if self.state is TransferState.FAILED:
             self.array = None  # partial data: nobody may use it
 
+    def _array(self) -> Any:
+        return self.array
+
+
+def _event_over(ev: Event) -> bool:
+    try:
+        return ev.done()
+    except Exception:  # failed work is over too
+        return True
+
 
 # -------------------------------------------------------------------- stager
+class StreamPool:
+    """aiopdbp's own non-blocking copy streams: one per transfer in flight,
+    reused once its transfer settled (so one transfer waiting on a slow
+    producer never holds up another's copies)."""
+
+    def __init__(self, backend: DeviceBackend) -> None:
+        self.backend = backend
+        self._free: dict[int, list[Stream]] = {}
+        self.created = 0
+
+    def take(self, device: int) -> Stream:
+        """An idle copy stream of ``device`` (a new one if none is idle)."""
+        free = self._free.get(device)
+        if free:
+            return free.pop()
+        self.created += 1
+        return self.backend.create_stream(device)
+
+    def give(self, stream: Stream) -> None:
+        """``stream``'s queued work is over: it may serve another transfer."""
+        self._free.setdefault(stream.device, []).append(stream)
+
+
 class Stager:
-    """The staging machinery of one process: backend, pinned pool, one pair
-    of copy streams per device (D2H and H2D, so both copy engines work), and
-    the live transfers, which :meth:`poll` advances oldest first."""
+    """The staging machinery of one process: backend, pinned pool, a pool of
+    copy streams (one per transfer in flight), and the live transfers, which
+    :meth:`poll` advances oldest first."""
 
     def __init__(
         self,
@@ -567,52 +624,70 @@ class Stager:
         self.backend = backend
         self.pool = PinnedChunkPool(backend, pool_bytes=pool_bytes, chunk_size=chunk_size, recv_reserve=recv_reserve)
         self.max_in_flight = max_in_flight
-        self._streams: dict[int, tuple[Stream, Stream]] = {}
+        self.streams = StreamPool(backend)
         self._live: list[Transfer] = []
-
-    def copy_streams(self, device: int) -> tuple[Stream, Stream]:
-        """The ``(d2h, h2d)`` copy streams of ``device`` (created on first use)."""
-        pair = self._streams.get(device)
-        if pair is None:
-            pair = self._streams[device] = (self.backend.create_stream(device), self.backend.create_stream(device))
-        return pair
+        self._lingering: list[tuple[Event, Any]] = []
+        self._kept_at_close: list[tuple[Event, Any]] = []
 
     def send(
         self, obj: Any, post_send: PostFn, *, piece_size: int | None = None,
         max_in_flight: int | None = None, on_done: DoneFn | None = None,
+        info: ArrayInfo | None = None, after: tuple[Event, ...] | None = None,
     ) -> SendTransfer:
         """Start staging device array ``obj`` out and queue its first copies.
 
-        Call it synchronously when the user sends: the producer's stream is
-        captured now.  Raises ``TypeError`` for an object the backend cannot
-        use and ``DeviceError`` when CUDA fails before anything is queued;
-        ``on_done`` may run before this returns (an empty array, a failure)."""
-        info = self.backend.inspect(obj)
-        t = SendTransfer(self.backend, self.pool, info, self.copy_streams(info.device)[0], post_send,
-                         piece_size=piece_size or self.pool.chunk_size,
-                         max_in_flight=max_in_flight or self.max_in_flight, on_done=on_done)
+        The copies are ordered after ``after`` (events recorded on the
+        producer's streams when the user sent), else after the producer's
+        stream now (``info.stream``, by default the current stream).  Raises
+        ``TypeError`` for an object the backend cannot use and ``DeviceError``
+        when CUDA fails before anything is queued; ``on_done`` may run before
+        this returns (an empty array, a failure)."""
+        if info is None:
+            info = self.backend.inspect(obj)
+        stream = self.streams.take(info.device)
+        try:
+            t = SendTransfer(self.backend, self.pool, info, stream, post_send,
+                             piece_size=piece_size or self.pool.chunk_size,
+                             max_in_flight=max_in_flight or self.max_in_flight, on_done=on_done, after=after)
+        except BaseException:
+            self.streams.give(stream)
+            raise
         self._live.append(t)
         t.poll()  # the first copies start now, not at the next progress step
         return t
 
     def recv(
         self, meta: ArrayMeta, post_recv: PostFn, *, device: int, max_in_flight: int | None = None,
-        on_segment: SegmentFn | None = None, on_done: DoneFn | None = None,
+        on_segment: SegmentFn | None = None, on_done: DoneFn | None = None, consumer: Stream | None = None,
     ) -> RecvTransfer:
-        """Allocate the destination on ``device`` and post the first receives.
+        """Allocate the destination on ``device`` from ``consumer``'s memory
+        pool (the receiving SGP's stream; default the current stream) and post
+        the first receives.
 
         ``DeviceError`` when the allocation fails; ``on_done`` may run before
         this returns (an empty array, a failing receive primitive)."""
-        t = RecvTransfer(self.backend, self.pool, meta, device, self.copy_streams(device)[1], post_recv,
-                         max_in_flight=max_in_flight or self.max_in_flight, on_segment=on_segment, on_done=on_done)
+        stream = self.streams.take(device)
+        try:
+            t = RecvTransfer(self.backend, self.pool, meta, device, stream, post_recv,
+                             max_in_flight=max_in_flight or self.max_in_flight, on_segment=on_segment,
+                             on_done=on_done, consumer=consumer)
+        except BaseException:
+            self.streams.give(stream)
+            raise
         self._live.append(t)
         t.poll()  # the first receives are posted now
         return t
 
+    def keep(self, event: Event, *objs: Any) -> None:
+        """Keep ``objs`` alive until ``event`` completed (device arrays that
+        queued copies still touch, after their caller gave up on them)."""
+        self._lingering.append((event, objs))
+
     @property
     def pending(self) -> bool:
-        """True while any transfer is not settled (the engine must keep polling)."""
-        return bool(self._live)
+        """True while any transfer is not settled or a kept array is still
+        touched (the engine must keep polling)."""
+        return bool(self._live or self._lingering)
 
     @property
     def transfers(self) -> tuple[Transfer, ...]:
@@ -624,12 +699,27 @@ class Stager:
         for t in self._live:
             moved = t.poll() or moved
         if any(t.settled for t in self._live):
+            for t in self._live:
+                if t.settled:
+                    self._settled(t)
             self._live = [t for t in self._live if not t.settled]
+        if self._lingering:
+            kept = [(ev, obj) for ev, obj in self._lingering if not _event_over(ev)]
+            moved = moved or len(kept) != len(self._lingering)
+            self._lingering = kept
         return moved
+
+    def _settled(self, t: Transfer) -> None:
+        self._lingering.extend(t.lingering)
+        if not t.abandoned:  # every copy it queued is over: its stream is idle
+            self.streams.give(t.stream)
 
     def close(self) -> None:
         """Abort and abandon what is left, then drop the pinned pool."""
         for t in self._live:
             t.abandon()
+            self._lingering.extend(t.lingering)
         self._live.clear()
+        # what copies still touch stays referenced by this object (never a blocking wait here)
+        self._kept_at_close, self._lingering = self._lingering, []
         self.pool.close()

@@ -122,7 +122,7 @@ class Inbound:
                  name_of: Callable[[int], str], fail_host: Callable[[int, BaseException], None],
                  block_size: int, allow_pickle: bool, bulk: Transport | None = None,
                  landing: Callable[[int, int], Any] | None = None) -> None:
-        self.rank = rank
+        self.rank, self.size = rank, size
         self._bulk = bulk if getattr(bulk, "bulk_tags", 0) else None
         self._landing = landing  # (pid, nbytes) -> a GP's own buffer (recv_into) or None
         self._pool = pool
@@ -132,7 +132,7 @@ class Inbound:
         self._fail_host = fail_host
         self._block_size = block_size
         self._allow_pickle = allow_pickle
-        self._sources = {h: _Source(h) for h in range(size) if h != rank}
+        self._sources: dict[int, _Source] = {}   # made at each host's first message
         self._slots: dict[int, Slot] = {}
         # split headers of one GP's array seen before -> what they say (checked
         # once: the same bytes say the same; see aiopdbp.wire.codec)
@@ -147,7 +147,7 @@ class Inbound:
         messages below :data:`RBP_MIN`)."""
         if channel != _DATA or not RBP_MIN <= nbytes <= self._block_size or src == self.rank:
             return None
-        s = self._sources.get(src)
+        s = self._source(src)
         if s is None or s.split_head is not None:
             return None
         try:
@@ -163,7 +163,7 @@ class Inbound:
 
     def on_data(self, src: int, buf: memoryview) -> None:
         """One data message from host ``src`` (the transport's callback)."""
-        s = self._sources.get(src)
+        s = self._source(src)
         if s is None:
             return
         s.received += 1
@@ -354,7 +354,7 @@ class Inbound:
         """Host ``src`` closes, having sent ``msg.sent`` data messages (a
         second BYE, or one saying fewer than arrived, is a
         :class:`~aiopdbp.errors.ProtocolError`)."""
-        s = self._sources.get(src)
+        s = self._source(src)
         if s is not None:
             if s.bye is not None:
                 raise ProtocolError(f"second BYE from host {src} (said {s.bye}, now {msg.sent})")
@@ -362,11 +362,22 @@ class Inbound:
                 raise ProtocolError(f"BYE from host {src} says {msg.sent} data messages, {s.received} arrived")
             s.bye = msg.sent
 
+    def _source(self, src: int) -> _Source | None:
+        """The state of host ``src`` (made at its first message; None: not a peer)."""
+        s = self._sources.get(src)
+        if s is None and 0 <= src < self.size and src != self.rank:
+            s = self._sources[src] = _Source(src)
+        return s
+
     def drained(self, failed: Collection[int]) -> bool:
         """Whether every host not in ``failed`` said BYE and everything it
         sent before has arrived."""
-        return all(s.bye is not None and s.received >= s.bye and not s.queue or s.host in failed
-                   for s in self._sources.values())
+        for h in range(self.size):
+            s = self._sources.get(h)
+            if h != self.rank and h not in failed and (
+                    s is None or s.bye is None or s.received < s.bye or s.queue):
+                return False
+        return True
 
     def received(self) -> dict[int, int]:
         """Data messages taken off the network, per host."""

@@ -4,8 +4,16 @@ Theory of operation
 -------------------
 Every rank runs one :class:`Heartbeat`, a daemon thread that every
 ``interval`` s sends a tiny message (its kind and the host name) to
-every peer, receives theirs, and declares a peer *lost*, once, when it has
-not been heard of for more than ``timeout`` s.  ``on_lost(rank, silence)``
+its *watch set*, receives theirs, and declares a peer of the set *lost*,
+once, when it has not been heard of for more than ``timeout`` s.
+
+*The watch set* (:func:`watch_set`): the ``watch`` nearest ranks on each
+side of a ring of ranks (``r +- 1 .. r +- watch``, 2 by default; every peer
+when the job is that small).  It is symmetric -- whom a rank beats to are
+those that watch it -- so a rank's heartbeat cost is O(1) in the job size
+instead of O(ranks), and a dead rank is still noticed by up to ``2 * watch``
+watchers, each of which reports it: the job's failure path then stops every
+rank, naming the dead one.  ``on_lost(rank, silence)``
 is called *in the heartbeat thread*; an asyncio caller marshals it::
 
     Heartbeat(comm, tag, on_lost=lambda r, s: loop.call_soon_threadsafe(node.host_lost, r, s))
@@ -31,10 +39,10 @@ held) is not held against the peers, or a rank resumed by ``kill -CONT``
 would declare all others lost.  So a peer is declared lost ``timeout`` to
 ``timeout + tick`` s after it was last heard of, plus the observer's stalls.
 
-*Leaving.*  :meth:`Monitor.stop` sends every peer a goodbye (a peer that left
+*Leaving.*  :meth:`Monitor.stop` sends its watch set a goodbye (a peer that left
 is never declared lost), waits a bounded time for the sends, joins the thread.
 The I/O sits behind :class:`Wire` (:class:`MPIWire`), so the logic runs and
-is tested without MPI.  Cost: a beat per peer per ``interval``; a round (O(peers),
+is tested without MPI.  Cost: a beat per watched peer per ``interval``; a round (O(watched),
 ~2 µs) per ``tick = min(interval/4, 0.25)`` s, the wake-up costing more (50-120 µs).
 """
 
@@ -53,7 +61,21 @@ from aiopdbp.errors import HostLostError, TransportError
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-__all__ = ["Heartbeat", "Monitor", "MPIWire", "Wire", "Sent", "State", "encode", "decode"]
+__all__ = ["Heartbeat", "Monitor", "MPIWire", "WATCH", "Wire", "Sent", "State", "encode", "decode",
+           "watch_set"]
+
+#: ranks watched on each side of the ring of ranks (see the module docstring)
+WATCH = 2
+
+
+def watch_set(rank: int, size: int, watch: int = WATCH) -> list[int]:
+    """The peers ``rank`` beats to and watches: ``rank +- 1 .. rank +- watch``
+    on the ring of ``size`` ranks (every peer when ``watch`` covers them;
+    ``watch <= 0``: every peer)."""
+    if watch <= 0 or 2 * watch >= size - 1:
+        return [r for r in range(size) if r != rank]
+    return sorted({(rank + d) % size for d in range(1, watch + 1)}
+                  | {(rank - d) % size for d in range(1, watch + 1)})
 
 #: kind byte, length of the host name; then the host name
 _HEAD = struct.Struct("<cB")
@@ -114,7 +136,7 @@ class Monitor:
 
     def __init__(self, wire: Wire, *, interval: float = 1.0, timeout: float = 30.0,
                  on_lost: Callable[[int, float], None],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, watch: int = WATCH) -> None:
         if not interval > 0:
             raise ValueError(f"heartbeat interval must be > 0 s, not {interval!r}")
         if not timeout > interval:
@@ -122,7 +144,7 @@ class Monitor:
         self.interval, self.timeout = float(interval), float(timeout)
         self.tick = min(self.interval / 4, 0.25)
         self._wire, self._on_lost, self._clock = wire, on_lost, clock
-        self._peers = [r for r in range(wire.size) if r != wire.rank]
+        self._peers = watch_set(wire.rank, wire.size, watch)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -384,8 +406,9 @@ class Heartbeat(Monitor):
     :meth:`poll` from the event loop then."""
 
     def __init__(self, comm: MPI.Comm, tag: int, *, interval: float = 1.0, timeout: float = 30.0,
-                 on_lost: Callable[[int, float], None]) -> None:
-        super().__init__(MPIWire(comm, tag), interval=interval, timeout=timeout, on_lost=on_lost)
+                 on_lost: Callable[[int, float], None], watch: int = WATCH) -> None:
+        super().__init__(MPIWire(comm, tag), interval=interval, timeout=timeout, on_lost=on_lost,
+                         watch=watch)
 
     def start(self) -> None:
         from aiopdbp.transport.mpi import load_mpi

@@ -70,13 +70,18 @@ __all__ = ["Remote", "RemoteConfig", "RouterPort", "StreamPort"]
 
 _CTRL = Channel.CONTROL
 
+#: default UMB blocks of a rank: one budget shared by the rows of every peer
+#: it talks to (rows are made at first traffic; empty ones give their space
+#: to new peers when it runs out), so memory stops growing with the job size
+POOL_BUDGET = 2048
+
 
 @dataclass
 class RemoteConfig:
     """Tunables of the multi-host runtime (all per host)."""
 
     block_size: int = 64 << 10        # UMB block = largest coalesced message (stays eager)
-    pool_blocks: int = 0              # UMB blocks; 0: 32 per remote host per matrix
+    pool_blocks: int = 0              # UMB blocks; 0: 32 per remote host per matrix, at most POOL_BUDGET
     row_capacity: int = 32            # N, cells of one sub-pool row
     initial: int = 4                  # m, initial real cells per row (Algorithm 1 step 1)
     threshold: float = 0.5            # Algorithm 1 threshold on SU
@@ -122,7 +127,7 @@ class Remote:
         self.size = size = transport.size
         self.host_timeout = host_timeout
         self._streams = streams
-        nblocks = cfg.pool_blocks or 2 * 32 * max(1, size - 1)
+        nblocks = cfg.pool_blocks or min(2 * 32 * max(1, size - 1), POOL_BUDGET)
         self.pool = BufferPool(size, cfg.row_capacity, cfg.block_size, nblocks, cfg.initial,
                                cfg.threshold, local=rank)
         self.channel = ControlChannel(transport)
@@ -154,9 +159,8 @@ class Remote:
         await self.transport.start(self._on_message, self.inbound.alloc, alloc_min=RBP_MIN)
         self.failures.start(asyncio.get_running_loop())
         await self.sequencer.handshake(timeout)
-        for h in range(self.size):
-            if h != self.rank:
-                self.credit.link(h)
+        # A link (its block, credit book and counters) is made at the first
+        # send to its host (Credit.link), so a rank pays for the peers it talks to.
 
     def _heartbeat(self, on_lost: Callable[[int], None]) -> Beat | None:
         """Start the heartbeat thread (MPI transports; see aiopdbp.hosts.liveness)."""

@@ -100,6 +100,14 @@ class _Waiters:
                 fut.set_result(None)
 
 
+class _ByHost(dict[int, _Waiters]):
+    """The waiters of each host's row, made at the host's first use."""
+
+    def __missing__(self, host: int) -> _Waiters:
+        made = self[host] = _Waiters()
+        return made
+
+
 class AsyncPool:
     """asyncio front of one :class:`PoolMatrix` (base of SendPool/RecvPool).
 
@@ -112,8 +120,9 @@ class AsyncPool:
 
     def __init__(self, matrix: PoolMatrix) -> None:
         self.matrix = matrix
-        self._space = [_Waiters() for _ in matrix.rows]
-        self._data = [_Waiters() for _ in matrix.rows]
+        # per host, made when the row is first waited on or woken
+        self._space = _ByHost()
+        self._data = _ByHost()
         self._closed = False
         # Blocks freed anywhere in the shared UMB may let a row with no real
         # space bootstrap: wake this pool's writers.
@@ -225,7 +234,7 @@ class AsyncPool:
         """Refuse new acquires and wake every waiter.  Held slots may still be
         committed, aborted and released.  Idempotent."""
         self._closed = True
-        for waiters in (*self._space, *self._data):
+        for waiters in (*self._space.values(), *self._data.values()):
             waiters.wake_all()
 
     def size_history(self, host: int) -> list[tuple[float, int]]:
@@ -248,7 +257,7 @@ class AsyncPool:
             raise ValueError(f"{slot!r} is not held {held} here")
 
     def _wake_writers(self) -> None:
-        for waiters in self._space:
+        for waiters in tuple(self._space.values()):
             waiters.wake_all()
 
 

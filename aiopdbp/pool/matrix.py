@@ -31,8 +31,10 @@ no locks; the bookkeeping is atomic because it never awaits.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import mmap
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -49,6 +51,24 @@ logger = logging.getLogger("aiopdbp.pool")
 Clock = Callable[[], float]
 # reclaimer(blocks_wanted, requester) -> blocks given back to the UMB
 Reclaimer = Callable[[int, object], int]
+
+
+def _lazy_arena(nbytes: int) -> npt.NDArray[np.uint8]:
+    """A zeroed arena whose pages become resident only where they are written.
+
+    Anonymous ``mmap`` memory is zero and lazily paged, like ``np.zeros``; but
+    numpy asks for transparent huge pages on large arrays, and then one write
+    into a block makes 2 MiB resident: with blocks of every peer spread over
+    the arena, a rank's memory would grow by megabytes per peer it talks to.
+    """
+    if nbytes <= 0:
+        return np.zeros(0, dtype=np.uint8)
+    buf = mmap.mmap(-1, nbytes)
+    advice = getattr(mmap, "MADV_NOHUGEPAGE", None)
+    if advice is not None:
+        with contextlib.suppress(OSError):  # a kernel without THP refuses the advice
+            buf.madvise(advice)
+    return np.frombuffer(buf, dtype=np.uint8)
 
 
 # ----------------------------------------------------------------------------
@@ -68,37 +88,44 @@ class UserMemory:
         self.block_size = block_size
         self.nblocks = nblocks
         # One contiguous arena: one allocation from the OS (paper 2.4), and a
-        # buffer MPI/CUDA can register or pin once.  np.zeros is lazily paged.
-        self.arena: npt.NDArray[np.uint8] = np.zeros(block_size * nblocks, dtype=np.uint8)
+        # buffer MPI/CUDA can register or pin once.
+        self.arena: npt.NDArray[np.uint8] = _lazy_arena(block_size * nblocks)
         self._mem: memoryview = self.arena.data
-        # Stack with the lowest id on top: allocation order is deterministic.
-        self._free: list[int] = list(range(nblocks - 1, -1, -1))
-        self._is_free = [True] * nblocks
+        # Blocks never handed out are those from _fresh up: the bookkeeping is
+        # made as blocks are first used, so a UMB sized for every peer of a
+        # large job costs nothing until the traffic comes.  Freed blocks go on
+        # a stack whose lowest id is on top: allocation order is deterministic.
+        self._fresh = 0
+        self._free: list[int] = []
+        self._freed: set[int] = set()      # the ids on the free stack
         self._reclaimers: list[Reclaimer] = []
         self._listeners: list[Callable[[], None]] = []
 
     @property
     def free_blocks(self) -> int:
-        return len(self._free)
+        return len(self._free) + self.nblocks - self._fresh
 
     @property
     def used_blocks(self) -> int:
-        return self.nblocks - len(self._free)
+        return self.nblocks - self.free_blocks
 
     def alloc(self) -> int | None:
         """Take one free block; ``None`` when the UMB is exhausted."""
-        if not self._free:
-            return None
-        block_id = self._free.pop()
-        self._is_free[block_id] = False
-        return block_id
+        if self._free:
+            block_id = self._free.pop()
+            self._freed.discard(block_id)
+            return block_id
+        if self._fresh < self.nblocks:
+            self._fresh += 1
+            return self._fresh - 1
+        return None
 
     def free(self, block_id: int) -> None:
         """Give a block back.  Bad id or double free -> ValueError."""
         self._check(block_id)
-        if self._is_free[block_id]:
+        if block_id in self._freed or block_id >= self._fresh:
             raise ValueError(f"block {block_id} is already free")
-        self._is_free[block_id] = True
+        self._freed.add(block_id)
         self._free.append(block_id)
         for listener in tuple(self._listeners):
             listener()
@@ -501,46 +528,67 @@ class PoolMatrix:
             raise ValueError("hosts M must be >= 1")
         self.umb = umb
         self.name = name
-        # Algorithm 1 lines 1-6: the same real space m for every row, in order.
-        self.rows = [
-            SubPool(
-                capacity, umb, threshold,
-                initial=0 if i == local else initial, name=f"{name}[{i}]", clock=clock,
-            )
-            for i in range(hosts)
-        ]
-        short = [i for i, row in enumerate(self.rows) if row.real < row.initial]
-        if short:
-            logger.warning(
-                "%s: UMB exhausted during initial allocation; rows %s got less than %d cells",
-                name, short, initial,
-            )
+        self._hosts = hosts
+        self._capacity, self._initial, self._threshold = capacity, initial, threshold
+        self._local, self._clock = local, clock
+        # Rows are made at their host's first traffic (Algorithm 1 lines 1-6
+        # then run for that row alone): a rank of a large job that talks to a
+        # few peers holds rows, and initial real space, for those only.
+        self._rows: dict[int, SubPool] = {}
         if reclaim:
             umb.add_reclaimer(self._reclaim_idle)
 
     @property
     def hosts(self) -> int:
-        return len(self.rows)
+        return self._hosts
+
+    @property
+    def rows(self) -> list[SubPool]:
+        """The rows made so far, in host order."""
+        return [self._rows[h] for h in sorted(self._rows)]
+
+    def made(self, host: int) -> bool:
+        """True once the row for ``host`` exists (it had traffic)."""
+        return host in self._rows
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return self._hosts
 
     def __iter__(self) -> Iterator[SubPool]:
         return iter(self.rows)
 
     def __getitem__(self, host: int) -> SubPool:
-        if not 0 <= host < len(self.rows):
+        row = self._rows.get(host)
+        if row is not None:
+            return row
+        if not 0 <= host < self._hosts:
             raise ValueError(f"{self.name}: no host {host}")
-        return self.rows[host]
+        initial = 0 if host == self._local else self._initial
+        row = self._rows[host] = SubPool(self._capacity, self.umb, self._threshold, initial=initial,
+                                         name=f"{self.name}[{host}]", clock=self._clock)
+        if row.real < row.initial:
+            logger.warning("%s: UMB exhausted; row %d got %d of its %d initial cells",
+                           self.name, host, row.real, initial)
+        return row
 
     def _reclaim_idle(self, want: int, requester: object) -> int:
         # Largest surplus first; take only what is asked, never below initial.
         got = 0
-        for row in sorted(self.rows, key=lambda r: r.initial - r.real):
+        for row in sorted(self._rows.values(), key=lambda r: r.initial - r.real):
             if got >= want:
                 break
             if row is not requester and not row.used and row.real > row.initial:
                 got += row.shrink_to(max(row.initial, row.real - (want - got)))
+        # Still short: the UMB is the rank's budget, shared by every peer it
+        # talks to, so rows with nothing in them give up their initial space
+        # too (an empty row holds no order to keep; its next writer
+        # bootstraps it like a new row).
+        if got < want:
+            for row in self._rows.values():
+                if got >= want:
+                    break
+                if row is not requester and not row.used and row.real:
+                    got += row.shrink_to(0)
         return got
 
     def size_history(self, host: int) -> list[tuple[float, int]]:

@@ -75,6 +75,29 @@ class Target(Protocol):
     def offer(self, pid: int, nbytes: int, fields: tuple[str, Kind, int, Any, int]) -> bool: ...
 
 
+class _LinkOnDemand:
+    """A remote GP's target until it is first used: then the link to its host
+    is made (``links(host)``) and put in its place in ``targets``, so a host
+    whose GPs are never sent to costs no link."""
+
+    __slots__ = ("_targets", "_pid", "_host", "_links")
+    remote = True
+
+    def __init__(self, targets: dict[int, Target], pid: int, host: int,
+                 links: Callable[[int], Target]) -> None:
+        self._targets, self._pid, self._host, self._links = targets, pid, host, links
+
+    def link(self) -> Target:
+        """The link itself, made now if need be, and in this one's place."""
+        link = self._links(self._host)
+        if self._targets.get(self._pid) is self:
+            self._targets[self._pid] = link
+        return link
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.link(), name)
+
+
 class Landings:
     """Buffers of GPs that wait in ``recv_into`` (:meth:`aiopdbp.runtime.process.GP.recv_into`)
     with an empty pipe: the next large payload for such a GP from another
@@ -190,7 +213,7 @@ class Router:
             if entry.node == self.rank:
                 self.targets[pid] = self.pps.get(pipe_id)
             elif self.links is not None:
-                self.targets[pid] = self.links(entry.node)
+                self.targets[pid] = _LinkOnDemand(self.targets, pid, entry.node, self.links)
             _wake(self._bind_waiters.pop(pid, ()))
             if pid in self._parked:
                 self._unpark(pid)
@@ -252,7 +275,8 @@ class Router:
         # a misspelt name would otherwise wait out the name timeout silently
         close = self.close_names(name)
         if close and name not in self.pids:
-            log.warning("waiting up to %g s for a GP named %r to be registered; did you mean %s?",
+            log.warning("waiting up to %g s for a GP named %r to be registered; did you mean %s? "
+                        "(to fail sooner: open_node(name_timeout=...) or send(..., timeout=...))",
                         wait, name, " or ".join(repr(c) for c in close))
 
     async def source_name(self, pid: int) -> str:
@@ -441,6 +465,8 @@ class Router:
             tgt = self.targets.get(pid)
             if tgt is None:
                 tgt = await self.target(pid, timeout)
+            if isinstance(tgt, _LinkOnDemand):   # one CDU per host: group by the link itself
+                tgt = tgt.link()
             plan.append((tgt, pid))
         taken: list[tuple[Target, int]] = []
         try:

@@ -44,6 +44,19 @@ failure; ``MPI_Abort`` only when a peer may not have heard of the failure.
 Outside MPI ``run()`` behaves like ``asyncio.run`` (KeyboardInterrupt on
 Ctrl-C), plus SIGTERM -> ``SystemExit(143)`` after a clean shutdown.
 
+*Another event loop.*  A program may open its node under ``asyncio.run``,
+``uvloop.run``, an ``asyncio.Runner`` or any loop instead of
+``aiopdbp.run``.  Under MPI the node then *adopts* the loop
+(:func:`adopt_loop`, from ``Node.start``): the same Job is made for it --
+rank-prefixed output, SIGINT/SIGTERM, the failure report and the stop --
+and the node ends the process as ``run()`` would once a failure or a stop
+has left its block (``Job.finish``: no ``MPI_Finalize`` that would wait for
+peers), since no ``run()`` is there to do it after the loop; an exception
+that reaches the top of the program after the node closed aborts the job
+(``sys.excepthook``).  A loop that is already running when the program
+starts (a Jupyter kernel) cannot be ended that way: a job of several ranks
+is refused there with the one-line fix.  One process works under any loop.
+
 *Output.*  Under MPI every line a rank writes to ``sys.stdout``/``sys.stderr``
 is written whole, in one ``write``, prefixed with ``[rank] `` (hydra's own
 ``-prepend-rank`` prefixes every *chunk*, so two ranks' partial lines still
@@ -82,7 +95,7 @@ from aiopdbp.transport.mpiload import ABORT_FLUSH_S, load_mpi
 
 T = TypeVar("T")
 
-__all__ = ["Job", "Stop", "StopKind", "run", "current_job", "env_rank", "env_size",
+__all__ = ["KERNEL_FIX", "Job", "Stop", "StopKind", "adopt_loop", "end_adopted", "run", "current_job", "env_rank", "env_size",
            "unlink_own_shm", "own_shm", "record_own_shm", "consequence_of", "leaves", "root_cause",
            "summary", "where"]
 
@@ -189,6 +202,8 @@ class Job:
         self._gp_failures: list[tuple[BaseException, str]] = []   # (exception, GP name)
         self._line_said = False
         self._line_lock = threading.Lock()
+        #: made for a loop that aiopdbp.run does not run (see "Another event loop")
+        self.adopted = False
 
     @property
     def under_mpi(self) -> bool:
@@ -406,8 +421,63 @@ _current: Job | None = None
 
 
 def current_job() -> Job | None:
-    """The Job of the running ``aiopdbp.run()`` (None outside one)."""
+    """The Job of the running ``aiopdbp.run()``, or the one a node adopted
+    for another loop (None outside both)."""
     return _current
+
+
+#: what a program that opens a node of several ranks in a running kernel is told
+KERNEL_FIX = ("aiopdbp: a job of several ranks cannot run in an event loop that is already running "
+              "(a Jupyter kernel): put the program in a file and start it with "
+              "`aiopdbp launch -n N prog.py` (ending with aiopdbp.run(main()))")
+
+
+def adopt_loop() -> Job | None:
+    """The Job of this rank when a node starts under MPI outside
+    ``aiopdbp.run`` (see "Another event loop"): made once for the running
+    loop; None for a job of one rank (nothing to adopt).  Raises
+    ``RuntimeError`` (:data:`KERNEL_FIX`) in a running Jupyter kernel."""
+    global _current
+    if _current is not None:
+        return _current
+    size = env_size()
+    if size <= 1:
+        return None
+    if "ipykernel" in sys.modules:
+        raise RuntimeError(KERNEL_FIX)
+    job = Job(env_rank(), size)
+    job.adopted = True
+    _prefix_output(job.rank)
+    record_rank(job.rank)
+    job._loop = loop = asyncio.get_running_loop()
+    job._main = asyncio.current_task()
+    loop.set_exception_handler(job._loop_error)
+    job._stopped = asyncio.Event()
+    if threading.current_thread() is threading.main_thread():
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, job.on_signal)
+    previous = sys.excepthook
+
+    def excepthook(tp: type[BaseException], value: BaseException, tb: Any) -> None:
+        # the top of the program: as run() ends, the peers must not wait for us
+        if _current is job:
+            job.finish(value)
+        previous(tp, value, tb)
+
+    sys.excepthook = excepthook
+    _current = job
+    return job
+
+
+def end_adopted(job: Job, exc: BaseException | None) -> None:
+    """A node of an adopted loop closed: after a failure or a stop the
+    process ends here, as ``run()`` ends it after its loop
+    (:meth:`Job.finish`); after a clean close the job stays for the next
+    node, and a later exception at the top of the program still ends it."""
+    if exc is not None or job.stop is not None:
+        if job.stop is None and isinstance(exc, (SystemExit, GeneratorExit)):
+            return
+        job.finish(exc)
 
 
 # ---------------------------------------------------------------- exiting

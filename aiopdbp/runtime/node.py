@@ -43,7 +43,7 @@ from aiopdbp.streams.devicebind import DeviceConfig
 from aiopdbp.streams.devicepath import DevicePath
 from aiopdbp.env import local_transport_forced
 from aiopdbp.errors import ClosedResourceError
-from aiopdbp.runtime.job import current_job, root_cause, summary
+from aiopdbp.runtime.job import adopt_loop, current_job, end_adopted, root_cause, summary
 from aiopdbp.runtime.job import run as run
 from aiopdbp.routing.manager import PipeManager
 from aiopdbp.routing.pipes import PipePool
@@ -239,8 +239,8 @@ class Node:
         self.manager.start()
         self.stall.start()
         if self._remote is not None:
+            job = current_job() or adopt_loop()  # asyncio.run & co: fail and stop as aiopdbp.run does
             await self._remote.start()
-            job = current_job()
             if job is not None:
                 job.attach(self._remote)
         else:
@@ -317,6 +317,8 @@ class Node:
                 and job.stop is None:
             await job.fail(exc, peer=self._remote)
         await self.aclose(graceful=exc_type is None or self._remote is None)
+        if job is not None and job.adopted:
+            end_adopted(job, exc)   # no aiopdbp.run after the loop to end the process
 
     # -- the single point of table updates ------------------------------------
     async def commit(self, op: str, *args: Any) -> Any:

@@ -29,7 +29,7 @@ import contextlib
 import pickle
 import sys
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -42,6 +42,7 @@ from aiopdbp.wire.payload import travels_raw
 from aiopdbp.routing.pipes import Pipe
 from aiopdbp.streams.receiver import DEFAULT_SEGMENT, IncomingStream
 from aiopdbp.streams.sender import send_stream
+from aiopdbp.streams.devicebind import Captured
 from aiopdbp.hosts.tables import PType, Tables
 
 if TYPE_CHECKING:
@@ -110,6 +111,13 @@ def _frozen(arr: np.ndarray[Any, Any]) -> bool:
     if isinstance(base, memoryview):
         base = base.obj
     return isinstance(base, bytes)
+
+
+async def _raising(exc: Exception) -> Any:
+    """An awaitable that raises ``exc``: what a plain function returning an
+    awaitable hands back for an error found at the call, so that it is raised
+    where the caller awaits, as an ``async def`` would."""
+    raise exc
 
 
 def _check_timeout(timeout: float | None) -> None:
@@ -352,8 +360,8 @@ class GP:
         await self.free(reason=exc)
 
     # -- CPI: sending -----------------------------------------------------------
-    async def send(self, dest: str | Iterable[str], data: Any = None, *, com: int = 0,
-                   kind: Kind = Kind.SHORT, timeout: float | None = None, copy: bool = True) -> None:
+    def send(self, dest: str | Iterable[str], data: Any = None, *, com: int = 0, kind: Kind = Kind.SHORT,
+             timeout: float | None = None, copy: bool = True, stream: Any = None) -> Coroutine[Any, Any, None]:
         """Send a short or command message (the patent's INFO); returns once queued.
 
         ``dest`` is a GP name or an iterable of names (multicast: one CDU with a
@@ -369,7 +377,9 @@ class GP:
         simulated one) takes the device path and the call returns once
         aiopdbp no longer reads it (see :mod:`aiopdbp.streams.devicepath`);
         ``copy=False`` hands it to an SGP of this node on its device by
-        reference: the sender must not touch it again.
+        reference: the sender must not touch it again.  ``send`` is a plain
+        function returning the awaitable: the producer's pending work is
+        captured at the call, on ``stream`` (default: the current stream).
 
         Buffer ownership (as ``MPI_Send``): a writable numeric array of
         ``RemoteConfig.large`` bytes or more (32 KiB) sent to a GP on another
@@ -383,6 +393,21 @@ class GP:
         already handed to MPI: that message is sent, and the call waits until
         MPI no longer reads the array before it raises ``CancelledError``
         (:meth:`~aiopdbp.routing.router.Router.send_owned`).
+        """
+        if data is not None and type(data) is not bytes and type(data) is not np.ndarray and is_device_array(data):
+            try:
+                data = self.node.devices.capture(self, data, stream)  # now: the caller's stream is current now
+            except Exception as exc:
+                return _raising(exc)
+        elif stream is not None:
+            return _raising(TypeError("stream= is for device arrays"))
+        return self._send(dest, data, com, kind, timeout, copy)
+
+    async def _send(self, dest: str | Iterable[str], data: Any, com: int, kind: Kind, timeout: float | None,
+                    copy: bool) -> None:
+        """Body of :meth:`send` (``data`` a :class:`Captured` device array or host data).
+
+        Cancellation: as for :meth:`send`.
         """
         if self._freed:
             raise ClosedResourceError(f"GP {self.name!r} was freed")
@@ -409,9 +434,10 @@ class GP:
                 if type(data) is np.ndarray and data.nbytes >= self._owned_min and _ownable(data):
                     # large: sent from this very buffer, the call returns once it may be reused
                     await self._router.send_owned(dest, (self.name, kind, com, data, self.pid),
-                                                  data.nbytes + CREDIT_OVERHEAD, timeout, self._snapshot)
+                                                  data.nbytes + CREDIT_OVERHEAD, timeout,
+                                                  lambda d: snapshot(d, self.node.allow_pickle, False))
                     return
-                if type(data) is not np.ndarray and is_device_array(data):
+                if type(data) is Captured:
                     await self.node.devices.send(self, self.node.streams, dest, data, com=com, kind=kind,
                                                  timeout=timeout, copy=copy)
                     return
@@ -421,16 +447,13 @@ class GP:
         if not self._try_send(dest, fields, cost):  # the router routed it: nothing to wait for
             await self._router.send_waiting(dest, fields, cost, timeout)
 
-    def _snapshot(self, data: Any) -> Any:
-        return snapshot(data, self.node.allow_pickle, False)
-
     async def _multicast(self, names: list[str], data: Any, com: int, kind: Kind,
                          timeout: float | None) -> None:
         node = self.node
         router = self._router
         if not names:
             raise ValueError("multicast to an empty set of names")
-        if is_device_array(data):  # one device transfer per receiver
+        if type(data) is Captured:  # one device transfer per receiver
             for name in dict.fromkeys(names):
                 await node.devices.send(self, node.streams, name, data, com=com, kind=kind, timeout=timeout, copy=True)
             return
@@ -461,8 +484,8 @@ class GP:
         """
         await self.send(dest, data, com=com, kind=Kind.COMMAND, timeout=timeout)
 
-    async def send_stream(self, dest: str, data: Any, *, segment_size: int | None = None,
-                          com: int = 0, timeout: float | None = None, copy: bool = True) -> int:
+    def send_stream(self, dest: str, data: Any, *, segment_size: int | None = None, com: int = 0,
+                    timeout: float | None = None, copy: bool = True, stream: Any = None) -> Coroutine[Any, Any, int]:
         """Send a data stream (the patent's SINFO); returns once delivered.
 
         ``data`` is one buffer/array (cut into ``segment_size``-byte segments,
@@ -477,7 +500,7 @@ class GP:
         A device array is staged through pinned chunks across nodes (its
         segments are the chunks: ``min(segment_size, chunk_size)`` bytes of
         whole rows, default one chunk), copied device-to-device on one node
-        (``copy=False``: by reference; see :meth:`send`).
+        (``copy=False``: by reference; ``stream``: see :meth:`send`).
 
         Cancellation: a cancelled (or failing) sender sends an ABORT, so the
         receiver's stream ends with ``StreamError``; the binding is undone and
@@ -487,19 +510,28 @@ class GP:
         stream whose last segment had left may be read in full by the
         receiver: only the wait for its delivery is cancelled -- after a
         ``TimeoutError`` too, so a retry may deliver the data twice.
+
+        A plain function returning the awaitable (a device array's producer
+        stream is captured at the call); what is wrong is raised by the await.
         """
-        self._check()
-        _check_com(com)
-        _check_timeout(timeout)
-        if not isinstance(dest, str):
-            raise TypeError(f"send_stream sends to one GP: dest is its name (a str), not {type(dest).__name__}")
-        if segment_size is not None and (not isinstance(segment_size, int) or isinstance(segment_size, bool)):
-            raise TypeError(f"segment_size is a number of bytes (an int), not {segment_size!r}")
-        if type(data) is not np.ndarray and is_device_array(data):  # a plain host array is the commonest
-            return await self.node.devices.send_stream(self, self.node.streams, dest, data, segment_size=segment_size, com=com,
-                                                       timeout=timeout, copy=copy)
-        return await send_stream(self.node.streams, self.pid, self._router.resolve, dest, data, com=com, timeout=timeout,
-                                 segment_size=DEFAULT_SEGMENT if segment_size is None else segment_size)
+        try:
+            self._check()
+            _check_com(com)
+            _check_timeout(timeout)
+            if not isinstance(dest, str):
+                raise TypeError(f"send_stream sends to one GP: dest is its name (a str), not {type(dest).__name__}")
+            if segment_size is not None and (not isinstance(segment_size, int) or isinstance(segment_size, bool)):
+                raise TypeError(f"segment_size is a number of bytes (an int), not {segment_size!r}")
+            if type(data) is not np.ndarray and is_device_array(data):  # a plain host array is the commonest
+                cap = self.node.devices.capture(self, data, stream)  # now: the caller's stream is current now
+                return self.node.devices.send_stream(self, self.node.streams, dest, cap, segment_size=segment_size,
+                                                     com=com, timeout=timeout, copy=copy)
+            if stream is not None:
+                raise TypeError("stream= is for device arrays")
+        except Exception as exc:
+            return _raising(exc)
+        return send_stream(self.node.streams, self.pid, self._router.resolve, dest, data, com=com, timeout=timeout,
+                           segment_size=DEFAULT_SEGMENT if segment_size is None else segment_size)
 
     # -- CPI: receiving ------------------------------------------------------------
     def _inbox(self) -> Pipe[Any]:

@@ -11,8 +11,12 @@ of :mod:`aiopdbp.streams.devicepath`: device data arrives as device arrays on
 streams to the device.  Several SGPs of one rank may use different devices.
 
 Ordering: a send from an SGP is ordered after the work pending, when
-``send`` is called, on the array's stream (CuPy's current stream) *and* on
-``gp.stream``; a received array is complete when ``recv``/``read`` returns.
+``send`` is called, on the array's stream (``stream=``, else CuPy's current
+stream) *and* on ``gp.stream``; a received array is complete when
+``recv``/``read`` returns, and comes from ``gp.stream``'s memory pool (its
+copies waited for that stream's work), so kernels on ``gp.stream`` may use
+it and drop it at once.  aiopdbp never changes the current device: enter
+``cupy.cuda.Device(gp.device)`` before ``gp.stream`` on a multi-GPU rank.
 """
 
 from __future__ import annotations

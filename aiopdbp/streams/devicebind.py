@@ -12,16 +12,26 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from aiopdbp.device import BACKENDS
-from aiopdbp.device.backend import DeviceBackend, Stream
+from aiopdbp.device.backend import ArrayInfo, DeviceBackend, Event, Stream, default_device
 from aiopdbp.device.chunks import DEFAULT_CHUNK_SIZE, DEFAULT_POOL_BYTES
 from aiopdbp.device.staging import DEFAULT_MAX_IN_FLIGHT
 from aiopdbp.env import device_backend
 from aiopdbp.hosts.tables import Tables
 
-__all__ = ["BACKEND_CHOICES", "DeviceBindings", "DeviceConfig", "DeviceGP", "Sender", "device_config"]
+__all__ = ["BACKEND_CHOICES", "Captured", "DeviceBindings", "DeviceConfig", "DeviceGP", "Sender", "device_config"]
+
+
+class Captured(NamedTuple):
+    """A device array as it was when the user sent it: the producer's work
+    pending at that moment is captured by ``after``, events recorded then on
+    the producer's stream (and the sending SGP's ``gp.stream``)."""
+
+    data: Any  #: the user's object (kept alive for the whole send)
+    info: ArrayInfo
+    after: tuple[Event, ...]
 
 
 class Sender(Protocol):
@@ -92,6 +102,7 @@ class DeviceBindings:
         # name -> (device, to_device) from before the registration is applied,
         # so a transfer that arrives before register() resumes lands right
         self._by_name: dict[str, tuple[int, bool]] = {}
+        self._streams: dict[str, Stream] = {}  # name -> the SGP's stream (received arrays' pool)
 
     def __len__(self) -> int:
         return len(self._sgps)
@@ -100,16 +111,19 @@ class DeviceBindings:
         """Validate the device of SGP ``name`` (default: the rank's) and make
         its stream; from now on data for ``name`` lands on that device."""
         backend = self._backend()
-        dev = backend.get_device() if device is None else device
+        # the rank's device, never the thread's current one: aiopdbp does not change it
+        dev = default_device(backend.device_count()) if device is None else device
         if type(dev) is not int or not 0 <= dev < backend.device_count():
             raise ValueError(f"device must be an int in [0, {backend.device_count()}), got {device!r}")
         stream = backend.create_stream(dev)
         self._by_name[name] = (dev, bool(to_device))
+        self._streams[name] = stream
         return dev, stream
 
     def unbind(self, name: str) -> None:
         """SGP ``name`` was not registered after all, or is gone."""
         self._by_name.pop(name, None)
+        self._streams.pop(name, None)
 
     def add(self, gp: DeviceGP) -> None:
         """SGP ``gp`` is registered."""
@@ -133,6 +147,15 @@ class DeviceBindings:
         known = self._tables.names.get(pid)
         b = None if known is None else self._by_name.get(known)
         return b if b is not None or not name else self._by_name.get(name)
+
+    def stream_of(self, pid: int, name: str = "") -> Stream | None:
+        """The stream of SGP ``pid`` (or ``name``): received device arrays are
+        allocated from its memory pool and ordered after its work."""
+        gp = self._sgps.get(pid)
+        if gp is not None:
+            return gp.device_stream
+        known = self._tables.names.get(pid) or name
+        return self._streams.get(known) if known else None
 
     def device_of(self, pid: int) -> int | None:
         """The device of GP ``pid`` if it is an SGP of this node, else None."""

@@ -17,16 +17,27 @@ names the backend: ``"cupy"``, ``"sim"``, a backend instance, ``"none"``
 (no device support), or ``"auto"`` (the default: CuPy if it is installed,
 opened when first needed).  A named backend and its pinned pool are opened
 at node start; ``"auto"`` opens them on first use (the first SGP or device
-array), so a CPU-only program never imports CuPy.  The rank's default
-device (its local rank modulo the visible devices) is made current before
-anything creates a CUDA context.
+array), so a CPU-only program never imports CuPy.  aiopdbp never changes the
+thread's current device: an SGP's device defaults to the rank's (its local
+rank modulo the visible devices) and every device call names its device.
 
 **Sending** (``gp.send`` / ``gp.send_stream`` of a device array):
 
+The producer's pending work is captured *at the call*: ``gp.send`` and
+``gp.send_stream`` are plain functions that record an event on the
+producer's stream (its ``stream=`` argument, else the thread's current stream
+of the array's device -- CuPy's, or torch's through ``__dlpack__(stream=)``)
+and on the sending SGP's ``gp.stream`` before they return the awaitable, so
+a ``with stream:`` block left before the await does not matter.  Every copy
+aiopdbp queues waits on those events, on a copy stream of its own (one per
+transfer in flight, from a pool).  Received device arrays are allocated from
+the memory pool of the receiving SGP's ``gp.stream`` and the copies into them
+wait for that stream's work, so a block freed by the receiver's kernels is
+never overwritten under them.  An array is kept alive until every copy that
+touches it completed, also when the call that queued it was cancelled.
+
 * *Same node*: the array is copied device-to-device into a new array on the
-  receiving SGP's device, on a copy stream that first waits on an event
-  recorded on the producer's stream (and the sending SGP's ``gp.stream``);
-  the call returns when that copy's event is done.  ``copy=False`` hands the
+  receiving SGP's device; the call returns when that copy's event is done.  ``copy=False`` hands the
   very object over (after the producer's event), when the receiver is an
   SGP on the array's device.  An NGP receives numpy: the array is staged
   through pinned chunks into a new numpy array.
@@ -55,10 +66,10 @@ import numpy as np
 
 from aiopdbp.wire.mesp import Kind
 from aiopdbp.device import open_backend
-from aiopdbp.device.backend import DeviceBackend, Event, Order, Stream, default_device
+from aiopdbp.device.backend import DeviceBackend, Event, Order, Stream
 from aiopdbp.device.chunks import ArrayMeta, ChunkPlan, Piece, segment_view
 from aiopdbp.device.staging import Stager, Transfer
-from aiopdbp.streams.devicebind import DeviceBindings, DeviceConfig, Sender, device_config
+from aiopdbp.streams.devicebind import Captured, DeviceBindings, DeviceConfig, Sender, device_config
 from aiopdbp.streams.devicestreams import (
     TERMINATOR,
     DeviceIncomingStream,
@@ -99,6 +110,20 @@ class _Done:
 _DONE = _Done()
 
 
+class _Wait:
+    """An awaited event; ``keep`` (arrays its work touches) lives until the
+    event completed, also when the waiter was cancelled; ``stream`` goes back
+    to the copy-stream pool then."""
+
+    __slots__ = ("event", "fut", "keep", "stream")
+
+    def __init__(self, event: Event, fut: asyncio.Future[None], keep: tuple[Any, ...], stream: Stream | None) -> None:
+        self.event = event
+        self.fut = fut
+        self.keep = keep
+        self.stream = stream
+
+
 class _OutSend:
     """A device array being staged out to another host."""
 
@@ -131,13 +156,12 @@ class DevicePath:
         self.sgps = DeviceBindings(tables, lambda: self.open().backend)
         self._jobs: list[RecvJob] = []
         self._outs: set[_OutSend] = set()
-        self._events: list[tuple[Event, asyncio.Future[None]]] = []
+        self._events: list[_Wait] = []
         self._terminators: list[RawRequest] = []
         self._tags: dict[int, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._remove_poller: Callable[[], None] | None = None
         self._retire_scheduled = False
-        self._copy_streams: dict[int, Stream] = {}
         self._closed = False
         self.counts = {"sent_local": 0, "sent_remote": 0, "received_remote": 0, "drained": 0}
         #: the class of host array streams arriving at SGPs opened with to_device=True
@@ -173,8 +197,6 @@ class DevicePath:
         else:
             backend = open_backend(str(kind), **(self.config.sim if kind == "sim" else {}))
             owns = True
-            # the rank's device (local rank modulo the visible devices) before any CUDA context
-            backend.set_device(default_device(backend.device_count()))
         cfg = self.config
         try:
             self.stager = Stager(backend, pool_bytes=cfg.pool_bytes, chunk_size=cfg.chunk_size,
@@ -196,7 +218,7 @@ class DevicePath:
         for job in self._jobs:
             job.abandon()
         self._jobs.clear()
-        for fut in (f for _, f in self._events):
+        for fut in (w.fut for w in self._events):
             if not fut.done():
                 fut.set_exception(ClosedResourceError("node closed"))
                 fut.exception()
@@ -253,29 +275,34 @@ class DevicePath:
         return moved
 
     def _poll_events(self) -> bool:
-        kept: list[tuple[Event, asyncio.Future[None]]] = []
-        for ev, fut in self._events:
-            if fut.done():
-                continue
+        kept: list[_Wait] = []
+        for w in self._events:
             try:
-                if not ev.done():
-                    kept.append((ev, fut))
+                if not w.event.done():
+                    kept.append(w)  # also when its waiter is gone: w.keep lives on
                     continue
             except DeviceError as exc:
-                fut.set_exception(exc)
+                if not w.fut.done():
+                    w.fut.set_exception(exc)
                 continue
-            fut.set_result(None)
+            if not w.fut.done():
+                w.fut.set_result(None)
+            if w.stream is not None and self.stager is not None:
+                self.stager.streams.give(w.stream)
         moved = len(kept) != len(self._events)
         self._events = kept
         return moved
 
-    async def wait(self, event: Event) -> None:
-        """Wait, without blocking the loop, until ``event`` is done (the poller queries it).
+    async def wait(self, event: Event, keep: tuple[Any, ...] = (), stream: Stream | None = None) -> None:
+        """Wait, without blocking the loop, until ``event`` is done (the poller
+        queries it); ``keep`` stays referenced until then, ``stream`` (a copy
+        stream of the pool) is given back then.
 
-        Cancellation: stops waiting; the device work goes on.
+        Cancellation: stops waiting; the device work goes on, and ``keep``
+        lives until it is over.
         """
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._events.append((event, fut))
+        self._events.append(_Wait(event, fut, keep, stream))
         self._kick()
         await fut
 
@@ -298,21 +325,34 @@ class DevicePath:
             raise t.error
         return t
 
-    # ------------------------------------------------------- local copies
-    def _producer_waits(self, gp: Sender, info_stream: Stream, copy_stream: Stream) -> None:
-        """Order ``copy_stream`` after the producer's stream and the sender's gp.stream."""
+    # ------------------------------------------------------------ capture
+    def capture(self, gp: Sender, data: Any, stream: Any = None) -> Captured:
+        """Capture device array ``data`` *now*, at the user's call: events on
+        the producer's stream (``stream``, else the current one of the array's
+        device) and on the sending SGP's ``gp.stream`` order every later copy.
+        ``TypeError`` for what the backend cannot use."""
         backend = self.open().backend
-        backend.wait_event(copy_stream, backend.record_event(info_stream))
+        user = None
+        if stream is not None:
+            device = getattr(data, "device", None)
+            dev = getattr(device, "id", getattr(device, "index", device))
+            user = backend.as_stream(stream, int(dev) if isinstance(dev, int) else backend.get_device())
+        info = backend.inspect(data, user)
+        after = [backend.record_event(info.stream)]
         own = self.sgps.get(gp.pid)
         if own is not None:
-            backend.wait_event(copy_stream, backend.record_event(own.device_stream))
+            after.append(backend.record_event(own.device_stream))
+        return Captured(data, info, tuple(after))
 
-    async def local_payload(self, gp: Sender, data: Any, device: int | None, copy: bool) -> Any:
-        """What a GP of this node receives for device array ``data``: a copy
-        on ``device`` (or ``data`` itself, ``copy=False``), or numpy (None)."""
+    # ------------------------------------------------------- local copies
+    async def local_payload(self, gp: Sender, cap: Captured, pid: int, copy: bool) -> Any:
+        """What GP ``pid`` of this node receives for a captured device array:
+        a copy on its device (or the array itself, ``copy=False``), or numpy
+        for an NGP."""
         stager = self.open()
         backend = stager.backend
-        info = backend.inspect(data)
+        info, data = cap.info, cap.data
+        device = self.sgps.device_of(pid)
         if device is None:  # an NGP: pinned staging into a new numpy array
             out = np.empty(info.nbytes, dtype=np.uint8)
 
@@ -320,27 +360,22 @@ class DevicePath:
                 out[piece.offset: piece.offset + piece.nbytes] = np.frombuffer(buf, dtype=np.uint8)
                 return _DONE
 
-            own = self.sgps.get(gp.pid)
-            if own is not None:
-                s = stager.copy_streams(info.device)[0]
-                backend.wait_event(s, backend.record_event(own.device_stream))
-            await self._transfer(lambda done: stager.send(data, post, on_done=done))
+            await self._transfer(lambda done: stager.send(data, post, on_done=done, info=info, after=cap.after))
             order = info.order or "C"
             shaped = out.view(info.dtype).reshape(info.shape[::-1] if order == "F" else info.shape)
             return shaped.T if order == "F" else shaped
-        if info.device not in self._copy_streams:  # one copy stream per device, made on first use
-            self._copy_streams[info.device] = backend.create_stream(info.device)
-        s = self._copy_streams[info.device]
+        s = stager.streams.take(info.device)
+        for ev in cap.after:
+            backend.wait_event(s, ev)
         if not copy and info.device == device:
-            self._producer_waits(gp, info.stream, s)
-            await self.wait(backend.record_event(s))
+            await self.wait(backend.record_event(s), (data,), s)
             return data
-        dst = backend.empty(info.shape, info.dtype, info.order or "C", device)
-        self._producer_waits(gp, info.stream, s)
-        backend.wait_event(s, backend.record_event(backend.current_stream(device)))  # dst's allocation
+        consumer = self.sgps.stream_of(pid) or backend.current_stream(device)
+        dst = backend.empty(info.shape, info.dtype, info.order or "C", device, consumer)
+        backend.wait_event(s, backend.record_event(consumer))  # dst's block may be one the consumer freed
         src = info.array if info.order is not None else backend.contiguous(info.array, s)
         backend.copy_d2d(src, dst, s)
-        await self.wait(backend.record_event(s))
+        await self.wait(backend.record_event(s), (data, src, dst), s)
         return dst
 
     async def to_device(self, host: Any, pid: int) -> Any:
@@ -359,11 +394,12 @@ class DevicePath:
             np.frombuffer(buf, dtype=np.uint8)[:] = flat[piece.offset: piece.offset + piece.nbytes]
             return _DONE
 
-        t = await self._transfer(lambda done: stager.recv(meta, post, device=device, on_done=done))
+        t = await self._transfer(lambda done: stager.recv(meta, post, device=device, on_done=done,
+                                                          consumer=self.sgps.stream_of(pid)))
         return t.array  # type: ignore[attr-defined]
 
     # -------------------------------------------------------------- sending
-    async def send(self, gp: Sender, streams: StreamTable, dest: str, data: Any, *, com: int, kind: Kind,
+    async def send(self, gp: Sender, streams: StreamTable, dest: str, cap: Captured, *, com: int, kind: Kind,
                    timeout: float | None, copy: bool) -> None:
         """Body of ``gp.send`` for a device array (see the module docstring);
         to another node it travels as a device stream of ``streams``.
@@ -374,20 +410,20 @@ class DevicePath:
         pid = await router.resolve(dest, timeout)
         tgt = router.targets.get(pid) or await router.target(pid, timeout)
         if tgt.remote:
-            await self._send_remote(gp, streams, pid, data, com=com, kind=kind, timeout=timeout, segment_size=None)
+            await self._send_remote(gp, streams, pid, cap, com=com, kind=kind, timeout=timeout, segment_size=None)
             return
-        cost = credit_cost(data)
+        cost = credit_cost(cap.data)
         await router.reserve(tgt, pid, cost, timeout, f"GP {dest!r}", gp.name)
         try:
             async with asyncio.timeout(timeout):
-                payload = await self.local_payload(gp, data, self.sgps.device_of(pid), copy)
+                payload = await self.local_payload(gp, cap, pid, copy)
         except BaseException:
             tgt.unreserve(pid, cost)
             raise
         self._submit(tgt, pid, Message((gp.name, kind, com, payload, gp.pid)))
         self.counts["sent_local"] += 1
 
-    async def send_stream(self, gp: Sender, streams: StreamTable, dest: str, data: Any, *,
+    async def send_stream(self, gp: Sender, streams: StreamTable, dest: str, cap: Captured, *,
                           segment_size: int | None, com: int, timeout: float | None, copy: bool) -> int:
         """Body of ``gp.send_stream`` for a device array, a stream of
         ``streams``; returns its bytes.
@@ -398,21 +434,22 @@ class DevicePath:
             raise ValueError("segment_size must be >= 1")
         pid = await self._router.resolve(dest, timeout)
         if self._tables.process(pid).node != self._rank:
-            return await self._send_remote(gp, streams, pid, data, com=com, kind=None, timeout=timeout,
+            return await self._send_remote(gp, streams, pid, cap, com=com, kind=None, timeout=timeout,
                                            segment_size=segment_size)
-        info = self.open().backend.inspect(data)
+        info = cap.info
         meta = StreamMeta("device", info.nbytes, info.dtype.str, info.shape, com)
-        source = GenSource(lambda out: self._local_segments(out, gp, pid, data, segment_size, copy))
+        source = GenSource(lambda out: self._local_segments(out, gp, pid, cap, segment_size, copy))
         n = await run_sender(streams, gp.pid, pid, meta, source, timeout=timeout, what=f"stream to {dest!r}")
         self.counts["sent_local"] += 1
         return n
 
-    async def _send_remote(self, gp: Sender, streams: StreamTable, pid: int, data: Any, *, com: int, kind: Kind | None,
+    async def _send_remote(self, gp: Sender, streams: StreamTable, pid: int, cap: Captured, *, com: int,
+                           kind: Kind | None,
                            timeout: float | None, segment_size: int | None) -> int:
         """Stage a device array out to GP ``pid`` on another node (a device stream)."""
         tables = self._tables
         stager = self.open()
-        info = stager.backend.inspect(data)  # TypeError for what this backend cannot use
+        info = cap.info
         host = tables.process(pid).node
         chunk = stager.pool.chunk_size
         piece = min(segment_size or chunk, chunk)
@@ -429,20 +466,20 @@ class DevicePath:
         if kind is not None:
             extra["msg"] = int(kind)
         meta = StreamMeta("device", info.nbytes, info.dtype.str, info.shape, com, extra=extra)
-        source = GenSource(lambda out: self._staged_segments(out, gp, data, info, sent, ameta))
+        source = GenSource(lambda out: self._staged_segments(out, gp, cap, sent, ameta))
         n = await run_sender(streams, gp.pid, pid, meta, source, timeout=timeout,
                              what=f"device array to GP {tables.name_of(pid)!r}")
         self.counts["sent_remote"] += 1
         return n
 
-    async def _local_segments(self, out: OutgoingStream, gp: Sender, pid: int, data: Any,
+    async def _local_segments(self, out: OutgoingStream, gp: Sender, pid: int, cap: Captured,
                               segment_size: int | None, copy: bool) -> AsyncGenerator[Any, None]:
         """Chunk source of a device array for a GP of this node: its copy on
         the receiver's device (or numpy for an NGP), in segment views."""
-        payload = await self.local_payload(gp, data, self.sgps.device_of(pid), copy)
+        payload = await self.local_payload(gp, cap, pid, copy)
         if isinstance(out.incoming, DeviceIncomingStream):
             out.incoming.array = payload
-        info = self.open().backend.inspect(data)
+        info = cap.info
         chunk = self.open().pool.chunk_size
         ameta = ArrayMeta(info.dtype, info.shape, _order_of(payload, self.backend),
                           min(segment_size or chunk, chunk))
@@ -450,7 +487,7 @@ class DevicePath:
         for i in range(plan.nsegments):
             yield segment_view(payload, ameta, plan.segment(i))
 
-    async def _staged_segments(self, out: OutgoingStream, gp: Sender, data: Any, info: Any, sent: _OutSend,
+    async def _staged_segments(self, out: OutgoingStream, gp: Sender, cap: Captured, sent: _OutSend,
                                ameta: ArrayMeta) -> AsyncGenerator[Any, None]:
         """Chunk source of a device array for a GP of another node: the
         stager moves it out piece by piece as raw transport messages (its
@@ -467,17 +504,14 @@ class DevicePath:
 
         self._outs.add(sent)
         try:
-            own = self.sgps.get(gp.pid)
-            if own is not None:  # also after the sending SGP's own stream
-                s = stager.copy_streams(info.device)[0]
-                stager.backend.wait_event(s, stager.backend.record_event(own.device_stream))
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
             def staged(_: Transfer) -> None:
                 if not fut.done():
                     fut.set_result(None)
 
-            sent.transfer = stager.send(data, post, piece_size=ameta.piece_size, on_done=staged)
+            sent.transfer = stager.send(cap.data, post, piece_size=ameta.piece_size, on_done=staged, info=cap.info,
+                                        after=cap.after)
             self._kick()
             # the receiver may give up while the pieces go out: stop at once
             await asyncio.wait([fut, out.done], return_when=asyncio.FIRST_COMPLETED)
@@ -537,8 +571,9 @@ class DevicePath:
                 job.attach(HostRecv(ameta, job.post, max_in_flight=self.config.max_in_flight,
                                     on_segment=job.on_segment, on_done=job.on_done))
             else:
+                consumer = self.sgps.stream_of(stream.dest_pid, str(stream.meta.extra.get("to", "")))
                 job.attach(self.open().recv(ameta, job.post, device=device, on_segment=job.on_segment,
-                                            on_done=job.on_done))
+                                            on_done=job.on_done, consumer=consumer))
         except Exception as exc:  # e.g. the device allocation failed: drain what comes
             job.give_up(exc)
         self.counts["received_remote"] += 1

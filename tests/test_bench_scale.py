@@ -1,0 +1,58 @@
+"""``aiopdbp bench scale``: its arithmetic, its in-process cluster and a 2-rank run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aiopdbp.bench.scale import slope, summarise_job
+from aiopdbp.bench.scale_job import cluster_main, registration_messages
+from tests.mpirun import REPO_ROOT, requires_mpi
+
+
+def test_slope_of_a_line_is_its_gradient() -> None:
+    assert slope([3, 7, 15, 31], [10 + 0.5 * x for x in (3, 7, 15, 31)]) == pytest.approx(0.5)
+
+
+def test_slope_of_one_point_is_zero() -> None:
+    assert slope([3], [10]) == 0.0
+
+
+def test_summarise_job_gives_rank_0_and_the_maximum_over_the_others() -> None:
+    recs = [{"rank": r, "open_s": o, "rss_peak_kib": m} for r, o, m in
+            ((0, 1.0, 500), (1, 0.5, 300), (2, 0.7, 200))]
+    row = summarise_job(recs, wall=2.0)
+    assert row["open_s"] == (1.0, 0.7)
+    assert row["rss_peak_kib"] == (500, 300)
+    assert row["wall_s"] == 2.0
+
+
+def test_registration_messages_count_only_the_table_kinds() -> None:
+    sent = {1: {"TableMsg": 3, "CreditMsg": 9}, 2: {"ARMsg": 1, "data": 40}}
+    assert registration_messages(sent) == 4
+
+
+async def test_cluster_program_registers_every_node_and_passes_the_ring(tmp_path: Path) -> None:
+    out = tmp_path / "c.json"
+    await cluster_main(4, out)
+    rec = json.loads(out.read_text(encoding="utf-8"))
+    assert rec["size"] == 4 and rec["ring_s"] > 0
+    assert rec["registration_msgs"] >= 1 and rec["master_registration_msgs"] >= 1
+
+
+@requires_mpi
+@pytest.mark.timeout(120)
+def test_bench_scale_runs_aiopdbp_and_the_raw_twin_in_the_same_run(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "aiopdbp", "bench", "scale", "-n", "2",
+                        "--patterns", "ring", "--cluster", "", "--out", str(tmp_path)],
+                       cwd=REPO_ROOT, capture_output=True, text=True, timeout=110)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads((tmp_path / "scale.json").read_text(encoding="utf-8"))
+    (row,) = doc["mpi"]
+    assert len(row["ranks"]["aiopdbp"]) == 2 and len(row["ranks"]["raw"]) == 2
+    assert row["aiopdbp"]["rss_peak_kib"][0] > 0 and row["raw"]["rss_peak_kib"][0] > 0
+    assert "slopes per peer, ring" in r.stdout

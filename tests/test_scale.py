@@ -1,0 +1,70 @@
+"""Many ranks on few cores (issue 31): a 16-rank oversubscribed job, per-peer state on demand."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.mpirun import REPO_ROOT, requires_mpi, run_mpi
+
+PROGRAM = REPO_ROOT / "benchmarks" / "scale_alltoall.py"
+
+
+def _records(folder: Path, n: int) -> dict[int, dict[str, object]]:
+    recs = {}
+    for path in folder.glob("aiopdbp-*.json"):
+        rec = json.loads(path.read_text(encoding="utf-8"))
+        recs[rec["rank"]] = rec
+    assert sorted(recs) == list(range(n)), f"ranks that wrote: {sorted(recs)}"
+    return recs
+
+
+@requires_mpi
+@pytest.mark.timeout(180)
+def test_16_rank_oversubscribed_ring_job_links_only_the_peers_it_talks_to(tmp_path: Path) -> None:
+    r = run_mpi(PROGRAM, n=16, args=["--pattern", "ring", "--units", "5", "--out", str(tmp_path)],
+                timeout=170, max_ranks=16)
+    assert r.returncode == 0, r.stdout + r.stderr
+    recs = _records(tmp_path, 16)
+    for rank in range(16):   # ring neighbours, the dissemination barrier's r + 2^k, 0 <-> 3's pings
+        talked = {(rank - 1) % 16, (rank + 1) % 16} | {(rank + (1 << k)) % 16 for k in range(4)}
+        talked |= {3} if rank == 0 else {0} if rank == 3 else set()
+        assert set(recs[rank]["links"]) <= talked, (rank, recs[rank]["links"])  # type: ignore[arg-type]
+
+
+@pytest.mark.timeout(60)
+async def test_all_to_all_within_a_pool_budget_smaller_than_one_row_set_per_peer() -> None:
+    from aiopdbp.hosts.remote import RemoteConfig
+    from aiopdbp.runtime.cluster import open_cluster
+
+    n, count = 4, 60
+    names = [f"a2a-{r}" for r in range(n)]
+    cfg = RemoteConfig(pool_blocks=6)   # rows of 3 peers x 2 directions would want 24 blocks
+    async with open_cluster(n, remote=cfg) as nodes:
+
+        async def member(r: int) -> dict[str, list[int]]:
+            async with nodes[r].process(names[r]) as gp:
+                for name in names:
+                    await nodes[r].lookup(name, timeout=20)
+
+                async def send_all() -> None:
+                    for i in range(count):
+                        for peer in names:
+                            if peer != names[r]:
+                                await gp.send(peer, i.to_bytes(4, "little"), timeout=20)
+
+                sender = asyncio.create_task(send_all())
+                got: dict[str, list[int]] = {}
+                for _ in range(count * (n - 1)):
+                    msg = await gp.recv(timeout=20)
+                    got.setdefault(msg.source, []).append(int.from_bytes(msg.data, "little"))  # type: ignore[union-attr]
+                await sender
+                return got
+
+        results = await asyncio.gather(*(member(r) for r in range(n)))
+        for r, got in enumerate(results):
+            assert got == {name: list(range(count)) for name in names if name != names[r]}
+        assert all(node.stats().pool["umb"]["nblocks"] == 6 for node in nodes)  # type: ignore[index]
