@@ -44,6 +44,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import numpy as np
+import pytest
 
 import aiopdbp
 from aiopdbp import (
@@ -2272,8 +2273,13 @@ async def remote_errors_keep_their_message(ctx: Ctx) -> None:
 async def malformed_frame_fails_the_link(ctx: Ctx) -> None:
     """A frame from a peer that fails to decode fails the link to that peer
     with a ProtocolError naming it -- the cause every later sender sees --
-    and never crashes the receiving host's loop."""
-    if ctx.size == 1:
+    never crashes the receiving host's loop, and stops the job: every
+    other host, the sender included, hears of it (it fails the receiver
+    too) and table requests stop waiting for answers."""
+    from aiopdbp.runtime.job import current_job
+    if ctx.size == 1 or current_job() is not None:
+        # Under aiopdbp.run (the MPI runner) the error stops the whole job,
+        # every later scenario with it: tests/test_hostile.py runs that case.
         return
     # the sequencer (rank 0) is the bad one: the victim's table updates
     # travel on the control channel, which a failed data link leaves alone
@@ -2281,17 +2287,17 @@ async def malformed_frame_fails_the_link(ctx: Ctx) -> None:
     target = ctx.name("t", bad_r)
     if ctx.rank == bad_r:
         await ctx.process("t", bad_r)
+    if ctx.rank == victim_r:  # (before the bad frame: table requests stop with it)
+        me = await ctx.process("v")
     await ctx.barrier("ready")
+    if ctx.rank == victim_r:
+        await ctx.lookup(target)
+    await ctx.barrier("looked")
     if ctx.rank == bad_r:
         from aiopdbp.transport.base import Channel
         # a well-formed level-1 header announcing a kind that does not exist
         await ctx.node.transport.send(victim_r, Channel.DATA, [bytes([1, 0x7F, 1, 0, 4, 0, 0, 0, 0, 0, 0, 0])])
-        # keep "t" registered until the victim has checked (tables travel
-        # on the control channel, which the failed data link does not hold up)
-        await ctx.node.lookup(ctx.name("checked"), timeout=ctx.timeout)
     if ctx.rank == victim_r:
-        me = await ctx.process("v")
-        await ctx.lookup(target)
 
         async def refused() -> BaseException | None:
             try:
@@ -2308,7 +2314,16 @@ async def malformed_frame_fails_the_link(ctx: Ctx) -> None:
         # the loop still runs: local work goes on
         await me.send(me.name, b"still alive")
         assert (await me.recv(timeout=ctx.timeout)).data == b"still alive"  # type: ignore[union-attr]
-        await ctx.node.register(ctx.name("checked"))
+        # the job stops: no table request waits for the sequencer any more
+        with pytest.raises(aiopdbp.RankFailedError, match="the job is stopping"):
+            await ctx.node.register(ctx.name("late"))
+        assert bad_r in ctx.node.stats().failed_hosts
+    else:
+        # the victim's stop notice reached this host: it no longer talks to the victim
+        deadline = time.monotonic() + ctx.timeout
+        while victim_r not in ctx.node.stats().failed_hosts:
+            assert time.monotonic() < deadline, "the victim's stop notice never came"
+            await asyncio.sleep(0.01)
 
 
 # ================================================ per-destination flow control

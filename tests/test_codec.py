@@ -901,3 +901,44 @@ stream_records = st.lists(
 def test_mutated_short_block_with_streams_decodes_or_raises_protocol_error(records: list[Any],
                                                                           data: st.DataObject) -> None:
     _decode_mutated_shorts(records, data, _opened)
+
+
+# ---------------------------- strings that decode are strings (issue 28 item 4)
+_SMILE = "\U0001F600".encode("utf-32-le")            # a valid code point, marked in the frame
+_BEYOND = (0x110000).to_bytes(4, "little")           # one past U+10FFFF
+
+
+def _beyond_unicode(frame: bytes) -> bytes:
+    assert frame.count(_SMILE) == 1
+    return frame.replace(_SMILE, _BEYOND)
+
+
+def test_unicode_array_beyond_u10ffff_in_a_frame_is_refused_at_decode() -> None:
+    frame = _beyond_unicode(frame_of(CDU(Kind.SHORT, 1, (2,), np.array(["a\U0001F600"], dtype="<U2"))))
+    with pytest.raises(ProtocolError, match="beyond U\\+10FFFF"):
+        decode(frame)
+
+
+def test_unicode_array_beyond_u10ffff_in_a_short_record_is_refused_at_decode() -> None:
+    from aiopdbp.wire import core
+    frame = _beyond_unicode(encode_shorts([(2, 1, Kind.SHORT, 0, np.array(["\U0001F600"], dtype="<U1"))]))
+    with pytest.raises(ProtocolError, match="beyond U\\+10FFFF"):
+        core.BlockReader().read(frame)
+
+
+def test_unicode_array_beyond_u10ffff_in_a_split_payload_is_refused_at_decode() -> None:
+    from aiopdbp.wire.codec import decode_split, encode_split, split_array
+    head, payload = encode_split(CDU(Kind.SHORT, 1, (2,), np.array(["\U0001F600"] * 4, dtype=">U1")))
+    bad = bytes(payload).replace("\U0001F600".encode("utf-32-be"), (0x110000).to_bytes(4, "big"))
+    with pytest.raises(ProtocolError, match="beyond U\\+10FFFF"):
+        decode_split(head, bad)
+    arr = split_array(head)
+    assert arr is not None
+    with pytest.raises(ProtocolError, match="beyond U\\+10FFFF"):
+        arr.array(bad)
+
+
+def test_unicode_arrays_within_range_decode_unchanged() -> None:
+    for a in (np.array(["ab", "\U0010FFFF"]), np.array("xyz"), np.array([["\ud800"]], dtype=">U1")):
+        got = decode_one(frame_of(CDU(Kind.SHORT, 1, (2,), a))).data
+        assert got.dtype == a.dtype and got.tolist() == a.tolist()

@@ -133,3 +133,72 @@ def test_stream_dones_message_completes_each_stream_it_names() -> None:
     streams = _Done()
     _credit(_Sent(), streams).on_stream_dones(2, StreamDonesMsg(2, [4, 9]))
     assert streams.done_calls == [((2, 4), None, 2), ((2, 9), None, 2)]
+
+
+class _Silent:
+    """A control channel whose messages go nowhere (rank 0 never answers)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, object]] = []
+
+    def send(self, dest: int, msg: object, on_fail: object = None) -> None:
+        self.sent.append((dest, msg))
+
+
+@pytest.mark.timeout(10)
+async def test_table_request_rank_0_never_answers_fails_after_the_reply_timeout() -> None:
+    from aiopdbp.errors import BrokenResourceError
+    from aiopdbp.hosts.sequencer import Sequencer
+    from aiopdbp.hosts.tables import Tables
+
+    channel = _Silent()
+    seq = Sequencer(1, 2, Tables(), channel, gp_window=1 << 20, reply_timeout=0.2)  # type: ignore[arg-type]
+    with pytest.raises(BrokenResourceError, match="host 0 did not answer proc_free within 0.2 s"):
+        await seq.commit("proc_free", (5,))
+    assert [type(m).__name__ for _, m in channel.sent] == ["ReleaseMsg"]
+
+
+def test_second_bye_and_data_after_bye_are_protocol_errors() -> None:
+    from aiopdbp.errors import ProtocolError
+    from aiopdbp.hosts.inbound import Inbound
+
+    failed: list[tuple[int, BaseException]] = []
+    inbound = Inbound(0, 2, None, None, None, name_of=str,  # type: ignore[arg-type]
+                      fail_host=lambda h, e: failed.append((h, e)), block_size=1 << 16, allow_pickle=False)
+    inbound.on_bye(1, ByeMsg(0))
+    with pytest.raises(ProtocolError, match="second BYE from host 1"):
+        inbound.on_bye(1, ByeMsg(3))
+    inbound.on_data(1, memoryview(bytes(16)))     # a data message after the forged BYE(0)
+    assert [(h, type(e).__name__) for h, e in failed] == [(1, "ProtocolError")]
+    assert "data message 1 after a BYE that said 0" in str(failed[0][1])
+
+
+def test_split_payload_that_lands_at_once_is_delivered() -> None:
+    """A bulk receive may complete inside ``recv_bulk`` (the payload was
+    there already): the landing must be queued before it is posted."""
+    import numpy as np
+
+    from aiopdbp.hosts.inbound import Inbound
+    from aiopdbp.wire.codec import encode_split
+    from aiopdbp.wire.mesp import CDU, Kind
+
+    class AtOnce:
+        bulk_tags = 4
+
+        def recv_bulk(self, source: int, tag: int, nbytes: int, out: object, done: Any) -> None:
+            done(np.ones(nbytes, np.uint8))
+
+    class Router:
+        def __init__(self) -> None:
+            self.got: list[Any] = []
+
+        def place_messages(self, host: int, pids: tuple[int, ...], item: Any, cost: int) -> None:
+            self.got.append((host, pids, item))
+
+    router = Router()
+    inbound = Inbound(0, 2, None, router, None, name_of=str, fail_host=lambda h, e: None,  # type: ignore[arg-type]
+                      block_size=1 << 16, allow_pickle=False, bulk=AtOnce())  # type: ignore[arg-type]
+    head, _ = encode_split(CDU(Kind.SHORT, 1, (2,), np.zeros(1 << 16, np.uint8)))
+    inbound.on_data(1, memoryview(head))
+    assert [(h, pids) for h, pids, _ in router.got] == [(1, (2,))]
+    assert inbound.drained(()) is False  # (no BYE yet) but nothing waits behind the payload

@@ -7,6 +7,13 @@ being talked to (a malformed message, its stop notice, its loss): the first
 cause is kept and everything that depends on the host -- its link, the
 streams to and from it -- fails with that cause.
 
+*A peer that breaks the protocol.*  :meth:`HostFailures.protocol_error`
+fails the host and then the whole job, blaming the sending rank: a peer
+whose frames cannot be trusted cannot be trusted to close either (it may
+wait for an answer that the failed link never carries), so every rank is
+told (``StopMsg`` naming the sender and its ``ProtocolError``), the
+sender included, and exits as after any rank's failure.
+
 *Liveness.*  With a ``host_timeout`` a heartbeat thread
 (:mod:`aiopdbp.hosts.liveness`, started through the ``heartbeat`` callable
 handed in at construction) notices a host that went silent;
@@ -41,6 +48,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from aiopdbp.env import record_failure
 from aiopdbp.errors import HostLostError, RankFailedError
 from aiopdbp.hosts.channel import ControlChannel
 from aiopdbp.stall import StallWatch, WaitEdge
@@ -81,6 +89,12 @@ class Stop:
     @property
     def exit_code(self) -> int:
         return 128 + self.signal if self.kind is StopKind.INTERRUPTED else 1
+
+
+def summary(exc: BaseException) -> str:
+    """``ProtocolError: bad version``: an exception in one line."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def where(rank: int, gp: str = "") -> str:
@@ -127,6 +141,7 @@ class HostFailures:
         self.lost: dict[int, BaseException] = {}
         self.peer_stop: Stop | None = None
         self._acks: set[int] | None = None
+        self._protocol_stop = False
         self._closing = False
         self._heartbeat: Beat | None = None
         self._lost_callbacks: list[LostCallback] = []
@@ -139,6 +154,22 @@ class HostFailures:
             self.failed[host] = exc
             log.debug("host %d: %s", host, exc)
         self._break_host(host, self.failed[host])
+
+    def protocol_error(self, host: int, exc: BaseException) -> None:
+        """Host ``host`` sent what the protocol does not allow: fail it, then
+        stop the job naming it and ``exc`` (once; later errors are logged)."""
+        self.fail_host(host, exc)
+        if self._protocol_stop:
+            return
+        self._protocol_stop = True
+        stop = Stop(StopKind.PEER_FAILED, host, 0, summary(exc))
+        record_failure(1)   # the job's status for `aiopdbp launch`: the sender reports nothing
+        # Every rank hears of it, the sender too: it may wait on this rank
+        # (a table request, the closing handshake) and must stop waiting.
+        self.tell_peers(stop)
+        job = self._job()
+        if job is not None:
+            job.request_stop(stop, tell=False)
 
     # ------------------------------------------------------------ liveness
     def start(self, loop: asyncio.AbstractEventLoop) -> None:

@@ -167,6 +167,9 @@ class Inbound:
         if s is None:
             return
         s.received += 1
+        if s.bye is not None and s.received > s.bye:
+            self._malformed(src, ProtocolError(f"data message {s.received} after a BYE that said {s.bye}"))
+            return
         if s.queue:
             self._behind(s, buf)
             return
@@ -183,7 +186,10 @@ class Inbound:
                 head = bytes(buf)
                 arr = self._arrays.get(head)
                 if arr is not None:  # a split header seen before: post its receive now
-                    self._land(s, head, arr)
+                    try:
+                        self._land(s, head, arr)
+                    except ProtocolError as exc:
+                        self._malformed(src, exc)
                     return
         slot = self._slots.pop(id(buf), None) if self._slots else None
         try:
@@ -271,11 +277,26 @@ class Inbound:
             # One GP's array, and nothing of this host's is ahead of it (the
             # GP's next message must be this one): its own buffer may do.
             out = self._landing(pid, nbytes)
+        self.admit(s.host, nbytes)
         entry = _Landing(head, arr)
-        s.queue.append(entry)
+        s.queue.append(entry)   # before the receive: it may land at once
         tag = s.bulk_seq
         s.bulk_seq = (tag + 1) % bulk.bulk_tags
-        bulk.recv_bulk(s.host, tag, nbytes, out, functools.partial(self._landed, s, entry))
+        try:
+            bulk.recv_bulk(s.host, tag, nbytes, out, functools.partial(self._landed, s, entry))
+        except MemoryError:
+            # what the header announced cannot be held here: the sender's
+            # fault or not, its frames cannot be taken any more
+            s.queue.remove(entry)
+            raise ProtocolError(f"no memory for the {nbytes}-byte payload announced by host {s.host}") \
+                from None
+
+    def admit(self, host: int, nbytes: int) -> None:
+        """The check before a payload's receive is posted: raises
+        :class:`~aiopdbp.errors.ProtocolError` when ``host`` announced more
+        than it may send, so no receive of that size is posted.  The frame
+        limits bound it here (``split_target``); the credit book sets this
+        to the bound of what this host granted ``host``."""
 
     def _landed(self, s: _Source, entry: _Landing, buf: Any) -> None:
         entry.buf = buf
@@ -330,8 +351,15 @@ class Inbound:
 
     # ---------------------------------------------------------------- closing
     def on_bye(self, src: int, msg: ByeMsg) -> None:
+        """Host ``src`` closes, having sent ``msg.sent`` data messages (a
+        second BYE, or one saying fewer than arrived, is a
+        :class:`~aiopdbp.errors.ProtocolError`)."""
         s = self._source(src)
         if s is not None:
+            if s.bye is not None:
+                raise ProtocolError(f"second BYE from host {src} (said {s.bye}, now {msg.sent})")
+            if msg.sent < s.received:
+                raise ProtocolError(f"BYE from host {src} says {msg.sent} data messages, {s.received} arrived")
             s.bye = msg.sent
 
     def _source(self, src: int) -> _Source | None:

@@ -131,7 +131,8 @@ class Remote:
         self.pool = BufferPool(size, cfg.row_capacity, cfg.block_size, nblocks, cfg.initial,
                                cfg.threshold, local=rank)
         self.channel = ControlChannel(transport)
-        self.sequencer = Sequencer(rank, size, tables, self.channel, gp_window=cfg.gp_window)
+        self.sequencer = Sequencer(rank, size, tables, self.channel, gp_window=cfg.gp_window,
+                                   reply_timeout=cfg.close_timeout)
         self.credit = Credit(rank, size, transport, self.pool.send, self.channel, router, streams,
                              window=self.sequencer.window, block_size=cfg.block_size, large=cfg.large,
                              max_inflight=cfg.max_inflight, allow_pickle=allow_pickle)
@@ -139,7 +140,7 @@ class Remote:
                                      stop_waiting=self.sequencer.stop_waiting, job=job,
                                      heartbeat=self._heartbeat, lost_grace=cfg.lost_grace)
         self.inbound = Inbound(rank, size, self.pool.recv, router, streams, name_of=tables.name_of,
-                               fail_host=self.failures.fail_host, block_size=cfg.block_size,
+                               fail_host=self.failures.protocol_error, block_size=cfg.block_size,
                                allow_pickle=allow_pickle, bulk=transport,
                                landing=getattr(getattr(router, "landings", None), "take", None))
         self.stalls = StallRelay(rank, size, self.channel, stall, lambda h: h in self.failures.failed)
@@ -186,9 +187,13 @@ class Remote:
             msg = self.channel.decode(src, buf)
         except ProtocolError as exc:
             log.error("malformed control message from host %d: %s", src, exc)
-            self.failures.fail_host(src, ProtocolError(f"malformed control message from host {src}: {exc}"))
+            self.failures.protocol_error(src, ProtocolError(f"malformed control message from host {src}: {exc}"))
             return
-        self._dispatch(src, msg)
+        try:
+            self._dispatch(src, msg)
+        except ProtocolError as exc:  # a message out of place (a second BYE, ...)
+            log.error("control message out of place from host %d: %s", src, exc)
+            self.failures.protocol_error(src, ProtocolError(f"{type(msg).__name__} from host {src}: {exc}"))
 
     def _break_host(self, host: int, exc: BaseException) -> None:
         self.credit.fail(host, exc)

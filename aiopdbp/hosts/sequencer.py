@@ -19,6 +19,12 @@ the same channel, so the requester has applied the update when its
 did with ``CancelMsg``.  Equal ``Tables.digest`` on every host proves the
 order is one.
 
+*Bounded waits.*  Rank 0 answers a request as soon as it arrives, so a
+request unanswered for ``reply_timeout`` seconds means rank 0 is gone or
+no longer talks to this host (it failed it): the wait fails with
+:class:`~aiopdbp.errors.BrokenResourceError` instead of lasting forever (a
+GP freed while the job closes waits here).
+
 *Stopping.*  When the job stops (:meth:`Sequencer.stop_waiting`) rank 0 may be
 gone: every pending request fails, undoing updates (release, free) are
 applied here only, and nothing new starts.
@@ -65,8 +71,9 @@ class Sequencer:
     """This host's replica of the tables, kept in rank 0's order."""
 
     def __init__(self, rank: int, size: int, tables: Tables, channel: ControlChannel, *,
-                 gp_window: int) -> None:
+                 gp_window: int, reply_timeout: float = 60.0) -> None:
         self.rank = rank
+        self.reply_timeout = reply_timeout
         self.size = size
         self.tables = tables
         self._channel = channel
@@ -148,6 +155,8 @@ class Sequencer:
 
         Cancellation: the update may still be applied (its request is on the
         way to rank 0); a registration or binding it made is then undone.
+        No answer within ``reply_timeout`` raises
+        :class:`~aiopdbp.errors.BrokenResourceError`.
         """
         if self.rank == 0:
             return self._sequence(op, list(args))
@@ -175,7 +184,12 @@ class Sequencer:
         self._channel.send(0, msg, lambda exc: self._resolve(
             req, None, BrokenResourceError(f"host 0 is unreachable: {exc}")))
         try:
-            return await fut
+            async with asyncio.timeout(self.reply_timeout):
+                return await fut
+        except TimeoutError:
+            self._cancelled.add(req)  # undo it if rank 0 does it late
+            raise BrokenResourceError(
+                f"host 0 did not answer {op} within {self.reply_timeout} s") from None
         except asyncio.CancelledError:
             if not fut.done() or fut.cancelled():
                 self._cancelled.add(req)  # undo it if rank 0 does it anyway

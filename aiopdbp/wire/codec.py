@@ -40,7 +40,7 @@ from aiopdbp.wire.mesp import (
     byte_view,
     read_header,
 )
-from aiopdbp.wire.payload import decode_ndarray, decode_pickle, encode_payload, ndarray_meta
+from aiopdbp.wire.payload import check_text, decode_ndarray, decode_pickle, encode_payload, ndarray_meta
 from aiopdbp.wire.shorts import ShortStream, decode_short_runs
 
 __all__ = ["Decoder", "bp_header", "decode", "decode_split", "encode_block", "encode_cdu", "encode_control",
@@ -343,9 +343,10 @@ def _read_split(head: Buffer, nbytes: int | None,
 def _array(pv: Buffer, dt: np.dtype[Any], shape: tuple[int, ...], n: int) -> np.ndarray[Any, Any]:
     try:
         data = np.frombuffer(pv, dt, n)
-        return data if len(shape) == 1 else data.reshape(shape)
+        data = data if len(shape) == 1 else data.reshape(shape)
     except (ValueError, OverflowError) as exc:
         raise ProtocolError(f"bad ndarray shape {shape}") from exc
+    return check_text(data)
 
 
 def decode_split(head: Buffer, payload: Buffer, *, limits: Limits = DEFAULT_LIMITS) -> CDU:

@@ -240,6 +240,23 @@ def _ndarray_meta_slow(mv: memoryview, off: int, end: int,
     return dt, shape, count, _align(off + 1 + 8 * ndim)
 
 
+#: the largest Unicode code point: a ``U`` array holding more decodes, but
+#: numpy raises SystemError when an element becomes a str (a[0], repr, tolist)
+_MAX_CODE_POINT = 0x10FFFF
+
+
+def check_text(arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``arr`` itself; a unicode array (``<U``/``>U``) holding a code point
+    beyond U+10FFFF raises :class:`~aiopdbp.errors.ProtocolError` (every
+    other array passes without a look at its data)."""
+    dt = arr.dtype
+    if dt.kind == "U" and arr.size:
+        codes = np.ascontiguousarray(arr).reshape(-1).view(np.dtype(np.uint32).newbyteorder(dt.byteorder))
+        if int(codes.max()) > _MAX_CODE_POINT:
+            raise ProtocolError(f"{dt} array holds a code point beyond U+10FFFF")
+    return arr
+
+
 def decode_ndarray(mv: memoryview, off: int, end: int, plen: int,
                    limits: Limits) -> tuple[np.ndarray[Any, Any], int]:
     """The NDARRAY payload whose meta starts at ``off``: (a zero-copy array
@@ -251,7 +268,7 @@ def decode_ndarray(mv: memoryview, off: int, end: int, plen: int,
         arr = np.frombuffer(mv, dt, count, off).reshape(shape)
     except (ValueError, OverflowError) as exc:
         raise ProtocolError(f"bad ndarray shape {shape}") from exc
-    return arr, off + plen
+    return check_text(arr), off + plen
 
 
 def decode_pickle(mv: memoryview, off: int, end: int, plen: int, limits: Limits) -> tuple[Any, int]:
@@ -299,6 +316,7 @@ def decode_short_ndarray(b: bytes, off: int, stop: int, limits: Limits) -> np.nd
         raise ProtocolError(f"short ndarray {shape} of {dt} does not match {stop - mend} bytes")
     try:
         arr = np.frombuffer(b, dt, count, mend)
-        return (arr if len(shape) == 1 else arr.reshape(shape)).copy()
+        arr = (arr if len(shape) == 1 else arr.reshape(shape)).copy()
     except (ValueError, OverflowError) as exc:
         raise ProtocolError(f"bad ndarray shape {shape}") from exc
+    return check_text(arr)
