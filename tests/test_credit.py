@@ -288,3 +288,131 @@ async def test_pipe_slot_handed_to_a_sender_is_not_taken_by_a_newcomer() -> None
         pipe.send_nowait(2)
     await parked
     assert pipe.receive_nowait() == 1
+
+
+# ------------------------------------------------ fairness (issue 28 item 3)
+@pytest.mark.timeout(10)
+async def test_senders_on_one_destination_share_each_grant_fairly() -> None:
+    """Six senders loop on one destination whose reader returns a quarter
+    window at a time: a sender that was just served and sends again must not
+    spend the rest of the grant on the fast path before the others ran."""
+    link = _link()
+    link.reserve_nowait(PID, WINDOW)            # the whole window is out
+    counts = [0] * 6
+
+    async def sender(i: int) -> None:
+        while True:
+            try:                                # the router's order: fast path, then wait
+                link.reserve_nowait(PID, 10)
+            except WouldBlock:
+                await link.reserve(PID, 10)
+            counts[i] += 1
+
+    tasks = [asyncio.create_task(sender(i)) for i in range(6)]
+    await _parked(link, 6)
+    for _ in range(40):
+        link.grant(PID, WINDOW // 4)            # 25 messages' worth
+        for _ in range(10):
+            await asyncio.sleep(0)
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    mean = sum(counts) / len(counts)
+    assert sum(counts) >= 40 * 25 - 6, counts    # every grant was used
+    assert all(mean / 2 <= c <= mean * 2 for c in counts), counts
+
+
+@pytest.mark.timeout(10)
+async def test_uncontended_destination_takes_the_fast_path() -> None:
+    link = _link()
+    for _ in range(WINDOW // 10):
+        link.reserve_nowait(PID, 10)            # never parks, never waits a turn
+    assert link.stats().credit_waits == 0
+
+
+# ------------------------------- the gate itself, sans-I/O (aiopdbp.hosts.gate)
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from aiopdbp.hosts.gate import CreditGate, ParkingLot  # noqa: E402
+
+_EVENTS = st.lists(st.tuples(st.sampled_from(["send", "grant", "run", "cancel"]),
+                             st.integers(1, 2 * WINDOW), st.integers(0, 10)), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_EVENTS)
+def test_gate_serves_in_order_never_loses_credit_and_never_strands_a_covered_head(
+        events: list[tuple[str, int, int]]) -> None:
+    """Events in any order: senders (admitted or parked), grants of what was
+    taken, woken senders running, cancels.  The gate wakes in park order,
+    the credit is exactly window - taken + returned, a head the credit
+    covers is never left parked, and a sender parked past a grant has asked."""
+    gate = CreditGate(WINDOW, clock=lambda: 0.0)
+    out = 0                                   # bytes taken and not returned
+    parked: list[tuple[object, int]] = []     # the model's FIFO
+    woken: list[tuple[object, int]] = []      # served, not run yet
+    order: list[object] = []
+    asked = False
+
+    def apply(wake: Any) -> None:
+        nonlocal asked
+        for tok in wake.tokens:
+            assert parked and parked[0][0] is tok, "woken out of order"
+            woken.append(parked.pop(0))
+            order.append(tok)
+        asked = asked or wake.ask
+
+    for kind, n, k in events:
+        if kind == "send":
+            if gate.admit(PID, n):
+                assert not gate.contended(PID) and not parked and not woken
+                out += n
+            else:
+                tok = object()
+                parked.append((tok, n))
+                out += n                      # reserved now or when served
+                apply(gate.park(PID, n, tok))
+        elif kind == "grant":
+            back = min(n, out - sum(m for _, m in parked))   # only what was handed out
+            if back > 0:
+                out -= back
+                asked = False
+                apply(gate.grant(PID, back))
+        elif kind == "run" and woken:
+            woken.pop(k % len(woken))
+            gate.resumed(PID)
+        elif kind == "cancel" and (parked or woken):
+            if woken and k % 2:
+                tok, m = woken.pop(k % len(woken))
+                apply(gate.cancel(PID, m, tok, True))
+            else:
+                tok, m = parked.pop(k % len(parked))
+                apply(gate.cancel(PID, m, tok, False))
+            out -= m
+        waiting = sum(m for _, m in parked)
+        assert gate.credit(PID) == WINDOW - (out - waiting)
+        if parked:
+            head = parked[0][1]
+            assert gate.credit(PID) < min(head, WINDOW), "a covered head left parked"
+            assert asked, "a parked sender that has not asked"
+        assert gate.contended(PID) == bool(parked or woken)
+        assert gate.parked() == len(parked)
+
+
+def test_failed_gate_hands_back_every_parked_token_and_is_open_again() -> None:
+    gate = CreditGate(WINDOW)
+    assert gate.admit(PID, WINDOW)
+    toks = [object(), object()]
+    for t in toks:
+        gate.park(PID, 10, t)
+    assert gate.fail() == toks
+    assert not gate.contended(PID) and gate.parked() == 0
+
+
+def test_parking_lot_is_fifo_and_removes_from_anywhere() -> None:
+    lot: ParkingLot[str] = ParkingLot()
+    for name, need in [("a", 1), ("b", 2), ("c", 3)]:
+        lot.park(name, need)
+    assert lot.remove("b") and not lot.remove("b")
+    assert lot.head_need() == 1 and lot.pop() == "a"
+    assert lot.pop() == "c" and not lot
