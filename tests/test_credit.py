@@ -382,7 +382,7 @@ def test_gate_serves_in_order_never_loses_credit_and_never_strands_a_covered_hea
             woken.pop(k % len(woken))
             gate.resumed(PID)
         elif kind == "cancel" and (parked or woken):
-            if woken and k % 2:
+            if woken and (k % 2 or not parked):
                 tok, m = woken.pop(k % len(woken))
                 apply(gate.cancel(PID, m, tok, True))
             else:
