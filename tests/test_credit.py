@@ -373,7 +373,8 @@ def test_gate_serves_in_order_never_loses_credit_and_never_strands_a_covered_hea
                 out += n                      # reserved now or when served
                 apply(gate.park(PID, n, tok))
         elif kind == "grant":
-            back = min(n, out - sum(m for _, m in parked))   # only what was handed out
+            # only what was sent: not what parked or woken senders hold
+            back = min(n, out - sum(m for _, m in parked) - sum(m for _, m in woken))
             if back > 0:
                 out -= back
                 asked = False
@@ -416,3 +417,74 @@ def test_parking_lot_is_fifo_and_removes_from_anywhere() -> None:
     assert lot.remove("b") and not lot.remove("b")
     assert lot.head_need() == 1 and lot.pop() == "a"
     assert lot.pop() == "c" and not lot
+
+
+# ------------------------------------ the receiving side's book (CreditBook)
+from aiopdbp.hosts.gate import LATER, NOW, SOON, CreditBook  # noqa: E402
+
+
+def test_book_returns_owed_credit_in_quarter_windows() -> None:
+    book = CreditBook(WINDOW)
+    book.delivered(1, PID, 300)
+    assert book.taken(1, PID, 100) == LATER and book.grants() == {}
+    assert book.taken(1, PID, 200) == SOON
+    assert book.grants() == {1: [(PID, 300)]}
+
+
+def test_book_answers_an_ask_once_the_reader_has_caught_up() -> None:
+    book = CreditBook(WINDOW)
+    book.delivered(1, PID, 150)
+    assert book.taken(1, PID, 100) == LATER
+    assert book.ask(1, PID) == LATER             # 50 of ours still wait in the pipe
+    assert book.taken(1, PID, 50) == SOON
+    assert book.grants() == {1: [(PID, 150)]}
+
+
+def test_book_returns_a_whole_window_at_once() -> None:
+    book = CreditBook(WINDOW)
+    book.delivered(2, PID, 3 * WINDOW)
+    assert book.taken(2, PID, 3 * WINDOW) == NOW
+    assert book.grants() == {2: [(PID, 3 * WINDOW)]}
+
+
+_FLOW = st.lists(st.tuples(st.sampled_from(["send", "arrive", "take", "flush", "grant", "ask"]),
+                           st.integers(1, 3 * WINDOW // 2)), max_size=80)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_FLOW)
+def test_book_admits_everything_an_honest_sender_sends(events: list[tuple[str, int]]) -> None:
+    """A sender by the gate's rule, a receiver by the book's, channels that
+    delay in order: every message that arrives is within what the book says
+    the sender was granted (admission by grant never refuses an honest peer),
+    and the book never owes more than was delivered."""
+    gate, book = CreditGate(WINDOW, clock=lambda: 0.0), CreditBook(WINDOW)
+    data: list[int] = []      # in flight to the receiver
+    pipe: list[int] = []      # delivered, not taken
+    grants: list[int] = []    # in flight back to the sender
+    for kind, n in events:
+        if kind == "send" and gate.admit(PID, n):
+            data.append(n)
+        elif kind == "arrive" and data:
+            m = data.pop(0)
+            assert book.admits(1, PID, m), (book.outstanding(1, PID), m)
+            book.delivered(1, PID, m)
+            pipe.append(m)
+        elif kind == "take" and pipe:
+            book.taken(1, PID, pipe.pop(0))
+        elif kind == "ask":
+            book.ask(1, PID)
+        elif kind == "flush":
+            grants += [g for _, g in book.grants().get(1, [])]
+            out = sum(data) + sum(grants) + book.outstanding(1, PID)
+            assert out == WINDOW - gate.credit(PID)   # no credit made or lost
+        elif kind == "grant" and grants:
+            gate.grant(PID, grants.pop(0))
+    assert not book.admits(1, PID, WINDOW + 1) or book.outstanding(1, PID) <= 0
+
+
+def test_book_refuses_a_size_beyond_what_it_granted() -> None:
+    book = CreditBook(WINDOW)
+    book.delivered(1, PID, 600)
+    assert book.admits(1, PID, 400)
+    assert not book.admits(1, PID, 401)             # 1 byte past the window: a broken peer

@@ -10,6 +10,10 @@ whether to ask for credit).  The shell does the waking and the sending.
 * :class:`CreditGate` -- one link's credit towards every GP of one host:
   ``admit`` (the fast path), ``park``, ``grant``, ``cancel``, ``resumed``,
   ``fail``.  The rule is documented in :mod:`aiopdbp.hosts.link` ("Credit").
+* :class:`CreditBook` -- the receiving side: what each (sending host, GP)
+  has delivered and not had back, what is owed, the asks, and the grants to
+  send (``delivered``, ``taken``, ``owe``, ``ask`` -> when to send;
+  ``grants`` -> what).  The router (:mod:`aiopdbp.routing.router`) feeds it.
 
 *Fairness.*  A destination is **contended** from the moment a sender parks
 for it until the queue is empty *and* every sender the gate woke has run
@@ -29,7 +33,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Generic, NamedTuple, TypeVar
 
-__all__ = ["CreditGate", "GateWait", "ParkingLot", "Wake"]
+__all__ = ["LATER", "NOW", "SOON", "CreditBook", "CreditGate", "GateWait", "ParkingLot", "Wake"]
 
 W = TypeVar("W")
 
@@ -244,3 +248,95 @@ class CreditGate:
 
     def _uncontend(self, pid: int) -> None:
         del self._dests[pid]
+
+
+#: when the grants of a :class:`CreditBook` are due: nothing new, at the end
+#: of the loop iteration (with the others), or at once
+LATER, SOON, NOW = 0, 1, 2
+
+
+class CreditBook:
+    """The receiving host's credit towards the senders of each of its GPs.
+
+    Per (sending host, GP): ``pending`` bytes delivered into the GP's pipe
+    and not taken yet, ``owed`` bytes taken and not granted back yet.  Owed
+    credit goes back in steps of at least ``window / 4`` (one control message
+    per quarter window, not per message); below that only when the sender
+    asked and the GP has taken everything of that host's that waits for it
+    (so an ask is answered once the reader has caught up); a whole window
+    (a large message) at once.  See :mod:`aiopdbp.hosts.link`, "Credit".
+    """
+
+    __slots__ = ("window", "_pending", "_owed", "_asked", "_grants")
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self._pending: dict[tuple[int, int], int] = {}
+        self._owed: dict[tuple[int, int], int] = {}
+        self._asked: set[tuple[int, int]] = set()
+        self._grants: dict[int, list[tuple[int, int]]] = {}
+
+    def delivered(self, host: int, pid: int, cost: int) -> None:
+        """``cost`` bytes from ``host`` went into GP ``pid``'s pipe."""
+        key = (host, pid)
+        self._pending[key] = self._pending.get(key, 0) + cost
+
+    def taken(self, host: int, pid: int, cost: int) -> int:
+        """GP ``pid`` took (or dropped) ``cost`` bytes ``host`` delivered:
+        they are owed.  Returns when grants are due."""
+        key = (host, pid)
+        left = self._pending.get(key, 0) - cost
+        if left > 0:
+            self._pending[key] = left
+        else:
+            self._pending.pop(key, None)
+        return self.owe(host, pid, cost)
+
+    def ask(self, host: int, pid: int) -> int:
+        """A sender on ``host`` is parked for ``pid``'s credit."""
+        key = (host, pid)
+        self._asked.add(key)
+        if key not in self._pending and self._owed.get(key):
+            return self.owe(host, pid, 0)
+        return LATER
+
+    def owe(self, host: int, pid: int, cost: int) -> int:
+        """``cost`` more bytes are owed to ``host`` for ``pid`` (something it
+        sent will never reach the pipe, or was taken)."""
+        key = (host, pid)
+        owed = self._owed.get(key, 0) + cost
+        if owed * 4 < self.window and not (owed and key in self._asked and key not in self._pending):
+            self._owed[key] = owed
+            return LATER
+        self._owed.pop(key, None)
+        self._asked.discard(key)   # the grant answers the ask; a sender still parked asks again
+        self._grants.setdefault(host, []).append((pid, owed))
+        return NOW if owed >= self.window else SOON
+
+    def grants(self, everything: bool = False) -> dict[int, list[tuple[int, int]]]:
+        """The grants due, per host, and forget them (``everything``: also
+        what is owed below the threshold, e.g. at close)."""
+        if everything:
+            for (host, pid), owed in self._owed.items():
+                self._grants.setdefault(host, []).append((pid, owed))
+            self._owed.clear()
+        grants, self._grants = self._grants, {}
+        return grants
+
+    def owed(self) -> int:
+        return sum(self._owed.values())
+
+    def outstanding(self, host: int, pid: int) -> int:
+        """Bytes ``host`` has delivered to ``pid`` that were not granted back
+        yet: at most what its credit let it send (``window``, or one larger
+        message alone)."""
+        key = (host, pid)
+        return self._pending.get(key, 0) + self._owed.get(key, 0)
+
+    def admits(self, host: int, pid: int, nbytes: int) -> bool:
+        """Whether ``host``'s credit can cover a message of ``nbytes`` for
+        ``pid`` now: the sender's rule seen from here (its credit is never
+        more than what this book has not had back).  False means the sender
+        broke the protocol (an announced size beyond what it was granted)."""
+        out = self.outstanding(host, pid)
+        return out <= 0 or out + nbytes <= self.window
