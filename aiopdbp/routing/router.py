@@ -515,7 +515,7 @@ class Router:
             return True
         self.dropped += len(items)
         log.debug("dropping %d item(s) for pid %d: it has no pipe here", len(items), pid)
-        self._owe(host, pid, cost)
+        self._due(self.book.owe(host, pid, cost))
         return False
 
     def _unpark(self, pid: int) -> None:
@@ -533,7 +533,7 @@ class Router:
         while q:
             host, items, cost = q.popleft()
             self.dropped += len(items)
-            self._owe(host, pid, cost)
+            self._due(self.book.owe(host, pid, cost))
             if self._streams is not None:
                 self._streams.undelivered(items)  # a stream among them: its sender must hear
 
@@ -581,7 +581,7 @@ class Router:
         """Give ``host`` back ``cost`` bytes of GP ``pid``'s credit for
         something that will never reach the GP's pipe (a device message that
         failed on the way)."""
-        self._owe(host, pid, cost)
+        self._due(self.book.owe(host, pid, cost))
 
     def _taken(self, host: int, pid: int, cost: int) -> None:
         self._due(self.book.taken(host, pid, cost))
@@ -591,9 +591,6 @@ class Router:
         owed below the return threshold goes back as soon as the GP has
         taken everything of ``host``'s that waits for it (see "Credit")."""
         self._due(self.book.ask(host, pid))
-
-    def _owe(self, host: int, pid: int, cost: int) -> None:
-        self._due(self.book.owe(host, pid, cost))
 
     def _due(self, due: int) -> None:
         """Send the book's grants when it says they are due."""
