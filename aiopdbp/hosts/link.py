@@ -34,10 +34,13 @@ Everything here runs in the event loop thread and never awaits, except
 
 Credit: one admission rule, a fair hand-off
 -------------------------------------------
-Per destination GP ``pid`` the link keeps ``credit`` (a full ``window``
-when absent) and a FIFO queue of parked senders, each with the bytes it
-needs.  The **rule** (``_admit``): a request of ``n`` bytes is admitted when
-nobody is parked for ``pid`` and ``credit >= min(n, window)``; it takes
+The rule lives in one sans-I/O class, :class:`~aiopdbp.hosts.gate.CreditGate`
+(the receiving side's in :class:`~aiopdbp.hosts.gate.CreditBook`); the link
+turns its answers into futures woken and asks sent.  Per destination GP
+``pid`` the gate keeps ``credit`` (a full ``window`` when absent) and a FIFO
+queue of parked senders, each with the bytes it needs.  The **rule**
+(``_admit``): a request of ``n`` bytes is admitted when ``pid`` is not
+*contended* (below) and ``credit >= min(n, window)``; it takes
 ``n`` (so a message larger than the window goes once the whole window is
 back, and credit runs negative by the excess: never more than
 ``max(window, largest message)`` bytes are outstanding per destination).
@@ -52,7 +55,24 @@ waiter that had been served gives its credit back and the queue is served
 again; one cancelled while parked leaves the queue, and if it was the head,
 the senders behind it are served as far as the credit covers (the rule of
 ``asyncio.Semaphore`` and trio's channels).  Local pipe slots follow the
-same hand-off (:meth:`aiopdbp.routing.pipes.Pipe.reserve`).
+same hand-off (:meth:`aiopdbp.routing.pipes.Pipe.reserve`, in the same
+:class:`~aiopdbp.hosts.gate.ParkingLot`).
+
+*Fair for every size.*  A destination is **contended** from the moment a
+sender parks for it until its queue is empty *and* every sender a grant
+woke has run.  A grant that covers all k parked senders (small messages, a
+quarter window at a time) would otherwise leave credit over, and the first
+woken sender -- whose ``await gp.send`` then completes without suspending --
+would loop and spend all of it on the fast path before the other k - 1 had
+run: it got nearly every message.  While contended, ``admit`` refuses
+everyone, so that sender parks at the tail behind the senders woken with it
+(and, if the credit left covers it at once, still yields one loop turn, so
+they run first).  Each of k senders waiting on one reader is therefore
+served once per round, whatever the message size, and senders on several
+hosts each get their host's share (the reader takes its pipe in arrival
+order, and each host has its own window).  The uncontended fast path is
+unchanged: one dict lookup.  ``tests/test_load.py`` checks each sender's
+count against 1/k.
 
 *Owed credit below a quarter window.*  The receiving host returns credit in
 steps of at least ``window / 4`` (the router's owed-credit book: one

@@ -254,9 +254,13 @@ class Pipe(Generic[T]):
         the :class:`~aiopdbp.wire.message.Message` made of ``fields`` in one step
         when there is room; False (nothing taken) when the caller must wait
         or the pipe is closed (the waiting path then says why)."""
-        if self._closed or self._eof or self._space_waiters or not self._room(nbytes):
+        if (self._closed or self._eof or self._space_waiters
+                or len(self._items) + self._reserved >= self.capacity):
             return False
-        if self.max_bytes:
+        if self.max_bytes:  # the byte bound, inline (_room): this is the local fast path
+            used = self._rbytes + self._qbytes
+            if used > 0 and used + nbytes > self.max_bytes:
+                return False
             self._marks.append((self.appended, nbytes))
             self._qbytes += nbytes
         self._append(Message(fields))  # type: ignore[arg-type]
