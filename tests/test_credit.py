@@ -385,10 +385,10 @@ def test_gate_serves_in_order_never_loses_credit_and_never_strands_a_covered_hea
         elif kind == "cancel" and (parked or woken):
             if woken and (k % 2 or not parked):
                 tok, m = woken.pop(k % len(woken))
-                apply(gate.cancel(PID, m, tok, True))
+                apply(gate.cancel(PID, m, tok))
             else:
                 tok, m = parked.pop(k % len(parked))
-                apply(gate.cancel(PID, m, tok, False))
+                apply(gate.cancel(PID, m, tok))
             out -= m
         waiting = sum(m for _, m in parked)
         assert gate.credit(PID) == WINDOW - (out - waiting)
@@ -488,3 +488,24 @@ def test_book_refuses_a_size_beyond_what_it_granted() -> None:
     book.delivered(1, PID, 600)
     assert book.admits(1, PID, 400)
     assert not book.admits(1, PID, 401)             # 1 byte past the window: a broken peer
+
+
+@pytest.mark.timeout(10)
+async def test_grant_crossing_a_cancel_hands_the_credit_on() -> None:
+    """A parked sender is cancelled (its future is done at once, its task
+    handles the cancel a turn later) and a grant arrives in between: the
+    credit served to it goes to the next sender, nothing raises or leaks."""
+    link = _link()
+    link.reserve_nowait(PID, WINDOW)
+    first = asyncio.create_task(link.reserve(PID, 400))
+    await _parked(link, 1)
+    second = asyncio.create_task(link.reserve(PID, 400))
+    await _parked(link, 2)
+    first.cancel()
+    link.grant(PID, 400)
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await asyncio.wait_for(second, 5)
+    link.grant(PID, WINDOW - 400)
+    link.grant(PID, 400)                        # all back: the destination is free again
+    link.reserve_nowait(PID, WINDOW)

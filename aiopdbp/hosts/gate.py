@@ -196,18 +196,17 @@ class CreditGate:
         d.asked = False
         return self._serve(pid, d)
 
-    def cancel(self, pid: int, nbytes: int, token: object, served: bool) -> Wake:
-        """``token`` gave up: parked, it leaves the lot; ``served``, it had
-        been woken with ``nbytes`` reserved, which go back.  Either way the
+    def cancel(self, pid: int, nbytes: int, token: object) -> Wake:
+        """``token`` (which needed ``nbytes``) gave up: still parked, it
+        leaves the lot; already served (its wake may have crossed the
+        cancel), the ``nbytes`` reserved for it go back.  Either way the
         senders behind it are served as far as the credit covers."""
         d = self._dests.get(pid)
-        if d is None:                              # failed since, or never parked
+        if d is None:                              # failed since
             return _NOTHING
-        if served:
+        if not d.lot.remove(token):
             d.woken -= 1
             self._credit[pid] = self._credit.get(pid, self.window) + nbytes
-        else:
-            d.lot.remove(token)
         return self._serve(pid, d)
 
     def fail(self) -> list[object]:

@@ -314,15 +314,18 @@ class HostLink:
                 await asyncio.sleep(0)
             await fut
         except asyncio.CancelledError:
-            served = fut.done() and not fut.cancelled() and fut.exception() is None
-            self._act(self._gate.cancel(pid, nbytes, fut, served), pid)
+            if self.error is None:  # a failed link's gate holds nothing more
+                self._act(self._gate.cancel(pid, nbytes, fut), pid)
             raise
         self._gate.resumed(pid)
 
     def _act(self, wake: Wake, pid: int) -> None:
         """Do what the gate said: wake the served senders, ask for credit."""
         for fut in wake.tokens:
-            fut.set_result(None)  # type: ignore[attr-defined]
+            # one cancelled while parked is done already: its task gives the
+            # credit back when it handles the cancel (``_park``)
+            if not fut.done():  # type: ignore[attr-defined]
+                fut.set_result(None)  # type: ignore[attr-defined]
         if wake.ask and self._ask is not None and self.error is None:
             self._ask(self.host, pid)
 
