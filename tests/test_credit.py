@@ -288,3 +288,224 @@ async def test_pipe_slot_handed_to_a_sender_is_not_taken_by_a_newcomer() -> None
         pipe.send_nowait(2)
     await parked
     assert pipe.receive_nowait() == 1
+
+
+# ------------------------------------------------ fairness (issue 28 item 3)
+@pytest.mark.timeout(10)
+async def test_senders_on_one_destination_share_each_grant_fairly() -> None:
+    """Six senders loop on one destination whose reader returns a quarter
+    window at a time: a sender that was just served and sends again must not
+    spend the rest of the grant on the fast path before the others ran."""
+    link = _link()
+    link.reserve_nowait(PID, WINDOW)            # the whole window is out
+    counts = [0] * 6
+
+    async def sender(i: int) -> None:
+        while True:
+            try:                                # the router's order: fast path, then wait
+                link.reserve_nowait(PID, 10)
+            except WouldBlock:
+                await link.reserve(PID, 10)
+            counts[i] += 1
+
+    tasks = [asyncio.create_task(sender(i)) for i in range(6)]
+    await _parked(link, 6)
+    for _ in range(40):
+        link.grant(PID, WINDOW // 4)            # 25 messages' worth
+        for _ in range(10):
+            await asyncio.sleep(0)
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    mean = sum(counts) / len(counts)
+    assert sum(counts) >= 40 * 25 - 6, counts    # every grant was used
+    assert all(mean / 2 <= c <= mean * 2 for c in counts), counts
+
+
+@pytest.mark.timeout(10)
+async def test_uncontended_destination_takes_the_fast_path() -> None:
+    link = _link()
+    for _ in range(WINDOW // 10):
+        link.reserve_nowait(PID, 10)            # never parks, never waits a turn
+    assert link.stats().credit_waits == 0
+
+
+# ------------------------------- the gate itself, sans-I/O (aiopdbp.hosts.gate)
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from aiopdbp.hosts.gate import CreditGate, ParkingLot  # noqa: E402
+
+_EVENTS = st.lists(st.tuples(st.sampled_from(["send", "grant", "run", "cancel"]),
+                             st.integers(1, 2 * WINDOW), st.integers(0, 10)), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_EVENTS)
+def test_gate_serves_in_order_never_loses_credit_and_never_strands_a_covered_head(
+        events: list[tuple[str, int, int]]) -> None:
+    """Events in any order: senders (admitted or parked), grants of what was
+    taken, woken senders running, cancels.  The gate wakes in park order,
+    the credit is exactly window - taken + returned, a head the credit
+    covers is never left parked, and a sender parked past a grant has asked."""
+    gate = CreditGate(WINDOW, clock=lambda: 0.0)
+    out = 0                                   # bytes taken and not returned
+    parked: list[tuple[object, int]] = []     # the model's FIFO
+    woken: list[tuple[object, int]] = []      # served, not run yet
+    order: list[object] = []
+    asked = False
+
+    def apply(wake: Any) -> None:
+        nonlocal asked
+        for tok in wake.tokens:
+            assert parked and parked[0][0] is tok, "woken out of order"
+            woken.append(parked.pop(0))
+            order.append(tok)
+        asked = asked or wake.ask
+
+    for kind, n, k in events:
+        if kind == "send":
+            if gate.admit(PID, n):
+                assert not gate.contended(PID) and not parked and not woken
+                out += n
+            else:
+                tok = object()
+                parked.append((tok, n))
+                out += n                      # reserved now or when served
+                apply(gate.park(PID, n, tok))
+        elif kind == "grant":
+            # only what was sent: not what parked or woken senders hold
+            back = min(n, out - sum(m for _, m in parked) - sum(m for _, m in woken))
+            if back > 0:
+                out -= back
+                asked = False
+                apply(gate.grant(PID, back))
+        elif kind == "run" and woken:
+            woken.pop(k % len(woken))
+            gate.resumed(PID)
+        elif kind == "cancel" and (parked or woken):
+            if woken and (k % 2 or not parked):
+                tok, m = woken.pop(k % len(woken))
+                apply(gate.cancel(PID, m, tok))
+            else:
+                tok, m = parked.pop(k % len(parked))
+                apply(gate.cancel(PID, m, tok))
+            out -= m
+        waiting = sum(m for _, m in parked)
+        assert gate.credit(PID) == WINDOW - (out - waiting)
+        if parked:
+            head = parked[0][1]
+            assert gate.credit(PID) < min(head, WINDOW), "a covered head left parked"
+            assert asked, "a parked sender that has not asked"
+        assert gate.contended(PID) == bool(parked or woken)
+        assert gate.parked() == len(parked)
+
+
+def test_failed_gate_hands_back_every_parked_token_and_is_open_again() -> None:
+    gate = CreditGate(WINDOW)
+    assert gate.admit(PID, WINDOW)
+    toks = [object(), object()]
+    for t in toks:
+        gate.park(PID, 10, t)
+    assert gate.fail() == toks
+    assert not gate.contended(PID) and gate.parked() == 0
+
+
+def test_parking_lot_is_fifo_and_removes_from_anywhere() -> None:
+    lot: ParkingLot[str] = ParkingLot()
+    for name, need in [("a", 1), ("b", 2), ("c", 3)]:
+        lot.park(name, need)
+    assert lot.remove("b") and not lot.remove("b")
+    assert lot.head_need() == 1 and lot.pop() == "a"
+    assert lot.pop() == "c" and not lot
+
+
+# ------------------------------------ the receiving side's book (CreditBook)
+from aiopdbp.hosts.gate import LATER, NOW, SOON, CreditBook  # noqa: E402
+
+
+def test_book_returns_owed_credit_in_quarter_windows() -> None:
+    book = CreditBook(WINDOW)
+    book.delivered(1, PID, 300)
+    assert book.taken(1, PID, 100) == LATER and book.grants() == {}
+    assert book.taken(1, PID, 200) == SOON
+    assert book.grants() == {1: [(PID, 300)]}
+
+
+def test_book_answers_an_ask_once_the_reader_has_caught_up() -> None:
+    book = CreditBook(WINDOW)
+    book.delivered(1, PID, 150)
+    assert book.taken(1, PID, 100) == LATER
+    assert book.ask(1, PID) == LATER             # 50 of ours still wait in the pipe
+    assert book.taken(1, PID, 50) == SOON
+    assert book.grants() == {1: [(PID, 150)]}
+
+
+def test_book_returns_a_whole_window_at_once() -> None:
+    book = CreditBook(WINDOW)
+    book.delivered(2, PID, 3 * WINDOW)
+    assert book.taken(2, PID, 3 * WINDOW) == NOW
+    assert book.grants() == {2: [(PID, 3 * WINDOW)]}
+
+
+_FLOW = st.lists(st.tuples(st.sampled_from(["send", "arrive", "take", "flush", "grant", "ask"]),
+                           st.integers(1, 3 * WINDOW // 2)), max_size=80)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_FLOW)
+def test_book_admits_everything_an_honest_sender_sends(events: list[tuple[str, int]]) -> None:
+    """A sender by the gate's rule, a receiver by the book's, channels that
+    delay in order: every message that arrives is within what the book says
+    the sender was granted (admission by grant never refuses an honest peer),
+    and the book never owes more than was delivered."""
+    gate, book = CreditGate(WINDOW, clock=lambda: 0.0), CreditBook(WINDOW)
+    data: list[int] = []      # in flight to the receiver
+    pipe: list[int] = []      # delivered, not taken
+    grants: list[int] = []    # in flight back to the sender
+    for kind, n in events:
+        if kind == "send" and gate.admit(PID, n):
+            data.append(n)
+        elif kind == "arrive" and data:
+            m = data.pop(0)
+            assert book.admits(1, PID, m), (book.outstanding(1, PID), m)
+            book.delivered(1, PID, m)
+            pipe.append(m)
+        elif kind == "take" and pipe:
+            book.taken(1, PID, pipe.pop(0))
+        elif kind == "ask":
+            book.ask(1, PID)
+        elif kind == "flush":
+            grants += [g for _, g in book.grants().get(1, [])]
+            out = sum(data) + sum(grants) + book.outstanding(1, PID)
+            assert out == WINDOW - gate.credit(PID)   # no credit made or lost
+        elif kind == "grant" and grants:
+            gate.grant(PID, grants.pop(0))
+    assert not book.admits(1, PID, WINDOW + 1) or book.outstanding(1, PID) <= 0
+
+
+def test_book_refuses_a_size_beyond_what_it_granted() -> None:
+    book = CreditBook(WINDOW)
+    book.delivered(1, PID, 600)
+    assert book.admits(1, PID, 400)
+    assert not book.admits(1, PID, 401)             # 1 byte past the window: a broken peer
+
+
+@pytest.mark.timeout(10)
+async def test_grant_crossing_a_cancel_hands_the_credit_on() -> None:
+    """A parked sender is cancelled (its future is done at once, its task
+    handles the cancel a turn later) and a grant arrives in between: the
+    credit served to it goes to the next sender, nothing raises or leaks."""
+    link = _link()
+    link.reserve_nowait(PID, WINDOW)
+    first = asyncio.create_task(link.reserve(PID, 400))
+    await _parked(link, 1)
+    second = asyncio.create_task(link.reserve(PID, 400))
+    await _parked(link, 2)
+    first.cancel()
+    link.grant(PID, 400)
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await asyncio.wait_for(second, 5)
+    link.grant(PID, WINDOW - 400)
+    link.grant(PID, 400)                        # all back: the destination is free again
+    link.reserve_nowait(PID, WINDOW)

@@ -106,3 +106,31 @@ def test_load_patterns_finish_with_every_payload_checked(job: str) -> None:
             assert all(v > 0 for v in waits.values()), row
     received = sum(int(row["items"]) for row in rows)  # type: ignore[call-overload]
     assert received > 0, out
+
+
+FAIR = SCRIPTS_DIR / "fair.py"
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("ranks", "senders", "size"), [
+    (2, 6, 1024),          # the issue's reproducer: six senders on one rank, 1 KiB
+    (2, 6, 1 << 20),       # the same with 1 MiB messages
+    (3, 3, 1024),          # spread: three senders on each of two ranks
+])
+def test_senders_waiting_on_one_reader_share_it_fairly(ranks: int, senders: int, size: int) -> None:
+    """k senders waiting on one slow reader: each gets within 2x of 1/k of
+    the messages it takes (issue 28 item 3)."""
+    period = 0.005 if size <= 1024 else 0.02
+    r = run_mpi(FAIR, n=ranks, args=["--senders", str(senders), "--size", str(size),
+                                     "--period", str(period), "--seconds", "3"], timeout=100)
+    out = f"--- stdout ---\n{r.stdout}\n--- stderr ---\n{unprefixed(r.stderr)}"
+    assert r.returncode == 0, out
+    rows = [json.loads(line.split("FAIR ", 1)[1]) for line in unprefixed(r.stdout).splitlines()
+            if line.startswith("FAIR ")]
+    assert len(rows) == 1, out
+    counts = rows[0]["counts"]
+    fair = rows[0]["taken"] / len(counts)
+    assert fair >= 10, out                   # the reader took enough to judge
+    assert all(fair / 2 <= c <= 2 * fair for c in counts.values()), counts

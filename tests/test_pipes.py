@@ -380,3 +380,47 @@ async def test_pool_close_fails_waiting_apply(pdbp_spawn) -> None:
     pool.close()
     with pytest.raises(NoPipeError):
         await waiter
+
+
+# ------------------------------------------- local pipes bounded in bytes
+@pytest.mark.timeout(10)
+async def test_reader_fed_from_its_own_rank_holds_at_most_the_window_in_bytes() -> None:
+    """A GP that does not read holds at most ``gp_window`` bytes of its own
+    rank's messages (as it does per other host), not ``pipe_capacity`` of them."""
+    from aiopdbp import RemoteConfig, open_node
+    window = 64 << 10
+    async with open_node(remote=RemoteConfig(gp_window=window)) as node, \
+            node.process("reader") as reader, node.process("sender") as sender:
+        sent = 0
+        with pytest.raises(WouldBlock):
+            for _ in range(100):
+                sender.send_nowait("reader", bytes(8 << 10))
+                sent += 1
+        assert 1 <= sent <= window // (8 << 10)
+        for _ in range(sent):                   # reading gives the bytes back
+            await reader.recv()
+        sender.send_nowait("reader", bytes(8 << 10))
+
+
+@pytest.mark.timeout(10)
+async def test_message_larger_than_the_byte_bound_goes_alone() -> None:
+    pipe: Pipe[bytes] = Pipe(16, max_bytes=100)
+    assert pipe.offer(1, 500, ("s", 0, 0, bytes(480), 1))   # type: ignore[arg-type]
+    with pytest.raises(WouldBlock):
+        pipe.reserve_nowait(1, 10)              # nothing more until it is taken
+    pipe.receive_nowait()
+    pipe.reserve_nowait(1, 10)
+    assert pipe.held_bytes == 10
+
+
+@pytest.mark.timeout(10)
+async def test_parked_sender_gets_the_bytes_given_back() -> None:
+    pipe: Pipe[bytes] = Pipe(16, max_bytes=100)
+    pipe.reserve_nowait(1, 60)
+    pipe.reserve_nowait(1, 40)
+    waiter = asyncio.create_task(pipe.reserve(1, 50))
+    await asyncio.sleep(0)
+    assert not waiter.done()                    # a free slot, but no room in bytes
+    pipe.unreserve(1, 60)
+    await asyncio.wait_for(waiter, 5)
+    assert pipe.held_bytes == 90

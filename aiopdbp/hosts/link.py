@@ -34,10 +34,13 @@ Everything here runs in the event loop thread and never awaits, except
 
 Credit: one admission rule, a fair hand-off
 -------------------------------------------
-Per destination GP ``pid`` the link keeps ``credit`` (a full ``window``
-when absent) and a FIFO queue of parked senders, each with the bytes it
-needs.  The **rule** (``_admit``): a request of ``n`` bytes is admitted when
-nobody is parked for ``pid`` and ``credit >= min(n, window)``; it takes
+The rule lives in one sans-I/O class, :class:`~aiopdbp.hosts.gate.CreditGate`
+(the receiving side's in :class:`~aiopdbp.hosts.gate.CreditBook`); the link
+turns its answers into futures woken and asks sent.  Per destination GP
+``pid`` the gate keeps ``credit`` (a full ``window`` when absent) and a FIFO
+queue of parked senders, each with the bytes it needs.  The **rule**
+(``_admit``): a request of ``n`` bytes is admitted when ``pid`` is not
+*contended* (below) and ``credit >= min(n, window)``; it takes
 ``n`` (so a message larger than the window goes once the whole window is
 back, and credit runs negative by the excess: never more than
 ``max(window, largest message)`` bytes are outstanding per destination).
@@ -52,7 +55,24 @@ waiter that had been served gives its credit back and the queue is served
 again; one cancelled while parked leaves the queue, and if it was the head,
 the senders behind it are served as far as the credit covers (the rule of
 ``asyncio.Semaphore`` and trio's channels).  Local pipe slots follow the
-same hand-off (:meth:`aiopdbp.routing.pipes.Pipe.reserve`).
+same hand-off (:meth:`aiopdbp.routing.pipes.Pipe.reserve`, in the same
+:class:`~aiopdbp.hosts.gate.ParkingLot`).
+
+*Fair for every size.*  A destination is **contended** from the moment a
+sender parks for it until its queue is empty *and* every sender a grant
+woke has run.  A grant that covers all k parked senders (small messages, a
+quarter window at a time) would otherwise leave credit over, and the first
+woken sender -- whose ``await gp.send`` then completes without suspending --
+would loop and spend all of it on the fast path before the other k - 1 had
+run: it got nearly every message.  While contended, ``admit`` refuses
+everyone, so that sender parks at the tail behind the senders woken with it
+(and, if the credit left covers it at once, still yields one loop turn, so
+they run first).  Each of k senders waiting on one reader is therefore
+served once per round, whatever the message size, and senders on several
+hosts each get their host's share (the reader takes its pipe in arrival
+order, and each host has its own window).  The uncontended fast path is
+unchanged: one dict lookup.  ``tests/test_load.py`` checks each sender's
+count against 1/k.
 
 *Owed credit below a quarter window.*  The receiving host returns credit in
 steps of at least ``window / 4`` (the router's owed-credit book: one
@@ -169,7 +189,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -185,6 +204,7 @@ from aiopdbp.errors import WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost
 from aiopdbp.pool import SendPool, Slot
 from aiopdbp.transport.base import Channel, Transport
+from aiopdbp.hosts.gate import CreditGate, GateWait, Wake
 from aiopdbp.hosts.owned import OwnedDone, OwnedSend, fail_owned, resolve_owned
 
 log = logging.getLogger("aiopdbp.hosts.link")
@@ -221,16 +241,6 @@ class LinkStats:
 _STREAM_HEAD = STREAM_HEAD.pack
 
 
-class _Waiter:
-    """A sender parked for credit: its future and what it needs."""
-
-    __slots__ = ("fut", "nbytes")
-
-    def __init__(self, fut: asyncio.Future[None], nbytes: int) -> None:
-        self.fut = fut
-        self.nbytes = nbytes
-
-
 class HostLink:
     """Routing target for every GP on one remote host (SCBP_h + its sender)."""
 
@@ -252,12 +262,9 @@ class HostLink:
         self._block: memoryview | None = None
         self._max_inflight = max_inflight
         self._allow_pickle = allow_pickle
-        self._credit: dict[int, int] = {}          # pid -> credit left (absent: a full window)
-        self._queues: dict[int, deque[_Waiter]] = {}  # pid -> parked senders, FIFO
-        self._progress_at: dict[int, float] = {}   # pid -> last progress of its queue
-        self._asked: set[int] = set()              # pids asked for credit since the last grant
+        self._gate = CreditGate(window)
+        self._admit = self._gate.admit   # the one admission rule (aiopdbp.hosts.gate)
         self._ask = ask
-        self._asks = 0
         self._tick = -1                 # the transport tick of the last lone CDU
         self._flush_scheduled = False
         self._units: deque[tuple[list[Any], int, Slot | None]] = deque()
@@ -265,28 +272,14 @@ class HostLink:
         self.error: BaseException | None = None
         self.sent_msgs = 0          # data messages posted (the BYE count)
         self._cdus = self._lone = self._blocks = self._splits = self._bytes = 0
-        self._credit_waits = self._fallbacks = 0
+        self._fallbacks = 0
         self._bulk_tags = getattr(transport, "bulk_tags", 0)  # 0: payloads follow their header (data channel)
         self._bulk_seq = 0                      # the next split frame's number (its bulk tag)
         self._owned: set[asyncio.Future[None]] = set()  # OwnedSend waits not done yet
 
     # --------------------------------------------------------------- credit
-    # One admission rule (see the module docstring, "Credit"): ``_admit`` is
-    # the only place credit is taken; the fast paths (``reserve_nowait``,
-    # ``offer``) are the waiting path that found it need not park.
-    def _admit(self, pid: int, nbytes: int) -> bool:
-        """Take ``nbytes`` of GP ``pid``'s credit if the rule allows it *now*:
-        nobody is parked for ``pid`` and the credit covers ``min(nbytes,
-        window)`` (a message larger than the window goes once the whole
-        window is back, and credit runs negative by the excess)."""
-        if pid in self._queues:
-            return False                      # never jump a parked sender
-        c = self._credit.get(pid, self.window)
-        if c >= nbytes or c >= self.window:
-            self._credit[pid] = c - nbytes
-            return True
-        return False
-
+    # The rule is the gate's (aiopdbp.hosts.gate, "Credit" above); the link
+    # only turns its answers into futures woken and asks sent.
     def reserve_nowait(self, pid: int = 0, nbytes: int = 0) -> None:
         """Take ``nbytes`` of GP ``pid``'s credit, or raise :class:`WouldBlock`
         (pid 0: stream data, no GP credit; its segments have a window of
@@ -313,30 +306,28 @@ class HostLink:
     async def _park(self, pid: int, nbytes: int) -> None:
         """Park behind the waiters of ``pid``; a grant reserves for us."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiter = _Waiter(fut, nbytes)
-        queue = self._queues.get(pid)
-        if queue is None:
-            queue = self._queues[pid] = deque()
-        queue.append(waiter)
-        self._credit_waits += 1
-        self._progress_at.setdefault(pid, time.monotonic())
-        if len(queue) == 1:
-            self._ask_for(pid)
+        self._act(self._gate.park(pid, nbytes, fut), pid)
         try:
+            if fut.done():
+                # served at once (a contended destination with credit left):
+                # still yield, so the senders woken before us run first
+                await asyncio.sleep(0)
             await fut
         except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
-                # reserved on our behalf just before the cancel: give it back
-                self._credit[pid] = self._credit.get(pid, self.window) + nbytes
-            else:
-                try:
-                    queue.remove(waiter)
-                except ValueError:
-                    pass
-                if not queue and self._queues.get(pid) is queue:
-                    self._drop_queue(pid)
-            self._serve(pid)
+            if self.error is None:  # a failed link's gate holds nothing more
+                self._act(self._gate.cancel(pid, nbytes, fut), pid)
             raise
+        self._gate.resumed(pid)
+
+    def _act(self, wake: Wake, pid: int) -> None:
+        """Do what the gate said: wake the served senders, ask for credit."""
+        for fut in wake.tokens:
+            # one cancelled while parked is done already: its task gives the
+            # credit back when it handles the cancel (``_park``)
+            if not fut.done():  # type: ignore[attr-defined]
+                fut.set_result(None)  # type: ignore[attr-defined]
+        if wake.ask and self._ask is not None and self.error is None:
+            self._ask(self.host, pid)
 
     def unreserve(self, pid: int = 0, nbytes: int = 0) -> None:
         """Give back credit that will not be used."""
@@ -345,80 +336,27 @@ class HostLink:
     def grant(self, pid: int, nbytes: int) -> None:
         """Host ``h`` gives back ``nbytes`` of GP ``pid``'s credit; parked
         senders are served in order for as much as it covers."""
-        if not pid:
-            return
-        self._asked.discard(pid)
-        self._credit[pid] = self._credit.get(pid, self.window) + nbytes
-        self._serve(pid)
-
-    def _serve(self, pid: int) -> None:
-        """Hand credit to the parked senders of ``pid``, head first, while it
-        covers the head's need (a large head holds the smaller ones behind
-        it: FIFO, so none of them can starve it)."""
-        queue = self._queues.get(pid)
-        c = self._credit.get(pid, self.window)
-        window = self.window
-        while queue:
-            waiter = queue[0]
-            if waiter.fut.done():             # cancelled while parked
-                queue.popleft()
-                continue
-            if c < waiter.nbytes and c < window:
-                break
-            queue.popleft()
-            c -= waiter.nbytes
-            waiter.fut.set_result(None)
-            self._progress_at[pid] = time.monotonic()
-        if queue:
-            self._credit[pid] = c
-            self._ask_for(pid)
-        else:
-            if queue is not None:
-                self._drop_queue(pid)
-            if c >= window:
-                self._credit.pop(pid, None)   # back to a full window: forget it
-            else:
-                self._credit[pid] = c
-
-    def _drop_queue(self, pid: int) -> None:
-        self._queues.pop(pid, None)
-        self._progress_at.pop(pid, None)
-        self._asked.discard(pid)
-
-    def _ask_for(self, pid: int) -> None:
-        """A sender is parked for ``pid``: ask host ``h`` once per grant for
-        the credit it owes below its return threshold (see "Credit")."""
-        if pid not in self._asked and self._ask is not None and self.error is None:
-            self._asked.add(pid)
-            self._asks += 1
-            self._ask(self.host, pid)
+        if pid:
+            wake = self._gate.grant(pid, nbytes)
+            if wake.tokens or wake.ask:
+                self._act(wake, pid)
 
     def fail(self, exc: BaseException) -> None:
         """Host ``h`` is gone: every sender waiting for it gets ``exc``."""
         if self.error is not None:
             return
         self.error = exc
-        for queue in self._queues.values():
-            for waiter in queue:
-                if not waiter.fut.done():
-                    waiter.fut.set_exception(exc)
-                    waiter.fut.exception()
-        self._queues.clear()
-        self._progress_at.clear()
+        for fut in self._gate.fail():
+            if not fut.done():  # type: ignore[attr-defined]
+                fut.set_exception(exc)  # type: ignore[attr-defined]
+                fut.exception()  # type: ignore[attr-defined]
         owned, self._owned = self._owned, set()
         for done in owned:  # the payload may never complete now (MPI keeps the buffer)
             fail_owned(done, exc)
 
-    def waits(self) -> list[tuple[int, int, int, float]]:
-        """What is parked now: ``(pid, senders, bytes the head needs, time of
-        the last progress (``time.monotonic()``: a parked sender was served,
-        or the first one parked))`` per destination GP."""
-        out = []
-        for pid, queue in self._queues.items():
-            live = [w for w in queue if not w.fut.done()]
-            if live:
-                out.append((pid, len(live), live[0].nbytes, self._progress_at.get(pid, 0.0)))
-        return out
+    def waits(self) -> list[GateWait]:
+        """What is parked now, per destination GP (see :class:`GateWait`)."""
+        return self._gate.waiting()
 
     # ------------------------------------------------------------ putting
     def put_to(self, pid: int, item: Any) -> bool:
@@ -699,11 +637,11 @@ class HostLink:
         self._flush()
 
     def stats(self) -> LinkStats:
+        gate = self._gate
         return LinkStats(self.host, self._cdus, self._lone, self._blocks, self._splits, self.sent_msgs,
-                         self._bytes, self._inflight, len(self._units), self._credit_waits,
-                         len(self._credit), min(self._credit.values(), default=self.window),
-                         self._fallbacks, sum(len(q) for q in self._queues.values()), self._asks,
-                         sum(self.window - c for c in self._credit.values()))
+                         self._bytes, self._inflight, len(self._units), gate.waits,
+                         gate.short(), gate.least(), self._fallbacks, gate.parked(), gate.asks,
+                         gate.outstanding())
 
 
 def _put_stream(link: HostLink, pid: int, item: ShortStream) -> None:

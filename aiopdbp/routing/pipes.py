@@ -14,6 +14,18 @@ own senders) while the single PipeManager never blocks on one full pipe and
 so never stalls traffic to the other GPs (no head-of-line blocking).
 ``len(items) + reserved <= capacity`` always holds.
 
+*Bytes.*  A pipe made with ``max_bytes`` (a GP's private pipe: the node's
+``RemoteConfig.gp_window``, 1 MiB by default) also bounds the bytes its
+local senders have reserved or queued in it, by the same rule as the credit
+a remote host has towards a GP (:mod:`aiopdbp.hosts.link`, "Credit"): a
+message of ``n`` bytes (``credit_cost``) is admitted while the bytes held
+plus ``n`` fit in ``max_bytes``, or when none are held (a message larger
+than the bound goes alone).  So a reader that does not read holds at most
+``max(max_bytes, largest message)`` bytes from its own rank, as it holds at
+most that much per other host; the bytes return as the reader takes the
+items.  Items from other hosts (``put_many``) are not counted here: their
+credit already bounded them.
+
 *Wake-ups without loss.*  Waiters park on futures in FIFO order.  A producer
 only *wakes* a consumer; the consumer then takes the item from the deque
 itself.  A consumer cancelled after being woken therefore loses nothing: the
@@ -35,9 +47,16 @@ from typing import Any, Generic, TypeVar
 
 from aiopdbp.wire.mesp import Kind
 from aiopdbp.errors import BrokenResourceError, ClosedResourceError, NoPipeError, WouldBlock
-from aiopdbp.wire.message import Message
+from aiopdbp.hosts.gate import ParkingLot
+from aiopdbp.wire.message import Message, credit_cost
 
 T = TypeVar("T")
+
+
+def _cost(item: Any) -> int:
+    """The bytes a local item holds of its pipe's bound (a message's credit
+    cost, as its sender reserved it; other items hold none)."""
+    return credit_cost(item[3]) if type(item) is Message else 0
 
 
 def _wake_first(waiters: deque[asyncio.Future[None]]) -> None:
@@ -48,9 +67,11 @@ def _wake_first(waiters: deque[asyncio.Future[None]]) -> None:
             return
 
 
-def _fail_all(waiters: deque[asyncio.Future[None]], exc: BaseException) -> None:
-    while waiters:
-        fut = waiters.popleft()
+def _fail_all(waiters: deque[asyncio.Future[None]] | list[asyncio.Future[None]],
+              exc: BaseException) -> None:
+    futs = list(waiters)
+    waiters.clear()
+    for fut in futs:
         if not fut.done():
             fut.set_exception(exc)
             # The waiter may already be cancelled and never look at it.
@@ -67,12 +88,12 @@ class Pipe(Generic[T]):
     __slots__ = (
         "pipe_id", "capacity", "_items", "_reserved", "_recv_waiters",
         "_space_waiters", "_closed", "_eof", "on_ready", "label", "_error",
-        "appended", "taken", "watch_at", "on_watch",
+        "appended", "taken", "watch_at", "on_watch", "max_bytes", "_rbytes", "_qbytes", "_marks",
     )
 
     remote = False  # the target protocol (aiopdbp.routing.router): a local pipe
 
-    def __init__(self, capacity: int, pipe_id: int = -1, label: str = "") -> None:
+    def __init__(self, capacity: int, pipe_id: int = -1, label: str = "", max_bytes: int = 0) -> None:
         if capacity < 1:
             raise ValueError("pipe capacity must be >= 1")
         self.pipe_id = pipe_id
@@ -81,7 +102,13 @@ class Pipe(Generic[T]):
         self._items: deque[T] = deque()
         self._reserved = 0
         self._recv_waiters: deque[asyncio.Future[None]] = deque()
-        self._space_waiters: deque[asyncio.Future[None]] = deque()
+        self._space_waiters: ParkingLot[asyncio.Future[None]] = ParkingLot()
+        # the byte bound (0: none): bytes reserved by local senders, bytes of
+        # their items queued, and (appended index, bytes) of those items
+        self.max_bytes = max_bytes
+        self._rbytes = 0
+        self._qbytes = 0
+        self._marks: deque[tuple[int, int]] = deque()
         self._closed = False
         self._error: BaseException | None = None
         self._eof = False
@@ -114,6 +141,20 @@ class Pipe(Generic[T]):
         return bool(self._items) or self._closed or self._eof
 
     @property
+    def held_bytes(self) -> int:
+        """Bytes local senders have reserved or queued here (bounded by ``max_bytes``)."""
+        return self._rbytes + self._qbytes
+
+    def _room(self, nbytes: int) -> bool:
+        """A free slot, and (with a byte bound) room for ``nbytes`` by the credit rule."""
+        if len(self._items) + self._reserved >= self.capacity:
+            return False
+        if not self.max_bytes:
+            return True
+        used = self._rbytes + self._qbytes
+        return used <= 0 or used + nbytes <= self.max_bytes
+
+    @property
     def free(self) -> int:
         """Slots neither filled nor reserved."""
         return self.capacity - len(self._items) - self._reserved
@@ -132,9 +173,10 @@ class Pipe(Generic[T]):
         ``nbytes`` are the target protocol's; a pipe counts items).  A slot
         is never taken past a sender already parked for one."""
         self._check_send()
-        if self._space_waiters or len(self._items) + self._reserved >= self.capacity:
+        if self._space_waiters or not self._room(nbytes):
             raise WouldBlock
         self._reserved += 1
+        self._rbytes += nbytes if self.max_bytes else 0
 
     async def reserve(self, pid: int = 0, nbytes: int = 0) -> None:
         """Reserve one slot, waiting for room in FIFO order.
@@ -143,21 +185,19 @@ class Pipe(Generic[T]):
         been handed to it goes to the next parked sender.
         """
         self._check_send()
-        if not self._space_waiters and len(self._items) + self._reserved < self.capacity:
+        if not self._space_waiters and self._room(nbytes):
             self._reserved += 1
+            self._rbytes += nbytes if self.max_bytes else 0
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._space_waiters.append(fut)
+        self._space_waiters.park(fut, nbytes)
         try:
             await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled() and fut.exception() is None:
-                self.unreserve()  # the slot handed to us goes to the next sender
-            else:
-                try:
-                    self._space_waiters.remove(fut)
-                except ValueError:
-                    pass
+                self.unreserve(pid, nbytes)  # the room handed to us goes to the next sender
+            elif self._space_waiters.remove(fut) and self._space_waiters:
+                self._serve_space()   # the head left: those behind it may fit
             raise
         # ``_serve_space`` reserved the slot for us; a close since then
         # dropped every reservation and says why here.
@@ -167,17 +207,33 @@ class Pipe(Generic[T]):
         """Hand free slots to the parked senders, oldest first (each gets its
         slot reserved before it runs, so no newcomer can take it)."""
         waiters = self._space_waiters
-        while waiters and len(self._items) + self._reserved < self.capacity:
-            fut = waiters.popleft()
+        while waiters and self._room(waiters.head_need()):
+            nbytes = waiters.head_need()
+            fut = waiters.pop()
             if not fut.done():
                 self._reserved += 1
+                self._rbytes += nbytes if self.max_bytes else 0
                 fut.set_result(None)
 
     def unreserve(self, pid: int = 0, nbytes: int = 0) -> None:
         """Give back a reservation that will not be used."""
         if self._reserved > 0:
             self._reserved -= 1
+            self._rbytes = max(0, self._rbytes - nbytes) if self._reserved else 0
             self._serve_space()
+
+    def _hold(self, item: Any, nbytes: int) -> None:
+        """A local item goes in: its bytes move from reserved to queued until taken."""
+        self._rbytes = max(0, self._rbytes - nbytes) if self._reserved else 0
+        if nbytes:
+            self._marks.append((self.appended, nbytes))
+            self._qbytes += nbytes
+
+    def _release(self) -> None:
+        """The reader took items: the bytes of the local ones are free again."""
+        marks, taken = self._marks, self.taken
+        while marks and marks[0][0] < taken:
+            self._qbytes -= marks.popleft()[1]
 
     def put_reserved(self, item: T) -> None:
         """Put an item into a slot reserved earlier (never waits).
@@ -189,6 +245,8 @@ class Pipe(Generic[T]):
             self._reserved -= 1
         if self._closed:
             return
+        if self.max_bytes:
+            self._hold(item, _cost(item))
         self._append(item)
 
     def offer(self, pid: int, nbytes: int, fields: tuple[str, Kind, int, Any, int]) -> bool:
@@ -199,6 +257,12 @@ class Pipe(Generic[T]):
         if (self._closed or self._eof or self._space_waiters
                 or len(self._items) + self._reserved >= self.capacity):
             return False
+        if self.max_bytes:  # the byte bound, inline (_room): this is the local fast path
+            used = self._rbytes + self._qbytes
+            if used > 0 and used + nbytes > self.max_bytes:
+                return False
+            self._marks.append((self.appended, nbytes))
+            self._qbytes += nbytes
         self._append(Message(fields))  # type: ignore[arg-type]
         return True
 
@@ -224,6 +288,8 @@ class Pipe(Generic[T]):
             self._reserved -= 1
         if self._closed:
             return False
+        if self.max_bytes:
+            self._hold(item, _cost(item))
         self._append(item)
         return True
 
@@ -256,7 +322,7 @@ class Pipe(Generic[T]):
     def close_send(self) -> None:
         """End of data: the reader drains what is queued, then gets ``EOFError``."""
         self._eof = True
-        _fail_all(self._space_waiters, ClosedResourceError("pipe closed for sending"))
+        _fail_all(self._space_waiters.clear(), ClosedResourceError("pipe closed for sending"))
         while self._recv_waiters:
             _wake_first(self._recv_waiters)
 
@@ -266,9 +332,11 @@ class Pipe(Generic[T]):
         ``close_send`` once drained)."""
         if self._items:
             item = self._items.popleft()
+            self.taken += 1
+            if self._marks:
+                self._release()
             if self._space_waiters:
                 self._serve_space()
-            self.taken += 1
             if self.taken >= self.watch_at and self.on_watch is not None:
                 self.on_watch(self)
             return item
@@ -324,6 +392,8 @@ class Pipe(Generic[T]):
         else:
             out = [items.popleft() for _ in range(limit)]
         self.taken += len(out)
+        if self._marks:
+            self._release()
         if self.taken >= self.watch_at and self.on_watch is not None:
             self.on_watch(self)
         if self._space_waiters:
@@ -340,9 +410,10 @@ class Pipe(Generic[T]):
         self._closed = True
         self._error = error
         self._items.clear()
-        self._reserved = 0
+        self._reserved = self._rbytes = self._qbytes = 0
+        self._marks.clear()
         _fail_all(self._recv_waiters, ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed"))
-        _fail_all(self._space_waiters, error if error is not None else BrokenResourceError(
+        _fail_all(self._space_waiters.clear(), error if error is not None else BrokenResourceError(
             f"pipe {self.label or self.pipe_id} was closed by its reader"))
 
     async def aclose(self) -> None:
@@ -363,10 +434,12 @@ class PipePool:
     only owns the pipe objects.
     """
 
-    def __init__(self, pipe_capacity: int, max_pipes: int, *, first_id: int = 0, label: str = "pps") -> None:
+    def __init__(self, pipe_capacity: int, max_pipes: int, *, first_id: int = 0, label: str = "pps",
+                 max_bytes: int = 0) -> None:
         if max_pipes < 1:
             raise ValueError("max_pipes must be >= 1")
         self.pipe_capacity = pipe_capacity
+        self.max_bytes = max_bytes     # each pipe's byte bound for local senders (0: none)
         self.max_pipes = max_pipes
         self.label = label
         self._next_id = first_id
@@ -390,7 +463,8 @@ class PipePool:
         if self._free:
             return self._free.popleft()
         if len(self._all) < self.max_pipes:
-            pipe: Pipe[Any] = Pipe(self.pipe_capacity, self._next_id, f"{self.label}{self._next_id}")
+            pipe: Pipe[Any] = Pipe(self.pipe_capacity, self._next_id, f"{self.label}{self._next_id}",
+                                    self.max_bytes)
             self._all[self._next_id] = pipe
             self._next_id += 1
             return pipe
@@ -439,7 +513,8 @@ class PipePool:
         if self._all.get(pipe.pipe_id) is not pipe:
             return
         pipe.close()
-        fresh: Pipe[Any] = Pipe(self.pipe_capacity, pipe.pipe_id, f"{self.label}{pipe.pipe_id}")
+        fresh: Pipe[Any] = Pipe(self.pipe_capacity, pipe.pipe_id, f"{self.label}{pipe.pipe_id}",
+                                 self.max_bytes)
         self._all[pipe.pipe_id] = fresh
         self._free.append(fresh)
         _wake_first(self._waiters)

@@ -50,6 +50,7 @@ from aiopdbp.errors import ClosedResourceError, NoPipeError, UnknownProcessError
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
 from aiopdbp.routing.pipes import Pipe, PipePool
 from aiopdbp.stall import Waits
+from aiopdbp.hosts.gate import LATER, NOW, CreditBook
 from aiopdbp.hosts.owned import OwnedDone, OwnedSend
 from aiopdbp.hosts.tables import Tables
 
@@ -179,10 +180,8 @@ class Router:
         self._pid_waiters: dict[int, list[asyncio.Future[None]]] = {}
         self._parked: dict[int, deque[tuple[int, list[Any], int]]] = {}
         self._marks: dict[Pipe[Any], deque[list[int]]] = {}  # [end, host, pid, cost]
-        self._owed: dict[tuple[int, int], int] = {}
-        self._pending: dict[tuple[int, int], int] = {}  # (host, pid) -> credit of items not taken yet
-        self._asked: set[tuple[int, int]] = set()         # senders parked for credit (CreditAskMsg)
-        self._grants: dict[int, list[tuple[int, int]]] = {}
+        #: the credit this host owes each (sending host, GP): the rule is the book's
+        self.book = CreditBook(window)
         self._flush_scheduled = False
         self._closed: BaseException | None = None
         self.dropped = 0
@@ -542,7 +541,7 @@ class Router:
             return True
         self.dropped += len(items)
         log.debug("dropping %d item(s) for pid %d: it has no pipe here", len(items), pid)
-        self._owe(host, pid, cost)
+        self._due(self.book.owe(host, pid, cost))
         return False
 
     def _unpark(self, pid: int) -> None:
@@ -560,15 +559,14 @@ class Router:
         while q:
             host, items, cost = q.popleft()
             self.dropped += len(items)
-            self._owe(host, pid, cost)
+            self._due(self.book.owe(host, pid, cost))
             if self._streams is not None:
                 self._streams.undelivered(items)  # a stream among them: its sender must hear
 
     # ---------------------------------------------------------- credit out
     def _mark(self, pipe: Pipe[Any], host: int, pid: int, cost: int) -> None:
         """Remember that the items up to ``pipe.appended`` owe ``cost`` to ``host``."""
-        key = (host, pid)
-        self._pending[key] = self._pending.get(key, 0) + cost
+        self.book.delivered(host, pid, cost)
         marks = self._marks.get(pipe)
         if marks is None:  # kept, even empty, until the pipe is released
             marks = self._marks[pipe] = deque()
@@ -609,36 +607,22 @@ class Router:
         """Give ``host`` back ``cost`` bytes of GP ``pid``'s credit for
         something that will never reach the GP's pipe (a device message that
         failed on the way)."""
-        self._owe(host, pid, cost)
+        self._due(self.book.owe(host, pid, cost))
 
     def _taken(self, host: int, pid: int, cost: int) -> None:
-        key = (host, pid)
-        left = self._pending.get(key, 0) - cost
-        if left > 0:
-            self._pending[key] = left
-        else:
-            self._pending.pop(key, None)
-        self._owe(host, pid, cost)
+        self._due(self.book.taken(host, pid, cost))
 
     def on_ask(self, host: int, pid: int) -> None:
         """A sender on ``host`` is parked for GP ``pid``'s credit: what is
         owed below the return threshold goes back as soon as the GP has
         taken everything of ``host``'s that waits for it (see "Credit")."""
-        key = (host, pid)
-        self._asked.add(key)
-        if key not in self._pending and self._owed.get(key):
-            self._owe(host, pid, 0)
+        self._due(self.book.ask(host, pid))
 
-    def _owe(self, host: int, pid: int, cost: int) -> None:
-        key = (host, pid)
-        owed = self._owed.get(key, 0) + cost
-        if owed * 4 < self.window and not (owed and key in self._asked and key not in self._pending):
-            self._owed[key] = owed
+    def _due(self, due: int) -> None:
+        """Send the book's grants when it says they are due."""
+        if due == LATER:
             return
-        self._owed.pop(key, None)
-        self._asked.discard(key)   # the grant answers the ask; a sender still parked asks again
-        self._grants.setdefault(host, []).append((pid, owed))
-        if owed >= self.window:
+        if due == NOW:
             # A whole window (a large message): its sender is parked for it
             # or will be at its next send, so it goes now -- at the end of
             # the iteration it would leave after whatever the reader sends
@@ -654,11 +638,7 @@ class Router:
         """Send the credit owed (once per loop iteration; ``everything``: also
         the amounts below the quarter-window threshold, e.g. at close)."""
         self._flush_scheduled = False
-        if everything:
-            for (host, pid), owed in self._owed.items():
-                self._grants.setdefault(host, []).append((pid, owed))
-            self._owed.clear()
-        grants, self._grants = self._grants, {}
+        grants = self.book.grants(everything)
         if self.grant is not None:
             for host, g in grants.items():
                 self.grant(host, g)
@@ -682,7 +662,7 @@ class Router:
         return {"targets": len(self.targets), "dropped": self.dropped, "parked": self.parked,
                 "parked_now": sum(len(q) for q in self._parked.values()),
                 "bind_waits": sum(not f.done() for w in self._bind_waiters.values() for f in w),
-                "credit_owed": sum(self._owed.values())}
+                "credit_owed": self.book.owed()}
 
 
 async def _routed(router: Router, dest: str, timeout: float | None) -> tuple[int, Target]:

@@ -169,7 +169,9 @@ class Node:
             cfg, close_timeout=cfg.close_timeout if close_timeout is None else close_timeout,
             handshake_timeout=cfg.handshake_timeout if handshake_timeout is None else handshake_timeout)
         self.tables = Tables()
-        self.pps = PipePool(pipe_capacity, max_pipes, label="pps")
+        # a GP's pipe holds from its own rank at most what one other host may
+        # have outstanding towards it: the window (aiopdbp.routing.pipes, "Bytes")
+        self.pps = PipePool(pipe_capacity, max_pipes, label="pps", max_bytes=cfg.gp_window)
         self.cps_streams = PipePool(1 << 30, stream_pipes, first_id=1 << 20, label="cps")
         self.manager = PipeManager()
         # With other hosts, the Remote is built last: it serves the router and the

@@ -1,0 +1,341 @@
+"""The send side's credit rule, sans-I/O: one FIFO wait queue and the gate.
+
+Neither asyncio nor MPI is imported here: a waiter is an opaque token (the
+async shell's future, :mod:`aiopdbp.hosts.link`; a pipe's, :mod:`aiopdbp.routing.pipes`),
+and every method takes an event and returns what to do (the tokens to wake,
+whether to ask for credit).  The shell does the waking and the sending.
+
+* :class:`ParkingLot` -- parked waiters in arrival order, each with what it
+  needs; the one wait queue of the package (credit and pipe slots alike).
+* :class:`CreditGate` -- one link's credit towards every GP of one host:
+  ``admit`` (the fast path), ``park``, ``grant``, ``cancel``, ``resumed``,
+  ``fail``.  The rule is documented in :mod:`aiopdbp.hosts.link` ("Credit").
+* :class:`CreditBook` -- the receiving side: what each (sending host, GP)
+  has delivered and not had back, what is owed, the asks, and the grants to
+  send (``delivered``, ``taken``, ``owe``, ``ask`` -> when to send;
+  ``grants`` -> what).  The router (:mod:`aiopdbp.routing.router`) feeds it.
+
+*Fairness.*  A destination is **contended** from the moment a sender parks
+for it until the queue is empty *and* every sender the gate woke has run
+(``resumed``).  While it is contended, ``admit`` refuses everybody, so a
+sender that was just served and loops to send again parks at the tail
+behind the senders woken with it, instead of spending on the fast path the
+credit the grant left over before they have run.  So with k senders waiting
+on one reader each is served once per round, whatever the message size; an
+uncontended destination pays nothing for it (``admit`` is one dict lookup,
+as before).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Generic, NamedTuple, TypeVar
+
+__all__ = ["LATER", "NOW", "SOON", "CreditBook", "CreditGate", "GateWait", "ParkingLot", "Wake"]
+
+W = TypeVar("W")
+
+
+class ParkingLot(Generic[W]):
+    """Waiters (opaque tokens) in FIFO order, each with what it needs."""
+
+    __slots__ = ("_q",)
+
+    def __init__(self) -> None:
+        self._q: deque[tuple[W, int]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+    def __bool__(self) -> bool:
+        return bool(self._q)
+
+    def __iter__(self) -> Iterator[tuple[W, int]]:
+        return iter(self._q)
+
+    def park(self, token: W, need: int = 1) -> None:
+        """``token`` waits at the tail for ``need`` (bytes, slots: the caller's unit)."""
+        self._q.append((token, need))
+
+    def head_need(self) -> int:
+        """What the head needs (the lot must not be empty)."""
+        return self._q[0][1]
+
+    def pop(self) -> W:
+        """Take the head (it is being served)."""
+        return self._q.popleft()[0]
+
+    def remove(self, token: W) -> bool:
+        """Take ``token`` out wherever it is (it gave up); False: it was not parked."""
+        for i, (t, _) in enumerate(self._q):
+            if t is token:
+                del self._q[i]
+                return True
+        return False
+
+    def clear(self) -> list[W]:
+        """Take every waiter out, in order (to fail them)."""
+        tokens = [t for t, _ in self._q]
+        self._q.clear()
+        return tokens
+
+
+class Wake(NamedTuple):
+    """What an event asks of the shell: wake ``tokens`` (their credit is
+    reserved), and send host ``h`` a credit ask for the destination if ``ask``."""
+
+    tokens: list[object]
+    ask: bool
+
+
+class GateWait(NamedTuple):
+    """A contended destination (for stall reports): its parked senders."""
+
+    pid: int
+    senders: int
+    head_need: int
+    progress_at: float   # the clock at the last serve, or the first park
+
+
+class _Dest:
+    """One contended destination: its lot, the woken senders that have not run
+    yet, whether an ask is out, and when it last made progress."""
+
+    __slots__ = ("lot", "woken", "asked", "progress_at")
+
+    def __init__(self, now: float) -> None:
+        self.lot: ParkingLot[object] = ParkingLot()
+        self.woken = 0
+        self.asked = False
+        self.progress_at = now
+
+
+_NOTHING = Wake([], False)
+
+
+class CreditGate:
+    """One link's credit towards each GP of its host (see the module docstring)."""
+
+    __slots__ = ("window", "_credit", "_dests", "_clock", "waits", "asks")
+
+    def __init__(self, window: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window = window
+        self._credit: dict[int, int] = {}      # pid -> credit left (absent: a full window)
+        self._dests: dict[int, _Dest] = {}     # pid -> its state while contended
+        self._clock = clock
+        self.waits = 0                          # senders ever parked
+        self.asks = 0                           # asks ever requested
+
+    # ------------------------------------------------------------ queries
+    def credit(self, pid: int) -> int:
+        return self._credit.get(pid, self.window)
+
+    def contended(self, pid: int) -> bool:
+        return pid in self._dests
+
+    def parked(self) -> int:
+        return sum(len(d.lot) for d in self._dests.values())
+
+    def short(self) -> int:
+        """Destinations whose credit is below the window now."""
+        return len(self._credit)
+
+    def least(self) -> int:
+        return min(self._credit.values(), default=self.window)
+
+    def outstanding(self) -> int:
+        return sum(self.window - c for c in self._credit.values())
+
+    def waiting(self) -> list[GateWait]:
+        return [GateWait(pid, len(d.lot), d.lot.head_need(), d.progress_at)
+                for pid, d in self._dests.items() if d.lot]
+
+    # ------------------------------------------------------------- events
+    def admit(self, pid: int, nbytes: int) -> bool:
+        """Take ``nbytes`` of GP ``pid``'s credit if the rule allows it now:
+        ``pid`` is not contended and its credit covers ``min(nbytes, window)``."""
+        if pid in self._dests:
+            return False
+        c = self._credit.get(pid, self.window)
+        if c >= nbytes or c >= self.window:
+            self._credit[pid] = c - nbytes
+            return True
+        return False
+
+    def park(self, pid: int, nbytes: int, token: object) -> Wake:
+        """``token`` was refused by ``admit``: it waits at the tail (and is
+        woken at once if the credit covers it and it is the head)."""
+        d = self._dests.get(pid)
+        if d is None:
+            d = self._dests[pid] = _Dest(self._clock())
+        d.lot.park(token, nbytes)
+        self.waits += 1
+        return self._serve(pid, d)
+
+    def resumed(self, pid: int) -> None:
+        """A woken sender ran: once all have and nobody is parked, ``pid`` is
+        no longer contended."""
+        d = self._dests.get(pid)
+        if d is not None:
+            d.woken -= 1
+            if d.woken <= 0 and not d.lot:
+                self._uncontend(pid)
+
+    def grant(self, pid: int, nbytes: int) -> Wake:
+        """Host ``h`` gave back ``nbytes`` of ``pid``'s credit (or a sender
+        gave back what it will not use)."""
+        c = self._credit.get(pid, self.window) + nbytes
+        self._credit[pid] = c
+        d = self._dests.get(pid)
+        if d is None:
+            if c >= self.window:
+                del self._credit[pid]             # back to a full window: forget it
+            return _NOTHING
+        d.asked = False
+        return self._serve(pid, d)
+
+    def cancel(self, pid: int, nbytes: int, token: object) -> Wake:
+        """``token`` (which needed ``nbytes``) gave up: still parked, it
+        leaves the lot; already served (its wake may have crossed the
+        cancel), the ``nbytes`` reserved for it go back.  Either way the
+        senders behind it are served as far as the credit covers."""
+        d = self._dests.get(pid)
+        if d is None:                              # failed since
+            return _NOTHING
+        if not d.lot.remove(token):
+            d.woken -= 1
+            self._credit[pid] = self._credit.get(pid, self.window) + nbytes
+        return self._serve(pid, d)
+
+    def fail(self) -> list[object]:
+        """The host is gone: every parked token, to fail; nothing is contended."""
+        tokens = [t for d in self._dests.values() for t in d.lot.clear()]
+        self._dests.clear()
+        return tokens
+
+    # ------------------------------------------------------------ the hand-off
+    def _serve(self, pid: int, d: _Dest) -> Wake:
+        """Reserve for the parked senders of ``pid``, head first, while the
+        credit covers the head's ``min(need, window)``."""
+        lot = d.lot
+        c = self._credit.get(pid, self.window)
+        window = self.window
+        woken: list[object] = []
+        while lot:
+            need = lot.head_need()
+            if c < need and c < window:
+                break
+            c -= need
+            woken.append(lot.pop())
+        if woken:
+            d.woken += len(woken)
+            d.progress_at = self._clock()
+        if c >= window:
+            self._credit.pop(pid, None)
+        else:
+            self._credit[pid] = c
+        ask = False
+        if lot:
+            if not d.asked:
+                d.asked = ask = True
+                self.asks += 1
+        elif d.woken <= 0:
+            self._uncontend(pid)
+        return Wake(woken, ask) if woken or ask else _NOTHING
+
+    def _uncontend(self, pid: int) -> None:
+        del self._dests[pid]
+
+
+#: when the grants of a :class:`CreditBook` are due: nothing new, at the end
+#: of the loop iteration (with the others), or at once
+LATER, SOON, NOW = 0, 1, 2
+
+
+class CreditBook:
+    """The receiving host's credit towards the senders of each of its GPs.
+
+    Per (sending host, GP): ``pending`` bytes delivered into the GP's pipe
+    and not taken yet, ``owed`` bytes taken and not granted back yet.  Owed
+    credit goes back in steps of at least ``window / 4`` (one control message
+    per quarter window, not per message); below that only when the sender
+    asked and the GP has taken everything of that host's that waits for it
+    (so an ask is answered once the reader has caught up); a whole window
+    (a large message) at once.  See :mod:`aiopdbp.hosts.link`, "Credit".
+    """
+
+    __slots__ = ("window", "_pending", "_owed", "_asked", "_grants")
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self._pending: dict[tuple[int, int], int] = {}
+        self._owed: dict[tuple[int, int], int] = {}
+        self._asked: set[tuple[int, int]] = set()
+        self._grants: dict[int, list[tuple[int, int]]] = {}
+
+    def delivered(self, host: int, pid: int, cost: int) -> None:
+        """``cost`` bytes from ``host`` went into GP ``pid``'s pipe."""
+        key = (host, pid)
+        self._pending[key] = self._pending.get(key, 0) + cost
+
+    def taken(self, host: int, pid: int, cost: int) -> int:
+        """GP ``pid`` took (or dropped) ``cost`` bytes ``host`` delivered:
+        they are owed.  Returns when grants are due."""
+        key = (host, pid)
+        left = self._pending.get(key, 0) - cost
+        if left > 0:
+            self._pending[key] = left
+        else:
+            self._pending.pop(key, None)
+        return self.owe(host, pid, cost)
+
+    def ask(self, host: int, pid: int) -> int:
+        """A sender on ``host`` is parked for ``pid``'s credit."""
+        key = (host, pid)
+        self._asked.add(key)
+        if key not in self._pending and self._owed.get(key):
+            return self.owe(host, pid, 0)
+        return LATER
+
+    def owe(self, host: int, pid: int, cost: int) -> int:
+        """``cost`` more bytes are owed to ``host`` for ``pid`` (something it
+        sent will never reach the pipe, or was taken)."""
+        key = (host, pid)
+        owed = self._owed.get(key, 0) + cost
+        if owed * 4 < self.window and not (owed and key in self._asked and key not in self._pending):
+            self._owed[key] = owed
+            return LATER
+        self._owed.pop(key, None)
+        self._asked.discard(key)   # the grant answers the ask; a sender still parked asks again
+        self._grants.setdefault(host, []).append((pid, owed))
+        return NOW if owed >= self.window else SOON
+
+    def grants(self, everything: bool = False) -> dict[int, list[tuple[int, int]]]:
+        """The grants due, per host, and forget them (``everything``: also
+        what is owed below the threshold, e.g. at close)."""
+        if everything:
+            for (host, pid), owed in self._owed.items():
+                self._grants.setdefault(host, []).append((pid, owed))
+            self._owed.clear()
+        grants, self._grants = self._grants, {}
+        return grants
+
+    def owed(self) -> int:
+        return sum(self._owed.values())
+
+    def outstanding(self, host: int, pid: int) -> int:
+        """Bytes ``host`` has delivered to ``pid`` that were not granted back
+        yet: at most what its credit let it send (``window``, or one larger
+        message alone)."""
+        key = (host, pid)
+        return self._pending.get(key, 0) + self._owed.get(key, 0)
+
+    def admits(self, host: int, pid: int, nbytes: int) -> bool:
+        """Whether ``host``'s credit can cover a message of ``nbytes`` for
+        ``pid`` now: the sender's rule seen from here (its credit is never
+        more than what this book has not had back).  False means the sender
+        broke the protocol (an announced size beyond what it was granted)."""
+        out = self.outstanding(host, pid)
+        return out <= 0 or out + nbytes <= self.window
