@@ -202,3 +202,58 @@ def test_split_payload_that_lands_at_once_is_delivered() -> None:
     inbound.on_data(1, memoryview(head))
     assert [(h, pids) for h, pids, _ in router.got] == [(1, (2,))]
     assert inbound.drained(()) is False  # (no BYE yet) but nothing waits behind the payload
+
+
+def _admitting_inbound(book: Any, failed: list[tuple[int, BaseException]]) -> tuple[Any, list[Any]]:
+    from aiopdbp.hosts.inbound import Inbound
+
+    posted: list[Any] = []
+
+    class Held:  # receives are posted and never land in this test
+        bulk_tags = 8
+
+        def recv_bulk(self, source: int, tag: int, nbytes: int, out: object, done: Any) -> None:
+            posted.append((source, nbytes))
+
+    inbound = Inbound(0, 2, None, None, None, name_of=str,  # type: ignore[arg-type]
+                      fail_host=lambda h, e: failed.append((h, e)), block_size=1 << 16, allow_pickle=False,
+                      bulk=Held(), book=book)  # type: ignore[arg-type]
+    return inbound, posted
+
+
+def _split_head(nbytes: int) -> bytes:
+    import numpy as np
+
+    from aiopdbp.wire.codec import encode_split
+    from aiopdbp.wire.mesp import CDU, Kind
+
+    head, _ = encode_split(CDU(Kind.SHORT, 1, (2,), np.zeros(nbytes, np.uint8)))
+    return head
+
+
+def test_a_split_header_beyond_the_credit_granted_fails_its_sender_and_posts_no_receive() -> None:
+    """Admission by grant (issue 28): two 600 KiB arrays to one GP within a
+    1 MiB window are more than the sender may have outstanding; the second
+    header is a ProtocolError and its receive is never posted."""
+    from aiopdbp.errors import ProtocolError
+    from aiopdbp.hosts.gate import CreditBook
+
+    failed: list[tuple[int, BaseException]] = []
+    inbound, posted = _admitting_inbound(CreditBook(1 << 20), failed)
+    inbound.on_data(1, memoryview(_split_head(600 << 10)))
+    assert posted == [(1, 600 << 10)] and not failed
+    inbound.on_data(1, memoryview(_split_head(600 << 10)))
+    assert posted == [(1, 600 << 10)]
+    assert len(failed) == 1 and failed[0][0] == 1
+    assert isinstance(failed[0][1], ProtocolError) and "beyond the credit granted" in str(failed[0][1])
+
+
+def test_one_message_larger_than_the_window_is_admitted_when_nothing_is_outstanding() -> None:
+    """The sender's rule lets one message larger than the window go once the
+    whole window is back: admission by grant must take it."""
+    from aiopdbp.hosts.gate import CreditBook
+
+    failed: list[tuple[int, BaseException]] = []
+    inbound, posted = _admitting_inbound(CreditBook(1 << 20), failed)
+    inbound.on_data(1, memoryview(_split_head(4 << 20)))
+    assert posted == [(1, 4 << 20)] and not failed

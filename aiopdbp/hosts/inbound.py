@@ -29,8 +29,12 @@ recycled one from the transport's receive cache.  Until it has landed, later
 data messages from that host wait behind it (per-source order); a later
 split header posts its own receive at once, so payloads land in parallel.
 The credit the sender reserved admitted these bytes (see
-:mod:`aiopdbp.hosts.link`, "Large payloads"), so the landing buffers are
-bounded by the credit windows.  A header that announces one GP's array is
+:mod:`aiopdbp.hosts.link`, "Large payloads"), and this side checks it
+(*admission by grant*, :meth:`Inbound.admit`): a header that asks for more
+than this host granted its sender -- the credit book's outstanding bytes
+plus the payloads admitted and not delivered yet -- is a ``ProtocolError``
+that fails the sender, and no receive is posted for it; so the landing
+buffers are bounded by the credit windows, whatever a peer announces.  A header that announces one GP's array is
 checked once and kept per header bytes (:func:`~aiopdbp.wire.codec.split_array`):
 when the same bytes come again (a loop sending arrays of one shape),
 :meth:`Inbound.on_data` posts the payload's receive at once and the landed
@@ -53,6 +57,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from aiopdbp.errors import ProtocolError, WouldBlock
+from aiopdbp.hosts.gate import CreditBook
 from aiopdbp.pool import RecvPool, Slot
 from aiopdbp.transport.base import Channel, Transport
 from aiopdbp.wire.codec import (SPLIT_CACHE_MAX, SplitArray, decode, decode_split, split_array,
@@ -92,18 +97,20 @@ class StreamSink(Protocol):
 class _Landing:
     """A large payload announced by its header, landing (bulk receive)."""
 
-    __slots__ = ("head", "arr", "buf")
+    __slots__ = ("head", "arr", "buf", "pid", "cost")
 
-    def __init__(self, head: bytes, arr: SplitArray | None) -> None:
+    def __init__(self, head: bytes, arr: SplitArray | None, pid: int = 0, cost: int = 0) -> None:
         self.head = head
         self.arr = arr          # what the header says, when it is one GP's array
         self.buf: Any = None    # the buffer, once the payload has landed
+        self.pid = pid          # the GP it was admitted for (0: a stream segment, a multicast)
+        self.cost = cost        # the credit it was admitted with
 
 
 class _Source:
     """Receive side of one remote host."""
 
-    __slots__ = ("host", "split_head", "received", "bye", "queue", "bulk_seq")
+    __slots__ = ("host", "split_head", "received", "bye", "queue", "bulk_seq", "announced")
 
     def __init__(self, host: int) -> None:
         self.host = host
@@ -113,6 +120,8 @@ class _Source:
         # arrivals behind a payload still landing, in order: _Landing or a data message
         self.queue: deque[_Landing | memoryview] = deque()
         self.bulk_seq = 0       # the next split frame's bulk tag
+        # credit of payloads admitted and not delivered yet, per GP (see Inbound.admit)
+        self.announced: dict[int, int] = {}
 
 
 class Inbound:
@@ -121,8 +130,9 @@ class Inbound:
     def __init__(self, rank: int, size: int, pool: RecvPool, deliver: Deliver, streams: StreamSink, *,
                  name_of: Callable[[int], str], fail_host: Callable[[int, BaseException], None],
                  block_size: int, allow_pickle: bool, bulk: Transport | None = None,
-                 landing: Callable[[int, int], Any] | None = None) -> None:
+                 landing: Callable[[int, int], Any] | None = None, book: CreditBook | None = None) -> None:
         self.rank, self.size = rank, size
+        self._book = book  # what this host granted each sender (admission by grant)
         self._bulk = bulk if getattr(bulk, "bulk_tags", 0) else None
         self._landing = landing  # (pid, nbytes) -> a GP's own buffer (recv_into) or None
         self._pool = pool
@@ -277,8 +287,8 @@ class Inbound:
             # One GP's array, and nothing of this host's is ahead of it (the
             # GP's next message must be this one): its own buffer may do.
             out = self._landing(pid, nbytes)
-        self.admit(s.host, nbytes)
-        entry = _Landing(head, arr)
+        cost = self.admit(s, pid, nbytes) if pid and not stream else 0
+        entry = _Landing(head, arr, pid if cost else 0, cost)
         s.queue.append(entry)   # before the receive: it may land at once
         tag = s.bulk_seq
         s.bulk_seq = (tag + 1) % bulk.bulk_tags
@@ -288,15 +298,38 @@ class Inbound:
             # what the header announced cannot be held here: the sender's
             # fault or not, its frames cannot be taken any more
             s.queue.remove(entry)
+            self._settled(s, entry)
             raise ProtocolError(f"no memory for the {nbytes}-byte payload announced by host {s.host}") \
                 from None
 
-    def admit(self, host: int, nbytes: int) -> None:
-        """The check before a payload's receive is posted: raises
-        :class:`~aiopdbp.errors.ProtocolError` when ``host`` announced more
-        than it may send, so no receive of that size is posted.  The frame
-        limits bound it here (``split_target``); the credit book sets this
-        to the bound of what this host granted ``host``."""
+    def admit(self, s: _Source, pid: int, nbytes: int) -> int:
+        """Admission by grant, before a payload's receive is posted: the
+        credit (``nbytes`` + the per-message overhead) a split header asks
+        for GP ``pid``, which must be within what this host granted
+        ``s.host`` -- what the sender's own rule allows (the credit book's
+        view, :meth:`~aiopdbp.hosts.gate.CreditBook.outstanding`, plus the
+        payloads admitted and not delivered yet).  Raises
+        :class:`~aiopdbp.errors.ProtocolError` otherwise: no receive of a
+        size nobody granted is ever posted."""
+        cost = nbytes + CREDIT_OVERHEAD
+        ahead = s.announced.get(pid, 0)
+        book = self._book
+        if book is not None:
+            out = book.outstanding(s.host, pid) + ahead
+            if out > 0 and out + cost > book.window:
+                raise ProtocolError(f"host {s.host} announced a {nbytes}-byte payload for GP {pid} beyond the "
+                                    f"credit granted to it ({max(0, book.window - out)} bytes left)")
+        s.announced[pid] = ahead + cost
+        return cost
+
+    def _settled(self, s: _Source, entry: _Landing) -> None:
+        """An admitted payload was delivered (the book counts it now) or dropped."""
+        if entry.cost:
+            left = s.announced.get(entry.pid, 0) - entry.cost
+            if left > 0:
+                s.announced[entry.pid] = left
+            else:
+                s.announced.pop(entry.pid, None)
 
     def _landed(self, s: _Source, entry: _Landing, buf: Any) -> None:
         entry.buf = buf
@@ -307,6 +340,7 @@ class Inbound:
                 if item.buf is None:
                     return          # the next payload has not landed yet
                 q.popleft()
+                self._settled(s, item)
                 try:
                     arr = item.arr
                     if arr is None:

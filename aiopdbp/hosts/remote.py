@@ -142,7 +142,8 @@ class Remote:
         self.inbound = Inbound(rank, size, self.pool.recv, router, streams, name_of=tables.name_of,
                                fail_host=self.failures.protocol_error, block_size=cfg.block_size,
                                allow_pickle=allow_pickle, bulk=transport,
-                               landing=getattr(getattr(router, "landings", None), "take", None))
+                               landing=getattr(getattr(router, "landings", None), "take", None),
+                               book=getattr(router, "book", None))
         self.stalls = StallRelay(rank, size, self.channel, stall, lambda h: h in self.failures.failed)
         self._dispatch = Dispatch(self.sequencer, self.inbound, self.credit, self.failures, self.stalls)
         self._closing = False
