@@ -271,7 +271,8 @@ async def test_send_stream_of_unsupported_type_names_it_and_what_is_accepted(pdb
         with pytest.raises(TypeError) as info:
             await p.send_stream("c", source)
         assert named in str(info.value)
-        assert "give bytes, a bytearray or memoryview, a numpy array, or an ordered (async) iterable" in str(info.value)
+        assert ("give bytes, a bytearray or memoryview, a numpy array or CPU tensor, or an ordered (async) "
+                "iterable") in str(info.value)
 
 
 # ------------------------------------------------------------------ delivery
