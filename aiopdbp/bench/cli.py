@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from aiopdbp.bench.plan import DEFAULT_SIZES, Options, parse_ranks, parse_rate, parse_sizes
+from aiopdbp.bench.plan import BENCH_ENV, DEFAULT_SIZES, Options, parse_ranks, parse_rate, parse_sizes
 from aiopdbp.bench.workload import IMPLS, TESTS
 from aiopdbp.env import bench_link, emulated_link_bps, in_mpi_job, inherited
 
@@ -279,7 +279,7 @@ def _launcher(ns: argparse.Namespace) -> Callable[[int, list[str]], int] | int:
     from aiopdbp.launch.launcher import launch
 
     if not ns.emulate:
-        return lambda n, argv: launch(n, argv, tcp=ns.tcp)
+        return lambda n, argv: launch(n, argv, tcp=ns.tcp, extra_env=BENCH_ENV)
     from aiopdbp.launch.emulate import EmulateConfig, requirements_problems
 
     problems = requirements_problems()  # the clearest error first: privilege and tools
@@ -287,7 +287,7 @@ def _launcher(ns: argparse.Namespace) -> Callable[[int, list[str]], int] | int:
         print("aiopdbp bench: --emulate cannot run here: " + "; ".join(problems), file=sys.stderr)
         return 2
     config = EmulateConfig(link=ns.link if ns.link is not None else "1gbit", hosts=ns.hosts)
-    return lambda n, argv: launch(n, argv, tcp=ns.tcp, emulate=config)
+    return lambda n, argv: launch(n, argv, tcp=ns.tcp, emulate=config, extra_env=BENCH_ENV)
 
 
 def _run_one(start: Callable[[int, list[str]], int], n: int, argv: list[str]) -> int:

@@ -47,7 +47,7 @@ import numpy as np
 
 from aiopdbp.bench.aio import AioSide, gp_name, loop_factory
 from aiopdbp.bench.floor import Floor
-from aiopdbp.bench.plan import parse_sizes
+from aiopdbp.bench.plan import BENCH_ENV, parse_sizes
 from aiopdbp.env import in_mpi_job
 from aiopdbp.hosts.remote import RemoteConfig
 
@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         child = ["-m", "aiopdbp.bench", "pingpong", *_child_argv(args)]
         return reporting_failures("aiopdbp bench pingpong",
-                                  lambda: launch(ns.ranks, child, tcp=ns.tcp))
+                                  lambda: launch(ns.ranks, child, tcp=ns.tcp, extra_env=BENCH_ENV))
     return _run(ns, args)
 
 

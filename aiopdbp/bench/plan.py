@@ -15,8 +15,9 @@ import re
 from dataclasses import dataclass, field
 
 from aiopdbp.bench.workload import IMPLS, PATTERNS, TESTS, window_for
+from aiopdbp.env import RANK_PREFIX
 
-__all__ = [
+__all__ = ["BENCH_ENV", 
     "DEFAULT_SIZES",
     "QUICK_SIZES",
     "Case",
@@ -27,6 +28,11 @@ __all__ = [
     "parse_size",
     "parse_sizes",
 ]
+
+#: the environment of every benchmark job: rank 0 prints the tables, so its
+#: lines carry no ``[rank]`` prefix (a benchmark's ranks run their own loop,
+#: which a node adopts as it would aiopdbp.run's)
+BENCH_ENV = {RANK_PREFIX: "0"}
 
 MiB = 1 << 20
 #: the paper's unit packet sizes: 64 B .. 4 MiB, with its 291 B

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from aiopdbp.bench.plan import parse_ranks
+from aiopdbp.bench.plan import BENCH_ENV, parse_ranks
 
 __all__ = ["build_parser", "main", "slope", "summarise_job"]
 
@@ -97,7 +97,7 @@ def _run_mpi(n: int, argv: list[str], timeout: float) -> float:
     from aiopdbp.launch.launcher import launch
 
     t = time.perf_counter()
-    rc = launch(n, argv, timeout=timeout)
+    rc = launch(n, argv, timeout=timeout, extra_env=BENCH_ENV)
     wall = time.perf_counter() - t
     if rc != 0:
         raise RuntimeError(f"{' '.join(argv)} on {n} ranks exited {rc}")

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from aiopdbp.bench.plan import parse_ranks, parse_sizes
+from aiopdbp.bench.plan import BENCH_ENV, parse_ranks, parse_sizes
 
 __all__ = ["VerificationError", "main"]
 
@@ -87,7 +87,7 @@ def main(argv: Sequence[str]) -> int:
                   "--max-units", str(ns.max_units), "--repeat", str(ns.repeat), "--out", str(part)]
         if ns.inject_fault:
             argv_n += ["--inject-fault", ns.inject_fault]
-        rc = reporting_failures("aiopdbp bench streams", lambda: launch(n, argv_n, tcp=ns.tcp))
+        rc = reporting_failures("aiopdbp bench streams", lambda: launch(n, argv_n, tcp=ns.tcp, extra_env=BENCH_ENV))
         if rc != 0:
             return rc
         rows += json.loads(part.read_text())["rows"]
