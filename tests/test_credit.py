@@ -52,6 +52,17 @@ async def _parked(link: HostLink, n: int) -> None:
         await asyncio.sleep(0)
     raise AssertionError(f"expected {n} parked senders, have {link.stats().credit_parked}")
 
+async def _two_parked() -> tuple[Any, asyncio.Task[None], asyncio.Task[None]]:
+    """A link whose window is spent, with two senders parked for 400 bytes each."""
+    link = _link()
+    link.reserve_nowait(PID, WINDOW)
+    first = asyncio.create_task(link.reserve(PID, 400))
+    await _parked(link, 1)
+    second = asyncio.create_task(link.reserve(PID, 400))
+    await _parked(link, 2)
+    return link, first, second
+
+
 
 def _fields(data: bytes) -> tuple[str, Kind, int, Any, int]:
     return ("src", Kind.SHORT, 0, data, 3)
@@ -122,12 +133,7 @@ async def test_cancelled_head_passes_its_turn_on() -> None:
 
 @pytest.mark.timeout(10)
 async def test_cancel_after_grant_hands_the_credit_on() -> None:
-    link = _link()
-    link.reserve_nowait(PID, WINDOW)
-    first = asyncio.create_task(link.reserve(PID, 400))
-    await _parked(link, 1)
-    second = asyncio.create_task(link.reserve(PID, 400))
-    await _parked(link, 2)
+    link, first, second = await _two_parked()
     link.grant(PID, 400)                        # reserved for `first` ...
     first.cancel()                              # ... which is cancelled before it runs
     with pytest.raises(asyncio.CancelledError):
@@ -495,12 +501,7 @@ async def test_grant_crossing_a_cancel_hands_the_credit_on() -> None:
     """A parked sender is cancelled (its future is done at once, its task
     handles the cancel a turn later) and a grant arrives in between: the
     credit served to it goes to the next sender, nothing raises or leaks."""
-    link = _link()
-    link.reserve_nowait(PID, WINDOW)
-    first = asyncio.create_task(link.reserve(PID, 400))
-    await _parked(link, 1)
-    second = asyncio.create_task(link.reserve(PID, 400))
-    await _parked(link, 2)
+    link, first, second = await _two_parked()
     first.cancel()
     link.grant(PID, 400)
     with pytest.raises(asyncio.CancelledError):

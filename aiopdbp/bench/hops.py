@@ -53,10 +53,9 @@ HOPS = ("send path", "  before encoding", "  encoding", "  posting", "MPI", "rec
 
 
 class _TimedReader:
-    """A router's block reader whose reads are timed (``read``: the timed call)."""
+    """Stands in for a router's block reader while its reads are timed."""
 
-    def __init__(self, reader: Any, read: Callable[..., Any]) -> None:
-        self._reader = reader
+    def __init__(self, read: Callable[..., Any]) -> None:
         self.read = read
 
 
@@ -133,7 +132,7 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
 
     patches = [(ProgressEngine, "post_send", post_send, orig_post), (ProgressEngine, "step", step, orig_step),
                (HostLink, "offer", offer, orig_offer), (inbound, "decode", timed(orig_dec), orig_dec),
-               (rt, "reader", _TimedReader(orig_reader, timed(orig_reader.read)), orig_reader)]
+               (rt, "reader", _TimedReader(timed(orig_reader.read)), orig_reader)]
     for obj, name, new, _ in patches:
         setattr(obj, name, new)
     try:
