@@ -66,12 +66,52 @@ def test_tutorial_program_prints_the_same_on_two_ranks(prog: Path, tmp_path: Pat
     assert two == one
 
 
+#: the pages that hold the API reference: the reference, and the model page
+#: for the model's own objects (pipes, tables, frames)
+API_PAGES = ("reference.md", "model.md")
+
+
+def _api_entries() -> set[str]:
+    """Every object the API pages document: ``"GP"``, and ``"GP.send"`` for a
+    member, whether its directive is nested under its class's (a short name)
+    or stands alone (a dotted one)."""
+    entries: set[str] = set()
+    for page in API_PAGES:
+        cls = ""
+        for line in (DOCS / page).read_text().splitlines():
+            if m := re.match(r"\.\. auto\w+:: aiopdbp\.([\w.]+)$", line):
+                entries.add(m[1])
+                cls = m[1]
+            elif (m := re.match(r" +\.\. auto\w+:: (?:aiopdbp\.)?([\w.]+)$", line)) and cls:
+                entries.add(m[1] if "." in m[1] else f"{cls}.{m[1]}")
+    return entries
+
+
 def test_api_reference_documents_every_public_name() -> None:
-    text = (DOCS / "reference.md").read_text()
-    documented = set(re.findall(r"\.\. auto\w+:: aiopdbp\.(\w+)$", text, re.M))
+    documented = {e for e in _api_entries() if "." not in e}
     public = {n for n in aiopdbp.__all__ if not n.startswith("__")}
-    assert public - documented == set(), "missing from docs/reference.md"
+    assert public - documented == set(), f"missing from docs/{API_PAGES}"
     assert documented - public <= set(), "documented but not exported"
+
+
+def test_every_public_method_of_a_documented_class_has_a_place() -> None:
+    """The reference lists a class's members one by one (the public ones
+    first, the internal ones under "Internals"): a method added to a class
+    must be placed in one of the two, not silently left off."""
+    entries = _api_entries()
+    classes = {e.split(".")[0] for e in entries if "." in e}
+    assert {"Node", "GP", "IncomingStream"} <= classes
+    missing = []
+    for name in sorted(classes):
+        cls = getattr(aiopdbp, name)
+        for klass in cls.__mro__:
+            if klass.__module__.startswith("aiopdbp"):
+                missing += [f"{name}.{attr}" for attr, value in vars(klass).items()
+                            if not attr.startswith("_")
+                            and not any(f"{k.__name__}.{attr}" in entries for k in cls.__mro__)
+                            and (inspect.isfunction(value) or isinstance(value, property))
+                            and attr not in getattr(klass, "__abstractmethods__", ())]
+    assert sorted(set(missing)) == [], f"methods on no API page (public, or under Internals): {sorted(set(missing))}"
 
 
 _DOTTED = re.compile(r"\baiopdbp(?:\.[A-Za-z_]\w*)+")
