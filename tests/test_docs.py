@@ -180,3 +180,38 @@ def test_every_public_coroutine_has_a_cancellation_paragraph() -> None:
     assert len(found) > 20
     missing = [n for n, fn in found if "Cancellation:" not in (inspect.getdoc(fn) or "")]
     assert missing == []
+
+
+#: the paper's and the patent's names: the model page maps them onto the
+#: API; everywhere else a user reads messages, streams, segments and pipes
+PAPER_WORDS = re.compile(r"\b(INFO|SINFO|CDUs?|prcs\w+|PPS|CPS|NTA|PTA|MTA|DDBP|UMB|SBP|RBP|MNode|CNode"
+                         r"|NGPs?|HInfo\w*|MBInfo\w*|MESP|recvData|sendData|Ntype|Ptype|PipeA|PipeB)\b")
+#: pages written in the model's words: the model itself, and the
+#: contributors' module map
+MODEL_PAGES = ("model.md", "development.md")
+
+
+def _docstring(entry: str) -> str:
+    first, *rest = entry.split(".")
+    obj: object = getattr(aiopdbp, first)
+    for part in rest:
+        obj = inspect.getattr_static(obj, part, None)
+        if obj is None:  # an instance attribute: documented by a comment next to it
+            return ""
+    if isinstance(obj, (staticmethod, classmethod)):
+        obj = obj.__func__
+    return inspect.getdoc(obj) or ""
+
+
+def test_the_papers_words_are_on_the_model_page_only() -> None:
+    entries = {e for e in _api_entries() if e.split(".")[0] not in _model_objects()}
+    found = [f"{e}: {m}" for e in sorted(entries) for m in sorted(set(PAPER_WORDS.findall(_docstring(e))))]
+    found += [f"{page.relative_to(DOCS)}: {m}" for page in sorted(DOCS.rglob("*.md"))
+              if "_build" not in page.parts and page.name not in MODEL_PAGES
+              for m in sorted(set(PAPER_WORDS.findall(page.read_text()))) if m]
+    assert found == [], "the paper's words outside the model page:\n" + "\n".join(found)
+
+
+def _model_objects() -> set[str]:
+    text = (DOCS / "model.md").read_text()
+    return set(re.findall(r"^\.\. auto\w+:: aiopdbp\.(\w+)$", text, re.M))
