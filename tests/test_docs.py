@@ -206,7 +206,8 @@ def _docstring(entry: str) -> str:
 def test_the_papers_words_are_on_the_model_page_only() -> None:
     entries = {e for e in _api_entries() if e.split(".")[0] not in _model_objects()}
     found = [f"{e}: {m}" for e in sorted(entries) for m in sorted(set(PAPER_WORDS.findall(_docstring(e))))]
-    found += [f"{page.relative_to(DOCS)}: {m}" for page in sorted(DOCS.rglob("*.md"))
+    pages = sorted(DOCS.rglob("*.md")) + sorted((DOCS / "tutorial").glob("*.py"))
+    found += [f"{page.relative_to(DOCS)}: {m}" for page in pages
               if "_build" not in page.parts and page.name not in MODEL_PAGES
               for m in sorted(set(PAPER_WORDS.findall(page.read_text()))) if m]
     assert found == [], "the paper's words outside the model page:\n" + "\n".join(found)
@@ -215,3 +216,46 @@ def test_the_papers_words_are_on_the_model_page_only() -> None:
 def _model_objects() -> set[str]:
     text = (DOCS / "model.md").read_text()
     return set(re.findall(r"^\.\. auto\w+:: aiopdbp\.(\w+)$", text, re.M))
+
+
+#: the longest code line the docs show: what a page (or a phone) displays
+#: without a scroll bar, and the width the tutorial programs are written to
+CODE_WIDTH = 88
+_FENCE = re.compile(r"^\s*(`{3,}|~{3,})\s*(.*)$")
+
+
+def _code_lines() -> list[tuple[str, str]]:
+    """``(where, line)`` for every line of a code block on a page of docs/
+    (fenced blocks; directives such as ``{eval-rst}`` or ``{toctree}`` are
+    not code) and of every file a page ``literalinclude``s."""
+    lines: list[tuple[str, str]] = []
+    included: set[Path] = set()
+    for page in sorted(DOCS.rglob("*.md")) + sorted(DOCS.rglob("*.rst")):
+        if "_build" in page.parts:
+            continue
+        fence: tuple[str, str] | None = None
+        for n, line in enumerate(page.read_text().splitlines(), 1):
+            m = _FENCE.match(line)
+            if fence is None:
+                if m:
+                    fence = (m[1], m[2].strip())
+                    for inc in re.findall(r"\{literalinclude\}\s+(\S+)", m[2]):
+                        included.add((page.parent / inc).resolve())
+            elif m and m[1][0] == fence[0][0] and len(m[1]) >= len(fence[0]) and not m[2]:
+                fence = None
+            elif not fence[1].startswith("{") or fence[1].startswith("{code"):
+                lines.append((f"{page.relative_to(DOCS)}:{n}", line))
+        for inc in re.findall(r"^\.\. literalinclude:: (\S+)", page.read_text(), re.M):
+            included.add((page.parent / inc).resolve())
+    for path in sorted(included):
+        lines += [(f"{path.relative_to(REPO_ROOT)}:{n}", line)
+                  for n, line in enumerate(path.read_text().splitlines(), 1)]
+    return lines
+
+
+def test_code_lines_in_the_docs_fit_88_columns() -> None:
+    lines = _code_lines()
+    assert any("tutorial/first.py" in where for where, _ in lines), "the tutorial programs are scanned"
+    assert any("model.md" in where for where, _ in lines), "the pages' code blocks are scanned"
+    wide = [f"{where}: {len(line)} columns" for where, line in lines if len(line) > CODE_WIDTH]
+    assert wide == [], f"code lines wider than {CODE_WIDTH} columns:\n" + "\n".join(wide)
