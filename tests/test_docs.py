@@ -259,3 +259,17 @@ def test_code_lines_in_the_docs_fit_88_columns() -> None:
     assert any("model.md" in where for where, _ in lines), "the pages' code blocks are scanned"
     wide = [f"{where}: {len(line)} columns" for where, line in lines if len(line) > CODE_WIDTH]
     assert wide == [], f"code lines wider than {CODE_WIDTH} columns:\n" + "\n".join(wide)
+
+
+@pytest.mark.timeout(120)
+def test_the_home_page_shows_install_and_the_first_program_with_its_output(tmp_path: Path) -> None:
+    """A newcomer's first page: how to install, the first program, how to
+    run it, and what it prints (the program's real output)."""
+    home = (DOCS / "index.md").read_text()
+    assert "python3 tools/dev.py" in home and "pip install" in home
+    assert "```{literalinclude} tutorial/first.py" in home
+    assert "aiopdbp launch -n 2 first.py" in home
+    shown = re.search(r"```text\n(.*?)```", home, re.S)
+    assert shown, "the home page shows no output"
+    printed = _run([sys.executable, str(DOCS / "tutorial" / "first.py")], tmp_path)
+    assert sorted(shown[1].splitlines()) == printed
