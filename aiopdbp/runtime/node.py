@@ -589,11 +589,16 @@ def _host_ip() -> str:
 
 
 def open_node(transport: Transport | None = None, **options: Any) -> Node:
-    """The node of this host, to be used as ``async with open_node() as node``.
+    """This process's node, to be used as ``async with open_node() as node``:
+    the block starts it (joining the other ranks) and closes it.
 
-    With no ``transport``: under ``mpiexec`` with more than one rank the MPI
-    transport is used (one node per rank); otherwise the node is a single
-    host and every GP lives in this process.  ``options`` go to :class:`Node`.
+    Args:
+        transport: leave it out: under ``mpiexec`` (or ``aiopdbp launch``)
+            with more than one rank the ranks talk over MPI, one node per
+            rank; otherwise the node is a single host and every GP lives in
+            this process (``AIOPDBP_TRANSPORT=local`` forces that).
+        options: the :class:`Node` options (``name_timeout``,
+            ``allow_pickle``, ``pipe_capacity``, ...).
     """
     if transport is None:
         transport = _default_transport(options)
