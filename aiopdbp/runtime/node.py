@@ -248,7 +248,8 @@ class Node:
 
     # -- lifecycle --------------------------------------------------------------
     async def start(self) -> None:
-        """Run the initialisation sequence and start routing.
+        """Join the other ranks and start routing.  ``async with
+        open_node()`` calls it for you.
 
         Cancellation: a cancelled start leaves the node unstarted; call
         ``aclose()`` to release what was set up.

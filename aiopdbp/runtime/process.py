@@ -104,7 +104,7 @@ class GP:
     def __init__(self, node: GPHost, name: str, pid: int, ptype: PType) -> None:
         #: the node (host) this GP lives on
         self.node = node
-        #: the GP's name, unique in the whole job: what senders address
+        #: the GP's name, unique in the whole job (what senders address)
         self.name = name
         #: the number the job gave the name (senders' ``Message.source_pid``)
         self.pid = pid

@@ -150,9 +150,9 @@ class IncomingStream:
         self.dest_pid = dest_pid
         #: the sender's name
         self.source = source
-        #: what the sender announced: ``.kind`` (``"bytes"`` or ``"ndarray"``),
-        #: ``.nbytes``, ``.dtype``, ``.shape`` (``None`` where not known in
-        #: advance: a stream sent from an iterable)
+        #: what the sender announced, ``.kind`` (``"bytes"`` or ``"ndarray"``),
+        #: ``.nbytes``, ``.dtype`` and ``.shape`` (``None`` where not known in
+        #: advance, as for a stream sent from an iterable)
         self.meta = meta if meta is not None else StreamMeta()
         # PipeB, the stream's bound private pipe; None for a stream whose
         # OPEN carried it whole (arrived_whole): nothing more can come for it
