@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -273,3 +274,31 @@ def test_the_home_page_shows_install_and_the_first_program_with_its_output(tmp_p
     assert shown, "the home page shows no output"
     printed = _run([sys.executable, str(DOCS / "tutorial" / "first.py")], tmp_path)
     assert sorted(shown[1].splitlines()) == printed
+
+
+def _bench_parser(sub: str) -> Any:
+    if sub == "pingpong":
+        from aiopdbp.bench.pingpong import build_parser
+    elif sub == "streams":
+        from aiopdbp.bench.streams import build_parser
+    else:
+        from aiopdbp.bench.cli import build_parser
+    return build_parser()
+
+
+def test_the_readmes_measured_figures_name_commands_that_parse() -> None:
+    """The README gives ratios and the command that reproduces each: every
+    ``bench ...`` it names is one ``aiopdbp bench`` accepts (parsed, not run)."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme[readme.index("**Measured.**"):readme.index("## Quick start")]
+    commands = re.findall(r"^aiopdbp (bench .+)$", section, re.M) + re.findall(r"`(bench [^`]+)`", section)
+    assert any(c.startswith("bench pingpong") for c in commands), "no pingpong command"
+    bad = []
+    for command in commands:
+        args = command.split()[1:]
+        sub = args[0] if args[0] in ("pingpong", "streams") else ""
+        try:
+            _bench_parser(sub).parse_args(args[1:] if sub else args)
+        except SystemExit:
+            bad.append(command)
+    assert bad == [], f"commands aiopdbp bench refuses: {bad}"
