@@ -1,20 +1,22 @@
-"""Matching and receiving small messages: the per-message half of a progress step.
+"""The per-message MPI calls of a progress engine: posting a send and
+matching and receiving a small message.
 
-One function, :func:`probe_small`, in two forms with one interface (as
-:mod:`aiopdbp.wire.blocks` has): this Python source, always present, and a
-twin compiled by Cython, ``aiopdbp.transport.cprobe``, which calls MPI's C
-API directly (``MPI_Improbe``, ``MPI_Mrecv``) and so makes no Python object
-per message but the buffer it delivers.  :mod:`aiopdbp.transport.progress`
-asks :func:`aiopdbp.ext.choose` which one runs.  The twin is compiled against
+Two functions, :func:`post_one` and :func:`probe_small`, in two forms with
+one interface (as :mod:`aiopdbp.wire.blocks` has): this Python source,
+always present, and a twin compiled by Cython, ``aiopdbp.transport.ckernel``,
+which calls MPI's C API directly (``MPI_Isend``, ``MPI_Test``,
+``MPI_Improbe``, ``MPI_Mrecv``) and so makes no Python object per message
+but what it returns.  :mod:`aiopdbp.transport.receives` asks
+:func:`aiopdbp.ext.choose` which one runs.  The twin is compiled against
 MPICH's ``mpi.h`` and linked to its library by soname (``libmpi.so.12``):
 under an MPI of another ABI (Open MPI) it does not import and this form runs.
 
-The common message is small and in order: it is received into a fresh
-``bytearray`` and appended to ``deliveries``.  Anything else -- a message of
-``small`` bytes or more (a numpy buffer, the receiver's allocation hook, an
-``Imrecv``), or one from a source whose earlier large message is still
-landing (``fifo``) -- is matched and handed back for the engine to handle
-the long way; no message is received out of order or twice.
+The common message is small and in order: :func:`probe_small` receives it
+into a fresh ``bytearray`` and appends it to ``deliveries``.  Anything else
+-- a message of ``small`` bytes or more (a numpy buffer, the receiver's
+allocation hook, an ``Imrecv``), or one from a source whose earlier large
+message is still landing (``fifo``) -- is matched and handed back for the
+engine to handle the long way; no message is received out of order or twice.
 """
 
 from __future__ import annotations
@@ -23,10 +25,20 @@ from typing import Any
 
 from mpi4py import MPI
 
-__all__ = ["probe_small"]
+__all__ = ["post_one", "probe_small"]
 
 _ANY_SOURCE = MPI.ANY_SOURCE
 _BYTE = MPI.BYTE
+
+
+def post_one(comm: MPI.Comm, buf: Any, dest: int, tag: int) -> MPI.Request | None:
+    """``Isend`` of the bytes of ``buf`` to rank ``dest`` with ``tag``, and one
+    ``Test``: None when it completed at once (eager), else its request (the
+    caller keeps ``buf`` alive until the request completes)."""
+    req = comm.Isend([buf, _BYTE], dest, tag)
+    if req.Test():
+        return None
+    return req
 
 
 def probe_small(comm: MPI.Comm, tag: int, status: MPI.Status, small: int, ch: int, channel: Any,
