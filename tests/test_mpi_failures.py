@@ -296,6 +296,15 @@ def test_gp_failure_under_plain_mpiexec_names_the_failing_rank_on_every_rank() -
     _assert_failure_rule(job.output, 3)
 
 
+def test_failure_line_names_the_innermost_gp_the_error_left() -> None:
+    # GP s2.3 raises inside GP sink2's block: s2.3's code failed, sink2 only encloses it
+    job = _launch("-n", "2", str(GP_FAILURE), "nested")
+    assert job.finish(timeout=60) == 1, job.output
+    line = "aiopdbp: rank 1 (GP s2.3) failed: KeyError: 'missing'"
+    assert f"[1] {line}; stopping the job" in job.output, job.output
+    assert f"[0] {line}" in job.output, job.output
+
+
 # ------------------------------------------------ clean exits (issue 19)
 CLEAN_EXIT = SCRIPTS_DIR / "clean_exit.py"
 
