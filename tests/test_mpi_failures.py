@@ -240,7 +240,7 @@ def test_sigkill_of_one_rank_of_three_is_named_first_under_launch(victim: int) -
     assert job.finish() != 0, job.output
     said = [line for line in job.output.splitlines() if line.strip() and not _OWN.match(line)]
     assert said and re.fullmatch(rf"aiopdbp launch: rank {victim} \(pid {pids[victim]}\) {_KILLED} "
-                                 r"during aiopdbp.run, the first rank to end, .*", said[0]), job.output
+                                 r"during aiopdbp.run, the first rank to end; .*", said[0]), job.output
     assert len([line for line in said if line.startswith("aiopdbp launch:")]) == 1, job.output
     _assert_clean(list(pids.values()), [], job.output)
 

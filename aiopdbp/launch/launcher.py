@@ -463,8 +463,7 @@ def _vanish_line(ends: Sequence[Ended], job_dir: str, log: KernelLog | None = No
     else:
         what = (f"{', '.join(f'{_rank_name(e, pids)} {how_it_ended(e, log)}' for e in first)} "
                 "(ended at the same moment)")
-    return (f"{what} during aiopdbp.run, the first rank to end, with no report from aiopdbp; "
-            "mpiexec then stopped the others")
+    return f"{what} during aiopdbp.run, the first rank to end; mpiexec then stopped the others"
 
 
 def _left_before_run(watch: JobWatch, job_dir: str, now: float, seen: dict[int, float]) -> str:
