@@ -206,7 +206,7 @@ def test_rank_that_fails_before_run_stops_the_job_under_launch() -> None:
     assert rc != 0, out
     assert "rank 1 failed before aiopdbp.run" in out, out
     # the rank, not only a pid; its exit status when the launcher read it in time
-    assert re.search(r"aiopdbp launch: rank 1 \(pid \d+\) (exited with status 1|vanished \(exit status "
+    assert re.search(r"aiopdbp launch: rank 1 \(pid \d+\) (exited with status 1|ended \(exit status "
                      r"unknown\)) before starting aiopdbp.run", out), out
     _assert_clean(pids, [], out)
 

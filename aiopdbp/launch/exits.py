@@ -108,13 +108,14 @@ class KernelLog:
 _KILLED = re.compile(rb"Killed process (\d+) ")
 
 
-def how_it_ended(end: Ended, log: KernelLog | None = None) -> str:
+def how_it_ended(end: Ended, log: KernelLog | None = None, unknown: str = "vanished") -> str:
     """``was killed by SIGKILL``, ``exited with status 3``, ``was killed by
-    the out-of-memory killer (SIGKILL)``, or ``vanished (exit status unknown)``."""
+    the out-of-memory killer (SIGKILL)``, or ``vanished (exit status unknown)``
+    (``unknown`` instead of "vanished")."""
     if end.status is None:
         if log is not None and log.oom_killed(end.pid):
             return "was killed by the out-of-memory killer"
-        return "vanished (exit status unknown)"
+        return f"{unknown} (exit status unknown)"
     if os.WIFSIGNALED(end.status):
         num = os.WTERMSIG(end.status)
         try:
@@ -125,6 +126,15 @@ def how_it_ended(end: Ended, log: KernelLog | None = None) -> str:
             return f"was killed by the out-of-memory killer ({name})"
         return f"was killed by {name}" + (" (core dumped)" if os.WCOREDUMP(end.status) else "")
     return f"exited with status {os.WEXITSTATUS(end.status)}"
+
+
+#: pidfd_open's flag (Linux 6.9) for a pidfd of the main thread alone: it is
+#: readable when that thread ends, not once every thread did -- a rank killed
+#: by a signal may take longer to end its other threads (unmapping shared
+#: memory) than hydra takes to kill another rank outright, which would then
+#: be seen first.  The main thread stays a zombie, its status readable, until
+#: the others have ended, which also leaves more time to read it.
+_PIDFD_THREAD = os.O_EXCL
 
 
 class ExitWatch:
@@ -156,9 +166,12 @@ class ExitWatch:
         if self._epoll is None or self._stop.is_set():
             return False
         try:
-            fd = os.pidfd_open(pid)
+            fd = os.pidfd_open(pid, _PIDFD_THREAD)
         except OSError:
-            return False
+            try:   # before Linux 6.9: readable only once every thread of it ended
+                fd = os.pidfd_open(pid)
+            except OSError:
+                return False
         with self._lock:
             self._fds[fd] = pid
         self._epoll.register(fd, select.EPOLLIN)   # (thread-safe while the thread waits)

@@ -489,7 +489,7 @@ def _left_before_run(watch: JobWatch, job_dir: str, now: float, seen: dict[int, 
     if not late:
         return ""
     ends = {e.pid: e for e in watch.ended}
-    who = ", ".join(f"{_rank_name(ends[p], {})} {how_it_ended(ends[p], watch.kernel_log)}" if p in ends
+    who = ", ".join(f"{_rank_name(ends[p], {})} {how_it_ended(ends[p], watch.kernel_log, 'ended')}" if p in ends
                     else f"{_rank_name(Ended(p, watch.rank_of.get(p), 0, 0, None), {})} ended"
                     for p in late)
     return (f"{who} before starting aiopdbp.run (see its output above) while the other ranks wait for "
@@ -530,10 +530,12 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
 
     said: list[str] = []   # the vanished rank's line, said as soon as it ended
     said_lock = threading.Lock()
+    stopping = threading.Event()   # the launcher ends the ranks itself: none vanishes
 
     def on_end(end: Ended) -> None:   # (watch thread) before hydra's banner, which names any rank
         with said_lock:
-            line = "" if said or got else _vanish_line(watch.ended, job_dir, watch.kernel_log)
+            quiet = said or got or stopping.is_set()
+            line = "" if quiet else _vanish_line(watch.ended, job_dir, watch.kernel_log)
             if line:
                 said.append(line)
                 say(line)
@@ -566,13 +568,14 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
                     os.killpg(proc.pid, signal.SIGKILL)
             if deadline is not None and now > deadline and not timed_out:
                 timed_out = True
+                got.append((int(signal.SIGTERM), now))
                 watch.signal_ranks(signal.SIGTERM)
                 with contextlib.suppress(OSError):
                     proc.terminate()
-                got.append((int(signal.SIGTERM), now))
             if not got and not early:
                 early = _left_before_run(watch, job_dir, now, early_seen)
                 if early:  # the others would wait for it until their handshake times out
+                    stopping.set()
                     watch.kill_all()
                     with contextlib.suppress(OSError):
                         os.killpg(proc.pid, signal.SIGKILL)
@@ -594,6 +597,7 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
                 if vanished:
                     rc = rc or 1
     finally:
+        stopping.set()
         for signum, handler in old.items():
             signal.signal(signum, handler)
         watch.stop()
