@@ -367,12 +367,22 @@ def test_handshake_timeout_raises_handshake_error_on_waiting_rank() -> None:
 
 # ------------------------------------------------------- nothing to launch
 @pytest.mark.parametrize(("argv", "said"), [(["missing.py"], "can't open file 'missing.py'"),
+                                             (["python", "missing.py"], "can't open file 'missing.py'"),
                                              (["-m", "no_such_module_here"], "no module named")])
 def test_launch_of_missing_script_prints_one_message_and_starts_no_rank(argv: list[str], said: str) -> None:
     job = _launch("-n", "2", *argv)
     assert job.finish(timeout=60) == 2, job.output
     lines = [line for line in job.output.splitlines() if line.strip()]
     assert len(lines) == 1 and said in lines[0] and "no rank was started" in lines[0], job.output
+
+
+def test_launch_runs_a_script_typed_after_its_interpreter(tmp_path: Path) -> None:
+    script = tmp_path / "hello.py"
+    script.write_text("import aiopdbp\n\nasync def main():\n    async with aiopdbp.open_node() as node:\n"
+                      "        print('HELLO', node.rank)\n\naiopdbp.run(main())\n")
+    job = _launch("-n", "2", "python3", str(script))
+    assert job.finish(timeout=60) == 0, job.output
+    assert "HELLO 0" in job.output and "HELLO 1" in job.output, job.output
 
 
 # -------------------------------------------------------------------- output

@@ -124,13 +124,19 @@ def launch_command(
         raise ValueError(f"number of ranks must be >= 1, got {n}")
     if not argv:
         raise ValueError("nothing to launch: argv is empty")
-    if _PYTHON.fullmatch(os.path.basename(argv[0])) and len(argv) > 1:
+    if names_python(argv[0]) and len(argv) > 1:
         python = argv[0] if os.sep in argv[0] else python
         argv = argv[1:]
     return [find_mpiexec(), *mpiexec_args, "-n", str(n), python or sys.executable, *argv]
 
 
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+
+
+def names_python(arg: str) -> bool:
+    """Whether ``arg`` is an interpreter as people type it before their
+    script (``python``, ``python3.12``, ``/opt/py/bin/python3``)."""
+    return _PYTHON.fullmatch(os.path.basename(arg)) is not None
 
 
 class JobWatch:
