@@ -36,9 +36,12 @@ in by the node.  The node in turn gives the router forwarders to
 to :meth:`Remote.send_done` and :meth:`Remote.send_credit` (the Remote is
 built after both, since it serves them).
 
-*Closing.*  :meth:`close` flushes every link, tells every host with BYE how
-many data messages it sent, and waits until it received as many from
-everyone (bounded by ``close_timeout``).
+*Closing.*  :meth:`close` flushes every link, and the transport's count
+exchange (a collective: no message to every peer) tells each host how many
+data messages all the others sent it; it waits until as many arrived
+(bounded by ``close_timeout``).  Without the exchange, or when a host has
+failed, it tells every host with BYE how many data messages it sent, and
+waits until it received as many from everyone.
 """
 
 from __future__ import annotations
@@ -283,19 +286,57 @@ class Remote:
             await self.flush(timeout)
             self.credit.flush_grants()
             sent = self.credit.sent()
-            for h in range(self.size):
-                if h != self.rank:  # also to a failed host: its control channel may work
-                    self.channel.send(h, ByeMsg(sent.get(h, 0)))
-            backoff = Backoff(100e-6, 2e-3)
-            while not self.inbound.drained(self.failures.failed):
-                if time.monotonic() > deadline:
-                    log.error("host %d: gave up waiting for the other hosts to close after the "
-                              "close timeout", self.rank)
-                    break
-                await backoff.sleep()
+            if not await self._close_by_counts(sent, deadline):
+                await self._close_by_bye(sent, deadline)
         finally:
             self.failures.stop_heartbeat()  # before the transport frees the communicator it uses
             self.stop()
+
+    async def _close_by_counts(self, sent: dict[int, int], deadline: float) -> bool:
+        """Wait until every data message sent here arrived, the total known
+        from the transport's count exchange: a rank talks at close only to
+        the peers it talked to before (MPI's collective does the rest).
+        False: no exchange, or it cannot complete (a failed host, a peer
+        gone without taking part): close by BYE instead."""
+        # every rank starts the exchange, failures or not: MPI's collectives
+        # must be called in one order on every rank (the transport's closing
+        # barrier follows)
+        poll = self.transport.exchange_counts([sent.get(h, 0) for h in range(self.size)])
+        if poll is None or self.failures.failed:
+            return False
+        backoff = Backoff(100e-6, 2e-3)
+        total: int | None = None
+        while True:
+            if total is None:
+                try:
+                    total = poll()
+                except TransportError:
+                    return False
+            if total is not None and self.inbound.arrived(total):
+                return True
+            if self.failures.failed:
+                return False
+            if time.monotonic() > deadline:
+                self._gave_up()
+                return True
+            await backoff.sleep()
+
+    async def _close_by_bye(self, sent: dict[int, int], deadline: float) -> None:
+        """Tell every host with BYE how many data messages it was sent, and
+        wait until each host not failed said as much and it all arrived."""
+        for h in range(self.size):
+            if h != self.rank:  # also to a failed host: its control channel may work
+                self.channel.send(h, ByeMsg(sent.get(h, 0)))
+        backoff = Backoff(100e-6, 2e-3)
+        while not self.inbound.drained(self.failures.failed):
+            if time.monotonic() > deadline:
+                self._gave_up()
+                break
+            await backoff.sleep()
+
+    def _gave_up(self) -> None:
+        log.error("host %d: gave up waiting for the other hosts to close after the close timeout",
+                  self.rank)
 
     def _mark_closing(self) -> None:
         self._closing = True
