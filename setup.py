@@ -25,7 +25,7 @@ _spec.loader.exec_module(_hash)
 
 #: (module, its .pyx, the sources whose hash it records, whether it calls MPI's C API)
 TWINS = [("aiopdbp.wire.cblocks", "aiopdbp/wire/cblocks.pyx", ("blocks.py", "cblocks.pyx"), False),
-         ("aiopdbp.transport.cprobe", "aiopdbp/transport/cprobe.pyx", ("probe.py", "cprobe.pyx"), True)]
+         ("aiopdbp.transport.ckernel", "aiopdbp/transport/ckernel.pyx", ("kernel.py", "ckernel.pyx"), True)]
 
 
 def _mpich() -> dict[str, list[str]] | None:

@@ -132,7 +132,7 @@ def _core_info() -> str:
         from aiopdbp.transport import receives  # noqa: F401  (the receive kernel's choice)
     except Exception as exc:  # mpi4py missing or broken: `info` says so elsewhere
         return "; ".join([*(f"{name}: {form}" for name, form in ext.core().items()),
-                          f"probe: not loaded ({type(exc).__name__}: {exc})"])
+                          f"kernel: not loaded ({type(exc).__name__}: {exc})"])
     return "; ".join(f"{name}: {form}" for name, form in ext.core().items())
 
 

@@ -140,6 +140,11 @@ class IncomingStream:
     ``send_stream``, ``state`` a :class:`StreamState`.
     """
 
+    #: the bytes its OPEN holds of a local receiver's pipe until taken (the
+    #: credit its sender reserved there: the whole stream when the OPEN
+    #: carries it); 0 for one from another host, which credit bounded
+    pipe_cost = 0
+
     def __init__(self, owner: StreamOwner, key: tuple[int, int], source: str, pipe: Pipe[CDU] | None,
                  window: int, source_pid: int = 0, dest_pid: int = 0,
                  meta: StreamMeta | None = None) -> None:
@@ -148,7 +153,11 @@ class IncomingStream:
         self.sno = key[1]
         self.source_pid = source_pid
         self.dest_pid = dest_pid
+        #: the sender's name
         self.source = source
+        #: what the sender announced, ``.kind`` (``"bytes"`` or ``"ndarray"``),
+        #: ``.nbytes``, ``.dtype`` and ``.shape`` (``None`` where not known in
+        #: advance, as for a stream sent from an iterable)
         self.meta = meta if meta is not None else StreamMeta()
         # PipeB, the stream's bound private pipe; None for a stream whose
         # OPEN carried it whole (arrived_whole): nothing more can come for it
@@ -171,10 +180,12 @@ class IncomingStream:
 
     @property
     def com(self) -> int:
+        """The number the sender gave ``send_stream(..., com=)``."""
         return self.meta.com
 
     @property
     def state(self) -> StreamState:
+        """Where the stream is: open, done, aborted by its sender, broken."""
         return self._proto.state
 
     @property

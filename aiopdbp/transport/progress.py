@@ -14,7 +14,7 @@ One step (:meth:`ProgressEngine.step`):
    communicator, then on the data one, until neither has a message (or about
    1 MiB was received in this step).  A matched probe is a message no other
    receive can steal.  The common message -- small, in order -- is matched
-   and received by the receive kernel (:mod:`aiopdbp.transport.probe`,
+   and received by the receive kernel (:mod:`aiopdbp.transport.kernel`,
    compiled where it is built); what it leaves matched is handled here.  Messages up to ``inline_limit`` (64 KiB) are received at
    once with ``Mrecv`` (the bytes are already here: eager protocol); larger ones
    get an ``Imrecv`` into a buffer of exactly their size, so a control message
@@ -101,6 +101,7 @@ from aiopdbp.transport.backoff import Backoff
 from aiopdbp.transport.base import AllocFn, Channel, DeliverFn
 from aiopdbp.transport.doorbell import RING_AFTER_S, Doorbell, DoorbellJoin
 from aiopdbp.transport.mpiload import prepare_mpi_import
+from aiopdbp.transport.core import kernel_core
 from aiopdbp.transport.receives import Receives
 from aiopdbp.transport.recvcache import DEFAULT_RECV_CACHE_BYTES
 
@@ -195,6 +196,7 @@ class ProgressEngine:
         self._joining: DoorbellJoin | None = None
         self._last_to = [-1e9] * self._comms[0].Get_size()   # when we last sent to each rank
         cache = DEFAULT_RECV_CACHE_BYTES if recv_cache_bytes is None else recv_cache_bytes
+        self._post_one = kernel_core.post_one
         self._rx = Receives(self._comms, tag, inline_recv_limit, cache, bulk, self._report)
         # sends: (request, op) oldest first
         self._sends: collections.deque[tuple[Any, _SendOp]] = collections.deque()
@@ -313,34 +315,26 @@ class ProgressEngine:
         comm = self._comms[channel]
         tag = self._tag
         self.n_send_calls += 1
-        if len(blocks) == 1:  # the commonest: one frame
+        if len(blocks) == 1:  # the commonest: one frame, sent eagerly
             b = blocks[0]
-            req = comm.Isend([b, _BYTE], dest, tag)
-            reqs = [req]
+            req = self._post_one(comm, b, dest, tag)
             self.bytes_sent += len(b) if type(b) is bytes else memoryview(b).nbytes
+            self.n_sends += 1
+            self._ring(dest)
+            if req is None:
+                self.n_fast_sends += 1
+                return None
+            reqs = [req]
         else:
             reqs = []
             for b in blocks:
                 reqs.append(comm.Isend([b, _BYTE], dest, tag))
                 self.bytes_sent += len(b) if type(b) is bytes else memoryview(b).nbytes
-        self.n_sends += len(reqs)
-        bell = self._bell
-        if bell is not None:
-            # Ring when our previous send to dest is older than RING_AFTER_S:
-            # dest may be asleep then (see the doorbell module); never
-            # otherwise.  After the Isend: the woken engine must find it.
-            now = time.perf_counter()
-            last = self._last_to
-            if now - last[dest] > RING_AFTER_S:
-                bell.ring(dest)
-            last[dest] = now
-        if len(reqs) == 1:
-            if reqs[0].Test():
-                self.n_fast_sends += 1
+            self.n_sends += len(reqs)
+            self._ring(dest)
+            if MPI.Request.Testall(reqs):
+                self.n_fast_sends += len(reqs)
                 return None
-        elif MPI.Request.Testall(reqs):
-            self.n_fast_sends += len(reqs)
-            return None
         assert self._loop is not None
         fut: asyncio.Future[None] = self._loop.create_future()
         op = _SendOp(fut, len(reqs), tuple(blocks))
@@ -348,6 +342,18 @@ class ProgressEngine:
             self._sends.append((r, op))
         self.kick()
         return fut
+
+    def _ring(self, dest: int) -> None:
+        """Ring ``dest`` when our previous send to it is older than
+        ``RING_AFTER_S``: it may be asleep then (see the doorbell module);
+        never otherwise.  After the ``Isend``: the woken engine must find it."""
+        bell = self._bell
+        if bell is not None:
+            now = time.perf_counter()
+            last = self._last_to
+            if now - last[dest] > RING_AFTER_S:
+                bell.ring(dest)
+            last[dest] = now
 
     def post_bulk_send(self, dest: int, tag: int, buf: Any,
                        done: asyncio.Future[None] | None = None) -> asyncio.Future[None] | None:
@@ -363,8 +369,8 @@ class ProgressEngine:
         assert self._bulk is not None
         self.n_bulk_sends += 1
         self.bytes_sent += memoryview(buf).nbytes
-        req = self._bulk.Isend([buf, _BYTE], dest, tag)
-        if req.Test():
+        req = self._post_one(self._bulk, buf, dest, tag)
+        if req is None:
             if done is not None:
                 _resolve(done)
             return None

@@ -4,8 +4,8 @@ messages, delivered in arrival order per (channel, source).
 :class:`Receives` does step 1 and step 3 of a progress step (see
 :mod:`aiopdbp.transport.progress`): it probes the control communicator, then
 the data one; the common message -- small, in order -- is matched and
-received by the receive kernel (:mod:`aiopdbp.transport.probe`, compiled
-where it is built), and what the kernel leaves matched is received here,
+received by the kernel (:func:`aiopdbp.transport.kernel.probe_small`,
+compiled where it is built), and what the kernel leaves matched is received here,
 inline (``Mrecv``) up to ``inline_limit`` or with an ``Imrecv`` posted a byte
 budget per step, so that a control message behind a data backlog is found
 after one probe per backlog message.  A message waits behind a large one of
@@ -21,25 +21,11 @@ from typing import Any, Final
 
 from mpi4py import MPI
 
-from aiopdbp import ext
-from aiopdbp.transport import probe as _pure_probe
 from aiopdbp.transport.base import AllocFn, Channel
+from aiopdbp.transport.core import kernel_core
 from aiopdbp.transport.recvcache import NUMPY_ALLOC_THRESHOLD, RECV_CACHE_MIN_SIZE, RecvBufferCache
 
-_cprobe: Any
-_cprobe_error: BaseException | None = None
-try:  # (mpi4py.MPI first: the twin binds to the MPI library it loaded)
-    import aiopdbp.transport.cprobe as _cprobe  # type: ignore[import-not-found, no-redef, unused-ignore]
-except ModuleNotFoundError as exc:  # not built
-    _cprobe = None
-    _cprobe_error = exc if exc.name != "aiopdbp.transport.cprobe" else None
-except ImportError as exc:  # an MPI of another ABI (no libmpi.so.12), another interpreter, damaged
-    _cprobe = None
-    _cprobe_error = exc
-#: the form of the receive kernel that runs (:mod:`aiopdbp.transport.probe`)
-probe_core = ext.choose("probe", _pure_probe, _cprobe, _cprobe_error)
-
-__all__ = ["Receives", "STEP_RECV_BYTES", "probe_core"]
+__all__ = ["Receives", "STEP_RECV_BYTES"]
 
 #: a step stops receiving after this many bytes (fairness with the sends)
 STEP_RECV_BYTES: Final = 1 << 20
@@ -85,7 +71,8 @@ class Receives:
         self._fifo: dict[tuple[int, int], collections.deque[_RecvOp]] = {}
         self._alloc: AllocFn | None = None
         self._alloc_min = 0           # messages below this skip the alloc hook
-        self._probe = probe_core.probe_small
+        self._probe = kernel_core.probe_small
+        self._recv_one = kernel_core.recv_one
         self._small_limit = self._small()
         self.n_recvs = self.bytes_recv = 0
         self.n_alloc_errors = self.n_user_allocs = 0
@@ -129,8 +116,8 @@ class Receives:
         self.n_bulk_recvs += 1
         self.n_bulk_user += out is not None
         self.bytes_recv += nbytes
-        req = self._bulk.Irecv([buf, nbytes, _BYTE], src, tag)
-        if req.Test():  # already here (eager, or a single-copy rendezvous done in Irecv)
+        req = self._recv_one(self._bulk, buf, nbytes, src, tag)
+        if req is None:  # already here (eager, or a single-copy rendezvous done in Irecv)
             done(buf)
             return False
         self.bulk_recvs.append((req, buf, done))

@@ -1,7 +1,7 @@
-"""The receive kernel in both forms (aiopdbp.transport.probe and its
-compiled twin aiopdbp.transport.cprobe): over real MPI they receive the same
-messages into the same deliveries and leave the same ones matched; and the
-progress engine runs the form aiopdbp.ext chose."""
+"""The per-message MPI calls in both forms (aiopdbp.transport.kernel and its
+compiled twin aiopdbp.transport.ckernel): over real MPI they post the same
+bytes, receive the same messages into the same deliveries and leave the same
+ones matched; and the progress engine runs the form aiopdbp.ext chose."""
 
 from __future__ import annotations
 
@@ -24,9 +24,12 @@ pytestmark = pytest.mark.mpi
 try:
     from mpi4py import MPI  # noqa: F401  (the twin binds to the MPI library it loads)
 
-    compiled: types.ModuleType | None = importlib.import_module("aiopdbp.transport.cprobe")
+    compiled: types.ModuleType | None = importlib.import_module("aiopdbp.transport.ckernel")
 except ImportError:
     compiled = None
+
+
+SIZES = [0, 1, 8, 100, 3, 4095, 4096, 9, 70000, 7]  # (the script's batch)
 
 
 def _d(i: int, n: int) -> tuple[int, str, int, int]:
@@ -39,7 +42,7 @@ def _forms() -> dict[tuple[str, str], list[object]]:
     """What each form received in each case (one MPI job for the module)."""
     if not mpi_available():
         pytest.skip("needs mpiexec and mpi4py")
-    proc = run_mpi(SCRIPTS_DIR / "probe_forms.py", 2, timeout=60)
+    proc = run_mpi(SCRIPTS_DIR / "kernel_forms.py", 2, timeout=60)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "rank 0 OK" in proc.stdout and "rank 1 OK" in proc.stdout
     out: dict[tuple[str, str], list[object]] = {}
@@ -78,20 +81,34 @@ def test_the_pure_kernel_stops_at_its_byte_budget() -> None:
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.skipif(compiled is None, reason="the compiled receive kernel is not built")
-def test_both_forms_receive_and_match_alike_over_mpi() -> None:
+def test_the_pure_post_completes_eager_sends_at_once_and_returns_a_request_for_the_rest() -> None:
     forms = _forms()
-    for case in ("batch", "fifo", "budget"):
+    # eager up to MPICH's shared-memory threshold; 70000 B waits for its receiver
+    assert forms[("pure", "post")] == ["NoneType"] * 8 + ["Request", "NoneType"]
+    assert forms[("pure", "posted")] == [(n, zlib.crc32(bytes([i]) * n)) for i, n in enumerate(SIZES)]
+
+
+@pytest.mark.timeout(90)
+def test_the_pure_recv_one_lands_the_message_and_writes_nothing_past_it() -> None:
+    got = _forms()[("pure", "received")]
+    assert got == [(n, zlib.crc32(bytes([i]) * n), bytes(5)) for i, n in enumerate(SIZES)]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.skipif(compiled is None, reason="the compiled kernel is not built")
+def test_both_forms_post_receive_and_match_alike_over_mpi() -> None:
+    forms = _forms()
+    for case in ("batch", "fifo", "budget", "post", "posted", "received"):
         assert forms[("compiled", case)] == forms[("pure", case)], case
 
 
-@pytest.mark.skipif(compiled is None, reason="the compiled receive kernel is not built")
+@pytest.mark.skipif(compiled is None, reason="the compiled kernel is not built")
 def test_the_built_kernel_is_current_and_chosen() -> None:
-    from aiopdbp.transport import receives
+    from aiopdbp.transport import core
 
     assert compiled is not None
     here = Path(compiled.__file__).parent  # type: ignore[arg-type]
     assert compiled.__source_hash__ == ext.source_hash(here, compiled.__sources__)
     if os.environ.get("AIOPDBP_NO_EXTENSIONS", "") in ("", "0"):
-        assert receives.probe_core is compiled
-        assert ext.core()["probe"] == "compiled (Cython)"
+        assert core.kernel_core is compiled
+        assert ext.core()["kernel"] == "compiled (Cython)"
