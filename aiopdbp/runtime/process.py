@@ -55,6 +55,10 @@ __all__ = ["FAILED_CLOSE_TIMEOUT", "GP", "GPHost", "snapshot"]
 
 #: how long a GP leaving with an exception tries to close what it owns
 FAILED_CLOSE_TIMEOUT = 1.0
+#: a GP's sends that complete without suspending yield once every this many:
+#: k looping senders then fill an empty window in turns of this many messages
+#: each (fair from the first message), at one loop turn per this many sends
+BURST_SENDS = 16
 
 
 def snapshot(data: Any, allow_pickle: bool, shared: bool) -> Any:
@@ -268,6 +272,7 @@ class GP:
         self._waiting = 0                               # recv calls waiting for an item now
         self._drive = node.drive   # a receiver waiting for a reply steps MPI itself
         self._try_send = node.router.try_send  # hot path: one call, no coroutine, when nothing waits
+        self._burst = BURST_SENDS   # sends left before a run of them that never suspended yields
         # arrays this large take send_owned (MPI_Send ownership); smaller ones the copy path
         self._owned_min = node.owned_min if node.owned_min is not None else sys.maxsize
 
@@ -478,7 +483,16 @@ class GP:
                 data = snapshot(data, self.node.allow_pickle, False)
             cost = credit_cost(data)
         fields = (self.name, kind, com, data, self.pid)
-        if not self._try_send(dest, fields, cost):  # the router routed it: nothing to wait for
+        if self._try_send(dest, fields, cost):  # the router routed it: nothing to wait for
+            # A run of sends that never suspend yields once per BURST_SENDS,
+            # so that a looping sender cannot fill an empty window before
+            # the other senders have run (aiopdbp.hosts.link, "Fair for every size").
+            self._burst -= 1
+            if not self._burst:
+                self._burst = BURST_SENDS
+                await asyncio.sleep(0)
+        else:
+            self._burst = BURST_SENDS
             await self._router.send_waiting(dest, fields, cost, timeout)
 
     async def _multicast(self, names: list[str], data: Any, com: int, kind: Kind,
@@ -605,6 +619,7 @@ class GP:
             item = pipe.receive_nowait()
         else:
             self._waiting += 1
+            self._burst = BURST_SENDS   # this task suspends: a send run starts afresh
             try:
                 if timeout is None:
                     if self._drive is not None:
