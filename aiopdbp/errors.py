@@ -24,8 +24,9 @@ class PDBPError(Exception):
 
 
 class ProtocolError(PDBPError):
-    """Bytes that are not a valid CDU/MESP frame (truncated, oversized, wrong
-    version, unknown kind, inconsistent lengths, forbidden payload)."""
+    """Bytes from another rank that are not a valid frame of aiopdbp's wire
+    format (truncated, oversized, wrong version, unknown kind, inconsistent
+    lengths, forbidden payload): the sending rank is failed."""
 
 
 class UnknownProcessError(PDBPError, LookupError):
@@ -89,7 +90,8 @@ class StreamError(BrokenResourceError):
 
 
 class HandshakeError(PDBPError):
-    """The initialisation sequence (paper Fig. 6) did not complete in time."""
+    """The start-up exchange between the ranks did not complete in time
+    (``handshake_timeout``): a rank did not start, or cannot be reached."""
 
 
 class BarrierError(BrokenResourceError):

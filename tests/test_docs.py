@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,12 +67,52 @@ def test_tutorial_program_prints_the_same_on_two_ranks(prog: Path, tmp_path: Pat
     assert two == one
 
 
+#: the pages that hold the API reference: the reference, and the model page
+#: for the model's own objects (pipes, tables, frames)
+API_PAGES = ("reference.md", "model.md")
+
+
+def _api_entries() -> set[str]:
+    """Every object the API pages document: ``"GP"``, and ``"GP.send"`` for a
+    member, whether its directive is nested under its class's (a short name)
+    or stands alone (a dotted one)."""
+    entries: set[str] = set()
+    for page in API_PAGES:
+        cls = ""
+        for line in (DOCS / page).read_text().splitlines():
+            if m := re.match(r"\.\. auto\w+:: aiopdbp\.([\w.]+)$", line):
+                entries.add(m[1])
+                cls = m[1]
+            elif (m := re.match(r" +\.\. auto\w+:: (?:aiopdbp\.)?([\w.]+)$", line)) and cls:
+                entries.add(m[1] if "." in m[1] else f"{cls}.{m[1]}")
+    return entries
+
+
 def test_api_reference_documents_every_public_name() -> None:
-    text = (DOCS / "reference.md").read_text()
-    documented = set(re.findall(r"\.\. auto\w+:: aiopdbp\.(\w+)$", text, re.M))
+    documented = {e for e in _api_entries() if "." not in e}
     public = {n for n in aiopdbp.__all__ if not n.startswith("__")}
-    assert public - documented == set(), "missing from docs/reference.md"
+    assert public - documented == set(), f"missing from docs/{API_PAGES}"
     assert documented - public <= set(), "documented but not exported"
+
+
+def test_every_public_method_of_a_documented_class_has_a_place() -> None:
+    """The reference lists a class's members one by one (the public ones
+    first, the internal ones under "Internals"): a method added to a class
+    must be placed in one of the two, not silently left off."""
+    entries = _api_entries()
+    classes = {e.split(".")[0] for e in entries if "." in e}
+    assert {"Node", "GP", "IncomingStream"} <= classes
+    missing = []
+    for name in sorted(classes):
+        cls = getattr(aiopdbp, name)
+        for klass in cls.__mro__:
+            if klass.__module__.startswith("aiopdbp"):
+                missing += [f"{name}.{attr}" for attr, value in vars(klass).items()
+                            if not attr.startswith("_")
+                            and not any(f"{k.__name__}.{attr}" in entries for k in cls.__mro__)
+                            and (inspect.isfunction(value) or isinstance(value, property))
+                            and attr not in getattr(klass, "__abstractmethods__", ())]
+    assert sorted(set(missing)) == [], f"methods on no API page (public, or under Internals): {sorted(set(missing))}"
 
 
 _DOTTED = re.compile(r"\baiopdbp(?:\.[A-Za-z_]\w*)+")
@@ -140,3 +181,124 @@ def test_every_public_coroutine_has_a_cancellation_paragraph() -> None:
     assert len(found) > 20
     missing = [n for n, fn in found if "Cancellation:" not in (inspect.getdoc(fn) or "")]
     assert missing == []
+
+
+#: the paper's and the patent's names: the model page maps them onto the
+#: API; everywhere else a user reads messages, streams, segments and pipes
+PAPER_WORDS = re.compile(r"\b(INFO|SINFO|CDUs?|prcs\w+|PPS|CPS|NTA|PTA|MTA|DDBP|UMB|SBP|RBP|MNode|CNode"
+                         r"|NGPs?|HInfo\w*|MBInfo\w*|MESP|recvData|sendData|Ntype|Ptype|PipeA|PipeB)\b")
+#: pages written in the model's words: the model itself, and the
+#: contributors' module map
+MODEL_PAGES = ("model.md", "development.md")
+
+
+def _docstring(entry: str) -> str:
+    first, *rest = entry.split(".")
+    obj: object = getattr(aiopdbp, first)
+    for part in rest:
+        obj = inspect.getattr_static(obj, part, None)
+        if obj is None:  # an instance attribute: documented by a comment next to it
+            return ""
+    if isinstance(obj, (staticmethod, classmethod)):
+        obj = obj.__func__
+    return inspect.getdoc(obj) or ""
+
+
+def test_the_papers_words_are_on_the_model_page_only() -> None:
+    entries = {e for e in _api_entries() if e.split(".")[0] not in _model_objects()}
+    found = [f"{e}: {m}" for e in sorted(entries) for m in sorted(set(PAPER_WORDS.findall(_docstring(e))))]
+    pages = sorted(DOCS.rglob("*.md")) + sorted((DOCS / "tutorial").glob("*.py"))
+    found += [f"{page.relative_to(DOCS)}: {m}" for page in pages
+              if "_build" not in page.parts and page.name not in MODEL_PAGES
+              for m in sorted(set(PAPER_WORDS.findall(page.read_text()))) if m]
+    assert found == [], "the paper's words outside the model page:\n" + "\n".join(found)
+
+
+def _model_objects() -> set[str]:
+    text = (DOCS / "model.md").read_text()
+    return set(re.findall(r"^\.\. auto\w+:: aiopdbp\.(\w+)$", text, re.M))
+
+
+#: the longest code line the docs show: what a page (or a phone) displays
+#: without a scroll bar, and the width the tutorial programs are written to
+CODE_WIDTH = 88
+_FENCE = re.compile(r"^\s*(`{3,}|~{3,})\s*(.*)$")
+
+
+def _code_lines() -> list[tuple[str, str]]:
+    """``(where, line)`` for every line of a code block on a page of docs/
+    (fenced blocks; directives such as ``{eval-rst}`` or ``{toctree}`` are
+    not code) and of every file a page ``literalinclude``s."""
+    lines: list[tuple[str, str]] = []
+    included: set[Path] = set()
+    for page in sorted(DOCS.rglob("*.md")) + sorted(DOCS.rglob("*.rst")):
+        if "_build" in page.parts:
+            continue
+        fence: tuple[str, str] | None = None
+        for n, line in enumerate(page.read_text().splitlines(), 1):
+            m = _FENCE.match(line)
+            if fence is None:
+                if m:
+                    fence = (m[1], m[2].strip())
+                    for inc in re.findall(r"\{literalinclude\}\s+(\S+)", m[2]):
+                        included.add((page.parent / inc).resolve())
+            elif m and m[1][0] == fence[0][0] and len(m[1]) >= len(fence[0]) and not m[2]:
+                fence = None
+            elif not fence[1].startswith("{") or fence[1].startswith("{code"):
+                lines.append((f"{page.relative_to(DOCS)}:{n}", line))
+        for inc in re.findall(r"^\.\. literalinclude:: (\S+)", page.read_text(), re.M):
+            included.add((page.parent / inc).resolve())
+    for path in sorted(included):
+        lines += [(f"{path.relative_to(REPO_ROOT)}:{n}", line)
+                  for n, line in enumerate(path.read_text().splitlines(), 1)]
+    return lines
+
+
+def test_code_lines_in_the_docs_fit_88_columns() -> None:
+    lines = _code_lines()
+    assert any("tutorial/first.py" in where for where, _ in lines), "the tutorial programs are scanned"
+    assert any("model.md" in where for where, _ in lines), "the pages' code blocks are scanned"
+    wide = [f"{where}: {len(line)} columns" for where, line in lines if len(line) > CODE_WIDTH]
+    assert wide == [], f"code lines wider than {CODE_WIDTH} columns:\n" + "\n".join(wide)
+
+
+@pytest.mark.timeout(120)
+def test_the_home_page_shows_install_and_the_first_program_with_its_output(tmp_path: Path) -> None:
+    """A newcomer's first page: how to install, the first program, how to
+    run it, and what it prints (the program's real output)."""
+    home = (DOCS / "index.md").read_text()
+    assert "python3 tools/dev.py" in home and "pip install" in home
+    assert "```{literalinclude} tutorial/first.py" in home
+    assert "aiopdbp launch -n 2 first.py" in home
+    shown = re.search(r"```text\n(.*?)```", home, re.S)
+    assert shown, "the home page shows no output"
+    printed = _run([sys.executable, str(DOCS / "tutorial" / "first.py")], tmp_path)
+    assert sorted(shown[1].splitlines()) == printed
+
+
+def _bench_parser(sub: str) -> Any:
+    if sub == "pingpong":
+        from aiopdbp.bench.pingpong import build_parser
+    elif sub == "streams":
+        from aiopdbp.bench.streams import build_parser
+    else:
+        from aiopdbp.bench.cli import build_parser
+    return build_parser()
+
+
+def test_the_readmes_measured_figures_name_commands_that_parse() -> None:
+    """The README gives ratios and the command that reproduces each: every
+    ``bench ...`` it names is one ``aiopdbp bench`` accepts (parsed, not run)."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme[readme.index("**Measured.**"):readme.index("## Quick start")]
+    commands = re.findall(r"^aiopdbp (bench .+)$", section, re.M) + re.findall(r"`(bench [^`]+)`", section)
+    assert any(c.startswith("bench pingpong") for c in commands), "no pingpong command"
+    bad = []
+    for command in commands:
+        args = command.split()[1:]
+        sub = args[0] if args[0] in ("pingpong", "streams") else ""
+        try:
+            _bench_parser(sub).parse_args(args[1:] if sub else args)
+        except SystemExit:
+            bad.append(command)
+    assert bad == [], f"commands aiopdbp bench refuses: {bad}"

@@ -89,10 +89,16 @@ def test_the_pure_post_completes_eager_sends_at_once_and_returns_a_request_for_t
 
 
 @pytest.mark.timeout(90)
+def test_the_pure_recv_one_lands_the_message_and_writes_nothing_past_it() -> None:
+    got = _forms()[("pure", "received")]
+    assert got == [(n, zlib.crc32(bytes([i]) * n), bytes(5)) for i, n in enumerate(SIZES)]
+
+
+@pytest.mark.timeout(90)
 @pytest.mark.skipif(compiled is None, reason="the compiled kernel is not built")
 def test_both_forms_post_receive_and_match_alike_over_mpi() -> None:
     forms = _forms()
-    for case in ("batch", "fifo", "budget", "post", "posted"):
+    for case in ("batch", "fifo", "budget", "post", "posted", "received"):
         assert forms[("compiled", case)] == forms[("pure", case)], case
 
 

@@ -260,8 +260,12 @@ def cmd_test(args: list[str]) -> int:
 
 
 def cmd_docs(args: list[str]) -> int:
-    """Build the documentation site (Sphinx, warnings are errors) into docs/_build/html."""
-    rc = run([str(VENV_PY), "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", *args,
+    """Build the documentation site (Sphinx, warnings are errors) into docs/_build/html.
+
+    Always from scratch (``-E``): a page read from an old build's cache keeps
+    objects that moved to another page, and Sphinx then warns of duplicates
+    that are not there."""
+    rc = run([str(VENV_PY), "-m", "sphinx", "-E", "-W", "--keep-going", "-q", "-b", "html", *args,
               str(ROOT / "docs"), str(DOCS_OUT)])
     if rc == 0:
         say(f"docs built: open {DOCS_OUT / 'index.html'}")

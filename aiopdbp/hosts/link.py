@@ -235,7 +235,23 @@ _DATA = Channel.DATA
 
 @dataclass(frozen=True)
 class LinkStats:
-    """Counters of one :class:`HostLink` (``node.stats().links[h]``)."""
+    """Counters of the link to one other host (``node.stats().links[h]``):
+    what this host sent it, and how its senders waited for credit (what
+    the other host lets them have in flight).
+
+    ``host`` the other host's rank; ``cdus`` items handed to the link
+    (messages, stream segments), ``lone`` of them sent at once in a frame of
+    their own, ``blocks`` coalesced blocks sent, ``splits`` large payloads
+    sent from their own buffer; ``messages`` / ``bytes`` MPI messages and
+    bytes posted, ``inflight`` MPI sends not complete yet, ``queued`` blocks
+    waiting for an in-flight slot; ``credit_waits`` times a sender waited
+    for a receiver's credit, ``credit_short`` receivers whose credit is below
+    their window now, ``credit_min`` the least credit left towards any
+    receiver (bytes), ``credit_parked`` senders parked for credit now,
+    ``credit_asks`` asks for more credit sent, ``credit_out`` bytes sent to
+    the host's GPs and not credited back yet; ``pool_fallbacks`` blocks taken outside the send pool (its
+    row was full).
+    """
 
     host: int
     cdus: int            # CDUs handed to the link

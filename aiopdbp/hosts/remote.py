@@ -78,7 +78,33 @@ POOL_BUDGET = 2048
 
 @dataclass
 class RemoteConfig:
-    """Tunables of the multi-host runtime (all per host)."""
+    """Tunables of a job of several ranks (all per host), given to
+    ``open_node(remote=RemoteConfig(...))``; the defaults suit most jobs
+    (see :doc:`/operations` for when to change them).
+
+    Args:
+        block_size: bytes of one block into which small messages for one
+            host are coalesced: the largest coalesced MPI message.
+        pool_blocks: blocks in this host's buffer pools; 0: 32 per other
+            host and direction, within a fixed memory budget.
+        row_capacity: the most blocks one other host's sub-pool may grow to.
+        initial: blocks a sub-pool starts with.
+        threshold: how full a sub-pool must be (0 to 1) before it grows.
+        gp_window: bytes of messages one other host may have in flight
+            towards one GP here (its credit): what bounds a fast sender.
+        large: payloads of at least this many bytes travel on their own, as
+            one MPI message from the sender's buffer (no copy), instead of
+            being coalesced.
+        max_inflight: MPI sends posted at once towards one host.
+        handshake_timeout: seconds every rank has to join at start-up;
+            ``None``: the node's ``handshake_timeout``.
+        close_timeout: seconds closing the node (and a request to rank 0)
+            may wait for the other ranks.
+        bind_timeout: seconds messages for a GP wait here for its
+            registration or inbox to arrive before they are dropped.
+        lost_grace: seconds between a lost host's report and the end of the
+            job.
+    """
 
     block_size: int = 64 << 10        # UMB block = largest coalesced message (stays eager)
     pool_blocks: int = 0              # UMB blocks; 0: 32 per remote host per matrix, at most POOL_BUDGET

@@ -33,15 +33,17 @@ from aiopdbp.errors import DuplicateProcessError, PDBPError, UnknownProcessError
 
 
 class NodeType(enum.IntEnum):
-    """``Ntype``: a compute node or the master node (MNode, rank 0)."""
+    """A node's role: a compute node, or the master node (rank 0, which
+    orders the updates of the name tables)."""
 
     COMPUTE = 0
     MASTER = 1
 
 
 class PType(enum.IntEnum):
-    """``Ptype``: a CPU GP (NGP), a stream-processor GP (SGP) or a
-    communication component."""
+    """What a GP runs on: ``CPU`` (a plain GP), ``GPU`` (a GPU GP, an
+    :class:`~aiopdbp.runtime.sgp.SGP`, bound to one device) or ``COMM`` (the
+    library's own helpers, such as a barrier's companion)."""
 
     CPU = 0
     GPU = 1

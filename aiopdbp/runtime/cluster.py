@@ -19,7 +19,11 @@ from aiopdbp.transport.inproc import InProcFabric
 
 @contextlib.asynccontextmanager
 async def open_cluster(n: int, **options: Any) -> AsyncIterator[list[Node]]:
-    """Start ``n`` connected nodes (ranks 0..n-1); close them all on exit."""
+    """``async with open_cluster(n) as nodes``: ``n`` nodes (ranks 0..n-1)
+    in this one process, connected as a job of ``n`` ranks would be; all
+    closed on exit.  For tests and experiments: the multi-host code paths
+    without MPI.  ``options`` are the :class:`Node` options, the same for
+    every node."""
     fabric = InProcFabric(n)
     nodes = [Node(fabric[r], **options) for r in range(n)]
     try:

@@ -96,52 +96,60 @@ class _WholeStreams:
 
 
 class Node:
-    """One host of the PDBP system.
+    """The node of one rank (one host of the job): where its GPs live.
 
-    Parameters (all have defaults that suit a workstation):
+    Get it with ``async with aiopdbp.open_node(**options) as node``; the
+    options are the arguments below, and every one has a default that suits a
+    workstation.
 
-    ``pipe_capacity``
-        CDUs one private pipe holds before its local senders wait (backpressure).
-    ``max_pipes``
-        size of the private pipe pool (PPS): bound GPs + live incoming streams.
-    ``stream_pipes``
-        size of the public stream-pipe group: concurrent outgoing streams.
-    ``stream_window``
-        segments a stream has in flight; also its reorder window.
-    ``allow_pickle``
-        allow arbitrary Python objects as payloads (pickle protocol 5).
-        **Trusted clusters only**: unpickling runs code chosen by the sender.
-    ``arrays``
-        what an array arrives as: ``"auto"`` (as it was sent: a PyTorch
-        tensor as a tensor where torch imports here, else numpy),
-        ``"numpy"`` or ``"torch"``; ``recv``/``read`` may override it per call
-        (:doc:`/guide/arrays`).
-    ``name_timeout``
-        the name rule: ``send``, ``send_stream`` and ``lookup`` wait up to this
-        many seconds for a name that is not registered yet (another rank may
-        still be starting), then raise :class:`UnknownProcessError`; their
-        ``timeout=`` overrides it (``0``: do not wait).  A name that was
-        registered and freed since fails at once.
-    ``handshake_timeout``, ``host_timeout``
-        start-up (every rank joins within it, else :class:`HandshakeError`)
-        and liveness (a host not heard of for this long is lost; ``0``
-        disables the heartbeat).  Both default to the name rule's time,
-        ``max(name_timeout, 30)`` s: a short ``name_timeout`` (fail fast on a
-        typo) never makes a loaded rank look dead.
-    ``remote``
-        :class:`~aiopdbp.hosts.remote.RemoteConfig` tunables of the multi-host runtime.
-    ``device``
-        device support (SGPs, device arrays): ``"auto"`` (CuPy if installed,
-        opened on first use), ``"cupy"``, ``"sim"`` (the simulated backend),
-        ``"none"``, a backend instance, or a
-        :class:`~aiopdbp.streams.devicebind.DeviceConfig` (pinned pool size, chunk
-        size, chunks in flight); default: env ``AIOPDBP_DEVICE``, else ``"auto"``.
-    ``stall_timeout``
-        a send that has waited this long for its destination to read is
-        logged (the ``aiopdbp.stall`` logger), and so is a GP that holds data
-        and has not called ``recv`` for as long; GPs that wait for each other
-        in a cycle while none reads fail with :class:`~aiopdbp.errors.DeadlockError`
-        (:mod:`aiopdbp.stall`).  Default 30 s; ``None`` or ``0``: off.
+    Args:
+        transport: how the ranks reach each other; ``open_node`` picks it
+            (MPI under a launcher with more than one rank, else none: one
+            process).
+        pipe_capacity: messages (or stream segments) one GP's inbox holds
+            before the senders on its own host wait: the backpressure bound.
+        max_pipes: how many inboxes this host can have at once: GPs with a
+            pipe plus incoming streams.
+        stream_pipes: how many streams this host can be sending at once.
+        stream_window: segments a stream has in flight; also how far out of
+            order its segments may arrive.
+        allow_pickle: allow arbitrary Python objects as payloads (pickle
+            protocol 5).  **Trusted clusters only**: unpickling runs code
+            chosen by the sender.
+        arrays: what an array arrives as: ``"auto"`` (as it was sent: a
+            PyTorch tensor as a tensor where torch imports here, else numpy),
+            ``"numpy"`` or ``"torch"``; ``recv``/``read`` may override it per
+            call (:doc:`/guide/arrays`).
+        remote: :class:`~aiopdbp.hosts.remote.RemoteConfig`, the tunables of
+            a job of several ranks.
+        close_timeout: seconds the close of the node (and a request to
+            rank 0) may wait for the other ranks before it gives up (default
+            ``RemoteConfig.close_timeout``, 60 s).
+        handshake_timeout: seconds every rank has to join at start-up, else
+            :class:`HandshakeError`.  Defaults to ``max(name_timeout, 30)``.
+        name_timeout: the name rule: ``send``, ``send_stream`` and ``lookup``
+            wait up to this many seconds for a name that is not registered
+            yet (another rank may still be starting), then raise
+            :class:`UnknownProcessError`; their ``timeout=`` overrides it
+            (``0``: do not wait).  A name that was registered and freed since
+            fails at once.
+        host_timeout: liveness: a host not heard of for this many seconds is
+            lost (``0`` disables the heartbeat).  Defaults to
+            ``max(name_timeout, 30)``, like ``handshake_timeout``: a short
+            ``name_timeout`` (fail fast on a typo) never makes a loaded rank
+            look dead.
+        device: GPU support (GPU GPs, device arrays): ``"auto"`` (CuPy if
+            installed, opened on first use), ``"cupy"``, ``"sim"`` (the
+            simulated device, on the CPU), ``"none"``, a backend instance, or
+            a :class:`~aiopdbp.streams.devicebind.DeviceConfig` (pinned pool
+            size, chunk size, chunks in flight); default: env
+            ``AIOPDBP_DEVICE``, else ``"auto"``.
+        stall_timeout: a send that has waited this long for its destination
+            to read is logged (the ``aiopdbp.stall`` logger), and so is a GP
+            that holds data and has not called ``recv`` for as long; GPs that
+            wait for each other in a cycle while none reads fail with
+            :class:`~aiopdbp.errors.DeadlockError` (:mod:`aiopdbp.stall`).
+            Default 30 s; ``None`` or ``0``: off.
     """
 
     def __init__(self, transport: Transport | None = None, *, pipe_capacity: int = 1024,
@@ -153,7 +161,9 @@ class Node:
                  device: DeviceConfig | str | DeviceBackend | None = None,
                  stall_timeout: float | None = DEFAULT_STALL_TIMEOUT) -> None:
         self.transport = transport
+        #: this node's rank in the job, ``0 .. size - 1``
         self.rank = transport.rank if transport is not None else 0
+        #: how many ranks (nodes) the job has; 1 for one process
         self.size = transport.size if transport is not None else 1
         self.allow_pickle = allow_pickle
         if arrays not in KINDS:
@@ -238,7 +248,8 @@ class Node:
 
     # -- lifecycle --------------------------------------------------------------
     async def start(self) -> None:
-        """Run the initialisation sequence and start routing.
+        """Join the other ranks and start routing.  ``async with
+        open_node()`` calls it for you.
 
         Cancellation: a cancelled start leaves the node unstarted; call
         ``aclose()`` to release what was set up.
@@ -333,7 +344,8 @@ class Node:
 
     # -- the single point of table updates ------------------------------------
     async def commit(self, op: str, *args: Any) -> Any:
-        """Apply a table update in the cluster-wide order (rank 0 sequences it).
+        """Apply a table update in the job-wide order (rank 0 sequences it).
+        Internal: the node's own registrations and bindings go through it.
 
         Cancellation: see :meth:`aiopdbp.hosts.remote.Remote.commit`.
         """
@@ -342,7 +354,7 @@ class Node:
         return self.tables.apply(op, args)
 
     def commit_nowait(self, op: str, *args: Any) -> None:
-        """Ask for a table update without waiting for it."""
+        """Ask for a table update without waiting for it.  Internal."""
         if self._remote is not None:
             self._remote.commit_nowait(op, args)
         else:
@@ -351,15 +363,23 @@ class Node:
     # -- registration (prcsReg / prcsFree) ------------------------------------
     async def register(self, name: str, ptype: PType = PType.CPU, *, bind: bool = False,
                        device: int | None = None, to_device: bool = False) -> GP:
-        """Register a GP named ``name`` (the paper's prcsReg).
+        """Register a GP named ``name`` and return it; you free it
+        (:meth:`GP.free`).  :meth:`process` does this and the cleanup for
+        you: prefer it.
 
-        Names are unique across the cluster; a taken name raises
-        :class:`~aiopdbp.errors.DuplicateProcessError`.  With ``bind=True`` the
-        GP is registered with a private pipe already bound, in one table
-        update, so no host ever sees it registered but unable to receive.
-        ``ptype=PType.GPU`` makes an :class:`~aiopdbp.runtime.sgp.SGP` on ``device``
-        (default: the rank's; ``DeviceError`` without device support);
-        ``to_device=True``: it receives host arrays on its device too.
+        Args:
+            name: the GP's name, unique in the whole job (a taken name raises
+                :class:`~aiopdbp.errors.DuplicateProcessError`); other GPs
+                send to it by this name.
+            ptype: ``PType.CPU`` (the default), or ``PType.GPU`` for a GPU GP
+                (an :class:`~aiopdbp.runtime.sgp.SGP`; ``DeviceError``
+                without device support).
+            bind: ``True``: the GP gets its inbox (a private pipe) in the same
+                step, so no rank ever sees the name registered but unable to
+                receive; ``False``: call :meth:`GP.apply_pipe` before anything
+                is sent to it.
+            device: a GPU GP's device number (default: this rank's).
+            to_device: a GPU GP receives host arrays on its device too.
 
         Cancellation: a registration that completes after its caller was
         cancelled is undone.
@@ -402,10 +422,14 @@ class Node:
     @contextlib.asynccontextmanager
     async def process(self, name: str, ptype: PType = PType.CPU, *, device: int | None = None,
                       to_device: bool = False) -> AsyncIterator[GP]:
-        """``async with node.process(name) as gp``: register + apply a pipe on
-        entry, release + free on exit (whatever the exit; the exception it
-        leaves with reaches the senders of its streams).  ``ptype=PType.GPU``
-        makes an SGP (see :meth:`register`)."""
+        """``async with node.process(name) as gp``: a new GP named ``name``,
+        ready to send and receive, freed when the block ends.
+
+        On entry it registers the name and gives the GP its inbox; on exit,
+        whatever the exit, it frees both (the exception the block leaves
+        with reaches the senders of the streams it was receiving).  The
+        arguments are those of :meth:`register`: ``ptype=PType.GPU`` makes a
+        GPU GP."""
         gp = await self.register(name, ptype, bind=True, device=device, to_device=to_device)
         failure: BaseException | None = None
         try:
@@ -420,7 +444,7 @@ class Node:
             await gp.free(reason=failure)
 
     async def apply_pipe(self, gp: GP, timeout: float | None) -> None:
-        """Bind a private pipe to ``gp`` (use :meth:`GP.apply_pipe`).
+        """Bind a private pipe to ``gp``.  Internal: call :meth:`GP.apply_pipe`.
 
         Cancellation: the pipe goes back to the pool and ``gp`` stays unbound
         on this host.
@@ -437,7 +461,7 @@ class Node:
         gp.bound(pipe)
 
     async def release_pipe(self, gp: GP, reason: BaseException | None = None) -> None:
-        """Unbind ``gp``'s pipe (use :meth:`GP.release_pipe`).
+        """Unbind ``gp``'s pipe.  Internal: call :meth:`GP.release_pipe`.
 
         Cancellation: the pipe is unbound and back in the pool before the first
         suspension; only the table update to the other hosts may still be on
@@ -463,7 +487,7 @@ class Node:
             await self.commit("pipe_release", gp.pid)
 
     async def free(self, gp: GP, *, wait: bool = True) -> None:
-        """Unregister ``gp`` (use :meth:`GP.free`); ``wait=False``: ask for
+        """Unregister ``gp``.  Internal: call :meth:`GP.free`.  ``wait=False``: ask for
         the table update without waiting for it (a GP leaving with an error).
 
         Cancellation: this host forgets ``gp`` before the first suspension; the
@@ -550,7 +574,9 @@ class Node:
         )
 
     def size_history(self, host: int) -> dict[str, list[tuple[float, int]]]:
-        """Real size over time of the DDBP sub-pools for ``host`` (Algorithm 1)."""
+        """Size over time of the buffer pools kept for ``host`` (the send
+        pool and the receive pool grow and shrink with the traffic): for the
+        benchmarks' plots."""
         if self._remote is None:
             return {"send": [], "recv": []}
         return self._remote.size_history(host)
@@ -564,11 +590,16 @@ def _host_ip() -> str:
 
 
 def open_node(transport: Transport | None = None, **options: Any) -> Node:
-    """The node of this host, to be used as ``async with open_node() as node``.
+    """This process's node, to be used as ``async with open_node() as node``:
+    the block starts it (joining the other ranks) and closes it.
 
-    With no ``transport``: under ``mpiexec`` with more than one rank the MPI
-    transport is used (one node per rank); otherwise the node is a single
-    host and every GP lives in this process.  ``options`` go to :class:`Node`.
+    Args:
+        transport: leave it out: under ``mpiexec`` (or ``aiopdbp launch``)
+            with more than one rank the ranks talk over MPI, one node per
+            rank; otherwise the node is a single host and every GP lives in
+            this process (``AIOPDBP_TRANSPORT=local`` forces that).
+        options: the :class:`Node` options (``name_timeout``,
+            ``allow_pickle``, ``pipe_capacity``, ...).
     """
     if transport is None:
         transport = _default_transport(options)

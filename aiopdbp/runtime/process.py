@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import pickle
 import sys
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
@@ -38,20 +37,22 @@ from aiopdbp.wire.mesp import Kind
 from aiopdbp.device.backend import is_device_array
 from aiopdbp.errors import ClosedResourceError, NoPipeError, PDBPError, WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost
-from aiopdbp.wire.payload import travels_raw
 from aiopdbp.arrays import KINDS, arrival, host_array
 from aiopdbp.routing.pipes import Pipe
 from aiopdbp.streams.receiver import DEFAULT_SEGMENT, IncomingStream
 from aiopdbp.streams.sender import send_stream
 from aiopdbp.streams.devicebind import Captured
 from aiopdbp.hosts.tables import PType, Tables
+from aiopdbp.runtime.payloads import (
+    arrive, arrived, check_com, check_dest, check_timeout, flat_writable, host_data, named_now,
+    ownable, payload_size, raising, snapshot, views_start)
 
 if TYPE_CHECKING:
     from aiopdbp.routing.router import Router
     from aiopdbp.streams.devicepath import DevicePath
     from aiopdbp.streams.table import StreamTable
 
-__all__ = ["FAILED_CLOSE_TIMEOUT", "GP", "GPHost", "snapshot"]
+__all__ = ["FAILED_CLOSE_TIMEOUT", "GP", "GPHost"]
 
 #: how long a GP leaving with an exception tries to close what it owns
 FAILED_CLOSE_TIMEOUT = 1.0
@@ -61,161 +62,7 @@ FAILED_CLOSE_TIMEOUT = 1.0
 BURST_SENDS = 16
 
 
-def snapshot(data: Any, allow_pickle: bool, shared: bool) -> Any:
-    """The payload as the receiver will see it, taken *now*.
-
-    ``send`` returns as soon as the CDU is queued, so a mutable payload must
-    not be aliased: bytes stay as they are (immutable), other bytes-likes
-    become bytes, writable arrays are copied (read-only ones are shared);
-    a multicast shares one read-only copy among its receivers.  Python
-    objects are pickled and unpickled (protocol 5) so that a local receiver
-    gets what a remote one would -- and an unpicklable payload fails at the
-    sender in both cases.
-    """
-    if data is None or type(data) is bytes:
-        return data
-    if isinstance(data, np.generic):
-        data = np.asarray(data)  # numpy scalars travel as 0-d arrays
-    elif not isinstance(data, np.ndarray) and (arr := host_array(data)) is not None:
-        data = arr  # a tensor (or any host array by DLPack): an ndarray over its memory
-    if isinstance(data, np.ndarray):
-        # the wire's rule, here too: one host refuses what many would
-        if not travels_raw(data, allow_pickle):
-            return _pickle_copy(data)
-        if _frozen(data):
-            return data
-        out = data.copy()
-        if shared:
-            out.flags.writeable = False
-        return out
-    if is_device_array(data):
-        raise TypeError("a device array is sent with await gp.send(...) (it waits for the device); "
-                        "send_nowait() cannot")
-    if isinstance(data, (bytearray, memoryview)):
-        return bytes(data)
-    try:
-        return bytes(memoryview(data))
-    except TypeError:
-        pass
-    if not allow_pickle:
-        raise TypeError(f"payload of type {type(data).__name__} is not bytes-like or an ndarray; "
-                        "open the node with allow_pickle=True to send Python objects "
-                        "(pickle: trusted clusters only)")
-    return _pickle_copy(data)
-
-
-def _frozen(arr: np.ndarray[Any, Any]) -> bool:
-    """True when no one can change ``arr``'s memory: read-only all the way
-    down to an immutable ``bytes`` object (a read-only *view* of writable
-    memory is not frozen)."""
-    if arr.flags.writeable:
-        return False
-    base: Any = arr.base
-    while isinstance(base, np.ndarray):
-        if base.flags.writeable:
-            return False
-        base = base.base
-    if isinstance(base, memoryview):
-        base = base.obj
-    return isinstance(base, bytes)
-
-
-async def _raising(exc: Exception) -> Any:
-    """An awaitable that raises ``exc``: what a plain function returning an
-    awaitable hands back for an error found at the call, so that it is raised
-    where the caller awaits, as an ``async def`` would."""
-    raise exc
-
-
-def _check_timeout(timeout: float | None) -> None:
-    """``timeout`` is None or a number >= 0 (as ``queue.Queue.get`` wants)."""
-    if timeout is not None and not timeout >= 0:  # (NaN too)
-        raise ValueError(f"timeout must be None or a number >= 0, not {timeout!r}")
-
-
-def _check_dest(dest: Any) -> None:
-    """A multicast's names are strings (bytes would iterate as ints)."""
-    if isinstance(dest, (bytes, bytearray, memoryview)) or not hasattr(dest, "__iter__"):
-        raise TypeError(f"dest must be a GP name (str) or an iterable of names, not {type(dest).__name__}")
-
-
-def _ownable(arr: np.ndarray[Any, Any]) -> bool:
-    """A writable array whose bytes can travel from its own memory as one
-    MPI message (see :meth:`GP.send`, "Buffer ownership")."""
-    dt = arr.dtype
-    return (arr.flags.c_contiguous and not dt.hasobject and dt.fields is None and dt.subdtype is None
-            and not _frozen(arr))
-
-
-def _named_now(item: Message | IncomingStream) -> bool:
-    """Whether ``item`` names its sender already (else :meth:`GP._named` waits for it)."""
-    return type(item[0] if type(item) is Message else item.source) is str
-
-
-def _flat_writable(out: Any) -> memoryview:
-    """``out`` as a flat writable byte view, or a clear error."""
-    if not isinstance(out, np.ndarray) and (arr := host_array(out)) is not None:
-        out = arr  # a CPU tensor: its memory
-    try:
-        mv = memoryview(out)
-    except TypeError:
-        raise TypeError(f"recv_into needs a writable buffer, not {type(out).__name__}") from None
-    if mv.readonly:
-        raise ValueError("recv_into needs a writable buffer (this one is read-only)")
-    if not mv.c_contiguous:
-        raise ValueError("recv_into needs a C-contiguous buffer")
-    return mv.cast("B") if mv.ndim != 1 or mv.format != "B" else mv
-
-
-def _size(data: Any) -> int:
-    return len(data) if type(data) is bytes else int(data.nbytes)
-
-
-def _views(item: Any, flat: memoryview) -> bool:
-    """Whether ``item`` is a message whose array payload lies at the start of ``flat``."""
-    data = _host_data(item.data) if type(item) is Message else None
-    if not isinstance(data, np.ndarray) or not flat.nbytes:
-        return False
-    start = np.frombuffer(flat, dtype=np.uint8, count=1).ctypes.data
-    return bool(data.ctypes.data == start)
-
-
 _SHORT, _COMMAND = Kind.SHORT, Kind.COMMAND
-
-
-def _arrive(item: Message | IncomingStream, kind: str) -> Message | IncomingStream:
-    """``item`` with its array as the receiver asked (:func:`aiopdbp.arrays.arrival`)."""
-    if type(item) is Message:
-        return _arrived(item, kind)
-    if kind != "auto" and isinstance(item, IncomingStream):
-        item.arrays = kind
-    return item
-
-
-def _arrived(msg: Message, kind: str) -> Message:
-    data = msg[3]
-    if type(data) is np.ndarray and (kind != "auto" or data.dtype.metadata is not None):
-        return Message((msg[0], msg[1], msg[2], arrival(data, kind), msg[4]))
-    return msg
-
-
-def _host_data(data: Any) -> Any:
-    """A received tensor as the ndarray over its memory (recv_into's checks)."""
-    if data is None or type(data) is bytes or type(data) is np.ndarray:
-        return data
-    arr = host_array(data)
-    return data if arr is None else arr
-
-
-def _check_com(com: int) -> None:
-    if type(com) is not int and not isinstance(com, int) or not 0 <= com <= 0xFFFFFFFF:
-        raise ValueError(f"com must be an int in [0, 2**32), got {com!r}")
-
-
-def _pickle_copy(obj: Any) -> Any:
-    buffers: list[pickle.PickleBuffer] = []
-    payload = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
-    return pickle.loads(payload, buffers=[b.raw() for b in buffers])
 
 
 class GPHost(Protocol):
@@ -250,15 +97,22 @@ class GPHost(Protocol):
 
 
 class GP:
-    """A generalized process: a name, a private pipe, send and receive.
+    """A generalized process: a name unique in the job, an inbox (its
+    private pipe), send and receive.
 
-    Create GPs with :meth:`Node.register` or :meth:`Node.process`.
+    Get one with ``async with node.process(name) as gp`` (or
+    :meth:`Node.register`), never by calling the class.  ``async for item in
+    gp`` receives until the GP's pipe is released.
     """
 
     def __init__(self, node: GPHost, name: str, pid: int, ptype: PType) -> None:
+        #: the node (host) this GP lives on
         self.node = node
+        #: the GP's name, unique in the whole job (what senders address)
         self.name = name
+        #: the number the job gave the name (senders' ``Message.source_pid``)
         self.pid = pid
+        #: ``PType.CPU``, or ``PType.GPU`` for an :class:`SGP`
         self.ptype = ptype
         self._pipe: Pipe[Any] | None = None
         self._freed = False
@@ -281,7 +135,8 @@ class GP:
 
     @property
     def pipe(self) -> Pipe[Any] | None:
-        """The bound private pipe (``None`` before ``apply_pipe``)."""
+        """The GP's inbox, a :class:`~aiopdbp.routing.pipes.Pipe` (``None``
+        before :meth:`apply_pipe` and after :meth:`release_pipe`)."""
         return self._pipe
 
     def _check(self) -> None:
@@ -289,19 +144,27 @@ class GP:
             raise ClosedResourceError(f"GP {self.name!r} was freed")
 
     def bound(self, pipe: Pipe[Any] | None) -> None:
-        """The node bound (or, with None, released) this GP's private pipe."""
+        """The node bound (or, with None, released) this GP's private pipe.
+        Internal: the node calls it; a program calls :meth:`apply_pipe`."""
         self._pipe = pipe
 
     def mark_freed(self) -> None:
-        """The node freed this GP (its node closed)."""
+        """The node freed this GP (its node closed).  Internal: the node
+        calls it; a program calls :meth:`free`."""
         self._pipe = None
         self._freed = True
 
     # -- CPI: pipes --------------------------------------------------------------
     async def apply_pipe(self, timeout: float | None = None) -> None:
-        """Bind a private pipe from the pool (the paper's prcsApplyPipe).
+        """Give the GP its inbox, a private pipe from this host's pool.
 
-        Idempotent.  Waits up to ``timeout`` seconds when the pool is exhausted.
+        Only for a GP made with :meth:`Node.register` (``bind=False``):
+        ``node.process()`` does it for you.  Idempotent.
+
+        Args:
+            timeout: seconds to wait when every pipe of the host is taken
+                (``Node``'s ``max_pipes``), then ``NoPipeError``; ``None``:
+                wait as long as it takes.
 
         Cancellation: a cancelled apply binds no pipe.
         """
@@ -310,12 +173,17 @@ class GP:
             await self.node.apply_pipe(self, timeout)
 
     async def release_pipe(self, *, reason: BaseException | None = None) -> None:
-        """Return the private pipe to the pool (prcsReleasePipe).
+        """Give the GP's inbox back to the host's pool: the GP receives
+        nothing more until :meth:`apply_pipe`.
 
         Items still queued in it are discarded; later local senders get
         ``NoPipeError`` until a pipe is applied again.  Idempotent.
-        ``reason``: the exception the GP gives up with; the senders of the
-        streams it was receiving see it in their ``BrokenResourceError``.
+        ``node.process()`` does it for you on exit.
+
+        Args:
+            reason: the exception the GP gives up with, if any: the senders of
+                the streams it was receiving see it in their
+                ``BrokenResourceError``.
 
         Cancellation: the release completes before the first suspension, so
         a cancelled call has released the pipe.
@@ -324,14 +192,19 @@ class GP:
             await self.node.release_pipe(self, reason)
 
     async def free(self, *, reason: BaseException | None = None) -> None:
-        """Unregister the GP (prcsFree); releases its pipe first, then closes
-        what it still owns (a :class:`~aiopdbp.sync.Barrier` or
-        :class:`~aiopdbp.sync.Neighbours` not closed: see :meth:`own`).
-        Idempotent.  With ``reason`` (the GP leaves with an exception) it
-        waits for nobody: the table updates are sent without waiting for
-        rank 0, and closing what it owns is bounded by
-        :data:`FAILED_CLOSE_TIMEOUT` -- the failure must be reported even
-        when a peer's event loop is blocked.
+        """Unregister the GP: its name is free again in the whole job.
+
+        Releases its pipe first (:meth:`release_pipe`), then closes what it
+        still owns (a :class:`~aiopdbp.sync.Barrier` or
+        :class:`~aiopdbp.sync.Neighbours` not closed).  Idempotent.
+        ``node.process()`` does it for you on exit.
+
+        Args:
+            reason: the exception the GP leaves with, if any.  Then it waits
+                for nobody: the other hosts are told without waiting for their
+                answer, and closing what it owns is bounded by
+                :data:`FAILED_CLOSE_TIMEOUT` -- the failure must be reported
+                even when a peer's event loop is blocked.
 
         Cancellation: as for ``release_pipe``; a cancelled close of what it
         owns still frees the GP.
@@ -355,18 +228,19 @@ class GP:
         GP is freed, if it is still open then: a program that returns
         without closing its Barrier still ends cleanly.  Barriers and
         Neighbours call this when they open; ``resource.aclose()`` must be
-        idempotent and call :meth:`disown`."""
+        idempotent and call :meth:`disown`.  Internal."""
         if resource not in self._owned:
             self._owned.append(resource)
 
     def disown(self, resource: Any) -> None:
-        """``resource`` was closed by its user: the GP no longer closes it."""
+        """``resource`` was closed by its user: the GP no longer closes it.
+        Internal (see :meth:`own`)."""
         if resource in self._owned:
             self._owned.remove(resource)
 
     async def aclose_owned(self) -> None:
         """Close everything this GP still owns, concurrently (a barrier's
-        close waits for its peers' closes).  Errors of peers that went away
+        close waits for its peers' closes); :meth:`free` calls it.  Errors of peers that went away
         meanwhile (:class:`~aiopdbp.errors.PDBPError`) are ignored: this is
         cleanup, the GP is leaving anyway.
 
@@ -399,31 +273,67 @@ class GP:
     # -- CPI: sending -----------------------------------------------------------
     def send(self, dest: str | Iterable[str], data: Any = None, *, com: int = 0, kind: Kind = Kind.SHORT,
              timeout: float | None = None, copy: bool = True, stream: Any = None) -> Coroutine[Any, Any, None]:
-        """Send a short or command message (the patent's INFO); returns once queued.
+        """Send a message to the GP named ``dest``, wherever it lives;
+        returns once it is queued (the receiver need not have read it).
 
-        ``dest`` is a GP name or an iterable of names (multicast: one CDU with a
-        set of destinations, copied per host only at the last hop).  A name
-        that is not registered yet is waited for by the name rule (the node's
-        ``name_timeout``, 30 s by default, or ``timeout``), then
-        :class:`~aiopdbp.errors.UnknownProcessError`.  A full destination
-        (its pipe, or its credit on its host) makes the call wait
-        (backpressure): forever without ``timeout``, else up to ``timeout``
-        seconds, then ``TimeoutError`` saying what it waited for.
+        The receiver gets a :class:`~aiopdbp.wire.message.Message` from
+        :meth:`recv`, with ``data``, ``com`` and ``kind`` as sent here.
 
-        A device array (CuPy, ``__cuda_array_interface__``, CUDA DLPack, a
-        simulated one) takes the device path and the call returns once
-        aiopdbp no longer reads it (see :mod:`aiopdbp.streams.devicepath`);
-        ``copy=False`` hands it to an SGP of this node on its device by
-        reference: the sender must not touch it again.  ``send`` is a plain
-        function returning the awaitable: the producer's pending work is
-        captured at the call, on ``stream`` (default: the current stream).
+        Args:
+            dest: the receiver's name, or an iterable of names (a multicast:
+                every receiver gets the message; a host receives it once and
+                copies it to its GPs).  A name not registered yet is waited
+                for (another rank may still be starting): up to the node's
+                ``name_timeout`` (30 s), or ``timeout``; then
+                :class:`~aiopdbp.errors.UnknownProcessError`.
+            data: the payload.  ``None``; anything bytes-like (``bytes``,
+                ``bytearray``, ``memoryview``, any buffer), which arrives as
+                ``bytes``; a numpy array (or a numpy scalar, as a 0-d array)
+                of a plain dtype -- numbers, ``bool``, fixed-size bytes and
+                strings, datetimes, ``bfloat16`` and the other ``ml_dtypes``
+                -- of at most 32 dimensions, which arrives with the same dtype
+                and shape; a PyTorch tensor or any array by DLPack in host
+                memory, which arrives as a tensor where torch imports (see the
+                node's ``arrays``); a device array (CuPy,
+                ``__cuda_array_interface__``, CUDA DLPack, the simulated
+                device), which arrives on the device of a GPU GP (``SGP``) and
+                as numpy at a CPU one.  Anything else -- a ``str`` (send
+                ``text.encode()``), a ``dict``, a number, an array of Python
+                objects -- needs the node's ``allow_pickle=True`` (pickled:
+                trusted clusters only), else ``TypeError`` at once.
+            com: a number of your choice in ``[0, 2**32)`` that travels with
+                the message (``Message.com``): a tag or a command code that
+                tells the receiver what the message is.
+            kind: ``Kind.SHORT`` (the default) or ``Kind.COMMAND``: a label
+                the receiver sees as ``Message.kind``; both travel alike
+                (:meth:`command` sends the second).
+            timeout: seconds to wait for the name and for room at the
+                receiver, then ``TimeoutError`` (or ``UnknownProcessError``
+                for the name) saying what it waited for; ``None``: the name
+                waits ``name_timeout``, the room as long as it takes.
+            copy: for a device array sent to a GPU GP on the same device:
+                ``False`` hands the array over by reference (the sender must
+                not touch it again); ``True`` copies it.
+            stream: for a device array: the stream its producer's work is
+                queued on (default: the current one); the send waits for that
+                work, never for the whole device.
+
+        A full receiver (its inbox, or what its host lets this host have in
+        flight) makes the call wait: backpressure.
 
         Buffer ownership (as ``MPI_Send``): a writable numeric array of
         ``RemoteConfig.large`` bytes or more (32 KiB) sent to a GP on another
         host is not copied: it travels from its own memory as one MPI message,
         and the call returns once MPI no longer reads it -- then the caller
-        may reuse it.  Everything else is snapshot (:func:`snapshot`) and the
-        call returns once queued.
+        may reuse it.  Everything else is copied at the call (read-only
+        arrays and ``bytes`` are shared), so the caller may change its data
+        as soon as ``send`` returns.  A device array takes the device path,
+        and the call returns once aiopdbp no longer reads it
+        (:mod:`aiopdbp.streams.devicepath`).
+
+        ``send`` is a plain function returning the awaitable: a device
+        array's pending work is captured at the call; a wrong argument is
+        raised by the ``await``.
 
         Cancellation: a cancelled send has queued nothing (reservations already
         taken are given back) -- except a large array whose payload was
@@ -435,9 +345,9 @@ class GP:
             try:
                 data = self.node.devices.capture(self, data, stream)  # now: the caller's stream is current now
             except Exception as exc:
-                return _raising(exc)
+                return raising(exc)
         elif stream is not None:
-            return _raising(TypeError("stream= is for device arrays"))
+            return raising(TypeError("stream= is for device arrays"))
         return self._send(dest, data, com, kind, timeout, copy)
 
     async def _send(self, dest: str | Iterable[str], data: Any, com: int, kind: Kind, timeout: float | None,
@@ -449,14 +359,14 @@ class GP:
         if self._freed:
             raise ClosedResourceError(f"GP {self.name!r} was freed")
         if type(com) is not int or not 0 <= com <= 0xFFFFFFFF:
-            _check_com(com)
+            check_com(com)
         if kind is not _SHORT and kind is not _COMMAND:
             raise ValueError(f"send() carries Kind.SHORT or Kind.COMMAND messages, not {kind!r} "
                              "(streams go with send_stream)")
         if timeout is not None:
-            _check_timeout(timeout)
+            check_timeout(timeout)
         if not isinstance(dest, str):
-            _check_dest(dest)
+            check_dest(dest)
             names = list(dest)
             for n in names:
                 if not isinstance(n, str):
@@ -470,7 +380,7 @@ class GP:
             if data is not None:
                 if type(data) is not np.ndarray and (arr := host_array(data)) is not None:
                     data = arr  # a tensor's memory as an ndarray (no copy): the paths numpy takes
-                if type(data) is np.ndarray and data.nbytes >= self._owned_min and _ownable(data):
+                if type(data) is np.ndarray and data.nbytes >= self._owned_min and ownable(data):
                     # large: sent from this very buffer, the call returns once it may be reused
                     await self._router.send_owned(dest, (self.name, kind, com, data, self.pid),
                                                   data.nbytes + CREDIT_OVERHEAD, timeout,
@@ -511,14 +421,16 @@ class GP:
                                credit_cost(data), timeout)
 
     def send_nowait(self, dest: str, data: Any = None, *, com: int = 0, kind: Kind = Kind.SHORT) -> None:
-        """Send to one GP without waiting; raises ``WouldBlock`` when it is
-        full, ``UnknownProcessError`` for a name not registered (now).
+        """Send a message to one GP without waiting: ``WouldBlock`` when
+        its inbox is full, ``UnknownProcessError`` for a name not registered
+        now.  ``data``, ``com`` and ``kind`` as for :meth:`send` (no device
+        arrays).
 
-        The payload is always snapshot (a writable array is copied, large or
-        not): without a wait there is no moment at which MPI is known to be
-        done with the caller's buffer.  ``await send`` avoids the copy."""
+        The payload is always copied (a writable array too, large or not):
+        without a wait there is no moment at which MPI is known to be done
+        with the caller's buffer.  ``await send`` avoids the copy."""
         self._check()
-        _check_com(com)
+        check_com(com)
         if kind is not Kind.SHORT and kind is not Kind.COMMAND:
             raise ValueError(f"send_nowait() carries Kind.SHORT or Kind.COMMAND messages, not {kind!r}")
         data = snapshot(data, self.node.allow_pickle, False)
@@ -526,7 +438,8 @@ class GP:
 
     async def command(self, dest: str | Iterable[str], com: int, data: Any = None, *,
                       timeout: float | None = None) -> None:
-        """Send a command message (``Kind.COMMAND``) with code ``com``.
+        """Send a message with ``kind=Kind.COMMAND`` and the code ``com``:
+        ``send(dest, data, com=com, kind=Kind.COMMAND)``.
 
         Cancellation: as for :meth:`send`.
         """
@@ -534,21 +447,36 @@ class GP:
 
     def send_stream(self, dest: str, data: Any, *, segment_size: int | None = None, com: int = 0,
                     timeout: float | None = None, copy: bool = True, stream: Any = None) -> Coroutine[Any, Any, int]:
-        """Send a data stream (the patent's SINFO); returns once delivered.
+        """Send a large array or a sequence of buffers to the GP named
+        ``dest`` as a stream: cut into segments, paced by the receiver,
+        reassembled in order.  Returns the number of bytes sent, once the
+        receiver has taken the whole stream.
 
-        ``data`` is one buffer/array (cut into ``segment_size``-byte segments,
-        default 1 MiB; arrays along their first axis) or an iterable / async
-        iterable of buffers or arrays produced over time.  Returns the number
-        of bytes sent, after the receiver has taken the whole stream -- but a
-        stream of one segment of at most 64 KiB travels whole in one record
-        and returns once sent (a copy taken), as :meth:`send` does: what its
-        receiver does with it is not reported back.  ``timeout`` bounds the
-        whole call.
+        The receiver gets an :class:`~aiopdbp.streams.receiver.IncomingStream`
+        from :meth:`recv` and reads it whole (``await stream.read()``) or
+        segment by segment (``async for``).  A stream of one buffer of at most
+        64 KiB travels whole in one record and returns once sent (a copy
+        taken), as :meth:`send` does: what its receiver does with it is not
+        reported back.
 
-        A device array is staged through pinned chunks across nodes (its
-        segments are the chunks: ``min(segment_size, chunk_size)`` bytes of
-        whole rows, default one chunk), copied device-to-device on one node
-        (``copy=False``: by reference; ``stream``: see :meth:`send`).
+        Args:
+            dest: the receiver's name (one GP); waited for as in :meth:`send`.
+            data: one buffer or array (bytes-like, a numpy array, a tensor or
+                array by DLPack, a device array: as for :meth:`send`, no
+                pickled objects), or an iterable or async iterable of them
+                produced over time (ordered: a ``set`` or ``dict`` is
+                refused).  An array arrives with its dtype and shape.
+            segment_size: bytes per segment, default 1 MiB; an array is cut
+                along its first axis, in whole rows.  A device array between
+                hosts travels in pinned chunks of ``min(segment_size,
+                chunk_size)`` bytes of whole rows.
+            com: a number of your choice in ``[0, 2**32)`` that the receiver
+                sees as ``stream.com``: what the stream is.
+            timeout: seconds for the whole call, then ``TimeoutError``;
+                ``None``: no limit.
+            copy: for a device array sent to a GPU GP on the same device:
+                ``False`` hands it over by reference, ``True`` copies it.
+            stream: for a device array: as for :meth:`send`.
 
         Cancellation: a cancelled (or failing) sender sends an ABORT, so the
         receiver's stream ends with ``StreamError``; the binding is undone and
@@ -564,8 +492,8 @@ class GP:
         """
         try:
             self._check()
-            _check_com(com)
-            _check_timeout(timeout)
+            check_com(com)
+            check_timeout(timeout)
             if not isinstance(dest, str):
                 raise TypeError(f"send_stream sends to one GP: dest is its name (a str), not {type(dest).__name__}")
             if segment_size is not None and (not isinstance(segment_size, int) or isinstance(segment_size, bool)):
@@ -579,7 +507,7 @@ class GP:
             if stream is not None:
                 raise TypeError("stream= is for device arrays")
         except Exception as exc:
-            return _raising(exc)
+            return raising(exc)
         return send_stream(self.node.streams, self.pid, self._router.resolve, dest, data, com=com, timeout=timeout,
                            segment_size=DEFAULT_SEGMENT if segment_size is None else segment_size)
 
@@ -593,13 +521,17 @@ class GP:
 
     async def recv(self, timeout: float | None = None, *,
                    arrays: str | None = None) -> Message | IncomingStream:
-        """The next item in arrival order: a :class:`Message` or an
-        :class:`~aiopdbp.streams.receiver.IncomingStream` (the paper's recvData).
+        """The next item in arrival order: a :class:`Message` (what
+        :meth:`send` sent) or an
+        :class:`~aiopdbp.streams.receiver.IncomingStream` (what
+        :meth:`send_stream` sent: read it, or ``aclose()`` it).
 
-        Raises ``TimeoutError`` after ``timeout`` seconds with nothing.
-        ``arrays`` picks what an array arrives as, for this call: ``"auto"``
-        (as sent: a tensor as a tensor where torch imports), ``"numpy"`` or
-        ``"torch"``; default: the node's ``arrays`` option.
+        Args:
+            timeout: seconds to wait for an item, then ``TimeoutError``;
+                ``None``: as long as it takes.
+            arrays: what an array arrives as, for this call: ``"auto"`` (as
+                sent: a tensor as a tensor where torch imports), ``"numpy"``
+                or ``"torch"``; default: the node's ``arrays`` option.
 
         Cancellation: a cancelled receive takes nothing from the pipe.
         """
@@ -613,7 +545,7 @@ class GP:
                                    "meant for its buffer could go to either (one receiver at a time)")
             if self._unnamed is not None:
                 item = self._take_held()
-                return _arrive(await self._named(item), arrays or self.node.arrays)
+                return arrive(await self._named(item), arrays or self.node.arrays)
             pipe = self._inbox()
         if len(pipe):  # the common case under load: no coroutine, no exception
             item = pipe.receive_nowait()
@@ -627,7 +559,7 @@ class GP:
                     # (the driver usually ends with an item there: no coroutine for it)
                     item = pipe.receive_nowait() if len(pipe) else await pipe.receive()
                 else:
-                    _check_timeout(timeout)
+                    check_timeout(timeout)
                     try:
                         async with asyncio.timeout(timeout):
                             if self._drive is not None:
@@ -643,10 +575,10 @@ class GP:
                 data = item[3]
                 if type(data) is not np.ndarray or (kind == "auto" and data.dtype.metadata is None):
                     return item  # the commonest
-                return _arrive(item, kind)
+                return arrive(item, kind)
         elif type(item.source) is str:
-            return _arrive(item, kind)
-        return _arrive(await self._named(item), kind)
+            return arrive(item, kind)
+        return arrive(await self._named(item), kind)
 
     async def _named(self, item: Message | IncomingStream) -> Message | IncomingStream:
         """``item`` with its sender's name: its data overtook the table update
@@ -666,9 +598,9 @@ class GP:
         whose sender's registration has not reached this host yet names it
         ``"<pid N>"``; :meth:`recv` waits for the name.)"""
         if self._unnamed is not None:
-            return _arrive(self._take_held(), self.node.arrays)
+            return arrive(self._take_held(), self.node.arrays)
         item: Message | IncomingStream = self._inbox().receive_nowait()
-        return _arrive(item, self.node.arrays)
+        return arrive(item, self.node.arrays)
 
     def _take_held(self) -> Message | IncomingStream:
         item = self._unnamed
@@ -715,18 +647,18 @@ class GP:
         received -- and its message reaches the pipe as usual, its data a
         view of ``out``.
         """
-        flat = _flat_writable(out)
-        _check_timeout(timeout)
+        flat = flat_writable(out)
+        check_timeout(timeout)
         router = self._router
         if self._unnamed is not None:
-            return _arrived(self._into(flat, await self.recv(timeout)), self.node.arrays)
+            return arrived(self._into(flat, await self.recv(timeout)), self.node.arrays)
         pipe = self._inbox()
         try:
             item = pipe.receive_nowait()
         except WouldBlock:
             pass
         else:
-            return _arrived(self._into(flat, item if _named_now(item) else await self._named(item)),
+            return arrived(self._into(flat, item if named_now(item) else await self._named(item)),
                             self.node.arrays)
         if self._into_task is not None or self._waiting:
             # Another receiver could take the message that lands in ``out``
@@ -744,7 +676,7 @@ class GP:
                     # Our buffer was chosen for a payload whose header came
                     # while the pipe was empty: that message is ours, even if
                     # other items got into the pipe before its bytes landed.
-                    while not _views(item, flat):
+                    while not views_start(item, flat):
                         self._hold(item)
                         item = await pipe.receive()
         except BaseException as exc:
@@ -756,11 +688,11 @@ class GP:
             raise
         finally:
             self._into_task = None
-        return _arrived(self._into(flat, item if _named_now(item) else await self._named(item)), self.node.arrays)
+        return arrived(self._into(flat, item if named_now(item) else await self._named(item)), self.node.arrays)
 
     def _into(self, flat: memoryview, item: Message | IncomingStream) -> Message:
         """``item``'s payload in ``flat`` (copied unless it landed there)."""
-        data: Any = _host_data(item.data) if type(item) is Message else None
+        data: Any = host_data(item.data) if type(item) is Message else None
         err: Exception | None = None
         if type(item) is not Message:
             err = TypeError("recv_into: the next item is a stream, not a message")
@@ -768,8 +700,8 @@ class GP:
                                                           and not data.dtype.hasobject)):
             err = TypeError(f"recv_into: the next message carries {type(data).__name__}, "
                             "not bytes or a numeric array")
-        elif _size(data) > flat.nbytes:
-            err = ValueError(f"recv_into: the next message ({_size(data)} bytes) does not fit "
+        elif payload_size(data) > flat.nbytes:
+            err = ValueError(f"recv_into: the next message ({payload_size(data)} bytes) does not fit "
                              f"in the buffer ({flat.nbytes} bytes)")
         if err is not None:
             self._hold(item, front=True)
@@ -779,7 +711,7 @@ class GP:
             n = len(data)
             flat[:n] = data
             return Message((item[0], item[1], item[2], flat[:n], item[4]))
-        if _views(item, flat):
+        if views_start(item, flat):
             return item
         view = np.frombuffer(flat, dtype=data.dtype, count=data.size).reshape(data.shape)
         view[...] = data

@@ -38,7 +38,13 @@ __all__ = ["SGP"]
 
 
 class SGP(GP):
-    """A GP bound to one device (see the module docstring)."""
+    """A GPU GP: a GP bound to one device, with its own stream.
+
+    Get one with ``node.process(name, ptype=PType.GPU, device=None,
+    to_device=False)``.  It receives device arrays on its device, complete
+    (their copies done); host arrays arrive as numpy, or on its device too
+    with ``to_device=True``.  See :doc:`/guide/gpu`.
+    """
 
     def __init__(self, node: GPHost, name: str, pid: int, *, device: int, stream: Stream,
                  to_device: bool = False) -> None:

@@ -15,8 +15,9 @@ class NodeStats:
     """``node.stats()``: counters of one node, read at one moment.
 
     Routing: ``routed`` entries the PipeManager routed (inline or from the
-    public pipes), ``dropped`` CDUs that had nowhere to go (a freed GP, a
-    released pipe, a stream given up), ``parked`` CDUs that had to wait for a
+    public pipes), ``dropped`` items (messages, stream segments) that had
+    nowhere to go (a freed GP, a released pipe, a stream given up),
+    ``parked`` items that had to wait for a
     GP's registration or binding to arrive, ``bind_waits`` sends from this
     node waiting now for their destination GP to bind a pipe (``send`` with a
     timeout to a GP registered without one).  Resources: ``gps`` registered
@@ -29,14 +30,14 @@ class NodeStats:
     (:class:`~aiopdbp.hosts.link.LinkStats`), ``received`` data messages per host,
     ``credit_owed`` bytes of credit not yet returned, ``protocol_errors``,
     ``fallback_allocs`` (receive-pool row full), ``failed_hosts``, ``pool``
-    (the DDBP: UMB and sub-pools), ``transport`` (the progress engine's
+    (the buffer pools between hosts: their blocks and per-host sub-pools), ``transport`` (the progress engine's
     counters) and ``liveness`` (heartbeats).  ``devices``: the device path
     (backend, pinned chunks free / in use / lost / high water, device
     transfers sent and received; see :meth:`aiopdbp.streams.devicepath.DevicePath.stats`).
     ``messages_sent`` / ``messages_received``: per other host, per kind, the
     messages exchanged with it -- control messages by class name
     (``"TableMsg"``, ``"CreditMsg"``, ``"StreamDoneMsg"``, ...) and ``"data"``
-    for data-channel messages (blocks, split frames, lone CDUs).
+    for data-channel messages (blocks, split frames, lone items).
     ``stall``: ``waiting`` sends waiting on a destination now, ``stalls``
     waits reported as stalled, ``deadlocks`` cycles of waits failed
     (:mod:`aiopdbp.stall`).

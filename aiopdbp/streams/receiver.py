@@ -153,7 +153,11 @@ class IncomingStream:
         self.sno = key[1]
         self.source_pid = source_pid
         self.dest_pid = dest_pid
+        #: the sender's name
         self.source = source
+        #: what the sender announced, ``.kind`` (``"bytes"`` or ``"ndarray"``),
+        #: ``.nbytes``, ``.dtype`` and ``.shape`` (``None`` where not known in
+        #: advance, as for a stream sent from an iterable)
         self.meta = meta if meta is not None else StreamMeta()
         # PipeB, the stream's bound private pipe; None for a stream whose
         # OPEN carried it whole (arrived_whole): nothing more can come for it
@@ -176,10 +180,12 @@ class IncomingStream:
 
     @property
     def com(self) -> int:
+        """The number the sender gave ``send_stream(..., com=)``."""
         return self.meta.com
 
     @property
     def state(self) -> StreamState:
+        """Where the stream is: open, done, aborted by its sender, broken."""
         return self._proto.state
 
     @property

@@ -3,11 +3,11 @@
 the same functions, calling MPI's C API instead of mpi4py's methods."""
 
 from libc.limits cimport INT_MAX
-from mpi4py.libmpi cimport (MPI_ANY_SOURCE, MPI_BYTE, MPI_Get_count, MPI_Improbe, MPI_Isend, MPI_Message,
-                            MPI_Mrecv, MPI_Request, MPI_STATUS_IGNORE, MPI_SUCCESS, MPI_Test)
+from mpi4py.libmpi cimport (MPI_ANY_SOURCE, MPI_BYTE, MPI_Get_count, MPI_Improbe, MPI_Irecv, MPI_Isend,
+                            MPI_Message, MPI_Mrecv, MPI_Request, MPI_STATUS_IGNORE, MPI_SUCCESS, MPI_Test)
 cimport mpi4py.MPI as MPI
 from mpi4py import MPI as _MPI
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 
 cdef extern from *:
@@ -37,6 +37,32 @@ def post_one(MPI.Comm comm, object buf, int dest, int tag):
     # the caller keeps buf alive until the request completes (mpi4py's Isend
     # would keep it in the request): releasing the view here is safe
     ierr = MPI_Isend(view.buf, <int>view.len, MPI_BYTE, dest, tag, comm.ob_mpi, &req)
+    PyBuffer_Release(&view)
+    if ierr != MPI_SUCCESS:
+        raise _MPI.Exception(ierr)
+    ierr = MPI_Test(&req, &flag, MPI_STATUS_IGNORE)
+    if ierr != MPI_SUCCESS:
+        raise _MPI.Exception(ierr)
+    if flag:
+        return None
+    out = MPI.Request.__new__(MPI.Request)
+    out.ob_mpi = req
+    return out
+
+
+def recv_one(MPI.Comm comm, object buf, Py_ssize_t nbytes, int source, int tag):
+    """See :func:`aiopdbp.transport.kernel.recv_one`."""
+    cdef Py_buffer view
+    cdef MPI_Request req
+    cdef int flag = 0, ierr
+    cdef MPI.Request out
+    PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
+    if nbytes > INT_MAX or nbytes > view.len or nbytes < 0:  # mpi4py's checks and large counts
+        PyBuffer_Release(&view)
+        r = comm.Irecv([buf, nbytes, _MPI.BYTE], source, tag)
+        return None if r.Test() else r
+    # the caller keeps buf alive until the request completes (see post_one)
+    ierr = MPI_Irecv(view.buf, <int>nbytes, MPI_BYTE, source, tag, comm.ob_mpi, &req)
     PyBuffer_Release(&view)
     if ierr != MPI_SUCCESS:
         raise _MPI.Exception(ierr)

@@ -1,11 +1,11 @@
-"""The per-message MPI calls of a progress engine: posting a send and
-matching and receiving a small message.
+"""The per-message MPI calls of a progress engine: posting a send or a
+receive, and matching and receiving a small message.
 
-Two functions, :func:`post_one` and :func:`probe_small`, in two forms with
-one interface (as :mod:`aiopdbp.wire.blocks` has): this Python source,
+Three functions, :func:`post_one`, :func:`recv_one` and :func:`probe_small`,
+in two forms with one interface (as :mod:`aiopdbp.wire.blocks` has): this Python source,
 always present, and a twin compiled by Cython, ``aiopdbp.transport.ckernel``,
-which calls MPI's C API directly (``MPI_Isend``, ``MPI_Test``,
-``MPI_Improbe``, ``MPI_Mrecv``) and so makes no Python object per message
+which calls MPI's C API directly (``MPI_Isend``, ``MPI_Irecv``,
+``MPI_Test``, ``MPI_Improbe``, ``MPI_Mrecv``) and so makes no Python object per message
 but what it returns.  :mod:`aiopdbp.transport.receives` asks
 :func:`aiopdbp.ext.choose` which one runs.  The twin is compiled against
 MPICH's ``mpi.h`` and linked to its library by soname (``libmpi.so.12``):
@@ -25,7 +25,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-__all__ = ["post_one", "probe_small"]
+__all__ = ["post_one", "probe_small", "recv_one"]
 
 _ANY_SOURCE = MPI.ANY_SOURCE
 _BYTE = MPI.BYTE
@@ -36,6 +36,16 @@ def post_one(comm: MPI.Comm, buf: Any, dest: int, tag: int) -> MPI.Request | Non
     ``Test``: None when it completed at once (eager), else its request (the
     caller keeps ``buf`` alive until the request completes)."""
     req = comm.Isend([buf, _BYTE], dest, tag)
+    if req.Test():
+        return None
+    return req
+
+
+def recv_one(comm: MPI.Comm, buf: Any, nbytes: int, source: int, tag: int) -> MPI.Request | None:
+    """``Irecv`` of ``nbytes`` from rank ``source`` with ``tag`` into the
+    writable ``buf`` (at least ``nbytes`` long), and one ``Test``: None when
+    it landed at once, else its request (the caller keeps ``buf`` alive)."""
+    req = comm.Irecv([buf, nbytes, _BYTE], source, tag)
     if req.Test():
         return None
     return req

@@ -369,8 +369,8 @@ class ProgressEngine:
         assert self._bulk is not None
         self.n_bulk_sends += 1
         self.bytes_sent += memoryview(buf).nbytes
-        req = self._bulk.Isend([buf, _BYTE], dest, tag)
-        if req.Test():
+        req = self._post_one(self._bulk, buf, dest, tag)
+        if req is None:
             if done is not None:
                 _resolve(done)
             return None

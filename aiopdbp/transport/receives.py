@@ -72,6 +72,7 @@ class Receives:
         self._alloc: AllocFn | None = None
         self._alloc_min = 0           # messages below this skip the alloc hook
         self._probe = kernel_core.probe_small
+        self._recv_one = kernel_core.recv_one
         self._small_limit = self._small()
         self.n_recvs = self.bytes_recv = 0
         self.n_alloc_errors = self.n_user_allocs = 0
@@ -115,8 +116,8 @@ class Receives:
         self.n_bulk_recvs += 1
         self.n_bulk_user += out is not None
         self.bytes_recv += nbytes
-        req = self._bulk.Irecv([buf, nbytes, _BYTE], src, tag)
-        if req.Test():  # already here (eager, or a single-copy rendezvous done in Irecv)
+        req = self._recv_one(self._bulk, buf, nbytes, src, tag)
+        if req is None:  # already here (eager, or a single-copy rendezvous done in Irecv)
             done(buf)
             return False
         self.bulk_recvs.append((req, buf, done))

@@ -67,7 +67,9 @@ ALIGN = 16  # numpy's largest dtype alignment (longdouble / clongdouble)
 
 
 class Kind(enum.IntEnum):
-    """CDU type (patent): data stream, command message, short message."""
+    """What an item is: a stream (``STREAM``), or a message sent as a
+    command (``COMMAND``, :meth:`GP.command`) or a plain one (``SHORT``, the
+    default of :meth:`GP.send`); ``Message.kind`` says which."""
 
     STREAM = 1
     COMMAND = 2

@@ -29,13 +29,16 @@ def credit_cost(data: Any) -> int:
 
 
 class Message(tuple):  # type: ignore[type-arg]
-    """A short or command message as the receiving GP sees it.
+    """A message, as the receiving GP's ``recv()`` returns it.
 
-    ``source`` is the sender's name, ``kind`` its :class:`~aiopdbp.wire.mesp.Kind`
-    (``SHORT`` or ``COMMAND``), ``com`` the command code, ``data`` the payload:
-    ``bytes`` for bytes-like data, a ``numpy.ndarray`` (same dtype and shape)
-    for arrays, the object itself for pickled payloads, or ``None``;
-    ``source_pid`` the sender's pid.
+    ``source`` is the sender's name (reply to it), ``kind`` its
+    :class:`~aiopdbp.wire.mesp.Kind` (``SHORT``, or ``COMMAND`` from
+    ``command``), ``com`` the number the sender gave ``com=``, ``data`` the
+    payload: ``bytes`` for bytes-like data, a ``numpy.ndarray`` (same dtype
+    and shape) for arrays -- a tensor for one sent as a tensor, where torch
+    imports (the node's ``arrays`` option), a device array at a GPU GP --,
+    the object itself for pickled payloads, or ``None``; ``source_pid`` the
+    number the job gave the sender's name.
 
     A tuple underneath, built from one tuple of those five fields --
     ``Message((source, kind, com, data, source_pid))`` -- because the receive

@@ -10,18 +10,18 @@ import aiopdbp
 
 async def camera(node: aiopdbp.Node) -> None:
     async with node.process("camera") as cam:
-        await cam.send("detector", b"hello", com=1)    # waits until "detector" exists
+        await cam.send("detector", b"hello", com=1)  # waits until "detector" exists
         frames = np.arange(16 * 48 * 64, dtype=np.uint8).reshape(16, 48, 64)
-        await cam.send_stream("detector", frames)      # 48 KiB: one record, returns once sent
-        reply = await cam.recv()                       # a Message: .source .kind .com .data
+        await cam.send_stream("detector", frames)    # 48 KiB: returns once sent
+        reply = await cam.recv()                     # a Message: .source .com .data
         print("camera got", len(reply.data), "means from", reply.source)
 
 
 async def detector(node: aiopdbp.Node) -> None:
     async with node.process("detector") as det:
-        hello = await det.recv()                       # the Message, in arrival order
-        stream = await det.recv()                      # then the IncomingStream
-        frames = await stream.read()                   # ndarray: the sender's dtype and shape
+        hello = await det.recv()                     # the Message, in arrival order
+        stream = await det.recv()                    # then the IncomingStream
+        frames = await stream.read()                 # ndarray: sender's dtype, shape
         await det.send("camera", frames.mean(axis=(1, 2)))
         print("detector got", hello.data, frames.shape, frames.dtype)
 

@@ -13,9 +13,10 @@ async def producer(node: aiopdbp.Node) -> None:
     async with node.process("producer") as gp:
         for step in range(3):
             batch = torch.full((4, 8), float(step), dtype=torch.bfloat16)
-            await gp.send("consumer", batch)        # a tensor: no pickle, no copy to numpy
-            batch.zero_()                           # safe: what was sent is already taken
-        await gp.send_stream("consumer", torch.arange(16, dtype=torch.bfloat16).reshape(2, 8))
+            await gp.send("consumer", batch)  # a tensor: no pickle, no copy to numpy
+            batch.zero_()                     # safe: what was sent is already taken
+        tail = torch.arange(16, dtype=torch.bfloat16).reshape(2, 8)
+        await gp.send_stream("consumer", tail)
         print("producer sent 3 batches and a stream")
 
 
@@ -23,16 +24,17 @@ async def consumer(node: aiopdbp.Node) -> None:
     async with node.process("consumer") as gp:
         total = torch.zeros(8, dtype=torch.float32)
         for _ in range(3):
-            batch = (await gp.recv()).data          # a torch.bfloat16 tensor
+            batch = (await gp.recv()).data    # a torch.bfloat16 tensor
             total += batch.float().sum(dim=0)
-        tail = await (await gp.recv()).read()       # the stream, gathered: a tensor too
-        print("consumer got", tail.dtype, tuple(tail.shape), "total", total.tolist()[:2])
+        tail = await (await gp.recv()).read()  # the stream, gathered: a tensor too
+        print("consumer got", tail.dtype, tuple(tail.shape),
+              "total", total.tolist()[:2])
         await gp.send("sink", total)
 
 
 async def sink(node: aiopdbp.Node) -> None:
     async with node.process("sink") as gp:
-        msg = await gp.recv(arrays="numpy")         # this GP wants numpy, whatever was sent
+        msg = await gp.recv(arrays="numpy")   # this GP wants numpy, whatever was sent
         print("sink got", type(msg.data).__name__, msg.data.dtype, msg.data[:2])
 
 

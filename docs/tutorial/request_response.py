@@ -13,9 +13,9 @@ CLIENTS, REQUESTS = 3, 5
 async def server(node: aiopdbp.Node) -> None:
     async with node.process("server") as gp:
         for _ in range(CLIENTS * REQUESTS):
-            req = await gp.recv()                         # from any client, in arrival order
+            req = await gp.recv()                    # from any client, in arrival order
             x = np.frombuffer(req.data, dtype=np.float64)
-            await gp.send(req.source, x * 2, com=req.com)  # the answer carries the request id
+            await gp.send(req.source, x * 2, com=req.com)  # the answer carries the id
         print("server answered", CLIENTS * REQUESTS, "requests")
 
 
@@ -24,7 +24,7 @@ async def client(node: aiopdbp.Node, i: int) -> None:
         total = 0.0
         for req_id in range(REQUESTS):
             await gp.send("server", np.full(4, float(i + req_id)), com=req_id)
-            answer = await gp.recv(timeout=30)            # TimeoutError rather than a silent hang
+            answer = await gp.recv(timeout=30)  # TimeoutError rather than a silent hang
             assert answer.com == req_id and answer.source == "server"
             total += float(np.frombuffer(answer.data, dtype=np.float64).sum())
         print(f"client-{i} total", total)

@@ -16,23 +16,24 @@ def frames(n: int):
 
 async def sender(node: aiopdbp.Node) -> None:
     async with node.process("sender") as gp:
-        big = np.arange(1 << 20, dtype=np.float32)            # 4 MiB
+        big = np.arange(1 << 20, dtype=np.float32)     # 4 MiB
         n = await gp.send_stream("receiver", big, segment_size=256 * 1024)
         print("sent", n, "bytes in 256 KiB segments")
-        await gp.send_stream("receiver", big)                  # to be read into a reused buffer
-        await gp.send_stream("receiver", frames(10))           # a generator: 10 chunks
+        await gp.send_stream("receiver", big)           # read into a reused buffer
+        await gp.send_stream("receiver", frames(10))    # a generator: 10 chunks
 
 
 async def receiver(node: aiopdbp.Node) -> None:
     async with node.process("receiver") as gp:
-        first = await (await gp.recv()).read()                 # one array, dtype and shape kept
-        print("read", first.dtype, first.shape, "ok:", bool((first == np.arange(1 << 20)).all()))
-        buf = np.empty(1 << 20, dtype=np.float32)              # your buffer: no allocation
+        first = await (await gp.recv()).read()          # one array: dtype, shape kept
+        ok = bool((first == np.arange(1 << 20)).all())
+        print("read", first.dtype, first.shape, "ok:", ok)
+        buf = np.empty(1 << 20, dtype=np.float32)       # your buffer: no allocation
         await (await gp.recv()).read(out=buf)
         print("read into my buffer, ok:", bool((buf == first).all()))
         stream = await gp.recv()
         print("generator stream, size known up front:", stream.meta.nbytes)
-        seen = [int(seg[0, 0]) async for seg in stream]        # segments, in order
+        seen = [int(seg[0, 0]) async for seg in stream]  # segments, in order
         print("segments", seen)
 
 

@@ -3,7 +3,8 @@ compiled twin) over real MPI.  probe_small: rank 0 sends the same batch once
 per form, rank 1 receives each batch with one form and prints what it got (each
 delivery as source, channel, length and CRC-32).  post_one: rank 0 posts the
 batch with each form (printing which calls returned a request), rank 1
-receives it plainly.  The test compares the forms.  Prints ``FORM <name> <repr>`` lines and ``rank N OK``."""
+receives it plainly.  recv_one: rank 1 receives a plain batch with each form
+(each into a buffer 5 bytes longer).  The test compares the forms.  Prints ``FORM <name> <repr>`` lines and ``rank N OK``."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def main() -> None:
     for name, form in forms:  # post_one: rank 0 posts each size with the form, rank 1 checks the bytes
         if rank == 0:
             reqs = [form.post_one(comm, bytes([i % 251]) * n, 1, TAG) for i, n in enumerate(SIZES)]
-            print(f"FORM {name} post {[type(r).__name__ for r in reqs]!r}", flush=True)
+            world.send([type(r).__name__ for r in reqs], 1, 99)  # rank 1 prints it: one writer, no interleaving
             MPI.Request.Waitall([r for r in reqs if r is not None])
         else:
             got = []
@@ -78,13 +79,34 @@ def main() -> None:
                 buf = bytearray(status.Get_count(MPI.BYTE))
                 comm.Recv([buf, MPI.BYTE], 0, TAG)
                 got.append((len(buf), zlib.crc32(buf)))
+            print(f"FORM {name} post {world.recv(source=0, tag=99)!r}", flush=True)
             print(f"FORM {name} posted {got!r}", flush=True)
+        world.Barrier()
+    for name, form in forms:  # recv_one: rank 0 sends plainly, rank 1 receives each into a larger buffer
+        if rank == 0:
+            reqs = [comm.Isend([bytes([i % 251]) * n, MPI.BYTE], 1, TAG) for i, n in enumerate(SIZES)]
+            world.Barrier()
+            MPI.Request.Waitall(reqs)
+        else:
+            world.Barrier()
+            got = []
+            for n in SIZES:
+                buf = bytearray(n + 5)
+                req = form.recv_one(comm, buf, n, 0, TAG)
+                if req is not None:
+                    req.Wait()
+                got.append((n, zlib.crc32(buf[:n]), bytes(buf[n:])))
+            print(f"FORM {name} received {got!r}", flush=True)
         world.Barrier()
     if rank == 1:
         print("FORMS " + " ".join(name for name, _ in forms), flush=True)
     comm.Free()
     world.Barrier()
-    print(f"rank {rank} OK", flush=True)
+    if rank == 1:
+        print("rank 0 OK" if world.recv(source=0, tag=98) else "rank 0 FAILED", flush=True)
+        print(f"rank {rank} OK", flush=True)
+    else:
+        world.send(True, 1, 98)
 
 
 if __name__ == "__main__":
