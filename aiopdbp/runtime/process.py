@@ -319,7 +319,10 @@ class GP:
                 work, never for the whole device.
 
         A full receiver (its inbox, or what its host lets this host have in
-        flight) makes the call wait: backpressure.
+        flight) makes the call wait: backpressure.  Senders waiting on one
+        receiver share it fairly; so that they do from the first message, a
+        run of sends that never wait yields the event loop once every
+        ``BURST_SENDS`` (16) sends (:mod:`aiopdbp.hosts.link`).
 
         Buffer ownership (as ``MPI_Send``): a writable numeric array of
         ``RemoteConfig.large`` bytes or more (32 KiB) sent to a GP on another
@@ -356,6 +359,14 @@ class GP:
 
         Cancellation: as for :meth:`send`.
         """
+        # A run of sends that never suspend yields once per BURST_SENDS, so
+        # that a looping sender cannot fill an empty window before the other
+        # senders have run (aiopdbp.hosts.link, "From the first message").
+        # Before anything is queued: a cancel here has sent nothing.
+        self._burst -= 1
+        if not self._burst:
+            self._burst = BURST_SENDS
+            await asyncio.sleep(0)
         if self._freed:
             raise ClosedResourceError(f"GP {self.name!r} was freed")
         if type(com) is not int or not 0 <= com <= 0xFFFFFFFF:
@@ -393,15 +404,7 @@ class GP:
                 data = snapshot(data, self.node.allow_pickle, False)
             cost = credit_cost(data)
         fields = (self.name, kind, com, data, self.pid)
-        if self._try_send(dest, fields, cost):  # the router routed it: nothing to wait for
-            # A run of sends that never suspend yields once per BURST_SENDS,
-            # so that a looping sender cannot fill an empty window before
-            # the other senders have run (aiopdbp.hosts.link, "Fair for every size").
-            self._burst -= 1
-            if not self._burst:
-                self._burst = BURST_SENDS
-                await asyncio.sleep(0)
-        else:
+        if not self._try_send(dest, fields, cost):  # the router routed it: nothing to wait for
             self._burst = BURST_SENDS
             await self._router.send_waiting(dest, fields, cost, timeout)
 
