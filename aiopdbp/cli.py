@@ -533,7 +533,13 @@ def _launch_doc() -> str:
 
 def _unrunnable(argv: Sequence[str]) -> str | None:
     """Why python could not start ``argv`` (a missing script, an unknown
-    ``-m`` module), or None.  Other leading python options are not checked."""
+    ``-m`` module), or None.  Other leading python options are not checked.
+    A leading interpreter (``python prog.py``) is skipped, as the launch
+    command skips it (:func:`aiopdbp.launch.launcher.launch_command`)."""
+    from aiopdbp.launch.launcher import names_python
+
+    if len(argv) > 1 and names_python(argv[0]):
+        argv = argv[1:]
     if argv[0] == "-m":
         if len(argv) < 2:
             return "-m needs a module name"

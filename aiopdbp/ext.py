@@ -63,7 +63,7 @@ def choose(name: str, pure: ModuleType, compiled: ModuleType | None,
         _chosen[name] = f"pure Python ({NO_EXTENSIONS} is set)"
         return pure
     if compiled is None:
-        why = "not built" if error is None else f"not built: {error}"
+        why = "not built" if error is None else f"built but cannot load here: {error}"
         _chosen[name] = f"pure Python (the compiled core is {why})"
         return pure
     file = getattr(compiled, "__file__", None)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aiopdbp.bench.scale import slope, summarise_job
+from aiopdbp.bench.scale import median_summary, slope, summarise_job
 from aiopdbp.bench.scale_job import cluster_main, registration_messages
 from tests.mpirun import REPO_ROOT, requires_mpi
 
@@ -29,6 +29,12 @@ def test_summarise_job_gives_rank_0_and_the_maximum_over_the_others() -> None:
     assert row["open_s"] == (1.0, 0.7)
     assert row["rss_peak_kib"] == (500, 300)
     assert row["wall_s"] == 2.0
+
+
+def test_median_summary_takes_each_figures_median_over_the_repeats() -> None:
+    rows = [{"wall_s": w, "rss_peak_kib": (r0, mx)} for w, r0, mx in
+            ((3.0, 500, 310), (1.0, 900, 300), (2.0, 510, 400))]
+    assert median_summary(rows) == {"wall_s": 2.0, "rss_peak_kib": (510, 310)}
 
 
 def test_registration_messages_count_only_the_table_kinds() -> None:

@@ -135,7 +135,7 @@ def cdus(draw: st.DrawFn, data: st.SearchStrategy[Any] | None = None) -> CDU:
 
 
 _FIELD = {int: st.integers(-2**63, 2**64 - 1), str: texts, bool: st.booleans(),
-          list: st.lists(leaves, max_size=5)}
+          list: st.lists(leaves, max_size=5), bytes: st.binary(max_size=64)}
 
 
 @st.composite

@@ -25,6 +25,7 @@ from aiopdbp.wire.control import (
     HInfoMsg,
     MBInfoMsg,
     RegMsg,
+    RelayMsg,
     ReleaseMsg,
     StopAckMsg,
     StallMsg,
@@ -54,6 +55,7 @@ EXAMPLES: list[CtrlMsg] = [
     StreamDoneMsg(1, 2, True, ""), StreamDonesMsg(1, [2, 3, 5]),
     StreamDoneMsg(1, 3, False, "receiver closed the stream"), StreamCreditMsg(1, 2, 8), ByeMsg(42),
     StopMsg("failed", 1, 0, "ValueError: boom"), StopMsg("interrupted", 2, 2, ""), StopAckMsg(0),
+    RelayMsg(5, 0, RegMsg(3, "gp-1", 1, 5, -1).encode()),
 ]
 
 

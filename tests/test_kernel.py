@@ -9,6 +9,9 @@ import ast
 import functools
 import importlib
 import os
+import subprocess
+import sys
+import textwrap
 import types
 import zlib
 from pathlib import Path
@@ -112,3 +115,27 @@ def test_the_built_kernel_is_current_and_chosen() -> None:
     if os.environ.get("AIOPDBP_NO_EXTENSIONS", "") in ("", "0"):
         assert core.kernel_core is compiled
         assert ext.core()["kernel"] == "compiled (Cython)"
+
+
+@pytest.mark.timeout(60)
+def test_a_kernel_that_cannot_load_under_this_mpi_leaves_the_pure_form_and_says_why() -> None:
+    # What an MPI of another ABI (Open MPI: no libmpi.so.12) does to the twin's import.
+    code = textwrap.dedent("""
+        import importlib.abc, sys
+
+        class OtherABI(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name == "aiopdbp.transport.ckernel":
+                    raise ImportError("libmpi.so.12: cannot open shared object file: No such file or directory")
+                return None
+
+        sys.meta_path.insert(0, OtherABI())
+        from aiopdbp import cli
+        from aiopdbp.transport import core, kernel
+        assert core.kernel_core is kernel, core.kernel_core
+        print(cli._core_info())
+    """)
+    env = {**os.environ, "AIOPDBP_NO_EXTENSIONS": "0"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "kernel: pure Python (the compiled core is built but cannot load here: libmpi.so.12: cannot open" in proc.stdout

@@ -195,7 +195,7 @@ def test_killed_rank_leaves_no_shared_memory_under_launch() -> None:
     segs = re.findall(r"shm (\S+)", out)
     assert segs, f"the ranks reported no segment (not on MPICH's shm path?)\n{out}"
     _assert_clean([], segs, out)
-    assert re.search(r"aiopdbp launch: the job ended without aiopdbp's report.*rank.* 1 \(pid \d+\)", out), out
+    assert re.search(rf"aiopdbp launch: rank 1 \(pid \d+\) {_KILLED} during aiopdbp.run", out), out
 
 
 def test_rank_that_fails_before_run_stops_the_job_under_launch() -> None:
@@ -205,7 +205,9 @@ def test_rank_that_fails_before_run_stops_the_job_under_launch() -> None:
     out = job.output
     assert rc != 0, out
     assert "rank 1 failed before aiopdbp.run" in out, out
-    assert re.search(r"aiopdbp launch: rank process pid \d+ ended before starting aiopdbp.run", out), out
+    # the rank, not only a pid; its exit status when the launcher read it in time
+    assert re.search(r"aiopdbp launch: rank 1 \(pid \d+\) (exited with status 1|ended \(exit status "
+                     r"unknown\)) before starting aiopdbp.run", out), out
     _assert_clean(pids, [], out)
 
 
@@ -214,7 +216,33 @@ def test_rank_that_exits_by_os_exit_0_fails_the_job_under_launch() -> None:
     rc = job.finish()
     out = job.output
     assert rc != 0, out
-    assert re.search(r"aiopdbp launch: the job ended without aiopdbp's report.*rank.* 1 \(pid \d+\)", out), out
+    assert re.search(r"aiopdbp launch: rank 1 \(pid \d+\) (exited with status 0|vanished \(exit status "
+                     r"unknown\)) during aiopdbp.run", out), out
+
+
+#: how the launcher says a rank ended by SIGKILL (unknown when hydra reaped it before it was read)
+_KILLED = r"(was killed by SIGKILL|vanished \(exit status unknown\))"
+_OWN = re.compile(r"^\[\d\] (ready|shm|opening) ")
+
+
+def _rank_pids(job: LiveJob, n: int) -> dict[int, int]:
+    """rank -> pid, from the ranks' "ready <pid>" lines."""
+    job.wait_for(r"ready (\d+)$", n)
+    return {r: int(line.split()[1]) for r, line in rank_lines(job.output) if line.startswith("ready ")}
+
+
+@pytest.mark.parametrize("victim", [0, 2])
+def test_sigkill_of_one_rank_of_three_is_named_first_under_launch(victim: int) -> None:
+    # hydra's banner names whichever rank it reaped first (often one it killed itself)
+    job = _launch("-n", "3", str(STOP))
+    pids = _rank_pids(job, 3)
+    os.kill(pids[victim], signal.SIGKILL)
+    assert job.finish() != 0, job.output
+    said = [line for line in job.output.splitlines() if line.strip() and not _OWN.match(line)]
+    assert said and re.fullmatch(rf"aiopdbp launch: rank {victim} \(pid {pids[victim]}\) {_KILLED} "
+                                 r"during aiopdbp.run, the first rank to end; .*", said[0]), job.output
+    assert len([line for line in said if line.startswith("aiopdbp launch:")]) == 1, job.output
+    _assert_clean(list(pids.values()), [], job.output)
 
 
 # ---------------------------------------------------------- a failing rank
@@ -296,6 +324,15 @@ def test_gp_failure_under_plain_mpiexec_names_the_failing_rank_on_every_rank() -
     _assert_failure_rule(job.output, 3)
 
 
+def test_failure_line_names_the_innermost_gp_the_error_left() -> None:
+    # GP s2.3 raises inside GP sink2's block: s2.3's code failed, sink2 only encloses it
+    job = _launch("-n", "2", str(GP_FAILURE), "nested")
+    assert job.finish(timeout=60) == 1, job.output
+    line = "aiopdbp: rank 1 (GP s2.3) failed: KeyError: 'missing'"
+    assert f"[1] {line}; stopping the job" in job.output, job.output
+    assert f"[0] {line}" in job.output, job.output
+
+
 # ------------------------------------------------ clean exits (issue 19)
 CLEAN_EXIT = SCRIPTS_DIR / "clean_exit.py"
 
@@ -330,12 +367,22 @@ def test_handshake_timeout_raises_handshake_error_on_waiting_rank() -> None:
 
 # ------------------------------------------------------- nothing to launch
 @pytest.mark.parametrize(("argv", "said"), [(["missing.py"], "can't open file 'missing.py'"),
+                                             (["python", "missing.py"], "can't open file 'missing.py'"),
                                              (["-m", "no_such_module_here"], "no module named")])
 def test_launch_of_missing_script_prints_one_message_and_starts_no_rank(argv: list[str], said: str) -> None:
     job = _launch("-n", "2", *argv)
     assert job.finish(timeout=60) == 2, job.output
     lines = [line for line in job.output.splitlines() if line.strip()]
     assert len(lines) == 1 and said in lines[0] and "no rank was started" in lines[0], job.output
+
+
+def test_launch_runs_a_script_typed_after_its_interpreter(tmp_path: Path) -> None:
+    script = tmp_path / "hello.py"
+    script.write_text("import aiopdbp\n\nasync def main():\n    async with aiopdbp.open_node() as node:\n"
+                      "        print('HELLO', node.rank)\n\naiopdbp.run(main())\n")
+    job = _launch("-n", "2", "python3", str(script))
+    assert job.finish(timeout=60) == 0, job.output
+    assert "HELLO 0" in job.output and "HELLO 1" in job.output, job.output
 
 
 # -------------------------------------------------------------------- output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 
@@ -68,3 +69,61 @@ async def test_all_to_all_within_a_pool_budget_smaller_than_one_row_set_per_peer
         for r, got in enumerate(results):
             assert got == {name: list(range(count)) for name in names if name != names[r]}
         assert all(node.stats().pool["umb"]["nblocks"] == 6 for node in nodes)  # type: ignore[index]
+
+
+def test_the_hosts_tree_reaches_every_host_once_and_routes_down_along_parents() -> None:
+    from aiopdbp.hosts.sequencer import children, next_hop, parent
+
+    for size in range(1, 70):
+        reached = [0]
+        for host in reached:                     # the broadcast: each host to its children
+            reached += children(host, size)
+        assert sorted(reached) == list(range(size)), size
+        assert all(parent(c) == h for h in range(size) for c in children(h, size))
+        for dest in range(1, size):              # an answer: rank 0 down to dest
+            hop, path = 0, []
+            while hop != dest:
+                hop = next_hop(hop, dest)
+                path.append(hop)
+            assert all(parent(b) == a for a, b in zip([0, *path], path)), (size, dest, path)
+        assert len(children(0, size)) == (size - 1).bit_length()
+
+
+@pytest.mark.timeout(60)
+async def test_registrations_on_every_host_reach_rank_0_and_back_along_the_tree_only() -> None:
+    from aiopdbp.runtime.cluster import open_cluster
+
+    n = 8
+    tree = {0: {1, 2, 4}, 1: {0}, 2: {0, 3}, 3: {2}, 4: {0, 5, 6}, 5: {4}, 6: {4, 7}, 7: {6}}
+    async with open_cluster(n) as nodes:
+        gps = await asyncio.gather(*(nodes[r].register(f"t-{r}", bind=True) for r in range(n)))
+        for r in range(n):   # every host applied every registration, in one order
+            assert [await nodes[r].lookup(f"t-{h}", timeout=0) for h in range(n)] == [gp.pid for gp in gps]
+        assert len({node.stats().table_digest for node in nodes}) == 1
+        for r in range(n):   # table messages only to the tree's parent and children
+            talked = set(nodes[r].stats().messages_sent)
+            assert talked <= tree[r], (r, talked)
+        for gp in gps:
+            await gp.free()
+
+
+@pytest.mark.timeout(60)
+async def test_a_closing_host_talks_only_to_the_peers_it_talked_to() -> None:
+    from aiopdbp.runtime.cluster import open_cluster
+
+    n = 6
+    names = [f"c-{r}" for r in range(n)]
+    async with open_cluster(n) as nodes:
+        async with contextlib.AsyncExitStack() as stack:
+            gps = [await stack.enter_async_context(nodes[r].process(names[r])) for r in range(n)]
+            for r in range(n):
+                await gps[r].send(names[(r + 1) % n], b"hop", timeout=20)
+            for r in range(n):
+                assert (await gps[r].recv(timeout=20)).data == b"hop"  # type: ignore[union-attr]
+        before = [node.stats().messages_sent for node in nodes]
+    for r, node in enumerate(nodes):
+        sent = node.stats().messages_sent
+        closing = {h for h, kinds in sent.items() if kinds != before[r].get(h)}
+        # nothing to the hosts it never talked to (a BYE to every host, before)
+        assert closing <= {(r - 1) % n, (r + 1) % n}, (r, closing, sent)
+        assert "data" in sent[(r + 1) % n]

@@ -11,7 +11,8 @@ over the other ranks (``r0/max``): open time (``open_node``; raw: MPI init +
 ``Barrier``), peak RSS, job wall time, registration control messages (sent
 at rank 0 / the most any other rank sent), the cold and warm round trip of
 a pair, and then each figure's slope per peer (least squares over N-1) and
-the aiopdbp minus raw slope of peak RSS.  ``OUT/scale.json`` keeps every
+the aiopdbp minus raw slope of peak RSS (``--repeat K``: each job K times,
+aiopdbp and raw alternated, each figure the median).  ``OUT/scale.json`` keeps every
 rank's record; ``OUT/scale.txt`` the printed table.
 
 Oversubscribed runs are heavy: run them under ``nice`` on a shared machine.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -31,7 +33,7 @@ from typing import Any
 
 from aiopdbp.bench.plan import BENCH_ENV, parse_ranks
 
-__all__ = ["build_parser", "main", "slope", "summarise_job"]
+__all__ = ["build_parser", "main", "median_summary", "slope", "summarise_job"]
 
 MIB = 1024.0
 
@@ -53,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
       help="in-process cluster sizes (open_cluster), '' for none (default 8,64)")
     a("--units", type=int, default=20, help="messages per pair and direction (20)")
     a("--unit", type=int, default=256, help="bytes per message (256)")
+    a("--repeat", type=int, default=1, metavar="K",
+      help="run each MPI job K times, aiopdbp and raw alternated, and report the median "
+           "of each figure (1; peak RSS varies by a few MiB from run to run)")
     a("--timeout", type=float, default=300.0, help="seconds one job may take (300)")
     a("--out", default="", help="output folder (default ./aiopdbp-bench-scale-YYYYmmdd-HHMMSS)")
     return p
@@ -84,6 +89,19 @@ def summarise_job(recs: Sequence[dict[str, Any]], wall: float) -> dict[str, Any]
     if rtt:
         row["first_rtt_s"], row["warm_rtt_s"] = rtt[0]["first_rtt_s"], rtt[0]["warm_rtt_s"]
     return row
+
+
+def median_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One job's row from its repeats' rows: the median of each figure (of
+    rank 0's and of the others' maximum, separately)."""
+    out: dict[str, Any] = {}
+    for key, value in rows[0].items():
+        if isinstance(value, tuple):
+            out[key] = (statistics.median(r[key][0] for r in rows),
+                        statistics.median(r[key][1] for r in rows))
+        else:
+            out[key] = statistics.median(r[key] for r in rows)
+    return out
 
 
 def _read(folder: Path, prefix: str, n: int) -> list[dict[str, Any]]:
@@ -200,17 +218,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not ns.no_mpi:
         for pattern in patterns:
             for n in ns.ranks:
-                job = out / f"{pattern}-n{n}"
-                job.mkdir(exist_ok=True)
-                common = ["--pattern", pattern, "--units", str(ns.units), "--unit", str(ns.unit),
-                          "--out", str(job)]
-                w_a = _run_mpi(n, ["-m", "aiopdbp.bench.scale_job", "rank", *common], ns.timeout)
-                w_r = _run_mpi(n, [raw_prog, *common], ns.timeout)
-                ra, rr = _read(job, "aiopdbp", n), _read(job, "raw", n)
-                doc["mpi"].append({"pattern": pattern, "n": n,
-                                   "aiopdbp": summarise_job(ra, w_a), "raw": summarise_job(rr, w_r),
-                                   "ranks": {"aiopdbp": ra, "raw": rr}})
-                print(f"  {pattern} N={n}: aiopdbp {w_a:.2f} s, raw {w_r:.2f} s", flush=True)
+                runs: list[dict[str, Any]] = []
+                for k in range(max(1, ns.repeat)):
+                    job = out / (f"{pattern}-n{n}" if ns.repeat <= 1 else f"{pattern}-n{n}-r{k}")
+                    job.mkdir(exist_ok=True)
+                    common = ["--pattern", pattern, "--units", str(ns.units), "--unit", str(ns.unit),
+                              "--out", str(job)]
+                    w_a = _run_mpi(n, ["-m", "aiopdbp.bench.scale_job", "rank", *common], ns.timeout)
+                    w_r = _run_mpi(n, [raw_prog, *common], ns.timeout)
+                    ra, rr = _read(job, "aiopdbp", n), _read(job, "raw", n)
+                    runs.append({"aiopdbp": summarise_job(ra, w_a), "raw": summarise_job(rr, w_r),
+                                 "ranks": {"aiopdbp": ra, "raw": rr}})
+                    print(f"  {pattern} N={n}: aiopdbp {w_a:.2f} s, raw {w_r:.2f} s", flush=True)
+                row: dict[str, Any] = {"pattern": pattern, "n": n}
+                for impl in ("aiopdbp", "raw"):
+                    row[impl] = median_summary([r[impl] for r in runs])
+                row["ranks"] = runs[0]["ranks"] if len(runs) == 1 else [r["ranks"] for r in runs]
+                if len(runs) > 1:
+                    row["repeats"] = [{"aiopdbp": r["aiopdbp"], "raw": r["raw"]} for r in runs]
+                doc["mpi"].append(row)
         _mpi_table(doc["mpi"], say)
         doc["slopes"]["mpi"] = _mpi_slopes(doc["mpi"], say)
     for n in clusters:

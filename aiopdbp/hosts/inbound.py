@@ -41,9 +41,11 @@ when the same bytes come again (a loop sending arrays of one shape),
 payload becomes the GP's message without the decoder -- about 5 us less per
 64 KiB message, a sixth of its hop.
 
-*Closing.*  Each host's BYE says how many data messages it sent;
-:meth:`Inbound.drained` tells when as many arrived from everyone (and every
-payload has landed).
+*Closing.*  The transport's count exchange says how many data messages
+all hosts together sent here, and :meth:`Inbound.arrived` tells when as many
+arrived; without it, each host's BYE says how many it sent, and
+:meth:`Inbound.drained` tells when as many arrived from everyone (in both,
+every payload has landed).
 """
 
 from __future__ import annotations
@@ -412,6 +414,16 @@ class Inbound:
                     s is None or s.bye is None or s.received < s.bye or s.queue):
                 return False
         return True
+
+    def arrived(self, total: int) -> bool:
+        """Whether ``total`` data messages, from all hosts together, were taken
+        off the network and nothing of them is still landing."""
+        got = 0
+        for s in self._sources.values():
+            if s.queue:
+                return False
+            got += s.received
+        return got >= total
 
     def received(self) -> dict[int, int]:
         """Data messages taken off the network, per host."""

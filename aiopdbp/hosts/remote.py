@@ -36,9 +36,9 @@ in by the node.  The node in turn gives the router forwarders to
 to :meth:`Remote.send_done` and :meth:`Remote.send_credit` (the Remote is
 built after both, since it serves them).
 
-*Closing.*  :meth:`close` flushes every link, tells every host with BYE how
-many data messages it sent, and waits until it received as many from
-everyone (bounded by ``close_timeout``).
+*Closing.*  :meth:`close` flushes every link and waits until everything the
+other hosts sent here has arrived (:class:`~aiopdbp.hosts.closing.Closing`: the
+transport's count exchange, or BYE to every host), bounded by ``close_timeout``.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from typing import Any, Protocol
 
 from aiopdbp.errors import ProtocolError, TransportError
 from aiopdbp.hosts.channel import ControlChannel, Dispatch
+from aiopdbp.hosts.closing import Closing
 from aiopdbp.hosts.credit import Credit, CreditLedger, StreamControl
 from aiopdbp.hosts.failure import Beat, HostFailures, JobControl, LostCallback, StallRelay, Stop
 from aiopdbp.hosts.inbound import RBP_MIN, Deliver, Inbound, StreamSink
@@ -60,9 +61,7 @@ from aiopdbp.hosts.sequencer import Sequencer
 from aiopdbp.hosts.tables import Tables
 from aiopdbp.pool import BufferPool
 from aiopdbp.stall import StallWatch, WaitEdge
-from aiopdbp.transport.backoff import Backoff
 from aiopdbp.transport.base import Channel, Transport
-from aiopdbp.wire.control import ByeMsg
 
 log = logging.getLogger("aiopdbp.hosts.remote")
 
@@ -172,6 +171,7 @@ class Remote:
                                book=getattr(router, "book", None))
         self.stalls = StallRelay(rank, size, self.channel, stall, lambda h: h in self.failures.failed)
         self._dispatch = Dispatch(self.sequencer, self.inbound, self.credit, self.failures, self.stalls)
+        self._closing_wait = Closing(rank, size, transport, self.channel, self.inbound, self.failures)
         self._closing = False
 
     # ------------------------------------------------------------------ start
@@ -295,7 +295,7 @@ class Remote:
             log.error("host %d: gave up flushing after the close timeout", self.rank)
 
     async def close(self, *, timeout: float | None = None) -> None:
-        """Flush every link, exchange BYE, wait until everything sent to us
+        """Flush every link, wait (count exchange or BYE) until everything sent to us
         was delivered; then stop.  Idempotent.
 
         Cancellation: stops at once (no drain) and still releases resources.
@@ -308,17 +308,7 @@ class Remote:
         try:
             await self.flush(timeout)
             self.credit.flush_grants()
-            sent = self.credit.sent()
-            for h in range(self.size):
-                if h != self.rank:  # also to a failed host: its control channel may work
-                    self.channel.send(h, ByeMsg(sent.get(h, 0)))
-            backoff = Backoff(100e-6, 2e-3)
-            while not self.inbound.drained(self.failures.failed):
-                if time.monotonic() > deadline:
-                    log.error("host %d: gave up waiting for the other hosts to close after the "
-                              "close timeout", self.rank)
-                    break
-                await backoff.sleep()
+            await self._closing_wait.wait(self.credit.sent(), deadline)
         finally:
             self.failures.stop_heartbeat()  # before the transport frees the communicator it uses
             self.stop()

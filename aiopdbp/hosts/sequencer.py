@@ -2,11 +2,23 @@
 
 Theory of operation
 -------------------
-*Initialisation.*  Every host sends its ``HInfoMsg`` to rank 0 (the MNode);
-rank 0 orders the node-table updates and answers with every host's info
-(with its credit window) and all GP bindings (``MBInfoMsg``).  Missing hosts
+*Initialisation.*  Every host sends its ``HInfoMsg`` to rank 0 (the MNode,
+up the tree below); rank 0 orders the node-table updates and answers, down
+the tree, with every host's info (with its credit window) and all GP
+bindings (``MBInfoMsg``).  Missing hosts
 make :class:`~aiopdbp.errors.HandshakeError` name them after the handshake
 timeout.
+
+*The tree.*  Rank 0 talks to a few hosts only: the hosts form a binomial
+tree rooted at rank 0 (:func:`parent`: rank r's parent is r with its lowest
+set bit cleared), and every table message travels along it.  A request goes
+up hop by hop (:class:`~aiopdbp.wire.control.RelayMsg` names its origin), an
+answer goes down the path to its requester, and an update is forwarded by
+each host to its children: rank 0 sends log2(N) messages per update
+instead of N, and holds MPI state for log2(N) peers, not for every one.
+Order holds hop by hop (one channel per pair is FIFO), and an answer
+follows its update down the same path, so the requester has applied the
+update when its answer arrives.
 
 *Ordered updates.*  Rank 0 is the sequencer.  A host asks for an update
 with the CMP kind that names it -- ``RegMsg`` (register a GP), ``APipeMsg``
@@ -35,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from aiopdbp.errors import (
@@ -42,6 +55,7 @@ from aiopdbp.errors import (
     DuplicateProcessError,
     HandshakeError,
     PDBPError,
+    ProtocolError,
     RankFailedError,
     UnknownProcessError,
 )
@@ -56,15 +70,49 @@ from aiopdbp.wire.control import (
     HInfoMsg,
     MBInfoMsg,
     RegMsg,
+    RelayMsg,
     ReleaseMsg,
     TableAckMsg,
     TableMsg,
     TableReqMsg,
+    decode_control,
 )
 
 log = logging.getLogger("aiopdbp.hosts.sequencer")
 
-__all__ = ["Sequencer"]
+__all__ = ["Sequencer", "children", "next_hop", "parent"]
+
+#: the kinds a RelayMsg may carry: the table messages this module handles
+_RELAYED = frozenset({"on_reg", "on_apipe", "on_release", "on_cancel", "on_ar", "on_aap",
+                      "on_hinfo", "on_table_req", "on_table_ack"})
+
+
+def parent(rank: int) -> int:
+    """Rank ``rank``'s parent in the hosts' binomial tree (rank 0 is the root)."""
+    return rank & (rank - 1)
+
+
+def children(rank: int, size: int) -> list[int]:
+    """The children of ``rank`` in the tree of ``size`` hosts: ``rank`` plus
+    each power of two below its lowest set bit (any, for rank 0)."""
+    low = rank & -rank if rank else 1 << size.bit_length()
+    out, bit = [], 1
+    while bit < low and rank | bit < size:
+        out.append(rank | bit)
+        bit <<= 1
+    return out
+
+
+def next_hop(here: int, dest: int) -> int:
+    """The child of ``here`` on the path down to ``dest`` (``here`` an ancestor
+    of ``dest``): ``here`` plus the highest bit of ``dest`` it lacks."""
+    return here | (1 << ((dest & ~here).bit_length() - 1))
+
+
+def _ancestor(rank: int, dest: int) -> bool:
+    while dest > rank:
+        dest = parent(dest)
+    return dest == rank
 
 
 class Sequencer:
@@ -107,7 +155,7 @@ class Sequencer:
         if self.rank == 0:
             self.on_hinfo(0, HInfoMsg([me], self._gp_window))
         else:
-            self._channel.send(0, HInfoMsg([me], self._gp_window))
+            self._up(HInfoMsg([me], self._gp_window))
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), timeout)
         except TimeoutError:
@@ -126,19 +174,29 @@ class Sequencer:
             self._windows[src] = int(entry[4]) if len(entry) > 4 else msg.gp_window
             self._hinfo[src] = entry[:4]
             if len(self._hinfo) == self.size:
+                # one node_add per host in rank order, each a sequence number;
+                # ALL-HOSTInfo carries them all, and every replica applies them
+                # from it in the same order (not one TableMsg per host)
                 for h in range(self.size):
-                    self._sequence("node_add", list(self._hinfo[h]))
+                    self.tables.apply("node_add", list(self._hinfo[h]))
+                    self._seq += 1
                 hosts = [self._hinfo[h] + [self._windows[h]] for h in range(self.size)]
-                full = HInfoMsg(hosts, self._gp_window)
-                bindings = MBInfoMsg(self._bindings())
-                for h in range(1, self.size):
-                    self._channel.send(h, full)
-                    self._channel.send(h, bindings)
+                self._to_children(HInfoMsg(hosts, self._gp_window))
+                self._to_children(MBInfoMsg(self._bindings()))
                 self._set_ready()
-        elif self.rank != 0 and src == 0:
+        elif self.rank != 0 and src == parent(self.rank):
+            self._to_children(msg)
             self._windows = {int(e[0]): int(e[4]) for e in msg.hosts if len(e) > 4}
+            for entry in msg.hosts:
+                self._seq += 1
+                try:
+                    self.tables.apply("node_add", list(entry[:4]))
+                except PDBPError as exc:  # cannot happen if every host applies the same order
+                    log.critical("replica diverged applying node_add %s: %s", entry[:4], exc)
 
     def on_mbinfo(self, src: int, msg: MBInfoMsg) -> None:
+        if src == parent(self.rank):
+            self._to_children(msg)
         self._set_ready()
 
     def _bindings(self) -> list[list[Any]]:
@@ -181,7 +239,7 @@ class Sequencer:
             msg = ReleaseMsg(req, args[0], op == "proc_free")
         else:
             msg = TableReqMsg(req, op, list(args))
-        self._channel.send(0, msg, lambda exc: self._resolve(
+        self._up(msg, lambda exc: self._resolve(
             req, None, BrokenResourceError(f"host 0 is unreachable: {exc}")))
         try:
             async with asyncio.timeout(self.reply_timeout):
@@ -212,16 +270,48 @@ class Sequencer:
             except PDBPError as exc:
                 log.debug("table update %s%s refused: %s", op, args, exc)
             return
-        self._channel.send(0, TableReqMsg(0, op, list(args)))
+        self._up(TableReqMsg(0, op, list(args)))
 
     def _sequence(self, op: str, args: list[Any]) -> Any:
         """Rank 0: apply one update and broadcast it (raises if refused)."""
         result = self.tables.apply(op, args)
         self._seq += 1
-        msg = TableMsg(self._seq, op, args)
-        for h in range(1, self.size):
-            self._channel.send(h, msg)
+        self._to_children(TableMsg(self._seq, op, args))
         return result
+
+    # ------------------------------------------------------------- the tree
+    def _to_children(self, msg: CtrlMsg) -> None:
+        for h in children(self.rank, self.size):
+            self._channel.send(h, msg)
+
+    def _up(self, msg: CtrlMsg, on_fail: Callable[[BaseException], None] | None = None) -> None:
+        """A request (or this host's info) to rank 0, through this host's parent."""
+        up = parent(self.rank)
+        self._channel.send(up, msg if up == 0 else RelayMsg(self.rank, 0, msg.encode()), on_fail)
+
+    def _down(self, dest: int, msg: CtrlMsg) -> None:
+        """Rank 0's answer to host ``dest``, down the path its updates take."""
+        hop = next_hop(self.rank, dest)
+        self._channel.send(hop, msg if hop == dest else RelayMsg(0, dest, msg.encode()))
+
+    def on_relay(self, src: int, msg: RelayMsg) -> None:
+        """A table message on its way: handled here when it is for this host,
+        else passed on (up to the parent, or down towards its destination);
+        one that cannot be on its way here is a ProtocolError."""
+        dest = msg.dest
+        if dest == self.rank:
+            inner = decode_control(msg.frame)
+            # up to rank 0 from another host; down only from rank 0
+            origin_ok = 0 < msg.origin < self.size if self.rank == 0 else msg.origin == 0
+            if inner.HANDLER not in _RELAYED or not origin_ok:
+                raise ProtocolError(f"a relayed {type(inner).__name__} from host {msg.origin}")
+            getattr(self, inner.HANDLER)(msg.origin, inner)
+        elif dest == 0:
+            self._channel.send(parent(self.rank), msg)
+        elif 0 < dest < self.size and _ancestor(self.rank, dest) and src == parent(self.rank):
+            self._channel.send(next_hop(self.rank, dest), msg)
+        else:
+            raise ProtocolError(f"a relay for host {dest} reached host {self.rank}")
 
     def _answer(self, op: str, args: list[Any]) -> tuple[Any, PDBPError | None]:
         try:
@@ -233,21 +323,21 @@ class Sequencer:
     def on_reg(self, src: int, msg: RegMsg) -> None:
         args: list[Any] = [msg.name, msg.ptype, msg.node] + ([msg.pipe] if msg.pipe >= 0 else [])
         pid, exc = self._answer("proc_reg", args)
-        self._channel.send(src, ARMsg(msg.req, exc is None, pid or 0, "" if exc is None else str(exc),
+        self._down(src, ARMsg(msg.req, exc is None, pid or 0, "" if exc is None else str(exc),
                                       "" if exc is None else type(exc).__name__))
 
     def on_apipe(self, src: int, msg: APipeMsg) -> None:
         _, exc = self._answer("pipe_bind", [msg.pid, msg.pipe])
-        self._channel.send(src, AAPMsg(msg.req, exc is None, msg.pipe, "" if exc is None else str(exc)))
+        self._down(src, AAPMsg(msg.req, exc is None, msg.pipe, "" if exc is None else str(exc)))
 
     def on_release(self, src: int, msg: ReleaseMsg) -> None:
         _, exc = self._answer("proc_free" if msg.free else "pipe_release", [msg.pid])
-        self._channel.send(src, AAPMsg(msg.req, exc is None, -1, "" if exc is None else str(exc)))
+        self._down(src, AAPMsg(msg.req, exc is None, -1, "" if exc is None else str(exc)))
 
     def on_table_req(self, src: int, msg: TableReqMsg) -> None:
         _, exc = self._answer(msg.op, msg.args)
         if msg.req:
-            self._channel.send(src, TableAckMsg(msg.req, exc is None, "" if exc is None else str(exc)))
+            self._down(src, TableAckMsg(msg.req, exc is None, "" if exc is None else str(exc)))
 
     def on_cancel(self, src: int, msg: CancelMsg) -> None:
         entry = self.tables.pta.get(msg.pid)
@@ -256,6 +346,7 @@ class Sequencer:
 
     # replicas: updates and answers
     def on_table(self, src: int, msg: TableMsg) -> None:
+        self._to_children(msg)
         if msg.seq != self._seq + 1:
             log.critical("table update %d out of order (applied %d)", msg.seq, self._seq)
         self._seq = msg.seq
@@ -272,7 +363,7 @@ class Sequencer:
         if msg.req in self._cancelled:
             self._cancelled.discard(msg.req)
             if msg.ok:
-                self._channel.send(0, CancelMsg(msg.req, msg.pid))
+                self._up(CancelMsg(msg.req, msg.pid))
             return
         exc: PDBPError | None = None
         if not msg.ok:

@@ -10,7 +10,9 @@ whatever the end, the MPICH shared-memory segments the job's processes
 mapped are removed.  It talks to the ranks only through the job directory
 of :mod:`aiopdbp.env` (``AIOPDBP_JOB_DIR``: the segments each rank maps, the
 status of a failing rank).  :func:`run_job` is the same for a ready-made
-``mpiexec`` command line.
+``mpiexec`` command line.  ``exits`` tells how a rank process ended, from
+outside it (pidfds, the status of a zombie, the kernel log): the launcher
+names the rank that vanished first.
 
 :class:`EmulatedCluster` (``emulate``) builds N hosts on one Linux machine --
 network namespaces behind a bridge, with ``tbf``-shaped links -- and points

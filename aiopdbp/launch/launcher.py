@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from aiopdbp.env import (JOB_DIR, LAUNCHER, inherited, mpiexec_override, recorded_ranks,
+from aiopdbp.env import (JOB_DIR, LAUNCHER, RANK_VARS, inherited, mpiexec_override, recorded_ranks,
                          recorded_shm, recorded_stop)
 from aiopdbp.launch.emulate import (
     EmulateConfig,
@@ -39,6 +39,7 @@ from aiopdbp.launch.emulate import (
     EmulationUnavailable,
     check_requirements,
 )
+from aiopdbp.launch.exits import Ended, ExitWatch, KernelLog, how_it_ended, zombie_status
 
 __all__ = ["JobWatch", "find_mpiexec", "launch", "launch_command", "launch_emulated", "launch_env",
            "reporting_failures", "run_job", "TCP_ENV"]
@@ -123,13 +124,19 @@ def launch_command(
         raise ValueError(f"number of ranks must be >= 1, got {n}")
     if not argv:
         raise ValueError("nothing to launch: argv is empty")
-    if _PYTHON.fullmatch(os.path.basename(argv[0])) and len(argv) > 1:
+    if names_python(argv[0]) and len(argv) > 1:
         python = argv[0] if os.sep in argv[0] else python
         argv = argv[1:]
     return [find_mpiexec(), *mpiexec_args, "-n", str(n), python or sys.executable, *argv]
 
 
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+
+
+def names_python(arg: str) -> bool:
+    """Whether ``arg`` is an interpreter as people type it before their
+    script (``python``, ``python3.12``, ``/opt/py/bin/python3``)."""
+    return _PYTHON.fullmatch(os.path.basename(arg)) is not None
 
 
 class JobWatch:
@@ -142,20 +149,35 @@ class JobWatch:
     to this job -- ownership, never a glob over everyone's files -- so
     :meth:`remove_leftovers` may delete the ones still there once the job has
     ended (MPICH leaves them behind when a job is aborted or killed).
+
+    It learns each rank's number from its environment (``PMI_RANK``) and
+    keeps a pidfd on it (:mod:`aiopdbp.launch.exits`): :attr:`ended` lists
+    the rank processes that ended, in the order seen, with their status
+    where it could still be read; ``on_end`` is called with each, in the
+    watch thread, the moment it is seen -- before hydra ends the others.
     """
 
-    def __init__(self, root: int, interval: float = 0.1, job_dir: str | None = None) -> None:
+    def __init__(self, root: int, interval: float = 0.1, job_dir: str | None = None,
+                 on_end: Callable[[Ended], None] | None = None) -> None:
         self.root = root
         self.interval = interval
         self.job_dir = job_dir          # where aiopdbp ranks list their segments
         self.pids: dict[int, str] = {}       # pid -> start time (guards pid reuse)
         self.ranks: set[int] = set()
+        self.rank_of: dict[int, int] = {}    # rank pid -> its rank (from its environment)
+        self.ended: list[Ended] = []         # rank processes that ended, in the order seen
         self.segments: set[str] = set()
+        self._on_end = on_end
+        self._exits = ExitWatch(self._exited)
+        self._looks = 0                      # ends of one look at /proc cannot be ordered
+        self.kernel_log = KernelLog()        # opened now: only this job's kills are read
+        self._unwatched: set[int] = set()    # ranks without a pidfd: ends found in /proc
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="aiopdbp-jobwatch", daemon=True)
 
     def start(self) -> JobWatch:
+        self._exits.start()
         self._thread.start()
         return self
 
@@ -167,11 +189,51 @@ class JobWatch:
 
     def _run(self) -> None:
         start = time.monotonic()
-        while not self._stop.is_set():
-            self.scan()
-            # MPI creates its segments at start-up: look often then
-            fast = time.monotonic() - start < 5.0
-            self._stop.wait(min(self.interval, 0.025) if fast else self.interval)
+        try:
+            while not self._stop.is_set():
+                self.scan()
+                # MPI creates its segments at start-up: look often then
+                fast = time.monotonic() - start < 5.0
+                self._stop.wait(min(self.interval, 0.025) if fast else self.interval)
+        finally:
+            self._exits.close()
+            self.kernel_log.close()
+
+    def _exited(self, pid: int, status: int | None) -> None:
+        """(the exits thread) A rank's pidfd said it ended: a look of its own."""
+        self._record([(pid, status)])
+
+    def _record(self, gone: list[tuple[int, int | None]]) -> None:
+        """``(pid, status)`` of ranks seen ended in one look."""
+        if not gone:
+            return
+        now = time.monotonic()
+        for pid, _ in gone:
+            if pid not in self.rank_of:
+                self._learn_rank(pid, watch=False)   # (the rank files may know it)
+        with self._lock:
+            self._looks += 1
+            ends = [Ended(pid, self.rank_of.get(pid), now, self._looks, status) for pid, status in gone]
+            self.ended.extend(ends)
+        if self._on_end is not None:
+            for end in ends:
+                self._on_end(end)
+
+    def _learn_rank(self, pid: int, watch: bool = True) -> None:
+        """A rank process: its rank, and (new ones, watch thread only) a pidfd on it."""
+        rank = _rank_in_environment(pid)
+        if rank is None and self.job_dir is not None:   # a rank seen before its exec
+            rank = {p: r for r, p in recorded_ranks(self.job_dir)[0].items()}.get(pid)
+        if rank is not None:
+            self.rank_of[pid] = rank
+        if watch and not self._exits.add(pid):
+            self._unwatched.add(pid)
+
+    def _ends_without_pidfd(self) -> None:
+        """Ranks without a pidfd that are gone: ended, seen at this look."""
+        gone = [p for p in self._unwatched if not _running(p, self.pids.get(p, ""))]
+        self._unwatched.difference_update(gone)
+        self._record([(p, zombie_status(p)) for p in gone])
 
     def scan(self) -> None:
         """One look at the process tree under ``root``."""
@@ -204,12 +266,20 @@ class JobWatch:
             for child in children.get(pid, ()):
                 found.append(child)
                 todo.append(child)
+        new_ranks = []
         with self._lock:
             for pid in found:
                 comm, start = info[pid]
                 self.pids.setdefault(pid, start)
-                if info.get(parent[pid], ("", ""))[0] == "hydra_pmi_proxy":
+                if info.get(parent[pid], ("", ""))[0] == "hydra_pmi_proxy" and pid not in self.ranks:
                     self.ranks.add(pid)
+                    new_ranks.append(pid)
+        for pid in new_ranks:
+            self._learn_rank(pid)
+        for pid in found:   # seen before its exec: its environment was hydra's
+            if pid in self.ranks and pid not in self.rank_of and pid not in new_ranks:
+                self._learn_rank(pid, watch=False)
+        self._ends_without_pidfd()
         for pid in found:
             try:
                 with open(f"/proc/{pid}/maps", encoding="ascii", errors="replace") as f:
@@ -276,6 +346,30 @@ class JobWatch:
                 os.unlink(path)
                 removed.append(path)
         return removed
+
+
+def _rank_in_environment(pid: int) -> int | None:
+    """The rank the MPI launcher gave process ``pid`` (``PMI_RANK``...), None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(item.partition(b"=")[::2] for item in f.read().split(b"\0") if item)
+    except OSError:
+        return None
+    for var in RANK_VARS:
+        with contextlib.suppress(ValueError):
+            if var.encode() in env:
+                return int(env[var.encode()])
+    return None
+
+
+def _running(pid: int, start: str) -> bool:
+    """``pid`` runs (not a zombie) and started at ``start``."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return len(fields) > 19 and fields[19] == start and fields[0] != "Z"
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
@@ -345,6 +439,39 @@ def launch(
 EARLY_EXIT_GRACE_S = 1.0
 
 
+def _rank_name(end: Ended, pids: Mapping[int, int]) -> str:
+    """``rank 1 (pid 4102)``; ``pid 4102`` when its rank is not known."""
+    rank = end.rank if end.rank is not None else pids.get(end.pid)
+    return f"pid {end.pid}" if rank is None else f"rank {rank} (pid {end.pid})"
+
+
+def _vanish_line(ends: Sequence[Ended], job_dir: str, log: KernelLog | None = None) -> str:
+    """A line naming the rank that ended first while in ``aiopdbp.run``
+    with no failure or interrupt recorded -- it vanished: a signal, the
+    out-of-memory killer, ``os._exit`` -- and how it ended; "" when none did.
+    Ranks seen ended in the same look cannot be ordered: all are named."""
+    started, done = recorded_ranks(job_dir)
+    if recorded_stop(job_dir)[0] is not None:
+        return ""    # a rank reported a failure or an interrupt: its line says it
+    pids = {pid: rank for rank, pid in started.items()}
+    first: list[Ended] = []
+    for end in ends:
+        rank = end.rank if end.rank is not None else pids.get(end.pid)
+        if rank is None or started.get(rank) != end.pid or rank in done:
+            continue   # not an aiopdbp.run rank, or its run returned
+        if first and end.look != first[0].look:
+            break
+        first.append(end)
+    if not first:
+        return ""
+    if len(first) == 1:
+        what = f"{_rank_name(first[0], pids)} {how_it_ended(first[0], log)}"
+    else:
+        what = (f"{', '.join(f'{_rank_name(e, pids)} {how_it_ended(e, log)}' for e in first)} "
+                "(ended at the same moment)")
+    return f"{what} during aiopdbp.run, the first rank to end; mpiexec then stopped the others"
+
+
 def _left_before_run(watch: JobWatch, job_dir: str, now: float, seen: dict[int, float]) -> str:
     """A line when a rank's process ended without starting ``aiopdbp.run``
     (it failed at import, say) while other ranks did start it: they would
@@ -360,16 +487,19 @@ def _left_before_run(watch: JobWatch, job_dir: str, now: float, seen: dict[int, 
         # finished; or every rank process started it (a rank process that
         # is a wrapper around python then ended after its python)
         return ""
-    pids = set(started.values())
-    early = [p for p in gone if p not in pids]
+    in_run = set(started.values())
+    early = [p for p in gone if p not in in_run]
     for p in early:
         seen.setdefault(p, now)
     late = sorted(p for p in early if now - seen[p] >= EARLY_EXIT_GRACE_S)
     if not late:
         return ""
-    return (f"rank process{'es' if len(late) > 1 else ''} {', '.join(f'pid {p}' for p in late)} ended "
-            "before starting aiopdbp.run (see its output above) while the other ranks wait for it "
-            "in their start-up handshake: the job was stopped")
+    ends = {e.pid: e for e in watch.ended}
+    who = ", ".join(f"{_rank_name(ends[p], {})} {how_it_ended(ends[p], watch.kernel_log, 'ended')}" if p in ends
+                    else f"{_rank_name(Ended(p, watch.rank_of.get(p), 0, 0, None), {})} ended"
+                    for p in late)
+    return (f"{who} before starting aiopdbp.run (see its output above) while the other ranks wait for "
+            "it in their start-up handshake: the job was stopped")
 
 
 def _vanished(job_dir: str) -> str:
@@ -404,13 +534,25 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
             with contextlib.suppress(OSError):
                 proc.send_signal(signum)
 
+    said: list[str] = []   # the vanished rank's line, said as soon as it ended
+    said_lock = threading.Lock()
+    stopping = threading.Event()   # the launcher ends the ranks itself: none vanishes
+
+    def on_end(end: Ended) -> None:   # (watch thread) before hydra's banner, which names any rank
+        with said_lock:
+            quiet = said or got or stopping.is_set()
+            line = "" if quiet else _vanish_line(watch.ended, job_dir, watch.kernel_log)
+            if line:
+                said.append(line)
+                say(line)
+
     job_dir = tempfile.mkdtemp(prefix="aiopdbp-job-")
     full_env = inherited() if env is None else dict(env)
     full_env[JOB_DIR] = job_dir
     proc = subprocess.Popen(list(cmd), env=full_env, start_new_session=True,
                             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
                             **popen)
-    watch = JobWatch(proc.pid, job_dir=job_dir).start()
+    watch = JobWatch(proc.pid, job_dir=job_dir, on_end=on_end).start()
     old: dict[int, Any] = {}
     if main_thread:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -432,13 +574,14 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
                     os.killpg(proc.pid, signal.SIGKILL)
             if deadline is not None and now > deadline and not timed_out:
                 timed_out = True
+                got.append((int(signal.SIGTERM), now))
                 watch.signal_ranks(signal.SIGTERM)
                 with contextlib.suppress(OSError):
                     proc.terminate()
-                got.append((int(signal.SIGTERM), now))
             if not got and not early:
                 early = _left_before_run(watch, job_dir, now, early_seen)
                 if early:  # the others would wait for it until their handshake times out
+                    stopping.set()
                     watch.kill_all()
                     with contextlib.suppress(OSError):
                         os.killpg(proc.pid, signal.SIGKILL)
@@ -452,11 +595,15 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
             if rc and code is not None:
                 rc = code  # the status a failing rank recorded, not hydra's 9
             elif code is None:
-                vanished = _vanished(job_dir)
-                if vanished:  # no aiopdbp report: say which ranks never returned
-                    stop_line = vanished
+                with said_lock:
+                    vanished = said[0] if said else _vanish_line(watch.ended, job_dir, watch.kernel_log) or _vanished(job_dir)
+                    if vanished and not said:  # no aiopdbp report: say which rank vanished
+                        stop_line = vanished
+                        said.append(vanished)
+                if vanished:
                     rc = rc or 1
     finally:
+        stopping.set()
         for signum, handler in old.items():
             signal.signal(signum, handler)
         watch.stop()

@@ -267,7 +267,9 @@ class Job:
         del self._gp_failures[:-16]   # a program that catches and goes on
 
     def _gp_of(self, cause: BaseException) -> str:
-        for noted, gp in reversed(self._gp_failures):
+        # An exception leaves the innermost GP block first: the first GP
+        # noted for it is the one whose code raised, the later ones enclose it.
+        for noted, gp in self._gp_failures:
             if noted is cause:
                 return gp
         return ""

@@ -224,6 +224,16 @@ class Transport(abc.ABC):
         pooled buffer of ``nbytes``); ``done(buffer)`` once it landed."""
         raise NotImplementedError(f"the {self.name} transport has no bulk payloads")
 
+    def exchange_counts(self, counts: Sequence[int]) -> Callable[[], int | None] | None:
+        """Start a sum over every rank of ``counts`` (one number per rank:
+        what this rank sent to it); returns a poll that gives None until
+        every rank took part, then the sum of what all ranks sent to this
+        one, and raises :class:`~aiopdbp.errors.TransportError` when that
+        can never come (a peer left without taking part).  None: this
+        transport has no such collective (closing then tells every peer).
+        Every rank calls it once, at close."""
+        return None
+
     #: raw tags are 0 .. raw_tag_limit - 1 (0: the transport has no raw messages)
     raw_tag_limit: int = 0
 

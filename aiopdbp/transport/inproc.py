@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiopdbp.errors import ClosedResourceError, TransportError
@@ -65,6 +65,21 @@ class InProcFabric:
         self.messages = 0
         self.bytes = 0
         self._raw: dict[_RawKey, tuple[deque[_RawRequest], deque[_RawRequest]]] = {}
+        self._counts: dict[int, Sequence[int]] = {}   # exchange_counts: each rank's part
+
+    def count_part(self, rank: int, counts: Sequence[int]) -> Callable[[], int | None]:
+        """Rank ``rank``'s part of the count exchange (see Transport.exchange_counts)."""
+        self._counts[rank] = list(counts)
+
+        def poll() -> int | None:
+            if len(self._counts) == len(self.endpoints):
+                return sum(part[rank] for part in self._counts.values())
+            gone = [e.rank for e in self.endpoints if e.closed and e.rank not in self._counts]
+            if gone:
+                raise TransportError(f"host(s) {gone} closed without taking part in the count exchange")
+            return None
+
+        return poll
 
     def raw_post(self, key: _RawKey, req: _RawRequest, send: bool) -> _RawRequest:
         """Queue a raw send or receive and complete what now matches."""
@@ -204,6 +219,10 @@ class InProcTransport(Transport):
         self._closed = True
         for q in self._queues:
             q.clear()
+
+    def exchange_counts(self, counts: Sequence[int]) -> Callable[[], int | None] | None:
+        """Every endpoint's counts, summed when all took part (the fabric's)."""
+        return self.fabric.count_part(self.rank, counts)
 
     raw_tag_limit = 1 << 30
 

@@ -27,7 +27,8 @@ and the runtime's own: ``TableMsg`` (one ordered table update, broadcast by
 rank 0), ``TableReqMsg``/``TableAckMsg`` (any other table update, and the ones a host asks for without waiting),
 ``CreditMsg`` and ``CreditAskMsg`` (per-destination flow control), ``StallMsg``
 and ``DeadlockMsg`` (:mod:`aiopdbp.stall`), ``StreamDoneMsg``,
-``StreamDonesMsg``, ``StreamCreditMsg``, ``ByeMsg``, ``StopMsg`` and ``StopAckMsg``.
+``StreamDonesMsg``, ``StreamCreditMsg``, ``ByeMsg``, ``StopMsg`` and ``StopAckMsg``;
+``RelayMsg`` carries any of the table kinds along the hosts' tree.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from aiopdbp.errors import ProtocolError
 __all__ = [
     "AAPMsg", "APipeMsg", "ARMsg", "ByeMsg", "CancelMsg", "ControlHandler", "CreditAskMsg", "CreditMsg",
     "CtrlMsg", "DeadlockMsg", "StallMsg",
-    "HInfoMsg", "MBInfoMsg", "RegMsg", "ReleaseMsg", "StopAckMsg", "StopMsg", "StreamCreditMsg",
+    "HInfoMsg", "MBInfoMsg", "RegMsg", "RelayMsg", "ReleaseMsg", "StopAckMsg", "StopMsg", "StreamCreditMsg",
     "StreamDoneMsg", "StreamDonesMsg", "TableAckMsg", "TableMsg", "TableReqMsg", "decode_control",
 ]
 
@@ -71,6 +72,7 @@ class ControlHandler(Protocol):
     def on_bye(self, src: int, msg: ByeMsg) -> None: ...
     def on_stop(self, src: int, msg: StopMsg) -> None: ...
     def on_stop_ack(self, src: int, msg: StopAckMsg) -> None: ...
+    def on_relay(self, src: int, msg: RelayMsg) -> None: ...
 
 
 class CtrlMsg:
@@ -441,6 +443,20 @@ class StopAckMsg(CtrlMsg):
     TYPE: ClassVar[MsgType] = MsgType.STOP_ACK
     HANDLER: ClassVar[str] = "on_stop_ack"
     rank: int
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class RelayMsg(CtrlMsg):
+    """A control frame from host ``origin`` for host ``dest``, passed hop by
+    hop along the hosts' tree (:mod:`aiopdbp.hosts.sequencer`) so that rank 0
+    talks to a few hosts, not to every one."""
+
+    TYPE: ClassVar[MsgType] = MsgType.RELAY
+    HANDLER: ClassVar[str] = "on_relay"
+    origin: int
+    dest: int
+    frame: bytes
 
 
 # ------------------------------------------------------------------ decoding

@@ -11,6 +11,7 @@ Modes (argv[1]):
               10 segments while both streams are open
   barrier  -- g0 and g1 pass a Barrier; g1 raises before round 3 while g0
               waits in it
+  nested   -- GP s2.3 raises inside GP sink2's block (rank 1) while g0 waits
 """
 import asyncio
 import sys
@@ -46,7 +47,8 @@ async def blocked(node: aiopdbp.Node) -> None:
                     say("blocked")
                     await ctl.send("g1-ctl", b"blocked")
                 await send        # still blocked when g1 fails
-    async with node.process("g1"), node.process("g1-ctl") as ctl:
+    # g1 innermost: the failure report names the GP whose block the error leaves first
+    async with node.process("g1-ctl") as ctl, node.process("g1"):
         await ctl.recv()          # rank 0 is blocked in send to us
         say("raising")
         {}["missing"]
@@ -84,13 +86,24 @@ async def barrier(node: aiopdbp.Node) -> None:
             await bar.wait()
 
 
+async def nested(node: aiopdbp.Node) -> None:
+    if node.rank == 0:
+        async with node.process("g0") as gp:
+            await gp.recv()
+    async with node.process("sink2"):
+        async with node.process("s2.3"):
+            say("raising")
+            {}["missing"]
+
+
 async def main(mode: str) -> None:
     async with aiopdbp.open_node() as node:
         if node.rank > 1:
             async with node.process(f"bystander-{node.rank}") as gp:
                 await gp.recv()
             return
-        await {"consumer": consumer, "blocked": blocked, "bidi": bidi, "barrier": barrier}[mode](node)
+        await {"consumer": consumer, "blocked": blocked, "bidi": bidi, "barrier": barrier,
+           "nested": nested}[mode](node)
 
 
 aiopdbp.run(main(sys.argv[1]))

@@ -1,0 +1,87 @@
+"""How the launcher tells how a rank process ended (aiopdbp.launch.exits),
+on real processes: the ended ones in the order they ended, their status
+read while they are zombies, worded for the user."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from aiopdbp.launch.exits import Ended, ExitWatch, KernelLog, how_it_ended, zombie_status
+
+pytestmark = [pytest.mark.timeout(30),
+              pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs pidfds (Linux 5.3)")]
+
+
+def _child() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+
+def _ended_unreaped(proc: subprocess.Popen[bytes]) -> None:
+    """Wait until ``proc`` ended, leaving it a zombie (its status readable)."""
+    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+
+
+def test_exit_watch_reports_each_end_in_the_order_they_happened_with_status() -> None:
+    first, second = _child(), _child()
+    seen: list[tuple[int, int | None]] = []
+    both = threading.Event()
+
+    def on_exit(pid: int, status: int | None) -> None:
+        seen.append((pid, status))
+        if len(seen) == 2:
+            both.set()
+
+    watch = ExitWatch(on_exit).start()
+    try:
+        assert watch.add(first.pid) and watch.add(second.pid)
+        second.send_signal(signal.SIGKILL)
+        _ended_unreaped(second)
+        first.send_signal(signal.SIGTERM)
+        _ended_unreaped(first)
+        assert both.wait(10), seen
+    finally:
+        watch.close()
+        for proc in (first, second):
+            proc.kill()
+            proc.wait()
+    assert [pid for pid, _ in seen] == [second.pid, first.pid]
+    words = [how_it_ended(Ended(pid, None, 0.0, 0, status)) for pid, status in seen]
+    assert words == ["was killed by SIGKILL", "was killed by SIGTERM"]
+
+
+def test_zombie_status_is_the_exit_status_until_the_parent_reaps_it() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    _ended_unreaped(proc)
+    status = zombie_status(proc.pid)
+    proc.wait()
+    assert status is not None and how_it_ended(Ended(proc.pid, 1, 0.0, 0, status)) == "exited with status 3"
+    assert zombie_status(proc.pid) is None   # reaped: unknown, not guessed
+
+
+def test_an_unknown_status_is_said_to_be_unknown() -> None:
+    log = KernelLog()
+    try:
+        assert how_it_ended(Ended(1 << 30, 1, 0.0, 0, None), log) == "vanished (exit status unknown)"
+    finally:
+        log.close()
+
+
+def test_a_kill_the_kernel_log_blames_on_the_oom_killer_says_so() -> None:
+    class Log(KernelLog):
+        def oom_killed(self, pid: int) -> bool:
+            return pid == 4102
+
+    killed = int(signal.SIGKILL)   # waitpid's status of a process a signal killed: the signal
+    log = Log()
+    try:
+        assert how_it_ended(Ended(4102, 1, 0.0, 0, killed), log) == \
+            "was killed by the out-of-memory killer (SIGKILL)"
+        assert how_it_ended(Ended(4103, 1, 0.0, 0, killed), log) == "was killed by SIGKILL"
+    finally:
+        log.close()
