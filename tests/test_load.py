@@ -143,3 +143,30 @@ def test_senders_waiting_on_one_reader_share_it_fairly(ranks: int, senders: int,
     fair = rows[0]["taken"] / len(counts)
     assert fair >= 10, out                   # the reader took enough to judge
     assert all(fair / 2 <= c <= 2 * fair for c in counts.values()), counts
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("ranks", "senders", "local"), [
+    (2, 6, 0),     # six senders on another rank: the link's credit
+    (1, 0, 6),     # six on the reader's own rank: its pipe's bytes
+])
+def test_fair_from_the_first_message_with_the_default_window(ranks: int, senders: int, local: int) -> None:
+    """The first window is shared too: with the default window (1 MiB, a
+    thousand 1 KiB messages: ten seconds of a reader taking one per 10 ms)
+    and no warm-up, each of six senders started together gets within 2x of
+    1/6 of what the reader takes in its first 5 s.  (A sender looping on the
+    fast path used to fill the whole empty window before the others ran.)"""
+    r = run_mpi(FAIR, n=ranks, args=["--senders", str(senders), "--size", "1024", "--local", str(local),
+                                     "--window", "0", "--warmup", "0",
+                                     "--period", "0.01", "--seconds", "5"], timeout=100)
+    out = f"--- stdout ---\n{r.stdout}\n--- stderr ---\n{unprefixed(r.stderr)}"
+    assert r.returncode == 0, out
+    rows = [json.loads(line.split("FAIR ", 1)[1]) for line in unprefixed(r.stdout).splitlines()
+            if line.startswith("FAIR ")]
+    assert len(rows) == 1, out
+    counts = rows[0]["counts"]
+    fair = rows[0]["taken"] / len(counts)
+    assert fair >= 10, out
+    assert all(fair / 2 <= c <= 2 * fair for c in counts.values()), counts

@@ -10,6 +10,8 @@ import pytest
 
 import aiopdbp
 from aiopdbp.runtime.node import DEFAULT_NAME_TIMEOUT
+from aiopdbp.runtime.process import BURST_BYTES
+from aiopdbp.wire.message import credit_cost
 from aiopdbp.hosts.tables import PendingName
 from aiopdbp import (
     ClosedResourceError,
@@ -545,6 +547,42 @@ async def test_cancelled_send_queues_nothing(pdbp_spawn) -> None:
             assert (await c.recv()).data == b"1"
             await p.send("c", b"3")
             assert (await c.recv()).data == b"3"
+
+
+#: a 1 KiB payload, and how many sends of it a run makes before it yields
+KIB = bytes(1024)
+QUIET = (BURST_BYTES - 1) // credit_cost(KIB)
+
+
+async def test_looping_senders_take_turns_on_an_empty_window() -> None:
+    """Two senders whose sends never wait fill an empty pipe in turns: the
+    first to run does not send all it has before the other runs."""
+    async with aiopdbp.open_node() as node:
+        async with node.process("c") as c, node.process("a") as a, node.process("b") as b:
+            async def loop(gp: aiopdbp.GP) -> None:
+                for _ in range(4 * QUIET):
+                    await gp.send("c", KIB)
+
+            await asyncio.gather(loop(a), loop(b))
+            first = [c.recv_nowait().source for _ in range(2 * QUIET)]
+            assert min(first.count("a"), first.count("b")) >= QUIET // 2, first
+
+
+async def test_send_cancelled_at_its_turn_to_yield_queues_nothing(pdbp_spawn) -> None:
+    """The yield of a run of sends comes before the message is queued, so a
+    send cancelled there has sent nothing."""
+    async with aiopdbp.open_node() as node:
+        async with node.process("c") as c, node.process("p") as p:
+            for i in range(QUIET):
+                await p.send("c", bytes([i]) * 1024)
+            yielded = await pdbp_spawn(p.send("c", KIB))   # runs to its yield
+            assert not yielded.done()
+            yielded.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await yielded
+            assert [c.recv_nowait().data for _ in range(QUIET)] == [bytes([i]) * 1024 for i in range(QUIET)]
+            with pytest.raises(WouldBlock):
+                c.recv_nowait()
 
 
 async def test_send_nowait_raises_wouldblock_when_destination_full() -> None:

@@ -74,6 +74,26 @@ order, and each host has its own window).  The uncontended fast path is
 unchanged: one dict lookup.  ``tests/test_load.py`` checks each sender's
 count against 1/k.
 
+*From the first message.*  Before anyone parks, the destination is not
+contended and the window is empty: a whole window (a thousand 1 KiB
+messages in the default 1 MiB, ten seconds of a reader taking one per
+10 ms) is there for the fast path.  A looping sender whose sends complete
+without suspending would fill it alone before the others ran, and the
+reader, taking its pipe in arrival order, would give it every message for
+as long as that window lasts.  So a GP yields one loop turn each time a run
+of sends that did not suspend has spent ``BURST_BYTES`` (16 KiB) of credit
+(:meth:`aiopdbp.runtime.process.GP.send`, as trio's ``send`` checkpoints,
+but once per 16 KiB, not once per send); a send or a receive that waits
+starts the run afresh.  k senders ready together therefore fill the first
+window in turns of 16 KiB each (15 messages of 1 KiB), and once it is spent
+they park in that order: each gets 1/k, to within one turn, from the first
+message on.  The cost is one loop turn per 16 KiB of sends that never wait
+(per 128 messages of 64 B; a turn every few messages would cost the
+small-message rate), none for a sender that waits for replies (ping-pong).
+What the yield cannot share is a head start: a host whose messages reach
+the pipe first (the reader's own, against a link's latency) has its window
+queued ahead of the others', and the reader takes it first.
+
 *Local senders too.*  The senders on the reader's own host have no link:
 the reader's private pipe admits them (:meth:`aiopdbp.routing.pipes.Pipe.reserve`)
 by the same rule in the same :class:`~aiopdbp.hosts.gate.ParkingLot`.  Room

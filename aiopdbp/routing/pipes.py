@@ -35,7 +35,11 @@ has not run (``_woken``), the pipe is *contended* and no fast path admits
 anyone: a sender refused then parks at the tail, to be served once one
 woken before it has run.  So a woken sender that loops to send again
 cannot spend room freed for the others before they have run (the contended
-rule of :mod:`aiopdbp.hosts.link`, "Fair for every size").
+rule of :mod:`aiopdbp.hosts.link`, "Fair for every size").  Before anyone
+parks, the empty pipe's ``max_bytes`` go to the fast path (``offer``); the
+senders share them because a GP's run of sends that never suspend yields a
+loop turn every ``BURST_BYTES`` of credit (:mod:`aiopdbp.hosts.link`, "From
+the first message"), so k looping senders fill it in turns.
 
 *Wake-ups without loss.*  Waiters park on futures in FIFO order.  A producer
 only *wakes* a consumer; the consumer then takes the item from the deque

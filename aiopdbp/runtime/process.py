@@ -56,6 +56,12 @@ __all__ = ["FAILED_CLOSE_TIMEOUT", "GP", "GPHost"]
 
 #: how long a GP leaving with an exception tries to close what it owns
 FAILED_CLOSE_TIMEOUT = 1.0
+#: a GP's run of sends that complete without suspending yields once every
+#: this many bytes of credit (``credit_cost``): k looping senders then fill an
+#: empty window (1 MiB by default) in turns of this much each -- fair from the
+#: first message -- at one loop turn per 16 KiB (15 messages of 1 KiB, 128 of
+#: 64 B: few enough to keep a block's coalescing)
+BURST_BYTES = 16 << 10
 
 
 _SHORT, _COMMAND = Kind.SHORT, Kind.COMMAND
@@ -122,6 +128,7 @@ class GP:
         self._waiting = 0                               # recv calls waiting for an item now
         self._drive = node.drive   # a receiver waiting for a reply steps MPI itself
         self._try_send = node.router.try_send  # hot path: one call, no coroutine, when nothing waits
+        self._burst = BURST_BYTES   # credit left before a run of sends that never suspended yields
         # arrays this large take send_owned (MPI_Send ownership); smaller ones the copy path
         self._owned_min = node.owned_min if node.owned_min is not None else sys.maxsize
 
@@ -314,7 +321,10 @@ class GP:
                 work, never for the whole device.
 
         A full receiver (its inbox, or what its host lets this host have in
-        flight) makes the call wait: backpressure.
+        flight) makes the call wait: backpressure.  Senders waiting on one
+        receiver share it fairly; so that they do from the first message, a
+        run of sends that never wait yields the event loop once every
+        ``BURST_BYTES`` (16 KiB) of them (:mod:`aiopdbp.hosts.link`).
 
         Buffer ownership (as ``MPI_Send``): a writable numeric array of
         ``RemoteConfig.large`` bytes or more (32 KiB) sent to a GP on another
@@ -387,8 +397,18 @@ class GP:
                     return
                 data = snapshot(data, self.node.allow_pickle, False)
             cost = credit_cost(data)
+        # A run of sends that never suspend yields once per BURST_BYTES of
+        # credit, so that a looping sender cannot fill an empty window before
+        # the other senders have run (aiopdbp.hosts.link, "From the first
+        # message").  Before anything is queued: a cancel here has sent nothing.
+        self._burst -= cost
+        if self._burst <= 0:
+            self._burst = BURST_BYTES
+            await asyncio.sleep(0)
+            self._check()
         fields = (self.name, kind, com, data, self.pid)
         if not self._try_send(dest, fields, cost):  # the router routed it: nothing to wait for
+            self._burst = BURST_BYTES
             await self._router.send_waiting(dest, fields, cost, timeout)
 
     async def _multicast(self, names: list[str], data: Any, com: int, kind: Kind,
@@ -537,6 +557,7 @@ class GP:
             item = pipe.receive_nowait()
         else:
             self._waiting += 1
+            self._burst = BURST_BYTES   # this task suspends: a send run starts afresh
             try:
                 if timeout is None:
                     if self._drive is not None:

@@ -8,10 +8,13 @@ Ranks 1..N-1 each run K sender GPs (``s<rank>.<i>``), and rank 0, the
 reader's own, L of them (``s0.<i>``, local senders: the reader's pipe
 bounds them, not credit), that loop
 ``await gp.send("reader", bytes(size))``; the reader GP on rank 0 takes one
-message per ``period`` seconds.  After a warm-up (the first windows go
-without contention), the reader counts the messages of each sender it takes
-over ``seconds`` seconds, then tells the senders to stop (each answers with
-its last message, ``b"END"``) and drains.  Rank 0 prints one line::
+message per ``period`` seconds.  The senders start together: each waits for
+the reader's ``b"go"`` (sent once every sender's name is registered).  After
+a warm-up (``--warmup 0``: none, the counts start with the first message),
+the reader counts the messages of each sender it takes over ``seconds``
+seconds, then tells the senders to stop (each answers with its last message,
+``b"END"``) and drains.  ``--window 0`` keeps the default credit window
+(``RemoteConfig.gp_window``).  Rank 0 prints one line::
 
     FAIR {"counts": {"s1.0": n, ...}, "taken": total}
 """
@@ -36,7 +39,10 @@ SIZE = MPI.COMM_WORLD.Get_size()
 async def reader(node: aiopdbp.Node, names: list[str], args: argparse.Namespace) -> None:
     counts = dict.fromkeys(names, 0)
     async with node.process("reader") as gp:
-        await gp.recv()                      # the senders are running
+        for name in names:
+            await node.lookup(name, timeout=30)
+        for name in names:                   # start them together
+            await gp.send(name, b"go")
         t0 = time.monotonic()
         while time.monotonic() < t0 + args.warmup:
             await gp.recv()
@@ -57,6 +63,7 @@ async def reader(node: aiopdbp.Node, names: list[str], args: argparse.Namespace)
 async def sender(node: aiopdbp.Node, name: str, size: int) -> None:
     async with node.process(name) as gp:
         await node.lookup("reader", timeout=30)
+        await gp.recv()                      # go
         stop = asyncio.ensure_future(gp.recv())
         data = bytes(size)
         while not stop.done():
@@ -77,7 +84,8 @@ async def main() -> int:
     args = ap.parse_args()
     names = ([f"s0.{i}" for i in range(args.local)]
              + [f"s{r}.{i}" for r in range(1, SIZE) for i in range(args.senders)])
-    async with aiopdbp.open_node(remote=RemoteConfig(gp_window=args.window), close_timeout=10.0,
+    remote = RemoteConfig(gp_window=args.window) if args.window else RemoteConfig()
+    async with aiopdbp.open_node(remote=remote, close_timeout=10.0,
                                  pipe_capacity=args.pipe_capacity) as node:
         async with asyncio.timeout(args.seconds + 60):
             mine = [sender(node, n, args.size) for n in names if n.startswith(f"s{RANK}.")]
