@@ -39,7 +39,7 @@ from aiopdbp.device.backend import is_device_array
 from aiopdbp.errors import ClosedResourceError, NoPipeError, PDBPError, WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost
 from aiopdbp.wire.payload import travels_raw
-from aiopdbp.arrays import KINDS, arrival, host_array
+from aiopdbp.arrays import KINDS, arrival, cpu_tensor_array, host_array
 from aiopdbp.routing.pipes import Pipe
 from aiopdbp.streams.receiver import DEFAULT_SEGMENT, IncomingStream
 from aiopdbp.streams.sender import send_stream
@@ -426,12 +426,16 @@ class GP:
         MPI no longer reads the array before it raises ``CancelledError``
         (:meth:`~aiopdbp.routing.router.Router.send_owned`).
         """
-        if data is not None and type(data) is not bytes and type(data) is not np.ndarray and is_device_array(data):
+        if data is not None and type(data) is not bytes and type(data) is not np.ndarray:
             try:
-                data = self.node.devices.capture(self, data, stream)  # now: the caller's stream is current now
+                if (arr := cpu_tensor_array(data)) is not None:
+                    data = arr  # its memory as an ndarray, before the (slower) device checks
+                elif is_device_array(data):
+                    data = self.node.devices.capture(self, data, stream)  # now: the caller's stream is current now
+                    stream = None
             except Exception as exc:
                 return _raising(exc)
-        elif stream is not None:
+        if stream is not None:
             return _raising(TypeError("stream= is for device arrays"))
         return self._send(dest, data, com, kind, timeout, copy)
 
@@ -628,7 +632,7 @@ class GP:
                 data = item[3]
                 if type(data) is not np.ndarray or (kind == "auto" and data.dtype.metadata is None):
                     return item  # the commonest
-                return _arrive(item, kind)
+                return _arrived(item, kind)
         elif type(item.source) is str:
             return _arrive(item, kind)
         return _arrive(await self._named(item), kind)
