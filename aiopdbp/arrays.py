@@ -44,8 +44,8 @@ _TORCH_SPECIAL = {"bfloat16": "bfloat16", "float8_e4m3fn": "float8_e4m3fn", "flo
 _tagged: dict[tuple[str, str, str], np.dtype[Any]] = {}
 # Per torch dtype seen: the torch dtype its bits are viewed as first (None,
 # or int16/uint8 for the dtypes numpy has no builtin for) and the tagged
-# numpy dtype of its ndarray.  Building that from names costs a few us, a
-# send of 8 bytes ~12 us in all.
+# numpy dtype of its ndarray (built from names per send, that cost more than
+# the rest of a small tensor's send).
 _TORCH_PLANS: dict[Any, tuple[Any, np.dtype[Any]]] = {}
 # torch.Tensor once a tensor was sent (torch is not imported for it)
 _tensor: type | None = None
@@ -166,9 +166,10 @@ def _torch_array(t: Any) -> np.ndarray[Any, Any] | None:
             raise TypeError(f"cannot send a tensor of {t.dtype}: {exc}") from None
         size = _ML_SIZES[special]
         bits = torch.uint8 if size == 1 else torch.int16
-        dt = _TORCH_PLANS[t.dtype] = (bits, _tag(_UINT[size], "torch", special))
+        tagged = _tag(_UINT[size], "torch", special)
+        _TORCH_PLANS[t.dtype] = (bits, tagged)
         raw: np.ndarray[Any, Any] = t.view(bits).numpy()
-        return raw.view(dt[1])
+        return raw.view(tagged)
     dt = _tag(arr.dtype, "torch", arr.dtype.str)
     _TORCH_PLANS[t.dtype] = (None, dt)
     return arr.view(dt)
@@ -210,13 +211,14 @@ def cpu_tensor_array(obj: Any) -> np.ndarray[Any, Any] | None:
     a device array."""
     if type(obj) is not _tensor:
         return None
-    plan = _TORCH_PLANS.get(obj.dtype)
-    if plan is not None and plan[0] is None and obj.is_cpu:
+    t: Any = obj
+    plan = _TORCH_PLANS.get(t.dtype)
+    if plan is not None and plan[0] is None and t.is_cpu:
         try:  # t.numpy() refuses what cannot travel (any layout but strided too): _torch_array says why
-            return obj.numpy().view(plan[1])  # type: ignore[no-any-return]
+            return t.numpy().view(plan[1])  # type: ignore[no-any-return]
         except (TypeError, RuntimeError):
             pass
-    return _torch_array(obj)
+    return _torch_array(t)
 
 
 # ---------------------------------------------------------------- receiving
@@ -227,11 +229,12 @@ def _torch() -> Any:
     a failed import costs a search of sys.path)."""
     global _torch_module
     if _torch_module is _UNSET:
+        mod: Any
         try:
-            import torch
+            import torch as mod
         except ImportError:
-            torch = None
-        _torch_module = torch
+            mod = None
+        _torch_module = mod
     return _torch_module
 
 
