@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["KINDS", "arrival", "cpu_tensor_array", "host_array", "parse_name", "wire_name"]
+__all__ = ["KINDS", "arrival", "cpu_tensor_array", "host_array", "parse_name", "tag_of", "wire_name"]
 
 #: what a receiver may ask arrays to arrive as
 KINDS = ("auto", "numpy", "torch")
@@ -71,6 +71,15 @@ def _tag(base: np.dtype[Any], origin: str, name: str) -> np.dtype[Any]:
 def _tag_of(dt: np.dtype[Any]) -> tuple[str, str]:
     origin, name = dt.metadata[_TAG]  # type: ignore[index]
     return str(origin), str(name)
+
+
+def tag_of(dt: np.dtype[Any]) -> Any:
+    """What tells ``dt``'s wire name apart from that of the dtypes it
+    compares equal to (a tagged dtype equals its untagged base): its tag
+    ``(origin, name)``, or None for an untagged dtype (whatever other
+    metadata it holds).  For caches keyed by dtype."""
+    md = dt.metadata
+    return None if md is None else md.get(_TAG)
 
 
 def _ml_dtype(name: str) -> np.dtype[Any] | None:
