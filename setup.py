@@ -23,17 +23,43 @@ assert _spec is not None and _spec.loader is not None
 _hash = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_hash)
 
-#: (module, its .pyx, the sources whose hash it records)
-TWINS = [("aiopdbp.wire.cblocks", "aiopdbp/wire/cblocks.pyx", ("blocks.py", "cblocks.pyx"))]
+#: (module, its .pyx, the sources whose hash it records, whether it calls MPI's C API)
+TWINS = [("aiopdbp.wire.cblocks", "aiopdbp/wire/cblocks.pyx", ("blocks.py", "cblocks.pyx"), False),
+         ("aiopdbp.transport.ckernel", "aiopdbp/transport/ckernel.pyx", ("kernel.py", "ckernel.pyx"), True)]
+
+
+def _mpich() -> dict[str, list[str]] | None:
+    """Where to compile and link a twin that calls MPI: MPICH's ``mpi.h`` and
+    ``libmpi`` from the ``mpich`` wheel (a build requirement) and mpi4py's
+    Cython declarations; None when they are not here.  The twin links
+    ``libmpi.so.12`` by soname, without a run path: at run time it binds to the
+    MPICH-ABI library mpi4py has loaded, and does not import under another
+    MPI (the pure form runs then)."""
+    try:
+        import mpi4py
+    except ImportError:
+        return None
+    for entry in map(Path, sys.path):
+        prefix = entry.parent.parent.parent  # <prefix>/lib/pythonX.Y/site-packages
+        if entry.name == "site-packages" and (prefix / "include" / "mpi.h").is_file() \
+                and list((prefix / "lib").glob("libmpi.so*")):
+            return {"include_dirs": [str(prefix / "include"), mpi4py.get_include()],
+                    "library_dirs": [str(prefix / "lib")], "libraries": ["mpi"]}
+    return None
 
 
 def extensions() -> list[Extension]:
     exts = []
-    for name, pyx, sources in TWINS:
+    mpi = _mpich()
+    for name, pyx, sources, calls_mpi in TWINS:
+        if calls_mpi and mpi is None:
+            print(f"aiopdbp: {name} needs MPICH's mpi.h and mpi4py at build time: "
+                  "its pure-Python form will run", file=sys.stderr)
+            continue
         digest = _hash.source_hash(ROOT / Path(pyx).parent, sources)
         exts.append(Extension(name, [pyx], optional=True,
                               define_macros=[("AIOPDBP_SOURCE_HASH", f'"{digest}"')],
-                              extra_compile_args=["-O2"]))
+                              extra_compile_args=["-O2"], **(mpi if calls_mpi and mpi else {})))
     return exts
 
 

@@ -128,6 +128,11 @@ def _core_info() -> str:
     from aiopdbp import ext
     from aiopdbp.wire import core  # noqa: F401  (importing it makes the choice)
 
+    try:
+        from aiopdbp.transport import receives  # noqa: F401  (the receive kernel's choice)
+    except Exception as exc:  # mpi4py missing or broken: `info` says so elsewhere
+        return "; ".join([*(f"{name}: {form}" for name, form in ext.core().items()),
+                          f"kernel: not loaded ({type(exc).__name__}: {exc})"])
     return "; ".join(f"{name}: {form}" for name, form in ext.core().items())
 
 

@@ -56,8 +56,24 @@ def _run(mode: str) -> tuple[int, str]:
 def test_bad_frame_fails_the_job_naming_the_sender(mode: str, said: str) -> None:
     rc, out = _run(mode)
     assert rc == 1, out
-    reports = [(r, line) for r, line in rank_lines(out) if line.startswith("aiopdbp")]
+    # the blamed rank answers with a line of its own (below), in its own output stream
+    reports = [(r, line) for r, line in rank_lines(out) if line.startswith("aiopdbp") and r != 1]
     assert reports and reports[0][0] == 0, out
     assert reports[0][1].startswith(f"aiopdbp: rank 1 failed: ProtocolError: {said}"), out
     for noise in ("Traceback", "deliver callback raised", "Task was destroyed", "never retrieved"):
         assert noise not in out, out
+
+
+@pytest.mark.parametrize(("mode", "said"), [
+    ("version", "malformed data message from host 1: unsupported protocol version 2"),
+    ("random", "malformed control message from host 1: "),
+])
+def test_blamed_rank_says_which_host_failed_it_and_why(mode: str, said: str) -> None:
+    """The rank that sent the bad frame has no traceback of its own: it
+    prints one line naming the host that failed it and the protocol error."""
+    rc, out = _run(mode)
+    assert rc == 1, out
+    lines = [line for r, line in rank_lines(out) if r == 1 and line.startswith("aiopdbp")]
+    assert len(lines) == 1, out
+    assert lines[0].startswith("aiopdbp: rank 1 was failed by host 0 for a protocol error: "
+                               f"ProtocolError: {said}"), out

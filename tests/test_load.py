@@ -114,16 +114,25 @@ FAIR = SCRIPTS_DIR / "fair.py"
 @requires_mpi
 @pytest.mark.mpi
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize(("ranks", "senders", "size"), [
-    (2, 6, 1024),          # the issue's reproducer: six senders on one rank, 1 KiB
-    (2, 6, 1 << 20),       # the same with 1 MiB messages
-    (3, 3, 1024),          # spread: three senders on each of two ranks
+@pytest.mark.parametrize(("ranks", "senders", "size", "local", "capacity"), [
+    (2, 6, 1024, 0, 1024),         # the issue's reproducer: six senders on one rank, 1 KiB
+    (2, 6, 1 << 20, 0, 1024),      # the same with 1 MiB messages
+    (3, 3, 1024, 0, 1024),         # spread: three senders on each of two ranks
+    (1, 0, 1024, 6, 1024),         # six senders on the reader's own rank (its pipe, no link)
+    (1, 0, 1 << 20, 6, 1024),
+    # three on the reader's rank, three on another; fewer pipe slots than the
+    # window holds messages: the other rank's items took the local senders'
+    # slots when slots counted every item
+    (2, 3, 1024, 3, 32),
+    (2, 3, 1 << 20, 3, 1024),
 ])
-def test_senders_waiting_on_one_reader_share_it_fairly(ranks: int, senders: int, size: int) -> None:
-    """k senders waiting on one slow reader: each gets within 2x of 1/k of
-    the messages it takes (issue 28 item 3)."""
+def test_senders_waiting_on_one_reader_share_it_fairly(ranks: int, senders: int, size: int, local: int,
+                                                       capacity: int) -> None:
+    """k senders waiting on one slow reader, on other ranks, on its own or
+    both: each gets within 2x of 1/k of the messages it takes (issue 28 item 3)."""
     period = 0.005 if size <= 1024 else 0.02
-    r = run_mpi(FAIR, n=ranks, args=["--senders", str(senders), "--size", str(size),
+    r = run_mpi(FAIR, n=ranks, args=["--senders", str(senders), "--size", str(size), "--local", str(local),
+                                     "--pipe-capacity", str(capacity),
                                      "--period", str(period), "--seconds", "3"], timeout=100)
     out = f"--- stdout ---\n{r.stdout}\n--- stderr ---\n{unprefixed(r.stderr)}"
     assert r.returncode == 0, out

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+import aiopdbp
+
 from aiopdbp import BrokenResourceError, ClosedResourceError, NoPipeError, Pipe, PipePool, WouldBlock
 
 pytestmark = pytest.mark.timeout(10)
@@ -424,3 +426,48 @@ async def test_parked_sender_gets_the_bytes_given_back() -> None:
     pipe.unreserve(1, 60)
     await asyncio.wait_for(waiter, 5)
     assert pipe.held_bytes == 90
+
+
+@pytest.mark.timeout(10)
+async def test_reader_fed_streams_from_its_own_rank_holds_at_most_the_window_in_bytes() -> None:
+    """Short streams sent whole to a GP that does not read count in its
+    pipe's bytes as messages do: at most ``gp_window`` bytes of them are
+    held, then the sender waits; reading them gives the bytes back."""
+    from aiopdbp import RemoteConfig, open_node
+    window, size = 64 << 10, 8 << 10
+    async with open_node(remote=RemoteConfig(gp_window=window)) as node, \
+            node.process("reader") as reader, node.process("sender") as sender:
+        sent = 0
+        with pytest.raises(TimeoutError):       # the window is full: the next send waits
+            for _ in range(100):
+                await sender.send_stream("reader", bytes(size), timeout=0.5)
+                sent += 1
+        assert 1 <= sent <= window // size, sent
+        pipe = reader.pipe
+        assert pipe is not None and pipe.held_bytes <= window, pipe.held_bytes
+        for _ in range(sent):                   # reading gives the bytes back
+            stream = await reader.recv()
+            assert isinstance(stream, aiopdbp.IncomingStream)
+            assert len(await stream.read()) == size
+        assert pipe.held_bytes == 0
+        await sender.send_stream("reader", bytes(size), timeout=5)
+
+
+# ------------------------------------------------ fair hand-off to local senders
+async def test_senders_woken_together_each_run_before_one_sends_again(pdbp_spawn) -> None:
+    """Two senders parked on a full pipe; the reader frees more slots than
+    they need: each sends once per round (the first one woken does not
+    take the spare slots on the fast path before the other has run)."""
+    pipe: Pipe[str] = Pipe(4)
+    for _ in range(4):
+        pipe.send_nowait("x")
+
+    async def sender(name: str) -> None:
+        for _ in range(8):
+            await pipe.send(name)
+
+    await pdbp_spawn(sender("a"))
+    await pdbp_spawn(sender("b"))
+    assert [pipe.receive_nowait() for _ in range(4)] == ["x"] * 4   # a, b woken; 2 slots spare
+    first = [await pipe.receive() for _ in range(4)]
+    assert sorted(first) == ["a", "a", "b", "b"], first

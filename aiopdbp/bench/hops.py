@@ -171,8 +171,8 @@ PER_RT = {"calls": "Python calls into aiopdbp (progress polling excluded)",
           "ctl_msgs": "control messages sent (credit grants and asks, table updates)"}
 #: functions that run while a rank polls for its next message: their calls
 #: count waiting, not work per message
-_POLLING = {("progress.py", "step"), ("progress.py", "_receive"), ("progress.py", "drive"),
-            ("mpi.py", "drive"), ("pipes.py", "ready")}
+_POLLING = {("progress.py", "step"), ("progress.py", "_receive"), ("kernel.py", "probe_small"),
+            ("progress.py", "drive"), ("mpi.py", "drive"), ("pipes.py", "ready")}
 
 
 def _message_counts(side: AioSide) -> dict[str, int]:

@@ -12,7 +12,9 @@ fails the host and then the whole job, blaming the sending rank: a peer
 whose frames cannot be trusted cannot be trusted to close either (it may
 wait for an answer that the failed link never carries), so every rank is
 told (``StopMsg`` naming the sender and its ``ProtocolError``), the
-sender included, and exits as after any rank's failure.
+sender included, and exits as after any rank's failure.  The sender, which
+has no traceback of its own to show, prints that it was failed by host N
+and for what (``Stop.by``), so the user sees both sides.
 
 *Liveness.*  With a ``host_timeout`` a heartbeat thread
 (:mod:`aiopdbp.hosts.liveness`, started through the ``heartbeat`` callable
@@ -78,12 +80,15 @@ class Stop:
     signal: int = 0
     message: str = ""
     gp: str = ""          # the GP the failure left, when known
+    by: int = -1          # the rank that failed ``rank`` for a protocol error (-1: it failed itself)
 
     def describe(self) -> str:
         if self.kind is StopKind.INTERRUPTED:
             return f"interrupted by {signal.Signals(self.signal).name} (on rank {self.rank})"
         if self.kind is StopKind.HOST_LOST:
             return f"{self.message}; aborting the job"
+        if self.by >= 0:
+            return f"{where(self.rank, self.gp)} was failed by host {self.by} for a protocol error: {self.message}"
         return f"{where(self.rank, self.gp)} failed: {self.message}"
 
     @property
@@ -163,13 +168,13 @@ class HostFailures:
             return
         self._protocol_stop = True
         stop = Stop(StopKind.PEER_FAILED, host, 0, summary(exc))
-        record_failure(1)   # the job's status for `aiopdbp launch`: the sender reports nothing
+        record_failure(1)   # the job's status for `aiopdbp launch`: the sender has no failure of its own
+        job = self._job()
+        if job is not None:   # this rank's line first: the sender's answers it
+            job.request_stop(stop, tell=False)
         # Every rank hears of it, the sender too: it may wait on this rank
         # (a table request, the closing handshake) and must stop waiting.
         self.tell_peers(stop)
-        job = self._job()
-        if job is not None:
-            job.request_stop(stop, tell=False)
 
     # ------------------------------------------------------------ liveness
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -269,7 +274,10 @@ class HostFailures:
             stop = Stop(StopKind.INTERRUPTED, msg.rank, msg.signal or 2, msg.message)
             exc = RankFailedError(f"rank {msg.rank} was interrupted", msg.rank)
         else:
-            stop = Stop(StopKind.PEER_FAILED, msg.rank, 0, msg.message, msg.gp)
+            # A rank reports its own failures itself: a notice that names
+            # this rank comes from a peer that failed it for a protocol error.
+            by = src if msg.rank == self.rank and src != self.rank else -1
+            stop = Stop(StopKind.PEER_FAILED, msg.rank, 0, msg.message, msg.gp, by)
             exc = RankFailedError(stop.describe(), msg.rank)
         self.peer_stop = stop
         self._stop_waiting(exc)

@@ -74,6 +74,23 @@ order, and each host has its own window).  The uncontended fast path is
 unchanged: one dict lookup.  ``tests/test_load.py`` checks each sender's
 count against 1/k.
 
+*Local senders too.*  The senders on the reader's own host have no link:
+the reader's private pipe admits them (:meth:`aiopdbp.routing.pipes.Pipe.reserve`)
+by the same rule in the same :class:`~aiopdbp.hosts.gate.ParkingLot`.  Room
+the reader frees is reserved for the head before it is woken, and the pipe
+is contended while anyone is parked or a woken sender has not run yet: a
+sender refused then parks at the tail, to be served once one woken
+before it has run.  So k local senders are served once per round as well.  And
+the local host is one more host with a window of its own: the pipe holds at
+most ``gp_window`` bytes of local messages (and streams carried whole), and
+its ``pipe_capacity`` slots count local items only (other hosts' items come
+past it, bounded by their credit), so neither side's items can take the
+other's room.  Each host, the reader's own included, then has about a
+window (or ``pipe_capacity`` items, when fewer) queued in the pipe, and the reader, taking it in arrival order,
+gives each host an equal share and each of a host's senders an equal part of
+it: 1/k each when k senders are spread evenly over the hosts (unevenly, a
+sender on a host with k_h of the k gets 1/(H k_h) of H hosts' reads).
+
 *Owed credit below a quarter window.*  The receiving host returns credit in
 steps of at least ``window / 4`` (the router's owed-credit book: one
 control message per quarter window, not per message).  A remainder below

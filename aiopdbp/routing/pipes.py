@@ -23,8 +23,19 @@ plus ``n`` fit in ``max_bytes``, or when none are held (a message larger
 than the bound goes alone).  So a reader that does not read holds at most
 ``max(max_bytes, largest message)`` bytes from its own rank, as it holds at
 most that much per other host; the bytes return as the reader takes the
-items.  Items from other hosts (``put_many``) are not counted here: their
-credit already bounded them.
+items.  A stream's OPEN holds what its sender reserved (``pipe_cost``: the
+whole stream when the OPEN carries it).  Items from other hosts
+(``put_many``) are not counted here, neither in bytes nor in slots (with a
+byte bound ``capacity`` counts local items only): their credit already
+bounded them, and counted they would take the local senders' room.
+
+*Fair hand-off.*  Room the reader frees is reserved for the head of the
+parked senders before it is woken; while anyone is parked or a woken sender
+has not run (``_woken``), the pipe is *contended* and no fast path admits
+anyone: a sender refused then parks at the tail, to be served once one
+woken before it has run.  So a woken sender that loops to send again
+cannot spend room freed for the others before they have run (the contended
+rule of :mod:`aiopdbp.hosts.link`, "Fair for every size").
 
 *Wake-ups without loss.*  Waiters park on futures in FIFO order.  A producer
 only *wakes* a consumer; the consumer then takes the item from the deque
@@ -54,9 +65,11 @@ T = TypeVar("T")
 
 
 def _cost(item: Any) -> int:
-    """The bytes a local item holds of its pipe's bound (a message's credit
-    cost, as its sender reserved it; other items hold none)."""
-    return credit_cost(item[3]) if type(item) is Message else 0
+    """The bytes a local item holds of its pipe's bound, as its sender
+    reserved them: a message's credit cost; another item's ``pipe_cost``
+    (a stream's OPEN: with the stream when its OPEN carries it whole), or
+    none."""
+    return credit_cost(item[3]) if type(item) is Message else getattr(item, "pipe_cost", 0)
 
 
 def _wake_first(waiters: deque[asyncio.Future[None]]) -> None:
@@ -89,6 +102,7 @@ class Pipe(Generic[T]):
         "pipe_id", "capacity", "_items", "_reserved", "_recv_waiters",
         "_space_waiters", "_closed", "_eof", "on_ready", "label", "_error",
         "appended", "taken", "watch_at", "on_watch", "max_bytes", "_rbytes", "_qbytes", "_marks",
+        "_woken",
     )
 
     remote = False  # the target protocol (aiopdbp.routing.router): a local pipe
@@ -109,6 +123,9 @@ class Pipe(Generic[T]):
         self._rbytes = 0
         self._qbytes = 0
         self._marks: deque[tuple[int, int]] = deque()
+        # senders handed a reservation (_serve_space) that have not run yet:
+        # while any has, or one is parked, the pipe is contended (no fast path)
+        self._woken = 0
         self._closed = False
         self._error: BaseException | None = None
         self._eof = False
@@ -146,18 +163,19 @@ class Pipe(Generic[T]):
         return self._rbytes + self._qbytes
 
     def _room(self, nbytes: int) -> bool:
-        """A free slot, and (with a byte bound) room for ``nbytes`` by the credit rule."""
-        if len(self._items) + self._reserved >= self.capacity:
-            return False
+        """A free slot, and (with a byte bound) room for ``nbytes`` by the
+        credit rule; with a byte bound the slots count local items only."""
         if not self.max_bytes:
-            return True
+            return len(self._items) + self._reserved < self.capacity
+        if len(self._marks) + self._reserved >= self.capacity:
+            return False
         used = self._rbytes + self._qbytes
         return used <= 0 or used + nbytes <= self.max_bytes
 
     @property
     def free(self) -> int:
-        """Slots neither filled nor reserved."""
-        return self.capacity - len(self._items) - self._reserved
+        """Slots neither filled nor reserved (with a byte bound: by local items)."""
+        return self.capacity - (len(self._marks) if self.max_bytes else len(self._items)) - self._reserved
 
     # -- producing -------------------------------------------------------------
     def _check_send(self) -> None:
@@ -173,7 +191,7 @@ class Pipe(Generic[T]):
         ``nbytes`` are the target protocol's; a pipe counts items).  A slot
         is never taken past a sender already parked for one."""
         self._check_send()
-        if self._space_waiters or not self._room(nbytes):
+        if self._space_waiters or self._woken or not self._room(nbytes):
             raise WouldBlock
         self._reserved += 1
         self._rbytes += nbytes if self.max_bytes else 0
@@ -185,7 +203,7 @@ class Pipe(Generic[T]):
         been handed to it goes to the next parked sender.
         """
         self._check_send()
-        if not self._space_waiters and self._room(nbytes):
+        if not self._space_waiters and not self._woken and self._room(nbytes):
             self._reserved += 1
             self._rbytes += nbytes if self.max_bytes else 0
             return
@@ -195,10 +213,12 @@ class Pipe(Generic[T]):
             await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._ran()
                 self.unreserve(pid, nbytes)  # the room handed to us goes to the next sender
             elif self._space_waiters.remove(fut) and self._space_waiters:
                 self._serve_space()   # the head left: those behind it may fit
             raise
+        self._ran()
         # ``_serve_space`` reserved the slot for us; a close since then
         # dropped every reservation and says why here.
         self._check_send()
@@ -213,7 +233,16 @@ class Pipe(Generic[T]):
             if not fut.done():
                 self._reserved += 1
                 self._rbytes += nbytes if self.max_bytes else 0
+                self._woken += 1
                 fut.set_result(None)
+
+    def _ran(self) -> None:
+        """A sender handed a reservation has run (or given it up): those
+        parked since, refused while it had not, may be served now."""
+        if self._woken > 0:
+            self._woken -= 1
+            if self._space_waiters:
+                self._serve_space()
 
     def unreserve(self, pid: int = 0, nbytes: int = 0) -> None:
         """Give back a reservation that will not be used."""
@@ -223,11 +252,11 @@ class Pipe(Generic[T]):
             self._serve_space()
 
     def _hold(self, item: Any, nbytes: int) -> None:
-        """A local item goes in: its bytes move from reserved to queued until taken."""
+        """A local item goes in: its slot and bytes move from reserved to
+        queued until taken (its mark: the slots count local items)."""
         self._rbytes = max(0, self._rbytes - nbytes) if self._reserved else 0
-        if nbytes:
-            self._marks.append((self.appended, nbytes))
-            self._qbytes += nbytes
+        self._marks.append((self.appended, nbytes))
+        self._qbytes += nbytes
 
     def _release(self) -> None:
         """The reader took items: the bytes of the local ones are free again."""
@@ -254,10 +283,14 @@ class Pipe(Generic[T]):
         the :class:`~aiopdbp.wire.message.Message` made of ``fields`` in one step
         when there is room; False (nothing taken) when the caller must wait
         or the pipe is closed (the waiting path then says why)."""
-        if (self._closed or self._eof or self._space_waiters
-                or len(self._items) + self._reserved >= self.capacity):
+        if self._closed or self._eof or self._space_waiters or self._woken:
             return False
-        if self.max_bytes:  # the byte bound, inline (_room): this is the local fast path
+        if not self.max_bytes:
+            if len(self._items) + self._reserved >= self.capacity:
+                return False
+        else:  # the bounds, inline (_room): this is the local fast path
+            if len(self._marks) + self._reserved >= self.capacity:
+                return False
             used = self._rbytes + self._qbytes
             if used > 0 and used + nbytes > self.max_bytes:
                 return False
@@ -410,7 +443,7 @@ class Pipe(Generic[T]):
         self._closed = True
         self._error = error
         self._items.clear()
-        self._reserved = self._rbytes = self._qbytes = 0
+        self._reserved = self._rbytes = self._qbytes = self._woken = 0
         self._marks.clear()
         _fail_all(self._recv_waiters, ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed"))
         _fail_all(self._space_waiters.clear(), error if error is not None else BrokenResourceError(

@@ -338,7 +338,8 @@ class Job:
         launcher says it, from rank 0's record when only a rank was signalled), another rank's failure by every rank, naming
         where it started (under a plain mpiexec each rank's output is read
         among the others'); this rank's own failure has its traceback and a
-        lost host its abort line instead."""
+        lost host its abort line instead -- but a rank another failed for a
+        protocol error has no traceback: it says who failed it and why."""
         stop = self.stop
         if stop is None:
             return
@@ -351,7 +352,7 @@ class Job:
                 record_failure(stop.exit_code, f"job {stop.describe()}")
                 return
             line = f"aiopdbp: job {stop.describe()}"
-        elif stop.kind is StopKind.HOST_LOST or stop.rank == self.rank:
+        elif stop.kind is StopKind.HOST_LOST or (stop.rank == self.rank and stop.by < 0):
             return
         else:
             line = f"aiopdbp: {stop.describe()}"

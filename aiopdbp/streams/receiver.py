@@ -140,6 +140,11 @@ class IncomingStream:
     ``send_stream``, ``state`` a :class:`StreamState`.
     """
 
+    #: the bytes its OPEN holds of a local receiver's pipe until taken (the
+    #: credit its sender reserved there: the whole stream when the OPEN
+    #: carries it); 0 for one from another host, which credit bounded
+    pipe_cost = 0
+
     def __init__(self, owner: StreamOwner, key: tuple[int, int], source: str, pipe: Pipe[CDU] | None,
                  window: int, source_pid: int = 0, dest_pid: int = 0,
                  meta: StreamMeta | None = None) -> None:

@@ -548,6 +548,8 @@ class StreamTable:
             # An OPEN that carries the stream charges its bytes too, as a
             # message would: the receiving GP's window bounds them.
             cost = CREDIT_OVERHEAD + (out.carried if whole else 0)
+            if incoming is not None:   # local: its pipe holds these bytes until it is taken
+                incoming.pipe_cost = cost
             try:
                 tgt.reserve_nowait(pid, cost)
             except WouldBlock:

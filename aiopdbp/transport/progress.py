@@ -13,7 +13,9 @@ One step (:meth:`ProgressEngine.step`):
 1. *Match and receive.*  ``Improbe(ANY_SOURCE, tag)`` on the control
    communicator, then on the data one, until neither has a message (or about
    1 MiB was received in this step).  A matched probe is a message no other
-   receive can steal.  Messages up to ``inline_limit`` (64 KiB) are received at
+   receive can steal.  The common message -- small, in order -- is matched
+   and received by the receive kernel (:mod:`aiopdbp.transport.kernel`,
+   compiled where it is built); what it leaves matched is handled here.  Messages up to ``inline_limit`` (64 KiB) are received at
    once with ``Mrecv`` (the bytes are already here: eager protocol); larger ones
    get an ``Imrecv`` into a buffer of exactly their size, so a control message
    behind a data backlog is found after one probe per backlog message rather
@@ -99,18 +101,19 @@ from aiopdbp.transport.backoff import Backoff
 from aiopdbp.transport.base import AllocFn, Channel, DeliverFn
 from aiopdbp.transport.doorbell import RING_AFTER_S, Doorbell, DoorbellJoin
 from aiopdbp.transport.mpiload import prepare_mpi_import
-from aiopdbp.transport.recvcache import DEFAULT_RECV_CACHE_BYTES, RECV_CACHE_MIN_SIZE, RecvBufferCache
+from aiopdbp.transport.core import kernel_core
+from aiopdbp.transport.receives import Receives
+from aiopdbp.transport.recvcache import DEFAULT_RECV_CACHE_BYTES
 
 prepare_mpi_import()
 from mpi4py import MPI  # noqa: E402  (thread level must be set first)
+
 
 __all__ = ["Backoff", "ProgressEngine", "local_ranks", "oversubscribed", "PROGRESS_MODES", "resolve_mode"]
 
 PROGRESS_MODES: Final = ("auto", "poll")
 #: messages at most this long are received inline with ``Mrecv``
 DEFAULT_INLINE_RECV_LIMIT: Final = 64 * 1024
-#: a step stops receiving after this many bytes (fairness with the sends)
-STEP_RECV_BYTES: Final = 1 << 20
 #: every this many steps, Testsome over every send (not only the oldest)
 FULL_SCAN_EVERY: Final = 32
 DEFAULT_SPIN_S: Final = 20e-6
@@ -123,8 +126,6 @@ DEFAULT_IDLE_MAX_S: Final = 50e-3
 LONG_IDLE_S: Final = 1.0
 
 _BYTE = MPI.BYTE
-_CHANNELS = (Channel.CONTROL, Channel.DATA)  # index -> member, without an enum call
-_ANY_SOURCE = MPI.ANY_SOURCE
 _Testsome = MPI.Request.Testsome
 
 # Buffers/requests that MPI may still touch after an engine gave up on them
@@ -162,18 +163,6 @@ class _SendOp:
         self.blocks: tuple[Any, ...] | None = blocks
 
 
-class _RecvOp:
-    """A matched large message: its buffer, and whether its bytes have landed."""
-
-    __slots__ = ("channel", "source", "view", "done")
-
-    def __init__(self, channel: int, source: int, view: Any) -> None:
-        self.channel = channel
-        self.source = source
-        self.view = view
-        self.done = False
-
-
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
@@ -206,24 +195,13 @@ class ProgressEngine:
         self._bell: Doorbell | None = None
         self._joining: DoorbellJoin | None = None
         self._last_to = [-1e9] * self._comms[0].Get_size()   # when we last sent to each rank
-        self._inline_limit = inline_recv_limit
         cache = DEFAULT_RECV_CACHE_BYTES if recv_cache_bytes is None else recv_cache_bytes
-        self._cache = RecvBufferCache(cache, RECV_CACHE_MIN_SIZE)
-        self._status = MPI.Status()
+        self._post_one = kernel_core.post_one
+        self._rx = Receives(self._comms, tag, inline_recv_limit, cache, bulk, self._report)
         # sends: (request, op) oldest first
         self._sends: collections.deque[tuple[Any, _SendOp]] = collections.deque()
-        # large receives in flight: (request, op); matched, not posted yet, per channel
-        self._recvs: list[tuple[Any, _RecvOp]] = []
-        # payloads posted by post_bulk_recv: (request, buffer, done callback)
-        self._bulk_recvs: list[tuple[Any, Any, Callable[[Any], None]]] = []
-        self._matched: list[collections.deque[tuple[Any, Any, _RecvOp]]] = [
-            collections.deque() for _ in self._comms]
-        # per (channel, source): arrivals waiting behind a large one still landing
-        self._fifo: dict[tuple[int, int], collections.deque[_RecvOp]] = {}
         self._pollers: list[Callable[[], bool]] = []
         self._deliver: DeliverFn | None = None
-        self._alloc: AllocFn | None = None
-        self._alloc_min = 0           # messages below this skip the alloc hook
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Future[None] | None = None
@@ -236,13 +214,17 @@ class ProgressEngine:
         self._last_active = 0.0       # when a step last did something (perf_counter)
         # counters
         self.n_sends = self.n_fast_sends = self.bytes_sent = 0
-        self.n_recvs = self.bytes_recv = 0
         self.n_steps = self.n_spins = self.n_idle_sleeps = self.n_wakeups = 0
-        self.n_deliver_errors = self.n_alloc_errors = self.n_user_allocs = 0
+        self.n_deliver_errors = 0
         self.n_send_calls = self.n_completed = self.n_testsome = self.n_testsome_hits = 0
         self.n_rings = 0
         self.n_drives = self.n_driven = 0
-        self.n_bulk_sends = self.n_bulk_recvs = self.n_bulk_user = 0
+        self.n_bulk_sends = 0
+
+    @property
+    def n_recvs(self) -> int:
+        """Messages received so far (probed ones; bulk payloads not counted)."""
+        return self._rx.n_recvs
 
     # ------------------------------------------------------------- lifecycle
     def start(self, deliver: DeliverFn, loop: asyncio.AbstractEventLoop,
@@ -251,8 +233,7 @@ class ProgressEngine:
         """Begin stepping in ``loop``; once ``doorbell``'s address exchange
         completes, an idle engine waits on it (see :mod:`aiopdbp.transport.doorbell`)."""
         self._deliver = deliver
-        self._alloc = alloc
-        self._alloc_min = alloc_min
+        self._rx.hook(alloc, alloc_min)
         self._loop = loop
         self._joining = doorbell
         self._task = loop.create_task(self._run(), name="aiopdbp-progress")
@@ -334,34 +315,26 @@ class ProgressEngine:
         comm = self._comms[channel]
         tag = self._tag
         self.n_send_calls += 1
-        if len(blocks) == 1:  # the commonest: one frame
+        if len(blocks) == 1:  # the commonest: one frame, sent eagerly
             b = blocks[0]
-            req = comm.Isend([b, _BYTE], dest, tag)
-            reqs = [req]
+            req = self._post_one(comm, b, dest, tag)
             self.bytes_sent += len(b) if type(b) is bytes else memoryview(b).nbytes
+            self.n_sends += 1
+            self._ring(dest)
+            if req is None:
+                self.n_fast_sends += 1
+                return None
+            reqs = [req]
         else:
             reqs = []
             for b in blocks:
                 reqs.append(comm.Isend([b, _BYTE], dest, tag))
                 self.bytes_sent += len(b) if type(b) is bytes else memoryview(b).nbytes
-        self.n_sends += len(reqs)
-        bell = self._bell
-        if bell is not None:
-            # Ring when our previous send to dest is older than RING_AFTER_S:
-            # dest may be asleep then (see the doorbell module); never
-            # otherwise.  After the Isend: the woken engine must find it.
-            now = time.perf_counter()
-            last = self._last_to
-            if now - last[dest] > RING_AFTER_S:
-                bell.ring(dest)
-            last[dest] = now
-        if len(reqs) == 1:
-            if reqs[0].Test():
-                self.n_fast_sends += 1
+            self.n_sends += len(reqs)
+            self._ring(dest)
+            if MPI.Request.Testall(reqs):
+                self.n_fast_sends += len(reqs)
                 return None
-        elif MPI.Request.Testall(reqs):
-            self.n_fast_sends += len(reqs)
-            return None
         assert self._loop is not None
         fut: asyncio.Future[None] = self._loop.create_future()
         op = _SendOp(fut, len(reqs), tuple(blocks))
@@ -369,6 +342,18 @@ class ProgressEngine:
             self._sends.append((r, op))
         self.kick()
         return fut
+
+    def _ring(self, dest: int) -> None:
+        """Ring ``dest`` when our previous send to it is older than
+        ``RING_AFTER_S``: it may be asleep then (see the doorbell module);
+        never otherwise.  After the ``Isend``: the woken engine must find it."""
+        bell = self._bell
+        if bell is not None:
+            now = time.perf_counter()
+            last = self._last_to
+            if now - last[dest] > RING_AFTER_S:
+                bell.ring(dest)
+            last[dest] = now
 
     def post_bulk_send(self, dest: int, tag: int, buf: Any,
                        done: asyncio.Future[None] | None = None) -> asyncio.Future[None] | None:
@@ -403,29 +388,8 @@ class ProgressEngine:
         in after warm-up); ``done(buf)`` is called once it has landed: at
         once when the first ``Test`` completes it (MPICH's single-copy
         rendezvous copies there), else from a later step."""
-        assert self._bulk is not None
-        buf = self._cache.alloc(nbytes) if out is None else out
-        self.n_bulk_recvs += 1
-        self.n_bulk_user += out is not None
-        self.bytes_recv += nbytes
-        req = self._bulk.Irecv([buf, nbytes, _BYTE], src, tag)
-        if req.Test():  # already here (eager, or a single-copy rendezvous done in Irecv)
-            done(buf)
-            return
-        self._bulk_recvs.append((req, buf, done))
-        self.kick()
-
-    def _complete_bulk(self, landed: list[tuple[Callable[[Any], None], Any]]) -> bool:
-        still = []
-        for item in self._bulk_recvs:
-            if item[0].Test():
-                landed.append((item[2], item[1]))
-            else:
-                still.append(item)
-        if len(still) == len(self._bulk_recvs):
-            return False
-        self._bulk_recvs = still
-        return True
+        if self._rx.post_bulk(src, tag, nbytes, out, done):
+            self.kick()
 
     def _complete_sends(self) -> bool:
         sends = self._sends
@@ -462,104 +426,19 @@ class ProgressEngine:
             _resolve(op.future)
 
     # -------------------------------------------------------------- receives
-    def _buffer(self, src: int, ch: int, size: int) -> tuple[Any, Any]:
-        """(buffer to receive into, object to deliver): the alloc hook's
-        buffer is delivered as it is, our own as a memoryview."""
-        if self._alloc is not None and size >= self._alloc_min:
-            try:
-                buf = self._alloc(src, _CHANNELS[ch], size)
-                if buf is not None:
-                    mv = memoryview(buf)
-                    if mv.nbytes != size or mv.readonly or not mv.c_contiguous:
-                        raise ValueError(f"alloc hook gave a {'read-only ' if mv.readonly else ''}"
-                                         f"buffer of {mv.nbytes} bytes for a {size}-byte message")
-            except Exception as exc:  # a broken hook must not stop progress
-                self.n_alloc_errors += 1
-                self._report("aiopdbp: MPI transport alloc hook failed; using an own buffer", exc)
-                buf = None
-            if buf is not None:
-                self.n_user_allocs += 1
-                return buf, buf
-        buf = self._cache.alloc(size)
-        return buf, memoryview(buf)
-
-    def _receive(self, deliveries: list[tuple[int, Channel, Any]]) -> bool:
-        status = self._status
-        tag = self._tag
-        got = 0
-        busy = False
-        inline = self._inline_limit
-        fifo = self._fifo
-        for ch, comm in enumerate(self._comms):
-            improbe = comm.Improbe
-            while got < STEP_RECV_BYTES:
-                msg = improbe(_ANY_SOURCE, tag, status)
-                if msg is None:
-                    break
-                busy = True
-                src = status.Get_source()
-                size = status.Get_count(_BYTE)
-                self.n_recvs += 1
-                self.bytes_recv += size
-                if size <= inline:
-                    got += size
-                buf, view = self._buffer(src, ch, size)
-                q = fifo.get((ch, src))
-                if size <= inline:
-                    msg.Recv([buf, _BYTE])
-                    if q:
-                        op = _RecvOp(ch, src, view)
-                        op.done = True
-                        q.append(op)
-                    else:
-                        deliveries.append((src, _CHANNELS[ch], view))
-                else:
-                    # Only matched now; its Irecv is posted below, a budget
-                    # per step, so that probing (control first) goes on
-                    # while a data backlog lands.
-                    op = _RecvOp(ch, src, view)
-                    if q is None:
-                        q = fifo[(ch, src)] = collections.deque()
-                    q.append(op)
-                    self._matched[ch].append((msg, buf, op))
-        for matched in self._matched:
-            while matched and got < STEP_RECV_BYTES:
-                msg, buf, op = matched.popleft()
-                self._recvs.append((msg.Irecv([buf, _BYTE]), op))
-                got += op.view.nbytes if hasattr(op.view, "nbytes") else len(op.view)
-                busy = True
-        if self._recvs:
-            still = []
-            for req, op in self._recvs:
-                if req.Test():
-                    op.done = True
-                    busy = True
-                    self._release(op.channel, op.source, deliveries)
-                else:
-                    still.append((req, op))
-            self._recvs = still
-        return busy
-
-    def _release(self, ch: int, src: int, deliveries: list[tuple[int, Channel, Any]]) -> None:
-        q = self._fifo[(ch, src)]
-        while q and q[0].done:
-            op = q.popleft()
-            deliveries.append((op.source, _CHANNELS[op.channel], op.view))
-        if not q:
-            del self._fifo[(ch, src)]
-
     # ----------------------------------------------------------------- steps
     def step(self) -> bool:
         """One progress step; True if anything happened."""
         self.n_steps += 1
         deliveries: list[tuple[int, Channel, Any]] = []
-        busy = self._receive(deliveries)
+        rx = self._rx
+        busy = rx.receive(deliveries)
         if self._sends:
             busy = self._complete_sends() or busy
         landed: list[tuple[Callable[[Any], None], Any]] | None = None
-        if self._bulk_recvs:  # (no list per step otherwise: steps run back to back while polling)
+        if rx.bulk_recvs:  # (no list per step otherwise: steps run back to back while polling)
             landed = []
-            busy = self._complete_bulk(landed) or busy
+            busy = rx.complete_bulk(landed) or busy
         if self._pollers:
             for poll in self._pollers:
                 busy = poll() or busy
@@ -637,7 +516,7 @@ class ProgressEngine:
 
     def pending(self) -> bool:
         """True while this rank has MPI work of its own in flight."""
-        return bool(self._sends or self._recvs or self._bulk_recvs or self._pollers or any(self._matched))
+        return bool(self._sends or self._pollers or self._rx.pending())
 
     async def _run(self) -> None:
         loop = self._loop
@@ -731,10 +610,9 @@ class ProgressEngine:
 
     def _abandon(self) -> None:
         """Give up on every request: keep buffers alive, fail the waiters."""
-        if not (self._sends or self._recvs or self._bulk_recvs or any(self._matched)):
+        if not (self._sends or self._rx.pending()):
             return
-        _ABANDONED.append((list(self._sends), list(self._recvs), [list(m) for m in self._matched],
-                           list(self._bulk_recvs)))
+        _ABANDONED.append((list(self._sends), self._rx.abandon()))
         err = TransportError(f"MPI progress failed: {self._failure!r}" if self._failure is not None
                              else "transport closed before the send completed")
         for _, op in self._sends:
@@ -742,11 +620,6 @@ class ProgressEngine:
                 op.future.set_exception(err)
                 op.future.exception()
         self._sends.clear()
-        self._recvs.clear()
-        self._bulk_recvs.clear()
-        for m in self._matched:
-            m.clear()
-        self._fifo.clear()
 
     def _report(self, message: str, exc: BaseException) -> None:
         loop = self._loop
@@ -761,17 +634,14 @@ class ProgressEngine:
             "send_calls": self.n_send_calls, "sends": self.n_sends, "fast_sends": self.n_fast_sends,
             "bytes_sent": self.bytes_sent, "completed_reqs": self.n_completed,
             "testsome_calls": self.n_testsome, "testsome_hits": self.n_testsome_hits,
-            "recvs": self.n_recvs, "bytes_recv": self.bytes_recv,
             "steps": self.n_steps, "spins": self.n_spins,
             "drives": self.n_drives, "driven_steps": self.n_driven,
             "idle_sleeps": self.n_idle_sleeps, "wakeups": self.n_wakeups,
-            "inflight": len(self._sends) + len(self._recvs) + len(self._bulk_recvs),
-            "bulk_sends": self.n_bulk_sends, "bulk_recvs": self.n_bulk_recvs,
-            "bulk_recvs_user": self.n_bulk_user,
-            "deliver_errors": self.n_deliver_errors, "alloc_errors": self.n_alloc_errors,
-            "user_allocs": self.n_user_allocs, "rings_heard": self.n_rings,
+            "inflight": len(self._sends) + self._rx.inflight(),
+            "bulk_sends": self.n_bulk_sends,
+            "deliver_errors": self.n_deliver_errors, "rings_heard": self.n_rings,
             "doorbell": self._bell is not None and self._bell.everyone_rings,
             "rings_sent": self._bell.rung if self._bell is not None else 0,
             "ring_failures": self._bell.ring_failures if self._bell is not None else 0,
-            "recv_cache_hits": self._cache.hits, "recv_cache_misses": self._cache.misses,
+            **self._rx.stats(),
         }

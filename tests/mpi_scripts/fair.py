@@ -1,8 +1,12 @@
 """Fair credit under a slow reader (issue 28 item 3): counts per sender.
 
-    mpiexec -n N python tests/mpi_scripts/fair.py --senders K --size BYTES [--period S] [--seconds S]
+    mpiexec -n N python tests/mpi_scripts/fair.py --senders K --size BYTES [--local L]
+                                                  [--period S] [--seconds S] [--window BYTES]
+                                                  [--warmup S] [--pipe-capacity N]
 
-Ranks 1..N-1 each run K sender GPs (``s<rank>.<i>``) that loop
+Ranks 1..N-1 each run K sender GPs (``s<rank>.<i>``), and rank 0, the
+reader's own, L of them (``s0.<i>``, local senders: the reader's pipe
+bounds them, not credit), that loop
 ``await gp.send("reader", bytes(size))``; the reader GP on rank 0 takes one
 message per ``period`` seconds.  After a warm-up (the first windows go
 without contention), the reader counts the messages of each sender it takes
@@ -27,7 +31,6 @@ from aiopdbp.transport.mpi import load_mpi
 MPI = load_mpi()
 RANK = MPI.COMM_WORLD.Get_rank()
 SIZE = MPI.COMM_WORLD.Get_size()
-WARMUP = 0.5
 
 
 async def reader(node: aiopdbp.Node, names: list[str], args: argparse.Namespace) -> None:
@@ -35,7 +38,7 @@ async def reader(node: aiopdbp.Node, names: list[str], args: argparse.Namespace)
     async with node.process("reader") as gp:
         await gp.recv()                      # the senders are running
         t0 = time.monotonic()
-        while time.monotonic() < t0 + WARMUP:
+        while time.monotonic() < t0 + args.warmup:
             await gp.recv()
             await asyncio.sleep(args.period)
         t1 = time.monotonic()
@@ -65,18 +68,23 @@ async def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--senders", type=int, default=6)
     ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--warmup", type=float, default=0.5)
+    ap.add_argument("--local", type=int, default=0)
     ap.add_argument("--period", type=float, default=0.005)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--window", type=int, default=64 << 10)
+    ap.add_argument("--pipe-capacity", type=int, default=1024)
     args = ap.parse_args()
-    names = [f"s{r}.{i}" for r in range(1, SIZE) for i in range(args.senders)]
-    async with aiopdbp.open_node(remote=RemoteConfig(gp_window=args.window), close_timeout=10.0) as node:
+    names = ([f"s0.{i}" for i in range(args.local)]
+             + [f"s{r}.{i}" for r in range(1, SIZE) for i in range(args.senders)])
+    async with aiopdbp.open_node(remote=RemoteConfig(gp_window=args.window), close_timeout=10.0,
+                                 pipe_capacity=args.pipe_capacity) as node:
         async with asyncio.timeout(args.seconds + 60):
+            mine = [sender(node, n, args.size) for n in names if n.startswith(f"s{RANK}.")]
             if RANK == 0:
-                await reader(node, names, args)
+                await asyncio.gather(reader(node, names, args), *mine)
             else:
-                await asyncio.gather(*(sender(node, n, args.size) for n in names
-                                       if n.startswith(f"s{RANK}.")))
+                await asyncio.gather(*mine)
     return 0
 
 

@@ -1,0 +1,82 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The compiled twin of :mod:`aiopdbp.transport.kernel` (read its docstring):
+the same functions, calling MPI's C API instead of mpi4py's methods."""
+
+from libc.limits cimport INT_MAX
+from mpi4py.libmpi cimport (MPI_ANY_SOURCE, MPI_BYTE, MPI_Get_count, MPI_Improbe, MPI_Isend, MPI_Message,
+                            MPI_Mrecv, MPI_Request, MPI_STATUS_IGNORE, MPI_SUCCESS, MPI_Test)
+cimport mpi4py.MPI as MPI
+from mpi4py import MPI as _MPI
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
+
+cdef extern from *:
+    """
+    #ifndef AIOPDBP_SOURCE_HASH
+    #define AIOPDBP_SOURCE_HASH ""
+    #endif
+    """
+    const char *AIOPDBP_SOURCE_HASH
+
+#: the files this twin was built from, and their hash then (aiopdbp.ext checks it)
+__sources__ = ("kernel.py", "ckernel.pyx")
+__source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
+
+
+def post_one(MPI.Comm comm, object buf, int dest, int tag):
+    """See :func:`aiopdbp.transport.kernel.post_one`."""
+    cdef Py_buffer view
+    cdef MPI_Request req
+    cdef int flag = 0, ierr
+    cdef MPI.Request out
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    if view.len > INT_MAX:  # (a count MPI_Isend cannot say: mpi4py's large-count path)
+        PyBuffer_Release(&view)
+        r = comm.Isend([buf, _MPI.BYTE], dest, tag)
+        return None if r.Test() else r
+    # the caller keeps buf alive until the request completes (mpi4py's Isend
+    # would keep it in the request): releasing the view here is safe
+    ierr = MPI_Isend(view.buf, <int>view.len, MPI_BYTE, dest, tag, comm.ob_mpi, &req)
+    PyBuffer_Release(&view)
+    if ierr != MPI_SUCCESS:
+        raise _MPI.Exception(ierr)
+    ierr = MPI_Test(&req, &flag, MPI_STATUS_IGNORE)
+    if ierr != MPI_SUCCESS:
+        raise _MPI.Exception(ierr)
+    if flag:
+        return None
+    out = MPI.Request.__new__(MPI.Request)
+    out.ob_mpi = req
+    return out
+
+
+def probe_small(MPI.Comm comm, int tag, MPI.Status status, Py_ssize_t small, int ch, object channel,
+                dict fifo, list deliveries, Py_ssize_t budget):
+    """See :func:`aiopdbp.transport.kernel.probe_small`."""
+    cdef MPI_Message m
+    cdef int flag = 0, count = 0, src, ierr
+    cdef Py_ssize_t n = 0, got = 0
+    cdef MPI.Message matched
+    cdef bytearray buf
+    while got < budget:
+        ierr = MPI_Improbe(MPI_ANY_SOURCE, tag, comm.ob_mpi, &flag, &m, &status.ob_mpi)
+        if ierr != MPI_SUCCESS:
+            raise _MPI.Exception(ierr)
+        if not flag:
+            break
+        ierr = MPI_Get_count(&status.ob_mpi, MPI_BYTE, &count)
+        if ierr != MPI_SUCCESS:
+            raise _MPI.Exception(ierr)
+        src = status.ob_mpi.MPI_SOURCE
+        if count >= small or (fifo and fifo.get((ch, src))):
+            matched = MPI.Message.__new__(MPI.Message)
+            matched.ob_mpi = m
+            return n, got, matched
+        buf = PyByteArray_FromStringAndSize(NULL, count)
+        ierr = MPI_Mrecv(PyByteArray_AS_STRING(buf), count, MPI_BYTE, &m, MPI_STATUS_IGNORE)
+        if ierr != MPI_SUCCESS:
+            raise _MPI.Exception(ierr)
+        deliveries.append((src, channel, memoryview(buf)))
+        n += 1
+        got += count
+    return n, got, None

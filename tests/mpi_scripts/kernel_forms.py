@@ -1,0 +1,97 @@
+"""Both forms of the per-message MPI calls (aiopdbp.transport.kernel and its
+compiled twin) over real MPI.  probe_small: rank 0 sends the same batch once
+per form, rank 1 receives each batch with one form and prints what it got (each
+delivery as source, channel, length and CRC-32).  post_one: rank 0 posts the
+batch with each form (printing which calls returned a request), rank 1
+receives it plainly.  The test compares the forms.  Prints ``FORM <name> <repr>`` lines and ``rank N OK``."""
+
+from __future__ import annotations
+
+import collections
+import sys
+import zlib
+
+from aiopdbp.transport.mpiload import prepare_mpi_import
+
+prepare_mpi_import()
+from mpi4py import MPI  # noqa: E402
+
+from aiopdbp.transport import kernel as pure  # noqa: E402
+
+try:
+    import aiopdbp.transport.ckernel as compiled  # noqa: E402
+except ImportError:
+    compiled = None
+
+TAG = 5
+MARK = 6
+SIZES = [0, 1, 8, 100, 3, 4095, 4096, 9, 70000, 7]
+SMALL = 4096
+
+
+def main() -> None:
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+    comm = world.Dup()
+    forms = [("pure", pure)] + ([("compiled", compiled)] if compiled is not None else [])
+    for name, form in forms:
+        for case in ("batch", "fifo", "budget"):
+            if rank == 0:
+                reqs = [comm.Isend([bytes([i % 251]) * n, MPI.BYTE], 1, TAG) for i, n in enumerate(SIZES)]
+                reqs.append(comm.Isend([b"", MPI.BYTE], 1, MARK))  # after the batch: all of it is here
+                world.Barrier()  # (the 70000 B one completes only once rank 1 has received it)
+                MPI.Request.Waitall(reqs)
+            else:
+                comm.Recv([bytearray(0), MPI.BYTE], 0, MARK)
+                out = []
+                status = MPI.Status()
+                deliveries: list = []
+                fifo: dict = {(3, 0): collections.deque(["landing"])} if case == "fifo" else {}
+                budget = 10 if case == "budget" else 1 << 20
+                left = len(SIZES)
+                while left:
+                    n, nbytes, msg = form.probe_small(comm, TAG, status, SMALL, 3, "CH", fifo, deliveries, budget)
+                    if not n and msg is None:
+                        raise AssertionError(f"{name} {case}: nothing received, {left} messages left")
+                    out.append(("got", n, nbytes, [(s, c, len(v), zlib.crc32(v)) for s, c, v in deliveries]))
+                    left -= n
+                    deliveries.clear()
+                    if msg is not None:
+                        size = status.Get_count(MPI.BYTE)
+                        buf = bytearray(size)
+                        msg.Recv([buf, MPI.BYTE])
+                        out.append(("matched", status.Get_source(), size, bytes(buf[:2])))
+                        left -= 1
+                        fifo.clear()
+                print(f"FORM {name} {case} {out!r}", flush=True)  # (short: one atomic write)
+                world.Barrier()
+    for name, form in forms:  # post_one: rank 0 posts each size with the form, rank 1 checks the bytes
+        if rank == 0:
+            reqs = [form.post_one(comm, bytes([i % 251]) * n, 1, TAG) for i, n in enumerate(SIZES)]
+            print(f"FORM {name} post {[type(r).__name__ for r in reqs]!r}", flush=True)
+            MPI.Request.Waitall([r for r in reqs if r is not None])
+        else:
+            got = []
+            for n in SIZES:
+                status = MPI.Status()
+                comm.Probe(0, TAG, status)
+                buf = bytearray(status.Get_count(MPI.BYTE))
+                comm.Recv([buf, MPI.BYTE], 0, TAG)
+                got.append((len(buf), zlib.crc32(buf)))
+            print(f"FORM {name} posted {got!r}", flush=True)
+        world.Barrier()
+    if rank == 1:
+        print("FORMS " + " ".join(name for name, _ in forms), flush=True)
+    comm.Free()
+    world.Barrier()
+    print(f"rank {rank} OK", flush=True)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        sys.stdout.flush()
+        MPI.COMM_WORLD.Abort(1)

@@ -1,0 +1,108 @@
+"""The per-message MPI calls in both forms (aiopdbp.transport.kernel and its
+compiled twin aiopdbp.transport.ckernel): over real MPI they post the same
+bytes, receive the same messages into the same deliveries and leave the same
+ones matched; and the progress engine runs the form aiopdbp.ext chose."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import os
+import types
+import zlib
+from pathlib import Path
+
+import pytest
+
+from tests.mpirun import SCRIPTS_DIR, mpi_available, run_mpi
+
+from aiopdbp import ext
+
+pytestmark = pytest.mark.mpi
+
+try:
+    from mpi4py import MPI  # noqa: F401  (the twin binds to the MPI library it loads)
+
+    compiled: types.ModuleType | None = importlib.import_module("aiopdbp.transport.ckernel")
+except ImportError:
+    compiled = None
+
+
+SIZES = [0, 1, 8, 100, 3, 4095, 4096, 9, 70000, 7]  # (the script's batch)
+
+
+def _d(i: int, n: int) -> tuple[int, str, int, int]:
+    """Message ``i`` of the batch (``n`` bytes of value i) as the script prints a delivery."""
+    return (0, "CH", n, zlib.crc32(bytes([i]) * n))
+
+
+@functools.cache
+def _forms() -> dict[tuple[str, str], list[object]]:
+    """What each form received in each case (one MPI job for the module)."""
+    if not mpi_available():
+        pytest.skip("needs mpiexec and mpi4py")
+    proc = run_mpi(SCRIPTS_DIR / "kernel_forms.py", 2, timeout=60)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "rank 0 OK" in proc.stdout and "rank 1 OK" in proc.stdout
+    out: dict[tuple[str, str], list[object]] = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("FORM "):
+            _, name, case, rest = line.split(" ", 3)
+            out[(name, case)] = ast.literal_eval(rest)
+    return out
+
+
+@pytest.mark.timeout(90)
+def test_the_pure_kernel_receives_small_messages_in_order_and_leaves_the_rest_matched() -> None:
+    got = _forms()[("pure", "batch")]
+    # 0, 1, 8, 100, 3 B received in one call; 4095 B too; 4096 B (not small) matched
+    assert got[0] == ("got", 6, 0 + 1 + 8 + 100 + 3 + 4095,
+                      [_d(i, n) for i, n in enumerate([0, 1, 8, 100, 3, 4095])])
+    assert got[1] == ("matched", 0, 4096, bytes([6, 6]))
+    assert got[2] == ("got", 1, 9, [_d(7, 9)])
+    assert got[3] == ("matched", 0, 70000, bytes([8, 8]))
+    assert got[4] == ("got", 1, 7, [_d(9, 7)])
+
+
+@pytest.mark.timeout(90)
+def test_the_pure_kernel_leaves_a_message_behind_a_landing_one_matched() -> None:
+    got = _forms()[("pure", "fifo")]
+    assert got[0] == ("got", 0, 0, [])
+    assert got[1] == ("matched", 0, 0, b"")
+
+
+@pytest.mark.timeout(90)
+def test_the_pure_kernel_stops_at_its_byte_budget() -> None:
+    got = _forms()[("pure", "budget")]
+    # budget 10: 0 + 1 + 8 B leave it unspent, the 100 B message spends it
+    assert got[0] == ("got", 4, 109, [_d(i, n) for i, n in enumerate([0, 1, 8, 100])])
+    assert got[1] == ("got", 2, 4098, [_d(4, 3), _d(5, 4095)])
+
+
+@pytest.mark.timeout(90)
+def test_the_pure_post_completes_eager_sends_at_once_and_returns_a_request_for_the_rest() -> None:
+    forms = _forms()
+    # eager up to MPICH's shared-memory threshold; 70000 B waits for its receiver
+    assert forms[("pure", "post")] == ["NoneType"] * 8 + ["Request", "NoneType"]
+    assert forms[("pure", "posted")] == [(n, zlib.crc32(bytes([i]) * n)) for i, n in enumerate(SIZES)]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.skipif(compiled is None, reason="the compiled kernel is not built")
+def test_both_forms_post_receive_and_match_alike_over_mpi() -> None:
+    forms = _forms()
+    for case in ("batch", "fifo", "budget", "post", "posted"):
+        assert forms[("compiled", case)] == forms[("pure", case)], case
+
+
+@pytest.mark.skipif(compiled is None, reason="the compiled kernel is not built")
+def test_the_built_kernel_is_current_and_chosen() -> None:
+    from aiopdbp.transport import core
+
+    assert compiled is not None
+    here = Path(compiled.__file__).parent  # type: ignore[arg-type]
+    assert compiled.__source_hash__ == ext.source_hash(here, compiled.__sources__)
+    if os.environ.get("AIOPDBP_NO_EXTENSIONS", "") in ("", "0"):
+        assert core.kernel_core is compiled
+        assert ext.core()["kernel"] == "compiled (Cython)"
