@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["KINDS", "arrival", "host_array", "parse_name", "wire_name"]
+__all__ = ["KINDS", "arrival", "cpu_tensor_array", "host_array", "parse_name", "tag_of", "wire_name"]
 
 #: what a receiver may ask arrays to arrive as
 KINDS = ("auto", "numpy", "torch")
@@ -42,7 +42,21 @@ _TORCH_SPECIAL = {"bfloat16": "bfloat16", "float8_e4m3fn": "float8_e4m3fn", "flo
                   "float8_e4m3fnuz": "float8_e4m3fnuz", "float8_e5m2fnuz": "float8_e5m2fnuz"}
 
 _tagged: dict[tuple[str, str, str], np.dtype[Any]] = {}
+# Per torch dtype seen: the torch dtype its bits are viewed as first (None,
+# or int16/uint8 for the dtypes numpy has no builtin for) and the tagged
+# numpy dtype of its ndarray (built from names per send, that cost more than
+# the rest of a small tensor's send).
+_TORCH_PLANS: dict[Any, tuple[Any, np.dtype[Any]]] = {}
+# torch.Tensor once a tensor was sent (torch is not imported for it)
+_tensor: type | None = None
+_UNSET = object()
+# Tagged dtypes of tensors (by id: tagged dtypes compare equal to their
+# base) that torch.from_numpy takes as they are, a plain native dtype: their
+# arrays arrive by that one call.  Filled once torch imported.
+_as_is: dict[int, np.dtype[Any]] = {}
+_torch_module: Any = _UNSET
 _parsed: dict[str, np.dtype[Any]] = {}
+_plain: dict[str, np.dtype[Any]] = {}  # the wire names of the tags above: their untagged dtypes
 _warned: set[str] = set()
 
 
@@ -57,6 +71,15 @@ def _tag(base: np.dtype[Any], origin: str, name: str) -> np.dtype[Any]:
 def _tag_of(dt: np.dtype[Any]) -> tuple[str, str]:
     origin, name = dt.metadata[_TAG]  # type: ignore[index]
     return str(origin), str(name)
+
+
+def tag_of(dt: np.dtype[Any]) -> Any:
+    """What tells ``dt``'s wire name apart from that of the dtypes it
+    compares equal to (a tagged dtype equals its untagged base): its tag
+    ``(origin, name)``, or None for an untagged dtype (whatever other
+    metadata it holds).  For caches keyed by dtype."""
+    md = dt.metadata
+    return None if md is None else md.get(_TAG)
 
 
 def _ml_dtype(name: str) -> np.dtype[Any] | None:
@@ -129,6 +152,18 @@ def _torch_array(t: Any) -> np.ndarray[Any, Any] | None:
     torch = sys.modules["torch"]
     if t.layout is not torch.strided:
         raise TypeError(f"cannot send a {t.layout} tensor: send t.to_dense() (or its indices and values)")
+    plan = _TORCH_PLANS.get(t.dtype)
+    if plan is not None:  # a dtype seen before: no names to build, no dtype to look up
+        bits, dt = plan
+        if bits is None:
+            try:  # t.numpy() itself refuses what cannot travel (the checks below say why)
+                return t.numpy().view(dt)  # type: ignore[no-any-return]
+            except (TypeError, RuntimeError):
+                pass
+        elif (refusal := _torch_refusal(t)) is not None:  # (t.view(bits) would not refuse grad)
+            raise refusal
+        else:
+            return t.view(bits).numpy().view(dt)  # type: ignore[no-any-return]
     try:  # the common case first: t.numpy() itself refuses what cannot travel
         arr: np.ndarray[Any, Any] = t.numpy()
     except (TypeError, RuntimeError) as exc:
@@ -139,18 +174,28 @@ def _torch_array(t: Any) -> np.ndarray[Any, Any] | None:
         if special is None:
             raise TypeError(f"cannot send a tensor of {t.dtype}: {exc}") from None
         size = _ML_SIZES[special]
-        raw: np.ndarray[Any, Any] = t.view(torch.uint8 if size == 1 else torch.int16).numpy()
-        return raw.view(_tag(_UINT[size], "torch", special))
-    return arr.view(_tag(arr.dtype, "torch", arr.dtype.str))
+        bits = torch.uint8 if size == 1 else torch.int16
+        tagged = _tag(_UINT[size], "torch", special)
+        _TORCH_PLANS[t.dtype] = (bits, tagged)
+        raw: np.ndarray[Any, Any] = t.view(bits).numpy()
+        return raw.view(tagged)
+    dt = _tag(arr.dtype, "torch", arr.dtype.str)
+    _TORCH_PLANS[t.dtype] = (None, dt)
+    return arr.view(dt)
 
 
 def host_array(obj: Any) -> np.ndarray[Any, Any] | None:
     """``obj`` -- a tensor or an array by ``__dlpack__`` in host memory -- as
     an ndarray over the same memory (tagged with its origin); None when it
     is no such array (bytes, a device array, any other object)."""
-    if type(obj).__module__.startswith("torch"):
+    global _tensor
+    cls = type(obj)
+    if cls is _tensor:
+        return _torch_array(obj)
+    if cls.__module__.startswith("torch"):
         torch = sys.modules.get("torch")
-        if torch is not None and (type(obj) is torch.Tensor or isinstance(obj, torch.Tensor)):
+        if torch is not None and (cls is torch.Tensor or isinstance(obj, torch.Tensor)):
+            _tensor = torch.Tensor
             return _torch_array(obj)
     probe = getattr(obj, "__dlpack_device__", None)
     if probe is None or getattr(obj, "__cuda_array_interface__", None) is not None:
@@ -168,15 +213,38 @@ def host_array(obj: Any) -> np.ndarray[Any, Any] | None:
         raise TypeError(f"cannot send {type(obj).__name__}: DLPack refused it ({exc})") from None
 
 
+def cpu_tensor_array(obj: Any) -> np.ndarray[Any, Any] | None:
+    """``obj`` as :func:`host_array` has it if it is a plain ``torch.Tensor``
+    seen before; None for anything else (which then takes the general
+    checks): the send path's first look, before it asks whether ``obj`` is
+    a device array."""
+    if type(obj) is not _tensor:
+        return None
+    t: Any = obj
+    plan = _TORCH_PLANS.get(t.dtype)
+    if plan is not None and plan[0] is None and t.is_cpu:
+        try:  # t.numpy() refuses what cannot travel (any layout but strided too): _torch_array says why
+            return t.numpy().view(plan[1])  # type: ignore[no-any-return]
+        except (TypeError, RuntimeError):
+            pass
+    return _torch_array(t)
+
+
 # ---------------------------------------------------------------- receiving
 
 
 def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
+    """The torch module, or None where it does not import (asked once:
+    a failed import costs a search of sys.path)."""
+    global _torch_module
+    if _torch_module is _UNSET:
+        mod: Any
+        try:
+            import torch as mod
+        except ImportError:
+            mod = None
+        _torch_module = mod
+    return _torch_module
 
 
 def _as_torch(arr: np.ndarray[Any, Any], name: str) -> Any:
@@ -204,7 +272,14 @@ def _as_numpy(arr: np.ndarray[Any, Any], name: str) -> np.ndarray[Any, Any]:
             warnings.warn(f"arrays of {name} arrive as {arr.dtype.str} (their bits): "
                           "pip install ml_dtypes on the receiver for the dtype itself", stacklevel=3)
         return arr.view(arr.dtype.str)
-    return arr.view(np.dtype(name)) if name else arr
+    if not name:
+        return arr
+    dt = _plain.get(name)
+    if dt is None:  # np.dtype(name) costs ~1 us: kept for the first names seen
+        dt = np.dtype(name)
+        if len(_plain) < 256:
+            _plain[name] = dt
+    return arr.view(dt)
 
 
 def arrival(arr: np.ndarray[Any, Any], kind: str) -> Any:
@@ -212,12 +287,25 @@ def arrival(arr: np.ndarray[Any, Any], kind: str) -> Any:
     (a tensor as a tensor when torch imports here, else numpy), ``"numpy"``,
     ``"torch"``.  No copy (but a tensor of a read-only or non-native-endian
     array)."""
-    md = arr.dtype.metadata
-    if md is None or _TAG not in md:
+    dt = arr.dtype
+    if kind != "numpy" and _as_is.get(id(dt)) is dt and arr.flags.writeable:
+        return _torch_module.from_numpy(arr)  # the common case: one call
+    md = dt.metadata
+    tag = md.get(_TAG) if md is not None else None
+    if tag is None:
         if kind == "torch" and isinstance(arr, np.ndarray):
-            return _as_torch(arr, wire_name(arr.dtype))
+            return _as_torch(arr, wire_name(dt))
         return arr
-    origin, name = _tag_of(arr.dtype)
-    if kind == "torch" or (kind == "auto" and origin == "torch" and _torch() is not None):
-        return _as_torch(arr, name)
-    return _as_numpy(arr, name)
+    origin, name = tag
+    if kind == "numpy" or kind == "auto" and origin != "torch":
+        return _as_numpy(arr, name)
+    torch = _torch()
+    if torch is None:
+        if kind == "auto":
+            return _as_numpy(arr, name)
+    elif origin == "torch" and name not in _ML_SIZES and dt.isnative:
+        if len(_as_is) < 256:
+            _as_is[id(dt)] = dt
+        if arr.flags.writeable:
+            return torch.from_numpy(arr)  # torch ignores the dtype's tag
+    return _as_torch(arr, name)

@@ -2767,6 +2767,40 @@ async def tensors_arrive_as_tensors(ctx: Ctx) -> None:
 
 
 @scenario(requires=("torch",))
+async def tensors_and_arrays_of_one_shape_arrive_each_as_sent(ctx: Ctx) -> None:
+    """A tensor, an array, a tensor again, of one dtype and shape, from one
+    GP to another, small and large (the large ones by the cached split
+    header, whose dtype key cannot tell a tensor from an array): each
+    arrives as what was sent."""
+    import torch
+    last = ctx.size - 1
+    kinds = [torch.Tensor, np.ndarray, torch.Tensor, np.ndarray]
+
+    def make(kind: Any, n: int) -> Any:
+        a = np.full(n, 3, np.float32)
+        return torch.from_numpy(a) if kind is torch.Tensor else a
+
+    async def produce() -> None:
+        me = await ctx.process("src")
+        await ctx.lookup(ctx.name("dst"))
+        for n in (4, 1 << 16):
+            for kind in kinds:
+                await me.send(ctx.name("dst"), make(kind, n), timeout=ctx.timeout)
+
+    async def consume() -> None:
+        me = await ctx.process("dst")
+        for n in (4, 1 << 16):
+            for i, kind in enumerate(kinds):
+                msg = await me.recv(timeout=ctx.timeout)
+                assert isinstance(msg, Message)
+                assert type(msg.data) is kind, f"{n} B, message {i}: a {kind.__name__} arrived as {type(msg.data).__name__}"
+                assert tuple(msg.data.shape) == (n,) and bool((msg.data == 3).all())
+
+    await on_ranks(ctx, (0, produce), (last, consume))
+    await ctx.barrier("done")
+
+
+@scenario(requires=("torch",))
 async def a_sent_tensor_may_be_written_at_once(ctx: Ctx) -> None:
     """After ``await gp.send(t)`` writing to ``t`` does not change what
     arrives (small and large tensors), and ``arrays="numpy"`` on ``recv``

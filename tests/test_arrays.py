@@ -4,6 +4,7 @@ wire, what a tensor becomes at the call, what is refused and how it arrives."""
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import numpy as np
@@ -131,6 +132,19 @@ async def test_tensors_dlpack_cannot_export_are_refused_at_the_call(make: Any, w
     t = make(_torch())
     with pytest.raises(TypeError, match=words.replace("(", r"\(").replace(")", r"\)")):
         await _one(t)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "complex64"])
+@pytest.mark.parametrize("make, words", [
+    (lambda t, d: t.ones(2, dtype=d, requires_grad=True), ".detach()"),
+    (lambda t, d: t.ones(2, dtype=d, device="meta"), "no data"),
+])
+async def test_a_refusal_holds_once_its_dtype_was_sent(dtype: str, make: Any, words: str) -> None:
+    torch = _torch()
+    d = getattr(torch, dtype)
+    assert (await _one(torch.ones(2, dtype=d))).dtype == d  # (the sender now knows the dtype)
+    with pytest.raises(TypeError, match=re.escape(words)):
+        await _one(make(torch, d))
 
 
 async def test_an_object_dtype_says_what_to_send_instead() -> None:

@@ -538,6 +538,37 @@ def test_bench_streams_fails_on_a_corrupted_unit(tmp_path: Path, kind: str) -> N
     assert not (tmp_path / "streams.json").exists()
 
 
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(180)
+def test_bench_streams_torch_rows_beside_numpy(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    r = _run_cli(["streams", "--quick", "--sizes", "4K", "--inflight", "1", "--payload", "numpy,torch",
+                  "--out", str(tmp_path)], timeout=150)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads((tmp_path / "streams.json").read_text())["rows"]
+    assert sorted(row["payload"] for row in rows) == ["numpy", "torch"]
+    assert "torch / numpy units/s" in r.stdout
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(180)
+def test_bench_streams_torch_fails_on_a_corrupted_tensor(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    r = _run_cli(["streams", "--quick", "--sizes", "4K", "--inflight", "1", "--payload", "torch",
+                  "--inject-fault", "stream", "--out", str(tmp_path)], timeout=150)
+    assert r.returncode != 0
+    assert "VERIFICATION FAILED: stream unit 1" in r.stdout + r.stderr
+
+
+def test_bench_streams_torch_receiver_refuses_a_tensor_that_arrived_as_numpy() -> None:
+    from aiopdbp.bench.streams import VerificationError, _host
+
+    with pytest.raises(VerificationError, match="not a tensor"):
+        _host(np.zeros(4, np.uint8), "torch", "stream")
+
+
 # ================================================================= pingpong
 def test_pingpong_echo_check_detects_one_wrong_byte() -> None:
     from aiopdbp.bench.pingpong import Payloads

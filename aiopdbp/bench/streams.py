@@ -5,8 +5,10 @@ Each rank's GP sends to the next rank's GP (a ring), ``count`` units of
 (one stream per unit; the receiver ``read()``s it) and once as ``gp.send``
 (one message per unit), the two interleaved repeat by repeat in the same
 job.  Every unit is a numpy ``uint8`` array filled with its sequence number
-(mod 251) and the receiver checks every byte of it and the count, so a
-corrupt, lost or duplicated unit fails the run.  A run's time is the slowest
+(mod 251) -- with ``--payload torch`` a CPU tensor over those bytes, which
+must arrive as a tensor -- and the receiver checks every byte of it and the
+count, so a corrupt, lost or duplicated unit fails the run.  ``--payload
+numpy,torch`` runs both, alternated repeat by repeat in the same job.  A run's time is the slowest
 rank's, from a barrier until its sends returned and its receives are
 checked.  Rows: units/s of each kind and their ratio (streams / messages),
 medians of the repeats.  ``--quick`` checks the data and times nothing
@@ -42,6 +44,14 @@ def _sizes(text: str) -> list[int]:
     return [int(s) for s in parse_sizes(text)]
 
 
+def _payloads(text: str) -> list[str]:
+    kinds = [t for t in text.split(",") if t]
+    for k in kinds:
+        if k not in ("numpy", "torch"):
+            raise argparse.ArgumentTypeError(f"payload is numpy or torch, not {k!r}")
+    return kinds or ["numpy"]
+
+
 def _ints(text: str) -> list[int]:
     return [int(t) for t in text.split(",") if t]
 
@@ -58,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--volume", type=_sizes, default=[64 * MiB], help="bytes per sender per run (64M)")
     a("--max-units", type=int, default=2000, help="most units per run (2000)")
     a("--repeat", type=int, default=3, help="measured runs per point and kind (3)")
+    a("--payload", type=_payloads, default=["numpy"], metavar="numpy[,torch]",
+      help="what a unit is: numpy arrays, CPU torch tensors over the same bytes, or both "
+           "(alternated in one job)")
     a("--quick", action="store_true", help="small volumes, 1 repeat: checks the data")
     a("--tcp", action="store_true", help="force MPICH's TCP path between local ranks")
     a("--out", default="", help="folder for streams.json / streams.csv / streams.png")
@@ -84,7 +97,8 @@ def main(argv: Sequence[str]) -> int:
         part = out / f"n{n}.json"
         argv_n = ["-m", "aiopdbp.bench", "streams", "--sizes", ",".join(map(str, ns.sizes)),
                   "--inflight", ",".join(map(str, ns.inflight)), "--volume", str(ns.volume[0]),
-                  "--max-units", str(ns.max_units), "--repeat", str(ns.repeat), "--out", str(part)]
+                  "--max-units", str(ns.max_units), "--repeat", str(ns.repeat), "--out", str(part),
+                  "--payload", ",".join(ns.payload)]
         if ns.inject_fault:
             argv_n += ["--inject-fault", ns.inject_fault]
         rc = reporting_failures("aiopdbp bench streams", lambda: launch(n, argv_n, tcp=ns.tcp, extra_env=BENCH_ENV))
@@ -119,7 +133,7 @@ def _write(out: Path, rows: list[dict[str, Any]], ns: argparse.Namespace, argv: 
 
 def _plot(path: Path, rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> Path | None:
     """Units/s of streams (solid) and messages (dashed) against the unit size,
-    one colour per (ranks, in flight); beside it the ratio."""
+    one colour per (ranks, in flight, payload); beside it the ratio."""
     try:
         import matplotlib
     except ImportError:
@@ -129,15 +143,16 @@ def _plot(path: Path, rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> P
 
     fig, (ax, axr) = plt.subplots(1, 2, figsize=(11, 4.2))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    keys = sorted({(r["n"], r["inflight"]) for r in rows})
-    for c, (n, k) in enumerate(keys):
-        sel = sorted((r for r in rows if r["n"] == n and r["inflight"] == k), key=lambda r: r["size"])
+    keys = sorted({(r["n"], r["inflight"], r.get("payload", "numpy")) for r in rows})
+    for c, (n, k, pl) in enumerate(keys):
+        sel = sorted((r for r in rows if (r["n"], r["inflight"], r.get("payload", "numpy")) == (n, k, pl)),
+                     key=lambda r: r["size"])
         x = [r["size"] for r in sel]
         col = colours[c % len(colours)]
-        ax.plot(x, [r["streams_per_s"] for r in sel], "o-", color=col,
-                label=f"send_stream, {n} ranks, {k} in flight")
-        ax.plot(x, [r["msgs_per_s"] for r in sel], "s--", color=col, label=f"gp.send, {n} ranks, {k} in flight")
-        axr.plot(x, [r["ratio"] for r in sel], "o-", color=col, label=f"{n} ranks, {k} in flight")
+        what = f"{n} ranks, {k} in flight" + (f", {pl}" if len(_payload_kinds(rows)) > 1 else "")
+        ax.plot(x, [r["streams_per_s"] for r in sel], "o-", color=col, label=f"send_stream, {what}")
+        ax.plot(x, [r["msgs_per_s"] for r in sel], "s--", color=col, label=f"gp.send, {what}")
+        axr.plot(x, [r["ratio"] for r in sel], "o-", color=col, label=what)
     for a in (ax, axr):
         a.set_xscale("log", base=2)
         a.set_xlabel("unit size (bytes)")
@@ -157,14 +172,28 @@ def _plot(path: Path, rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> P
     return path
 
 
+def _payload_kinds(rows: Sequence[dict[str, Any]]) -> set[str]:
+    """The payload kinds the rows hold."""
+    return {r.get("payload", "numpy") for r in rows}
+
+
 def _table(rows: list[dict[str, Any]]) -> str:
-    head = f"{'n':>2} {'size':>7} {'infl':>4} {'units':>5} {'streams/s':>10} {'msgs/s':>10} " \
+    head = f"{'n':>2} {'size':>7} {'infl':>4} {'payload':>7} {'units':>5} {'streams/s':>10} {'msgs/s':>10} " \
            f"{'ratio':>6} {'stream MB/s':>11} {'msg MB/s':>9}"
     out = [head, "-" * len(head)]
     for r in rows:
-        out.append(f"{r['n']:>2} {_fmt(r['size']):>7} {r['inflight']:>4} {r['units']:>5} "
+        out.append(f"{r['n']:>2} {_fmt(r['size']):>7} {r['inflight']:>4} {r.get('payload', 'numpy'):>7} {r['units']:>5} "
                    f"{r['streams_per_s']:>10.0f} {r['msgs_per_s']:>10.0f} {r['ratio']:>6.2f} "
                    f"{r['stream_MBps']:>11.0f} {r['msg_MBps']:>9.0f}")
+    twins = {(r["n"], r["size"], r["inflight"]): r for r in rows if r.get("payload") == "numpy"}
+    pairs = [(r, twins[r["n"], r["size"], r["inflight"]]) for r in rows
+             if r.get("payload") == "torch" and (r["n"], r["size"], r["inflight"]) in twins]
+    if pairs:
+        out += ["", "torch / numpy units/s, same job (1.00 = tensors cost what arrays cost)",
+                f"{'n':>2} {'size':>7} {'infl':>4} {'streams':>8} {'msgs':>8}"]
+        for t, a in pairs:
+            out.append(f"{t['n']:>2} {_fmt(t['size']):>7} {t['inflight']:>4} "
+                       f"{t['streams_per_s'] / a['streams_per_s']:>8.2f} {t['msgs_per_s'] / a['msgs_per_s']:>8.2f}")
     return "\n".join(out)
 
 
@@ -192,30 +221,35 @@ def _job(ns: argparse.Namespace) -> int:
                 rows = []
                 for size in ns.sizes:
                     units = max(4, min(ns.max_units, ns.volume[0] // size))
-                    payloads = [np.full(size, i % 251, dtype=np.uint8) for i in range(min(units, 251))]
-                    bad = payloads[1].copy() if ns.inject_fault and r == 0 else None
+                    arrays = [np.full(size, i % 251, dtype=np.uint8) for i in range(min(units, 251))]
+                    bad = arrays[1].copy() if ns.inject_fault and r == 0 else None
                     if bad is not None:
                         bad[size // 2] ^= 0xFF
+                    units_of = {pl: _units(pl, arrays, bad) for pl in ns.payload}
                     for k in ns.inflight:
-                        times: dict[str, list[float]] = {"stream": [], "msg": []}
+                        times: dict[tuple[str, str], list[float]] = {
+                            (pl, kind): [] for pl in ns.payload for kind in ("stream", "msg")}
                         for rep in range(ns.repeat + 1):        # the first is a warm-up
-                            for kind in ("stream", "msg"):
+                            for pl, kind in times:
                                 await node.flush()
                                 comm.Barrier()
-                                faulty = bad if kind == ns.inject_fault else None
-                                t = await _run(gp, nxt, kind, payloads, units, k, faulty)
+                                payloads, faulty = units_of[pl]
+                                t = await _run(gp, nxt, kind, payloads, units, k,
+                                               faulty if kind == ns.inject_fault else None)
                                 # What this rank sent must be on the wire before
                                 # the loop blocks in the harness's collective.
                                 await node.flush()
                                 slowest = max(comm.allgather(t))
                                 if rep:
-                                    times[kind].append(slowest)
-                        ts, tm = statistics.median(times["stream"]), statistics.median(times["msg"])
-                        rows.append({"n": n, "size": size, "inflight": k, "units": units,
-                                     "streams_per_s": units / ts, "msgs_per_s": units / tm,
-                                     "ratio": tm / ts, "stream_MBps": units * size / ts / 1e6,
-                                     "msg_MBps": units * size / tm / 1e6,
-                                     "stream_s": times["stream"], "msg_s": times["msg"]})
+                                    times[pl, kind].append(slowest)
+                        for pl in ns.payload:
+                            st, mt = times[pl, "stream"], times[pl, "msg"]
+                            ts, tm = statistics.median(st), statistics.median(mt)
+                            rows.append({"n": n, "size": size, "inflight": k, "units": units, "payload": pl,
+                                         "streams_per_s": units / ts, "msgs_per_s": units / tm,
+                                         "ratio": tm / ts, "stream_MBps": units * size / ts / 1e6,
+                                         "msg_MBps": units * size / tm / 1e6,
+                                         "stream_s": st, "msg_s": mt})
                 await node.flush()
                 comm.Barrier()
                 return rows
@@ -231,12 +265,35 @@ def _job(ns: argparse.Namespace) -> int:
     return 0
 
 
-async def _run(gp: Any, dest: str, kind: str, payloads: list[np.ndarray[Any, Any]], units: int,
-               inflight: int, faulty: np.ndarray[Any, Any] | None = None) -> float:
+def _units(payload: str, arrays: list[np.ndarray[Any, Any]], bad: np.ndarray[Any, Any] | None
+           ) -> tuple[list[Any], Any]:
+    """The units (and the corrupted one) as ``payload`` says: the arrays, or
+    CPU tensors over their bytes."""
+    if payload == "numpy":
+        return list(arrays), bad
+    import torch
+
+    return [torch.from_numpy(a) for a in arrays], None if bad is None else torch.from_numpy(bad)
+
+
+def _host(got: Any, payload: str, what: str) -> np.ndarray[Any, Any]:
+    """A received unit as numpy (no copy), after checking it arrived as the
+    kind sent (a tensor as a tensor)."""
+    if payload == "torch":
+        if type(got).__module__ != "torch" or type(got).__name__ != "Tensor":
+            raise VerificationError(f"VERIFICATION FAILED: {what} arrived as {type(got).__name__}, not a tensor")
+        arr: np.ndarray[Any, Any] = got.numpy()
+        return arr
+    return np.frombuffer(got, np.uint8) if not isinstance(got, np.ndarray) else got
+
+
+async def _run(gp: Any, dest: str, kind: str, payloads: list[Any], units: int,
+               inflight: int, faulty: Any = None) -> float:
     """One run: ``units`` units to ``dest`` (``inflight`` outstanding) while
     receiving and checking as many; this rank's seconds.  ``faulty`` replaces
     unit 1 (``--inject-fault``)."""
     it = iter(range(units))
+    payload = "numpy" if isinstance(payloads[0], np.ndarray) else "torch"
 
     async def sender() -> None:
         for i in it:
@@ -246,13 +303,15 @@ async def _run(gp: Any, dest: str, kind: str, payloads: list[np.ndarray[Any, Any
             else:
                 await gp.send(dest, data)
 
+    size = payloads[0].nbytes
+
     async def receiver() -> None:
         got = []
         for _ in range(units):
             item = await gp.recv()
-            data = await item.read() if kind == "stream" else np.frombuffer(item.data, np.uint8)
+            data = _host(await item.read() if kind == "stream" else item.data, payload, kind)
             v = int(data[0])
-            if data.size != payloads[0].size or not (data == v).all():
+            if data.size != size or not (data == v).all():
                 raise VerificationError(f"VERIFICATION FAILED: {kind} unit {v} from {item.source}: "
                                         f"wrong bytes or size ({data.size} B)")
             got.append(v)

@@ -37,7 +37,7 @@ from aiopdbp.wire.mesp import Kind
 from aiopdbp.device.backend import is_device_array
 from aiopdbp.errors import ClosedResourceError, NoPipeError, PDBPError, WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost
-from aiopdbp.arrays import KINDS, arrival, host_array
+from aiopdbp.arrays import KINDS, arrival, cpu_tensor_array, host_array
 from aiopdbp.routing.pipes import Pipe
 from aiopdbp.streams.receiver import DEFAULT_SEGMENT, IncomingStream
 from aiopdbp.streams.sender import send_stream
@@ -346,12 +346,16 @@ class GP:
         MPI no longer reads the array before it raises ``CancelledError``
         (:meth:`~aiopdbp.routing.router.Router.send_owned`).
         """
-        if data is not None and type(data) is not bytes and type(data) is not np.ndarray and is_device_array(data):
+        if data is not None and type(data) is not bytes and type(data) is not np.ndarray:
             try:
-                data = self.node.devices.capture(self, data, stream)  # now: the caller's stream is current now
+                if (arr := cpu_tensor_array(data)) is not None:
+                    data = arr  # its memory as an ndarray, before the (slower) device checks
+                elif is_device_array(data):
+                    data = self.node.devices.capture(self, data, stream)  # now: the caller's stream is current now
+                    stream = None
             except Exception as exc:
                 return raising(exc)
-        elif stream is not None:
+        if stream is not None:
             return raising(TypeError("stream= is for device arrays"))
         return self._send(dest, data, com, kind, timeout, copy)
 

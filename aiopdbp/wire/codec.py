@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import msgpack
 import numpy as np
 
+from aiopdbp.arrays import tag_of
 from aiopdbp.errors import ProtocolError
 from aiopdbp.wire.mesp import (
     ALIGN,
@@ -381,7 +382,10 @@ def encode_split_array(kind: Kind, source_p: int, pid: int, com: int,
                        data: np.ndarray[Any, Any]) -> tuple[bytes, Buffer]:
     """``encode_split(CDU(kind, source_p, (pid,), data, com))`` for a
     C-contiguous numpy array, its header from a cache (see above)."""
-    key = (kind, source_p, pid, com, data.dtype, data.shape)
+    dt = data.dtype
+    # (a tensor's tagged dtype equals its base: its tag tells their headers apart)
+    key = (kind, source_p, pid, com, dt, data.shape) if dt.metadata is None else \
+        (kind, source_p, pid, com, dt, data.shape, tag_of(dt))
     head = _SPLIT_HEADS.get(key)
     if head is None:
         head, payload = encode_split(CDU(kind, source_p, (pid,), data, com))

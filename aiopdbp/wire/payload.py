@@ -41,8 +41,11 @@ _DTYPE_CACHE_MAX = 256
 _META_ENC: dict[tuple[np.dtype[Any], tuple[int, ...]], bytes] = {}
 # Tagged dtypes (aiopdbp.arrays) compare and hash equal to their untagged
 # base (and each other), so their meta, which names the origin, is kept
-# apart, by the tag itself.
-_TAGGED_ENC: dict[tuple[Any, str, tuple[int, ...]], bytes] = {}
+# apart, by the dtype object itself (its id, the entry holding it):
+# aiopdbp.arrays makes one per tag and views and copies keep it, so the
+# lookup costs what an untagged one does; an equal dtype of another
+# object only misses the cache.
+_TAGGED_ENC: dict[tuple[int, tuple[int, ...]], tuple[np.dtype[Any], bytes]] = {}
 _META_DEC: dict[bytes, tuple[np.dtype[Any], tuple[int, ...], int]] = {}
 _META_CACHE_MAX = 1024
 
@@ -55,8 +58,9 @@ _META_CACHE_MAX = 1024
 SHORT_ARRAY_MAX = (32 << 10) - 1
 
 
-def _tkey(dt: np.dtype[Any], shape: tuple[int, ...]) -> tuple[Any, str, tuple[int, ...]]:
-    return (tuple(sorted(dt.metadata.items())) if dt.metadata else None, dt.str, shape)
+def _tagged_meta(dt: np.dtype[Any], shape: tuple[int, ...]) -> bytes | None:
+    hit = _TAGGED_ENC.get((id(dt), shape))
+    return hit[1] if hit is not None and hit[0] is dt else None
 
 
 def _align(off: int) -> int:
@@ -109,7 +113,7 @@ def encode_payload(data: Any, allow_pickle: bool,
     if isinstance(data, np.ndarray):
         dt = data.dtype
         # a tagged dtype (aiopdbp.arrays: a tensor's) equals its untagged base
-        hit = _META_ENC.get((dt, data.shape)) if dt.metadata is None else _TAGGED_ENC.get(_tkey(dt, data.shape))
+        hit = _META_ENC.get((dt, data.shape)) if dt.metadata is None else _tagged_meta(dt, data.shape)
         if hit is not None:  # dtype and shape checked before
             if data.ndim == 1 and dt.itemsize == 1 and data.flags.c_contiguous and dt.isbuiltin != 2:
                 view = data.data  # already flat bytes (maybe as int8, bool, S1)
@@ -127,7 +131,7 @@ def encode_payload(data: Any, allow_pickle: bool,
             if len(_META_ENC) < _META_CACHE_MAX:
                 _META_ENC[(dt, data.shape)] = meta
         elif len(_TAGGED_ENC) < _META_CACHE_MAX:
-            _TAGGED_ENC[_tkey(dt, data.shape)] = meta
+            _TAGGED_ENC[(id(dt), data.shape)] = (dt, meta)
         flat = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         return _NDARRAY, meta, [flat.data] if flat.nbytes else [], flat.nbytes
     if allow_pickle:
@@ -144,8 +148,8 @@ def travels_raw(data: np.ndarray[Any, Any], allow_pickle: bool, limits: Limits =
     sender checks this before it reserves anything, so that a refused
     payload fails the same way on one host and on many."""
     dt = data.dtype
-    if (dt, data.shape) in _META_ENC:  # checked before
-        return True
+    if (dt, data.shape) in _META_ENC or dt.metadata is not None and _tagged_meta(dt, data.shape) is not None:
+        return True  # checked before
     if dt.hasobject or dt.fields is not None or dt.subdtype is not None or dt.itemsize == 0:
         if allow_pickle:
             return False
@@ -164,7 +168,7 @@ def short_ndarray(data: np.ndarray[Any, Any]) -> tuple[bytes, memoryview] | None
     is not one (too big, not C-contiguous, a dtype or shape never checked
     by :func:`encode_payload`: the full record path takes it)."""
     dt = data.dtype
-    meta = _META_ENC.get((dt, data.shape)) if dt.metadata is None else _TAGGED_ENC.get(_tkey(dt, data.shape))
+    meta = _META_ENC.get((dt, data.shape)) if dt.metadata is None else _tagged_meta(dt, data.shape)
     if meta is None or data.nbytes > SHORT_ARRAY_MAX or not data.flags.c_contiguous:
         return None
     if data.ndim == 1 and dt.itemsize == 1 and dt.isbuiltin != 2:  # (no buffer of a user dtype: float8)
