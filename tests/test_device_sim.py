@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -475,3 +475,28 @@ def test_cupy_backend_without_cupy_raises_device_error() -> None:
     with pytest.raises(DeviceError) as info:
         open_backend("cupy")
     assert isinstance(info.value.__cause__, ImportError)
+
+
+def test_array_freed_while_the_memory_lock_is_held_does_not_deadlock() -> None:
+    """The cyclic GC may free an array (a reference cycle) at any allocation,
+    also while a thread holds the simulated memory's lock: its block's free
+    must not wait on that lock (it did, freezing that thread -- a rank's event
+    loop -- for good).  Here the last reference goes while ``touch`` iterates
+    its blocks inside the lock, as a collection there would drop it."""
+    b = SimBackend(1)
+    held = [b.asarray(np.zeros(4))]
+    done = threading.Event()
+
+    def blocks() -> Iterator[int]:
+        held.clear()  # the block's __del__ runs here, inside the lock
+        yield 1
+
+    def touch() -> None:
+        b.memory.touch(cast(Any, blocks()), object(), 1)
+        done.set()
+
+    worker = threading.Thread(target=touch, daemon=True)  # a deadlocked one must not block the exit
+    worker.start()
+    assert done.wait(20.0), "the memory's lock deadlocked on a block freed inside it"
+    assert b.memory.reuses == 0 and b.asarray(np.zeros(4)) is not None and b.memory.reuses == 1, "the block was not freed"
+    b.close()

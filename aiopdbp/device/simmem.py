@@ -31,7 +31,10 @@ class SimMemory:
         #: device memory freed while work on another stream still touched it (each a description)
         self.violations: list[str] = []
         self.reuses = 0  #: allocations served from a freed block
-        self._lock = threading.Lock()
+        # reentrant: an array's last reference may go -- and its block come
+        # back through free() -- while this thread holds the lock (the cyclic
+        # GC runs at any allocation), which must not deadlock
+        self._lock = threading.RLock()
         self._pinned: list[tuple[int, int]] = []  # address ranges of pinned allocations
         self._cache: dict[tuple[int, int], list[npt.NDArray[np.uint8]]] = {}  # (id(stream), nbytes) -> blocks
         self._busy: dict[int, collections.Counter[int]] = {}  # id(block) -> id(stream) -> queued operations
