@@ -124,6 +124,12 @@ class Case:
     window: int
     flows: list[Flow] = field(default_factory=list)
     requests: int = 0
+    #: the case must make a sender wait for credit (every case but an issue's
+    #: reproducer run at its own window, ``windows=1``: its claim is that it
+    #: finishes with every payload checked; at a 1 MiB window a reader that
+    #: keeps pace with senders that yield (aiopdbp.hosts.link, "From the first
+    #: message") may return credit before anyone waits)
+    loads: bool = True
 
     @property
     def label(self) -> str:
@@ -153,7 +159,8 @@ def parse_case(idx: int, text: str, window: int) -> Case:
     elif opts["count"] < need:
         raise SystemExit(f"{text}: {opts['count']} items move less than {opts['windows']} windows of "
                          f"{opts['window']} B per destination; use count >= {need} or a smaller window")
-    case = Case(idx, name, opts["senders"], opts["size"], opts["count"], opts["window"])
+    case = Case(idx, name, opts["senders"], opts["size"], opts["count"], opts["window"],
+                loads=opts["windows"] > 1)
     n, c = SIZE, case.count
     nxt = [(r + 1) % n for r in range(n)]
     if name == "oneway":
@@ -326,7 +333,7 @@ async def run_case(case: Case, timeout: float) -> bool:
             # one send reserves every destination's credit in turn: while it
             # waits for the slowest, the others' credit comes back
             idle = []
-        if idle:
+        if idle and case.loads:
             raise AssertionError(f"no sender waited for credit towards host(s) {', '.join(idle)}: "
                                  "the case does not load the credit window")
         ok = True
