@@ -1,4 +1,7 @@
 #!/bin/bash
+# Expects /tmp/prev, a worktree of b5a6441 with its extension built in place
+# (git worktree add /tmp/prev b5a6441 && cd /tmp/prev && /work/main/.venv/bin/python setup.py build_ext --inplace),
+# and /work/main/.venv built from main (pip install -e .). Usage: ab.sh OUTDIR
 # A/B/C, alternated: prev = b5a6441 (compiled blocks), new = main compiled (blocks + kernel), pure = main with AIOPDBP_NO_EXTENSIONS=1
 OUT=${1:-/tmp/kab/out}; mkdir -p $OUT; cd /tmp
 PY=/work/main/.venv/bin/python
