@@ -23,12 +23,28 @@ __sources__ = ("kernel.py", "ckernel.pyx")
 __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
 
+cdef object _tested(int ierr, MPI_Request req):
+    """A posted request's one ``Test``: None when it completed, else the
+    request as mpi4py's (``ierr``: the posting call's error code)."""
+    cdef int flag = 0
+    cdef MPI.Request out
+    if ierr != MPI_SUCCESS:
+        raise _MPI.Exception(ierr)
+    ierr = MPI_Test(&req, &flag, MPI_STATUS_IGNORE)
+    if ierr != MPI_SUCCESS:
+        raise _MPI.Exception(ierr)
+    if flag:
+        return None
+    out = MPI.Request.__new__(MPI.Request)
+    out.ob_mpi = req
+    return out
+
+
 def post_one(MPI.Comm comm, object buf, int dest, int tag):
     """See :func:`aiopdbp.transport.kernel.post_one`."""
     cdef Py_buffer view
     cdef MPI_Request req
-    cdef int flag = 0, ierr
-    cdef MPI.Request out
+    cdef int ierr
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     if view.len > INT_MAX:  # (a count MPI_Isend cannot say: mpi4py's large-count path)
         PyBuffer_Release(&view)
@@ -38,24 +54,14 @@ def post_one(MPI.Comm comm, object buf, int dest, int tag):
     # would keep it in the request): releasing the view here is safe
     ierr = MPI_Isend(view.buf, <int>view.len, MPI_BYTE, dest, tag, comm.ob_mpi, &req)
     PyBuffer_Release(&view)
-    if ierr != MPI_SUCCESS:
-        raise _MPI.Exception(ierr)
-    ierr = MPI_Test(&req, &flag, MPI_STATUS_IGNORE)
-    if ierr != MPI_SUCCESS:
-        raise _MPI.Exception(ierr)
-    if flag:
-        return None
-    out = MPI.Request.__new__(MPI.Request)
-    out.ob_mpi = req
-    return out
+    return _tested(ierr, req)
 
 
 def recv_one(MPI.Comm comm, object buf, Py_ssize_t nbytes, int source, int tag):
     """See :func:`aiopdbp.transport.kernel.recv_one`."""
     cdef Py_buffer view
     cdef MPI_Request req
-    cdef int flag = 0, ierr
-    cdef MPI.Request out
+    cdef int ierr
     PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
     if nbytes > INT_MAX or nbytes > view.len or nbytes < 0:  # mpi4py's checks and large counts
         PyBuffer_Release(&view)
@@ -64,16 +70,7 @@ def recv_one(MPI.Comm comm, object buf, Py_ssize_t nbytes, int source, int tag):
     # the caller keeps buf alive until the request completes (see post_one)
     ierr = MPI_Irecv(view.buf, <int>nbytes, MPI_BYTE, source, tag, comm.ob_mpi, &req)
     PyBuffer_Release(&view)
-    if ierr != MPI_SUCCESS:
-        raise _MPI.Exception(ierr)
-    ierr = MPI_Test(&req, &flag, MPI_STATUS_IGNORE)
-    if ierr != MPI_SUCCESS:
-        raise _MPI.Exception(ierr)
-    if flag:
-        return None
-    out = MPI.Request.__new__(MPI.Request)
-    out.ob_mpi = req
-    return out
+    return _tested(ierr, req)
 
 
 def probe_small(MPI.Comm comm, int tag, MPI.Status status, Py_ssize_t small, int ch, object channel,
