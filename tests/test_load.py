@@ -111,6 +111,18 @@ def test_load_patterns_finish_with_every_payload_checked(job: str) -> None:
 FAIR = SCRIPTS_DIR / "fair.py"
 
 
+def _fair_run(ranks: int, args: list[str]) -> tuple[dict[str, int], float, str]:
+    """Run the fairness job: (messages taken per sender, the fair share, its output)."""
+    r = run_mpi(FAIR, n=ranks, args=args, timeout=100)
+    out = f"--- stdout ---\n{r.stdout}\n--- stderr ---\n{unprefixed(r.stderr)}"
+    assert r.returncode == 0, out
+    rows = [json.loads(line.split("FAIR ", 1)[1]) for line in unprefixed(r.stdout).splitlines()
+            if line.startswith("FAIR ")]
+    assert len(rows) == 1, out
+    counts: dict[str, int] = rows[0]["counts"]
+    return counts, rows[0]["taken"] / len(counts), out
+
+
 @requires_mpi
 @pytest.mark.mpi
 @pytest.mark.timeout(120)
@@ -131,16 +143,9 @@ def test_senders_waiting_on_one_reader_share_it_fairly(ranks: int, senders: int,
     """k senders waiting on one slow reader, on other ranks, on its own or
     both: each gets within 2x of 1/k of the messages it takes (issue 28 item 3)."""
     period = 0.005 if size <= 1024 else 0.02
-    r = run_mpi(FAIR, n=ranks, args=["--senders", str(senders), "--size", str(size), "--local", str(local),
-                                     "--pipe-capacity", str(capacity),
-                                     "--period", str(period), "--seconds", "3"], timeout=100)
-    out = f"--- stdout ---\n{r.stdout}\n--- stderr ---\n{unprefixed(r.stderr)}"
-    assert r.returncode == 0, out
-    rows = [json.loads(line.split("FAIR ", 1)[1]) for line in unprefixed(r.stdout).splitlines()
-            if line.startswith("FAIR ")]
-    assert len(rows) == 1, out
-    counts = rows[0]["counts"]
-    fair = rows[0]["taken"] / len(counts)
+    counts, fair, out = _fair_run(ranks, ["--senders", str(senders), "--size", str(size), "--local", str(local),
+                                          "--pipe-capacity", str(capacity),
+                                          "--period", str(period), "--seconds", "3"])
     assert fair >= 10, out                   # the reader took enough to judge
     assert all(fair / 2 <= c <= 2 * fair for c in counts.values()), counts
 
@@ -158,15 +163,8 @@ def test_fair_from_the_first_message_with_the_default_window(ranks: int, senders
     and no warm-up, each of six senders started together gets within 2x of
     1/6 of what the reader takes in its first 5 s.  (A sender looping on the
     fast path used to fill the whole empty window before the others ran.)"""
-    r = run_mpi(FAIR, n=ranks, args=["--senders", str(senders), "--size", "1024", "--local", str(local),
-                                     "--window", "0", "--warmup", "0",
-                                     "--period", "0.01", "--seconds", "5"], timeout=100)
-    out = f"--- stdout ---\n{r.stdout}\n--- stderr ---\n{unprefixed(r.stderr)}"
-    assert r.returncode == 0, out
-    rows = [json.loads(line.split("FAIR ", 1)[1]) for line in unprefixed(r.stdout).splitlines()
-            if line.startswith("FAIR ")]
-    assert len(rows) == 1, out
-    counts = rows[0]["counts"]
-    fair = rows[0]["taken"] / len(counts)
+    counts, fair, out = _fair_run(ranks, ["--senders", str(senders), "--size", "1024", "--local", str(local),
+                                          "--window", "0", "--warmup", "0",
+                                          "--period", "0.01", "--seconds", "5"])
     assert fair >= 10, out
     assert all(fair / 2 <= c <= 2 * fair for c in counts.values()), counts
