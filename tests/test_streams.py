@@ -634,14 +634,14 @@ async def test_carried_stream_routed_to_a_failed_link_breaks_its_sender() -> Non
     # sent, and its sender must not return as if it had been.
     from typing import cast
 
-    from aiopdbp.streams.table import OutgoingStream, _OpenRoute
+    from aiopdbp.streams.outgoing import OpenRoute, OutgoingStream
 
     from aiopdbp import StreamState
 
     link = _DroppingLink()
     out = OutgoingStream((1, 7), 5, None, cast(Any, link), None, 1, window=16)
     out.carried = 910
-    assert _OpenRoute(cast(Any, link), out).put_to(5, object()) is False
+    assert OpenRoute(cast(Any, link), out).put_to(5, object()) is False
     with pytest.raises(BrokenResourceError, match="host 1 is gone"):
         await asyncio.wait_for(out.done, 5)
     assert out.state is StreamState.BROKEN

@@ -36,7 +36,8 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["DEFAULT_SEGMENT", "EAGER_LIMIT", "IncomingStream", "StreamMeta"], "aiopdbp.streams.receiver"),
     **dict.fromkeys(["ChunkSource", "GenSource", "HostSource", "Staged", "run_sender", "send_stream"],
                     "aiopdbp.streams.sender"),
-    **dict.fromkeys(["OutgoingStream", "StreamTable"], "aiopdbp.streams.table"),
+    "OutgoingStream": "aiopdbp.streams.outgoing",
+    "StreamTable": "aiopdbp.streams.table",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -65,5 +66,5 @@ if TYPE_CHECKING:
     from aiopdbp.streams.sender import Staged as Staged
     from aiopdbp.streams.sender import run_sender as run_sender
     from aiopdbp.streams.sender import send_stream as send_stream
-    from aiopdbp.streams.table import OutgoingStream as OutgoingStream
+    from aiopdbp.streams.outgoing import OutgoingStream as OutgoingStream
     from aiopdbp.streams.table import StreamTable as StreamTable

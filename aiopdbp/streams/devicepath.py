@@ -88,7 +88,8 @@ from aiopdbp.transport.base import LoopPoller
 if TYPE_CHECKING:
     from aiopdbp.hosts.tables import Tables
     from aiopdbp.routing.router import Router, Target
-    from aiopdbp.streams.table import OutgoingStream, StreamTable
+    from aiopdbp.streams.outgoing import OutgoingStream
+    from aiopdbp.streams.table import StreamTable
     from aiopdbp.transport.base import RawRequest, Transport
 
 log = logging.getLogger("aiopdbp.streams.devicepath")

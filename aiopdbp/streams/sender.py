@@ -39,7 +39,8 @@ from aiopdbp.device.backend import is_device_array
 from aiopdbp.streams.receiver import DEFAULT_SEGMENT, EAGER_LIMIT, StreamMeta, describe, is_array
 
 if TYPE_CHECKING:
-    from aiopdbp.streams.table import OutgoingStream, StreamTable
+    from aiopdbp.streams.outgoing import OutgoingStream
+    from aiopdbp.streams.table import StreamTable
 
 __all__ = ["ChunkSource", "GenSource", "HostSource", "Staged", "check_chunk", "cut", "run_sender", "send_stream"]
 
