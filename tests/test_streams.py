@@ -647,6 +647,55 @@ async def test_carried_stream_routed_to_a_failed_link_breaks_its_sender() -> Non
     assert out.state is StreamState.BROKEN
 
 
+class _CountingLink:
+    """A remote host's link that records what is routed to it and the credit given back."""
+
+    remote = True
+    host = 1
+
+    def __init__(self, put: bool) -> None:
+        self.put, self.items, self.unreserved = put, [], 0
+
+    def put_to(self, pid: int, item: Any) -> bool:
+        self.items.append(item)
+        return self.put
+
+    def unreserve(self, pid: int = 0, nbytes: int = 0) -> None:
+        self.unreserved += nbytes
+
+
+async def test_short_stream_routed_to_a_failed_link_without_a_handle_breaks_its_sender() -> None:
+    # The short stream that waited for credit has no OutgoingStream: its
+    # route tells the sender that the link dropped the record.
+    from typing import cast
+
+    from aiopdbp.streams.outgoing import WholeRoute
+
+    link = _CountingLink(False)
+    route = WholeRoute(cast(Any, link), 910)
+    waiting = asyncio.create_task(route.wait())
+    await asyncio.sleep(0)   # it queued: the sender waits for the routing
+    assert route.put_to(5, "record") is False
+    with pytest.raises(BrokenResourceError, match="host 1 is gone"):
+        await asyncio.wait_for(waiting, 5)
+
+
+async def test_short_stream_cancelled_while_its_record_queues_without_a_handle_is_not_sent() -> None:
+    from typing import cast
+
+    from aiopdbp.streams.outgoing import WholeRoute
+
+    link = _CountingLink(True)
+    route = WholeRoute(cast(Any, link), 910)
+    waiting = asyncio.create_task(route.wait())
+    await asyncio.sleep(0)
+    waiting.cancel()         # before the PipeManager reaches the record
+    assert route.put_to(5, "record") is True
+    assert (link.items, link.unreserved) == ([], 910)
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+
+
 class _LandingOwner:
     """The stream table's part an IncomingStream talks to, for one stream."""
 

@@ -25,7 +25,7 @@ from aiopdbp.streams.protocol import StreamState
 from aiopdbp.stall import Waits
 from aiopdbp.streams.receiver import IncomingStream
 
-__all__ = ["OpenRoute", "OutgoingStream"]
+__all__ = ["OpenRoute", "OutgoingStream", "WholeRoute"]
 
 # events without fields, made once (a short stream feels every allocation)
 _OPENED, _DONE_WHOLE = sp.Opened(), sp.Done()  # (DONE of a stream taken whole)
@@ -296,3 +296,53 @@ class OpenRoute:
             return put
         out.opened()
         return put
+
+
+class WholeRoute:
+    """The target of a short stream's record sent without a handle
+    (:meth:`~aiopdbp.streams.table.StreamTable.send_whole`): routes it to
+    the link and tells its sender, who waits (:meth:`wait`) only when the
+    record queued behind other entries in the PipeManager.  A sender that
+    gave up while it queued (cancelled, timed out) had its stream not sent:
+    the record is dropped and its credit given back, as :class:`OpenRoute`
+    does for a stream carried whole."""
+
+    __slots__ = ("target", "cost", "routed", "error", "_fut")
+    remote = False
+
+    def __init__(self, target: Target, cost: int) -> None:
+        self.target = target
+        self.cost = cost
+        self.routed = False
+        self.error: BaseException | None = None  # why it could not be routed
+        self._fut: asyncio.Future[None] | None = None
+
+    def put_to(self, pid: int, item: Any) -> bool | None:
+        fut = self._fut
+        if fut is not None and fut.cancelled():
+            # its sender's task was cancelled (or timed out) while this
+            # queued: the cancel cancels the future it awaits at once
+            self.target.unreserve(pid, self.cost)
+            return True
+        put = self.target.put_to(pid, item)
+        # A link that failed while the record queued: nothing breaks a
+        # stream that binds nothing later, and its sender must not hear "sent".
+        self.routed = True
+        if put is False:
+            self.error = BrokenResourceError(
+                f"the stream was not received: host {getattr(self.target, 'host', '?')} is gone")
+        if fut is not None:
+            fut.set_result(None)
+        return put
+
+    async def wait(self) -> None:
+        """Until the record is routed (at once when it was routed in the
+        sender's call); raises why it could not be.
+
+        Cancellation: a record not routed yet is not sent.
+        """
+        if not self.routed:
+            fut = self._fut = asyncio.get_running_loop().create_future()
+            await fut
+        if self.error is not None:
+            raise self.error

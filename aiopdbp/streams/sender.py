@@ -329,16 +329,28 @@ async def run_sender(streams: StreamTable, sender: int, pid: int, meta: StreamMe
     (:mod:`aiopdbp.streams.protocol`: a credit or pipe slot per segment), the END,
     and wait until the receiver has it all; returns the bytes sent.  A
     stream its OPEN carries whole is done once that is routed: first without
-    waiting (:meth:`StreamTable.send_whole_nowait`, no handle made), else
-    through :meth:`StreamTable.open_outgoing`.  On failure or cancellation
+    waiting (:meth:`StreamTable.send_whole_nowait`, no handle made), then,
+    to another host, after a wait for credit (:meth:`StreamTable.send_whole`,
+    no handle either), else through :meth:`StreamTable.open_outgoing`.  On failure or cancellation
     the receiver gets an ABORT (a stream carried whole: its OPEN is dropped
     if it was not routed yet).  ``what`` names the stream in timeout errors.
 
     Cancellation: the receiver's stream is aborted; the binding is undone.
     """
     eager = source.single()
-    if eager is not None and streams.send_whole_nowait(sender, pid, meta, eager):
-        return int(eager.nbytes)  # sent whole, nothing had to wait: done (the source was one buffer)
+    if eager is not None:
+        if streams.send_whole_nowait(sender, pid, meta, eager):
+            return int(eager.nbytes)  # sent whole, nothing had to wait: done (the source was one buffer)
+        try:  # to another host: waits for credit as a message does, still no handle
+            if timeout is None:
+                sent = await streams.send_whole(sender, pid, meta, eager)
+            else:
+                async with asyncio.timeout(timeout):
+                    sent = await streams.send_whole(sender, pid, meta, eager)
+        except TimeoutError:
+            raise TimeoutError(f"{what} could not be opened within {timeout} s") from None
+        if sent:
+            return int(eager.nbytes)
     try:
         if timeout is None:  # no timeout context to enter and leave: short streams feel it
             out = await streams.open_outgoing(sender, pid, meta, timeout, eager=eager)

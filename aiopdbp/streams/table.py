@@ -75,7 +75,7 @@ from aiopdbp.wire.message import CREDIT_OVERHEAD
 from aiopdbp.routing.pipes import Pipe, PipePool
 from aiopdbp.routing.router import Router, Target
 from aiopdbp.streams.protocol import Registry, StreamState
-from aiopdbp.streams.outgoing import OpenRoute, OutgoingStream
+from aiopdbp.streams.outgoing import OpenRoute, OutgoingStream, WholeRoute
 from aiopdbp.streams.receiver import LAND_MAX, IncomingStream, StreamMeta
 from aiopdbp.hosts.tables import StreamEntry, Tables
 from aiopdbp.transport.recvcache import DEFAULT_RECV_CACHE_BYTES, RECV_CACHE_MIN_SIZE, RecvBufferCache
@@ -217,6 +217,29 @@ class StreamTable:
             return False
         item = self._whole_record(src_pid, next(self._snos), meta.com, eager)
         return offer(tgt, pid, CREDIT_OVERHEAD + int(eager.nbytes), item)
+
+    async def send_whole(self, src_pid: int, pid: int, meta: StreamMeta, eager: Any) -> bool:
+        """The rest of :meth:`send_whole_nowait` when it said no: wait, as a
+        message does, for credit at GP ``pid``'s host (registered with the
+        stall watch), then route the record; True once it is routed.  False,
+        having done nothing, for a stream that needs a handle (a local
+        receiver, a device meta, no target yet): then :meth:`open_outgoing`.
+        The protocol's ``SendWhole`` again, with no handle, no protocol
+        object and no MTA row: those are what made a short stream cost
+        about twice a message of its bytes when credit ran short.
+
+        Cancellation: before its record is routed nothing goes and no
+        credit is held.
+        """
+        tgt = self.router.targets.get(pid)
+        if tgt is None or not tgt.remote or meta.extra or self._offer is None:
+            return False
+        cost = CREDIT_OVERHEAD + int(eager.nbytes)
+        await self.router.reserve(tgt, pid, cost, None, f"<pid {pid}>", self.tables.name_of(src_pid))
+        route = WholeRoute(tgt, cost)
+        self._submit(route, pid, self._whole_record(src_pid, next(self._snos), meta.com, eager))
+        await route.wait()
+        return True
 
     async def open_outgoing(self, src_pid: int, pid: int, meta: StreamMeta,
                             timeout: float | None, eager: Any = None) -> OutgoingStream:
