@@ -845,3 +845,30 @@ async def test_stream_of_a_sender_that_timed_out_says_so(pdbp_node) -> None:
         stream = await _recv_stream(c)
         with pytest.raises(StreamError, match="aborted by its sender: sender timed out$"):
             await stream.read()
+
+
+@pytest.mark.parametrize("source", [
+    np.arange(4096, dtype=np.uint8), np.arange(24, dtype=">i4").reshape(4, 6), np.arange(48, dtype=np.int16)[::2],
+    np.array(5), np.empty(0, np.uint8), np.zeros((64 << 10) + 1, np.uint8), np.array([b"x"], dtype=object),
+    b"abc", bytearray(b"abcd"), memoryview(b"abcdef").cast("b"), memoryview(bytes(range(12))).cast("B", (3, 4)),
+    b"", bytes(64 << 10)])
+def test_short_segment_is_what_the_host_source_carries_whole(source: Any) -> None:
+    # The send fast path takes its one segment without a HostSource: it
+    # must be the segment the general path would carry, or None (then the
+    # general path runs, with its checks and errors).
+    from aiopdbp.streams.sender import HostSource, short_segment
+
+    fast = short_segment(source, 1 << 20)
+    try:
+        slow = HostSource(source, 1 << 20).single()
+    except TypeError:   # refused there (an object dtype): the fast path must not take it
+        assert fast is None
+        return
+    if fast is None:
+        assert slow is None
+        return
+    assert slow is not None and type(fast) is type(slow) and bytes(fast) == bytes(slow)
+    if isinstance(fast, np.ndarray):
+        assert (fast.dtype, fast.shape, fast.flags.c_contiguous) == (slow.dtype, slow.shape, True)
+    else:
+        assert (fast.format, fast.ndim) == ("B", 1)

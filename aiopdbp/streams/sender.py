@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     from aiopdbp.streams.outgoing import OutgoingStream
     from aiopdbp.streams.table import StreamTable
 
-__all__ = ["ChunkSource", "GenSource", "HostSource", "Staged", "check_chunk", "cut", "run_sender", "send_stream"]
+__all__ = ["ChunkSource", "GenSource", "HostSource", "Staged", "check_chunk", "cut", "run_sender", "send_stream",
+           "short_segment"]
 
 
 # --------------------------------------------------------------------- cutting
@@ -338,19 +339,9 @@ async def run_sender(streams: StreamTable, sender: int, pid: int, meta: StreamMe
     Cancellation: the receiver's stream is aborted; the binding is undone.
     """
     eager = source.single()
-    if eager is not None:
-        if streams.send_whole_nowait(sender, pid, meta, eager):
-            return int(eager.nbytes)  # sent whole, nothing had to wait: done (the source was one buffer)
-        try:  # to another host: waits for credit as a message does, still no handle
-            if timeout is None:
-                sent = await streams.send_whole(sender, pid, meta, eager)
-            else:
-                async with asyncio.timeout(timeout):
-                    sent = await streams.send_whole(sender, pid, meta, eager)
-        except TimeoutError:
-            raise TimeoutError(f"{what} could not be opened within {timeout} s") from None
-        if sent:
-            return int(eager.nbytes)
+    if eager is not None and not meta.extra and await _send_whole(streams, sender, pid, meta.com, eager, timeout,
+                                                                  what):
+        return int(eager.nbytes)  # sent whole: done (the source was one buffer)
     try:
         if timeout is None:  # no timeout context to enter and leave: short streams feel it
             out = await streams.open_outgoing(sender, pid, meta, timeout, eager=eager)
@@ -377,6 +368,51 @@ async def run_sender(streams: StreamTable, sender: int, pid: int, meta: StreamMe
         raise
     finally:
         streams.close_outgoing(out)
+
+
+async def _send_whole(streams: StreamTable, sender: int, pid: int, com: int, eager: Any, timeout: float | None,
+                      what: str) -> bool:
+    """Send a stream carried whole by its record (``eager``, its one
+    segment) to GP ``pid`` on another host without a handle: at once when
+    nothing has to wait (:meth:`StreamTable.send_whole_nowait`), else after
+    a wait for credit as a message's (:meth:`StreamTable.send_whole`).
+    True once its record is routed; False, having done nothing, when it
+    needs a handle (a local receiver: :meth:`StreamTable.open_outgoing`).
+
+    Cancellation: before its record is routed nothing goes.
+    """
+    if streams.send_whole_nowait(sender, pid, com, eager):
+        return True
+    try:
+        if timeout is None:
+            return await streams.send_whole(sender, pid, com, eager)
+        async with asyncio.timeout(timeout):
+            return await streams.send_whole(sender, pid, com, eager)
+    except TimeoutError:
+        raise TimeoutError(f"{what} could not be opened within {timeout} s") from None
+
+
+def short_segment(source: Any, segment_size: int) -> Any | None:
+    """The whole of ``source`` as its stream's one segment when it is a
+    plain ndarray or ``bytes``/``bytearray``/``memoryview`` of at most
+    :data:`EAGER_LIMIT` (and ``segment_size``) bytes, not empty: what
+    :meth:`HostSource.single` gives for it, without a source or a meta
+    made first (a short stream feels every call).  None for anything else,
+    which takes the general path (and its checks)."""
+    limit = EAGER_LIMIT if EAGER_LIMIT < segment_size else segment_size
+    kind = type(source)
+    if kind is np.ndarray:
+        if not 0 < source.nbytes <= limit or source.ndim == 0 or _needs_pickle(source.dtype):
+            return None
+        return source if source.flags.c_contiguous else np.ascontiguousarray(source)
+    if kind is bytes or kind is bytearray or kind is memoryview:
+        mv = memoryview(source)
+        if not 0 < mv.nbytes <= limit:
+            return None
+        if mv.ndim != 1 or mv.format != "B":  # ('b'/'c' too: blocks are written as 'B')
+            mv = mv.cast("B") if mv.c_contiguous else memoryview(mv.tobytes())
+        return mv
+    return None
 
 
 async def _transfer(out: OutgoingStream, source: ChunkSource) -> None:
@@ -414,6 +450,16 @@ async def send_stream(streams: StreamTable, sender: int, resolve: Callable[[str,
     """
     if segment_size < 1:
         raise ValueError("segment_size must be >= 1")
+    what = f"stream to {dest!r}"
+    eager = short_segment(source, segment_size)
+    if eager is not None:  # the commonest: one short buffer, carried whole, no handle (to another host)
+        pid = await resolve(dest, timeout)
+        try:
+            if await _send_whole(streams, sender, pid, com, eager, timeout, what):
+                return int(eager.nbytes)
+        except UnknownProcessError:
+            await resolve(dest, 0)  # (as below)
+            raise
     src = HostSource(source, segment_size)
     if src._chunks is not None:  # an iterable: its first chunk fixes the meta
         await src.start()
@@ -424,7 +470,7 @@ async def send_stream(streams: StreamTable, sender: int, resolve: Callable[[str,
         await src.aclose()
         raise
     try:
-        return await run_sender(streams, sender, pid, src.meta, src, timeout=timeout, what=f"stream to {dest!r}")
+        return await run_sender(streams, sender, pid, src.meta, src, timeout=timeout, what=what)
     except UnknownProcessError:
         # the GP left between its name and the stream's opening (the error
         # could only say "pid N"): the name rule says it by name

@@ -202,7 +202,7 @@ class StreamTable:
                 eager = memoryview(eager)
         return ShortStream((None, Kind.STREAM, com, eager, src_pid, sno, self.window, self.rank))
 
-    def send_whole_nowait(self, src_pid: int, pid: int, meta: StreamMeta, eager: Any) -> bool:
+    def send_whole_nowait(self, src_pid: int, pid: int, com: int, eager: Any) -> bool:
         """Send a stream its OPEN carries whole (``eager``, its one segment)
         to GP ``pid`` on another host in one step, when nothing has to wait
         (the GP's binding and credit there, nothing queued ahead): True once
@@ -213,17 +213,17 @@ class StreamTable:
         the common case costs no coroutine and no handle."""
         offer = self._offer
         tgt = self.router.targets.get(pid)
-        if offer is None or tgt is None or not tgt.remote or meta.extra:
+        if offer is None or tgt is None or not tgt.remote:
             return False
-        item = self._whole_record(src_pid, next(self._snos), meta.com, eager)
+        item = self._whole_record(src_pid, next(self._snos), com, eager)
         return offer(tgt, pid, CREDIT_OVERHEAD + int(eager.nbytes), item)
 
-    async def send_whole(self, src_pid: int, pid: int, meta: StreamMeta, eager: Any) -> bool:
+    async def send_whole(self, src_pid: int, pid: int, com: int, eager: Any) -> bool:
         """The rest of :meth:`send_whole_nowait` when it said no: wait, as a
         message does, for credit at GP ``pid``'s host (registered with the
         stall watch), then route the record; True once it is routed.  False,
         having done nothing, for a stream that needs a handle (a local
-        receiver, a device meta, no target yet): then :meth:`open_outgoing`.
+        receiver, no target yet): then :meth:`open_outgoing`.
         The protocol's ``SendWhole`` again, with no handle, no protocol
         object and no MTA row: those are what made a short stream cost
         about twice a message of its bytes when credit ran short.
@@ -232,12 +232,12 @@ class StreamTable:
         credit is held.
         """
         tgt = self.router.targets.get(pid)
-        if tgt is None or not tgt.remote or meta.extra or self._offer is None:
+        if tgt is None or not tgt.remote or self._offer is None:
             return False
         cost = CREDIT_OVERHEAD + int(eager.nbytes)
         await self.router.reserve(tgt, pid, cost, None, f"<pid {pid}>", self.tables.name_of(src_pid))
         route = WholeRoute(tgt, cost)
-        self._submit(route, pid, self._whole_record(src_pid, next(self._snos), meta.com, eager))
+        self._submit(route, pid, self._whole_record(src_pid, next(self._snos), com, eager))
         await route.wait()
         return True
 
