@@ -162,6 +162,29 @@ def test_receiver_whole_is_segment_zero_and_an_end_of_one_without_a_done(credit:
     assert _fields(one) == _fields(two) and one.state is StreamState.DONE
 
 
+@pytest.mark.parametrize("credit", [0, 4])
+def test_receiver_take_whole_leaves_the_state_open_then_whole_leave(credit: int) -> None:
+    one, two = ReceiverProtocol(4, credit), _receiver(4, credit)
+    one.take_whole(7)
+    two.handle(Whole("a", 7))
+    assert _fields(one) == _fields(two) and one.state is StreamState.DONE
+
+
+@pytest.mark.parametrize("nbytes", [-1, 1.0, True])
+def test_receiver_take_whole_of_a_bad_size_breaks_the_stream(nbytes: Any) -> None:
+    r = ReceiverProtocol(4)
+    with pytest.raises(ProtocolError):
+        r.take_whole(nbytes)
+    assert r.state is StreamState.BROKEN
+
+
+def test_receiver_take_whole_of_an_open_stream_is_refused() -> None:
+    r = _receiver()
+    with pytest.raises(ProtocolError):
+        r.take_whole(1)
+    assert r.state is StreamState.OPEN
+
+
 def test_receiver_whole_after_a_segment_breaks_the_stream() -> None:
     r = _receiver()
     r.handle(Segment(0, "a", 1))

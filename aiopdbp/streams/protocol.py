@@ -305,6 +305,7 @@ class SendCredit(Event):
 
 _NONE: tuple[Event, ...] = ()
 _FINISHED: tuple[Event, ...] = (Finished(),)  # (an event carries no state: one serves every stream)
+_OPEN_EVENT = Open()
 
 
 def _ints(ev: Event, *values: object) -> None:
@@ -563,6 +564,21 @@ class ReceiverProtocol(_Side):
         self.state = _DONE
         # no SendDone: the sender was done once the OPEN left (SendWhole)
         return (Deliver(ev.data), _FINISHED[0])
+
+    def take_whole(self, nbytes: int) -> None:
+        """The OPEN, the one segment of ``nbytes`` and the END of a stream
+        carried whole, in one step, for a receiver that keeps the segment
+        itself: the state ``handle(Open())`` then ``handle(Whole(...))``
+        leave (DONE), without their events and actions (a short stream
+        feels every call).  ``ProtocolError`` as those would raise."""
+        if self.state is not _OPENING:
+            self._expect(_OPEN_EVENT, StreamState.OPENING)
+        if type(nbytes) is not int or nbytes < 0:
+            raise self._peer_error(f"a segment of {nbytes!r} bytes")
+        self.next = 1
+        self.nbytes = nbytes
+        self.end = (1, nbytes)
+        self.state = _DONE
 
     def _abort(self, ev: Abort) -> tuple[Event, ...]:
         self._expect(ev, StreamState.OPENING, StreamState.OPEN)

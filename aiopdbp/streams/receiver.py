@@ -147,7 +147,7 @@ class IncomingStream:
 
     def __init__(self, owner: StreamOwner, key: tuple[int, int], source: str, pipe: Pipe[CDU] | None,
                  window: int, source_pid: int = 0, dest_pid: int = 0,
-                 meta: StreamMeta | None = None) -> None:
+                 meta: StreamMeta | None = None, *, whole: Any = None, owned: bool = False) -> None:
         self._owner = owner
         self.key = key
         self.sno = key[1]
@@ -162,12 +162,18 @@ class IncomingStream:
         # PipeB, the stream's bound private pipe; None for a stream whose
         # OPEN carried it whole (arrived_whole): nothing more can come for it
         self.pipe = pipe
-        self._proto = sp.ReceiverProtocol(window, self.meta.window)
-        self._proto.handle(_OPEN)
+        self._proto = proto = sp.ReceiverProtocol(window, self.meta.window)
         self._ready: collections.deque[Any] = collections.deque()  # in order, not yet read
         self._error: BaseException | None = None
         self._whole = False      # its OPEN carried it all (arrived_whole), and it is unread
         self._owned = False      # ... and its one segment is a writable copy of its own
+        if whole is None:
+            proto.handle(_OPEN)
+        else:  # arrived_whole(whole, owned) at once: the protocol takes OPEN, segment and END in one step
+            proto.take_whole(int(whole.nbytes) if hasattr(whole, "nbytes") else len(whole))
+            self._ready.append(whole)
+            self._whole = True
+            self._owned = owned
         # Segments landing in place: the array read() returns, and where the
         # next announced segment goes in it (see landing()).
         self._landed: np.ndarray[Any, np.dtype[np.uint8]] | None = None

@@ -33,7 +33,7 @@ table and the stream objects feed with what arrives:
   neither PipeA nor PipeB and nothing of it follows the OPEN: it is done for
   its sender once the OPEN is routed (SPEC section 5: "the sender waits
   until the whole stream is sent"; its bytes copied by then), arrives
-  complete (:meth:`IncomingStream.arrived_whole`: the protocol hears its
+  complete (``IncomingStream(whole=...)``: the protocol hears its
   segment and END at once), and is the reader's like a message -- no row
   in either MTA, no DONE back.  A local one goes the same way, a copy of
   its own straight into the receiving GP's pipe.  A CDU of a stream nobody
@@ -272,8 +272,7 @@ class StreamTable:
                 # The whole stream, complete, straight into the receiving
                 # GP's pipe (no PipeB): a copy of its own, as a local send
                 # takes one, since the sender returns once it is there.
-                incoming = self._new_incoming(key, src_pid, pid, meta, whole=True)
-                incoming.arrived_whole(_own_copy(eager), owned=True)
+                incoming = self._new_incoming(key, src_pid, pid, meta, whole=_own_copy(eager), owned=True)
                 target: Target = tgt
                 open_item: Any = incoming
             elif entry.node == self.rank:
@@ -354,20 +353,21 @@ class StreamTable:
 
     # ------------------------------------------------------------- receiving
     def _new_incoming(self, key: tuple[int, int], src_pid: int, dest_pid: int,
-                      meta: StreamMeta, pipe_b: Pipe[Any] | None = None, whole: bool = False,
-                      source: str | None = None) -> IncomingStream:
-        """The receiving end of stream ``key``; ``whole``: its OPEN carried
-        all of it, so it needs no PipeB (nothing more comes); ``source``: the
+                      meta: StreamMeta, pipe_b: Pipe[Any] | None = None, whole: Any = None,
+                      source: str | None = None, owned: bool = False) -> IncomingStream:
+        """The receiving end of stream ``key``; ``whole``: the one segment
+        its OPEN carried with its END, so it needs no PipeB (nothing more
+        comes), ``owned`` when that is a copy of its own; ``source``: the
         sender's name, when the caller has it already."""
         window = max(self.window, meta.window)
-        if pipe_b is None and not whole:
+        if pipe_b is None and whole is None:
             pipe_b = self.pps.apply_nowait()
         if pipe_b is not None:
             pipe_b.capacity = window
         cls = IncomingStream if self.device is None else self.device.stream_class(meta, dest_pid)
         stream = cls(self, key, self.tables.name_of(src_pid) if source is None else source, pipe_b, window,
-                     src_pid, dest_pid, meta)
-        if whole:
+                     src_pid, dest_pid, meta, whole=whole, owned=owned)
+        if whole is not None:
             # complete on arrival, nothing more comes and nobody waits on it:
             # no binding to keep (it is the reader's, like a message)
             return stream
@@ -392,15 +392,13 @@ class StreamTable:
             whole = cdu.segno == EAGER_OPEN
             try:
                 meta = eager_meta(cdu) if whole else unpack_meta(cdu.data)
-                stream = self._new_incoming(key, cdu.source_p, dest, meta, whole=whole)
+                stream = self._new_incoming(key, cdu.source_p, dest, meta, whole=cdu.data if whole else None)
             except (NoPipeError, ProtocolError) as exc:
                 if meta is not None and meta.kind == "device" and self.device is not None:
                     self.device.refuse_incoming(host, key, meta)  # still takes the chunks sent
                 if self.peers is not None:
                     self.peers.send_done(key[0], key, f"cannot receive the stream: {exc}")
                 return
-            if whole:  # the OPEN carried the whole stream: its segment and END arrived with it
-                stream.arrived_whole(cdu.data)
             if meta.kind == "device" and self.device is not None and self.device.start_incoming(host, stream):
                 return  # a device message: delivered as a Message once it is complete
             cost = CREDIT_OVERHEAD + (_nbytes(cdu.data) if whole else 0)  # as the sender charged
@@ -431,13 +429,12 @@ class StreamTable:
         (dropped and counted: its sender, done once it sent it, waits for
         nothing).  ``data`` is the segment, a copy of its own."""
         try:
-            stream = self._new_incoming((host, sno), src_pid, dest, _whole_meta(data, com, window), whole=True,
-                                        source=source if type(source) is str else None)
+            stream = self._new_incoming((host, sno), src_pid, dest, _whole_meta(data, com, window), whole=data,
+                                        source=source if type(source) is str else None, owned=True)
         except ProtocolError as exc:
             self.dropped += 1
             log.debug("host %d: a stream record dropped: %s", host, exc)
             return None
-        stream.arrived_whole(data, owned=True)
         return stream
 
     def undelivered(self, items: list[Any]) -> None:
