@@ -94,7 +94,7 @@ class OutgoingStream:
                 # The OPEN just routed carried the one segment and the END:
                 # the stream is sent, so it is done (the protocol's SendWhole;
                 # its bytes were copied on the way or are a private copy, see
-                # _whole_record).  Nobody waits for ``routed``.
+                # StreamTable.whole_record).  Nobody waits for ``routed``.
                 self.proto.handle(sp.SendWhole(self.carried))
                 if not self.done.done():
                     self.done.set_result(None)

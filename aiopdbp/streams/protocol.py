@@ -473,7 +473,7 @@ class ReceiverProtocol(_Side):
     __slots__ = ("window", "credit_window", "next", "nbytes", "end", "_early", "_consumed")
 
     def __init__(self, window: int, credit_window: int = 0) -> None:
-        super().__init__()
+        self.state = _OPENING  # (_Side's, without the call: one of these per stream received)
         if window < 1 or credit_window < 0:
             raise ProtocolError(f"bad stream windows: reorder {window}, credit {credit_window}")
         self.window = window

@@ -365,24 +365,27 @@ class IncomingStream:
             raise ValueError(f"arrays is one of {KINDS}, not {arrays!r}")
         if out is not None and not isinstance(out, np.ndarray) and (arr := host_array(out)) is not None:
             out = arr  # a tensor: its memory as an ndarray
-        data = await self._read(out)
+        if self._whole and out is None and self._ready and self._error is None:
+            # The OPEN carried it all and nothing was read: one copy at most.
+            self._whole = False
+            # (no Consumed: the stream is DONE, and a DONE stream gives no credit back)
+            data = self._ready.popleft()
+            if self.meta.kind == "ndarray" and type(data) is np.ndarray:
+                # the OPEN's record gave it the stream's dtype and shape
+                if not self._owned:
+                    data = data.copy()
+            elif self._owned and type(data) is bytearray:
+                return memoryview(data)
+            else:
+                return _as_u8(data).copy().data
+        else:
+            data = await self._read(out)
         if type(data) is np.ndarray and (kind != "auto" or data.dtype.metadata is not None):
             return arrival(data, kind)
         return data
 
     async def _read(self, out: Any) -> Any:
         meta = self.meta
-        if self._whole and out is None and self._ready and self._error is None:
-            # The OPEN carried it all and nothing was read: one copy at most.
-            self._whole = False
-            # (no Consumed: the stream is DONE, and a DONE stream gives no credit back)
-            seg = self._ready.popleft()
-            if meta.kind == "ndarray" and type(seg) is np.ndarray:
-                # the OPEN's record gave it the stream's dtype and shape
-                return seg if self._owned else seg.copy()
-            if self._owned and type(seg) is bytearray:
-                return memoryview(seg)
-            return _as_u8(seg).copy().data
         if meta.nbytes is not None and self._proto.next == len(self._ready):  # nothing read yet
             # numpy's allocator asks the kernel for huge pages on big buffers,
             # which makes first-touch page faults several times cheaper.

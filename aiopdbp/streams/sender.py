@@ -37,6 +37,7 @@ from aiopdbp.arrays import host_array, wire_name
 from aiopdbp.errors import UnknownProcessError
 from aiopdbp.device.backend import is_device_array
 from aiopdbp.streams.receiver import DEFAULT_SEGMENT, EAGER_LIMIT, StreamMeta, describe, is_array
+from aiopdbp.wire.message import CREDIT_OVERHEAD
 
 if TYPE_CHECKING:
     from aiopdbp.streams.outgoing import OutgoingStream
@@ -96,6 +97,10 @@ async def _chunks(source: Any) -> AsyncGenerator[Any, None]:
     else:
         for c in source:
             yield _host(c)
+
+
+#: dtype kinds that never need pickling (numbers, bools, datetimes: no fields, no objects, never 0 bytes)
+_PLAIN = frozenset("biufcmM")
 
 
 def _needs_pickle(dt: np.dtype[Any]) -> bool:
@@ -381,13 +386,18 @@ async def _send_whole(streams: StreamTable, sender: int, pid: int, com: int, eag
 
     Cancellation: before its record is routed nothing goes.
     """
-    if streams.send_whole_nowait(sender, pid, com, eager):
+    tgt = streams.router.targets.get(pid)
+    if tgt is None or not tgt.remote:
+        return False
+    record = streams.whole_record(sender, com, eager)
+    cost = CREDIT_OVERHEAD + int(eager.nbytes)  # its bytes, charged as a message's
+    if streams.send_whole_nowait(tgt, pid, record, cost):
         return True
     try:
         if timeout is None:
-            return await streams.send_whole(sender, pid, com, eager)
+            return await streams.send_whole(sender, tgt, pid, record, cost)
         async with asyncio.timeout(timeout):
-            return await streams.send_whole(sender, pid, com, eager)
+            return await streams.send_whole(sender, tgt, pid, record, cost)
     except TimeoutError:
         raise TimeoutError(f"{what} could not be opened within {timeout} s") from None
 
@@ -402,7 +412,8 @@ def short_segment(source: Any, segment_size: int) -> Any | None:
     limit = EAGER_LIMIT if EAGER_LIMIT < segment_size else segment_size
     kind = type(source)
     if kind is np.ndarray:
-        if not 0 < source.nbytes <= limit or source.ndim == 0 or _needs_pickle(source.dtype):
+        dt = source.dtype
+        if not 0 < source.nbytes <= limit or source.ndim == 0 or dt.kind not in _PLAIN and _needs_pickle(dt):
             return None
         return source if source.flags.c_contiguous else np.ascontiguousarray(source)
     if kind is bytes or kind is bytearray or kind is memoryview:

@@ -189,41 +189,42 @@ class StreamTable:
         self.dropped = 0
 
     # --------------------------------------------------------------- sending
-    def _whole_record(self, src_pid: int, sno: int, com: int, eager: Any) -> ShortStream:
-        """The OPEN of a stream it carries whole, for another host: a short
+    def whole_record(self, src_pid: int, com: int, eager: Any, sno: int = 0) -> ShortStream:
+        """The OPEN of a stream it carries whole (stream number ``sno``, 0:
+        the next one), for another host: a short
         record among the messages when it fits (the link decides), its meta
         the payload's kind, dtype and shape.  Its sender is done once it is
         routed: below ``large`` the link copies it on the way; at or above,
         the link would send it from this very buffer, so it gets a copy of
         its own (as GP.send takes a snapshot)."""
+        if not sno:
+            sno = next(self._snos)
         if self.large is not None and eager.nbytes >= self.large:
             eager = _own_copy(eager)
             if type(eager) is bytearray:  # the record's bytes are a memoryview (nbytes)
                 eager = memoryview(eager)
         return ShortStream((None, Kind.STREAM, com, eager, src_pid, sno, self.window, self.rank))
 
-    def send_whole_nowait(self, src_pid: int, pid: int, com: int, eager: Any) -> bool:
-        """Send a stream its OPEN carries whole (``eager``, its one segment)
-        to GP ``pid`` on another host in one step, when nothing has to wait
-        (the GP's binding and credit there, nothing queued ahead): True once
-        it is routed, which ends it for its sender (the protocol's
-        ``SendWhole``: OPENING and DONE in the same step, so no state is kept
-        and nothing can break it after).  False, having done nothing: then
-        :meth:`open_outgoing`, which waits.  Like ``try_send`` for a message:
-        the common case costs no coroutine and no handle."""
+    def send_whole_nowait(self, tgt: Target, pid: int, record: ShortStream, cost: int) -> bool:
+        """Send a stream its OPEN carries whole (``record``, of
+        :meth:`whole_record`, and its credit ``cost``: its segment's bytes
+        and ``CREDIT_OVERHEAD``) to GP ``pid`` on another host (``tgt``, the
+        link to it) in one step, when nothing has to wait (credit there,
+        nothing queued ahead): True once it is routed, which ends it for its
+        sender (the protocol's ``SendWhole``: OPENING and DONE in the same
+        step, so no state is kept and nothing can break it after).  False,
+        having done nothing: then :meth:`send_whole`, which waits.  Like
+        ``try_send`` for a message: the common case costs no coroutine and
+        no handle."""
         offer = self._offer
-        tgt = self.router.targets.get(pid)
-        if offer is None or tgt is None or not tgt.remote:
-            return False
-        item = self._whole_record(src_pid, next(self._snos), com, eager)
-        return offer(tgt, pid, CREDIT_OVERHEAD + int(eager.nbytes), item)
+        return offer is not None and offer(tgt, pid, cost, record)
 
-    async def send_whole(self, src_pid: int, pid: int, com: int, eager: Any) -> bool:
+    async def send_whole(self, src_pid: int, tgt: Target, pid: int, record: ShortStream, cost: int) -> bool:
         """The rest of :meth:`send_whole_nowait` when it said no: wait, as a
         message does, for credit at GP ``pid``'s host (registered with the
         stall watch), then route the record; True once it is routed.  False,
-        having done nothing, for a stream that needs a handle (a local
-        receiver, no target yet): then :meth:`open_outgoing`.
+        having done nothing, where there is no no-wait path to pair it
+        with: then :meth:`open_outgoing`.
         The protocol's ``SendWhole`` again, with no handle, no protocol
         object and no MTA row: those are what made a short stream cost
         about twice a message of its bytes when credit ran short.
@@ -231,14 +232,15 @@ class StreamTable:
         Cancellation: before its record is routed nothing goes and no
         credit is held.
         """
-        tgt = self.router.targets.get(pid)
-        if tgt is None or not tgt.remote or self._offer is None:
+        if self._offer is None:
             return False
-        cost = CREDIT_OVERHEAD + int(eager.nbytes)
         await self.router.reserve(tgt, pid, cost, None, f"<pid {pid}>", self.tables.name_of(src_pid))
         route = WholeRoute(tgt, cost)
-        self._submit(route, pid, self._whole_record(src_pid, next(self._snos), com, eager))
-        await route.wait()
+        self._submit(route, pid, record)
+        if not route.routed:  # it queued behind others in the PipeManager
+            await route.wait()
+        elif route.error is not None:
+            raise route.error
         return True
 
     async def open_outgoing(self, src_pid: int, pid: int, meta: StreamMeta,
@@ -284,7 +286,7 @@ class StreamTable:
                 target = tgt
                 meta.window = self.window
                 if whole:
-                    open_item = self._whole_record(src_pid, sno, meta.com, eager)
+                    open_item = self.whole_record(src_pid, meta.com, eager, sno)
                 else:
                     open_item = CDU(Kind.STREAM, src_pid, (pid,), pack_meta(meta), meta.com, 0, sno, 0,
                                     self.rank, (), StreamOp.OPEN)
