@@ -501,10 +501,13 @@ class GP:
         stream is captured at the call); what is wrong is raised by the await.
         """
         try:
-            self._check()
-            check_com(com)
-            check_timeout(timeout)
-            if not isinstance(dest, str):
+            if self._freed:  # (as send does: the checks inline, a short stream feels each call)
+                raise ClosedResourceError(f"GP {self.name!r} was freed")
+            if type(com) is not int or not 0 <= com <= 0xFFFFFFFF:
+                check_com(com)
+            if timeout is not None:
+                check_timeout(timeout)
+            if type(dest) is not str and not isinstance(dest, str):
                 raise TypeError(f"send_stream sends to one GP: dest is its name (a str), not {type(dest).__name__}")
             if segment_size is not None and (not isinstance(segment_size, int) or isinstance(segment_size, bool)):
                 raise TypeError(f"segment_size is a number of bytes (an int), not {segment_size!r}")
@@ -586,8 +589,10 @@ class GP:
                 if type(data) is not np.ndarray or (kind == "auto" and data.dtype.metadata is None):
                     return item  # the commonest
                 return arrive(item, kind)
-        elif type(item.source) is str:
-            return arrive(item, kind)
+        elif type(item.source) is str and isinstance(item, IncomingStream):
+            if kind != "auto":  # (arrive's, for a stream, without the call)
+                item.arrays = kind
+            return item
         return arrive(await self._named(item), kind)
 
     async def _named(self, item: Message | IncomingStream) -> Message | IncomingStream:
