@@ -60,6 +60,9 @@ def main() -> None:
         speeds = [f"{statistics.median(r[j] for r in seen[side][key]):10.0f}"
                   for side in ("old", "new") for j in (1, 2)]
         print(f"{key[0]:>2} {key[1]:>8} {key[2]:>4} {cells[0]:>22} {cells[1]:>22} {' '.join(speeds)}")
+        for side in ("old", "new"):  # every run's units/s: is a median shift more than the spread?
+            runs = seen[side].get(key, [])
+            print(f"   {side} runs: streams/s {[round(r[1]) for r in runs]}, msgs/s {[round(r[2]) for r in runs]}")
 
 
 if __name__ == "__main__":
