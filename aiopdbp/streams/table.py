@@ -226,8 +226,7 @@ class StreamTable:
         having done nothing, where there is no no-wait path to pair it
         with: then :meth:`open_outgoing`.
         The protocol's ``SendWhole`` again, with no handle, no protocol
-        object and no MTA row: those are what made a short stream cost
-        about twice a message of its bytes when credit ran short.
+        object and no MTA row: a short stream waits as a message does.
 
         Cancellation: before its record is routed nothing goes and no
         credit is held.
