@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["KINDS", "arrival", "cpu_tensor_array", "device_dtype", "host_array", "parse_name", "tag_of",
+__all__ = ["KINDS", "ML_DTYPES", "arrival", "cpu_tensor_array", "device_dtype", "host_array", "parse_name", "tag_of",
            "tensor_wanted", "wire_name"]
 
 #: what a receiver may ask arrays to arrive as
@@ -38,6 +38,8 @@ _ML_SIZES = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fn
              "float8_e8m0fnu": 1, "float4_e2m1fn": 1, "float6_e2m3fn": 1, "float6_e3m2fn": 1,
              "int2": 1, "int4": 1, "uint2": 1, "uint4": 1}
 _UINT: dict[int, np.dtype[Any]] = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16)}
+#: the wire names of the ml_dtypes family
+ML_DTYPES = frozenset(_ML_SIZES)
 # torch dtypes numpy has no builtin for: torch name -> wire name
 _TORCH_SPECIAL = {"bfloat16": "bfloat16", "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
                   "float8_e4m3fnuz": "float8_e4m3fnuz", "float8_e5m2fnuz": "float8_e5m2fnuz"}

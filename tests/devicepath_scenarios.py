@@ -480,7 +480,8 @@ async def device_tensors_arrive_as_tensors(ctx: Ctx) -> None:
     simulated device) sent by send and send_stream arrives at an SGP as a
     tensor on that SGP's device (the backend's as_tensor, torch.from_dlpack
     on a GPU), at an NGP as a CPU torch tensor, with the sent dtype, shape
-    and bytes; a plain device array still arrives as the backend's array."""
+    and bytes; a plain device array still arrives as the backend's array;
+    a CPU tensor reaches an SGP with to_device as a tensor on its device."""
     import torch
 
     cases = [np.arange(12, dtype=np.float32).reshape(3, 4), np.arange(300_000, dtype=np.int32)]  # 1.2 MB: 5 chunks
@@ -495,6 +496,10 @@ async def device_tensors_arrive_as_tensors(ctx: Ctx) -> None:
                 await src.send(ctx.name(dest), t, timeout=ctx.timeout)
                 await src.send_stream(ctx.name(dest), t, timeout=ctx.timeout)
             await src.send(ctx.name(dest), to_dev(ctx.node, cases[0]), timeout=ctx.timeout)
+        await ctx.lookup(ctx.name("tod"))
+        for host in cases:  # CPU tensors to an SGP with to_device
+            await src.send(ctx.name("tod"), torch.from_numpy(host), timeout=ctx.timeout)
+            await src.send_stream(ctx.name("tod"), torch.from_numpy(host), timeout=ctx.timeout)
 
     async def to_sgp() -> None:
         dst = await ctx.process("sgp", ptype=PType.GPU)
@@ -523,10 +528,26 @@ async def device_tensors_arrive_as_tensors(ctx: Ctx) -> None:
         m = await dst.recv(timeout=ctx.timeout)
         assert isinstance(m, Message) and type(m.data) is np.ndarray, f"a plain device array: {type(m.data).__name__}"
 
+    async def to_device_sgp() -> None:
+        tod = await ctx.node.register(ctx.name("tod"), PType.GPU, bind=True, to_device=True)
+        try:
+            for host in cases:
+                m = await tod.recv(timeout=ctx.timeout)
+                assert isinstance(m, Message) and type(m.data) is SimTensor, f"to_device: {type(m.data).__name__}"
+                check(m.data, host, "to_device message", device=tod.device)
+                s = await tod.recv(timeout=ctx.timeout)
+                assert isinstance(s, IncomingStream)
+                got = await s.read()
+                assert type(got) is SimTensor, f"to_device read(): {type(got).__name__}"
+                check(got, host, "to_device read()", device=tod.device)
+        finally:
+            await tod.free()
+
     async with asyncio.TaskGroup() as tg:
         if ctx.rank == 0:
             tg.create_task(sender())
         if ctx.rank == ctx.owner(1):
             tg.create_task(to_sgp())
             tg.create_task(to_ngp())
+            tg.create_task(to_device_sgp())
     await settled(ctx)

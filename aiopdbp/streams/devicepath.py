@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aiopdbp.arrays import device_dtype, tensor_wanted, wire_name
+from aiopdbp.arrays import ML_DTYPES, device_dtype, host_array, tensor_wanted, wire_name
 from aiopdbp.wire.mesp import Kind
 from aiopdbp.device import open_backend
 from aiopdbp.device.backend import DeviceBackend, Event, Order, Stream
@@ -385,10 +385,18 @@ class DevicePath:
 
     async def to_device(self, host: Any, pid: int) -> Any:
         """Host array ``host`` as a new device array on SGP ``pid``'s device
-        (pinned staging); other payloads are returned as they are."""
+        (pinned staging), a CPU tensor as a tensor there (where torch
+        imports; bfloat16 and float8 tensors stay where they are); other
+        payloads are returned as they are."""
         device = self.sgps.device_of(pid)
-        if device is None or not isinstance(host, np.ndarray):
+        if device is None:
             return host
+        if not isinstance(host, np.ndarray):
+            mem = host_array(host)  # a CPU tensor: its memory, its dtype tagged as a tensor's
+            if mem is None or wire_name(mem.dtype).partition(";")[0] in ML_DTYPES:
+                return host
+            host = mem
+        tensor = tensor_wanted(wire_name(host.dtype))
         arr = host if host.flags.c_contiguous or host.flags.f_contiguous else np.ascontiguousarray(host)
         order: Order = "F" if arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
         flat = (arr.T if order == "F" else arr).reshape(-1).view(np.uint8)
@@ -401,7 +409,7 @@ class DevicePath:
 
         t = await self._transfer(lambda done: stager.recv(meta, post, device=device, on_done=done,
                                                           consumer=self.sgps.stream_of(pid)))
-        return t.array  # type: ignore[attr-defined]
+        return stager.backend.as_tensor(t.array) if tensor else t.array  # type: ignore[attr-defined]
 
     # -------------------------------------------------------------- sending
     async def send(self, gp: Sender, streams: StreamTable, dest: str, cap: Captured, *, com: int, kind: Kind,
