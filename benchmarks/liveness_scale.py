@@ -128,7 +128,7 @@ def one(n: int, sig: signal.Signals, timeout: float, beats: float) -> dict[str, 
             "beats_per_s_median": rates[len(rates) // 2], "beats_per_s_max": rates[-1],
             "ranks_naming_victim": len(named), "ranks_naming_other": wrong,
             "launcher_line": first, "abort_lines_naming_victim": len(aborts),
-            "tail": job.lines[-8:]}
+            "tail": job.lines[-8:], "lines": job.lines}
 
 
 def main() -> int:

@@ -5,6 +5,10 @@ rank, none to the lost one -- and every rank fails the host naming it."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import time
 from collections import Counter
 
 import pytest
@@ -12,6 +16,10 @@ import pytest
 from aiopdbp.errors import HostLostError, ProtocolError
 from aiopdbp.hosts.failure import HostFailures, spread_targets
 from aiopdbp.wire.control import CtrlMsg, LostMsg, decode_control
+from tests.mpirun import SCRIPTS_DIR, rank_lines, requires_mpi
+from tests.test_mpi_failures import LiveJob, _launch
+
+WATCH_JOB = SCRIPTS_DIR / "watch_job.py"
 
 
 class _Wires:
@@ -113,3 +121,55 @@ def test_a_notice_naming_a_rank_outside_the_job_is_a_protocol_error() -> None:
     with pytest.raises(ProtocolError, match="LOST names rank 9"):
         wires.ranks[3].on_lost(2, LostMsg(9, 2, 8, "rank 9 is lost"))
     assert not wires.queue and not wires.ranks[3].lost
+
+
+# ------------------------------------------------ 32 oversubscribed ranks (MPI)
+N, VICTIM, HOST_TIMEOUT = 32, 17, 5.0
+
+
+def _ready_job() -> tuple[LiveJob, dict[int, int]]:
+    """``aiopdbp launch -n 32`` of watch_job.py, every rank up: (job, rank -> pid)."""
+    job = _launch("-n", str(N), str(WATCH_JOB), str(HOST_TIMEOUT))
+    job.wait_for(r"^\[\d+\] ready \d+$", N, timeout=240)
+    return job, {r: int(line.split()[1]) for r, line in rank_lines(job.output)
+                 if r is not None and line.startswith("ready ")}
+
+
+def _signal_and_time_to_end(job: LiveJob, pid: int, sig: signal.Signals) -> float:
+    t0 = time.monotonic()
+    os.kill(pid, sig)
+    try:
+        assert job.finish(timeout=120) != 0, job.output
+        return time.monotonic() - t0
+    finally:
+        try:   # a stopped rank the abort did not end
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.mpi
+@requires_mpi
+@pytest.mark.timeout(300)
+def test_frozen_rank_of_32_is_named_by_every_rank_and_ends_the_job_within_twice_the_host_timeout() -> None:
+    job, pids = _ready_job()
+    took = _signal_and_time_to_end(job, pids[VICTIM], signal.SIGSTOP)
+    out = job.output
+    lost = {r: line for r, line in rank_lines(out) if line.startswith("LOST ")}
+    assert sorted(lost) == [r for r in range(N) if r != VICTIM], out        # every other rank heard
+    assert all(line.startswith(f"LOST {VICTIM} ") for line in lost.values()), out
+    last = [line for line in out.splitlines() if line.startswith("aiopdbp launch:")]
+    assert last and re.match(rf"aiopdbp launch: rank {VICTIM} \(host '[^']*'\) has not been heard of", last[-1]), out
+    assert took < 2 * HOST_TIMEOUT, (took, out)
+
+
+@pytest.mark.mpi
+@requires_mpi
+@pytest.mark.timeout(300)
+def test_killed_rank_of_32_is_named_and_ends_the_job_within_twice_the_host_timeout() -> None:
+    job, pids = _ready_job()
+    took = _signal_and_time_to_end(job, pids[VICTIM], signal.SIGKILL)
+    out = job.output
+    first = [line for line in out.splitlines() if line.startswith("aiopdbp launch:")]
+    assert first and first[0].startswith(f"aiopdbp launch: rank {VICTIM} (pid {pids[VICTIM]})"), out
+    assert took < 2 * HOST_TIMEOUT, (took, out)
