@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import functools
 import importlib.util
 import itertools
 import os
@@ -259,10 +260,15 @@ class MPITransport(Transport):
         req = self._control.Iallgather([mine, _MPI.BYTE], [every, _MPI.BYTE])
         return DoorbellJoin(bell, req, mine, every)
 
-    def _post(self, dest: int, channel: Channel, blocks: Sequence[Buffer]) -> asyncio.Future[None] | None:
+    def send_lane(self, dest: int, channel: Channel) -> Any:
+        """A lane for one-frame sends to ``dest`` on ``channel`` (see
+        :class:`~aiopdbp.transport.kernel.SendLane`): ``lane.post(frame)``
+        is ``post_nowait(dest, channel, [frame])`` in one call.  After
+        ``aclose`` (or a failure of the engine) its posts raise as
+        ``post_nowait``'s would."""
         if self._closed or not self._started or not 0 <= dest < self.size or channel not in (0, 1):
             self._refuse(dest, channel)
-        return self._engine.post_send(channel, dest, blocks)
+        return self._engine.send_lane(int(channel), dest, functools.partial(self._refuse, dest, channel))
 
     def _refuse(self, dest: int, channel: Channel) -> None:
         if self._closed:
@@ -295,7 +301,7 @@ class MPITransport(Transport):
         and completes and frees the requests in the background; the caller
         must not modify the blocks afterwards.
         """
-        fut = self._post(dest, channel, blocks)
+        fut = self.post_nowait(dest, channel, blocks)
         if fut is not None:
             await fut
 
@@ -303,7 +309,9 @@ class MPITransport(Transport):
                     blocks: Sequence[Buffer]) -> asyncio.Future[None] | None:
         """Post the sends now; None when they completed at once (eager),
         else a future.  Errors (closed transport, bad rank) raise."""
-        return self._post(dest, channel, blocks)
+        if self._closed or not self._started or not 0 <= dest < self.size or channel not in (0, 1):
+            self._refuse(dest, channel)
+        return self._engine.post_send(channel, dest, blocks)
 
     drives = True
 
@@ -409,7 +417,7 @@ class MPITransport(Transport):
         """
         loop = asyncio.get_running_loop()
         try:
-            fut = self._post(dest, channel, blocks)
+            fut = self.post_nowait(dest, channel, blocks)
         except Exception as exc:
             failed: asyncio.Future[None] = loop.create_future()
             failed.set_exception(exc)
@@ -436,6 +444,7 @@ class MPITransport(Transport):
         and a repeated ``aclose()`` waits for it and frees what is left.
         """
         self._closed = True
+        self._engine.shut_lanes()
         if not graceful:
             # Failing or interrupted: abandon in-flight requests, no
             # agreement with peers that may be gone; the process is ending.
