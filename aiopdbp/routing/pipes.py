@@ -39,7 +39,34 @@ rule of :mod:`aiopdbp.hosts.link`, "Fair for every size").  Before anyone
 parks, the empty pipe's ``max_bytes`` go to the fast path (``offer``); the
 senders share them because a GP's run of sends that never suspend yields a
 loop turn every ``BURST_BYTES`` of credit (:mod:`aiopdbp.hosts.link`, "From
-the first message"), so k looping senders fill it in turns.
+the first message"), so k looping senders fill it in turns, and the
+reader then takes it in turns (below).
+
+*Turns.*  The reader takes its pipe one sender at a time.  A pipe is one
+FIFO in arrival order (all a one-sender pipe ever is: the ping-pong path
+pays one test per item); once an item of another sender (a message's
+``source_pid``, a stream OPEN's) arrives while the pipe holds items, the
+queue becomes a FIFO lane per sender, taken one item per turn in
+round-robin order (:class:`_Turns`), until it is empty again.  So each of k
+senders with items queued gets every k-th item the reader takes, whichever
+host its items came from and however early they came (without turns, the
+host whose window reached the pipe first had all of it taken first: the
+reader's own senders, against a link's latency, or the first of two remote
+hosts), and each sender's items keep their order.  A batch from another
+host (``put_many``) is checked at its two ends only, not item by item: its
+order within is its host's send order, which that host's credit hand-off
+keeps fair; it is split by sender when turns begin or while they last.
+
+*Counting under turns.*  The bounds count items by arrival number: the
+local bytes here (``_marks``) and the credit other hosts are owed (the
+router's marks on ``appended``) are freed when ``taken`` passes the items'
+numbers.  Under turns ``taken`` is the number of the oldest item not taken
+yet, never past an item still queued: the bytes a pipe holds stay within
+what was admitted for it, as before, and an item taken ahead of an older
+one in another lane is freed when that one's turn has come.  The reader's
+turns reach every lane while it reads, so every wait is still released by
+the destination GP reading (:mod:`aiopdbp.hosts.link`, "Why nothing waits
+forever").
 
 *Wake-ups without loss.*  Waiters park on futures in FIFO order.  A producer
 only *wakes* a consumer; the consumer then takes the item from the deque
@@ -56,6 +83,7 @@ senders and reservers get :class:`BrokenResourceError` (their peer is gone).
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
@@ -74,6 +102,91 @@ def _cost(item: Any) -> int:
     (a stream's OPEN: with the stream when its OPEN carries it whole), or
     none."""
     return credit_cost(item[3]) if type(item) is Message else getattr(item, "pipe_cost", 0)
+
+
+def _source(item: Any) -> Any:
+    """The sender whose turn an item waits for: a message's ``source_pid``,
+    another item's (a stream's OPEN), or 0 (items with no sender, such as a
+    stream's segments or the PipeManager's entries: one FIFO)."""
+    return item[4] if type(item) is Message else getattr(item, "source_pid", 0)
+
+
+def _other_source(queue: deque[Any], items: list[Any]) -> bool:
+    """Whether a batch arriving at a pipe that holds ``queue`` shows another
+    sender than the one at its head, at either end (the batch's order within
+    is its host's send order: it is only split into turns with the rest)."""
+    key = _source(queue[0])
+    return bool(_source(items[0]) != key or _source(items[-1]) != key)
+
+
+class _Turns(Generic[T]):
+    """The queue of a pipe holding items of several senders: a FIFO lane per
+    sender, taken one item per turn in round-robin order (see "Turns").
+
+    It stands in for the pipe's deque (``append``, ``extend``, ``popleft``,
+    ``len``) and numbers the items in arrival order: ``low`` is the number of
+    the oldest item not taken yet, so every item numbered below it is taken.
+    """
+
+    __slots__ = ("_lanes", "_ring", "_n", "_next", "low", "_done")
+
+    def __init__(self, fifo: deque[T], first: int) -> None:
+        # ``fifo``: the pipe's queue so far, in arrival order, numbered from ``first``
+        self._lanes: dict[Any, deque[tuple[int, T]]] = {}
+        self._ring: deque[Any] = deque()      # the senders with items, in turn order
+        self._n = 0
+        self._next = self.low = first         # the next arrival's number; the oldest not taken
+        self._done: list[int] = []            # numbers taken above ``low`` (a heap)
+        for item in fifo:
+            self.append(item)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def append(self, item: T) -> None:
+        key = _source(item)
+        lane = self._lanes.get(key)
+        if lane is None:   # a sender with nothing queued waits for the last turn of the round
+            lane = self._lanes[key] = deque()
+            self._ring.append(key)
+        lane.append((self._next, item))
+        self._next += 1
+        self._n += 1
+
+    def extend(self, items: list[T]) -> None:
+        for item in items:
+            self.append(item)
+
+    def popleft(self) -> T:
+        """The item whose turn it is: the oldest of the sender at the ring's
+        head, which then goes to the ring's tail (or leaves it, emptied)."""
+        ring = self._ring
+        key = ring[0]
+        lane = self._lanes[key]
+        number, item = lane.popleft()
+        if lane:
+            ring.rotate(-1)
+        else:
+            ring.popleft()
+            del self._lanes[key]
+        self._n -= 1
+        if number == self.low:
+            low = number + 1
+            done = self._done
+            while done and done[0] == low:
+                heapq.heappop(done)
+                low += 1
+            self.low = low
+        else:
+            heapq.heappush(self._done, number)
+        return item
+
+    def clear(self) -> None:
+        self._lanes.clear()
+        self._ring.clear()
+        self._done.clear()
+        self._n = 0
+        self.low = self._next
 
 
 def _wake_first(waiters: deque[asyncio.Future[None]]) -> None:
@@ -117,7 +230,10 @@ class Pipe(Generic[T]):
         self.pipe_id = pipe_id
         self.capacity = capacity
         self.label = label
-        self._items: deque[T] = deque()
+        # one FIFO in arrival order; turns (a FIFO per sender) from when
+        # another sender's items arrive while it holds some until it is empty
+        # (see "Turns")
+        self._items: deque[T] | _Turns[T] = deque()
         self._reserved = 0
         self._recv_waiters: deque[asyncio.Future[None]] = deque()
         self._space_waiters: ParkingLot[asyncio.Future[None]] = ParkingLot()
@@ -138,7 +254,10 @@ class Pipe(Generic[T]):
         self.on_ready: Callable[[Pipe[T]], None] | None = None
         # Items ever appended / taken, and a watch: ``on_watch(self)`` runs
         # when ``taken`` reaches ``watch_at`` (flow control returns credit
-        # for remote items once the reader has taken them).
+        # for remote items once the reader has taken them).  ``taken`` is
+        # the arrival number of the oldest item not taken: with turns the
+        # reader takes items out of arrival order, and what it took past an
+        # older item counts once that one is taken (see "Turns").
         self.appended = 0
         self.taken = 0
         self.watch_at = 1 << 62
@@ -310,8 +429,11 @@ class Pipe(Generic[T]):
             self._append(item)
 
     def _append(self, item: T) -> None:
-        was_empty = not self._items
-        self._items.append(item)
+        items = self._items
+        was_empty = not items
+        if not was_empty and type(items) is deque and _source(item) != _source(items[0]):
+            items = self._items = _Turns(items, self.taken)   # a second sender: turns
+        items.append(item)
         self.appended += 1
         if self._recv_waiters:
             _wake_first(self._recv_waiters)
@@ -335,8 +457,11 @@ class Pipe(Generic[T]):
         another host: its flow control bounded it); one wake-up."""
         if self._closed or not items:
             return
-        was_empty = not self._items
-        self._items.extend(items)
+        queue = self._items
+        was_empty = not queue
+        if not was_empty and type(queue) is deque and _other_source(queue, items):
+            queue = self._items = _Turns(queue, self.taken)   # a second sender: turns
+        queue.extend(items)
         self.appended += len(items)
         if self._recv_waiters:
             _wake_first(self._recv_waiters)
@@ -367,9 +492,15 @@ class Pipe(Generic[T]):
     def receive_nowait(self) -> T:
         """Take the next item or raise :class:`WouldBlock` (``EOFError`` after
         ``close_send`` once drained)."""
-        if self._items:
-            item = self._items.popleft()
-            self.taken += 1
+        items = self._items
+        if items:
+            item = items.popleft()
+            if type(items) is _Turns:
+                self.taken = items.low
+                if not items:
+                    self._items = deque()   # taken == appended: one FIFO again
+            else:
+                self.taken += 1
             if self._marks:
                 self._release()
             if self._space_waiters:
@@ -423,12 +554,18 @@ class Pipe(Generic[T]):
         n = len(items)
         if n == 0:
             return []
-        if n <= limit:
+        if isinstance(items, _Turns):
+            out = [items.popleft() for _ in range(min(n, limit))]
+            self.taken = items.low
+            if not items:
+                self._items = deque()
+        elif n <= limit:
             out = list(items)
             items.clear()
+            self.taken += n
         else:
             out = [items.popleft() for _ in range(limit)]
-        self.taken += len(out)
+            self.taken += limit
         if self._marks:
             self._release()
         if self.taken >= self.watch_at and self.on_watch is not None:
@@ -446,7 +583,7 @@ class Pipe(Generic[T]):
             return
         self._closed = True
         self._error = error
-        self._items.clear()
+        self._items = deque()
         self._reserved = self._rbytes = self._qbytes = self._woken = 0
         self._marks.clear()
         _fail_all(self._recv_waiters, ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed"))
