@@ -431,8 +431,13 @@ class Pipe(Generic[T]):
     def _append(self, item: T) -> None:
         items = self._items
         was_empty = not items
-        if not was_empty and type(items) is deque and _source(item) != _source(items[0]):
-            items = self._items = _Turns(items, self.taken)   # a second sender: turns
+        if not was_empty and type(items) is deque:
+            # _source, inline: a one-sender pipe under load does this per item
+            head: Any = items[0]
+            new: Any = item
+            if (new[4] if type(new) is Message else _source(new)) != \
+                    (head[4] if type(head) is Message else _source(head)):
+                items = self._items = _Turns(items, self.taken)   # a second sender: turns
         items.append(item)
         self.appended += 1
         if self._recv_waiters:
