@@ -56,12 +56,13 @@ def run(tree: Path, name: str, seconds: float) -> dict[str, object]:
     fair = rows[0]["taken"] / len(counts)
     lo, hi = min(counts.values()) / fair, max(counts.values()) / fair
     # the same per 5 s window: the worst share of any sender in any window
-    shares = [c / (sum(b.values()) / len(b)) for b in rows[0]["buckets"] if sum(b.values()) >= len(b) * 10
+    buckets = rows[0].get("buckets", [])      # (an older checkout's fair.py reports none)
+    shares = [c / (sum(b.values()) / len(b)) for b in buckets if sum(b.values()) >= len(b) * 10
               for c in b.values()]
     blo, bhi = (min(shares), max(shares)) if shares else (lo, hi)
     return {"case": name, "counts": "/".join(str(counts[k]) for k in sorted(counts)),
             "min/fair": round(lo, 2), "max/fair": round(hi, 2),
-            "windows": f"{round(blo, 2)}-{round(bhi, 2)} over {len(rows[0]['buckets'])}",
+            "windows": f"{round(blo, 2)}-{round(bhi, 2)} over {len(buckets)}",
             "within 2x": min(lo, blo) >= 0.5 and max(hi, bhi) <= 2}
 
 
