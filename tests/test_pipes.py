@@ -520,21 +520,35 @@ def test_stream_opens_take_their_senders_turn() -> None:
     assert taken[1].data == b"2.0" and taken[3].data == b"2.1" and taken[4] is opened  # type: ignore[attr-defined]
 
 
-def test_taken_never_passes_an_item_still_queued() -> None:
-    """Credit and the byte bound are freed as ``taken`` passes items' arrival
-    numbers: under turns it counts up to the oldest item not taken yet, so
-    nothing is freed for an item the reader has not taken."""
+def test_credit_is_never_counted_for_an_item_still_queued() -> None:
+    """Other hosts' credit is settled as ``remote_taken`` passes items' arrival
+    numbers: under turns it counts up to the oldest of their items not taken
+    yet, so nothing is credited for an item the reader has not taken."""
     pipe: Pipe[aiopdbp.Message] = Pipe(64)
     pipe.put_many(_msgs(1, 3))                 # arrivals 0..2
     pipe.put_many(_msgs(2, 3))                 # arrivals 3..5
     seen = []
     for _ in range(6):
         pipe.receive_nowait()
-        seen.append(pipe.taken)
+        seen.append(pipe.remote_taken)
     assert seen == [1, 1, 2, 2, 5, 6], seen      # 1.0 2.0 1.1 2.1 1.2 2.2
+    assert pipe.taken == 6                     # (items taken, whatever their order)
     pipe.put_many(_msgs(2, 2, 3))              # empty again: one FIFO, counted one by one
     pipe.receive_nowait()
-    assert pipe.taken == 7
+    assert pipe.remote_taken == pipe.taken == 7
+
+
+def test_a_long_local_lane_does_not_hold_back_other_hosts_credit() -> None:
+    """Local items and other hosts' are counted apart: once the reader has
+    taken every item that came from other hosts, their credit is due, even
+    while older local items still wait for their turns."""
+    pipe: Pipe[aiopdbp.Message] = Pipe(64, max_bytes=1000)
+    for i in range(4):                         # arrivals 0..3, local
+        assert pipe.offer(1, 10, ("s1", Kind.SHORT, 0, f"1.{i}".encode(), 1))
+    pipe.put_many(_msgs(9, 2))                 # arrivals 4, 5 from another host
+    assert [_label(pipe.receive_nowait()) for _ in range(4)] == ["1.0", "9.0", "1.1", "9.1"]
+    assert pipe.remote_taken == 6              # all of the other host's: settled
+    assert pipe.held_bytes == 20               # 1.2 and 1.3 still hold theirs
 
 
 async def test_drain_takes_turns_too() -> None:
@@ -546,17 +560,16 @@ async def test_drain_takes_turns_too() -> None:
     assert pipe.taken == pipe.appended == 4
 
 
-async def test_local_bytes_taken_ahead_of_an_older_item_are_freed_with_it() -> None:
-    """The byte bound under turns: a local message the reader took before an
-    older remote one frees its bytes once that one is taken (never before:
-    the pipe never holds more than the bound)."""
+async def test_local_bytes_are_freed_when_taken_ahead_of_older_items_of_other_hosts() -> None:
+    """The byte bound under turns: a local message the reader took before
+    older items from another host gives its bytes back at once (they are
+    counted apart), and the bound still holds for those it has not taken."""
     pipe: Pipe[aiopdbp.Message] = Pipe(64, max_bytes=100)
-    pipe.put_many(_msgs(9, 2))                 # another host's, not counted here
+    pipe.put_many(_msgs(9, 3))                 # another host's, not counted here
     assert pipe.offer(1, 60, ("s1", Kind.SHORT, 0, b"1.0", 1))
     assert pipe.offer(1, 40, ("s1", Kind.SHORT, 0, b"1.1", 1))
-    assert [_label(pipe.receive_nowait()) for _ in range(2)] == ["9.0", "1.0"]
-    assert pipe.held_bytes == 100              # 9.1 is older than 1.0 and still queued
     assert not pipe.offer(1, 10, ("s1", Kind.SHORT, 0, b"1.2", 1))
-    assert _label(pipe.receive_nowait()) == "9.1"
-    assert pipe.held_bytes == 40
-    assert pipe.offer(1, 10, ("s1", Kind.SHORT, 0, b"1.2", 1))
+    assert [_label(pipe.receive_nowait()) for _ in range(2)] == ["9.0", "1.0"]
+    assert pipe.held_bytes == 40               # 9.1 and 9.2 are older and still queued
+    assert pipe.offer(1, 60, ("s1", Kind.SHORT, 0, b"1.2", 1))
+    assert not pipe.offer(1, 10, ("s1", Kind.SHORT, 0, b"1.3", 1))

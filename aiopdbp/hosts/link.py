@@ -115,9 +115,10 @@ several senders: it takes one item of each sender in turn, each sender's
 in its order (:mod:`aiopdbp.routing.pipes`, "Turns"); k senders with items
 queued get 1/k each, wherever they are and from the first message.  Credit
 (and the local byte bound) come back as the items are taken, counted up to
-the oldest item not taken yet (``Pipe.taken``), so the turns never free an
-item still queued: the bounds above are unchanged, and so is "every wait
-is released by the destination GP reading".  A sender has items queued
+the oldest item not taken yet (local items and other hosts' apart:
+``Pipe.remote_taken``), so the turns never free an item still queued: the
+bounds above are unchanged, and so is "every wait is released by the
+destination GP reading".  A sender has items queued
 when its host's window admits them: for messages of about a window
 (1 MiB in the default 1 MiB window) a host has one in the pipe at a time,
 so the turns are per host and the credit queue's per sender -- 1/k each

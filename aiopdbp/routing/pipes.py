@@ -59,14 +59,19 @@ keeps fair; it is split by sender when turns begin or while they last.
 
 *Counting under turns.*  The bounds count items by arrival number: the
 local bytes here (``_marks``) and the credit other hosts are owed (the
-router's marks on ``appended``) are freed when ``taken`` passes the items'
-numbers.  Under turns ``taken`` is the number of the oldest item not taken
-yet, never past an item still queued: the bytes a pipe holds stay within
-what was admitted for it, as before, and an item taken ahead of an older
-one in another lane is freed when that one's turn has come.  The reader's
-turns reach every lane while it reads, so every wait is still released by
-the destination GP reading (:mod:`aiopdbp.hosts.link`, "Why nothing waits
-forever").
+router's marks on ``appended``, settled by ``remote_taken``) are freed once
+every item of their class (local, or from other hosts) numbered below them
+has been taken -- in one FIFO, once ``taken`` items have been.  Under turns
+each class counts up to its oldest item not taken yet, never past an item
+still queued: the bytes a pipe holds stay within what was admitted for
+it, as before.  The classes are counted apart so that a long lane of one
+(a local sender's whole window) does not hold back the other's credit while
+the reader takes its items; other hosts' items are counted together (a
+batch does not say which host it came from), so an item taken ahead of an
+older one of another host is credited when that one's turn has come.  The
+reader's turns reach every lane while it reads, so every wait is still
+released by the destination GP reading (:mod:`aiopdbp.hosts.link`, "Why
+nothing waits forever").
 
 *Wake-ups without loss.*  Waiters park on futures in FIFO order.  A producer
 only *wakes* a consumer; the consumer then takes the item from the deque
@@ -123,39 +128,53 @@ class _Turns(Generic[T]):
     """The queue of a pipe holding items of several senders: a FIFO lane per
     sender, taken one item per turn in round-robin order (see "Turns").
 
-    It stands in for the pipe's deque (``append``, ``extend``, ``popleft``,
-    ``len``) and numbers the items in arrival order: ``low`` is the number of
-    the oldest item not taken yet, so every item numbered below it is taken.
+    It stands in for the pipe's deque: ``append`` queues an item of a local
+    sender, ``extend`` a batch from another host, ``popleft`` takes the item
+    whose turn it is.  It numbers the items in arrival order and keeps, for
+    the local items and for the other hosts' apart, the number of the oldest
+    one not taken yet (``low_local``, ``low``): every item of that class
+    numbered below it has been taken.
     """
 
-    __slots__ = ("_lanes", "_ring", "_n", "_next", "low", "_done")
+    __slots__ = ("_lanes", "_ring", "_n", "_next", "_order", "_gone", "low", "low_local")
 
-    def __init__(self, fifo: deque[T], first: int) -> None:
-        # ``fifo``: the pipe's queue so far, in arrival order, numbered from ``first``
-        self._lanes: dict[Any, deque[tuple[int, T]]] = {}
+    def __init__(self, fifo: deque[T], first: int, remote: bool) -> None:
+        # ``fifo``: the pipe's queue so far, in arrival order, numbered from
+        # ``first``, all local or all from other hosts (``remote``)
+        self._lanes: dict[Any, deque[tuple[int, T, int]]] = {}
         self._ring: deque[Any] = deque()      # the senders with items, in turn order
         self._n = 0
-        self._next = self.low = first         # the next arrival's number; the oldest not taken
-        self._done: list[int] = []            # numbers taken above ``low`` (a heap)
+        self._next = self.low = self.low_local = first   # the next arrival's number
+        # per class (0: local, 1: other hosts'), the numbers of its items not
+        # known to be taken, in arrival order; numbers taken out of that order
+        self._order: tuple[deque[int], deque[int]] = (deque(), deque())
+        self._gone: set[int] = set()
         for item in fifo:
-            self.append(item)
+            self._add(item, 1 if remote else 0)
 
     def __len__(self) -> int:
         return self._n
 
-    def append(self, item: T) -> None:
+    def _add(self, item: T, cls: int) -> None:
         key = _source(item)
         lane = self._lanes.get(key)
         if lane is None:   # a sender with nothing queued waits for the last turn of the round
             lane = self._lanes[key] = deque()
             self._ring.append(key)
-        lane.append((self._next, item))
-        self._next += 1
+        number = self._next
+        lane.append((number, item, cls))
+        self._order[cls].append(number)
+        self._next = number + 1
         self._n += 1
 
+    def append(self, item: T) -> None:
+        """Queue an item of a local sender."""
+        self._add(item, 0)
+
     def extend(self, items: list[T]) -> None:
+        """Queue a batch that came from another host."""
         for item in items:
-            self.append(item)
+            self._add(item, 1)
 
     def popleft(self) -> T:
         """The item whose turn it is: the oldest of the sender at the ring's
@@ -163,30 +182,27 @@ class _Turns(Generic[T]):
         ring = self._ring
         key = ring[0]
         lane = self._lanes[key]
-        number, item = lane.popleft()
+        number, item, cls = lane.popleft()
         if lane:
             ring.rotate(-1)
         else:
             ring.popleft()
             del self._lanes[key]
         self._n -= 1
-        if number == self.low:
-            low = number + 1
-            done = self._done
-            while done and done[0] == low:
-                heapq.heappop(done)
-                low += 1
+        order = self._order[cls]
+        if order[0] == number:
+            order.popleft()
+            gone = self._gone
+            while order and order[0] in gone:
+                gone.remove(order.popleft())
+        else:
+            self._gone.add(number)
+        low = order[0] if order else self._next
+        if cls:
             self.low = low
         else:
-            heapq.heappush(self._done, number)
+            self.low_local = low
         return item
-
-    def clear(self) -> None:
-        self._lanes.clear()
-        self._ring.clear()
-        self._done.clear()
-        self._n = 0
-        self.low = self._next
 
 
 def _wake_first(waiters: deque[asyncio.Future[None]]) -> None:
@@ -219,7 +235,7 @@ class Pipe(Generic[T]):
         "pipe_id", "capacity", "_items", "_reserved", "_recv_waiters",
         "_space_waiters", "_closed", "_eof", "on_ready", "label", "_error",
         "appended", "taken", "watch_at", "on_watch", "max_bytes", "_rbytes", "_qbytes", "_marks",
-        "_woken",
+        "_woken", "_from_host",
     )
 
     remote = False  # the target protocol (aiopdbp.routing.router): a local pipe
@@ -232,8 +248,11 @@ class Pipe(Generic[T]):
         self.label = label
         # one FIFO in arrival order; turns (a FIFO per sender) from when
         # another sender's items arrive while it holds some until it is empty
-        # (see "Turns")
+        # (see "Turns").  The one FIFO holds one host's items (any other
+        # sender's start turns): whether another host's (put_many), for the
+        # count of each class when turns start.
         self._items: deque[T] | _Turns[T] = deque()
+        self._from_host = False
         self._reserved = 0
         self._recv_waiters: deque[asyncio.Future[None]] = deque()
         self._space_waiters: ParkingLot[asyncio.Future[None]] = ParkingLot()
@@ -253,11 +272,8 @@ class Pipe(Generic[T]):
         # uses it to learn which public pipes have work without polling).
         self.on_ready: Callable[[Pipe[T]], None] | None = None
         # Items ever appended / taken, and a watch: ``on_watch(self)`` runs
-        # when ``taken`` reaches ``watch_at`` (flow control returns credit
-        # for remote items once the reader has taken them).  ``taken`` is
-        # the arrival number of the oldest item not taken: with turns the
-        # reader takes items out of arrival order, and what it took past an
-        # older item counts once that one is taken (see "Turns").
+        # when ``remote_taken`` reaches ``watch_at`` (flow control returns
+        # credit for remote items once the reader has taken them).
         self.appended = 0
         self.taken = 0
         self.watch_at = 1 << 62
@@ -381,11 +397,32 @@ class Pipe(Generic[T]):
         self._marks.append((self.appended, nbytes))
         self._qbytes += nbytes
 
-    def _release(self) -> None:
-        """The reader took items: the bytes of the local ones are free again."""
-        marks, taken = self._marks, self.taken
+    def _release(self, taken: int) -> None:
+        """The reader took every local item numbered below ``taken``: their
+        bytes are free again."""
+        marks = self._marks
         while marks and marks[0][0] < taken:
             self._qbytes -= marks.popleft()[1]
+
+    def _took_turns(self, turns: _Turns[T]) -> None:
+        """The reader took items in turns: free the bytes and credit that the
+        oldest items of each class not taken yet allow (see "Counting under
+        turns"), hand the room to the parked senders, settle credit."""
+        if not turns:
+            self._items = deque()   # every item taken (taken == appended): one FIFO again
+        if self._marks:
+            self._release(turns.low_local)
+        if self._space_waiters:
+            self._serve_space()
+        if turns.low >= self.watch_at and self.on_watch is not None:
+            self.on_watch(self)
+
+    @property
+    def remote_taken(self) -> int:
+        """Every item from another host numbered (``appended``) below this has
+        been taken: the credit owed for them is due (the router's marks)."""
+        items = self._items
+        return items.low if type(items) is _Turns else self.taken
 
     def put_reserved(self, item: T) -> None:
         """Put an item into a slot reserved earlier (never waits).
@@ -431,13 +468,16 @@ class Pipe(Generic[T]):
     def _append(self, item: T) -> None:
         items = self._items
         was_empty = not items
-        if not was_empty and type(items) is deque:
+        if was_empty:
+            self._from_host = False   # the one FIFO holds local items
+        elif type(items) is deque:
             # _source, inline: a one-sender pipe under load does this per item
             head: Any = items[0]
             new: Any = item
             if (new[4] if type(new) is Message else _source(new)) != \
                     (head[4] if type(head) is Message else _source(head)):
-                items = self._items = _Turns(items, self.taken)   # a second sender: turns
+                # a second sender: turns
+                items = self._items = _Turns(items, self.taken, self._from_host)
         items.append(item)
         self.appended += 1
         if self._recv_waiters:
@@ -464,8 +504,11 @@ class Pipe(Generic[T]):
             return
         queue = self._items
         was_empty = not queue
-        if not was_empty and type(queue) is deque and _other_source(queue, items):
-            queue = self._items = _Turns(queue, self.taken)   # a second sender: turns
+        if was_empty:
+            self._from_host = True    # the one FIFO holds this host's items
+        elif type(queue) is deque and _other_source(queue, items):
+            # a second sender: turns
+            queue = self._items = _Turns(queue, self.taken, self._from_host)
         queue.extend(items)
         self.appended += len(items)
         if self._recv_waiters:
@@ -500,14 +543,12 @@ class Pipe(Generic[T]):
         items = self._items
         if items:
             item = items.popleft()
+            self.taken += 1
             if type(items) is _Turns:
-                self.taken = items.low
-                if not items:
-                    self._items = deque()   # taken == appended: one FIFO again
-            else:
-                self.taken += 1
+                self._took_turns(items)
+                return item
             if self._marks:
-                self._release()
+                self._release(self.taken)
             if self._space_waiters:
                 self._serve_space()
             if self.taken >= self.watch_at and self.on_watch is not None:
@@ -561,10 +602,10 @@ class Pipe(Generic[T]):
             return []
         if isinstance(items, _Turns):
             out = [items.popleft() for _ in range(min(n, limit))]
-            self.taken = items.low
-            if not items:
-                self._items = deque()
-        elif n <= limit:
+            self.taken += len(out)
+            self._took_turns(items)
+            return out
+        if n <= limit:
             out = list(items)
             items.clear()
             self.taken += n
@@ -572,7 +613,7 @@ class Pipe(Generic[T]):
             out = [items.popleft() for _ in range(limit)]
             self.taken += limit
         if self._marks:
-            self._release()
+            self._release(self.taken)
         if self.taken >= self.watch_at and self.on_watch is not None:
             self.on_watch(self)
         if self._space_waiters:

@@ -588,7 +588,7 @@ class Router:
     def settle(self, pipe: Pipe[Any]) -> None:
         """The reader took items: what it took from other hosts is credit owed."""
         marks = self._marks.get(pipe)
-        taken = pipe.taken
+        taken = pipe.remote_taken   # (taken in turns: see aiopdbp.routing.pipes, "Turns")
         while marks and marks[0][0] <= taken:
             _, host, pid, cost = marks.popleft()
             self._taken(host, pid, cost)
