@@ -28,7 +28,8 @@ from aiopdbp.launch.launcher import find_mpiexec
 
 REPO = Path(__file__).resolve().parent.parent
 
-#: name -> (ranks, senders per other rank, senders on the reader's rank, size, period s)
+#: name -> (ranks, senders per other rank, senders on the reader's rank, size, period s);
+#: a name ending in ``@K1+K2`` puts K1 senders on rank 1, K2 on rank 2, ...
 CASES: dict[str, tuple[int, int, int, int, float]] = {
     "one-rank-1k": (2, 6, 0, 1024, 0.01),
     "spread-1k": (3, 3, 0, 1024, 0.01),
@@ -38,6 +39,7 @@ CASES: dict[str, tuple[int, int, int, int, float]] = {
     "spread-1m": (3, 3, 0, 1 << 20, 0.02),
     "mixed-1m": (2, 3, 3, 1 << 20, 0.02),
     "uneven-1m": (2, 5, 1, 1 << 20, 0.02),
+    "uneven-spread-1k@1+5": (3, 0, 0, 1024, 0.01),
 }
 
 
@@ -46,7 +48,8 @@ def run(tree: Path, name: str, seconds: float) -> dict[str, object]:
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONUNBUFFERED="1")
     cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, str(tree / "tests/mpi_scripts/fair.py"),
            "--senders", str(senders), "--local", str(local), "--size", str(size),
-           "--window", "0", "--warmup", "0", "--period", str(period), "--seconds", str(seconds)]
+           "--window", "0", "--warmup", "0", "--period", str(period), "--seconds", str(seconds),
+           *(["--per-rank", name.split("@")[1].replace("+", ",")] if "@" in name else [])]
     t0 = time.monotonic()
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=seconds + 120).stdout
     rows = [json.loads(line.split("FAIR ", 1)[1]) for line in out.splitlines() if "FAIR " in line]

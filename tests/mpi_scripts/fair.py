@@ -3,6 +3,7 @@
     mpiexec -n N python tests/mpi_scripts/fair.py --senders K --size BYTES [--local L]
                                                   [--period S] [--seconds S] [--window BYTES]
                                                   [--warmup S] [--pipe-capacity N] [--bucket S]
+                                                  [--per-rank K1,K2,...]
 
 Ranks 1..N-1 each run K sender GPs (``s<rank>.<i>``), and rank 0, the
 reader's own, L of them (``s0.<i>``, local senders: the reader's pipe
@@ -89,9 +90,11 @@ async def main() -> int:
     ap.add_argument("--window", type=int, default=64 << 10)
     ap.add_argument("--pipe-capacity", type=int, default=1024)
     ap.add_argument("--bucket", type=float, default=5.0)
+    ap.add_argument("--per-rank", default="", help="senders on ranks 1, 2, ... (overrides --senders)")
     args = ap.parse_args()
+    per_rank = [int(k) for k in args.per_rank.split(",")] if args.per_rank else [args.senders] * (SIZE - 1)
     names = ([f"s0.{i}" for i in range(args.local)]
-             + [f"s{r}.{i}" for r in range(1, SIZE) for i in range(args.senders)])
+             + [f"s{r}.{i}" for r in range(1, SIZE) for i in range(per_rank[r - 1])])
     remote = RemoteConfig(gp_window=args.window) if args.window else RemoteConfig()
     async with aiopdbp.open_node(remote=remote, close_timeout=10.0,
                                  pipe_capacity=args.pipe_capacity) as node:
