@@ -235,7 +235,7 @@ class Pipe(Generic[T]):
         "pipe_id", "capacity", "_items", "_reserved", "_recv_waiters",
         "_space_waiters", "_closed", "_eof", "on_ready", "label", "_error",
         "appended", "taken", "watch_at", "on_watch", "max_bytes", "_rbytes", "_qbytes", "_marks",
-        "_woken", "_from_host",
+        "_woken", "_from_host", "_turns",
     )
 
     remote = False  # the target protocol (aiopdbp.routing.router): a local pipe
@@ -251,7 +251,9 @@ class Pipe(Generic[T]):
         # (see "Turns").  The one FIFO holds one host's items (any other
         # sender's start turns): whether another host's (put_many), for the
         # count of each class when turns start.
-        self._items: deque[T] | _Turns[T] = deque()
+        # (in turns ``_items`` is the _Turns too: it stands in for the deque)
+        self._items: deque[T] = deque()
+        self._turns: _Turns[T] | None = None
         self._from_host = False
         self._reserved = 0
         self._recv_waiters: deque[asyncio.Future[None]] = deque()
@@ -410,6 +412,7 @@ class Pipe(Generic[T]):
         turns"), hand the room to the parked senders, settle credit."""
         if not turns:
             self._items = deque()   # every item taken (taken == appended): one FIFO again
+            self._turns = None
         if self._marks:
             self._release(turns.low_local)
         if self._space_waiters:
@@ -421,8 +424,8 @@ class Pipe(Generic[T]):
     def remote_taken(self) -> int:
         """Every item from another host numbered (``appended``) below this has
         been taken: the credit owed for them is due (the router's marks)."""
-        items = self._items
-        return items.low if type(items) is _Turns else self.taken
+        turns = self._turns
+        return self.taken if turns is None else turns.low
 
     def put_reserved(self, item: T) -> None:
         """Put an item into a slot reserved earlier (never waits).
@@ -470,14 +473,15 @@ class Pipe(Generic[T]):
         was_empty = not items
         if was_empty:
             self._from_host = False   # the one FIFO holds local items
-        elif type(items) is deque:
+        elif self._turns is None:
             # _source, inline: a one-sender pipe under load does this per item
             head: Any = items[0]
             new: Any = item
             if (new[4] if type(new) is Message else _source(new)) != \
                     (head[4] if type(head) is Message else _source(head)):
                 # a second sender: turns
-                items = self._items = _Turns(items, self.taken, self._from_host)
+                items = self._items = self._turns = _Turns(  # type: ignore[assignment]
+                    items, self.taken, self._from_host)
         items.append(item)
         self.appended += 1
         if self._recv_waiters:
@@ -506,9 +510,10 @@ class Pipe(Generic[T]):
         was_empty = not queue
         if was_empty:
             self._from_host = True    # the one FIFO holds this host's items
-        elif type(queue) is deque and _other_source(queue, items):
+        elif self._turns is None and _other_source(queue, items):
             # a second sender: turns
-            queue = self._items = _Turns(queue, self.taken, self._from_host)
+            queue = self._items = self._turns = _Turns(  # type: ignore[assignment]
+                queue, self.taken, self._from_host)
         queue.extend(items)
         self.appended += len(items)
         if self._recv_waiters:
@@ -544,8 +549,8 @@ class Pipe(Generic[T]):
         if items:
             item = items.popleft()
             self.taken += 1
-            if type(items) is _Turns:
-                self._took_turns(items)
+            if self._turns is not None:
+                self._took_turns(self._turns)
                 return item
             if self._marks:
                 self._release(self.taken)
@@ -600,10 +605,11 @@ class Pipe(Generic[T]):
         n = len(items)
         if n == 0:
             return []
-        if isinstance(items, _Turns):
-            out = [items.popleft() for _ in range(min(n, limit))]
+        turns = self._turns
+        if turns is not None:
+            out = [turns.popleft() for _ in range(min(n, limit))]
             self.taken += len(out)
-            self._took_turns(items)
+            self._took_turns(turns)
             return out
         if n <= limit:
             out = list(items)
@@ -630,6 +636,7 @@ class Pipe(Generic[T]):
         self._closed = True
         self._error = error
         self._items = deque()
+        self._turns = None
         self._reserved = self._rbytes = self._qbytes = self._woken = 0
         self._marks.clear()
         _fail_all(self._recv_waiters, ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed"))
