@@ -235,7 +235,7 @@ class Pipe(Generic[T]):
         "pipe_id", "capacity", "_items", "_reserved", "_recv_waiters",
         "_space_waiters", "_closed", "_eof", "on_ready", "label", "_error",
         "appended", "taken", "watch_at", "on_watch", "max_bytes", "_rbytes", "_qbytes", "_marks",
-        "_woken", "_from_host", "_turns",
+        "_woken", "_turns",
     )
 
     remote = False  # the target protocol (aiopdbp.routing.router): a local pipe
@@ -249,12 +249,12 @@ class Pipe(Generic[T]):
         # one FIFO in arrival order; turns (a FIFO per sender) from when
         # another sender's items arrive while it holds some until it is empty
         # (see "Turns").  The one FIFO holds one host's items (any other
-        # sender's start turns): whether another host's (put_many), for the
-        # count of each class when turns start.
+        # sender's start turns): local ones hold marks while queued (with a
+        # byte bound; without one they count with other hosts', which only
+        # ever credits later).
         # (in turns ``_items`` is the _Turns too: it stands in for the deque)
         self._items: deque[T] = deque()
         self._turns: _Turns[T] | None = None
-        self._from_host = False
         self._reserved = 0
         self._recv_waiters: deque[asyncio.Future[None]] = deque()
         self._space_waiters: ParkingLot[asyncio.Future[None]] = ParkingLot()
@@ -471,17 +471,16 @@ class Pipe(Generic[T]):
     def _append(self, item: T) -> None:
         items = self._items
         was_empty = not items
-        if was_empty:
-            self._from_host = False   # the one FIFO holds local items
-        elif self._turns is None:
+        if not was_empty and self._turns is None:
             # _source, inline: a one-sender pipe under load does this per item
             head: Any = items[0]
             new: Any = item
             if (new[4] if type(new) is Message else _source(new)) != \
                     (head[4] if type(head) is Message else _source(head)):
                 # a second sender: turns
+                marks = self._marks   # (the new item's mark, if any, is numbered ``appended``)
                 items = self._items = self._turns = _Turns(  # type: ignore[assignment]
-                    items, self.taken, self._from_host)
+                    items, self.taken, not (marks and marks[0][0] < self.appended))
         items.append(item)
         self.appended += 1
         if self._recv_waiters:
@@ -508,12 +507,10 @@ class Pipe(Generic[T]):
             return
         queue = self._items
         was_empty = not queue
-        if was_empty:
-            self._from_host = True    # the one FIFO holds this host's items
-        elif self._turns is None and _other_source(queue, items):
+        if not was_empty and self._turns is None and _other_source(queue, items):
             # a second sender: turns
             queue = self._items = self._turns = _Turns(  # type: ignore[assignment]
-                queue, self.taken, self._from_host)
+                queue, self.taken, not self._marks)
         queue.extend(items)
         self.appended += len(items)
         if self._recv_waiters:
