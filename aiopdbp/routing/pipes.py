@@ -1,7 +1,8 @@
 """Pipes and the dynamic pipe pool (DPP, SPEC section 4).
 
-A :class:`Pipe` is a one-way, bounded FIFO channel in the style of trio's
-memory channels: ``send`` waits for room, ``send_nowait`` raises
+A :class:`Pipe` is a one-way, bounded channel in the style of trio's memory
+channels, FIFO for each sender (several senders' items are taken in turns,
+below): ``send`` waits for room, ``send_nowait`` raises
 :class:`~aiopdbp.errors.WouldBlock`; ``receive`` waits for an item.
 
 Theory of operation
@@ -68,10 +69,12 @@ it, as before.  The classes are counted apart so that a long lane of one
 (a local sender's whole window) does not hold back the other's credit while
 the reader takes its items; other hosts' items are counted together (a
 batch does not say which host it came from), so an item taken ahead of an
-older one of another host is credited when that one's turn has come.  The
-reader's turns reach every lane while it reads, so every wait is still
-released by the destination GP reading (:mod:`aiopdbp.hosts.link`, "Why
-nothing waits forever").
+older one of another host is credited when that one's turn has come: with
+senders spread unevenly over other hosts (one alone on a host, five on
+another), the lone sender's long lane holds back the others' credit, and
+their lanes can run dry while it waits.  The reader's turns reach every
+lane while it reads, so every wait is still released by the destination GP
+reading (:mod:`aiopdbp.hosts.link`, "Why nothing waits forever").
 
 *Wake-ups without loss.*  Waiters park on futures in FIFO order.  A producer
 only *wakes* a consumer; the consumer then takes the item from the deque
@@ -88,7 +91,6 @@ senders and reservers get :class:`BrokenResourceError` (their peer is gone).
 from __future__ import annotations
 
 import asyncio
-import heapq
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
