@@ -123,8 +123,13 @@ when its host's window admits them: for messages of about a window
 (1 MiB in the default 1 MiB window) a host has one in the pipe at a time,
 so the turns are per host and the credit queue's per sender -- 1/k each
 when senders are spread evenly over hosts, 1/(H k_h) for a sender on a
-host with k_h of them, of H hosts, when not (``tests/test_load.py`` checks
-the even spreads and, with small messages, an uneven one).
+host with k_h of them, of H hosts, when not.  With small messages an
+uneven spread between the reader's host and another is shared 1/k too;
+one over other hosts only (one sender alone on a host, five on another)
+is shared 1/k in the first window but can drift after it, the other
+hosts' credit being counted together (:mod:`aiopdbp.routing.pipes`,
+"Counting under turns").  ``tests/test_load.py`` checks the first window
+of the even spreads and of one reader-host-and-another uneven spread.
 
 *Owed credit below a quarter window.*  The receiving host returns credit in
 steps of at least ``window / 4`` (the router's owed-credit book: one
