@@ -100,6 +100,8 @@ def test_load_patterns_finish_with_every_payload_checked(job: str) -> None:
     for row in rows:                       # the script asserts it too; the report shows it
         waits = row["credit_waits"]
         assert isinstance(waits, dict), row
+        if not row["loads"]:                # an issue's reproducer at its own window (windows=1)
+            continue
         if str(row["label"]).startswith("multicast"):   # one send waits for the slowest
             assert not waits or any(v > 0 for v in waits.values()), row
         else:
