@@ -227,7 +227,8 @@ def _fail_all(waiters: deque[asyncio.Future[None]] | list[asyncio.Future[None]],
 
 
 class Pipe(Generic[T]):
-    """A bounded one-way FIFO channel (a UNIX-pipe-like mailbox).
+    """A bounded one-way channel (a UNIX-pipe-like mailbox), FIFO for each
+    sender; the items of several senders are taken in turns.
 
     ``pipe_id`` identifies the pipe in the binding tables; ``capacity`` is the
     number of items (CDUs) it holds, counting reservations.
