@@ -521,21 +521,23 @@ def test_stream_opens_take_their_senders_turn() -> None:
 
 
 def test_credit_is_never_counted_for_an_item_still_queued() -> None:
-    """Other hosts' credit is settled as ``remote_taken`` passes items' arrival
-    numbers: under turns it counts up to the oldest of their items not taken
-    yet, so nothing is credited for an item the reader has not taken."""
+    """Other hosts' credit is settled (``on_watch(pipe, upto)``) for the
+    items numbered below ``upto``: under turns it counts up to the oldest of
+    their items not taken yet, so nothing is credited for an item the reader
+    has not taken."""
     pipe: Pipe[aiopdbp.Message] = Pipe(64)
+    seen: list[int] = []
+    pipe.on_watch = lambda _, upto: seen.append(upto)
+    pipe.watch_at = 0                          # report every take
     pipe.put_many(_msgs(1, 3))                 # arrivals 0..2
     pipe.put_many(_msgs(2, 3))                 # arrivals 3..5
-    seen = []
     for _ in range(6):
         pipe.receive_nowait()
-        seen.append(pipe.remote_taken)
     assert seen == [1, 1, 2, 2, 5, 6], seen      # 1.0 2.0 1.1 2.1 1.2 2.2
     assert pipe.taken == 6                     # (items taken, whatever their order)
     pipe.put_many(_msgs(2, 2, 3))              # empty again: one FIFO, counted one by one
     pipe.receive_nowait()
-    assert pipe.remote_taken == pipe.taken == 7
+    assert seen[-1] == pipe.taken == 7
 
 
 def test_a_long_local_lane_does_not_hold_back_other_hosts_credit() -> None:
@@ -543,11 +545,14 @@ def test_a_long_local_lane_does_not_hold_back_other_hosts_credit() -> None:
     taken every item that came from other hosts, their credit is due, even
     while older local items still wait for their turns."""
     pipe: Pipe[aiopdbp.Message] = Pipe(64, max_bytes=1000)
+    seen: list[int] = []
+    pipe.on_watch = lambda _, upto: seen.append(upto)
+    pipe.watch_at = 6                          # the other host's batch below: arrivals 4, 5
     for i in range(4):                         # arrivals 0..3, local
         assert pipe.offer(1, 10, ("s1", Kind.SHORT, 0, f"1.{i}".encode(), 1))
-    pipe.put_many(_msgs(9, 2))                 # arrivals 4, 5 from another host
+    pipe.put_many(_msgs(9, 2))
     assert [_label(pipe.receive_nowait()) for _ in range(4)] == ["1.0", "9.0", "1.1", "9.1"]
-    assert pipe.remote_taken == 6              # all of the other host's: settled
+    assert seen == [6]                         # all of the other host's: settled
     assert pipe.held_bytes == 20               # 1.2 and 1.3 still hold theirs
 
 

@@ -116,7 +116,7 @@ in its order (:mod:`aiopdbp.routing.pipes`, "Turns"); k senders with items
 queued get 1/k each, wherever they are and from the first message.  Credit
 (and the local byte bound) come back as the items are taken, counted up to
 the oldest item not taken yet (local items and other hosts' apart:
-``Pipe.remote_taken``), so the turns never free an item still queued: the
+``Pipe.on_watch``), so the turns never free an item still queued: the
 bounds above are unchanged, and so is "every wait is released by the
 destination GP reading".  A sender has items queued
 when its host's window admits them: for messages of about a window

@@ -60,7 +60,7 @@ keeps fair; it is split by sender when turns begin or while they last.
 
 *Counting under turns.*  The bounds count items by arrival number: the
 local bytes here (``_marks``) and the credit other hosts are owed (the
-router's marks on ``appended``, settled by ``remote_taken``) are freed once
+router's marks on ``appended``, settled through ``on_watch``) are freed once
 every item of their class (local, or from other hosts) numbered below them
 has been taken -- in one FIFO, once ``taken`` items have been.  Under turns
 each class counts up to its oldest item not taken yet, never past an item
@@ -276,13 +276,15 @@ class Pipe(Generic[T]):
         # Called when the pipe goes from empty to non-empty (the PipeManager
         # uses it to learn which public pipes have work without polling).
         self.on_ready: Callable[[Pipe[T]], None] | None = None
-        # Items ever appended / taken, and a watch: ``on_watch(self)`` runs
-        # when ``remote_taken`` reaches ``watch_at`` (flow control returns
-        # credit for remote items once the reader has taken them).
+        # Items ever appended / taken, and a watch: ``on_watch(self, upto)``
+        # runs when every item from other hosts numbered (``appended``) below
+        # ``upto`` has been taken and ``upto`` reaches ``watch_at`` (flow
+        # control returns credit for remote items once the reader has taken
+        # them; in one FIFO ``upto`` is ``taken``, see "Counting under turns").
         self.appended = 0
         self.taken = 0
         self.watch_at = 1 << 62
-        self.on_watch: Callable[[Pipe[T]], None] | None = None
+        self.on_watch: Callable[[Pipe[T], int], None] | None = None
 
     # -- state -------------------------------------------------------------
     def __len__(self) -> int:
@@ -409,27 +411,6 @@ class Pipe(Generic[T]):
         while marks and marks[0][0] < taken:
             self._qbytes -= marks.popleft()[1]
 
-    def _took_turns(self, turns: _Turns[T]) -> None:
-        """The reader took items in turns: free the bytes and credit that the
-        oldest items of each class not taken yet allow (see "Counting under
-        turns"), hand the room to the parked senders, settle credit."""
-        if not turns:
-            self._items = deque()   # every item taken (taken == appended): one FIFO again
-            self._turns = None
-        if self._marks:
-            self._release(turns.low_local)
-        if self._space_waiters:
-            self._serve_space()
-        if turns.low >= self.watch_at and self.on_watch is not None:
-            self.on_watch(self)
-
-    @property
-    def remote_taken(self) -> int:
-        """Every item from another host numbered (``appended``) below this has
-        been taken: the credit owed for them is due (the router's marks)."""
-        turns = self._turns
-        return self.taken if turns is None else turns.low
-
     def put_reserved(self, item: T) -> None:
         """Put an item into a slot reserved earlier (never waits).
 
@@ -549,15 +530,26 @@ class Pipe(Generic[T]):
         if items:
             item = items.popleft()
             self.taken += 1
-            if self._turns is not None:
-                self._took_turns(self._turns)
+            turns = self._turns
+            if turns is None:
+                if self._marks:
+                    self._release(self.taken)
+                if self._space_waiters:
+                    self._serve_space()
+                if self.taken >= self.watch_at and self.on_watch is not None:
+                    self.on_watch(self, self.taken)
                 return item
+            # in turns each class is counted up to its oldest item not taken
+            # (see "Counting under turns")
+            if not turns:
+                self._items = deque()   # every item taken (taken == appended): one FIFO again
+                self._turns = None
             if self._marks:
-                self._release(self.taken)
+                self._release(turns.low_local)
             if self._space_waiters:
                 self._serve_space()
-            if self.taken >= self.watch_at and self.on_watch is not None:
-                self.on_watch(self)
+            if turns.low >= self.watch_at and self.on_watch is not None:
+                self.on_watch(self, turns.low)
             return item
         if self._closed:
             raise ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed")
@@ -605,12 +597,8 @@ class Pipe(Generic[T]):
         n = len(items)
         if n == 0:
             return []
-        turns = self._turns
-        if turns is not None:
-            out = [turns.popleft() for _ in range(min(n, limit))]
-            self.taken += len(out)
-            self._took_turns(turns)
-            return out
+        if self._turns is not None:
+            return [self.receive_nowait() for _ in range(min(n, limit))]
         if n <= limit:
             out = list(items)
             items.clear()
@@ -621,7 +609,7 @@ class Pipe(Generic[T]):
         if self._marks:
             self._release(self.taken)
         if self.taken >= self.watch_at and self.on_watch is not None:
-            self.on_watch(self)
+            self.on_watch(self, self.taken)
         if self._space_waiters:
             self._serve_space()
         return out
