@@ -586,10 +586,10 @@ class Router:
         if len(marks) == 1:
             pipe.watch_at = pipe.appended
 
-    def settle(self, pipe: Pipe[Any]) -> None:
-        """The reader took items: what it took from other hosts is credit owed."""
+    def settle(self, pipe: Pipe[Any], taken: int) -> None:
+        """The reader took items: what it took from other hosts (every one
+        numbered below ``taken``: :attr:`Pipe.on_watch`) is credit owed."""
         marks = self._marks.get(pipe)
-        taken = pipe.taken
         while marks and marks[0][0] <= taken:
             _, host, pid, cost = marks.popleft()
             self._taken(host, pid, cost)
