@@ -123,6 +123,19 @@ def test_three_senders_of_16mib_to_a_slow_receiver_stay_under_the_rss_bound_4ran
     assert got["ok"] and got["peak_mib"] - got["base_mib"] <= got["bound_mib"], got
 
 
+@requires_mpi
+@pytest.mark.timeout(90)
+def test_a_large_request_response_returns_credit_on_its_replies_not_in_control_messages() -> None:
+    r = run_mpi(SCRIPTS_DIR / "carried_grants.py", n=2, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = json.loads(next(x for x in r.stdout.splitlines() if "CARRIED {" in x).split("CARRIED ", 1)[1])
+    rounds = 40
+    # a whole window's grant per round trip and rank, a quarter window's per 4: all carried
+    assert got["pingpong"][str(1 << 20)] == [[0, rounds], [0, rounds]], got
+    assert got["pingpong"][str(64 << 10)] == [[0, rounds // 4], [0, rounds // 4]], got
+    assert got["oneway_s"] > 0   # the one-way flow, whose grants nothing carries, finished
+
+
 # ------------------------------------------- buffer ownership (router + link)
 PID = 5
 

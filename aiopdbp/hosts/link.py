@@ -113,7 +113,9 @@ sender on a host with k_h of the k gets 1/(H k_h) of H hosts' reads).
 
 *Owed credit below a quarter window.*  The receiving host returns credit in
 steps of at least ``window / 4`` (the router's owed-credit book: one
-control message per quarter window, not per message).  A remainder below
+control message per quarter window, not per message; none when a split
+header to that host leaves first and carries it, :mod:`aiopdbp.hosts.credit`,
+"Grants carried").  A remainder below
 that could strand a sender whose need exceeds what is left, so **a parked
 sender asks**: when a queue forms, and again after each grant that leaves
 it non-empty, the link sends host ``h`` one :class:`~aiopdbp.wire.control.CreditAskMsg`.
@@ -234,6 +236,7 @@ from typing import Any
 import numpy as np
 
 from aiopdbp.wire.codec import encode_cdu, encode_record, encode_split, encode_split_array
+from aiopdbp.wire.control import CreditMsg
 from aiopdbp.wire.core import BlockWriter
 from aiopdbp.wire.mesp import CDU, L1, Kind, MsgType
 from aiopdbp.wire.shorts import STREAM_HEAD, ShortStream
@@ -270,7 +273,8 @@ class LinkStats:
     receiver (bytes), ``credit_parked`` senders parked for credit now,
     ``credit_asks`` asks for more credit sent, ``credit_out`` bytes sent to
     the host's GPs and not credited back yet; ``pool_fallbacks`` blocks taken outside the send pool (its
-    row was full).
+    row was full); ``credit_carried`` split headers that carried this
+    host's credit grants to the other (instead of a ``CreditMsg``).
     """
 
     host: int
@@ -289,6 +293,7 @@ class LinkStats:
     credit_parked: int = 0  # senders parked for credit now
     credit_asks: int = 0    # CreditAskMsg sent (a sender parked, see "Credit")
     credit_out: int = 0     # bytes of credit outstanding towards all GPs of h (window - credit)
+    credit_carried: int = 0  # split headers that carried this host's grants to h (no CreditMsg)
 
 
 _STREAM_HEAD = STREAM_HEAD.pack
@@ -329,6 +334,13 @@ class HostLink:
         self._bulk_tags = getattr(transport, "bulk_tags", 0)  # 0: payloads follow their header (data channel)
         self._bulk_seq = 0                      # the next split frame's number (its bulk tag)
         self._owned: set[asyncio.Future[None]] = set()  # OwnedSend waits not done yet
+        # Credit this host owes host h's senders, carried by the next split
+        # header to h (hosts.credit, "Grants carried"); whether a whole
+        # window's grant found no reply to ride since h last got a split header
+        self.carries = bool(self._bulk_tags)
+        self.carried: list[tuple[int, int]] = []
+        self.carry_missed = True
+        self.n_carried = 0        # split headers that carried grants
 
     # --------------------------------------------------------------- credit
     # The rule is the gate's (aiopdbp.hosts.gate, "Credit" above); the link
@@ -566,6 +578,11 @@ class HostLink:
         else:
             tag = self._bulk_seq
             self._bulk_seq = (tag + 1) % self._bulk_tags
+            self.carry_missed = False   # h gets our replies: a large grant may wait for the next
+            if self.carried and not (self._units or self._inflight >= self._max_inflight):
+                head = _grants_frame(self.carried) + head   # one MPI message: no CreditMsg of its own
+                self.carried = []
+                self.n_carried += 1
             self._post([head], len(head), None)
             self._bytes += nbytes
             try:
@@ -694,7 +711,7 @@ class HostLink:
         return LinkStats(self.host, self._cdus, self._lone, self._blocks, self._splits, self.sent_msgs,
                          self._bytes, self._inflight, len(self._units), gate.waits,
                          gate.short(), gate.least(), self._fallbacks, gate.parked(), gate.asks,
-                         gate.outstanding())
+                         gate.outstanding(), self.n_carried)
 
 
 def _put_stream(link: HostLink, pid: int, item: ShortStream) -> None:
@@ -703,6 +720,21 @@ def _put_stream(link: HostLink, pid: int, item: ShortStream) -> None:
     not a method: HostLink is at the layout's 30.)"""
     if not link._put_short(pid, item, _STREAM_HEAD(item[5], item[6])):
         link._put_cdu(item.cdu(pid))
+
+
+_GRANT_FRAMES: dict[tuple[tuple[int, int], ...], bytes] = {}
+
+
+def _grants_frame(grants: list[tuple[int, int]]) -> bytes:
+    """The CREDIT frame of ``grants``, kept: a request/response of one size
+    carries the same grant every time (the encoder is ~20 dict lookups' worth)."""
+    key = tuple(grants)
+    frame = _GRANT_FRAMES.get(key)
+    if frame is None:
+        if len(_GRANT_FRAMES) >= 64:
+            _GRANT_FRAMES.clear()
+        frame = _GRANT_FRAMES[key] = CreditMsg(grants).encode()
+    return frame
 
 
 def _large_enough(data: Any, large: int) -> bool:

@@ -183,6 +183,10 @@ class Router:
         #: the credit this host owes each (sending host, GP): the rule is the book's
         self.book = CreditBook(window)
         self._flush_scheduled = False
+        #: the grant sink batches per loop iteration itself (it carries grants
+        #: on the host's next split header, :mod:`aiopdbp.hosts.credit`): due
+        #: grants go to it at once, so the reply that follows can carry them
+        self.grants_at_once = False
         self._closed: BaseException | None = None
         self.dropped = 0
         self.parked = 0
@@ -622,7 +626,7 @@ class Router:
         """Send the book's grants when it says they are due."""
         if due == LATER:
             return
-        if due == NOW:
+        if due == NOW or self.grants_at_once:
             # A whole window (a large message): its sender is parked for it
             # or will be at its next send, so it goes now -- at the end of
             # the iteration it would leave after whatever the reader sends
