@@ -276,6 +276,33 @@ async def test_link_sends_a_large_payload_as_one_bulk_message_from_the_buffer() 
     assert split_target(head) == (arrs[0].nbytes, PID, False)
 
 
+class _SplitTransport(_BulkTransport):
+    """A bulk transport that also posts a split frame in one call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.splits: list[tuple[bytes, int]] = []
+
+    def post_split(self, dest: int, head: Any, tag: int, buf: Any, done: Any = None) -> tuple[Any, Any]:
+        self.splits.append((bytes(head), tag))
+        return None, self.post_bulk(dest, tag, buf, done)
+
+
+@pytest.mark.timeout(10)
+async def test_link_posts_a_split_frame_in_one_transport_call_unless_its_header_must_queue() -> None:
+    tr = _SplitTransport()
+    link = _bulk_link(tr)
+    arrs = [np.arange(10_000.0) + i for i in range(3)]
+    link.put_to(PID, Message(("src", Kind.SHORT, 0, arrs[0], 1)))
+    assert tr.heads == [] and [t for _, t in tr.splits] == [0]       # one call: header and payload
+    assert split_target(tr.splits[0][0]) == (arrs[0].nbytes, PID, False)
+    link._inflight = link._max_inflight    # the link's sends are all in flight: a header would queue
+    link.put_to(PID, Message(("src", Kind.SHORT, 0, arrs[1], 1)))
+    assert len(tr.splits) == 1 and tr.heads == []                   # queued behind them, payload posted
+    assert [t for t, _, _ in tr.bulk] == [0, 1]
+    assert link.stats().messages == 1 and link.stats().queued == 1
+
+
 @pytest.mark.timeout(10)
 async def test_link_failure_fails_an_owned_send_still_in_flight() -> None:
     tr = _BulkTransport()

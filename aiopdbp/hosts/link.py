@@ -338,6 +338,7 @@ class HostLink:
         # header to h (hosts.credit, "Grants carried"); whether a whole
         # window's grant found no reply to ride since h last got a split header
         self.carries = bool(self._bulk_tags)
+        self._post_split = getattr(transport, "post_split", None) if self._bulk_tags else None
         self.carried: list[tuple[int, int]] = []
         self.carry_missed = True
         self.n_carried = 0        # split headers that carried grants
@@ -579,19 +580,34 @@ class HostLink:
             tag = self._bulk_seq
             self._bulk_seq = (tag + 1) % self._bulk_tags
             self.carry_missed = False   # h gets our replies: a large grant may wait for the next
-            if self.carried and not (self._units or self._inflight >= self._max_inflight):
+            now = not (self._units or self._inflight >= self._max_inflight)   # (else the header queues)
+            if self.carried and now:
                 head = _grants_frame(self.carried) + head   # one MPI message: no CreditMsg of its own
                 self.carried = []
                 self.n_carried += 1
-            self._post([head], len(head), None)
-            self._bytes += nbytes
-            try:
-                # the transport resolves ``done`` itself: no callback hop
-                # between MPI's completion and the waiting sender
-                fut = self._transport.post_bulk(self.host, tag, payload, done)
-            except Exception as exc:  # the transport is closed or broken
-                self.fail(exc)
-                fut = None
+            if self._post_split is not None and now:
+                # the commonest: header and payload posted in one transport call
+                self.sent_msgs += 1
+                self._bytes += len(head) + nbytes
+                try:
+                    hfut, fut = self._post_split(self.host, head, tag, payload, done)
+                except Exception as exc:  # the transport is closed or broken
+                    self.fail(exc)
+                    fut = None
+                else:
+                    if hfut is not None:
+                        self._inflight += 1
+                        hfut.add_done_callback(functools.partial(self._sent, None))
+            else:
+                self._post([head], len(head), None)
+                self._bytes += nbytes
+                try:
+                    # the transport resolves ``done`` itself: no callback hop
+                    # between MPI's completion and the waiting sender
+                    fut = self._transport.post_bulk(self.host, tag, payload, done)
+                except Exception as exc:  # the transport is closed or broken
+                    self.fail(exc)
+                    fut = None
         if done is None:
             return
         if self.error is not None:

@@ -218,6 +218,14 @@ class Transport(abc.ABC):
         ``done`` itself when given: the transport resolves it)."""
         raise NotImplementedError(f"the {self.name} transport has no bulk payloads")
 
+    def post_split(self, dest: int, head: Buffer, tag: int, buf: Buffer,
+                   done: asyncio.Future[None] | None = None
+                   ) -> tuple[asyncio.Future[None] | None, asyncio.Future[None] | None]:
+        """A split frame in one call: ``head`` as a data-channel message, then
+        the payload ``buf`` as :meth:`post_bulk` posts it; the two futures
+        (each None when it completed at once)."""
+        return self.post_nowait(dest, Channel.DATA, [head]), self.post_bulk(dest, tag, buf, done)
+
     def recv_bulk(self, source: int, tag: int, nbytes: int, out: Buffer | None,
                   done: Callable[[Any], None]) -> None:
         """Receive host ``source``'s payload ``tag`` into ``out`` (None: a

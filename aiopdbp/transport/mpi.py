@@ -345,6 +345,15 @@ class MPITransport(Transport):
             self._refuse(dest, Channel.DATA)
         return self._engine.post_bulk_send(dest, tag, buf, done)
 
+    def post_split(self, dest: int, head: Buffer, tag: int, buf: Buffer,
+                   done: asyncio.Future[None] | None = None
+                   ) -> tuple[asyncio.Future[None] | None, asyncio.Future[None] | None]:
+        """A large message's header and payload in one call (see
+        :meth:`~aiopdbp.transport.progress.ProgressEngine.post_split`)."""
+        if self._closed or not self._started or not 0 <= dest < self.size:
+            self._refuse(dest, Channel.DATA)
+        return self._engine.post_split(dest, head, tag, buf, done)
+
     def recv_bulk(self, source: int, tag: int, nbytes: int, out: Buffer | None,
                   done: Callable[[Any], None]) -> None:
         """Receive the payload rank ``source`` posted with ``tag`` into ``out``

@@ -380,6 +380,39 @@ class ProgressEngine:
         self.kick()
         return fut
 
+    def post_split(self, dest: int, head: Any, tag: int, buf: Any, done: asyncio.Future[None] | None
+                   ) -> tuple[asyncio.Future[None] | None, asyncio.Future[None] | None]:
+        """:meth:`post_send` of a split frame's ``head`` on the data channel,
+        then :meth:`post_bulk_send` of its payload ``buf`` with ``tag``, in one
+        call (a large message's posts without the five Python frames
+        between them); the two futures, each None when it completed at once."""
+        if self._stopping and self._failure is not None:
+            raise TransportError(f"MPI progress failed: {self._failure!r}")
+        assert self._bulk is not None and self._loop is not None
+        post = self._post_one
+        hreq = post(self._comms[1], head, dest, self._tag)
+        req = post(self._bulk, buf, dest, tag)
+        self._ring(dest)
+        self.n_send_calls += 1
+        self.n_sends += 1
+        self.n_bulk_sends += 1
+        self.bytes_sent += len(head) + memoryview(buf).nbytes
+        hfut = fut = None
+        if hreq is None:
+            self.n_fast_sends += 1
+        else:
+            hfut = self._loop.create_future()
+            self._sends.append((hreq, _SendOp(hfut, 1, (head,))))
+        if req is None:
+            if done is not None:
+                _resolve(done)
+        else:
+            fut = self._loop.create_future() if done is None else done
+            self._sends.append((req, _SendOp(fut, 1, (buf,))))
+        if hreq is not None or req is not None:
+            self.kick()
+        return hfut, fut
+
     def post_bulk_recv(self, src: int, tag: int, nbytes: int, out: Any,
                        done: Callable[[Any], None]) -> None:
         """Receive the payload ``src`` sent with ``tag`` into ``out`` (a
