@@ -435,7 +435,10 @@ class Router:
         the link, which fails the wait if host ``h`` is lost -- and the
         caller never regains a buffer MPI still reads.
         """
-        pid, tgt = await _routed(self, dest, timeout)
+        pid = self.pids.get(dest)
+        tgt = self.targets.get(pid) if pid is not None else None
+        if pid is None or tgt is None:  # (the commonest: both known, no coroutine to wait on)
+            pid, tgt = await _routed(self, dest, timeout)
         owns = getattr(tgt, "owns", None)
         if not tgt.remote or owns is None or not owns(cost - CREDIT_OVERHEAD):
             fields = (fields[0], fields[1], fields[2], copy(fields[3]), fields[4])
