@@ -418,8 +418,9 @@ class ProgressEngine:
                    ) -> tuple[asyncio.Future[None] | None, asyncio.Future[None] | None]:
         """:meth:`post_send` of a split frame's ``head`` on the data channel,
         then :meth:`post_bulk_send` of its payload ``buf`` with ``tag``, in one
-        call (a large message's posts without the five Python frames
-        between them); the two futures, each None when it completed at once."""
+        call (a large message's two posts without the transport's and the
+        link's frames between them); the two futures, each None when it
+        completed at once."""
         if self._stopping and self._failure is not None:
             raise TransportError(f"MPI progress failed: {self._failure!r}")
         assert self._bulk is not None and self._loop is not None
