@@ -9,8 +9,8 @@ for both ranks of a host), and each one-way hop is cut at:
 
 * ``send``: ``gp.send`` called -> the header's ``post_send`` returned
   (routing, credit, the cached split header, the header's ``Isend``), or
-  the engine's ``post_split`` (header and payload in one call) returned;
-* ``payload post``: -> the payload's ``post_bulk_send`` returned (0 with ``post_split``);
+  ``post_bulk_send`` with the header (both posts in one call) returned;
+* ``payload post``: -> the payload's ``post_bulk_send`` returned (0 when it took the header);
 * ``to header``: -> the receiver's step that received the header began
   (MPI transit plus the receiver's polling);
 * ``header in``: -> ``post_bulk_recv`` called (probe, receive, inbound, admission);
@@ -89,6 +89,8 @@ class Stamps:
         def post_bulk_send(self: Any, *a: Any) -> Any:
             out = o_bulk(self, *a)
             st.bulk.append(ns())
+            if len(a) > 4 and a[4] is not None:  # its header too, in the same call
+                st.hdr.append(st.bulk[-1])
             return out
 
         def post_bulk_recv(self: Any, *a: Any) -> Any:
@@ -106,14 +108,6 @@ class Stamps:
 
         self._patches = [(E, "post_send", post_send, o_post), (E, "post_bulk_send", post_bulk_send, o_bulk),
                          (E, "post_bulk_recv", post_bulk_recv, o_rbulk), (E, "step", step, o_step)]
-        o_split = getattr(E, "post_split", None)
-        if o_split is not None:  # header and payload in one call: both posted when it returns
-            def post_split(self: Any, *a: Any) -> Any:
-                out = o_split(self, *a)
-                st.hdr.append(ns())
-                st.bulk.append(st.hdr[-1])
-                return out
-            self._patches.append((E, "post_split", post_split, o_split))
         del I
 
     def __enter__(self) -> "Stamps":

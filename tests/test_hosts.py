@@ -395,3 +395,33 @@ def test_grants_carried_by_anything_but_a_split_header_fail_its_sender(rest: Any
     assert [(h, type(e).__name__) for h, e in failed] == [(1, "ProtocolError")]
     assert "credit grants carried by something other than a split header" in str(failed[0][1])
     assert credited == [] and posted == []
+
+
+def _fuzz_settings() -> Any:
+    from hypothesis import HealthCheck, settings
+    return settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_garbage_behind_or_inside_a_carried_credit_frame_is_only_ever_a_protocol_error() -> None:
+    """Whatever follows (or replaces) a CREDIT frame's bytes, a data message
+    that starts with one fails its sender with a ProtocolError or is taken;
+    nothing else is raised."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    frame = _carried_frame([(7, 100)])
+    head = _split_head(1 << 16)
+
+    @_fuzz_settings()
+    @given(st.integers(0, len(frame) + len(head) - 1), st.binary(min_size=0, max_size=8),
+           st.binary(max_size=64))
+    def check(at: int, junk: bytes, tail: bytes) -> None:
+        whole = bytearray(frame + head)
+        whole[at:at + len(junk)] = junk
+        failed: list[tuple[int, BaseException]] = []
+        inbound, _ = _admitting_inbound(None, failed)
+        inbound._on_credit = lambda src, msg: None
+        inbound.on_data(1, memoryview(bytes(whole) + tail))
+        assert all(type(e).__name__ == "ProtocolError" for _, e in failed), failed
+
+    check()

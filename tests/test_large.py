@@ -277,15 +277,18 @@ async def test_link_sends_a_large_payload_as_one_bulk_message_from_the_buffer() 
 
 
 class _SplitTransport(_BulkTransport):
-    """A bulk transport that also posts a split frame in one call."""
+    """A bulk transport that also posts a split frame's header with its payload."""
+
+    bulk_heads = True
 
     def __init__(self) -> None:
         super().__init__()
         self.splits: list[tuple[bytes, int]] = []
 
-    def post_split(self, dest: int, head: Any, tag: int, buf: Any, done: Any = None) -> tuple[Any, Any]:
-        self.splits.append((bytes(head), tag))
-        return None, self.post_bulk(dest, tag, buf, done)
+    def post_bulk(self, dest: int, tag: int, buf: Any, done: Any = None, head: Any = None) -> Any:
+        if head is not None:
+            self.splits.append((bytes(head), tag))
+        return super().post_bulk(dest, tag, buf, done)
 
 
 @pytest.mark.timeout(10)

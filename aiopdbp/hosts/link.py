@@ -236,7 +236,7 @@ from typing import Any
 import numpy as np
 
 from aiopdbp.wire.codec import encode_cdu, encode_record, encode_split, encode_split_array
-from aiopdbp.wire.control import CreditMsg
+from aiopdbp.wire.control import credit_frame
 from aiopdbp.wire.core import BlockWriter
 from aiopdbp.wire.mesp import CDU, L1, Kind, MsgType
 from aiopdbp.wire.shorts import STREAM_HEAD, ShortStream
@@ -352,7 +352,7 @@ class HostLink:
         # header to h (hosts.credit, "Grants carried"); whether a whole
         # window's grant found no reply to ride since h last got a split header
         self.carries = bool(self._bulk_tags)
-        self._post_split = getattr(transport, "post_split", None) if self._bulk_tags else None
+        self._bulk_heads = bool(self._bulk_tags) and getattr(transport, "bulk_heads", False)
         self.carried: list[tuple[int, int]] = []
         self.carry_missed = True
         self.n_carried = 0        # split headers that carried grants
@@ -596,32 +596,26 @@ class HostLink:
             self.carry_missed = False   # h gets our replies: a large grant may wait for the next
             now = not (self._units or self._inflight >= self._max_inflight)   # (else the header queues)
             if self.carried and now:
-                head = _grants_frame(self.carried) + head   # one MPI message: no CreditMsg of its own
+                head = credit_frame(self.carried) + head   # one MPI message: no CreditMsg of its own
                 self.carried = []
                 self.n_carried += 1
-            if self._post_split is not None and now:
-                # the commonest: header and payload posted in one transport call
+            with_head = self._bulk_heads and now   # the commonest: both posts in one transport call
+            if with_head:
                 self.sent_msgs += 1
-                self._bytes += len(head) + nbytes
-                try:
-                    hfut, fut = self._post_split(self.host, head, tag, payload, done)
-                except Exception as exc:  # the transport is closed or broken
-                    self.fail(exc)
-                    fut = None
-                else:
-                    if hfut is not None:
-                        self._inflight += 1
-                        hfut.add_done_callback(functools.partial(self._sent, None))
+                self._bytes += len(head)
             else:
                 self._post([head], len(head), None)
-                self._bytes += nbytes
-                try:
-                    # the transport resolves ``done`` itself: no callback hop
-                    # between MPI's completion and the waiting sender
+            self._bytes += nbytes
+            try:
+                # the transport resolves ``done`` itself: no callback hop
+                # between MPI's completion and the waiting sender
+                if with_head:
+                    fut = self._transport.post_bulk(self.host, tag, payload, done, head)
+                else:
                     fut = self._transport.post_bulk(self.host, tag, payload, done)
-                except Exception as exc:  # the transport is closed or broken
-                    self.fail(exc)
-                    fut = None
+            except Exception as exc:  # the transport is closed or broken
+                self.fail(exc)
+                fut = None
         if done is None:
             return
         if self.error is not None:
@@ -754,21 +748,6 @@ def _put_stream(link: HostLink, pid: int, item: ShortStream) -> None:
     not a method: HostLink is at the layout's 30.)"""
     if not link._put_short(pid, item, _STREAM_HEAD(item[5], item[6])):
         link._put_cdu(item.cdu(pid))
-
-
-_GRANT_FRAMES: dict[tuple[tuple[int, int], ...], bytes] = {}
-
-
-def _grants_frame(grants: list[tuple[int, int]]) -> bytes:
-    """The CREDIT frame of ``grants``, kept: a request/response of one size
-    carries the same grant every time (the encoder is ~20 dict lookups' worth)."""
-    key = tuple(grants)
-    frame = _GRANT_FRAMES.get(key)
-    if frame is None:
-        if len(_GRANT_FRAMES) >= 64:
-            _GRANT_FRAMES.clear()
-        frame = _GRANT_FRAMES[key] = CreditMsg(grants).encode()
-    return frame
 
 
 def _large_enough(data: Any, large: int) -> bool:
