@@ -642,8 +642,8 @@ def run(main: Coroutine[Any, Any, T] | Awaitable[T], *, use_uvloop: bool | None 
     SIGTERM ``SystemExit(143)``.  Under MPI the whole job stops: the other
     ranks are told, every rank exits with 130 (SIGINT) or 143 (SIGTERM),
     and one line says so.  An exception that escapes ``main`` under MPI
-    prints this rank's traceback first and ends the job (see the module
-    docstring).
+    prints this rank's traceback first and ends the job (see
+    :doc:`/guide/failures`).
     """
     global _current
     coro = main if asyncio.iscoroutine(main) else _await(main)
