@@ -276,6 +276,9 @@ class JobWatch:
                     new_ranks.append(pid)
         for pid in new_ranks:
             self._learn_rank(pid)
+        for pid in found:
+            if pid in self.ranks:
+                self._exits.add_threads(pid)
         for pid in found:   # seen before its exec: its environment was hydra's
             if pid in self.ranks and pid not in self.rank_of and pid not in new_ranks:
                 self._learn_rank(pid, watch=False)
