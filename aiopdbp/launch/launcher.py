@@ -40,6 +40,7 @@ from aiopdbp.launch.emulate import (
     check_requirements,
 )
 from aiopdbp.launch.exits import Ended, ExitWatch, KernelLog, how_it_ended, zombie_status
+from aiopdbp.rankout import wraps
 
 __all__ = ["JobWatch", "find_mpiexec", "launch", "launch_command", "launch_emulated", "launch_env",
            "reporting_failures", "run_job", "TCP_ENV"]
@@ -114,11 +115,14 @@ def launch_env(
 def launch_command(
     n: int, argv: Sequence[str], *, mpiexec_args: Iterable[str] = (), python: str | None = None
 ) -> list[str]:
-    """``[mpiexec, *mpiexec_args, -n, N, python, *argv]``.
+    """``[mpiexec, *mpiexec_args, -n, N, python, -m, aiopdbp.rankout, *argv]``.
 
     ``argv`` may start with the interpreter itself, as people type it
     (``aiopdbp launch -n 2 python prog.py``): a bare ``python``/``python3``
     means this interpreter, a path to one (``/opt/py/bin/python3.12``) that one.
+    A script or ``-m module`` runs under :mod:`aiopdbp.rankout`, which
+    prefixes the rank's output from its start (a traceback at import
+    included); interpreter options (``-u prog.py``, ``-c``) run as given.
     """
     if n < 1:
         raise ValueError(f"number of ranks must be >= 1, got {n}")
@@ -127,7 +131,8 @@ def launch_command(
     if names_python(argv[0]) and len(argv) > 1:
         python = argv[0] if os.sep in argv[0] else python
         argv = argv[1:]
-    return [find_mpiexec(), *mpiexec_args, "-n", str(n), python or sys.executable, *argv]
+    rank_main = ["-m", "aiopdbp.rankout"] if wraps(argv) else []
+    return [find_mpiexec(), *mpiexec_args, "-n", str(n), python or sys.executable, *rank_main, *argv]
 
 
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
