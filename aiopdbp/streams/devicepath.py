@@ -64,7 +64,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aiopdbp.arrays import wire_name
 from aiopdbp.wire.mesp import Kind
 from aiopdbp.device import open_backend
 from aiopdbp.device.backend import DeviceBackend, Event, Order, Stream
@@ -438,7 +437,7 @@ class DevicePath:
             return await self._send_remote(gp, streams, pid, cap, com=com, kind=None, timeout=timeout,
                                            segment_size=segment_size)
         info = cap.info
-        meta = StreamMeta("device", info.nbytes, wire_name(info.dtype), info.shape, com)
+        meta = StreamMeta("device", info.nbytes, np.dtype(info.dtype), info.shape, com)
         source = GenSource(lambda out: self._local_segments(out, gp, pid, cap, segment_size, copy))
         n = await run_sender(streams, gp.pid, pid, meta, source, timeout=timeout, what=f"stream to {dest!r}")
         self.counts["sent_local"] += 1
@@ -466,7 +465,7 @@ class DevicePath:
         extra: dict[str, Any] = {"dev": ameta.to_wire(), "tag": sent.tag, "to": tables.name_of(pid)}
         if kind is not None:
             extra["msg"] = int(kind)
-        meta = StreamMeta("device", info.nbytes, wire_name(info.dtype), info.shape, com, extra=extra)
+        meta = StreamMeta("device", info.nbytes, np.dtype(info.dtype), info.shape, com, extra=extra)
         source = GenSource(lambda out: self._staged_segments(out, gp, cap, sent, ameta))
         n = await run_sender(streams, gp.pid, pid, meta, source, timeout=timeout,
                              what=f"device array to GP {tables.name_of(pid)!r}")
