@@ -26,6 +26,7 @@ import re
 import select
 import signal
 import threading
+import time
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -190,6 +191,7 @@ class ExitWatch:
         self._main: dict[int, int] = {}               # pid -> its main thread's fd
         self._tids: dict[int, set[int]] = {}          # pid -> the other threads watched
         self._reported: set[int] = set()
+        self._early: dict[int, int] = {}   # pid -> the order of its first thread's end, not yet an end
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._epoll = select.epoll() if hasattr(select, "epoll") and hasattr(os, "pidfd_open") else None
@@ -247,12 +249,14 @@ class ExitWatch:
 
     def _run(self) -> None:
         assert self._epoll is not None
+        seen = 0   # events taken so far: their order
         while not self._stop.is_set():
             try:
                 ready = self._epoll.poll(0.1)
             except OSError:
                 return
             for fd, _ in ready:
+                seen += 1
                 with self._lock:
                     pid, tid = self._fds.pop(fd, (0, 0))
                 if pid == 0:
@@ -260,25 +264,44 @@ class ExitWatch:
                 # first: hydra reaps it within milliseconds
                 status = zombie_status(pid) if tid == pid else None
                 self._unwatch(fd, pid, tid)
-                if pid in self._reported or tid != pid and not dying(pid):
-                    continue   # said already; or a thread ended, its process runs on
-                if tid != pid:   # the first sign: its main thread ends next
-                    status = self._main_status(pid)
-                self._reported.add(pid)
-                self._on_exit(pid, status)
+                if pid in self._reported:
+                    continue
+                if tid != pid and not dying(pid):
+                    # a thread ended while its process runs on -- or while its
+                    # main thread, preempted between taking its SIGKILL and
+                    # marking itself exiting, shows no sign yet: kept in mind
+                    self._early.setdefault(pid, seen)
+                    continue
+                self._report_until(pid, status, self._early.pop(pid, seen))
 
-    def _main_status(self, pid: int) -> int | None:
-        """(a rank seen dying) Its status once its main thread has ended,
-        within :data:`_STATUS_WAIT_S`; None when it is not read by then."""
+    def _report_until(self, pid: int, status: int | None, order: int) -> None:
+        """Report ``pid``, after the ranks whose thread ended before ``order``
+        and that are dying now (a live one's thread ended on its own)."""
+        earlier = sorted((s, p) for p, s in self._early.items() if s < order)
+        deadline = time.monotonic() + _STATUS_WAIT_S
+        for _, other in earlier:
+            del self._early[other]
+            if dying(other):
+                self._main_ended(other, max(0.0, deadline - time.monotonic()))   # its status, then
+                self._report(other, zombie_status(other))
+        if status is None and not self._main_ended(pid, 0.0):   # the first sign: its main thread ends next
+            self._main_ended(pid, max(0.0, deadline - time.monotonic()))
+        self._report(pid, status if status is not None else zombie_status(pid))
+
+    def _report(self, pid: int, status: int | None) -> None:
+        self._reported.add(pid)
+        self._on_exit(pid, status)
+
+    def _main_ended(self, pid: int, wait: float) -> bool:
+        """Whether the main thread of ``pid`` ended (waiting up to ``wait`` s)."""
         with self._lock:
             fd = self._main.get(pid)
         if fd is None:
-            return zombie_status(pid)
+            return zombie_status(pid) is not None or not os.path.exists(f"/proc/{pid}")
         try:
-            readable = bool(select.select([fd], [], [], _STATUS_WAIT_S)[0])
+            return bool(select.select([fd], [], [], wait)[0])
         except (OSError, ValueError):
-            return None
-        return zombie_status(pid) if readable else None
+            return False
 
     def _unwatch(self, fd: int, pid: int, tid: int) -> None:
         with self._lock:   # (the fd's number may be reused at once)
