@@ -133,3 +133,29 @@ def test_a_thread_that_ends_while_its_process_runs_on_is_no_end_and_a_kill_is_on
         proc.stdin.close()
         proc.stdout.close()
     assert [pid for pid, _ in seen] == [proc.pid], seen
+
+
+def test_hydras_banner_waits_for_the_launchers_line_and_nothing_else_does() -> None:
+    from aiopdbp.launch.launcher import _forward
+
+    written: list[bytes] = []
+    holding = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:   # the launcher's watch thread has not said its line yet
+        holding.set()
+        assert release.wait(10)
+
+    r, w = os.pipe()
+    thread = threading.Thread(target=_forward, args=(r, hold, written.append), daemon=True)
+    thread.start()
+    os.write(w, b"[0] a rank's line\n")
+    os.write(w, b"[1] another\n\n=====\n=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n=   PID 7\n")
+    assert holding.wait(10)
+    assert b"".join(written) == b"[0] a rank's line\n[1] another\n"   # the banner is held, not what came before
+    release.set()
+    os.write(w, b"YOUR APPLICATION TERMINATED\n")
+    os.close(w)
+    thread.join(10)
+    assert b"".join(written).endswith(b"\n\n=====\n=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+                                      b"=   PID 7\nYOUR APPLICATION TERMINATED\n")
