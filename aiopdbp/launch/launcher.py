@@ -570,7 +570,10 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
             timeout: float | None = None, grace: float = 5.0,
             say: Callable[[str], None] | None = None, **popen: Any) -> int:
     """Run an ``mpiexec`` command line as :func:`launch` does (signals,
-    leftovers) and return its exit status; ``popen`` goes to ``Popen``."""
+    leftovers) and return its exit status; ``popen`` goes to ``Popen``.
+    Without a ``stdout`` there, mpiexec's output is forwarded to this
+    process's as it comes, hydra's closing banner only after the line that
+    names the rank that vanished first (:func:`_forward`)."""
     say = say or (lambda line: print(f"aiopdbp launch: {line}", file=sys.stderr, flush=True))
     got: list[tuple[int, float]] = []  # (signal number, when)
     main_thread = threading.current_thread() is threading.main_thread()
