@@ -241,7 +241,8 @@ from aiopdbp.errors import WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost
 from aiopdbp.pool import SendPool, Slot
 from aiopdbp.transport.base import Channel, Transport
-from aiopdbp.hosts.gate import CreditGate, GateWait, Wake
+from aiopdbp.hosts.gate import GateWait, Wake
+from aiopdbp.hosts.gatecore import CreditGate
 from aiopdbp.hosts.owned import OwnedDone, OwnedSend, fail_owned, resolve_owned
 
 log = logging.getLogger("aiopdbp.hosts.link")

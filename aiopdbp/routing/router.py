@@ -50,7 +50,8 @@ from aiopdbp.errors import ClosedResourceError, NoPipeError, UnknownProcessError
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
 from aiopdbp.routing.pipes import Pipe, PipePool
 from aiopdbp.stall import Waits
-from aiopdbp.hosts.gate import LATER, NOW, CreditBook
+from aiopdbp.hosts.gate import LATER, NOW
+from aiopdbp.hosts.gatecore import CreditBook
 from aiopdbp.hosts.owned import OwnedDone, OwnedSend
 from aiopdbp.hosts.tables import Tables
 
