@@ -23,6 +23,7 @@ from aiopdbp.wire.control import (
     CtrlMsg,
     DeadlockMsg,
     HInfoMsg,
+    LostMsg,
     MBInfoMsg,
     RegMsg,
     RelayMsg,
@@ -56,6 +57,7 @@ EXAMPLES: list[CtrlMsg] = [
     StreamDoneMsg(1, 3, False, "receiver closed the stream"), StreamCreditMsg(1, 2, 8), ByeMsg(42),
     StopMsg("failed", 1, 0, "ValueError: boom"), StopMsg("interrupted", 2, 2, ""), StopAckMsg(0),
     RelayMsg(5, 0, RegMsg(3, "gp-1", 1, 5, -1).encode()),
+    LostMsg(17, 16, 32, "rank 17 (host 'vm') has not been heard of for 4.0 s"),
 ]
 
 
@@ -84,7 +86,8 @@ def test_control_message_handle_calls_its_own_handler(msg: CtrlMsg) -> None:
 
 
 @pytest.mark.parametrize("msg", [CreditMsg([(1, 0)]), StreamCreditMsg(1, 2, 0),
-                                 StopMsg("paused", 1, 0, "")], ids=str)
+                                 StopMsg("paused", 1, 0, ""), LostMsg(3, 2, 0, ""), LostMsg(-1, 2, 4, "")],
+                         ids=str)
 def test_control_message_with_a_bad_value_is_a_protocol_error(msg: CtrlMsg) -> None:
     with pytest.raises(ProtocolError):
         decode_control(msg.encode())

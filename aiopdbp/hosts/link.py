@@ -68,10 +68,9 @@ run: it got nearly every message.  While contended, ``admit`` refuses
 everyone, so that sender parks at the tail behind the senders woken with it
 (and, if the credit left covers it at once, still yields one loop turn, so
 they run first).  Each of k senders waiting on one reader is therefore
-served once per round, whatever the message size, and senders on several
-hosts each get their host's share (the reader takes its pipe in arrival
-order, and each host has its own window).  The uncontended fast path is
-unchanged: one dict lookup.  ``tests/test_load.py`` checks each sender's
+served once per round, whatever the message size; senders on several hosts
+then share the reader by its pipe's turns ("Local senders too").  The
+uncontended fast path is unchanged: one dict lookup.  ``tests/test_load.py`` checks each sender's
 count against 1/k.
 
 *From the first message.*  Before anyone parks, the destination is not
@@ -92,7 +91,7 @@ message on.  The cost is one loop turn per 16 KiB of sends that never wait
 small-message rate), none for a sender that waits for replies (ping-pong).
 What the yield cannot share is a head start: a host whose messages reach
 the pipe first (the reader's own, against a link's latency) has its window
-queued ahead of the others', and the reader takes it first.
+queued ahead of the others'; the reader's turns (below) share that.
 
 *Local senders too.*  The senders on the reader's own host have no link:
 the reader's private pipe admits them (:meth:`aiopdbp.routing.pipes.Pipe.reserve`)
@@ -105,15 +104,38 @@ the local host is one more host with a window of its own: the pipe holds at
 most ``gp_window`` bytes of local messages (and streams carried whole), and
 its ``pipe_capacity`` slots count local items only (other hosts' items come
 past it, bounded by their credit), so neither side's items can take the
-other's room.  Each host, the reader's own included, then has about a
-window (or ``pipe_capacity`` items, when fewer) queued in the pipe, and the reader, taking it in arrival order,
-gives each host an equal share and each of a host's senders an equal part of
-it: 1/k each when k senders are spread evenly over the hosts (unevenly, a
-sender on a host with k_h of the k gets 1/(H k_h) of H hosts' reads).
+other's room.
+
+*The reader's turns.*  Each host, the reader's own included, then has up
+to a window (or ``pipe_capacity`` local items, when fewer) queued in the
+pipe, in the order it arrived: one host's whole window can be queued ahead
+of another's (the first to start, the one with no link to cross).  So the
+reader does not take its pipe in arrival order once it holds items of
+several senders: it takes one item of each sender in turn, each sender's
+in its order (:mod:`aiopdbp.routing.pipes`, "Turns"); k senders with items
+queued get 1/k each, wherever they are and from the first message.  Credit
+(and the local byte bound) come back as the items are taken, counted up to
+the oldest item not taken yet (local items and other hosts' apart:
+``Pipe.on_watch``), so the turns never free an item still queued: the
+bounds above are unchanged, and so is "every wait is released by the
+destination GP reading".  A sender has items queued
+when its host's window admits them: for messages of about a window
+(1 MiB in the default 1 MiB window) a host has one in the pipe at a time,
+so the turns are per host and the credit queue's per sender -- 1/k each
+when senders are spread evenly over hosts, 1/(H k_h) for a sender on a
+host with k_h of them, of H hosts, when not.  With small messages an
+uneven spread between the reader's host and another is shared 1/k too;
+one over other hosts only (one sender alone on a host, five on another)
+is shared 1/k in the first window but can drift after it, the other
+hosts' credit being counted together (:mod:`aiopdbp.routing.pipes`,
+"Counting under turns").  ``tests/test_load.py`` checks the first window
+of the even spreads and of one reader-host-and-another uneven spread.
 
 *Owed credit below a quarter window.*  The receiving host returns credit in
 steps of at least ``window / 4`` (the router's owed-credit book: one
-control message per quarter window, not per message).  A remainder below
+control message per quarter window, not per message; none when a split
+header to that host leaves first and carries it, :mod:`aiopdbp.hosts.credit`,
+"Grants carried").  A remainder below
 that could strand a sender whose need exceeds what is left, so **a parked
 sender asks**: when a queue forms, and again after each grant that leaves
 it non-empty, the link sends host ``h`` one :class:`~aiopdbp.wire.control.CreditAskMsg`.
@@ -234,6 +256,7 @@ from typing import Any
 import numpy as np
 
 from aiopdbp.wire.codec import encode_cdu, encode_record, encode_split, encode_split_array
+from aiopdbp.wire.control import credit_frame
 from aiopdbp.wire.core import BlockWriter
 from aiopdbp.wire.mesp import CDU, L1, Kind, MsgType
 from aiopdbp.wire.shorts import STREAM_HEAD, ShortStream
@@ -241,7 +264,8 @@ from aiopdbp.errors import WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost
 from aiopdbp.pool import SendPool, Slot
 from aiopdbp.transport.base import Channel, Transport
-from aiopdbp.hosts.gate import CreditGate, GateWait, Wake
+from aiopdbp.hosts.gate import GateWait, Wake
+from aiopdbp.hosts.gatecore import CreditGate
 from aiopdbp.hosts.owned import OwnedDone, OwnedSend, fail_owned, resolve_owned
 
 log = logging.getLogger("aiopdbp.hosts.link")
@@ -270,7 +294,8 @@ class LinkStats:
     receiver (bytes), ``credit_parked`` senders parked for credit now,
     ``credit_asks`` asks for more credit sent, ``credit_out`` bytes sent to
     the host's GPs and not credited back yet; ``pool_fallbacks`` blocks taken outside the send pool (its
-    row was full).
+    row was full); ``credit_carried`` split headers that carried this
+    host's credit grants to the other (instead of a ``CreditMsg``).
     """
 
     host: int
@@ -289,6 +314,7 @@ class LinkStats:
     credit_parked: int = 0  # senders parked for credit now
     credit_asks: int = 0    # CreditAskMsg sent (a sender parked, see "Credit")
     credit_out: int = 0     # bytes of credit outstanding towards all GPs of h (window - credit)
+    credit_carried: int = 0  # split headers that carried this host's grants to h (no CreditMsg)
 
 
 _STREAM_HEAD = STREAM_HEAD.pack
@@ -343,6 +369,14 @@ class HostLink:
         self._lane = _lane(transport, host)
         self._bulk_seq = 0                      # the next split frame's number (its bulk tag)
         self._owned: set[asyncio.Future[None]] = set()  # OwnedSend waits not done yet
+        # Credit this host owes host h's senders, carried by the next split
+        # header to h (hosts.credit, "Grants carried"); whether a whole
+        # window's grant found no reply to ride since h last got a split header
+        self.carries = bool(self._bulk_tags)
+        self._bulk_heads = bool(self._bulk_tags) and getattr(transport, "bulk_heads", False)
+        self.carried: list[tuple[int, int]] = []
+        self.carry_missed = True
+        self.n_carried = 0        # split headers that carried grants
 
     # --------------------------------------------------------------- credit
     # The rule is the gate's (aiopdbp.hosts.gate, "Credit" above); the link
@@ -580,12 +614,26 @@ class HostLink:
         else:
             tag = self._bulk_seq
             self._bulk_seq = (tag + 1) % self._bulk_tags
-            self._post([head], len(head), None)
+            self.carry_missed = False   # h gets our replies: a large grant may wait for the next
+            now = not (self._units or self._inflight >= self._max_inflight)   # (else the header queues)
+            if self.carried and now:
+                head = credit_frame(self.carried) + head   # one MPI message: no CreditMsg of its own
+                self.carried = []
+                self.n_carried += 1
+            with_head = self._bulk_heads and now   # the commonest: both posts in one transport call
+            if with_head:
+                self.sent_msgs += 1
+                self._bytes += len(head)
+            else:
+                self._post([head], len(head), None)
             self._bytes += nbytes
             try:
                 # the transport resolves ``done`` itself: no callback hop
                 # between MPI's completion and the waiting sender
-                fut = self._transport.post_bulk(self.host, tag, payload, done)
+                if with_head:
+                    fut = self._transport.post_bulk(self.host, tag, payload, done, head)
+                else:
+                    fut = self._transport.post_bulk(self.host, tag, payload, done)
             except Exception as exc:  # the transport is closed or broken
                 self.fail(exc)
                 fut = None
@@ -712,7 +760,7 @@ class HostLink:
         return LinkStats(self.host, self._cdus, self._lone, self._blocks, self._splits, self.sent_msgs,
                          self._bytes, self._inflight, len(self._units), gate.waits,
                          gate.short(), gate.least(), self._fallbacks, gate.parked(), gate.asks,
-                         gate.outstanding())
+                         gate.outstanding(), self.n_carried)
 
 
 def _put_stream(link: HostLink, pid: int, item: ShortStream) -> None:

@@ -50,7 +50,8 @@ from aiopdbp.errors import ClosedResourceError, NoPipeError, UnknownProcessError
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
 from aiopdbp.routing.pipes import Pipe, PipePool
 from aiopdbp.stall import Waits
-from aiopdbp.hosts.gate import LATER, NOW, CreditBook
+from aiopdbp.hosts.gate import LATER, NOW
+from aiopdbp.hosts.gatecore import CreditBook
 from aiopdbp.hosts.owned import OwnedDone, OwnedSend
 from aiopdbp.hosts.tables import Tables
 
@@ -183,6 +184,10 @@ class Router:
         #: the credit this host owes each (sending host, GP): the rule is the book's
         self.book = CreditBook(window)
         self._flush_scheduled = False
+        #: the grant sink batches per loop iteration itself (it carries grants
+        #: on the host's next split header, :mod:`aiopdbp.hosts.credit`): due
+        #: grants go to it at once, so the reply that follows can carry them
+        self.grants_at_once = False
         self._closed: BaseException | None = None
         self.dropped = 0
         self.parked = 0
@@ -431,7 +436,10 @@ class Router:
         the link, which fails the wait if host ``h`` is lost -- and the
         caller never regains a buffer MPI still reads.
         """
-        pid, tgt = await _routed(self, dest, timeout)
+        pid = self.pids.get(dest)
+        tgt = self.targets.get(pid) if pid is not None else None
+        if pid is None or tgt is None:  # (the commonest: both known, no coroutine to wait on)
+            pid, tgt = await _routed(self, dest, timeout)
         owns = getattr(tgt, "owns", None)
         if not tgt.remote or owns is None or not owns(cost - CREDIT_OVERHEAD):
             fields = (fields[0], fields[1], fields[2], copy(fields[3]), fields[4])
@@ -585,10 +593,10 @@ class Router:
         if len(marks) == 1:
             pipe.watch_at = pipe.appended
 
-    def settle(self, pipe: Pipe[Any]) -> None:
-        """The reader took items: what it took from other hosts is credit owed."""
+    def settle(self, pipe: Pipe[Any], taken: int) -> None:
+        """The reader took items: what it took from other hosts (every one
+        numbered below ``taken``: :attr:`Pipe.on_watch`) is credit owed."""
         marks = self._marks.get(pipe)
-        taken = pipe.taken
         while marks and marks[0][0] <= taken:
             _, host, pid, cost = marks.popleft()
             self._taken(host, pid, cost)
@@ -622,7 +630,7 @@ class Router:
         """Send the book's grants when it says they are due."""
         if due == LATER:
             return
-        if due == NOW:
+        if due == NOW or self.grants_at_once:
             # A whole window (a large message): its sender is parked for it
             # or will be at its next send, so it goes now -- at the end of
             # the iteration it would leave after whatever the reader sends

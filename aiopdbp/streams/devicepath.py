@@ -57,6 +57,7 @@ stream without synchronising.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.util
 import logging
 from collections.abc import AsyncGenerator, Callable
@@ -64,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aiopdbp.arrays import wire_name
+from aiopdbp.arrays import ML_DTYPES, device_dtype, host_array, tensor_wanted, wire_name
 from aiopdbp.wire.mesp import Kind
 from aiopdbp.device import open_backend
 from aiopdbp.device.backend import DeviceBackend, Event, Order, Stream
@@ -340,6 +341,9 @@ class DevicePath:
             dev = getattr(device, "id", getattr(device, "index", device))
             user = backend.as_stream(stream, int(dev) if isinstance(dev, int) else backend.get_device())
         info = backend.inspect(data, user)
+        dt = device_dtype(data, info.dtype)
+        if dt is not info.dtype:  # a tensor: its receivers get a tensor back (the wire name says so)
+            info = dataclasses.replace(info, dtype=dt)
         after = [backend.record_event(info.stream)]
         own = self.sgps.get(gp.pid)
         if own is not None:
@@ -382,10 +386,18 @@ class DevicePath:
 
     async def to_device(self, host: Any, pid: int) -> Any:
         """Host array ``host`` as a new device array on SGP ``pid``'s device
-        (pinned staging); other payloads are returned as they are."""
+        (pinned staging), a CPU tensor as a tensor there (where torch
+        imports; bfloat16 and float8 tensors stay where they are); other
+        payloads are returned as they are."""
         device = self.sgps.device_of(pid)
-        if device is None or not isinstance(host, np.ndarray):
+        if device is None:
             return host
+        if not isinstance(host, np.ndarray):
+            mem = host_array(host)  # a CPU tensor: its memory, its dtype tagged as a tensor's
+            if mem is None or wire_name(mem.dtype).partition(";")[0] in ML_DTYPES:
+                return host
+            host = mem
+        tensor = tensor_wanted(wire_name(host.dtype))
         arr = host if host.flags.c_contiguous or host.flags.f_contiguous else np.ascontiguousarray(host)
         order: Order = "F" if arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
         flat = (arr.T if order == "F" else arr).reshape(-1).view(np.uint8)
@@ -398,7 +410,7 @@ class DevicePath:
 
         t = await self._transfer(lambda done: stager.recv(meta, post, device=device, on_done=done,
                                                           consumer=self.sgps.stream_of(pid)))
-        return t.array  # type: ignore[attr-defined]
+        return stager.backend.as_tensor(t.array) if tensor else t.array  # type: ignore[attr-defined]
 
     # -------------------------------------------------------------- sending
     async def send(self, gp: Sender, streams: StreamTable, dest: str, cap: Captured, *, com: int, kind: Kind,
@@ -422,6 +434,8 @@ class DevicePath:
         except BaseException:
             tgt.unreserve(pid, cost)
             raise
+        if payload is not cap.data and not isinstance(payload, np.ndarray) and tensor_wanted(wire_name(cap.info.dtype)):
+            payload = self.open().backend.as_tensor(payload)  # sent as a tensor
         self._submit(tgt, pid, Message((gp.name, kind, com, payload, gp.pid)))
         self.counts["sent_local"] += 1
 
@@ -439,7 +453,7 @@ class DevicePath:
             return await self._send_remote(gp, streams, pid, cap, com=com, kind=None, timeout=timeout,
                                            segment_size=segment_size)
         info = cap.info
-        meta = StreamMeta("device", info.nbytes, wire_name(info.dtype), info.shape, com)
+        meta = StreamMeta("device", info.nbytes, np.dtype(info.dtype), info.shape, com)
         source = GenSource(lambda out: self._local_segments(out, gp, pid, cap, segment_size, copy))
         n = await run_sender(streams, gp.pid, pid, meta, source, timeout=timeout, what=f"stream to {dest!r}")
         self.counts["sent_local"] += 1
@@ -467,7 +481,7 @@ class DevicePath:
         extra: dict[str, Any] = {"dev": ameta.to_wire(), "tag": sent.tag, "to": tables.name_of(pid)}
         if kind is not None:
             extra["msg"] = int(kind)
-        meta = StreamMeta("device", info.nbytes, wire_name(info.dtype), info.shape, com, extra=extra)
+        meta = StreamMeta("device", info.nbytes, np.dtype(info.dtype), info.shape, com, extra=extra)
         source = GenSource(lambda out: self._staged_segments(out, gp, cap, sent, ameta))
         n = await run_sender(streams, gp.pid, pid, meta, source, timeout=timeout,
                              what=f"device array to GP {tables.name_of(pid)!r}")
@@ -481,6 +495,8 @@ class DevicePath:
         payload = await self.local_payload(gp, cap, pid, copy)
         if isinstance(out.incoming, DeviceIncomingStream):
             out.incoming.array = payload
+            if payload is not cap.data and _sent_as_tensor(out.incoming.meta):
+                out.incoming.to_tensor = self.open().backend.as_tensor
         info = cap.info
         chunk = self.open().pool.chunk_size
         ameta = ArrayMeta(info.dtype, info.shape, _order_of(payload, self.backend),
@@ -563,6 +579,8 @@ class DevicePath:
             self._fail_stream(stream, exc)
             return True
         stream.meta.window = 0  # no segment credit: the chunks pace themselves
+        if isinstance(stream, DeviceIncomingStream) and _sent_as_tensor(stream.meta):
+            stream.to_tensor = self.open().backend.as_tensor  # sent as a tensor: arrives as one
         job = RecvJob(self._transport, host, tag, ameta, stream, self._job_failed)
         self._jobs.append(job)
         self._kick()
@@ -589,10 +607,14 @@ class DevicePath:
     async def _deliver_message(self, host: int, stream: IncomingStream, kind: Kind) -> None:
         """A device message: deliver it once its stream is complete."""
         try:
-            arr = await stream.read()
+            # as it landed: recv turns a host copy into what its caller asks for
+            arr = await stream.landed() if isinstance(stream, DeviceIncomingStream) else await stream.read()
         except (BrokenResourceError, ClosedResourceError):
             self._router.refund(host, stream.dest_pid, CREDIT_OVERHEAD)
             return
+        if isinstance(stream, DeviceIncomingStream) and stream.to_tensor is not None \
+                and not isinstance(arr, np.ndarray):
+            arr = stream.to_tensor(arr)
         msg = Message((stream.source, kind, stream.com, arr, stream.source_pid))
         self._router.deliver_remote(host, stream.dest_pid, [msg], CREDIT_OVERHEAD)
 
@@ -653,3 +675,8 @@ def _order_of(arr: Any, backend: DeviceBackend | None) -> Any:
         return "F" if arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
     assert backend is not None
     return backend.inspect(arr).order or "C"
+
+
+def _sent_as_tensor(meta: StreamMeta) -> bool:
+    """Whether a device stream arrives as a torch tensor (its dtype's tag says it was sent as one)."""
+    return meta.dtype is not None and tensor_wanted(wire_name(meta.dtype))

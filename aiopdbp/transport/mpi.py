@@ -260,11 +260,6 @@ class MPITransport(Transport):
         req = self._control.Iallgather([mine, _MPI.BYTE], [every, _MPI.BYTE])
         return DoorbellJoin(bell, req, mine, every)
 
-    def _post(self, dest: int, channel: Channel, blocks: Sequence[Buffer]) -> asyncio.Future[None] | None:
-        if self._closed or not self._started or not 0 <= dest < self.size or channel not in (0, 1):
-            self._refuse(dest, channel)
-        return self._engine.post_send(channel, dest, blocks)
-
     def send_lane(self, dest: int, channel: Channel) -> Any:
         """A lane for one-frame sends to ``dest`` on ``channel`` (see
         :class:`~aiopdbp.transport.kernel.SendLane`): ``lane.post(frame)``
@@ -306,7 +301,7 @@ class MPITransport(Transport):
         and completes and frees the requests in the background; the caller
         must not modify the blocks afterwards.
         """
-        fut = self._post(dest, channel, blocks)
+        fut = self.post_nowait(dest, channel, blocks)
         if fut is not None:
             await fut
 
@@ -314,7 +309,9 @@ class MPITransport(Transport):
                     blocks: Sequence[Buffer]) -> asyncio.Future[None] | None:
         """Post the sends now; None when they completed at once (eager),
         else a future.  Errors (closed transport, bad rank) raise."""
-        return self._post(dest, channel, blocks)
+        if self._closed or not self._started or not 0 <= dest < self.size or channel not in (0, 1):
+            self._refuse(dest, channel)
+        return self._engine.post_send(channel, dest, blocks)
 
     drives = True
 
@@ -346,15 +343,18 @@ class MPITransport(Transport):
 
     bulk_tags = BULK_TAGS
 
-    def post_bulk(self, dest: int, tag: int, buf: Buffer,
-                  done: asyncio.Future[None] | None = None) -> asyncio.Future[None] | None:
+    bulk_heads = True
+
+    def post_bulk(self, dest: int, tag: int, buf: Buffer, done: asyncio.Future[None] | None = None,
+                  head: Buffer | None = None) -> asyncio.Future[None] | None:
         """Post one large payload to rank ``dest`` on the bulk communicator
-        (see "Bulk payloads" above); None when it completed at once, else a
-        future completing when ``buf`` may be reused (``done`` itself when
-        given).  Errors raise."""
+        (see "Bulk payloads" above), after its header ``head`` on the data
+        channel when given (one call for both); None when the payload
+        completed at once, else a future completing when ``buf`` may be
+        reused (``done`` itself when given).  Errors raise."""
         if self._closed or not self._started or not 0 <= dest < self.size:
             self._refuse(dest, Channel.DATA)
-        return self._engine.post_bulk_send(dest, tag, buf, done)
+        return self._engine.post_bulk_send(dest, tag, buf, done, head)
 
     def recv_bulk(self, source: int, tag: int, nbytes: int, out: Buffer | None,
                   done: Callable[[Any], None]) -> None:
@@ -420,7 +420,7 @@ class MPITransport(Transport):
         """
         loop = asyncio.get_running_loop()
         try:
-            fut = self._post(dest, channel, blocks)
+            fut = self.post_nowait(dest, channel, blocks)
         except Exception as exc:
             failed: asyncio.Future[None] = loop.create_future()
             failed.set_exception(exc)

@@ -28,7 +28,8 @@ rank 0), ``TableReqMsg``/``TableAckMsg`` (any other table update, and the ones a
 ``CreditMsg`` and ``CreditAskMsg`` (per-destination flow control), ``StallMsg``
 and ``DeadlockMsg`` (:mod:`aiopdbp.stall`), ``StreamDoneMsg``,
 ``StreamDonesMsg``, ``StreamCreditMsg``, ``ByeMsg``, ``StopMsg`` and ``StopAckMsg``;
-``RelayMsg`` carries any of the table kinds along the hosts' tree.
+``RelayMsg`` carries any of the table kinds along the hosts' tree; ``LostMsg``
+spreads a lost host's name from the rank that noticed it.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ from aiopdbp.errors import ProtocolError
 __all__ = [
     "AAPMsg", "APipeMsg", "ARMsg", "ByeMsg", "CancelMsg", "ControlHandler", "CreditAskMsg", "CreditMsg",
     "CtrlMsg", "DeadlockMsg", "StallMsg",
-    "HInfoMsg", "MBInfoMsg", "RegMsg", "RelayMsg", "ReleaseMsg", "StopAckMsg", "StopMsg", "StreamCreditMsg",
-    "StreamDoneMsg", "StreamDonesMsg", "TableAckMsg", "TableMsg", "TableReqMsg", "decode_control",
+    "HInfoMsg", "LostMsg", "MBInfoMsg", "RegMsg", "RelayMsg", "ReleaseMsg", "StopAckMsg", "StopMsg", "StreamCreditMsg",
+    "StreamDoneMsg", "StreamDonesMsg", "TableAckMsg", "TableMsg", "TableReqMsg", "credit_frame", "decode_control",
 ]
 
 
@@ -73,6 +74,7 @@ class ControlHandler(Protocol):
     def on_stop(self, src: int, msg: StopMsg) -> None: ...
     def on_stop_ack(self, src: int, msg: StopAckMsg) -> None: ...
     def on_relay(self, src: int, msg: RelayMsg) -> None: ...
+    def on_lost(self, src: int, msg: LostMsg) -> None: ...
 
 
 class CtrlMsg:
@@ -287,6 +289,21 @@ class CreditMsg(CtrlMsg):
         return cls(grants)
 
 
+_CREDIT_FRAMES: dict[tuple[tuple[int, int], ...], bytes] = {}
+
+
+def credit_frame(grants: list[tuple[int, int]]) -> bytes:
+    """``CreditMsg(grants).encode()``, kept: a request/response of one size
+    carries the same grant every time (the encoder costs ~20 dict lookups)."""
+    key = tuple(grants)
+    frame = _CREDIT_FRAMES.get(key)
+    if frame is None:
+        if len(_CREDIT_FRAMES) >= 64:
+            _CREDIT_FRAMES.clear()
+        frame = _CREDIT_FRAMES[key] = CreditMsg(grants).encode()
+    return frame
+
+
 @_register
 @dataclasses.dataclass(frozen=True, slots=True)
 class CreditAskMsg(CtrlMsg):
@@ -457,6 +474,27 @@ class RelayMsg(CtrlMsg):
     origin: int
     dest: int
     frame: bytes
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class LostMsg(CtrlMsg):
+    """Rank ``origin`` noticed that rank ``rank`` is lost (``message``: its
+    error); the receiver passes it on to the ``span`` ring positions that
+    start at its own (:mod:`aiopdbp.hosts.failure`, "Liveness")."""
+
+    TYPE: ClassVar[MsgType] = MsgType.LOST
+    HANDLER: ClassVar[str] = "on_lost"
+    rank: int
+    origin: int
+    span: int
+    message: str
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
+        if min(body["rank"], body["origin"]) < 0 or body["span"] < 1:
+            raise ProtocolError(f"LOST names rank {body['rank']} from {body['origin']} over span {body['span']}")
+        return cls(body["rank"], body["origin"], body["span"], body["message"])
 
 
 # ------------------------------------------------------------------ decoding
