@@ -187,7 +187,9 @@ class Inbound:
         if s.bye is not None and s.received > s.bye:
             self._malformed(src, ProtocolError(f"data message {s.received} after a BYE that said {s.bye}"))
             return
-        if len(buf) > 1 and buf[1] == _CREDIT:
+        # Only where a peer may carry grants: elsewhere a split frame's
+        # payload follows its header on this channel, and its bytes are the user's.
+        if self._on_credit is not None and len(buf) > 1 and buf[1] == _CREDIT:
             try:
                 buf = self._carried(src, buf)
             except ProtocolError as exc:

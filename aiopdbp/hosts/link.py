@@ -266,6 +266,7 @@ from aiopdbp.pool import SendPool, Slot
 from aiopdbp.transport.base import Channel, Transport
 from aiopdbp.hosts.gate import GateWait, Wake
 from aiopdbp.hosts.gatecore import CreditGate
+from aiopdbp.hosts.inbound import RBP_MIN
 from aiopdbp.hosts.owned import OwnedDone, OwnedSend, fail_owned, resolve_owned
 
 log = logging.getLogger("aiopdbp.hosts.link")
@@ -617,9 +618,14 @@ class HostLink:
             self.carry_missed = False   # h gets our replies: a large grant may wait for the next
             now = not (self._units or self._inflight >= self._max_inflight)   # (else the header queues)
             if self.carried and now:
-                head = credit_frame(self.carried) + head   # one MPI message: no CreditMsg of its own
-                self.carried = []
-                self.n_carried += 1
+                frame = credit_frame(self.carried)
+                # A message of RBP_MIN bytes or more may be received into a
+                # pool slot, where a carried grant cannot be taken off: such a
+                # header leaves alone, its grants in the iteration's CreditMsg.
+                if len(frame) + len(head) < RBP_MIN:
+                    head = frame + head   # one MPI message: no CreditMsg of its own
+                    self.carried = []
+                    self.n_carried += 1
             with_head = self._bulk_heads and now   # the commonest: both posts in one transport call
             if with_head:
                 self.sent_msgs += 1

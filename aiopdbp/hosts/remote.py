@@ -168,7 +168,9 @@ class Remote:
                                fail_host=self.failures.protocol_error, block_size=cfg.block_size,
                                allow_pickle=allow_pickle, bulk=transport,
                                landing=getattr(getattr(router, "landings", None), "take", None),
-                               book=getattr(router, "book", None), on_credit=self.credit.on_credit)
+                               book=getattr(router, "book", None),
+                               # grants ride on split headers only where payloads travel apart (bulk tags)
+                               on_credit=self.credit.on_credit if getattr(transport, "bulk_tags", 0) else None)
         self.stalls = StallRelay(rank, size, self.channel, stall, lambda h: h in self.failures.failed)
         self._dispatch = Dispatch(self.sequencer, self.inbound, self.credit, self.failures, self.stalls)
         self._closing_wait = Closing(rank, size, transport, self.channel, self.inbound, self.failures)
