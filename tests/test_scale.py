@@ -89,20 +89,60 @@ def test_the_hosts_tree_reaches_every_host_once_and_routes_down_along_parents() 
         assert len(children(0, size)) == (size - 1).bit_length()
 
 
+def _control(stats: dict[int, dict[str, int]]) -> int:
+    return sum(n for kinds in stats.values() for kind, n in kinds.items() if kind != "data")
+
+
+def _homed_name(prefix: str, home: int, size: int, avoid: str = "") -> str:
+    from aiopdbp.hosts.names import home_of
+
+    return next(f"{prefix}-{i}" for i in range(10_000)
+                if home_of(f"{prefix}-{i}", size) == home and f"{prefix}-{i}" != avoid)
+
+
 @pytest.mark.timeout(60)
-async def test_registrations_on_every_host_reach_rank_0_and_back_along_the_tree_only() -> None:
+async def test_a_registration_reaches_only_its_home_and_the_hosts_that_look_it_up() -> None:
+    from aiopdbp.errors import UnknownProcessError
     from aiopdbp.runtime.cluster import open_cluster
 
-    n = 8
-    tree = {0: {1, 2, 4}, 1: {0}, 2: {0, 3}, 3: {2}, 4: {0, 5, 6}, 5: {4}, 6: {4, 7}, 7: {6}}
+    n, owner, home, looker = 8, 5, 3, 6
+    name = _homed_name("named", home, n)
     async with open_cluster(n) as nodes:
-        gps = await asyncio.gather(*(nodes[r].register(f"t-{r}", bind=True) for r in range(n)))
-        for r in range(n):   # every host applied every registration, in one order
-            assert [await nodes[r].lookup(f"t-{h}", timeout=0) for h in range(n)] == [gp.pid for gp in gps]
-        assert len({node.stats().table_digest for node in nodes}) == 1
-        for r in range(n):   # table messages only to the tree's parent and children
-            talked = set(nodes[r].stats().messages_sent)
-            assert talked <= tree[r], (r, talked)
+        before = [(node.stats().messages_sent, node.stats().messages_received) for node in nodes]
+        gp = await nodes[owner].register(name, bind=True)
+        pid = await nodes[looker].lookup(name, timeout=10)
+        assert pid == gp.pid
+        await gp.free()
+        with pytest.raises(UnknownProcessError) as err:   # the free reached the host that looked
+            await nodes[looker].lookup(name, timeout=10)
+        assert err.value.waited is None
+        for r, node in enumerate(nodes):
+            sent, received = node.stats().messages_sent, node.stats().messages_received
+            talked = {h for h in sent if sent[h] != before[r][0].get(h)}
+            heard = {h for h in received if received[h] != before[r][1].get(h)}
+            expected = {owner: {home}, looker: {home}, home: {owner, looker}}.get(r, set())
+            assert talked == heard == expected, (r, talked, heard)   # rank 0 is not its home: nothing
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", [4, 16, 32])
+async def test_registrations_cost_the_master_only_those_of_the_names_it_is_home_of(n: int) -> None:
+    from aiopdbp.hosts.names import home_of
+    from aiopdbp.runtime.cluster import open_cluster
+
+    names = [f"reg-{r}" for r in range(n)]
+    async with open_cluster(n) as nodes:
+        base = [(_control(node.stats().messages_sent), _control(node.stats().messages_received))
+                for node in nodes]
+        gps = await asyncio.gather(*(nodes[r].register(names[r], bind=True) for r in range(n)))
+        counts = [(_control(node.stats().messages_sent) - base[r][0],
+                   _control(node.stats().messages_received) - base[r][1]) for r, node in enumerate(nodes)]
+        homed_at = [sum(home_of(x, n) == r for x in names) for r in range(n)]
+        for r in range(n):
+            mine = int(home_of(names[r], n) != r)   # its own: a request out, an update and an answer in
+            # as a home: a request in, an update and an answer out, for each name that is not its own
+            remote_homed = homed_at[r] - int(home_of(names[r], n) == r)
+            assert counts[r] == (mine + 2 * remote_homed, 2 * mine + remote_homed), (r, counts[r])
         for gp in gps:
             await gp.free()
 

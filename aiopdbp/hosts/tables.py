@@ -94,7 +94,7 @@ class PendingName(str):
 class Tables:
     """NTA + PTA with one entry point for updates."""
 
-    OPS = ("node_add", "proc_reg", "proc_free", "pipe_bind", "pipe_release")
+    OPS = ("node_add", "proc_reg", "proc_free", "pipe_bind", "pipe_release", "proc_name")
 
     def __init__(self) -> None:
         self.nta: dict[int, NodeEntry] = {}
@@ -172,11 +172,15 @@ class Tables:
         self.nta[nid] = NodeEntry(nid, name, ip, NodeType(ntype))
         return nid
 
-    def _op_proc_reg(self, name: str, ptype: int, node: int, pipe: int | None = None) -> int:
+    def _op_proc_reg(self, name: str, ptype: int, node: int, pipe: int | None = None,
+                     pid: int | None = None) -> int:
+        # ``pid``: given by the name's home host (aiopdbp.hosts.names); one
+        # host alone numbers its GPs itself
         if name in self.by_name:
             raise DuplicateProcessError(name)
-        pid = self._next_pid
-        self._next_pid += 1
+        if pid is None:
+            pid = self._next_pid
+            self._next_pid += 1
         self.pta[pid] = ProcessEntry(pid, name, PType(ptype), node, pipe)
         self.by_name[name] = pid
         self.names[pid] = name
@@ -186,6 +190,12 @@ class Tables:
         entry = self.process(pid)
         del self.pta[pid]
         self.by_name.pop(entry.name, None)
+        return pid
+
+    def _op_proc_name(self, pid: int, name: str) -> int:
+        # the name of a GP that sent something here, learnt from its home:
+        # a pid's name never changes, and knowing it registers nothing here
+        self.names.setdefault(pid, name)
         return pid
 
     def _op_pipe_bind(self, pid: int, pipe: int) -> int:

@@ -28,7 +28,8 @@ rank 0), ``TableReqMsg``/``TableAckMsg`` (any other table update, and the ones a
 ``CreditMsg`` and ``CreditAskMsg`` (per-destination flow control), ``StallMsg``
 and ``DeadlockMsg`` (:mod:`aiopdbp.stall`), ``StreamDoneMsg``,
 ``StreamDonesMsg``, ``StreamCreditMsg``, ``ByeMsg``, ``StopMsg`` and ``StopAckMsg``;
-``RelayMsg`` carries any of the table kinds along the hosts' tree.
+``RelayMsg`` carries a host's info up the hosts' tree; ``LookupMsg`` asks
+a name's home host for the name (:mod:`aiopdbp.hosts.names`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from aiopdbp.errors import ProtocolError
 __all__ = [
     "AAPMsg", "APipeMsg", "ARMsg", "ByeMsg", "CancelMsg", "ControlHandler", "CreditAskMsg", "CreditMsg",
     "CtrlMsg", "DeadlockMsg", "StallMsg",
-    "HInfoMsg", "MBInfoMsg", "RegMsg", "RelayMsg", "ReleaseMsg", "StopAckMsg", "StopMsg", "StreamCreditMsg",
+    "HInfoMsg", "LookupMsg", "MBInfoMsg", "RegMsg", "RelayMsg", "ReleaseMsg", "StopAckMsg", "StopMsg", "StreamCreditMsg",
     "StreamDoneMsg", "StreamDonesMsg", "TableAckMsg", "TableMsg", "TableReqMsg", "decode_control",
 ]
 
@@ -73,6 +74,7 @@ class ControlHandler(Protocol):
     def on_stop(self, src: int, msg: StopMsg) -> None: ...
     def on_stop_ack(self, src: int, msg: StopAckMsg) -> None: ...
     def on_relay(self, src: int, msg: RelayMsg) -> None: ...
+    def on_lookup(self, src: int, msg: LookupMsg) -> None: ...
 
 
 class CtrlMsg:
@@ -457,6 +459,19 @@ class RelayMsg(CtrlMsg):
     origin: int
     dest: int
     frame: bytes
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class LookupMsg(CtrlMsg):
+    """To a name's home host: send this host GP ``name``'s registration and
+    every later update of it (``pid`` 0); or, ``name`` empty, the name of GP
+    ``pid`` (:mod:`aiopdbp.hosts.names`)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.LOOKUP
+    HANDLER: ClassVar[str] = "on_lookup"
+    name: str
+    pid: int
 
 
 # ------------------------------------------------------------------ decoding
