@@ -1,4 +1,4 @@
-"""The replicated system tables: NTA and PTA (SPEC section 2); the MTA row.
+"""The system tables: NTA and PTA (SPEC section 2); the MTA row.
 
 * **NTA** node table ``(Nid, Nname, Nip, Ntype)`` -- one row per host (rank).
 * **PTA** process table ``(Pid, Pname, Ptype, PN)`` -- one row per generalized
@@ -14,11 +14,17 @@
 
 Every change goes through :meth:`Tables.apply`, the *single point of update*.
 An update is a plain ``(op, args)`` tuple, so the multi-host runtime can send
-it to rank 0, which puts all updates into one total order and broadcasts them;
-every host applies the same updates in the same order and ends with the same
-content, the same :attr:`Tables.version` and the same :attr:`Tables.digest`.
-Pids are assigned *by the update* (the next free number), so they agree on all
-hosts without any further coordination.
+it between hosts.  The NTA is the same on every host (set at start-up).  The
+PTA is **not replicated** on every host (a departure from SPEC section 2,
+made so that a registration costs O(1) messages, not one per host): each
+name is kept by its home host (:mod:`aiopdbp.hosts.names`), which orders its
+updates, gives its pid (``proc_reg``'s ``pid``) and sends them to the hosts
+that registered or looked the name up; so a host's PTA holds the names it
+uses, each the same as on every other host that holds it, and the name rule
+(unique in the job; a send waits for its name; a freed name fails) holds as
+before.  ``proc_name`` records the name of a sender's pid (learnt from its
+home) without registering anything.  On one host alone pids are assigned by
+the update (the next free number).
 """
 
 from __future__ import annotations

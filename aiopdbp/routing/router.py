@@ -6,8 +6,9 @@ The :class:`Router` is the one object that knows where every GP can be
 reached.  It keeps, for every *bound* GP of the cluster, its **target**: the
 GP's private :class:`~aiopdbp.routing.pipes.Pipe` when it lives here, else the
 :class:`~aiopdbp.hosts.link.HostLink` of its host.  The targets follow the
-replicated tables (:meth:`on_update`, subscribed to ``Tables``), so routing
-is a dict lookup.  Every target offers the same four calls (the target
+tables (:meth:`on_update`, subscribed to ``Tables``), so routing is a dict
+lookup; a name not known here is asked of its home host (``want``, see
+:mod:`aiopdbp.hosts.names`) when a send first waits for it.  Every target offers the same four calls (the target
 protocol): ``reserve_nowait(pid, nbytes)`` / ``reserve(pid, nbytes)`` take a
 slot in the GP's pipe or ``nbytes`` of credit towards it on its host (a full
 destination makes *its* senders wait, nobody else), ``unreserve`` gives it
@@ -202,7 +203,7 @@ class Router:
 
     # ----------------------------------------------------------- table hook
     def on_update(self, op: str, args: tuple[Any, ...], result: Any) -> None:
-        """Follow the replicated tables (called by ``Tables.apply``)."""
+        """Follow the tables (called by ``Tables.apply``)."""
         if op == "proc_reg":
             self._left.pop(args[0], None)
             self._home[result] = args[2]

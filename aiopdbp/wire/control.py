@@ -13,8 +13,8 @@ nor mpi4py.
 The paper's kinds carry the operations they name:
 
 ====================  ==========================================================
-``RegMsg``            a host asks rank 0 (the MNode) to register a GP, with its
-                      pipe when it has one; ``ARMsg`` answers (pid or error)
+``RegMsg``            a host asks the name's home host to register a GP, with
+                      its pipe when it has one; ``ARMsg`` answers (pid or error)
 ``APipeMsg``          bind a pipe to a GP; ``AAPMsg`` answers
 ``ReleaseMsg``        release a GP's pipe, or free the GP; ``AAPMsg`` answers
 ``CancelMsg``         undo what a request did, when its requester gave up
@@ -23,8 +23,8 @@ The paper's kinds carry the operations they name:
 ``MBInfoMsg``         all GP-pipe bindings, sent by rank 0 at initialisation
 ====================  ==========================================================
 
-and the runtime's own: ``TableMsg`` (one ordered table update, broadcast by
-rank 0), ``TableReqMsg``/``TableAckMsg`` (any other table update, and the ones a host asks for without waiting),
+and the runtime's own: ``TableMsg`` (one table update, sent by a name's home
+to the hosts that use the name), ``TableReqMsg``/``TableAckMsg`` (any other table update, and the ones a host asks for without waiting),
 ``CreditMsg`` and ``CreditAskMsg`` (per-destination flow control), ``StallMsg``
 and ``DeadlockMsg`` (:mod:`aiopdbp.stall`), ``StreamDoneMsg``,
 ``StreamDonesMsg``, ``StreamCreditMsg``, ``ByeMsg``, ``StopMsg`` and ``StopAckMsg``;
@@ -235,7 +235,8 @@ class MBInfoMsg(CtrlMsg):
 @_register
 @dataclasses.dataclass(frozen=True, slots=True)
 class TableMsg(CtrlMsg):
-    """Update number ``seq`` of the replicated tables, in rank 0's order."""
+    """A table update from the home host of the name it changes (``seq`` 0)
+    or from rank 0."""
 
     TYPE: ClassVar[MsgType] = MsgType.TABLE
     HANDLER: ClassVar[str] = "on_table"
