@@ -112,6 +112,9 @@ async def test_a_registration_reaches_only_its_home_and_the_hosts_that_look_it_u
         gp = await nodes[owner].register(name, bind=True)
         pid = await nodes[looker].lookup(name, timeout=10)
         assert pid == gp.pid
+        # a first lookup: one message to the name's home, one back (the registration)
+        assert nodes[looker].stats().messages_sent[home] == {"LookupMsg": 1}
+        assert nodes[looker].stats().messages_received[home] == {"TableMsg": 1}
         await gp.free()
         with pytest.raises(UnknownProcessError) as err:   # the free reached the host that looked
             await nodes[looker].lookup(name, timeout=10)
@@ -167,3 +170,17 @@ async def test_a_closing_host_talks_only_to_the_peers_it_talked_to() -> None:
         # nothing to the hosts it never talked to (a BYE to every host, before)
         assert closing <= {(r - 1) % n, (r + 1) % n}, (r, closing, sent)
         assert "data" in sent[(r + 1) % n]
+
+
+#: the behaviour scenarios of the name rule (tests/scenarios.py), run again at more hosts
+NAME_SCENARIOS = ["table_consistency", "unknown_name_error", "send_before_bind",
+                  "source_name_after_sender_left", "multicast_across_hosts"]
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("n", [8, 16])
+@pytest.mark.parametrize("name", NAME_SCENARIOS)
+async def test_the_name_rule_holds_at_more_hosts(name: str, n: int) -> None:
+    from tests.scenarios import run_inproc
+
+    await run_inproc(name, n)
