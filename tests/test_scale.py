@@ -184,3 +184,24 @@ async def test_the_name_rule_holds_at_more_hosts(name: str, n: int) -> None:
     from tests.scenarios import run_inproc
 
     await run_inproc(name, n)
+
+
+@pytest.mark.timeout(60)
+async def test_a_name_update_from_a_host_that_is_not_its_home_fails_that_host() -> None:
+    from aiopdbp.runtime.cluster import open_cluster
+    from aiopdbp.transport.base import Channel
+    from aiopdbp.wire.control import TableMsg
+
+    n = 4
+    name = _homed_name("forged", 2, n)
+    async with open_cluster(n) as nodes:
+        transport = nodes[1].transport
+        assert transport is not None   # host 2 is its home, not host 1
+        await transport.send(3, Channel.CONTROL, [TableMsg(0, "proc_reg", [name, 0, 1, None, 99]).encode()])
+        for _ in range(200):
+            if nodes[3].stats().failed_hosts:
+                break
+            await asyncio.sleep(0.01)
+        assert 1 in nodes[3].stats().failed_hosts
+        with pytest.raises(Exception):
+            await nodes[3].lookup(name, timeout=0)

@@ -52,6 +52,7 @@ from aiopdbp.errors import (
     BrokenResourceError,
     DuplicateProcessError,
     PDBPError,
+    ProtocolError,
     RankFailedError,
     UnknownProcessError,
 )
@@ -359,7 +360,15 @@ class NameService:
                 log.critical("names diverged applying %s%s: %s", op, args, exc)
 
     def on_table(self, src: int, msg: TableMsg) -> None:
-        self._apply(msg.op, msg.args)
+        args = msg.args
+        want = str if msg.op == "proc_reg" else int if msg.op in (*_PID_OPS, "proc_name") else None
+        if want is None or not args or type(args[0]) is not want:
+            raise ProtocolError(f"a malformed table update {msg.op!r}")
+        # only a name's home sends its updates (the order every holder follows)
+        home = home_of(args[0], self.size) if msg.op == "proc_reg" else pid_home(args[0], self.size)
+        if src != home:
+            raise ProtocolError(f"a {msg.op} update from host {src}, not its home (host {home})")
+        self._apply(msg.op, args)
 
     def on_ar(self, src: int, msg: ARMsg) -> None:
         if msg.req in self._cancelled:
