@@ -311,6 +311,11 @@ class SyncMember:
             self._opened = True
             return
         self._watch.watch(self.gp.pid, _OWN)   # our GP freed -> leave the group
+        for i in peers:
+            # learn every peer's companion from its home, as it registers:
+            # LEAVE and ABORT go to every member (never waiting), and the
+            # linger watches them all (one lookup per peer and host)
+            node.router.want(self._comp_names[i])
         try:
             comp = await node.register(self.companion_of(self.member), PType.COMM)
             try:
