@@ -98,10 +98,21 @@ def test_the_pure_recv_one_lands_the_message_and_writes_nothing_past_it() -> Non
 
 
 @pytest.mark.timeout(90)
+def test_the_pure_send_lane_posts_counts_rings_once_and_refuses_once_shut() -> None:
+    forms = _forms()
+    outs, sends, fast, nbytes, rings, stamped = forms[("pure", "lane")]
+    # eager sends complete at once; the 70000 B one is handed to ``pending``
+    assert outs == [None] * 8 + ["pending 70000", None, "lane shut"]
+    assert (sends, fast, nbytes) == (len(SIZES), len(SIZES) - 1, sum(SIZES))
+    assert rings == [1] and stamped  # the first send to a quiet peer rings it; the rest are recent
+    assert forms[("pure", "laned")] == [(n, zlib.crc32(bytes([i]) * n)) for i, n in enumerate(SIZES)]
+
+
+@pytest.mark.timeout(90)
 @pytest.mark.skipif(compiled is None, reason="the compiled kernel is not built")
 def test_both_forms_post_receive_and_match_alike_over_mpi() -> None:
     forms = _forms()
-    for case in ("batch", "fifo", "budget", "post", "posted", "received"):
+    for case in ("batch", "fifo", "budget", "post", "posted", "received", "lane", "laned"):
         assert forms[("compiled", case)] == forms[("pure", case)], case
 
 

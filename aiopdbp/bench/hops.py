@@ -68,12 +68,12 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
     ns = time.perf_counter_ns
     posts: list[int] = []
     steps: list[tuple[int, int]] = []
-    orig_post: Callable[..., Any] = ProgressEngine.post_send
+    orig_post: Callable[..., Any] = HostLink._send
     orig_step: Callable[..., bool] = ProgressEngine.step
 
-    def post_send(self: ProgressEngine, *a: Any) -> Any:
+    def post_send(self: HostLink, *a: Any) -> Any:
         t = ns()
-        if offered:  # paired with the offer it posts (credit grants and control frames post without one)
+        if offered:  # paired with the offer it posts (a block's later frames post without one)
             encs.append((offered.pop(), t))
         out = orig_post(self, *a)
         posts.append(ns())
@@ -130,7 +130,7 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
                     await gp.send(peer, msg.data)  # type: ignore[union-attr]
         return None
 
-    patches = [(ProgressEngine, "post_send", post_send, orig_post), (ProgressEngine, "step", step, orig_step),
+    patches = [(HostLink, "_send", post_send, orig_post), (ProgressEngine, "step", step, orig_step),
                (HostLink, "offer", offer, orig_offer), (inbound, "decode", timed(orig_dec), orig_dec),
                (rt, "reader", _TimedReader(timed(orig_reader.read)), orig_reader)]
     for obj, name, new, _ in patches:

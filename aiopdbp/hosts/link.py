@@ -294,6 +294,19 @@ class LinkStats:
 _STREAM_HEAD = STREAM_HEAD.pack
 
 
+def _lane(transport: Transport, host: int) -> Any:
+    """The transport's send lane to ``host`` (None: it has none, or cannot
+    send now -- :meth:`HostLink._send` then posts the general way, which
+    raises what is wrong)."""
+    make = getattr(transport, "send_lane", None)
+    if make is None:
+        return None
+    try:
+        return make(host, _DATA)
+    except Exception:
+        return None
+
+
 class HostLink:
     """Routing target for every GP on one remote host (SCBP_h + its sender)."""
 
@@ -327,6 +340,7 @@ class HostLink:
         self._cdus = self._lone = self._blocks = self._splits = self._bytes = 0
         self._fallbacks = 0
         self._bulk_tags = getattr(transport, "bulk_tags", 0)  # 0: payloads follow their header (data channel)
+        self._lane = _lane(transport, host)
         self._bulk_seq = 0                      # the next split frame's number (its bulk tag)
         self._owned: set[asyncio.Future[None]] = set()  # OwnedSend waits not done yet
 
@@ -647,8 +661,12 @@ class HostLink:
     def _send(self, blocks: list[Any], nbytes: int, slot: Slot | None) -> asyncio.Future[None] | None:
         self.sent_msgs += len(blocks)
         self._bytes += nbytes
+        fut: asyncio.Future[None] | None
         try:
-            fut = self._transport.post_nowait(self.host, _DATA, blocks)
+            if len(blocks) == 1 and self._lane is not None:  # the commonest: one frame, in one call
+                fut = self._lane.post(blocks[0])
+            else:
+                fut = self._transport.post_nowait(self.host, _DATA, blocks)
         except Exception as exc:  # the transport is closed or broken
             self._release(slot)
             self.fail(exc)

@@ -189,6 +189,12 @@ class Transport(abc.ABC):
             return None
         return fut
 
+    def send_lane(self, dest: int, channel: Channel) -> Any:
+        """An object whose ``post(frame)`` is ``post_nowait(dest, channel,
+        [frame])`` at less cost, or None (the default: this transport has
+        none; callers use :meth:`post_nowait`)."""
+        return None
+
     def add_poller(self, poller: Callable[[], bool]) -> Callable[[], None]:
         """Have ``poller()`` called by the transport's progress (device
         staging's CUDA events); returns a function that removes it.  The

@@ -9,6 +9,7 @@ cimport mpi4py.MPI as MPI
 from mpi4py import MPI as _MPI
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
+from time import perf_counter
 
 cdef extern from *:
     """
@@ -55,6 +56,61 @@ def post_one(MPI.Comm comm, object buf, int dest, int tag):
     ierr = MPI_Isend(view.buf, <int>view.len, MPI_BYTE, dest, tag, comm.ob_mpi, &req)
     PyBuffer_Release(&view)
     return _tested(ierr, req)
+
+
+cdef class SendLane:
+    """See :class:`aiopdbp.transport.kernel.SendLane`."""
+
+    cdef public MPI.Comm comm
+    cdef public int dest, tag
+    cdef public list last
+    cdef public double after
+    cdef public object bell, pending, refuse
+    cdef public bint open
+    cdef public Py_ssize_t sends, fast, nbytes
+
+    def __init__(self, MPI.Comm comm, int dest, int tag, list last, double after, object bell,
+                 object pending, object refuse):
+        self.comm = comm
+        self.dest = dest
+        self.tag = tag
+        self.last = last
+        self.after = after
+        self.bell = bell
+        self.pending = pending
+        self.refuse = refuse
+        self.open = True
+        self.sends = self.fast = self.nbytes = 0
+
+    def post(self, object buf):
+        cdef Py_buffer view
+        cdef MPI_Request req
+        cdef int ierr
+        cdef Py_ssize_t n
+        cdef double now
+        if not self.open:
+            self.refuse()
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        n = view.len
+        if n > INT_MAX:
+            PyBuffer_Release(&view)
+            r = post_one(self.comm, buf, self.dest, self.tag)
+        else:
+            # the caller keeps buf alive until the request completes (see post_one)
+            ierr = MPI_Isend(view.buf, <int>n, MPI_BYTE, self.dest, self.tag, self.comm.ob_mpi, &req)
+            PyBuffer_Release(&view)
+            r = _tested(ierr, req)
+        self.sends += 1
+        self.nbytes += n
+        if self.bell is not None:
+            now = perf_counter()
+            if now - <double>self.last[self.dest] > self.after:
+                self.bell.ring(self.dest)
+            self.last[self.dest] = now
+        if r is None:
+            self.fast += 1
+            return None
+        return self.pending(r, buf)
 
 
 def recv_one(MPI.Comm comm, object buf, Py_ssize_t nbytes, int source, int tag):

@@ -2,7 +2,7 @@
 receive, and matching and receiving a small message.
 
 Three functions, :func:`post_one`, :func:`recv_one` and :func:`probe_small`,
-in two forms with one interface (as :mod:`aiopdbp.wire.blocks` has): this Python source,
+and one class, :class:`SendLane`, in two forms with one interface (as :mod:`aiopdbp.wire.blocks` has): this Python source,
 always present, and a twin compiled by Cython, ``aiopdbp.transport.ckernel``,
 which calls MPI's C API directly (``MPI_Isend``, ``MPI_Irecv``,
 ``MPI_Test``, ``MPI_Improbe``, ``MPI_Mrecv``) and so makes no Python object per message
@@ -17,15 +17,22 @@ into a fresh ``bytearray`` and appends it to ``deliveries``.  Anything else
 allocation hook, an ``Imrecv``), or one from a source whose earlier large
 message is still landing (``fifo``) -- is matched and handed back for the
 engine to handle the long way; no message is received out of order or twice.
+
+The common send is one frame to one host, completed at once (eager): a
+:class:`SendLane` per (host, channel) does it in one call -- the ``Isend``,
+its ``Test``, the engine's counters and the doorbell's rule -- where the
+general path (:meth:`~aiopdbp.transport.progress.ProgressEngine.post_send`)
+crosses the transport and the engine in Python.
 """
 
 from __future__ import annotations
 
+from time import perf_counter
 from typing import Any
 
 from mpi4py import MPI
 
-__all__ = ["post_one", "probe_small", "recv_one"]
+__all__ = ["SendLane", "post_one", "probe_small", "recv_one"]
 
 _ANY_SOURCE = MPI.ANY_SOURCE
 _BYTE = MPI.BYTE
@@ -39,6 +46,55 @@ def post_one(comm: MPI.Comm, buf: Any, dest: int, tag: int) -> MPI.Request | Non
     if req.Test():
         return None
     return req
+
+
+class SendLane:
+    """One-frame sends to rank ``dest`` on ``comm`` with ``tag``, counted.
+
+    ``post(buf)`` is :func:`post_one` plus what the engine's send path does
+    around it: refuse once the lane is shut (``refuse()`` raises the reason),
+    count the send and its bytes, ring the doorbell ``bell`` when the last
+    send to ``dest`` (``last[dest]``, the engine's list, shared by every lane)
+    is older than ``after`` seconds, and hand a send that did not complete at
+    once to ``pending(request, buf)``, whose future it returns (None: it
+    completed).  The engine adds the counters to its own and shuts the lane
+    (``open = False``) when it fails or its transport closes; ``bell`` is
+    None when there is no doorbell (or it was closed).
+    """
+
+    __slots__ = ("after", "bell", "comm", "dest", "fast", "last", "nbytes", "open", "pending", "refuse",
+                 "sends", "tag")
+
+    def __init__(self, comm: MPI.Comm, dest: int, tag: int, last: list[float], after: float, bell: Any,
+                 pending: Any, refuse: Any) -> None:
+        self.comm = comm
+        self.dest = dest
+        self.tag = tag
+        self.last = last
+        self.after = after
+        self.bell = bell
+        self.pending = pending
+        self.refuse = refuse
+        self.open = True
+        self.sends = self.fast = self.nbytes = 0
+
+    def post(self, buf: Any) -> Any:
+        if not self.open:
+            self.refuse()
+        req = post_one(self.comm, buf, self.dest, self.tag)
+        self.sends += 1
+        self.nbytes += len(buf) if type(buf) is bytes else memoryview(buf).nbytes
+        bell = self.bell
+        if bell is not None:
+            now = perf_counter()
+            last = self.last
+            if now - last[self.dest] > self.after:
+                bell.ring(self.dest)
+            last[self.dest] = now
+        if req is None:
+            self.fast += 1
+            return None
+        return self.pending(req, buf)
 
 
 def recv_one(comm: MPI.Comm, buf: Any, nbytes: int, source: int, tag: int) -> MPI.Request | None:

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import functools
 import importlib.util
 import itertools
 import os
@@ -264,6 +265,16 @@ class MPITransport(Transport):
             self._refuse(dest, channel)
         return self._engine.post_send(channel, dest, blocks)
 
+    def send_lane(self, dest: int, channel: Channel) -> Any:
+        """A lane for one-frame sends to ``dest`` on ``channel`` (see
+        :class:`~aiopdbp.transport.kernel.SendLane`): ``lane.post(frame)``
+        is ``post_nowait(dest, channel, [frame])`` in one call.  After
+        ``aclose`` (or a failure of the engine) its posts raise as
+        ``post_nowait``'s would."""
+        if self._closed or not self._started or not 0 <= dest < self.size or channel not in (0, 1):
+            self._refuse(dest, channel)
+        return self._engine.send_lane(int(channel), dest, functools.partial(self._refuse, dest, channel))
+
     def _refuse(self, dest: int, channel: Channel) -> None:
         if self._closed:
             raise ClosedResourceError("mpi transport is closed")
@@ -436,6 +447,7 @@ class MPITransport(Transport):
         and a repeated ``aclose()`` waits for it and frees what is left.
         """
         self._closed = True
+        self._engine.shut_lanes()
         if not graceful:
             # Failing or interrupted: abandon in-flight requests, no
             # agreement with peers that may be gone; the process is ending.

@@ -197,6 +197,7 @@ class ProgressEngine:
         self._last_to = [-1e9] * self._comms[0].Get_size()   # when we last sent to each rank
         cache = DEFAULT_RECV_CACHE_BYTES if recv_cache_bytes is None else recv_cache_bytes
         self._post_one = kernel_core.post_one
+        self._lanes: list[Any] = []   # every SendLane made (see send_lane)
         self._rx = Receives(self._comms, tag, inline_recv_limit, cache, bulk, self._report)
         # sends: (request, op) oldest first
         self._sends: collections.deque[tuple[Any, _SendOp]] = collections.deque()
@@ -248,6 +249,8 @@ class ProgressEngine:
         bell = join.bell
         if bell is not None and self._loop is not None:
             self._bell = bell
+            for lane in self._lanes:
+                lane.bell = bell
             self._loop.add_reader(bell.fileno(), self._on_ring)
 
     def _on_ring(self) -> None:
@@ -263,6 +266,8 @@ class ProgressEngine:
             if join.bell is not None:
                 join.bell.close()
         bell, self._bell = self._bell, None
+        for lane in self._lanes:
+            lane.bell = None
         if bell is not None:
             loop = self._loop
             if loop is not None and not loop.is_closed():
@@ -354,6 +359,35 @@ class ProgressEngine:
             if now - last[dest] > RING_AFTER_S:
                 bell.ring(dest)
             last[dest] = now
+
+    def send_lane(self, channel: int, dest: int, refuse: Callable[[], None]) -> Any:
+        """A :class:`~aiopdbp.transport.kernel.SendLane` for one-frame sends
+        to ``dest`` on ``channel``: what :meth:`post_send` does for one block,
+        in one call of the compiled kernel.  ``refuse()`` raises why a send
+        cannot be posted (the transport is closed); the engine shuts the lane
+        itself when it fails."""
+        lane = kernel_core.SendLane(self._comms[channel], dest, self._tag, self._last_to, RING_AFTER_S,
+                                    self._bell, self._lane_pending, refuse)
+        if self._stopping and self._failure is not None:
+            lane.open = False
+        self._lanes.append(lane)
+        return lane
+
+    def shut_lanes(self) -> None:
+        """No lane posts again: each calls its ``refuse`` (the transport closes)."""
+        for lane in self._lanes:
+            lane.open = False
+
+    def _lane_pending(self, req: Any, buf: Any) -> asyncio.Future[None]:
+        """A lane's send that did not complete at once: tracked as post_send's are."""
+        assert self._loop is not None
+        fut: asyncio.Future[None] = self._loop.create_future()
+        self._sends.append((req, _SendOp(fut, 1, (buf,))))
+        self.kick()
+        return fut
+
+    def _lane_refuse(self) -> None:
+        raise TransportError(f"MPI progress failed: {self._failure!r}")
 
     def post_bulk_send(self, dest: int, tag: int, buf: Any,
                        done: asyncio.Future[None] | None = None) -> asyncio.Future[None] | None:
@@ -605,6 +639,9 @@ class ProgressEngine:
     def _fail(self, exc: BaseException) -> None:
         self._failure = exc
         self._stopping = True
+        for lane in self._lanes:
+            lane.open = False
+            lane.refuse = self._lane_refuse
         self._abandon()
         self._report("aiopdbp: MPI progress failed; the transport is unusable", exc)
 
@@ -628,11 +665,14 @@ class ProgressEngine:
 
     def stats(self) -> dict[str, Any]:
         """Counters: messages, bytes, steps, spins, idle sleeps, wake-ups."""
+        lanes = self._lanes
+        lane_sends = sum(lane.sends for lane in lanes)
         return {
             "progress": self.mode, "oversubscribed": self._oversubscribed,
             "spin_us": self._spin * 1e6,
-            "send_calls": self.n_send_calls, "sends": self.n_sends, "fast_sends": self.n_fast_sends,
-            "bytes_sent": self.bytes_sent, "completed_reqs": self.n_completed,
+            "send_calls": self.n_send_calls + lane_sends, "sends": self.n_sends + lane_sends,
+            "fast_sends": self.n_fast_sends + sum(lane.fast for lane in lanes),
+            "bytes_sent": self.bytes_sent + sum(lane.nbytes for lane in lanes), "completed_reqs": self.n_completed,
             "testsome_calls": self.n_testsome, "testsome_hits": self.n_testsome_hits,
             "steps": self.n_steps, "spins": self.n_spins,
             "drives": self.n_drives, "driven_steps": self.n_driven,

@@ -4,7 +4,9 @@ per form, rank 1 receives each batch with one form and prints what it got (each
 delivery as source, channel, length and CRC-32).  post_one: rank 0 posts the
 batch with each form (printing which calls returned a request), rank 1
 receives it plainly.  recv_one: rank 1 receives a plain batch with each form
-(each into a buffer 5 bytes longer).  The test compares the forms.  Prints ``FORM <name> <repr>`` lines and ``rank N OK``."""
+(each into a buffer 5 bytes longer).  SendLane: rank 0 posts the batch
+through a lane of each form (printing its returns, counters and rings),
+rank 1 receives it plainly.  The test compares the forms.  Prints ``FORM <name> <repr>`` lines and ``rank N OK``."""
 
 from __future__ import annotations
 
@@ -81,6 +83,45 @@ def main() -> None:
                 got.append((len(buf), zlib.crc32(buf)))
             print(f"FORM {name} post {world.recv(source=0, tag=99)!r}", flush=True)
             print(f"FORM {name} posted {got!r}", flush=True)
+        world.Barrier()
+    for name, form in forms:  # SendLane: rank 0 posts each size through a lane, rank 1 checks the bytes
+        if rank == 0:
+            rings: list[int] = []
+            held: list = []
+
+            class Bell:
+                def ring(self, dest: int) -> None:
+                    rings.append(dest)
+
+            def pending(req: object, buf: object) -> str:
+                held.append(req)
+                return f"pending {len(buf)}"  # type: ignore[arg-type]
+
+            def refuse() -> None:
+                raise RuntimeError("lane shut")
+
+            last = [-1e9, -1e9]
+            lane = form.SendLane(comm, 1, TAG, last, 1e9, Bell(), pending, refuse)
+            outs = [lane.post(bytes([i % 251]) * n) for i, n in enumerate(SIZES)]
+            lane.open = False
+            try:
+                lane.post(b"x")
+                outs.append("posted after shut")
+            except RuntimeError as exc:
+                outs.append(str(exc))
+            report = (outs, lane.sends, lane.fast, lane.nbytes, rings, last[1] > 0)
+            world.send(report, 1, 99)
+            MPI.Request.Waitall(held)  # type: ignore[arg-type]
+        else:
+            got = []
+            for n in SIZES:
+                status = MPI.Status()
+                comm.Probe(0, TAG, status)
+                buf = bytearray(status.Get_count(MPI.BYTE))
+                comm.Recv([buf, MPI.BYTE], 0, TAG)
+                got.append((len(buf), zlib.crc32(buf)))
+            print(f"FORM {name} lane {world.recv(source=0, tag=99)!r}", flush=True)
+            print(f"FORM {name} laned {got!r}", flush=True)
         world.Barrier()
     for name, form in forms:  # recv_one: rank 0 sends plainly, rank 1 receives each into a larger buffer
         if rank == 0:
