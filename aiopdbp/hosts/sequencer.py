@@ -127,11 +127,10 @@ class Sequencer:
             self._windows[src] = int(entry[4]) if len(entry) > 4 else msg.gp_window
             self._hinfo[src] = entry[:4]
             if len(self._hinfo) == self.size:
-                # one node_add per host in rank order, each a sequence number;
-                # ALL-HOSTInfo carries them all, and every replica applies them
-                # from it in the same order (not one TableMsg per host)
-                for h in range(self.size):
-                    self.tables.apply("node_add", list(self._hinfo[h]))
+                # every host's row in rank order, in one update; ALL-HOSTInfo
+                # carries them all, and every host applies them from it
+                # (not one TableMsg per host)
+                self.tables.apply("nodes_add", ([self._hinfo[h] for h in range(self.size)],))
                 hosts = [self._hinfo[h] + [self._windows[h]] for h in range(self.size)]
                 self._to_children(HInfoMsg(hosts, self._gp_window))
                 self._to_children(MBInfoMsg(self._bindings()))
@@ -139,11 +138,10 @@ class Sequencer:
         elif self.rank != 0 and src == parent(self.rank):
             self._to_children(msg)
             self._windows = {int(e[0]): int(e[4]) for e in msg.hosts if len(e) > 4}
-            for entry in msg.hosts:
-                try:
-                    self.tables.apply("node_add", list(entry[:4]))
-                except PDBPError as exc:  # cannot happen if every host applies the same order
-                    log.critical("replica diverged applying node_add %s: %s", entry[:4], exc)
+            try:
+                self.tables.apply("nodes_add", (msg.hosts,))
+            except (PDBPError, IndexError, TypeError) as exc:   # rank 0 sent a malformed table
+                raise ProtocolError(f"a malformed host table: {exc}") from None
 
     def on_mbinfo(self, src: int, msg: MBInfoMsg) -> None:
         if src == parent(self.rank):

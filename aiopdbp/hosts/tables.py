@@ -86,6 +86,8 @@ class StreamEntry:
 
 UpdateFn = Callable[[str, tuple[Any, ...], Any], None]
 
+_NODE_TYPES = {int(t): t for t in NodeType}
+
 
 class PendingName(str):
     """``"<pid N>"``: the name of a GP whose registration has not reached
@@ -100,7 +102,7 @@ class PendingName(str):
 class Tables:
     """NTA + PTA with one entry point for updates."""
 
-    OPS = ("node_add", "proc_reg", "proc_free", "pipe_bind", "pipe_release", "proc_name")
+    OPS = ("node_add", "nodes_add", "proc_reg", "proc_free", "pipe_bind", "pipe_release", "proc_name")
 
     def __init__(self) -> None:
         self.nta: dict[int, NodeEntry] = {}
@@ -177,6 +179,21 @@ class Tables:
     def _op_node_add(self, nid: int, name: str, ip: str, ntype: int) -> int:
         self.nta[nid] = NodeEntry(nid, name, ip, NodeType(ntype))
         return nid
+
+    def _op_nodes_add(self, entries: list[list[Any]]) -> int:
+        # every host's row at start-up in one update: one per host made
+        # start-up quadratic in updates applied (1,024 hosts: 1 M of them);
+        # an entry may carry more fields after the four (ALL-HOSTInfo's window)
+        types = _NODE_TYPES
+        rows = []
+        for entry in entries:
+            nid, name, ip, ntype = entry[0], entry[1], entry[2], entry[3]
+            if ntype not in types:
+                raise PDBPError(f"node type {ntype!r} is not one of {sorted(types)}")
+            rows.append(NodeEntry(nid, name, ip, types[ntype]))
+        for row in rows:
+            self.nta[row.nid] = row
+        return len(rows)
 
     def _op_proc_reg(self, name: str, ptype: int, node: int, pipe: int | None = None,
                      pid: int | None = None) -> int:
