@@ -205,3 +205,21 @@ async def test_a_name_update_from_a_host_that_is_not_its_home_fails_that_host() 
         assert 1 in nodes[3].stats().failed_hosts
         with pytest.raises(Exception):
             await nodes[3].lookup(name, timeout=0)
+
+
+@pytest.mark.timeout(60)
+async def test_a_name_freed_before_a_host_asks_reaches_it_in_one_update() -> None:
+    from aiopdbp.errors import UnknownProcessError
+    from aiopdbp.runtime.cluster import open_cluster
+
+    # registration and free in two updates would let a reader on the late
+    # host run between them and find the freed name (seen over MPI)
+    n, owner, home, late = 8, 5, 3, 6
+    name = _homed_name("late", home, n)
+    async with open_cluster(n) as nodes:
+        gp = await nodes[owner].register(name, bind=True)
+        await gp.free()
+        with pytest.raises(UnknownProcessError) as err:
+            await nodes[late].lookup(name, timeout=10)
+        assert err.value.waited is None and err.value.origin_rank == owner
+        assert nodes[late].stats().messages_received[home] == {"TableMsg": 1}

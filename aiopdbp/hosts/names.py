@@ -20,7 +20,8 @@ registration, so they are unique in the job, and a pid names its home
 *Subscribers.*  A host learns a name only from its home: by registering it,
 or by asking (:meth:`NameService.want`, ``LookupMsg``; the router asks when
 a send waits for a name it does not know).  The home answers with the
-registration (and its free, if it was freed) and from then on sends that
+registration (or, for a name freed since, ``proc_gone``: registration and
+free in one update, so no reader sees it registered) and from then on sends that
 host every update of the name (``TableMsg``), before answering the host
 that asked for the update -- so a requester has applied its update when its
 ``await`` returns, and every subscriber sees a name's updates in the home's
@@ -289,14 +290,15 @@ class NameService:
         rec.subs.add(src)
         if rec.args is None:
             return   # not registered yet: its registration will be pushed
-        updates: list[tuple[str, list[Any]]] = [("proc_reg", list(rec.args))]
-        if not rec.live:
-            updates.append(("proc_free", [rec.args[4]]))
-        for op, args in updates:
-            if src == self.rank:
-                self._apply(op, args)
-            else:
-                self._channel.send(src, TableMsg(0, op, args))
+        if rec.live:
+            op, args = "proc_reg", list(rec.args)
+        else:   # one update: registration and free in two, a reader could run between
+            name, ptype, node, _, pid = rec.args
+            op, args = "proc_gone", [name, ptype, node, pid]
+        if src == self.rank:
+            self._apply(op, args)
+        else:
+            self._channel.send(src, TableMsg(0, op, args))
 
     def _answer(self, op: str, pid: int, pipe: int | None = None) -> PDBPError | None:
         try:
@@ -361,11 +363,11 @@ class NameService:
 
     def on_table(self, src: int, msg: TableMsg) -> None:
         args = msg.args
-        want = str if msg.op == "proc_reg" else int if msg.op in (*_PID_OPS, "proc_name") else None
+        want = str if msg.op in ("proc_reg", "proc_gone") else int if msg.op in (*_PID_OPS, "proc_name") else None
         if want is None or not args or type(args[0]) is not want:
             raise ProtocolError(f"a malformed table update {msg.op!r}")
         # only a name's home sends its updates (the order every holder follows)
-        home = home_of(args[0], self.size) if msg.op == "proc_reg" else pid_home(args[0], self.size)
+        home = home_of(args[0], self.size) if want is str else pid_home(args[0], self.size)
         if src != home:
             raise ProtocolError(f"a {msg.op} update from host {src}, not its home (host {home})")
         self._apply(msg.op, args)

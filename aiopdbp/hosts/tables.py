@@ -23,7 +23,8 @@ that registered or looked the name up; so a host's PTA holds the names it
 uses, each the same as on every other host that holds it, and the name rule
 (unique in the job; a send waits for its name; a freed name fails) holds as
 before.  ``proc_name`` records the name of a sender's pid (learnt from its
-home) without registering anything.  On one host alone pids are assigned by
+home) without registering anything; ``proc_gone`` a name freed before this
+host asked for it.  On one host alone pids are assigned by
 the update (the next free number).
 """
 
@@ -102,7 +103,8 @@ class PendingName(str):
 class Tables:
     """NTA + PTA with one entry point for updates."""
 
-    OPS = ("node_add", "nodes_add", "proc_reg", "proc_free", "pipe_bind", "pipe_release", "proc_name")
+    OPS = ("node_add", "nodes_add", "proc_reg", "proc_free", "pipe_bind", "pipe_release", "proc_name",
+           "proc_gone")
 
     def __init__(self) -> None:
         self.nta: dict[int, NodeEntry] = {}
@@ -218,6 +220,15 @@ class Tables:
     def _op_proc_name(self, pid: int, name: str) -> int:
         # the name of a GP that sent something here, learnt from its home:
         # a pid's name never changes, and knowing it registers nothing here
+        self.names.setdefault(pid, name)
+        return pid
+
+    def _op_proc_gone(self, name: str, ptype: int, node: int, pid: int) -> int:
+        # a name registered (as ``pid``, on ``node``) and freed before this
+        # host asked its home for it: one update, so that no reader here can
+        # see it registered between its registration and its free
+        if name in self.by_name:
+            raise DuplicateProcessError(name)
         self.names.setdefault(pid, name)
         return pid
 

@@ -215,6 +215,10 @@ class Router:
                 self._unpark(result)  # not ours after all: drop what waited
         elif op == "proc_name":
             _wake(self._pid_waiters.pop(args[0], ()))
+        elif op == "proc_gone":   # freed before this host asked: the waiters fail at once
+            self._left[args[0]] = args[2]
+            _wake(self._name_waiters.pop(args[0], ()))
+            _wake(self._pid_waiters.pop(args[3], ()))
         elif op == "pipe_bind":
             pid, pipe_id = args
             entry = self.tables.pta.get(pid)

@@ -140,9 +140,10 @@ class _Registry:
         if op == "proc_reg":
             for watch, index in self.placing.pop(result, ()):
                 watch.placed(index, args[2])
-        elif op == "proc_free":
-            self.placing.pop(args[0], None)
-            for member, index in self.watchers.pop(args[0], ()):
+        elif op in ("proc_free", "proc_gone"):
+            pid = args[0] if op == "proc_free" else args[3]
+            self.placing.pop(pid, None)
+            for member, index in self.watchers.pop(pid, ()):
                 member.on_pid_freed(index)
 
 
