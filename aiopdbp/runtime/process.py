@@ -588,6 +588,11 @@ class GP:
                 return arrive(item, kind)
         elif type(item.source) is str:
             return arrive(item, kind)
+        if self._into_task is not None:
+            # recv_into's own wait: it names the item once its buffer is no
+            # longer offered -- waiting for the name here would let the next
+            # payload land in that buffer and be taken ahead of this item
+            return item
         return arrive(await self._named(item), kind)
 
     async def _named(self, item: Message | IncomingStream) -> Message | IncomingStream:
