@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["KINDS", "arrival", "cpu_tensor_array", "host_array", "parse_name", "tag_of", "wire_name"]
+__all__ = ["KINDS", "ML_DTYPES", "arrival", "cpu_tensor_array", "device_dtype", "host_array", "parse_name", "tag_of",
+           "tensor_wanted", "wire_name"]
 
 #: what a receiver may ask arrays to arrive as
 KINDS = ("auto", "numpy", "torch")
@@ -37,6 +38,8 @@ _ML_SIZES = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fn
              "float8_e8m0fnu": 1, "float4_e2m1fn": 1, "float6_e2m3fn": 1, "float6_e3m2fn": 1,
              "int2": 1, "int4": 1, "uint2": 1, "uint4": 1}
 _UINT: dict[int, np.dtype[Any]] = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16)}
+#: the wire names of the ml_dtypes family
+ML_DTYPES = frozenset(_ML_SIZES)
 # torch dtypes numpy has no builtin for: torch name -> wire name
 _TORCH_SPECIAL = {"bfloat16": "bfloat16", "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
                   "float8_e4m3fnuz": "float8_e4m3fnuz", "float8_e5m2fnuz": "float8_e5m2fnuz"}
@@ -230,6 +233,20 @@ def cpu_tensor_array(obj: Any) -> np.ndarray[Any, Any] | None:
     return _torch_array(t)
 
 
+def device_dtype(obj: Any, dt: np.dtype[Any]) -> np.dtype[Any]:
+    """The dtype a device array ``obj`` of dtype ``dt`` travels by on the
+    device path: ``dt`` tagged as a tensor's when ``obj`` is a torch tensor
+    (by its class's package: torch is not imported for this; or a simulated
+    one, :class:`~aiopdbp.device.sim.SimTensor`), so that its receivers get
+    a tensor back (:func:`tensor_wanted`); else ``dt``."""
+    if (type(obj).__module__.partition(".")[0] != "torch" and not getattr(obj, "__aiopdbp_tensor__", False)
+            or tag_of(dt) is not None):
+        return dt
+    name = wire_name(dt)
+    # (the ml_dtypes family stays untagged: a tensor of them arrives as the backend's array)
+    return dt if name in _ML_SIZES else _tag(dt, "torch", name)
+
+
 # ---------------------------------------------------------------- receiving
 
 
@@ -309,3 +326,10 @@ def arrival(arr: np.ndarray[Any, Any], kind: str) -> Any:
         if arr.flags.writeable:
             return torch.from_numpy(arr)  # torch ignores the dtype's tag
     return _as_torch(arr, name)
+
+
+def tensor_wanted(name: str) -> bool:
+    """Whether a received device array of wire name ``name`` arrives as a
+    torch tensor: it was sent as one and torch imports here (else it
+    arrives as the device backend's array)."""
+    return name.endswith(";torch") and _torch() is not None

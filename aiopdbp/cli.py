@@ -124,16 +124,21 @@ def _cuda_info() -> dict[str, Any]:
 
 
 def _core_info() -> str:
-    """Which form of the data-path core runs (compiled or pure Python) and why."""
+    """Which form of the data-path core runs (compiled or pure Python) and why:
+    one form for all its modules, or each module's."""
     from aiopdbp import ext
-    from aiopdbp.wire import core  # noqa: F401  (importing it makes the choice)
+    from aiopdbp.hosts import gatecore  # noqa: F401  (importing them makes the choice)
+    from aiopdbp.wire import core  # noqa: F401
 
     try:
         from aiopdbp.transport import receives  # noqa: F401  (the receive kernel's choice)
     except Exception as exc:  # mpi4py missing or broken: `info` says so elsewhere
         return "; ".join([*(f"{name}: {form}" for name, form in ext.core().items()),
                           f"kernel: not loaded ({type(exc).__name__}: {exc})"])
-    return "; ".join(f"{name}: {form}" for name, form in ext.core().items())
+    forms = ext.core()
+    if len(set(forms.values())) == 1:
+        return f"{next(iter(forms.values()))}: {', '.join(sorted(forms))}"
+    return "; ".join(f"{name}: {form}" for name, form in forms.items())
 
 
 def collect_info() -> dict[str, Any]:

@@ -439,17 +439,22 @@ def recorded_shm(where: str) -> set[str]:
 
 def record_failure(code: int, line: str = "") -> None:
     """Tell ``aiopdbp launch`` the job's status: this rank failed (or, with
-    ``line``, the job was interrupted: the launcher says ``line`` when it was
-    not signalled itself -- one rank was).  The ranks exit on their own once
+    ``line``, the job was interrupted or a host lost: the launcher says
+    ``line`` when it was not signalled itself).  The ranks exit on their own once
     the failure is acknowledged; when one exits before the others, hydra
     kills those still running and mpiexec's status becomes 9 (killed), which
-    would hide the failure's own status."""
+    would hide the failure's own status.  Written whole by a rename: many
+    ranks may record at once (a lost host), and the launcher must never
+    read a file another rank has just emptied."""
     where = job_dir()
     if not where:
         return
+    path = os.path.join(where, FAILED_FILE)
+    tmp = f"{path}.{os.getpid()}"
     with contextlib.suppress(OSError):
-        with open(os.path.join(where, FAILED_FILE), "w", encoding="utf-8") as f:
+        with open(tmp, "w", encoding="utf-8") as f:
             f.write(f"{code}\n{line}\n" if line else f"{code}\n")
+        os.replace(tmp, path)
 
 
 def recorded_failure(where: str) -> int | None:

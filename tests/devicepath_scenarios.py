@@ -23,7 +23,7 @@ import numpy as np
 
 import aiopdbp
 from aiopdbp import BrokenResourceError, DeviceError, IncomingStream, Message, PType, StreamError
-from aiopdbp.device import Fault, is_device_array
+from aiopdbp.device import Fault, SimArray, SimTensor, is_device_array
 from aiopdbp.streams.devicebind import DeviceConfig
 
 from tests import scenarios as _sc
@@ -49,9 +49,10 @@ def device_options(**sim: Any) -> dict[str, Any]:
 
 
 def scenario(*, timeout: float = 30.0, remote_only: bool = False, sim_only: bool = False,
-             **sim: Any) -> Callable[[Callable[[Ctx], Awaitable[None]]], Scenario]:
+             requires: tuple[str, ...] = (), **sim: Any) -> Callable[[Callable[[Ctx], Awaitable[None]]], Scenario]:
     def deco(fn: Callable[[Ctx], Awaitable[None]]) -> Scenario:
-        sc = Scenario(fn.__name__, fn, device_options(**sim), timeout * _sc.TIMEOUT_SCALE, (fn.__doc__ or "").strip())
+        sc = Scenario(fn.__name__, fn, device_options(**sim), timeout * _sc.TIMEOUT_SCALE, (fn.__doc__ or "").strip(),
+                      requires)
         SCENARIOS[sc.name] = sc
         if remote_only:
             REMOTE_ONLY.add(sc.name)
@@ -470,4 +471,83 @@ async def device_arrays_of_every_dtype_arrive_as_themselves(ctx: Ctx) -> None:
             same(await s.read(), host, f"stream {host.dtype}")
 
     await both(ctx, sender, receiver)
+    await settled(ctx)
+
+
+@scenario(sim_only=True, requires=("torch",))
+async def device_tensors_arrive_as_tensors(ctx: Ctx) -> None:
+    """A tensor on the device (a simulated one, SimTensor: torch has no
+    simulated device) sent by send and send_stream arrives at an SGP as a
+    tensor on that SGP's device (the backend's as_tensor, torch.from_dlpack
+    on a GPU), at an NGP as a CPU torch tensor, with the sent dtype, shape
+    and bytes; a plain device array still arrives as the backend's array;
+    a CPU tensor reaches an SGP with to_device as a tensor on its device."""
+    import torch
+
+    cases = [np.arange(12, dtype=np.float32).reshape(3, 4), np.arange(300_000, dtype=np.int32)]  # 1.2 MB: 5 chunks
+
+    async def sender() -> None:
+        src = await ctx.process("src", ptype=PType.GPU)
+        backend = ctx.node.devices.open().backend
+        for dest in ("sgp", "ngp"):
+            await ctx.lookup(ctx.name(dest))
+            for host in cases:
+                t = backend.as_tensor(to_dev(ctx.node, host))  # type: ignore[attr-defined]
+                await src.send(ctx.name(dest), t, timeout=ctx.timeout)
+                await src.send_stream(ctx.name(dest), t, timeout=ctx.timeout)
+            await src.send(ctx.name(dest), to_dev(ctx.node, cases[0]), timeout=ctx.timeout)
+        await ctx.lookup(ctx.name("tod"))
+        for host in cases:  # CPU tensors to an SGP with to_device
+            await src.send(ctx.name("tod"), torch.from_numpy(host), timeout=ctx.timeout)
+            await src.send_stream(ctx.name("tod"), torch.from_numpy(host), timeout=ctx.timeout)
+
+    async def to_sgp() -> None:
+        dst = await ctx.process("sgp", ptype=PType.GPU)
+        for host in cases:
+            m = await dst.recv(timeout=ctx.timeout)
+            assert isinstance(m, Message) and type(m.data) is SimTensor, f"message: {type(m.data).__name__}"
+            check(m.data, host, "message", device=dst.device)
+            s = await dst.recv(timeout=ctx.timeout)
+            assert isinstance(s, IncomingStream)
+            got = await s.read()
+            assert type(got) is SimTensor, f"read(): {type(got).__name__}"
+            check(got, host, "read()", device=dst.device)
+        m = await dst.recv(timeout=ctx.timeout)
+        assert isinstance(m, Message) and type(m.data) is SimArray, f"a plain device array: {type(m.data).__name__}"
+
+    async def to_ngp() -> None:
+        dst = await ctx.process("ngp")
+        for host in cases:
+            m = await dst.recv(timeout=ctx.timeout)
+            assert isinstance(m, Message) and type(m.data) is torch.Tensor, f"message: {type(m.data).__name__}"
+            assert torch.equal(m.data, torch.from_numpy(host)), "message: content differs"
+            s = await dst.recv(timeout=ctx.timeout)
+            assert isinstance(s, IncomingStream)
+            got = await s.read()
+            assert type(got) is torch.Tensor and torch.equal(got, torch.from_numpy(host)), f"read(): {got!r:.80}"
+        m = await dst.recv(timeout=ctx.timeout)
+        assert isinstance(m, Message) and type(m.data) is np.ndarray, f"a plain device array: {type(m.data).__name__}"
+
+    async def to_device_sgp() -> None:
+        tod = await ctx.node.register(ctx.name("tod"), PType.GPU, bind=True, to_device=True)
+        try:
+            for host in cases:
+                m = await tod.recv(timeout=ctx.timeout)
+                assert isinstance(m, Message) and type(m.data) is SimTensor, f"to_device: {type(m.data).__name__}"
+                check(m.data, host, "to_device message", device=tod.device)
+                s = await tod.recv(timeout=ctx.timeout)
+                assert isinstance(s, IncomingStream)
+                got = await s.read()
+                assert type(got) is SimTensor, f"to_device read(): {type(got).__name__}"
+                check(got, host, "to_device read()", device=tod.device)
+        finally:
+            await tod.free()
+
+    async with asyncio.TaskGroup() as tg:
+        if ctx.rank == 0:
+            tg.create_task(sender())
+        if ctx.rank == ctx.owner(1):
+            tg.create_task(to_sgp())
+            tg.create_task(to_ngp())
+            tg.create_task(to_device_sgp())
     await settled(ctx)

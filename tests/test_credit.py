@@ -339,21 +339,33 @@ async def test_uncontended_destination_takes_the_fast_path() -> None:
 # ------------------------------- the gate itself, sans-I/O (aiopdbp.hosts.gate)
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from aiopdbp.hosts.gate import CreditGate, ParkingLot  # noqa: E402
+from aiopdbp.hosts import gate as pure_gate  # noqa: E402
+from aiopdbp.hosts.gate import ParkingLot  # noqa: E402
+
+try:
+    from aiopdbp.hosts import cgate as compiled_gate  # type: ignore[attr-defined, unused-ignore]
+except ImportError:
+    compiled_gate = None
+
+#: both forms of the credit rule: every gate and book test runs against each
+FORMS = [pytest.param(pure_gate, id="pure"),
+         pytest.param(compiled_gate, id="compiled",
+                      marks=pytest.mark.skipif(compiled_gate is None, reason="the compiled gate is not built"))]
 
 _EVENTS = st.lists(st.tuples(st.sampled_from(["send", "grant", "run", "cancel"]),
                              st.integers(1, 2 * WINDOW), st.integers(0, 10)), max_size=60)
 
 
+@pytest.mark.parametrize("form", FORMS)
 @settings(max_examples=300, deadline=None)
 @given(_EVENTS)
 def test_gate_serves_in_order_never_loses_credit_and_never_strands_a_covered_head(
-        events: list[tuple[str, int, int]]) -> None:
+        form: Any, events: list[tuple[str, int, int]]) -> None:
     """Events in any order: senders (admitted or parked), grants of what was
     taken, woken senders running, cancels.  The gate wakes in park order,
     the credit is exactly window - taken + returned, a head the credit
     covers is never left parked, and a sender parked past a grant has asked."""
-    gate = CreditGate(WINDOW, clock=lambda: 0.0)
+    gate = form.CreditGate(WINDOW, clock=lambda: 0.0)
     out = 0                                   # bytes taken and not returned
     parked: list[tuple[object, int]] = []     # the model's FIFO
     woken: list[tuple[object, int]] = []      # served, not run yet
@@ -406,8 +418,9 @@ def test_gate_serves_in_order_never_loses_credit_and_never_strands_a_covered_hea
         assert gate.parked() == len(parked)
 
 
-def test_failed_gate_hands_back_every_parked_token_and_is_open_again() -> None:
-    gate = CreditGate(WINDOW)
+@pytest.mark.parametrize("form", FORMS)
+def test_failed_gate_hands_back_every_parked_token_and_is_open_again(form: Any) -> None:
+    gate = form.CreditGate(WINDOW)
     assert gate.admit(PID, WINDOW)
     toks = [object(), object()]
     for t in toks:
@@ -426,19 +439,21 @@ def test_parking_lot_is_fifo_and_removes_from_anywhere() -> None:
 
 
 # ------------------------------------ the receiving side's book (CreditBook)
-from aiopdbp.hosts.gate import LATER, NOW, SOON, CreditBook  # noqa: E402
+from aiopdbp.hosts.gate import LATER, NOW, SOON  # noqa: E402
 
 
-def test_book_returns_owed_credit_in_quarter_windows() -> None:
-    book = CreditBook(WINDOW)
+@pytest.mark.parametrize("form", FORMS)
+def test_book_returns_owed_credit_in_quarter_windows(form: Any) -> None:
+    book = form.CreditBook(WINDOW)
     book.delivered(1, PID, 300)
     assert book.taken(1, PID, 100) == LATER and book.grants() == {}
     assert book.taken(1, PID, 200) == SOON
     assert book.grants() == {1: [(PID, 300)]}
 
 
-def test_book_answers_an_ask_once_the_reader_has_caught_up() -> None:
-    book = CreditBook(WINDOW)
+@pytest.mark.parametrize("form", FORMS)
+def test_book_answers_an_ask_once_the_reader_has_caught_up(form: Any) -> None:
+    book = form.CreditBook(WINDOW)
     book.delivered(1, PID, 150)
     assert book.taken(1, PID, 100) == LATER
     assert book.ask(1, PID) == LATER             # 50 of ours still wait in the pipe
@@ -446,8 +461,9 @@ def test_book_answers_an_ask_once_the_reader_has_caught_up() -> None:
     assert book.grants() == {1: [(PID, 150)]}
 
 
-def test_book_returns_a_whole_window_at_once() -> None:
-    book = CreditBook(WINDOW)
+@pytest.mark.parametrize("form", FORMS)
+def test_book_returns_a_whole_window_at_once(form: Any) -> None:
+    book = form.CreditBook(WINDOW)
     book.delivered(2, PID, 3 * WINDOW)
     assert book.taken(2, PID, 3 * WINDOW) == NOW
     assert book.grants() == {2: [(PID, 3 * WINDOW)]}
@@ -457,14 +473,15 @@ _FLOW = st.lists(st.tuples(st.sampled_from(["send", "arrive", "take", "flush", "
                            st.integers(1, 3 * WINDOW // 2)), max_size=80)
 
 
+@pytest.mark.parametrize("form", FORMS)
 @settings(max_examples=300, deadline=None)
 @given(_FLOW)
-def test_book_admits_everything_an_honest_sender_sends(events: list[tuple[str, int]]) -> None:
+def test_book_admits_everything_an_honest_sender_sends(form: Any, events: list[tuple[str, int]]) -> None:
     """A sender by the gate's rule, a receiver by the book's, channels that
     delay in order: every message that arrives is within what the book says
     the sender was granted (admission by grant never refuses an honest peer),
     and the book never owes more than was delivered."""
-    gate, book = CreditGate(WINDOW, clock=lambda: 0.0), CreditBook(WINDOW)
+    gate, book = form.CreditGate(WINDOW, clock=lambda: 0.0), form.CreditBook(WINDOW)
     data: list[int] = []      # in flight to the receiver
     pipe: list[int] = []      # delivered, not taken
     grants: list[int] = []    # in flight back to the sender
@@ -489,11 +506,77 @@ def test_book_admits_everything_an_honest_sender_sends(events: list[tuple[str, i
     assert not book.admits(1, PID, WINDOW + 1) or book.outstanding(1, PID) <= 0
 
 
-def test_book_refuses_a_size_beyond_what_it_granted() -> None:
-    book = CreditBook(WINDOW)
+@pytest.mark.parametrize("form", FORMS)
+def test_book_refuses_a_size_beyond_what_it_granted(form: Any) -> None:
+    book = form.CreditBook(WINDOW)
     book.delivered(1, PID, 600)
     assert book.admits(1, PID, 400)
     assert not book.admits(1, PID, 401)             # 1 byte past the window: a broken peer
+
+
+_BOTH = st.lists(st.tuples(st.sampled_from(["admit", "park", "grant", "run", "cancel", "fail",
+                                            "delivered", "taken", "ask", "owe", "grants", "flush"]),
+                           st.integers(0, 2),
+                           # sizes at the rule's edges (a quarter, a whole window) meet exactly
+                           st.one_of(st.sampled_from([0, 1, 249, 250, 251, 500, 750, 999, 1000, 1001]),
+                                     st.integers(0, 3 * WINDOW // 2)),
+                           st.integers(0, 7)), max_size=80)
+
+
+@pytest.mark.skipif(compiled_gate is None, reason="the compiled gate is not built")
+@settings(max_examples=400, deadline=None)
+@given(_BOTH)
+def test_both_forms_of_the_gate_and_book_answer_every_event_alike(
+        events: list[tuple[str, int, int, int]]) -> None:
+    """Any events, honest or not, on a gate and a book of each form: every
+    answer, every token woken (by its number), every query is the same."""
+    def run(form: Any) -> list[object]:
+        gate, book = form.CreditGate(WINDOW, clock=lambda: 1.5), form.CreditBook(WINDOW)
+        toks: list[tuple[int, int, object]] = []     # (pid, need, token) parked or woken
+        out: list[object] = []
+
+        def wake(w: Any) -> tuple[list[int], bool]:
+            return [next(i for i, (_, _, t) in enumerate(toks) if t is tok) for tok in w.tokens], w.ask
+        for kind, pid, n, k in events:
+            if kind == "admit":
+                out.append(gate.admit(pid, n))
+            elif kind == "park":
+                tok = object()
+                toks.append((pid, n, tok))
+                out.append(wake(gate.park(pid, n, tok)))
+            elif kind == "grant":
+                out.append(wake(gate.grant(pid, n)))
+            elif kind == "run":
+                gate.resumed(pid)
+            elif kind == "cancel" and toks:
+                p, need, tok = toks[k % len(toks)]
+                out.append(wake(gate.cancel(p, need, tok)))
+            elif kind == "fail":
+                out.append([next(i for i, (_, _, t) in enumerate(toks) if t is tok) for tok in gate.fail()])
+            elif kind == "delivered":
+                book.delivered(k % 3, pid, n)
+            elif kind == "taken":
+                out.append(book.taken(k % 3, pid, n))
+            elif kind == "ask":
+                out.append(book.ask(k % 3, pid))
+            elif kind == "owe":
+                out.append(book.owe(k % 3, pid, n))
+            elif kind in ("grants", "flush"):
+                out.append(book.grants(everything=kind == "flush"))
+            out.append((gate.credit(pid), gate.contended(pid), gate.parked(), gate.short(), gate.least(),
+                        gate.outstanding(), gate.waiting(), gate.waits, gate.asks, book.owed(),
+                        book.outstanding(k % 3, pid), book.admits(k % 3, pid, n)))
+        return out
+
+    assert run(compiled_gate) == run(pure_gate)
+
+
+def test_the_built_gate_is_current_and_chosen() -> None:
+    from aiopdbp import ext
+    from aiopdbp.hosts import gatecore
+    if compiled_gate is None or not ext.core().get("gate", "").startswith("compiled"):
+        pytest.skip("the compiled gate is not built here (or AIOPDBP_NO_EXTENSIONS is set)")
+    assert gatecore.CreditGate is compiled_gate.CreditGate and gatecore.COMPILED
 
 
 @pytest.mark.timeout(10)

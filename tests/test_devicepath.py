@@ -87,6 +87,8 @@ def _make_test(name: str) -> Any:
         marks: list[Any] = [pytest.mark.timeout(MPI_JOB_TIMEOUT + 60)]
         if t in MPI_CONFIGS:
             marks += [pytest.mark.mpi, requires_mpi]
+        for mod in dsc.SCENARIOS[name].requires:
+            marks.append(pytest.mark.skipif(importlib.util.find_spec(mod) is None, reason=f"needs {mod}"))
         params.append(pytest.param(t, id=t, marks=marks))
 
     @pytest.mark.parametrize("transport", params)

@@ -147,3 +147,29 @@ async def test_foreign_device_arrays_are_sent(hosts: int, wrap: Any) -> None:
             m = await b.recv(timeout=30)
             assert isinstance(m, Message) and isinstance(m.data, cp.ndarray)
             np.testing.assert_array_equal(cp.asnumpy(m.data), host)
+
+
+@pytest.mark.parametrize("hosts", [1, 2])
+async def test_cuda_tensors_arrive_as_cuda_tensors(hosts: int) -> None:
+    """A CUDA torch tensor sent by send and send_stream arrives at an SGP as
+    a CUDA torch tensor on its device (torch.from_dlpack of the received
+    CuPy array), equal to what was sent; at an NGP as a CPU tensor."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    t = torch.arange(600 * 500, dtype=torch.float32, device="cuda:0").reshape(600, 500)
+    async with aiopdbp.open_cluster(hosts, device=CUPY) as nodes:
+        async with nodes[0].process("a", PType.GPU) as a, nodes[-1].process("b", PType.GPU) as b, \
+                nodes[-1].process("n") as n:
+            await a.send("b", t)
+            await a.send_stream("b", t)
+            m = await b.recv(timeout=30)
+            s = await b.recv(timeout=30)
+            assert isinstance(m, Message) and isinstance(s, aiopdbp.IncomingStream)
+            for what, got in (("message", m.data), ("read()", await s.read())):
+                assert type(got) is torch.Tensor and got.is_cuda and got.device.index == b.device, f"{what}: {got!r:.80}"
+                assert torch.equal(got, t), what
+            await a.send("n", t)
+            m = await n.recv(timeout=30)
+            assert isinstance(m, Message)
+            assert type(m.data) is torch.Tensor and not m.data.is_cuda and torch.equal(m.data, t.cpu())

@@ -330,3 +330,14 @@ def test_a_dead_rank_is_declared_lost_by_its_watchers_alone() -> None:
     run_rounds(clock, [m for r, m in enumerate(mons) if r != 5], 5)   # rank 5 went silent
     assert sorted(me for me, lost, _ in events if lost == 5) == [3, 4, 6, 7]
     assert {lost for _, lost, _ in events} == {5}
+
+
+def test_a_dead_watcher_does_not_hide_the_rank_it_watched() -> None:
+    # ranks 5 and 6 die together: each was the other's watcher; the watchers'
+    # watchers (3, 4 for 5; 7, 8 for 6) still declare both
+    clock = Clock()
+    _, mons, events = monitors(16, clock)
+    run_rounds(clock, mons, 2)
+    run_rounds(clock, [m for r, m in enumerate(mons) if r not in (5, 6)], 5)
+    assert sorted(me for me, lost, _ in events if lost == 5) == [3, 4, 7]
+    assert sorted(me for me, lost, _ in events if lost == 6) == [4, 7, 8]

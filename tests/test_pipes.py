@@ -10,6 +10,7 @@ import pytest
 import aiopdbp
 
 from aiopdbp import BrokenResourceError, ClosedResourceError, NoPipeError, Pipe, PipePool, WouldBlock
+from aiopdbp.wire.mesp import Kind
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -471,3 +472,109 @@ async def test_senders_woken_together_each_run_before_one_sends_again(pdbp_spawn
     assert [pipe.receive_nowait() for _ in range(4)] == ["x"] * 4   # a, b woken; 2 slots spare
     first = [await pipe.receive() for _ in range(4)]
     assert sorted(first) == ["a", "a", "b", "b"], first
+
+
+# ------------------------------------------------- turns between senders (issue 28)
+def _msgs(sender: int, n: int, first: int = 0) -> list[aiopdbp.Message]:
+    """``n`` messages of GP ``sender`` (pid), numbered from ``first`` in their payload."""
+    return [aiopdbp.Message((f"s{sender}", Kind.SHORT, 0, f"{sender}.{i}".encode(), sender))
+            for i in range(first, first + n)]
+
+
+def _label(item: aiopdbp.Message) -> str:
+    return item.data.decode()
+
+
+def test_reader_takes_senders_in_turns_whichever_came_first() -> None:
+    """A host's whole window queued first (sender 1's batch) does not go
+    first: once other senders' items arrive -- a batch from another host,
+    a local message -- the reader takes one item of each sender in turn,
+    each sender's in its order."""
+    pipe: Pipe[aiopdbp.Message] = Pipe(64)
+    pipe.put_many(_msgs(1, 5))
+    pipe.put_many(_msgs(2, 3))
+    assert pipe.offer(3, 8, ("s3", Kind.SHORT, 0, b"3.0", 3))
+    taken = [_label(pipe.receive_nowait()) for _ in range(9)]
+    assert taken == ["1.0", "2.0", "3.0", "1.1", "2.1", "1.2", "2.2", "1.3", "1.4"], taken
+
+
+def test_a_batch_of_several_senders_is_split_in_order_when_turns_begin() -> None:
+    pipe: Pipe[aiopdbp.Message] = Pipe(64)
+    a, b = _msgs(1, 2), _msgs(2, 2)
+    pipe.put_many([a[0], b[0], a[1], b[1]])   # one host's block: its senders interleaved
+    pipe.send_nowait(_msgs(3, 1)[0])
+    assert [_label(pipe.receive_nowait()) for _ in range(5)] == ["1.0", "2.0", "3.0", "1.1", "2.1"]
+
+
+def test_stream_opens_take_their_senders_turn() -> None:
+    """An item that is not a message (a stream's OPEN) waits in its sender's
+    lane, behind that sender's earlier messages."""
+    class Open:
+        source_pid = 1
+    pipe: Pipe[object] = Pipe(64)
+    pipe.put_many(_msgs(1, 2))
+    opened = Open()
+    pipe.send_nowait(opened)
+    pipe.put_many(_msgs(2, 2))
+    taken = [pipe.receive_nowait() for _ in range(5)]
+    assert taken[1].data == b"2.0" and taken[3].data == b"2.1" and taken[4] is opened  # type: ignore[attr-defined]
+
+
+def test_credit_is_never_counted_for_an_item_still_queued() -> None:
+    """Other hosts' credit is settled (``on_watch(pipe, upto)``) for the
+    items numbered below ``upto``: under turns it counts up to the oldest of
+    their items not taken yet, so nothing is credited for an item the reader
+    has not taken."""
+    pipe: Pipe[aiopdbp.Message] = Pipe(64)
+    seen: list[int] = []
+    pipe.on_watch = lambda _, upto: seen.append(upto)
+    pipe.watch_at = 0                          # report every take
+    pipe.put_many(_msgs(1, 3))                 # arrivals 0..2
+    pipe.put_many(_msgs(2, 3))                 # arrivals 3..5
+    for _ in range(6):
+        pipe.receive_nowait()
+    assert seen == [1, 1, 2, 2, 5, 6], seen      # 1.0 2.0 1.1 2.1 1.2 2.2
+    assert pipe.taken == 6                     # (items taken, whatever their order)
+    pipe.put_many(_msgs(2, 2, 3))              # empty again: one FIFO, counted one by one
+    pipe.receive_nowait()
+    assert seen[-1] == pipe.taken == 7
+
+
+def test_a_long_local_lane_does_not_hold_back_other_hosts_credit() -> None:
+    """Local items and other hosts' are counted apart: once the reader has
+    taken every item that came from other hosts, their credit is due, even
+    while older local items still wait for their turns."""
+    pipe: Pipe[aiopdbp.Message] = Pipe(64, max_bytes=1000)
+    seen: list[int] = []
+    pipe.on_watch = lambda _, upto: seen.append(upto)
+    pipe.watch_at = 6                          # the other host's batch below: arrivals 4, 5
+    for i in range(4):                         # arrivals 0..3, local
+        assert pipe.offer(1, 10, ("s1", Kind.SHORT, 0, f"1.{i}".encode(), 1))
+    pipe.put_many(_msgs(9, 2))
+    assert [_label(pipe.receive_nowait()) for _ in range(4)] == ["1.0", "9.0", "1.1", "9.1"]
+    assert seen == [6]                         # all of the other host's: settled
+    assert pipe.held_bytes == 20               # 1.2 and 1.3 still hold theirs
+
+
+async def test_drain_takes_turns_too() -> None:
+    pipe: Pipe[aiopdbp.Message] = Pipe(64)
+    pipe.put_many(_msgs(1, 3))
+    pipe.put_many(_msgs(2, 1))
+    assert [_label(m) for m in pipe.drain_nowait(3)] == ["1.0", "2.0", "1.1"]
+    assert [_label(m) for m in pipe.drain_nowait()] == ["1.2"]
+    assert pipe.taken == pipe.appended == 4
+
+
+async def test_local_bytes_are_freed_when_taken_ahead_of_older_items_of_other_hosts() -> None:
+    """The byte bound under turns: a local message the reader took before
+    older items from another host gives its bytes back at once (they are
+    counted apart), and the bound still holds for those it has not taken."""
+    pipe: Pipe[aiopdbp.Message] = Pipe(64, max_bytes=100)
+    pipe.put_many(_msgs(9, 3))                 # another host's, not counted here
+    assert pipe.offer(1, 60, ("s1", Kind.SHORT, 0, b"1.0", 1))
+    assert pipe.offer(1, 40, ("s1", Kind.SHORT, 0, b"1.1", 1))
+    assert not pipe.offer(1, 10, ("s1", Kind.SHORT, 0, b"1.2", 1))
+    assert [_label(pipe.receive_nowait()) for _ in range(2)] == ["9.0", "1.0"]
+    assert pipe.held_bytes == 40               # 9.1 and 9.2 are older and still queued
+    assert pipe.offer(1, 60, ("s1", Kind.SHORT, 0, b"1.2", 1))
+    assert not pipe.offer(1, 10, ("s1", Kind.SHORT, 0, b"1.3", 1))

@@ -47,12 +47,12 @@ from aiopdbp.device.backend import (
     local_rank,
 )
 from aiopdbp.device.chunks import ArrayMeta, ChunkPlan, PinnedChunkPool
-from aiopdbp.device.sim import Fault, SimArray, SimBackend
+from aiopdbp.device.sim import Fault, SimArray, SimBackend, SimTensor
 from aiopdbp.device.staging import ChunkState, RecvTransfer, Request, SendTransfer, Stager, TransferState
 
 __all__ = [
     "ArrayInfo", "ArrayMeta", "ChunkPlan", "ChunkState", "DeviceBackend", "Event", "Fault", "Placement",
-    "PinnedChunkPool", "RecvTransfer", "Request", "SendTransfer", "SimArray", "SimBackend", "Stager", "Stream",
+    "PinnedChunkPool", "RecvTransfer", "Request", "SendTransfer", "SimArray", "SimBackend", "SimTensor", "Stager", "Stream",
     "TransferState", "classify", "default_device", "is_device_array", "local_rank", "open_backend", "BACKENDS",
 ]
 

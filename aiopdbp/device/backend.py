@@ -37,6 +37,7 @@ device a rank uses by default: its local rank modulo the visible devices).
 from __future__ import annotations
 
 import abc
+import importlib
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -140,6 +141,13 @@ class DeviceBackend(abc.ABC):
     @abc.abstractmethod
     def contiguous(self, array: Any, stream: Stream) -> Any:
         """A C-contiguous copy of ``array``, made by work queued on ``stream``."""
+
+    def as_tensor(self, array: Any) -> Any:
+        """A torch tensor over device array ``array``, no copy, on its
+        device (``torch.from_dlpack``; the tensor holds the array's memory):
+        what a device array sent as a tensor arrives as where torch imports."""
+        torch: Any = importlib.import_module("torch")  # (only a tensor's receiver imports it)
+        return torch.from_dlpack(array)
 
     @abc.abstractmethod
     def alloc_pinned(self, nbytes: int) -> HostBuffer:

@@ -89,7 +89,8 @@ from aiopdbp.errors import ClosedResourceError, DeviceError
 from aiopdbp.device.backend import ArrayInfo, DeviceBackend, Event, HostBuffer, Order, Stream, order_of
 from aiopdbp.device.simmem import CurrentStreams, SimMemory
 
-__all__ = ["Fault", "SimArray", "SimBackend", "SimEvent", "SimFault", "SimHold", "SimStream", "TraceEntry"]
+__all__ = ["Fault", "SimArray", "SimBackend", "SimEvent", "SimFault", "SimHold", "SimStream", "SimTensor",
+           "TraceEntry"]
 
 OpKind = Literal["d2h", "h2d", "d2d", "kernel"]
 
@@ -193,6 +194,22 @@ class SimArray:
 
     def __repr__(self) -> str:
         return f"SimArray(shape={self.shape}, dtype={self.dtype}, device={self.device})"
+
+
+class SimTensor(SimArray):
+    """A simulated CUDA torch tensor: a :class:`SimArray` that the device
+    path takes for a tensor (``__aiopdbp_tensor__``), so that it arrives as
+    one (:meth:`SimBackend.as_tensor`) -- the tensor path without a GPU
+    (torch itself has no simulated device)."""
+
+    __aiopdbp_tensor__ = True
+    __slots__ = ()
+
+    def __getitem__(self, key: Any) -> SimTensor:
+        return SimTensor(self._data[key], self.device, self.backend, self._block)
+
+    def __repr__(self) -> str:
+        return f"SimTensor(shape={self.shape}, dtype={self.dtype}, device={self.device})"
 
 
 class SimEvent:
@@ -489,6 +506,13 @@ class SimBackend(DeviceBackend):
         src, dst = array.unsafe_host_view(), out.unsafe_host_view()
         self._queue(stream, "kernel", lambda: np.copyto(dst, src), info.nbytes, (array, out))
         return out
+
+    def as_tensor(self, array: Any) -> SimTensor:
+        """``array`` as a :class:`SimTensor` over the same memory (torch has
+        no simulated device: this stands in for ``torch.from_dlpack``)."""
+        if not isinstance(array, SimArray) or array.backend is not self:
+            raise TypeError(f"{type(array).__name__} is not a device array of this simulated backend")
+        return SimTensor(array.unsafe_host_view(), array.device, self, array._block)
 
     def alloc_pinned(self, nbytes: int) -> HostBuffer:
         if nbytes < 0:

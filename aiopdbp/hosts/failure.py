@@ -18,11 +18,22 @@ and for what (``Stop.by``), so the user sees both sides.
 
 *Liveness.*  With a ``host_timeout`` a heartbeat thread
 (:mod:`aiopdbp.hosts.liveness`, started through the ``heartbeat`` callable
-handed in at construction) notices a host that went silent;
-:meth:`HostFailures.host_lost` then fails it with a
+handed in at construction) notices a host that went silent -- but only a
+host of its watch set, the few ranks next to it on a ring, so that beating
+costs O(1) per rank.  :meth:`HostFailures.host_lost` then fails it with a
 :class:`~aiopdbp.errors.HostLostError` naming it, tells the program (callbacks,
 :meth:`HostFailures.wait_lost`) and, under ``aiopdbp.run``, asks the job to
-stop ``lost_grace`` later.
+stop ``lost_grace`` later.  Every other rank must hear of it too (its
+program waits on ``host_lost()``, its sends to the lost host must fail, its
+abort line names it), without the watcher talking to every peer: the
+watcher sends a ``LostMsg`` down a binomial tree over the ring positions
+counted from itself (:func:`spread_targets`): the rank at a position passes
+it on for the ``span`` positions from its own, halving the span at each
+send, so every live rank hears of it in O(log n) hops and sends O(log n)
+messages; lost ranks are skipped, their positions handed to the next live
+one.  Each watcher of the lost rank starts its own tree and every rank
+passes on every notice it gets (at most one per tree), so a second rank
+dead inside one tree does not cut its subtree off from the others.
 
 *Job-wide stops.*  A :class:`Stop` says why a job stops early and where it
 started.  :meth:`HostFailures.tell_peers` sends it to every other rank
@@ -47,20 +58,20 @@ import enum
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
 from aiopdbp.env import record_failure
-from aiopdbp.errors import HostLostError, RankFailedError
+from aiopdbp.errors import HostLostError, ProtocolError, RankFailedError
 from aiopdbp.hosts.channel import ControlChannel
 from aiopdbp.stall import StallWatch, WaitEdge
 from aiopdbp.transport.backoff import Backoff
-from aiopdbp.wire.control import DeadlockMsg, StallMsg, StopAckMsg, StopMsg
+from aiopdbp.wire.control import DeadlockMsg, LostMsg, StallMsg, StopAckMsg, StopMsg
 
 log = logging.getLogger("aiopdbp.hosts.failure")
 
 __all__ = ["Beat", "HostFailures", "JobControl", "LostCallback", "StallRelay", "Stop", "StopKind",
-           "where"]
+           "spread_targets", "where"]
 
 
 class StopKind(enum.Enum):
@@ -105,6 +116,27 @@ def summary(exc: BaseException) -> str:
 def where(rank: int, gp: str = "") -> str:
     """``rank 1 (GP g1)``, or ``rank 1`` when the GP is not known."""
     return f"rank {rank} (GP {gp})" if gp else f"rank {rank}"
+
+
+def spread_targets(me: int, origin: int, span: int, size: int, skip: Collection[int]) -> list[tuple[int, int]]:
+    """Whom rank ``me`` passes a notice on to, as ``(rank, span)`` pairs, when
+    it is responsible for the ``span`` ring positions from its own, positions
+    counted from ``origin`` (position 0) on the ring of ``size`` ranks: it
+    hands the upper half of what is left to the first rank of that half not
+    in ``skip`` (which then answers for the rest of the half), and halves
+    again, until it answers for itself alone (see "Liveness")."""
+    pos = (me - origin) % size
+    end = min(pos + span, size)
+    out: list[tuple[int, int]] = []
+    while end - pos > 1:
+        mid = pos + (end - pos + 1) // 2
+        for q in range(mid, end):
+            rank = (origin + q) % size
+            if rank not in skip:
+                out.append((rank, end - q))
+                break
+        end = mid
+    return out
 
 
 class JobControl(Protocol):
@@ -193,13 +225,35 @@ class HostFailures:
         self._closing = True
 
     def host_lost(self, rank: int) -> None:
-        """Host ``rank`` went silent: everything that depends on it fails with
-        :class:`HostLostError` naming it; the program hears of it (callbacks,
-        :meth:`wait_lost`); then, under ``aiopdbp.run``, the job stops."""
+        """Host ``rank`` went silent (our heartbeat noticed): every other rank
+        hears of it (``LostMsg``, see "Liveness"), then :meth:`_lost`."""
         if rank in self.lost or self._closing:
             return
         hb = self._heartbeat
         err = hb.error(rank) if hb is not None else HostLostError(f"rank {rank} is lost", rank)
+        self._spread(LostMsg(rank, self.rank, self.size, str(err)))
+        self._lost(rank, err)
+
+    def on_lost(self, src: int, msg: LostMsg) -> None:
+        """A watcher's notice that ``msg.rank`` is lost, passed on to us: pass
+        it on to our part of the ring, then fail the host as if we had seen it."""
+        if not (msg.rank < self.size and msg.origin < self.size and msg.span <= self.size):
+            raise ProtocolError(f"LOST names rank {msg.rank} from {msg.origin} over {msg.span} of {self.size} ranks")
+        if msg.rank == self.rank:
+            return   # we were stopped (SIGSTOP) and resumed: the watchers' abort ends us
+        self._spread(msg)
+        if msg.rank not in self.lost and not self._closing:
+            self._lost(msg.rank, HostLostError(f"{msg.message} (noticed by rank {msg.origin})", msg.rank))
+
+    def _spread(self, msg: LostMsg) -> None:
+        skip = set(self.lost) | {msg.rank}
+        for dest, span in spread_targets(self.rank, msg.origin, msg.span, self.size, skip):
+            self._channel.send(dest, LostMsg(msg.rank, msg.origin, span, msg.message))
+
+    def _lost(self, rank: int, err: HostLostError) -> None:
+        """Everything that depends on host ``rank`` fails with ``err``; the
+        program hears of it (callbacks, :meth:`wait_lost`); then, under
+        ``aiopdbp.run``, the job stops."""
         self.lost[rank] = err
         log.error("%s", err)
         if rank == 0:

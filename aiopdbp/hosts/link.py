@@ -68,10 +68,9 @@ run: it got nearly every message.  While contended, ``admit`` refuses
 everyone, so that sender parks at the tail behind the senders woken with it
 (and, if the credit left covers it at once, still yields one loop turn, so
 they run first).  Each of k senders waiting on one reader is therefore
-served once per round, whatever the message size, and senders on several
-hosts each get their host's share (the reader takes its pipe in arrival
-order, and each host has its own window).  The uncontended fast path is
-unchanged: one dict lookup.  ``tests/test_load.py`` checks each sender's
+served once per round, whatever the message size; senders on several hosts
+then share the reader by its pipe's turns ("Local senders too").  The
+uncontended fast path is unchanged: one dict lookup.  ``tests/test_load.py`` checks each sender's
 count against 1/k.
 
 *From the first message.*  Before anyone parks, the destination is not
@@ -92,7 +91,7 @@ message on.  The cost is one loop turn per 16 KiB of sends that never wait
 small-message rate), none for a sender that waits for replies (ping-pong).
 What the yield cannot share is a head start: a host whose messages reach
 the pipe first (the reader's own, against a link's latency) has its window
-queued ahead of the others', and the reader takes it first.
+queued ahead of the others'; the reader's turns (below) share that.
 
 *Local senders too.*  The senders on the reader's own host have no link:
 the reader's private pipe admits them (:meth:`aiopdbp.routing.pipes.Pipe.reserve`)
@@ -105,11 +104,32 @@ the local host is one more host with a window of its own: the pipe holds at
 most ``gp_window`` bytes of local messages (and streams carried whole), and
 its ``pipe_capacity`` slots count local items only (other hosts' items come
 past it, bounded by their credit), so neither side's items can take the
-other's room.  Each host, the reader's own included, then has about a
-window (or ``pipe_capacity`` items, when fewer) queued in the pipe, and the reader, taking it in arrival order,
-gives each host an equal share and each of a host's senders an equal part of
-it: 1/k each when k senders are spread evenly over the hosts (unevenly, a
-sender on a host with k_h of the k gets 1/(H k_h) of H hosts' reads).
+other's room.
+
+*The reader's turns.*  Each host, the reader's own included, then has up
+to a window (or ``pipe_capacity`` local items, when fewer) queued in the
+pipe, in the order it arrived: one host's whole window can be queued ahead
+of another's (the first to start, the one with no link to cross).  So the
+reader does not take its pipe in arrival order once it holds items of
+several senders: it takes one item of each sender in turn, each sender's
+in its order (:mod:`aiopdbp.routing.pipes`, "Turns"); k senders with items
+queued get 1/k each, wherever they are and from the first message.  Credit
+(and the local byte bound) come back as the items are taken, counted up to
+the oldest item not taken yet (local items and other hosts' apart:
+``Pipe.on_watch``), so the turns never free an item still queued: the
+bounds above are unchanged, and so is "every wait is released by the
+destination GP reading".  A sender has items queued
+when its host's window admits them: for messages of about a window
+(1 MiB in the default 1 MiB window) a host has one in the pipe at a time,
+so the turns are per host and the credit queue's per sender -- 1/k each
+when senders are spread evenly over hosts, 1/(H k_h) for a sender on a
+host with k_h of them, of H hosts, when not.  With small messages an
+uneven spread between the reader's host and another is shared 1/k too;
+one over other hosts only (one sender alone on a host, five on another)
+is shared 1/k in the first window but can drift after it, the other
+hosts' credit being counted together (:mod:`aiopdbp.routing.pipes`,
+"Counting under turns").  ``tests/test_load.py`` checks the first window
+of the even spreads and of one reader-host-and-another uneven spread.
 
 *Owed credit below a quarter window.*  The receiving host returns credit in
 steps of at least ``window / 4`` (the router's owed-credit book: one
@@ -241,7 +261,8 @@ from aiopdbp.errors import WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost
 from aiopdbp.pool import SendPool, Slot
 from aiopdbp.transport.base import Channel, Transport
-from aiopdbp.hosts.gate import CreditGate, GateWait, Wake
+from aiopdbp.hosts.gate import GateWait, Wake
+from aiopdbp.hosts.gatecore import CreditGate
 from aiopdbp.hosts.owned import OwnedDone, OwnedSend, fail_owned, resolve_owned
 
 log = logging.getLogger("aiopdbp.hosts.link")

@@ -1,7 +1,8 @@
 """Pipes and the dynamic pipe pool (DPP, SPEC section 4).
 
-A :class:`Pipe` is a one-way, bounded FIFO channel in the style of trio's
-memory channels: ``send`` waits for room, ``send_nowait`` raises
+A :class:`Pipe` is a one-way, bounded channel in the style of trio's memory
+channels, FIFO for each sender (several senders' items are taken in turns,
+below): ``send`` waits for room, ``send_nowait`` raises
 :class:`~aiopdbp.errors.WouldBlock`; ``receive`` waits for an item.
 
 Theory of operation
@@ -39,7 +40,41 @@ rule of :mod:`aiopdbp.hosts.link`, "Fair for every size").  Before anyone
 parks, the empty pipe's ``max_bytes`` go to the fast path (``offer``); the
 senders share them because a GP's run of sends that never suspend yields a
 loop turn every ``BURST_BYTES`` of credit (:mod:`aiopdbp.hosts.link`, "From
-the first message"), so k looping senders fill it in turns.
+the first message"), so k looping senders fill it in turns, and the
+reader then takes it in turns (below).
+
+*Turns.*  The reader takes its pipe one sender at a time.  A pipe is one
+FIFO in arrival order (all a one-sender pipe ever is: the ping-pong path
+pays one test per item); once an item of another sender (a message's
+``source_pid``, a stream OPEN's) arrives while the pipe holds items, the
+queue becomes a FIFO lane per sender, taken one item per turn in
+round-robin order (:class:`_Turns`), until it is empty again.  So each of k
+senders with items queued gets every k-th item the reader takes, whichever
+host its items came from and however early they came (without turns, the
+host whose window reached the pipe first had all of it taken first: the
+reader's own senders, against a link's latency, or the first of two remote
+hosts), and each sender's items keep their order.  A batch from another
+host (``put_many``) is checked at its two ends only, not item by item: its
+order within is its host's send order, which that host's credit hand-off
+keeps fair; it is split by sender when turns begin or while they last.
+
+*Counting under turns.*  The bounds count items by arrival number: the
+local bytes here (``_marks``) and the credit other hosts are owed (the
+router's marks on ``appended``, settled through ``on_watch``) are freed once
+every item of their class (local, or from other hosts) numbered below them
+has been taken -- in one FIFO, once ``taken`` items have been.  Under turns
+each class counts up to its oldest item not taken yet, never past an item
+still queued: the bytes a pipe holds stay within what was admitted for
+it, as before.  The classes are counted apart so that a long lane of one
+(a local sender's whole window) does not hold back the other's credit while
+the reader takes its items; other hosts' items are counted together (a
+batch does not say which host it came from), so an item taken ahead of an
+older one of another host is credited when that one's turn has come: with
+senders spread unevenly over other hosts (one alone on a host, five on
+another), the lone sender's long lane holds back the others' credit, and
+their lanes can run dry while it waits.  The reader's turns reach every
+lane while it reads, so every wait is still released by the destination GP
+reading (:mod:`aiopdbp.hosts.link`, "Why nothing waits forever").
 
 *Wake-ups without loss.*  Waiters park on futures in FIFO order.  A producer
 only *wakes* a consumer; the consumer then takes the item from the deque
@@ -76,6 +111,102 @@ def _cost(item: Any) -> int:
     return credit_cost(item[3]) if type(item) is Message else getattr(item, "pipe_cost", 0)
 
 
+def _source(item: Any) -> Any:
+    """The sender whose turn an item waits for: a message's ``source_pid``,
+    another item's (a stream's OPEN), or 0 (items with no sender, such as a
+    stream's segments or the PipeManager's entries: one FIFO)."""
+    return item[4] if type(item) is Message else getattr(item, "source_pid", 0)
+
+
+def _other_source(queue: deque[Any], items: list[Any]) -> bool:
+    """Whether a batch arriving at a pipe that holds ``queue`` shows another
+    sender than the one at its head, at either end (the batch's order within
+    is its host's send order: it is only split into turns with the rest)."""
+    key = _source(queue[0])
+    return bool(_source(items[0]) != key or _source(items[-1]) != key)
+
+
+class _Turns(Generic[T]):
+    """The queue of a pipe holding items of several senders: a FIFO lane per
+    sender, taken one item per turn in round-robin order (see "Turns").
+
+    It stands in for the pipe's deque: ``append`` queues an item of a local
+    sender, ``extend`` a batch from another host, ``popleft`` takes the item
+    whose turn it is.  It numbers the items in arrival order and keeps, for
+    the local items and for the other hosts' apart, the number of the oldest
+    one not taken yet (``low_local``, ``low``): every item of that class
+    numbered below it has been taken.
+    """
+
+    __slots__ = ("_lanes", "_ring", "_n", "_next", "_order", "_gone", "low", "low_local")
+
+    def __init__(self, fifo: deque[T], first: int, remote: bool) -> None:
+        # ``fifo``: the pipe's queue so far, in arrival order, numbered from
+        # ``first``, all local or all from other hosts (``remote``)
+        self._lanes: dict[Any, deque[tuple[int, T, int]]] = {}
+        self._ring: deque[Any] = deque()      # the senders with items, in turn order
+        self._n = 0
+        self._next = self.low = self.low_local = first   # the next arrival's number
+        # per class (0: local, 1: other hosts'), the numbers of its items not
+        # known to be taken, in arrival order; numbers taken out of that order
+        self._order: tuple[deque[int], deque[int]] = (deque(), deque())
+        self._gone: set[int] = set()
+        for item in fifo:
+            self._add(item, 1 if remote else 0)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _add(self, item: T, cls: int) -> None:
+        key = _source(item)
+        lane = self._lanes.get(key)
+        if lane is None:   # a sender with nothing queued waits for the last turn of the round
+            lane = self._lanes[key] = deque()
+            self._ring.append(key)
+        number = self._next
+        lane.append((number, item, cls))
+        self._order[cls].append(number)
+        self._next = number + 1
+        self._n += 1
+
+    def append(self, item: T) -> None:
+        """Queue an item of a local sender."""
+        self._add(item, 0)
+
+    def extend(self, items: list[T]) -> None:
+        """Queue a batch that came from another host."""
+        for item in items:
+            self._add(item, 1)
+
+    def popleft(self) -> T:
+        """The item whose turn it is: the oldest of the sender at the ring's
+        head, which then goes to the ring's tail (or leaves it, emptied)."""
+        ring = self._ring
+        key = ring[0]
+        lane = self._lanes[key]
+        number, item, cls = lane.popleft()
+        if lane:
+            ring.rotate(-1)
+        else:
+            ring.popleft()
+            del self._lanes[key]
+        self._n -= 1
+        order = self._order[cls]
+        if order[0] == number:
+            order.popleft()
+            gone = self._gone
+            while order and order[0] in gone:
+                gone.remove(order.popleft())
+        else:
+            self._gone.add(number)
+        low = order[0] if order else self._next
+        if cls:
+            self.low = low
+        else:
+            self.low_local = low
+        return item
+
+
 def _wake_first(waiters: deque[asyncio.Future[None]]) -> None:
     while waiters:
         fut = waiters.popleft()
@@ -96,7 +227,8 @@ def _fail_all(waiters: deque[asyncio.Future[None]] | list[asyncio.Future[None]],
 
 
 class Pipe(Generic[T]):
-    """A bounded one-way FIFO channel (a UNIX-pipe-like mailbox).
+    """A bounded one-way channel (a UNIX-pipe-like mailbox), FIFO for each
+    sender; the items of several senders are taken in turns.
 
     ``pipe_id`` identifies the pipe in the binding tables; ``capacity`` is the
     number of items (CDUs) it holds, counting reservations.
@@ -106,7 +238,7 @@ class Pipe(Generic[T]):
         "pipe_id", "capacity", "_items", "_reserved", "_recv_waiters",
         "_space_waiters", "_closed", "_eof", "on_ready", "label", "_error",
         "appended", "taken", "watch_at", "on_watch", "max_bytes", "_rbytes", "_qbytes", "_marks",
-        "_woken",
+        "_woken", "_turns",
     )
 
     remote = False  # the target protocol (aiopdbp.routing.router): a local pipe
@@ -117,7 +249,15 @@ class Pipe(Generic[T]):
         self.pipe_id = pipe_id
         self.capacity = capacity
         self.label = label
+        # one FIFO in arrival order; turns (a FIFO per sender) from when
+        # another sender's items arrive while it holds some until it is empty
+        # (see "Turns").  The one FIFO holds one host's items (any other
+        # sender's start turns): local ones hold marks while queued (with a
+        # byte bound; without one they count with other hosts', which only
+        # ever credits later).
+        # (in turns ``_items`` is the _Turns too: it stands in for the deque)
         self._items: deque[T] = deque()
+        self._turns: _Turns[T] | None = None
         self._reserved = 0
         self._recv_waiters: deque[asyncio.Future[None]] = deque()
         self._space_waiters: ParkingLot[asyncio.Future[None]] = ParkingLot()
@@ -136,13 +276,15 @@ class Pipe(Generic[T]):
         # Called when the pipe goes from empty to non-empty (the PipeManager
         # uses it to learn which public pipes have work without polling).
         self.on_ready: Callable[[Pipe[T]], None] | None = None
-        # Items ever appended / taken, and a watch: ``on_watch(self)`` runs
-        # when ``taken`` reaches ``watch_at`` (flow control returns credit
-        # for remote items once the reader has taken them).
+        # Items ever appended / taken, and a watch: ``on_watch(self, upto)``
+        # runs when every item from other hosts numbered (``appended``) below
+        # ``upto`` has been taken and ``upto`` reaches ``watch_at`` (flow
+        # control returns credit for remote items once the reader has taken
+        # them; in one FIFO ``upto`` is ``taken``, see "Counting under turns").
         self.appended = 0
         self.taken = 0
         self.watch_at = 1 << 62
-        self.on_watch: Callable[[Pipe[T]], None] | None = None
+        self.on_watch: Callable[[Pipe[T], int], None] | None = None
 
     # -- state -------------------------------------------------------------
     def __len__(self) -> int:
@@ -262,9 +404,10 @@ class Pipe(Generic[T]):
         self._marks.append((self.appended, nbytes))
         self._qbytes += nbytes
 
-    def _release(self) -> None:
-        """The reader took items: the bytes of the local ones are free again."""
-        marks, taken = self._marks, self.taken
+    def _release(self, taken: int) -> None:
+        """The reader took every local item numbered below ``taken``: their
+        bytes are free again."""
+        marks = self._marks
         while marks and marks[0][0] < taken:
             self._qbytes -= marks.popleft()[1]
 
@@ -310,8 +453,19 @@ class Pipe(Generic[T]):
             self._append(item)
 
     def _append(self, item: T) -> None:
-        was_empty = not self._items
-        self._items.append(item)
+        items = self._items
+        was_empty = not items
+        if not was_empty and self._turns is None:
+            # _source, inline: a one-sender pipe under load does this per item
+            head: Any = items[0]
+            new: Any = item
+            if (new[4] if type(new) is Message else _source(new)) != \
+                    (head[4] if type(head) is Message else _source(head)):
+                # a second sender: turns
+                marks = self._marks   # (the new item's mark, if any, is numbered ``appended``)
+                items = self._items = self._turns = _Turns(  # type: ignore[assignment]
+                    items, self.taken, not (marks and marks[0][0] < self.appended))
+        items.append(item)
         self.appended += 1
         if self._recv_waiters:
             _wake_first(self._recv_waiters)
@@ -335,8 +489,13 @@ class Pipe(Generic[T]):
         another host: its flow control bounded it); one wake-up."""
         if self._closed or not items:
             return
-        was_empty = not self._items
-        self._items.extend(items)
+        queue = self._items
+        was_empty = not queue
+        if not was_empty and self._turns is None and _other_source(queue, items):
+            # a second sender: turns
+            queue = self._items = self._turns = _Turns(  # type: ignore[assignment]
+                queue, self.taken, not self._marks)
+        queue.extend(items)
         self.appended += len(items)
         if self._recv_waiters:
             _wake_first(self._recv_waiters)
@@ -367,15 +526,30 @@ class Pipe(Generic[T]):
     def receive_nowait(self) -> T:
         """Take the next item or raise :class:`WouldBlock` (``EOFError`` after
         ``close_send`` once drained)."""
-        if self._items:
-            item = self._items.popleft()
+        items = self._items
+        if items:
+            item = items.popleft()
             self.taken += 1
+            turns = self._turns
+            if turns is None:
+                if self._marks:
+                    self._release(self.taken)
+                if self._space_waiters:
+                    self._serve_space()
+                if self.taken >= self.watch_at and self.on_watch is not None:
+                    self.on_watch(self, self.taken)
+                return item
+            # in turns each class is counted up to its oldest item not taken
+            # (see "Counting under turns")
+            if not turns:
+                self._items = deque()   # every item taken (taken == appended): one FIFO again
+                self._turns = None
             if self._marks:
-                self._release()
+                self._release(turns.low_local)
             if self._space_waiters:
                 self._serve_space()
-            if self.taken >= self.watch_at and self.on_watch is not None:
-                self.on_watch(self)
+            if turns.low >= self.watch_at and self.on_watch is not None:
+                self.on_watch(self, turns.low)
             return item
         if self._closed:
             raise ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed")
@@ -423,16 +597,19 @@ class Pipe(Generic[T]):
         n = len(items)
         if n == 0:
             return []
+        if self._turns is not None:
+            return [self.receive_nowait() for _ in range(min(n, limit))]
         if n <= limit:
             out = list(items)
             items.clear()
+            self.taken += n
         else:
             out = [items.popleft() for _ in range(limit)]
-        self.taken += len(out)
+            self.taken += limit
         if self._marks:
-            self._release()
+            self._release(self.taken)
         if self.taken >= self.watch_at and self.on_watch is not None:
-            self.on_watch(self)
+            self.on_watch(self, self.taken)
         if self._space_waiters:
             self._serve_space()
         return out
@@ -446,7 +623,8 @@ class Pipe(Generic[T]):
             return
         self._closed = True
         self._error = error
-        self._items.clear()
+        self._items = deque()
+        self._turns = None
         self._reserved = self._rbytes = self._qbytes = self._woken = 0
         self._marks.clear()
         _fail_all(self._recv_waiters, ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed"))

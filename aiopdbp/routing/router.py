@@ -51,7 +51,8 @@ from aiopdbp.errors import ClosedResourceError, NoPipeError, UnknownProcessError
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
 from aiopdbp.routing.pipes import Pipe, PipePool
 from aiopdbp.stall import Waits
-from aiopdbp.hosts.gate import LATER, NOW, CreditBook
+from aiopdbp.hosts.gate import LATER, NOW
+from aiopdbp.hosts.gatecore import CreditBook
 from aiopdbp.hosts.owned import OwnedDone, OwnedSend
 from aiopdbp.hosts.tables import Tables
 
@@ -617,10 +618,10 @@ class Router:
         if len(marks) == 1:
             pipe.watch_at = pipe.appended
 
-    def settle(self, pipe: Pipe[Any]) -> None:
-        """The reader took items: what it took from other hosts is credit owed."""
+    def settle(self, pipe: Pipe[Any], taken: int) -> None:
+        """The reader took items: what it took from other hosts (every one
+        numbered below ``taken``: :attr:`Pipe.on_watch`) is credit owed."""
         marks = self._marks.get(pipe)
-        taken = pipe.taken
         while marks and marks[0][0] <= taken:
             _, host, pid, cost = marks.popleft()
             self._taken(host, pid, cost)

@@ -400,8 +400,11 @@ class Job:
         stop = self.stop
         if stop is not None:
             if stop.kind is StopKind.HOST_LOST:
-                # the lost host cannot hear us: only MPI_Abort ends its rank
+                # the lost host cannot hear us: only MPI_Abort ends its rank;
+                # the record makes `aiopdbp launch` name the lost rank, not
+                # the ranks MPI_Abort killed
                 self._say(f"aiopdbp: rank {self.rank}: {stop.describe()}")
+                record_failure(1, stop.describe())
                 _abort(1)
             self._stop_line()  # (said already, unless the stop came some other way)
             _hard_exit(stop.exit_code)

@@ -538,7 +538,8 @@ class Node:
 
     # -- liveness -----------------------------------------------------------------
     async def host_lost(self) -> tuple[int, BaseException]:
-        """Wait until a host is lost (silent for ``host_timeout``): returns
+        """Wait until a host is lost (silent for ``host_timeout``; noticed by
+        the ranks that watch it and passed on to every rank): returns
         ``(rank, HostLostError)``.  Under ``aiopdbp.run`` the job is aborted
         ``RemoteConfig.lost_grace`` later (1 s by default), with that message.
 

@@ -585,7 +585,8 @@ class GP:
                 data = item[3]
                 if type(data) is not np.ndarray or (kind == "auto" and data.dtype.metadata is None):
                     return item  # the commonest
-                return arrive(item, kind)
+                # a tensor's array (or a kind asked for): converted here, not through arrive()/arrived()
+                return Message((item[0], item[1], item[2], arrival(data, kind), item[4]))
         elif type(item.source) is str:
             return arrive(item, kind)
         if self._into_task is not None:

@@ -75,8 +75,9 @@ class SGP(GP):
 
     async def recv(self, timeout: float | None = None, *,
                    arrays: str | None = None) -> Message | IncomingStream:
-        """As :meth:`GP.recv`; with ``to_device=True`` a numpy message payload
-        is first copied to this GP's device.
+        """As :meth:`GP.recv`; with ``to_device=True`` a host array payload
+        is first copied to this GP's device (a CPU tensor arrives as a
+        tensor there, where torch imports).
 
         Cancellation: nothing is lost: a message whose copy was cancelled is
         returned by the next ``recv``.
@@ -86,7 +87,7 @@ class SGP(GP):
             item, self._held = self._held, None
         else:
             item = await super().recv(timeout, arrays=arrays)
-        if self.to_device and type(item) is Message and isinstance(item.data, np.ndarray):
+        if self.to_device and type(item) is Message and item.data is not None and type(item.data) is not bytes:
             try:
                 data = await self.node.devices.to_device(item.data, self.pid)
             except asyncio.CancelledError:

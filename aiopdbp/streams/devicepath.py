@@ -57,6 +57,7 @@ stream without synchronising.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.util
 import logging
 from collections.abc import AsyncGenerator, Callable
@@ -64,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aiopdbp.arrays import wire_name
+from aiopdbp.arrays import ML_DTYPES, device_dtype, host_array, tensor_wanted, wire_name
 from aiopdbp.wire.mesp import Kind
 from aiopdbp.device import open_backend
 from aiopdbp.device.backend import DeviceBackend, Event, Order, Stream
@@ -339,6 +340,9 @@ class DevicePath:
             dev = getattr(device, "id", getattr(device, "index", device))
             user = backend.as_stream(stream, int(dev) if isinstance(dev, int) else backend.get_device())
         info = backend.inspect(data, user)
+        dt = device_dtype(data, info.dtype)
+        if dt is not info.dtype:  # a tensor: its receivers get a tensor back (the wire name says so)
+            info = dataclasses.replace(info, dtype=dt)
         after = [backend.record_event(info.stream)]
         own = self.sgps.get(gp.pid)
         if own is not None:
@@ -381,10 +385,18 @@ class DevicePath:
 
     async def to_device(self, host: Any, pid: int) -> Any:
         """Host array ``host`` as a new device array on SGP ``pid``'s device
-        (pinned staging); other payloads are returned as they are."""
+        (pinned staging), a CPU tensor as a tensor there (where torch
+        imports; bfloat16 and float8 tensors stay where they are); other
+        payloads are returned as they are."""
         device = self.sgps.device_of(pid)
-        if device is None or not isinstance(host, np.ndarray):
+        if device is None:
             return host
+        if not isinstance(host, np.ndarray):
+            mem = host_array(host)  # a CPU tensor: its memory, its dtype tagged as a tensor's
+            if mem is None or wire_name(mem.dtype).partition(";")[0] in ML_DTYPES:
+                return host
+            host = mem
+        tensor = tensor_wanted(wire_name(host.dtype))
         arr = host if host.flags.c_contiguous or host.flags.f_contiguous else np.ascontiguousarray(host)
         order: Order = "F" if arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
         flat = (arr.T if order == "F" else arr).reshape(-1).view(np.uint8)
@@ -397,7 +409,7 @@ class DevicePath:
 
         t = await self._transfer(lambda done: stager.recv(meta, post, device=device, on_done=done,
                                                           consumer=self.sgps.stream_of(pid)))
-        return t.array  # type: ignore[attr-defined]
+        return stager.backend.as_tensor(t.array) if tensor else t.array  # type: ignore[attr-defined]
 
     # -------------------------------------------------------------- sending
     async def send(self, gp: Sender, streams: StreamTable, dest: str, cap: Captured, *, com: int, kind: Kind,
@@ -421,6 +433,8 @@ class DevicePath:
         except BaseException:
             tgt.unreserve(pid, cost)
             raise
+        if payload is not cap.data and not isinstance(payload, np.ndarray) and tensor_wanted(wire_name(cap.info.dtype)):
+            payload = self.open().backend.as_tensor(payload)  # sent as a tensor
         self._submit(tgt, pid, Message((gp.name, kind, com, payload, gp.pid)))
         self.counts["sent_local"] += 1
 
@@ -480,6 +494,8 @@ class DevicePath:
         payload = await self.local_payload(gp, cap, pid, copy)
         if isinstance(out.incoming, DeviceIncomingStream):
             out.incoming.array = payload
+            if payload is not cap.data and tensor_wanted(out.incoming.meta.dtype):
+                out.incoming.to_tensor = self.open().backend.as_tensor
         info = cap.info
         chunk = self.open().pool.chunk_size
         ameta = ArrayMeta(info.dtype, info.shape, _order_of(payload, self.backend),
@@ -562,6 +578,8 @@ class DevicePath:
             self._fail_stream(stream, exc)
             return True
         stream.meta.window = 0  # no segment credit: the chunks pace themselves
+        if isinstance(stream, DeviceIncomingStream) and tensor_wanted(stream.meta.dtype):
+            stream.to_tensor = self.open().backend.as_tensor  # sent as a tensor: arrives as one
         job = RecvJob(self._transport, host, tag, ameta, stream, self._job_failed)
         self._jobs.append(job)
         self._kick()
@@ -588,10 +606,14 @@ class DevicePath:
     async def _deliver_message(self, host: int, stream: IncomingStream, kind: Kind) -> None:
         """A device message: deliver it once its stream is complete."""
         try:
-            arr = await stream.read()
+            # as it landed: recv turns a host copy into what its caller asks for
+            arr = await stream.landed() if isinstance(stream, DeviceIncomingStream) else await stream.read()
         except (BrokenResourceError, ClosedResourceError):
             self._router.refund(host, stream.dest_pid, CREDIT_OVERHEAD)
             return
+        if isinstance(stream, DeviceIncomingStream) and stream.to_tensor is not None \
+                and not isinstance(arr, np.ndarray):
+            arr = stream.to_tensor(arr)
         msg = Message((stream.source, kind, stream.com, arr, stream.source_pid))
         self._router.deliver_remote(host, stream.dest_pid, [msg], CREDIT_OVERHEAD)
 

@@ -59,6 +59,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from aiopdbp.arrays import KINDS, arrival
 from aiopdbp.wire.mesp import CDU, Kind
 from aiopdbp.device.chunks import ArrayMeta, ChunkPlan, Piece, Segment, segment_view
 from aiopdbp.device.staging import TransferState
@@ -106,6 +107,9 @@ class DeviceIncomingStream(IncomingStream):
 
     #: the destination array (set by the device path when the stream opens)
     array: Any = None
+    #: what turns the destination into the torch tensor it arrives as (set
+    #: by the device path for a tensor's stream where torch imports), or None
+    to_tensor: Callable[[Any], Any] | None = None
 
     async def __anext__(self) -> Any:
         """The next segment: a view of the destination, ready on any stream.
@@ -117,26 +121,46 @@ class DeviceIncomingStream(IncomingStream):
             raise StopAsyncIteration
         return data
 
-    async def read(self, out: Any = None, *, arrays: str | None = None) -> Any:  # (device data: arrays does not apply)
+    async def read(self, out: Any = None, *, arrays: str | None = None) -> Any:
         """The whole array, once every segment arrived: a device array for
-        an SGP, a numpy array for an NGP, with the sender's dtype, shape and
-        memory order.  ``out`` (numpy destinations only) receives a copy.
+        an SGP (a torch tensor on its device where the sender sent one and
+        torch imports here), a numpy array for an NGP (or as ``arrays``
+        says: it applies to host arrays only), with the sender's dtype,
+        shape and memory order.  ``out`` (numpy destinations only) receives
+        a copy.
 
         Cancellation: leaves the stream at the segment reached (``aclose()`` it).
         """
+        kind = arrays or self.arrays
+        if kind not in KINDS:
+            raise ValueError(f"arrays is one of {KINDS}, not {arrays!r}")
         if out is not None and not isinstance(self.array, np.ndarray):
             raise ValueError("read(out=...) is for streams delivered to host memory; "
                              "a device stream's read() returns its own device array")
+        if out is None:
+            arr = await self.landed()
+            if isinstance(arr, np.ndarray):
+                return arrival(arr, kind)
+            return arr if self.to_tensor is None else self.to_tensor(arr)
         while await self.next_segment() is not None:
             pass
-        if out is None:
-            return self.array
         dst = np.asarray(out)
         if dst.nbytes < self.array.nbytes or not dst.flags.writeable:
             raise ValueError(f"read(out=...) needs a writable buffer of {self.array.nbytes} bytes")
         flat = dst.reshape(-1).view(np.uint8)[: self.array.nbytes]
         flat[:] = _flat_u8(self.array)
         return flat.view(self.array.dtype).reshape(self.array.shape, order=_order(self.array))
+
+    async def landed(self) -> Any:
+        """The destination once every segment arrived, as it landed (a
+        backend array, or numpy): what a device *message* carries, turned
+        into what its receiver asked for by ``recv``.
+
+        Cancellation: as for :meth:`read`.
+        """
+        while await self.next_segment() is not None:
+            pass
+        return self.array
 
 
 class ToDevice(Protocol):

@@ -24,12 +24,21 @@ engine a file descriptor after all, for the peers on its host:
   message; an engine decides to sleep on the time taken *before* its last
   probe, so a preemption between probe and decision cannot make it sleep
   past a message whose sender did not ring;
-* each engine rings every peer once at start (its rank in the datagram) and
-  records whom it heard: only when *every* peer has proven it can ring us,
-  and nothing happened for a second, does the engine sleep long
-  (``AIOPDBP_IDLE_MAX_US``, 50 ms) when idle; otherwise (a conversation
-  going on, or a peer on another host or in another network namespace,
-  where the abstract name does not reach) it keeps the 1 ms timer.
+* only when *every* peer can ring us, and nothing happened for a second,
+  does the engine sleep long (``AIOPDBP_IDLE_MAX_US``, 50 ms) when idle;
+  otherwise (a conversation going on, or a peer on another host or in
+  another network namespace, where the abstract name does not reach) it
+  keeps the 1 ms timer.  Who can ring us comes with the addresses: each
+  carries a key of the kernel and network namespace it was bound in (the
+  boot id and the namespace's inode, hashed), and an abstract name reaches
+  exactly the sockets of its namespace.  So no engine rings anyone at start;
+  a peer in another namespace is never rung (it cannot be).  Only where a
+  key is unknown (no ``/proc``) does the engine ring that peer once at start
+  (a hello, its rank in the datagram) and count on it once it heard its
+  hello.  Hellos to every peer were n - 1 datagrams per rank, and a socket
+  queues 10 (``net.unix.max_dgram_qlen``): with more than 11 ranks on a host
+  the hellos of ranks that start together overflowed it and were lost, and
+  their engines never slept long.
 
 A lost or refused ring costs latency, never a message: the idle timer still
 fires.  A full socket buffer means rings are already pending: dropped.
@@ -37,17 +46,34 @@ fires.  A full socket buffer means rings are already pending: dropped.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import uuid
 from typing import Any, Final
 
-__all__ = ["ADDRESS_BYTES", "Doorbell", "DoorbellJoin", "RING_AFTER_S"]
+__all__ = ["ADDRESS_BYTES", "Doorbell", "DoorbellJoin", "KEY_BYTES", "RING_AFTER_S", "namespace_key"]
 
 #: a send rings its destination when the previous send to it is older than this
 RING_AFTER_S: Final = 2e-3
-#: bytes of an address in the exchange (a Linux abstract name fits in 107)
+#: bytes of an address in the exchange: the namespace key, then the abstract name
 ADDRESS_BYTES: Final = 104
+#: bytes of the namespace key at the head of an address (all 0xff: not known)
+KEY_BYTES: Final = 8
+_NO_KEY: Final = b"\xff" * KEY_BYTES
+
+
+def namespace_key() -> bytes:
+    """:data:`KEY_BYTES` bytes naming this kernel's network namespace (equal
+    keys: each other's abstract socket names reach); all 0xff when unknown."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+            boot = f.read().strip()
+        ino = os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        return _NO_KEY
+    key = hashlib.blake2b(boot + b":" + str(ino).encode(), digest_size=KEY_BYTES).digest()
+    return key if key != _NO_KEY else key[:-1] + b"\0"
 
 
 class Doorbell:
@@ -60,21 +86,35 @@ class Doorbell:
         name = f"\0aiopdbp.{os.getpid()}.{uuid.uuid4().hex}".encode()
         self.sock.bind(name)
         self.address = name
+        self.key = namespace_key()
         self._me = rank.to_bytes(4, "little")
         self._peers: list[bytes | None] = [None] * size
         self._heard = {rank}
         self.rung = self.ring_failures = self.heard = 0
 
     def packed_address(self) -> bytes:
-        """This doorbell's address, padded to :data:`ADDRESS_BYTES` for the exchange."""
-        return self.address.ljust(ADDRESS_BYTES, b"\xff")
+        """This doorbell's key and address, padded to :data:`ADDRESS_BYTES` for the exchange."""
+        return (self.key + self.address).ljust(ADDRESS_BYTES, b"\xff")
 
     def set_peers(self, packed: bytes) -> None:
-        """The exchanged addresses (rank order), then ring every peer once (the hello)."""
+        """The exchanged addresses (rank order): a peer in our namespace can
+        ring us, one in another is never rung; a hello only where a key is
+        unknown (see the module docstring)."""
+        hello = []
         for r in range(self.size):
-            raw = packed[r * ADDRESS_BYTES:(r + 1) * ADDRESS_BYTES].rstrip(b"\xff")
-            self._peers[r] = raw if r != self.rank and raw else None
-        for r in range(self.size):
+            entry = packed[r * ADDRESS_BYTES:(r + 1) * ADDRESS_BYTES]
+            key, raw = entry[:KEY_BYTES], entry[KEY_BYTES:].rstrip(b"\xff")
+            if r == self.rank or not raw:
+                self._peers[r] = None
+            elif _NO_KEY in (key, self.key):
+                self._peers[r] = raw
+                hello.append(r)
+            elif key == self.key:
+                self._peers[r] = raw
+                self._heard.add(r)
+            else:
+                self._peers[r] = None
+        for r in hello:
             self.ring(r)
 
     def ring(self, dest: int) -> None:

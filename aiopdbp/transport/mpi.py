@@ -260,11 +260,6 @@ class MPITransport(Transport):
         req = self._control.Iallgather([mine, _MPI.BYTE], [every, _MPI.BYTE])
         return DoorbellJoin(bell, req, mine, every)
 
-    def _post(self, dest: int, channel: Channel, blocks: Sequence[Buffer]) -> asyncio.Future[None] | None:
-        if self._closed or not self._started or not 0 <= dest < self.size or channel not in (0, 1):
-            self._refuse(dest, channel)
-        return self._engine.post_send(channel, dest, blocks)
-
     def send_lane(self, dest: int, channel: Channel) -> Any:
         """A lane for one-frame sends to ``dest`` on ``channel`` (see
         :class:`~aiopdbp.transport.kernel.SendLane`): ``lane.post(frame)``
@@ -306,7 +301,7 @@ class MPITransport(Transport):
         and completes and frees the requests in the background; the caller
         must not modify the blocks afterwards.
         """
-        fut = self._post(dest, channel, blocks)
+        fut = self.post_nowait(dest, channel, blocks)
         if fut is not None:
             await fut
 
@@ -314,7 +309,9 @@ class MPITransport(Transport):
                     blocks: Sequence[Buffer]) -> asyncio.Future[None] | None:
         """Post the sends now; None when they completed at once (eager),
         else a future.  Errors (closed transport, bad rank) raise."""
-        return self._post(dest, channel, blocks)
+        if self._closed or not self._started or not 0 <= dest < self.size or channel not in (0, 1):
+            self._refuse(dest, channel)
+        return self._engine.post_send(channel, dest, blocks)
 
     drives = True
 
@@ -420,7 +417,7 @@ class MPITransport(Transport):
         """
         loop = asyncio.get_running_loop()
         try:
-            fut = self._post(dest, channel, blocks)
+            fut = self.post_nowait(dest, channel, blocks)
         except Exception as exc:
             failed: asyncio.Future[None] = loop.create_future()
             failed.set_exception(exc)

@@ -29,7 +29,8 @@ to the hosts that use the name), ``TableReqMsg``/``TableAckMsg`` (any other tabl
 and ``DeadlockMsg`` (:mod:`aiopdbp.stall`), ``StreamDoneMsg``,
 ``StreamDonesMsg``, ``StreamCreditMsg``, ``ByeMsg``, ``StopMsg`` and ``StopAckMsg``;
 ``RelayMsg`` carries a host's info up the hosts' tree; ``LookupMsg`` asks
-a name's home host for the name (:mod:`aiopdbp.hosts.names`).
+a name's home host for the name (:mod:`aiopdbp.hosts.names`); ``LostMsg``
+spreads a lost host's name from the rank that noticed it.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ from aiopdbp.errors import ProtocolError
 __all__ = [
     "AAPMsg", "APipeMsg", "ARMsg", "ByeMsg", "CancelMsg", "ControlHandler", "CreditAskMsg", "CreditMsg",
     "CtrlMsg", "DeadlockMsg", "StallMsg",
-    "HInfoMsg", "LookupMsg", "MBInfoMsg", "RegMsg", "RelayMsg", "ReleaseMsg", "StopAckMsg", "StopMsg", "StreamCreditMsg",
+    "HInfoMsg", "LookupMsg", "LostMsg", "MBInfoMsg", "RegMsg", "RelayMsg", "ReleaseMsg", "StopAckMsg",
+    "StopMsg", "StreamCreditMsg",
     "StreamDoneMsg", "StreamDonesMsg", "TableAckMsg", "TableMsg", "TableReqMsg", "decode_control",
 ]
 
@@ -75,6 +77,7 @@ class ControlHandler(Protocol):
     def on_stop_ack(self, src: int, msg: StopAckMsg) -> None: ...
     def on_relay(self, src: int, msg: RelayMsg) -> None: ...
     def on_lookup(self, src: int, msg: LookupMsg) -> None: ...
+    def on_lost(self, src: int, msg: LostMsg) -> None: ...
 
 
 class CtrlMsg:
@@ -473,6 +476,27 @@ class LookupMsg(CtrlMsg):
     HANDLER: ClassVar[str] = "on_lookup"
     name: str
     pid: int
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class LostMsg(CtrlMsg):
+    """Rank ``origin`` noticed that rank ``rank`` is lost (``message``: its
+    error); the receiver passes it on to the ``span`` ring positions that
+    start at its own (:mod:`aiopdbp.hosts.failure`, "Liveness")."""
+
+    TYPE: ClassVar[MsgType] = MsgType.LOST
+    HANDLER: ClassVar[str] = "on_lost"
+    rank: int
+    origin: int
+    span: int
+    message: str
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
+        if min(body["rank"], body["origin"]) < 0 or body["span"] < 1:
+            raise ProtocolError(f"LOST names rank {body['rank']} from {body['origin']} over span {body['span']}")
+        return cls(body["rank"], body["origin"], body["span"], body["message"])
 
 
 # ------------------------------------------------------------------ decoding

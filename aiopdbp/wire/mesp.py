@@ -115,6 +115,7 @@ class MsgType(enum.IntEnum):
     STREAM_DONES = 0x25   # many streams' receivers took them whole (one message per loop iteration)
     RELAY = 0x26          # a table message on its way along the tree to or from rank 0
     LOOKUP = 0x27         # a host asks a name's home for it (and its updates), or a pid's name
+    LOST = 0x2E           # a host was lost (liveness): passed on along a spread tree
     # DMP, data channel (paper section 4.3)
     UDATA = 0x10
     LOCAL = 0x11
@@ -202,6 +203,7 @@ CONTROL_SCHEMAS: dict[MsgType, dict[str, type | tuple[type, ...]]] = {
     MsgType.DEADLOCK: {"cycle": list},
     MsgType.RELAY: {"origin": int, "dest": int, "frame": bytes},
     MsgType.LOOKUP: {"name": str, "pid": int},
+    MsgType.LOST: {"rank": int, "origin": int, "span": int, "message": str},
 }
 
 #: the level-1 packet header: version u8 | msgtype u8 | count u16 | body_len u32

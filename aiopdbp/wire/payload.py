@@ -58,11 +58,6 @@ _META_CACHE_MAX = 1024
 SHORT_ARRAY_MAX = (32 << 10) - 1
 
 
-def _tagged_meta(dt: np.dtype[Any], shape: tuple[int, ...]) -> bytes | None:
-    hit = _TAGGED_ENC.get((id(dt), shape))
-    return hit[1] if hit is not None and hit[0] is dt else None
-
-
 def _align(off: int) -> int:
     return (off + ALIGN - 1) & -ALIGN
 
@@ -113,7 +108,11 @@ def encode_payload(data: Any, allow_pickle: bool,
     if isinstance(data, np.ndarray):
         dt = data.dtype
         # a tagged dtype (aiopdbp.arrays: a tensor's) equals its untagged base
-        hit = _META_ENC.get((dt, data.shape)) if dt.metadata is None else _tagged_meta(dt, data.shape)
+        if dt.metadata is None:
+            hit = _META_ENC.get((dt, data.shape))
+        else:  # a tagged dtype: by the dtype object (see _TAGGED_ENC), looked up inline on this hot path
+            tagged = _TAGGED_ENC.get((id(dt), data.shape))
+            hit = tagged[1] if tagged is not None and tagged[0] is dt else None
         if hit is not None:  # dtype and shape checked before
             if data.ndim == 1 and dt.itemsize == 1 and data.flags.c_contiguous and dt.isbuiltin != 2:
                 view = data.data  # already flat bytes (maybe as int8, bool, S1)
@@ -148,8 +147,13 @@ def travels_raw(data: np.ndarray[Any, Any], allow_pickle: bool, limits: Limits =
     sender checks this before it reserves anything, so that a refused
     payload fails the same way on one host and on many."""
     dt = data.dtype
-    if (dt, data.shape) in _META_ENC or dt.metadata is not None and _tagged_meta(dt, data.shape) is not None:
-        return True  # checked before
+    if dt.metadata is None:
+        if (dt, data.shape) in _META_ENC:
+            return True  # checked before
+    else:
+        tagged = _TAGGED_ENC.get((id(dt), data.shape))
+        if tagged is not None and tagged[0] is dt:
+            return True
     if dt.hasobject or dt.fields is not None or dt.subdtype is not None or dt.itemsize == 0:
         if allow_pickle:
             return False
@@ -168,7 +172,11 @@ def short_ndarray(data: np.ndarray[Any, Any]) -> tuple[bytes, memoryview] | None
     is not one (too big, not C-contiguous, a dtype or shape never checked
     by :func:`encode_payload`: the full record path takes it)."""
     dt = data.dtype
-    meta = _META_ENC.get((dt, data.shape)) if dt.metadata is None else _tagged_meta(dt, data.shape)
+    if dt.metadata is None:
+        meta = _META_ENC.get((dt, data.shape))
+    else:
+        tagged = _TAGGED_ENC.get((id(dt), data.shape))
+        meta = tagged[1] if tagged is not None and tagged[0] is dt else None
     if meta is None or data.nbytes > SHORT_ARRAY_MAX or not data.flags.c_contiguous:
         return None
     if data.ndim == 1 and dt.itemsize == 1 and dt.isbuiltin != 2:  # (no buffer of a user dtype: float8)

@@ -2,7 +2,8 @@
 
     mpiexec -n N python tests/mpi_scripts/fair.py --senders K --size BYTES [--local L]
                                                   [--period S] [--seconds S] [--window BYTES]
-                                                  [--warmup S] [--pipe-capacity N]
+                                                  [--warmup S] [--pipe-capacity N] [--bucket S]
+                                                  [--per-rank K1,K2,...]
 
 Ranks 1..N-1 each run K sender GPs (``s<rank>.<i>``), and rank 0, the
 reader's own, L of them (``s0.<i>``, local senders: the reader's pipe
@@ -12,11 +13,11 @@ message per ``period`` seconds.  The senders start together: each waits for
 the reader's ``b"go"`` (sent once every sender's name is registered).  After
 a warm-up (``--warmup 0``: none, the counts start with the first message),
 the reader counts the messages of each sender it takes over ``seconds``
-seconds, then tells the senders to stop (each answers with its last message,
+seconds (and per ``--bucket`` seconds: 5 by default), then tells the senders to stop (each answers with its last message,
 ``b"END"``) and drains.  ``--window 0`` keeps the default credit window
 (``RemoteConfig.gp_window``).  Rank 0 prints one line::
 
-    FAIR {"counts": {"s1.0": n, ...}, "taken": total}
+    FAIR {"counts": {"s1.0": n, ...}, "taken": total, "buckets": [{"s1.0": n, ...}, ...]}
 """
 
 from __future__ import annotations
@@ -48,8 +49,14 @@ async def reader(node: aiopdbp.Node, names: list[str], args: argparse.Namespace)
             await gp.recv()
             await asyncio.sleep(args.period)
         t1 = time.monotonic()
-        while time.monotonic() < t1 + args.seconds:
-            counts[(await gp.recv()).source] += 1
+        buckets: list[dict[str, int]] = []
+        while (now := time.monotonic()) < t1 + args.seconds:
+            source = (await gp.recv()).source
+            counts[source] += 1
+            k = int((now - t1) / args.bucket)
+            while len(buckets) <= k:
+                buckets.append(dict.fromkeys(names, 0))
+            buckets[k][source] += 1
             await asyncio.sleep(args.period)
         for name in names:
             await gp.send(name, b"stop")
@@ -57,7 +64,8 @@ async def reader(node: aiopdbp.Node, names: list[str], args: argparse.Namespace)
         while ends < len(names):             # drain: every sender's parked send completes
             if (await gp.recv()).data == b"END":
                 ends += 1
-    print("FAIR " + json.dumps({"counts": counts, "taken": sum(counts.values())}), flush=True)
+    print("FAIR " + json.dumps({"counts": counts, "taken": sum(counts.values()), "buckets": buckets}),
+          flush=True)
 
 
 async def sender(node: aiopdbp.Node, name: str, size: int) -> None:
@@ -81,9 +89,12 @@ async def main() -> int:
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--window", type=int, default=64 << 10)
     ap.add_argument("--pipe-capacity", type=int, default=1024)
+    ap.add_argument("--bucket", type=float, default=5.0)
+    ap.add_argument("--per-rank", default="", help="senders on ranks 1, 2, ... (overrides --senders)")
     args = ap.parse_args()
+    per_rank = [int(k) for k in args.per_rank.split(",")] if args.per_rank else [args.senders] * (SIZE - 1)
     names = ([f"s0.{i}" for i in range(args.local)]
-             + [f"s{r}.{i}" for r in range(1, SIZE) for i in range(args.senders)])
+             + [f"s{r}.{i}" for r in range(1, SIZE) for i in range(per_rank[r - 1])])
     remote = RemoteConfig(gp_window=args.window) if args.window else RemoteConfig()
     async with aiopdbp.open_node(remote=remote, close_timeout=10.0,
                                  pipe_capacity=args.pipe_capacity) as node:

@@ -29,7 +29,7 @@ Each case opens its own node (``RemoteConfig(gp_window=window)``), runs the
 pattern, closes the node, and every rank prints one line (one write, so the
 ranks' lines never merge)::
 
-    LOAD {"case": i, "rank": r, "ok": true, "elapsed": s, "items": k, "credit_waits": {"h": n}, "rss_kib": m, ...}
+    LOAD {"case": i, "rank": r, "ok": true, "elapsed": s, "items": k, "credit_waits": {"h": n}, "loads": b, "rss_kib": m, ...}
 
 Checks (a failed one makes ``ok`` false with ``error``): every item that
 reaches a GP has the right content (a 16-byte header -- source rank, sending
@@ -314,7 +314,8 @@ def credit_dests(case: Case) -> set[int]:
 
 
 async def run_case(case: Case, timeout: float) -> bool:
-    row: dict[str, Any] = {"case": case.idx, "label": case.label, "rank": RANK, "size": SIZE}
+    row: dict[str, Any] = {"case": case.idx, "label": case.label, "rank": RANK, "size": SIZE,
+                           "loads": case.loads}
     node = aiopdbp.open_node(remote=RemoteConfig(gp_window=case.window), close_timeout=10.0)
     await node.start()
     runner = Runner(case, node)

@@ -1,0 +1,238 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The compiled twin of :mod:`aiopdbp.hosts.gate` (read its docstring): the
+same :class:`CreditGate` and :class:`CreditBook`, their state in C fields
+and typed dicts.  The wait queue and the records they return are the pure
+module's own (:class:`ParkingLot`, :class:`Wake`, :class:`GateWait`)."""
+
+import time
+
+from aiopdbp.hosts.gate import LATER, NOW, SOON, GateWait, ParkingLot, Wake
+
+cdef extern from *:
+    """
+    #ifndef AIOPDBP_SOURCE_HASH
+    #define AIOPDBP_SOURCE_HASH ""
+    #endif
+    """
+    const char *AIOPDBP_SOURCE_HASH
+
+#: the files this twin was built from, and their hash then (aiopdbp.ext checks it)
+__sources__ = ("gate.py", "cgate.pyx")
+__source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
+
+__all__ = ["LATER", "NOW", "SOON", "CreditBook", "CreditGate", "GateWait", "ParkingLot", "Wake"]
+
+cdef int _LATER = LATER, _SOON = SOON, _NOW = NOW
+cdef object _NOTHING = Wake([], False)
+
+
+cdef class _Dest:
+    cdef public object lot
+    cdef public Py_ssize_t woken
+    cdef public bint asked
+    cdef public double progress_at
+
+    def __init__(self, double now):
+        self.lot = ParkingLot()
+        self.woken = 0
+        self.asked = False
+        self.progress_at = now
+
+
+cdef class CreditGate:
+    """See :class:`aiopdbp.hosts.gate.CreditGate`."""
+
+    cdef public object window
+    cdef long long _window
+    cdef dict _credit, _dests
+    cdef object _clock
+    cdef public Py_ssize_t waits, asks
+
+    def __init__(self, window, clock=time.monotonic):
+        self.window = window
+        self._window = window
+        self._credit = {}
+        self._dests = {}
+        self._clock = clock
+        self.waits = 0
+        self.asks = 0
+
+    def credit(self, pid):
+        return self._credit.get(pid, self.window)
+
+    def contended(self, pid):
+        return pid in self._dests
+
+    def parked(self):
+        return sum(len((<_Dest>d).lot) for d in self._dests.values())
+
+    def short(self):
+        return len(self._credit)
+
+    def least(self):
+        return min(self._credit.values(), default=self.window)
+
+    def outstanding(self):
+        return sum(self.window - c for c in self._credit.values())
+
+    def waiting(self):
+        return [GateWait(pid, len((<_Dest>d).lot), (<_Dest>d).lot.head_need(), (<_Dest>d).progress_at)
+                for pid, d in self._dests.items() if (<_Dest>d).lot]
+
+    cpdef bint admit(self, object pid, long long nbytes):
+        cdef long long c
+        if pid in self._dests:
+            return False
+        got = self._credit.get(pid)
+        c = self._window if got is None else <long long>got
+        if c >= nbytes or c >= self._window:
+            self._credit[pid] = c - nbytes
+            return True
+        return False
+
+    def park(self, pid, nbytes, token):
+        d = self._dests.get(pid)
+        if d is None:
+            d = self._dests[pid] = _Dest(self._clock())
+        (<_Dest>d).lot.park(token, nbytes)
+        self.waits += 1
+        return self._serve(pid, <_Dest>d)
+
+    def resumed(self, pid):
+        d = self._dests.get(pid)
+        if d is not None:
+            (<_Dest>d).woken -= 1
+            if (<_Dest>d).woken <= 0 and not (<_Dest>d).lot:
+                del self._dests[pid]
+
+    def grant(self, pid, long long nbytes):
+        cdef long long c
+        got = self._credit.get(pid)
+        c = (self._window if got is None else <long long>got) + nbytes
+        self._credit[pid] = c
+        d = self._dests.get(pid)
+        if d is None:
+            if c >= self._window:
+                del self._credit[pid]
+            return _NOTHING
+        (<_Dest>d).asked = False
+        return self._serve(pid, <_Dest>d)
+
+    def cancel(self, pid, long long nbytes, token):
+        d = self._dests.get(pid)
+        if d is None:
+            return _NOTHING
+        if not (<_Dest>d).lot.remove(token):
+            (<_Dest>d).woken -= 1
+            got = self._credit.get(pid)
+            self._credit[pid] = (self._window if got is None else <long long>got) + nbytes
+        return self._serve(pid, <_Dest>d)
+
+    def fail(self):
+        tokens = [t for d in self._dests.values() for t in (<_Dest>d).lot.clear()]
+        self._dests.clear()
+        return tokens
+
+    cdef object _serve(self, object pid, _Dest d):
+        cdef long long c, need, window = self._window
+        cdef list woken = []
+        cdef bint ask = False
+        lot = d.lot
+        got = self._credit.get(pid)
+        c = window if got is None else <long long>got
+        while lot:
+            need = lot.head_need()
+            if c < need and c < window:
+                break
+            c -= need
+            woken.append(lot.pop())
+        if woken:
+            d.woken += len(woken)
+            d.progress_at = self._clock()
+        if c >= window:
+            self._credit.pop(pid, None)
+        else:
+            self._credit[pid] = c
+        if lot:
+            if not d.asked:
+                d.asked = ask = True
+                self.asks += 1
+        elif d.woken <= 0:
+            del self._dests[pid]
+        return Wake(woken, ask) if woken or ask else _NOTHING
+
+
+cdef class CreditBook:
+    """See :class:`aiopdbp.hosts.gate.CreditBook`."""
+
+    cdef public object window
+    cdef long long _window, _quarter
+    cdef dict _pending, _owed, _grants
+    cdef set _asked
+
+    def __init__(self, window):
+        self.window = window
+        self._window = window
+        self._quarter = (window - 1) // 4   # owed * 4 < window, without the product (no overflow)
+        self._pending = {}
+        self._owed = {}
+        self._asked = set()
+        self._grants = {}
+
+    cpdef void delivered(self, object host, object pid, long long cost):
+        key = (host, pid)
+        got = self._pending.get(key)
+        self._pending[key] = (0 if got is None else <long long>got) + cost
+
+    cpdef int taken(self, object host, object pid, long long cost):
+        cdef long long left
+        key = (host, pid)
+        got = self._pending.get(key)
+        left = (0 if got is None else <long long>got) - cost
+        if left > 0:
+            self._pending[key] = left
+        else:
+            self._pending.pop(key, None)
+        return self.owe(host, pid, cost)
+
+    cpdef int ask(self, object host, object pid):
+        key = (host, pid)
+        self._asked.add(key)
+        if key not in self._pending and self._owed.get(key):
+            return self.owe(host, pid, 0)
+        return _LATER
+
+    cpdef int owe(self, object host, object pid, long long cost):
+        cdef long long owed
+        key = (host, pid)
+        got = self._owed.get(key)
+        owed = (0 if got is None else <long long>got) + cost
+        if owed <= self._quarter and not (owed and key in self._asked and key not in self._pending):
+            self._owed[key] = owed
+            return _LATER
+        self._owed.pop(key, None)
+        self._asked.discard(key)
+        grants = self._grants.get(host)
+        if grants is None:
+            grants = self._grants[host] = []
+        grants.append((pid, owed))
+        return _NOW if owed >= self._window else _SOON
+
+    def grants(self, bint everything=False):
+        if everything:
+            for (host, pid), owed in self._owed.items():
+                self._grants.setdefault(host, []).append((pid, owed))
+            self._owed.clear()
+        grants, self._grants = self._grants, {}
+        return grants
+
+    def owed(self):
+        return sum(self._owed.values())
+
+    def outstanding(self, host, pid):
+        key = (host, pid)
+        return self._pending.get(key, 0) + self._owed.get(key, 0)
+
+    def admits(self, host, pid, nbytes):
+        out = self.outstanding(host, pid)
+        return out <= 0 or out + nbytes <= self.window

@@ -1,0 +1,31 @@
+"""The credit rule as this process runs it: the compiled twin of
+:mod:`aiopdbp.hosts.gate` where it is built and current, else the Python
+source (:func:`aiopdbp.ext.choose` decides and records why).  The link and
+the router make their gate and book from here."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from aiopdbp import ext
+from aiopdbp.hosts import gate as _pure
+
+_compiled: ModuleType | None
+_error: BaseException | None = None
+try:
+    import aiopdbp.hosts.cgate as _compiled  # type: ignore[import-not-found, no-redef, unused-ignore]
+except ModuleNotFoundError as exc:  # not built (or, if another module is missing, broken)
+    _compiled = None
+    _error = exc if exc.name != "aiopdbp.hosts.cgate" else None
+except ImportError as exc:  # built for another interpreter, or damaged
+    _compiled = None
+    _error = exc
+
+#: the module that runs: ``aiopdbp.hosts.cgate`` or ``aiopdbp.hosts.gate``
+gate: ModuleType = ext.choose("gate", _pure, _compiled, _error)
+CreditGate: type[_pure.CreditGate] = gate.CreditGate
+CreditBook: type[_pure.CreditBook] = gate.CreditBook
+#: whether the compiled form runs
+COMPILED: bool = gate is not _pure
+
+__all__ = ["COMPILED", "CreditBook", "CreditGate", "gate"]

@@ -1,0 +1,22 @@
+import asyncio, sys, time
+import numpy as np, torch
+from aiopdbp.runtime.cluster import open_cluster
+SIZE = int(sys.argv[1]); KIND = sys.argv[2]; N = int(sys.argv[3])
+async def main():
+    async with open_cluster(2) as (n0, n1):
+        async with n0.process("a") as a, n1.process("b") as b:
+            await n0.lookup("b", timeout=10); await n1.lookup("a", timeout=10)
+            arr = np.arange(SIZE, dtype=np.uint8)
+            p = arr if KIND == "numpy" else torch.from_numpy(arr.copy())
+            async def echo():
+                while True:
+                    m = await b.recv()
+                    if m.com == 1: return
+                    await b.send("a", m.data)
+            t = asyncio.create_task(echo())
+            t0 = time.thread_time()
+            for _ in range(N):
+                await a.send("b", p); m = await a.recv()
+            print(KIND, (time.thread_time() - t0) / N * 1e6, "us/RT", file=sys.stderr)
+            await a.send("b", b"", com=1); await t
+asyncio.run(main())
