@@ -363,11 +363,14 @@ class NameService:
 
     def on_table(self, src: int, msg: TableMsg) -> None:
         args = msg.args
-        want = str if msg.op in ("proc_reg", "proc_gone") else int if msg.op in (*_PID_OPS, "proc_name") else None
-        if want is None or not args or type(args[0]) is not want:
-            raise ProtocolError(f"a malformed table update {msg.op!r}")
+        key = args[0] if args else None
         # only a name's home sends its updates (the order every holder follows)
-        home = home_of(args[0], self.size) if want is str else pid_home(args[0], self.size)
+        if msg.op in ("proc_reg", "proc_gone") and type(key) is str:
+            home = home_of(key, self.size)
+        elif msg.op in (*_PID_OPS, "proc_name") and type(key) is int:
+            home = pid_home(key, self.size)
+        else:
+            raise ProtocolError(f"a malformed table update {msg.op!r}")
         if src != home:
             raise ProtocolError(f"a {msg.op} update from host {src}, not its home (host {home})")
         self._apply(msg.op, args)
