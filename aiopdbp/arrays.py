@@ -255,12 +255,12 @@ def _torch() -> Any:
     a failed import costs a search of sys.path)."""
     global _torch_module
     if _torch_module is _UNSET:
-        mod: Any
         try:
-            import torch as mod
+            import torch
         except ImportError:
-            mod = None
-        _torch_module = mod
+            _torch_module = None
+        else:
+            _torch_module = torch
     return _torch_module
 
 

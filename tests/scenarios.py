@@ -2179,7 +2179,9 @@ async def iterable_streams_keep_dtype_and_shape(ctx: Ctx) -> None:
             exp = np.concatenate(_dtype_chunks(dt, k), dtype=np.dtype(dt))
             stream = await rcv.recv(timeout=ctx.timeout)
             assert isinstance(stream, IncomingStream), stream
-            assert stream.meta.kind == "ndarray" and np.dtype(stream.meta.dtype) == exp.dtype, stream.meta
+            # the announced dtype is a numpy dtype (it compares equal to its name too)
+            assert stream.meta.kind == "ndarray" and isinstance(stream.meta.dtype, np.dtype), stream.meta
+            assert stream.meta.dtype == exp.dtype and stream.meta.dtype == exp.dtype.str, stream.meta
             if k % 4 == 3:
                 got = np.concatenate([seg async for seg in stream], dtype=np.dtype(dt))
             else:

@@ -214,6 +214,15 @@ def test_the_papers_words_are_on_the_model_page_only() -> None:
     assert found == [], "the paper's words outside the model page:\n" + "\n".join(found)
 
 
+#: a pointer to a module's docstring, which the site does not show
+MODULE_DOC = re.compile(r"(see|in) (the )?module\s+doc(string)?\b")
+
+
+def test_no_docstring_on_the_site_points_to_a_module_docstring() -> None:
+    found = [e for e in sorted(_api_entries()) if MODULE_DOC.search(_docstring(e))]
+    assert found == [], "docstrings on the site that point to a page it does not have:\n" + "\n".join(found)
+
+
 def _model_objects() -> set[str]:
     text = (DOCS / "model.md").read_text()
     return set(re.findall(r"^\.\. auto\w+:: aiopdbp\.(\w+)$", text, re.M))

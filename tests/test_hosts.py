@@ -257,3 +257,171 @@ def test_one_message_larger_than_the_window_is_admitted_when_nothing_is_outstand
     inbound, posted = _admitting_inbound(CreditBook(1 << 20), failed)
     inbound.on_data(1, memoryview(_split_head(4 << 20)))
     assert posted == [(1, 4 << 20)] and not failed
+
+
+# ------------------------------------------------ grants carried (issue 27 item 3)
+class _Ledger:
+    """The router as the credit side sees it: its window, the grants-at-once switch."""
+
+    window = 1 << 20
+    grants_at_once = False
+
+    def on_ask(self, host: int, pid: int) -> None: ...
+    def flush_grants(self, everything: bool = False) -> None: ...
+
+
+class _BulkTr:
+    """Enough of a transport with bulk payloads for a link's split frames."""
+
+    tick = 0
+    bulk_tags = 8
+
+    def __init__(self) -> None:
+        self.heads: list[Any] = []
+
+    def post_nowait(self, dest: int, channel: Any, blocks: list[Any]) -> None:
+        self.heads.append(bytes(blocks[0]))
+
+    def post_bulk(self, dest: int, tag: int, buf: Any, done: Any = None) -> None:
+        return None
+
+
+def _carrying_credit(channel: _Sent) -> tuple[Any, _Ledger, _BulkTr]:
+    from aiopdbp.hosts.credit import Credit
+    ledger, tr = _Ledger(), _BulkTr()
+    credit = Credit(0, 3, tr, None, channel, ledger, _Done(), window=lambda h: 1 << 20,  # type: ignore[arg-type]
+                    block_size=1 << 16, large=1 << 15, max_inflight=4, allow_pickle=False)
+    return credit, ledger, tr
+
+
+async def test_grants_due_in_one_loop_iteration_leave_in_one_credit_message_per_host() -> None:
+    from aiopdbp.wire.control import CreditMsg
+    channel = _Sent()
+    credit, ledger, _ = _carrying_credit(channel)
+    assert ledger.grants_at_once    # the router hands grants over as they fall due
+    credit.grant(1, [(5, 1000)])
+    credit.grant(1, [(6, 2000)])
+    credit.grant(2, [(7, 10)])
+    assert channel.sent == []
+    await _next_iteration()
+    assert channel.sent == [(1, CreditMsg([(5, 1000), (6, 2000)])), (2, CreditMsg([(7, 10)]))]
+
+
+async def test_a_whole_window_grant_to_a_host_that_had_no_reply_from_here_goes_at_once() -> None:
+    from aiopdbp.wire.control import CreditMsg
+    channel = _Sent()
+    credit, _, _ = _carrying_credit(channel)
+    credit.grant(1, [(5, 1 << 20)])     # no link to host 1: a one-way flow's reader
+    assert channel.sent == [(1, CreditMsg([(5, 1 << 20)]))]
+
+
+async def test_grants_ride_on_the_next_split_header_to_their_host_in_one_mpi_message() -> None:
+    import numpy as np
+
+    from aiopdbp.wire.codec import split_target
+    from aiopdbp.wire.control import CreditMsg, decode_control
+    from aiopdbp.wire.mesp import Kind
+    from aiopdbp.wire.message import Message
+
+    channel = _Sent()
+    credit, _, tr = _carrying_credit(channel)
+    link = credit.link(1)
+    arr = np.zeros(1 << 16, np.uint8)
+    link.put_to(9, Message(("src", Kind.SHORT, 0, arr, 3)))    # a reply to host 1 went: a conversation
+    credit.grant(1, [(5, 1 << 20)])     # a whole window: the next reply carries it
+    credit.grant(1, [(6, 4096)])
+    link.put_to(9, Message(("src", Kind.SHORT, 0, arr, 3)))
+    await _next_iteration()
+    assert channel.sent == []           # no CreditMsg of their own
+    plain, carrying = tr.heads
+    n = len(carrying) - len(plain)
+    assert decode_control(carrying[:n]) == CreditMsg([(5, 1 << 20), (6, 4096)])
+    assert carrying[n:] == plain and split_target(carrying[n:]) == (arr.nbytes, 9, False)
+    assert link.stats().credit_carried == 1
+
+
+async def test_a_whole_window_grant_no_reply_carried_makes_the_next_go_at_once() -> None:
+    from aiopdbp.wire.control import CreditMsg
+    import numpy as np
+
+    from aiopdbp.wire.mesp import Kind
+    from aiopdbp.wire.message import Message
+
+    channel = _Sent()
+    credit, _, _ = _carrying_credit(channel)
+    link = credit.link(1)
+    link.put_to(9, Message(("src", Kind.SHORT, 0, np.zeros(1 << 16, np.uint8), 3)))
+    credit.grant(1, [(5, 1 << 20)])
+    await _next_iteration()             # no reply carried it: sent at the iteration's end
+    assert channel.sent == [(1, CreditMsg([(5, 1 << 20)]))]
+    credit.grant(1, [(5, 1 << 20)])     # a one-way flow: the next goes at once
+    assert channel.sent[1:] == [(1, CreditMsg([(5, 1 << 20)]))]
+
+
+def _carried_frame(grants: list[tuple[int, int]]) -> bytes:
+    from aiopdbp.wire.control import CreditMsg
+    return CreditMsg(grants).encode()
+
+
+def test_grants_carried_by_a_split_header_are_handed_on_and_its_payload_posted() -> None:
+    from aiopdbp.hosts.inbound import Inbound
+    from aiopdbp.hosts.gate import CreditBook
+
+    failed: list[tuple[int, BaseException]] = []
+    credited: list[tuple[int, Any]] = []
+    inbound, posted = _admitting_inbound(CreditBook(1 << 20), failed)
+    inbound._on_credit = lambda src, msg: credited.append((src, msg.grants))
+    assert isinstance(inbound, Inbound)
+    for _ in range(2):   # (the second time, the frame's bytes were seen: kept, not decoded again)
+        inbound.on_data(1, memoryview(_carried_frame([(7, 1 << 19)]) + _split_head(1 << 16)))
+    assert failed == []
+    assert credited == [(1, [(7, 1 << 19)])] * 2
+    assert posted == [(1, 1 << 16)] * 2
+    assert inbound.credit_carried == 2
+
+
+@pytest.mark.parametrize("rest", [b"", bytes(8), "block"])
+def test_grants_carried_by_anything_but_a_split_header_fail_its_sender(rest: Any) -> None:
+    from aiopdbp.wire.mesp import Kind
+    from aiopdbp.wire.shorts import encode_shorts
+
+    failed: list[tuple[int, BaseException]] = []
+    credited: list[Any] = []
+    inbound, posted = _admitting_inbound(None, failed)
+    inbound._on_credit = lambda src, msg: credited.append(msg)
+    if rest == "block":
+        rest = encode_shorts([(2, 1, Kind.SHORT, 3, b"x")])
+    inbound.on_data(1, memoryview(_carried_frame([(7, 100)]) + rest))
+    assert [(h, type(e).__name__) for h, e in failed] == [(1, "ProtocolError")]
+    assert "credit grants carried by something other than a split header" in str(failed[0][1])
+    assert credited == [] and posted == []
+
+
+def _fuzz_settings() -> Any:
+    from hypothesis import HealthCheck, settings
+    return settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_garbage_behind_or_inside_a_carried_credit_frame_is_only_ever_a_protocol_error() -> None:
+    """Whatever follows (or replaces) a CREDIT frame's bytes, a data message
+    that starts with one fails its sender with a ProtocolError or is taken;
+    nothing else is raised."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    frame = _carried_frame([(7, 100)])
+    head = _split_head(1 << 16)
+
+    @_fuzz_settings()
+    @given(st.integers(0, len(frame) + len(head) - 1), st.binary(min_size=0, max_size=8),
+           st.binary(max_size=64))
+    def check(at: int, junk: bytes, tail: bytes) -> None:
+        whole = bytearray(frame + head)
+        whole[at:at + len(junk)] = junk
+        failed: list[tuple[int, BaseException]] = []
+        inbound, _ = _admitting_inbound(None, failed)
+        inbound._on_credit = lambda src, msg: None
+        inbound.on_data(1, memoryview(bytes(whole) + tail))
+        assert all(type(e).__name__ == "ProtocolError" for _, e in failed), failed
+
+    check()

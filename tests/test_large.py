@@ -123,6 +123,19 @@ def test_three_senders_of_16mib_to_a_slow_receiver_stay_under_the_rss_bound_4ran
     assert got["ok"] and got["peak_mib"] - got["base_mib"] <= got["bound_mib"], got
 
 
+@requires_mpi
+@pytest.mark.timeout(90)
+def test_a_large_request_response_returns_credit_on_its_replies_not_in_control_messages() -> None:
+    r = run_mpi(SCRIPTS_DIR / "carried_grants.py", n=2, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = json.loads(next(x for x in r.stdout.splitlines() if "CARRIED {" in x).split("CARRIED ", 1)[1])
+    rounds = 40
+    # a whole window's grant per round trip and rank, a quarter window's per 4: all carried
+    assert got["pingpong"][str(1 << 20)] == [[0, rounds], [0, rounds]], got
+    assert got["pingpong"][str(64 << 10)] == [[0, rounds // 4], [0, rounds // 4]], got
+    assert got["oneway_s"] > 0   # the one-way flow, whose grants nothing carries, finished
+
+
 # ------------------------------------------- buffer ownership (router + link)
 PID = 5
 
@@ -261,6 +274,36 @@ async def test_link_sends_a_large_payload_as_one_bulk_message_from_the_buffer() 
     assert all(np.shares_memory(np.frombuffer(b, np.float64), a) for (_, b, _), a in zip(tr.bulk, arrs))
     head = tr.heads[0][0]
     assert split_target(head) == (arrs[0].nbytes, PID, False)
+
+
+class _SplitTransport(_BulkTransport):
+    """A bulk transport that also posts a split frame's header with its payload."""
+
+    bulk_heads = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.splits: list[tuple[bytes, int]] = []
+
+    def post_bulk(self, dest: int, tag: int, buf: Any, done: Any = None, head: Any = None) -> Any:
+        if head is not None:
+            self.splits.append((bytes(head), tag))
+        return super().post_bulk(dest, tag, buf, done)
+
+
+@pytest.mark.timeout(10)
+async def test_link_posts_a_split_frame_in_one_transport_call_unless_its_header_must_queue() -> None:
+    tr = _SplitTransport()
+    link = _bulk_link(tr)
+    arrs = [np.arange(10_000.0) + i for i in range(3)]
+    link.put_to(PID, Message(("src", Kind.SHORT, 0, arrs[0], 1)))
+    assert tr.heads == [] and [t for _, t in tr.splits] == [0]       # one call: header and payload
+    assert split_target(tr.splits[0][0]) == (arrs[0].nbytes, PID, False)
+    link._inflight = link._max_inflight    # the link's sends are all in flight: a header would queue
+    link.put_to(PID, Message(("src", Kind.SHORT, 0, arrs[1], 1)))
+    assert len(tr.splits) == 1 and tr.heads == []                   # queued behind them, payload posted
+    assert [t for t, _, _ in tr.bulk] == [0, 1]
+    assert link.stats().messages == 1 and link.stats().queued == 1
 
 
 @pytest.mark.timeout(10)

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from aiopdbp.launch.exits import Ended, ExitWatch, KernelLog, how_it_ended, zombie_status
+from aiopdbp.launch.exits import Ended, ExitWatch, KernelLog, dying, how_it_ended, zombie_status
 
 pytestmark = [pytest.mark.timeout(30),
               pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs pidfds (Linux 5.3)")]
@@ -85,3 +85,77 @@ def test_a_kill_the_kernel_log_blames_on_the_oom_killer_says_so() -> None:
         assert how_it_ended(Ended(4103, 1, 0.0, 0, killed), log) == "was killed by SIGKILL"
     finally:
         log.close()
+
+
+#: a child with a second thread that ends when told (a line on stdin), then sleeps
+_THREADED = """
+import sys, threading, time
+def helper():
+    sys.stdin.readline()
+threading.Thread(target=helper).start()
+print("up", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_thread_that_ends_while_its_process_runs_on_is_no_end_and_a_kill_is_one() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _THREADED], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    seen: list[tuple[int, int | None]] = []
+    reported = threading.Event()
+
+    def on_exit(pid: int, status: int | None) -> None:
+        seen.append((pid, status))
+        reported.set()
+
+    watch = ExitWatch(on_exit).start()
+    try:
+        assert proc.stdout.readline() == b"up\n"
+        assert watch.add(proc.pid)
+        watch.add_threads(proc.pid)
+        helper = sorted(int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid)
+        assert helper, "the child's helper thread is not running"
+        proc.stdin.write(b"end\n")
+        proc.stdin.flush()
+        while os.path.exists(f"/proc/{proc.pid}/task/{helper[0]}"):   # the helper thread ended
+            threading.Event().wait(0.01)
+        assert not reported.wait(0.5), seen   # its process runs on
+        assert not dying(proc.pid)
+        proc.send_signal(signal.SIGKILL)
+        _ended_unreaped(proc)
+        assert dying(proc.pid)
+        assert reported.wait(10), seen
+        threading.Event().wait(0.3)   # a second report would come now
+    finally:
+        watch.close()
+        proc.kill()
+        proc.wait()
+        proc.stdin.close()
+        proc.stdout.close()
+    assert [pid for pid, _ in seen] == [proc.pid], seen
+
+
+def test_hydras_banner_waits_for_the_launchers_line_and_nothing_else_does() -> None:
+    from aiopdbp.launch.launcher import _forward
+
+    written: list[bytes] = []
+    holding = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:   # the launcher's watch thread has not said its line yet
+        holding.set()
+        assert release.wait(10)
+
+    r, w = os.pipe()
+    thread = threading.Thread(target=_forward, args=(r, hold, written.append), daemon=True)
+    thread.start()
+    os.write(w, b"[0] a rank's line\n")
+    os.write(w, b"[1] another\n\n=====\n=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n=   PID 7\n")
+    assert holding.wait(10)
+    assert b"".join(written) == b"[0] a rank's line\n[1] another\n"   # the banner is held, not what came before
+    release.set()
+    os.write(w, b"YOUR APPLICATION TERMINATED\n")
+    os.close(w)
+    thread.join(10)
+    assert b"".join(written).endswith(b"\n\n=====\n=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+                                      b"=   PID 7\nYOUR APPLICATION TERMINATED\n")

@@ -204,11 +204,26 @@ def test_rank_that_fails_before_run_stops_the_job_under_launch() -> None:
     rc = job.finish()
     out = job.output
     assert rc != 0, out
-    assert "rank 1 failed before aiopdbp.run" in out, out
+    # its traceback prefixed with its rank, from its first line, and the program's frames only
+    own = [line for rank, line in rank_lines(out) if rank == 1]
+    assert own[own.index("Traceback (most recent call last):") + 3:][:1] == \
+        ["RuntimeError: rank 1 failed before aiopdbp.run"], out
+    assert "runpy" not in out and "rankout" not in out, out
     # the rank, not only a pid; its exit status when the launcher read it in time
     assert re.search(r"aiopdbp launch: rank 1 \(pid \d+\) (exited with status 1|ended \(exit status "
                      r"unknown\)) before starting aiopdbp.run", out), out
     _assert_clean(pids, [], out)
+
+
+def test_an_import_that_fails_on_every_rank_shows_each_ranks_traceback_prefixed(tmp_path: Path) -> None:
+    prog = tmp_path / "typo.py"
+    prog.write_text("import sys\nimport numpyy\n")   # fails before anything of aiopdbp is imported
+    job = LiveJob([sys.executable, "-m", "aiopdbp", "launch", "-n", "2", str(prog)])
+    assert job.finish() == 1, job.output
+    for r in (0, 1):
+        own = [line for rank, line in rank_lines(job.output) if rank == r]
+        assert own == ["Traceback (most recent call last):", f'  File "{prog}", line 2, in <module>',
+                       "    import numpyy", "ModuleNotFoundError: No module named 'numpyy'"], job.output
 
 
 def test_rank_that_exits_by_os_exit_0_fails_the_job_under_launch() -> None:

@@ -385,6 +385,15 @@ async def test_object_payload_refused_without_allow_pickle(pdbp_node) -> None:
             await p.send("c", np.array([object()], dtype=object))
 
 
+@pytest.mark.parametrize(("payload", "hint"), [("text", r"encode it first \(text.encode\(\)\), or open"),
+                                              ([1, 2], r"make it an array first \(np.asarray\(values\)\), or open"),
+                                              ({"a": 1}, r"not bytes-like or an ndarray; open the node")])
+async def test_a_refused_payload_says_what_to_send_instead(pdbp_node, payload: object, hint: str) -> None:
+    async with pdbp_node.process("c"), pdbp_node.process("p") as p:
+        with pytest.raises(TypeError, match=hint):
+            await p.send("c", payload)
+
+
 async def test_object_payload_delivered_as_copy_with_allow_pickle() -> None:
     async with aiopdbp.open_node(allow_pickle=True) as node:
         async with node.process("c") as c, node.process("p") as p:

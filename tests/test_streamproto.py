@@ -460,7 +460,7 @@ def _eager_open(data: object, window: int = 16, com: int = 3) -> object:
 def test_open_meta_round_trip_keeps_an_iterable_streams_unknown_size() -> None:
     from aiopdbp.streams.receiver import StreamMeta
     from aiopdbp.streams.table import pack_meta, unpack_meta
-    meta = unpack_meta(pack_meta(StreamMeta("ndarray", None, "<i4", (None, 3), com=3, window=8)))
+    meta = unpack_meta(pack_meta(StreamMeta("ndarray", None, np.dtype("<i4"), (None, 3), com=3, window=8)))
     assert (meta.kind, meta.nbytes, meta.dtype, meta.shape, meta.com, meta.window) == \
         ("ndarray", None, "<i4", (None, 3), 3, 8)
 
@@ -478,7 +478,7 @@ def test_eager_open_meta_is_its_array_payloads_dtype_and_shape_through_the_codec
 def test_eager_open_meta_of_a_bytes_payload_is_a_bytes_stream() -> None:
     from aiopdbp.streams.table import eager_meta
     meta = eager_meta(_eager_open(memoryview(b"hello")))  # type: ignore[arg-type]
-    assert (meta.kind, meta.nbytes, meta.com, meta.window) == ("bytes", 5, 3, 16)
+    assert (meta.kind, meta.nbytes, meta.com, meta.window, meta.dtype) == ("bytes", 5, 3, 16, None)
 
 
 @pytest.mark.parametrize("data", [None, b"", np.zeros(0, np.uint8), np.array(5), "text"],

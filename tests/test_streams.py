@@ -241,7 +241,8 @@ async def test_stream_from_generator_announces_unknown_size_as_none(pdbp_node) -
     async with pdbp_node.process("c") as c, pdbp_node.process("p") as p:
         sender = asyncio.create_task(p.send_stream("c", rows()))
         stream = await _recv_stream(c)
-        assert (stream.meta.nbytes, stream.meta.shape, stream.meta.dtype) == (None, (None, 4), "<f4")
+        assert (stream.meta.nbytes, stream.meta.shape, stream.meta.dtype) == (None, (None, 4), np.float32)
+        assert isinstance(stream.meta.dtype, np.dtype) and stream.meta.dtype == "<f4"   # as a name too
         assert (await stream.read()).shape == (6, 4)
         await sender
         sender = asyncio.create_task(p.send_stream("c", iter([b"ab", b"cd"])))
@@ -254,10 +255,10 @@ async def test_stream_from_generator_announces_unknown_size_as_none(pdbp_node) -
 def test_stream_meta_unknown_size_travels_as_none() -> None:
     from aiopdbp.streams.receiver import StreamMeta
 
-    meta = StreamMeta("ndarray", None, "<f4", (None, 4))
+    meta = StreamMeta("ndarray", None, np.dtype("<f4"), (None, 4))
     assert meta.to_wire()["nbytes"] == -1 and meta.to_wire()["shape"] == [0, 4]   # the wire is unchanged
     assert StreamMeta.from_wire(meta.to_wire()) == meta
-    known = StreamMeta("ndarray", 0, "<f4", (0, 4))                                # an empty array
+    known = StreamMeta("ndarray", 0, np.dtype("<f4"), (0, 4))                                # an empty array
     assert StreamMeta.from_wire(known.to_wire()) == known
 
 

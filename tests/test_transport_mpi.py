@@ -235,10 +235,14 @@ def test_launch_command_shape_and_validation() -> None:
     if not mpi_available():
         pytest.skip("needs mpiexec")
     cmd = launch_mod.launch_command(3, ["prog.py", "--x", "1"], mpiexec_args=["-v"])
-    assert cmd[1:] == ["-v", "-n", "3", sys.executable, "prog.py", "--x", "1"]
-    assert launch_mod.launch_command(2, ["python", "prog.py"])[-2:] == [sys.executable, "prog.py"]
-    assert launch_mod.launch_command(2, ["python3", "prog.py"])[-2:] == [sys.executable, "prog.py"]
-    assert launch_mod.launch_command(2, ["/opt/py/bin/python3.12", "p.py"])[-2:] == ["/opt/py/bin/python3.12", "p.py"]
+    rank_main = ["-m", "aiopdbp.rankout"]   # the rank's output prefixed from its start
+    assert cmd[1:] == ["-v", "-n", "3", sys.executable, *rank_main, "prog.py", "--x", "1"]
+    assert launch_mod.launch_command(2, ["python", "prog.py"])[-4:] == [sys.executable, *rank_main, "prog.py"]
+    assert launch_mod.launch_command(2, ["python3", "prog.py"])[-4:] == [sys.executable, *rank_main, "prog.py"]
+    assert launch_mod.launch_command(2, ["/opt/py/bin/python3.12", "p.py"])[-4:] == \
+        ["/opt/py/bin/python3.12", *rank_main, "p.py"]
+    assert launch_mod.launch_command(2, ["-m", "pkg.mod"])[-5:] == [sys.executable, *rank_main, "-m", "pkg.mod"]
+    assert launch_mod.launch_command(2, ["-u", "prog.py"])[-3:] == [sys.executable, "-u", "prog.py"]
     with pytest.raises(ValueError):
         launch_mod.launch_command(0, ["prog.py"])
     with pytest.raises(ValueError):

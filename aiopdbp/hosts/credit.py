@@ -14,6 +14,20 @@ back as its GPs take messages (:meth:`Credit.grant`, ``CreditMsg``), and
 :meth:`Credit.on_credit` hands each grant to the link, which serves its
 parked senders in FIFO order (see :mod:`aiopdbp.hosts.link`).
 
+*Grants carried* (issue 27 item 3: fewer messages per message).  The
+router hands grants here as they fall due (``grants_at_once``), and they
+wait for the end of the loop iteration, where each host's are sent in one
+``CreditMsg`` -- unless a split header (a large message's, on a transport
+with bulk payloads) leaves for that host first: then the header carries
+them, as one CREDIT control frame before it in the same MPI message
+(:meth:`~aiopdbp.hosts.inbound.Inbound.on_data` takes them off).  A GP that
+answers a large message with one (a request/response) so returns its credit
+with the answer, not in a control message of its own.  A whole window's
+grant (a large message's: its sender waits for it at its next send) goes
+at once as before, unless host ``h`` has had a split header from here since
+the last such grant had to go on its own: a one-way flow of large messages
+is not held up until the reader next waits, and a conversation carries them.
+
 *Stream credit.*  A stream's receiver returns credit in segments
 (``StreamCreditMsg``) and tells the sender when it is done
 (``StreamDoneMsg``); both are forwarded between the stream tables of the two
@@ -85,6 +99,15 @@ class Credit:
         # DONEs of streams taken whole, sent at the end of the loop iteration:
         # (host, the streams' node) -> their snos
         self._dones: dict[tuple[int, int], list[int]] = {}
+        # grants due to hosts without a link (nothing sent to them yet), sent
+        # at the end of the loop iteration with the links' carried ones
+        self._due: dict[int, list[tuple[int, int]]] = {}
+        self._grants_scheduled = False
+        if hasattr(ledger, "grants_at_once"):
+            ledger.grants_at_once = True   # grants come here as they fall due; batched here
+        # a grant of this much is a whole window's, a large message's (0: a
+        # ledger without one, every grant goes at once)
+        self._whole = getattr(ledger, "window", 0)
 
     # ------------------------------------------------------------------ links
     def link(self, host: int) -> HostLink:
@@ -136,13 +159,48 @@ class Credit:
 
     # --------------------------------------------------------- per-GP credit
     def grant(self, host: int, grants: list[tuple[int, int]]) -> None:
-        """Give ``host`` credit back for GPs here (the router calls it)."""
-        if host not in self._failed:
-            self._channel.send(host, CreditMsg(grants))
+        """Give ``host`` credit back for GPs here (the router calls it as the
+        grants fall due; see "Grants carried")."""
+        if host in self._failed:
+            return
+        link = self.links.get(host)
+        if link is None or link.error is not None or not link.carries:
+            if link is None or link.carry_missed:
+                if any(n >= self._whole for _, n in grants):
+                    self._channel.send(host, CreditMsg(self._due.pop(host, []) + grants))
+                    return
+            self._due.setdefault(host, []).extend(grants)
+        elif link.carry_missed and any(n >= self._whole for _, n in grants):
+            # a large message's grant, and host h has not had a reply from
+            # here since the last one: its sender may wait for it, send it now
+            self._channel.send(host, CreditMsg(link.carried + grants))
+            link.carried = []
+            return
+        else:
+            link.carried += grants
+        if not self._grants_scheduled:
+            self._grants_scheduled = True
+            asyncio.get_running_loop().call_soon(self._send_grants)
+
+    def _send_grants(self) -> None:
+        """The grants no split header carried in this loop iteration: one
+        ``CreditMsg`` per host."""
+        self._grants_scheduled = False
+        due, self._due = self._due, {}
+        for link in self.links.values():
+            if link.carried:
+                grants, link.carried = link.carried, []
+                if any(n >= self._whole for _, n in grants):
+                    link.carry_missed = True   # no reply carried it: the next goes at once
+                due.setdefault(link.host, []).extend(grants)
+        for host, grants in due.items():
+            if host not in self._failed:
+                self._channel.send(host, CreditMsg(grants))
 
     def flush_grants(self) -> None:
         """Give back all credit owed, also below the return threshold (closing)."""
         self._ledger.flush_grants(everything=True)
+        self._send_grants()
 
     def ask(self, host: int, pid: int) -> None:
         """A sender here is parked for GP ``pid``'s credit on ``host``."""

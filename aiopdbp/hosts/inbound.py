@@ -64,8 +64,8 @@ from aiopdbp.pool import RecvPool, Slot
 from aiopdbp.transport.base import Channel, Transport
 from aiopdbp.wire.codec import (SPLIT_CACHE_MAX, SplitArray, decode, decode_split, split_array,
                                 split_stream_key, split_target)
-from aiopdbp.wire.mesp import CDU, Kind, MsgType, peek_header
-from aiopdbp.wire.control import ByeMsg
+from aiopdbp.wire.mesp import CDU, L1, Kind, MsgType, peek_header
+from aiopdbp.wire.control import ByeMsg, CreditMsg, decode_control
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost
 
 log = logging.getLogger("aiopdbp.hosts.inbound")
@@ -78,6 +78,7 @@ RBP_MIN = 4096
 _DATA = Channel.DATA
 _BPS = int(MsgType.BPS)
 _REMOTE = int(MsgType.REMOTE)
+_CREDIT = int(MsgType.CREDIT)
 #: split headers are this long at most when cached (one GP, a few dimensions)
 _HEAD_MAX = 512
 
@@ -132,8 +133,12 @@ class Inbound:
     def __init__(self, rank: int, size: int, pool: RecvPool, deliver: Deliver, streams: StreamSink, *,
                  name_of: Callable[[int], str], fail_host: Callable[[int, BaseException], None],
                  block_size: int, allow_pickle: bool, bulk: Transport | None = None,
-                 landing: Callable[[int, int], Any] | None = None, book: CreditBook | None = None) -> None:
+                 landing: Callable[[int, int], Any] | None = None, book: CreditBook | None = None,
+                 on_credit: Callable[[int, CreditMsg], None] | None = None) -> None:
         self.rank, self.size = rank, size
+        self._on_credit = on_credit  # grants a split header carried (hosts.credit, "Grants carried")
+        self.credit_carried = 0      # data messages that carried grants
+        self._grant_frames: dict[bytes, CreditMsg] = {}  # CREDIT frames seen -> what they say
         self._book = book  # what this host granted each sender (admission by grant)
         self._bulk = bulk if getattr(bulk, "bulk_tags", 0) else None
         self._landing = landing  # (pid, nbytes) -> a GP's own buffer (recv_into) or None
@@ -182,6 +187,12 @@ class Inbound:
         if s.bye is not None and s.received > s.bye:
             self._malformed(src, ProtocolError(f"data message {s.received} after a BYE that said {s.bye}"))
             return
+        if len(buf) > 1 and buf[1] == _CREDIT:
+            try:
+                buf = self._carried(src, buf)
+            except ProtocolError as exc:
+                self._malformed(src, exc)
+                return
         if s.queue:
             self._behind(s, buf)
             return
@@ -220,6 +231,29 @@ class Inbound:
                     rpool.release(rpool.next_filled_nowait(src))
         except ProtocolError as exc:
             self._malformed(src, exc)
+
+    def _carried(self, src: int, buf: memoryview) -> memoryview:
+        """A split header that carries credit grants (one CREDIT control
+        frame before it, see :mod:`aiopdbp.hosts.credit`, "Grants carried"):
+        hand them on, return the header."""
+        if self._on_credit is None or id(buf) in self._slots:
+            raise ProtocolError("credit grants carried by a data message this host cannot take them on")
+        mv = memoryview(buf)
+        _, body_len = peek_header(mv)
+        n = L1.size + body_len
+        if len(mv) <= n + 1 or mv[n + 1] != _REMOTE:
+            raise ProtocolError("credit grants carried by something other than a split header")
+        frame = bytes(mv[:n])
+        msg = self._grant_frames.get(frame)
+        if msg is None:  # (a request/response of one size carries the same grant every time)
+            got = decode_control(frame)
+            assert type(got) is CreditMsg  # (a CREDIT frame decodes to nothing else)
+            if len(self._grant_frames) >= 64:
+                self._grant_frames.clear()
+            msg = self._grant_frames[frame] = got
+        self.credit_carried += 1
+        self._on_credit(src, msg)
+        return mv[n:]
 
     def _malformed(self, src: int, exc: ProtocolError) -> None:
         self.protocol_errors += 1

@@ -133,7 +133,9 @@ of the even spreads and of one reader-host-and-another uneven spread.
 
 *Owed credit below a quarter window.*  The receiving host returns credit in
 steps of at least ``window / 4`` (the router's owed-credit book: one
-control message per quarter window, not per message).  A remainder below
+control message per quarter window, not per message; none when a split
+header to that host leaves first and carries it, :mod:`aiopdbp.hosts.credit`,
+"Grants carried").  A remainder below
 that could strand a sender whose need exceeds what is left, so **a parked
 sender asks**: when a queue forms, and again after each grant that leaves
 it non-empty, the link sends host ``h`` one :class:`~aiopdbp.wire.control.CreditAskMsg`.
@@ -254,6 +256,7 @@ from typing import Any
 import numpy as np
 
 from aiopdbp.wire.codec import encode_cdu, encode_record, encode_split, encode_split_array
+from aiopdbp.wire.control import credit_frame
 from aiopdbp.wire.core import BlockWriter
 from aiopdbp.wire.mesp import CDU, L1, Kind, MsgType
 from aiopdbp.wire.shorts import STREAM_HEAD, ShortStream
@@ -291,7 +294,8 @@ class LinkStats:
     receiver (bytes), ``credit_parked`` senders parked for credit now,
     ``credit_asks`` asks for more credit sent, ``credit_out`` bytes sent to
     the host's GPs and not credited back yet; ``pool_fallbacks`` blocks taken outside the send pool (its
-    row was full).
+    row was full); ``credit_carried`` split headers that carried this
+    host's credit grants to the other (instead of a ``CreditMsg``).
     """
 
     host: int
@@ -310,6 +314,7 @@ class LinkStats:
     credit_parked: int = 0  # senders parked for credit now
     credit_asks: int = 0    # CreditAskMsg sent (a sender parked, see "Credit")
     credit_out: int = 0     # bytes of credit outstanding towards all GPs of h (window - credit)
+    credit_carried: int = 0  # split headers that carried this host's grants to h (no CreditMsg)
 
 
 _STREAM_HEAD = STREAM_HEAD.pack
@@ -364,6 +369,14 @@ class HostLink:
         self._lane = _lane(transport, host)
         self._bulk_seq = 0                      # the next split frame's number (its bulk tag)
         self._owned: set[asyncio.Future[None]] = set()  # OwnedSend waits not done yet
+        # Credit this host owes host h's senders, carried by the next split
+        # header to h (hosts.credit, "Grants carried"); whether a whole
+        # window's grant found no reply to ride since h last got a split header
+        self.carries = bool(self._bulk_tags)
+        self._bulk_heads = bool(self._bulk_tags) and getattr(transport, "bulk_heads", False)
+        self.carried: list[tuple[int, int]] = []
+        self.carry_missed = True
+        self.n_carried = 0        # split headers that carried grants
 
     # --------------------------------------------------------------- credit
     # The rule is the gate's (aiopdbp.hosts.gate, "Credit" above); the link
@@ -601,12 +614,26 @@ class HostLink:
         else:
             tag = self._bulk_seq
             self._bulk_seq = (tag + 1) % self._bulk_tags
-            self._post([head], len(head), None)
+            self.carry_missed = False   # h gets our replies: a large grant may wait for the next
+            now = not (self._units or self._inflight >= self._max_inflight)   # (else the header queues)
+            if self.carried and now:
+                head = credit_frame(self.carried) + head   # one MPI message: no CreditMsg of its own
+                self.carried = []
+                self.n_carried += 1
+            with_head = self._bulk_heads and now   # the commonest: both posts in one transport call
+            if with_head:
+                self.sent_msgs += 1
+                self._bytes += len(head)
+            else:
+                self._post([head], len(head), None)
             self._bytes += nbytes
             try:
                 # the transport resolves ``done`` itself: no callback hop
                 # between MPI's completion and the waiting sender
-                fut = self._transport.post_bulk(self.host, tag, payload, done)
+                if with_head:
+                    fut = self._transport.post_bulk(self.host, tag, payload, done, head)
+                else:
+                    fut = self._transport.post_bulk(self.host, tag, payload, done)
             except Exception as exc:  # the transport is closed or broken
                 self.fail(exc)
                 fut = None
@@ -733,7 +760,7 @@ class HostLink:
         return LinkStats(self.host, self._cdus, self._lone, self._blocks, self._splits, self.sent_msgs,
                          self._bytes, self._inflight, len(self._units), gate.waits,
                          gate.short(), gate.least(), self._fallbacks, gate.parked(), gate.asks,
-                         gate.outstanding())
+                         gate.outstanding(), self.n_carried)
 
 
 def _put_stream(link: HostLink, pid: int, item: ShortStream) -> None:

@@ -170,7 +170,7 @@ class Remote:
                                fail_host=self.failures.protocol_error, block_size=cfg.block_size,
                                allow_pickle=allow_pickle, bulk=transport,
                                landing=getattr(getattr(router, "landings", None), "take", None),
-                               book=getattr(router, "book", None))
+                               book=getattr(router, "book", None), on_credit=self.credit.on_credit)
         self.stalls = StallRelay(rank, size, self.channel, stall, lambda h: h in self.failures.failed)
         self._dispatch = Dispatch(self.sequencer, self.sequencer.names, self.inbound, self.credit,
                                   self.failures, self.stalls)

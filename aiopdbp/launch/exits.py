@@ -26,10 +26,11 @@ import re
 import select
 import signal
 import threading
+import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-__all__ = ["Ended", "ExitWatch", "KernelLog", "how_it_ended", "zombie_status"]
+__all__ = ["Ended", "ExitWatch", "KernelLog", "dying", "how_it_ended", "zombie_status"]
 
 
 class Ended(NamedTuple):
@@ -128,29 +129,69 @@ def how_it_ended(end: Ended, log: KernelLog | None = None, unknown: str = "vanis
     return f"exited with status {os.WEXITSTATUS(end.status)}"
 
 
-#: pidfd_open's flag (Linux 6.9) for a pidfd of the main thread alone: it is
-#: readable when that thread ends, not once every thread did -- a rank killed
-#: by a signal may take longer to end its other threads (unmapping shared
-#: memory) than hydra takes to kill another rank outright, which would then
-#: be seen first.  The main thread stays a zombie, its status readable, until
-#: the others have ended, which also leaves more time to read it.
+#: pidfd_open's flag (Linux 6.9) for a pidfd of one thread: it is readable
+#: when that thread ends, not once every thread did -- a rank killed by a
+#: signal may take longer to end its other threads (unmapping shared memory)
+#: than hydra takes to kill another rank outright, which would then be seen
+#: first.  The main thread stays a zombie, its status readable, until the
+#: others have ended, which also leaves more time to read it.
 _PIDFD_THREAD = os.O_EXCL
+
+#: threads of one rank watched besides its main thread: the first of them
+#: to end says the rank is dying.  hydra kills the other ranks once the
+#: dying rank's sockets close, which is when its *last* thread lets go of
+#: them; a main thread that is preempted just after that would be seen to
+#: end after a rank hydra killed.  Bounded: a rank may run a thread per core
+#: (BLAS), and a pidfd is a file descriptor of the launcher.
+THREADS_WATCHED = 4
+
+#: how long the watch waits, once a rank is seen dying, for its main thread
+#: to end, so that its status can be read
+_STATUS_WAIT_S = 0.25
+
+#: ``/proc/<pid>/stat`` flags: the thread is exiting (``PF_EXITING``)
+_PF_EXITING = 0x4
+
+
+def dying(pid: int) -> bool:
+    """Whether process ``pid`` is ending: its main thread gone, a zombie,
+    exiting, or with a SIGKILL pending -- which the kernel queues on every
+    thread of a process that a fatal signal or ``exit_group`` (``os._exit``
+    on another thread) ends, before any of them has run."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        if fields[0] in "ZXx" or int(fields[6]) & _PF_EXITING:
+            return True
+        with open(f"/proc/{pid}/task/{pid}/status", encoding="ascii", errors="replace") as f:
+            pending = [line.split()[1] for line in f if line.startswith(("SigPnd:", "ShdPnd:"))]
+    except (OSError, IndexError, ValueError):
+        return True   # gone
+    return any(int(mask, 16) & (1 << (signal.SIGKILL - 1)) for mask in pending)
 
 
 class ExitWatch:
     """A thread that waits on pidfds of the rank processes and reports each
     one that ends, the moment it ends: ``on_exit(pid, status)`` (status as
-    :func:`zombie_status` read it at once, None if already reaped), called
-    in the thread in the order the kernel reported the exits (epoll's ready
-    list is in the order of the events).  Nothing else runs in the thread,
-    so it wakes before hydra has ended the other ranks.
+    :func:`zombie_status` read it, None if already reaped), called in the
+    thread in the order the kernel reported the ends (epoll's ready list is
+    in the order of the events).  Nothing else runs in the thread, so it
+    wakes before hydra has ended the other ranks.
+
+    A rank's end is the first sign of it: its main thread ending, or one of
+    its other threads (:meth:`add_threads`) ending while the process is
+    :func:`dying` -- a thread that ends while its process runs on is no end.
 
     Without pidfds or epoll (old kernels, not Linux) :meth:`add` returns
     False and the caller finds ends by looking at ``/proc`` instead."""
 
     def __init__(self, on_exit: Callable[[int, int | None], None]) -> None:
         self._on_exit = on_exit
-        self._fds: dict[int, int] = {}   # fd -> pid
+        self._fds: dict[int, tuple[int, int]] = {}   # fd -> (pid, tid)
+        self._main: dict[int, int] = {}               # pid -> its main thread's fd
+        self._tids: dict[int, set[int]] = {}          # pid -> the other threads watched
+        self._reported: set[int] = set()
+        self._early: dict[int, int] = {}   # pid -> the order of its first thread's end, not yet an end
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._epoll = select.epoll() if hasattr(select, "epoll") and hasattr(os, "pidfd_open") else None
@@ -172,28 +213,106 @@ class ExitWatch:
                 fd = os.pidfd_open(pid)
             except OSError:
                 return False
-        with self._lock:
-            self._fds[fd] = pid
-        self._epoll.register(fd, select.EPOLLIN)   # (thread-safe while the thread waits)
+        self._watch(fd, pid, pid)
         return True
+
+    def add_threads(self, pid: int) -> None:
+        """Watch the threads ``pid`` runs besides its main thread, up to
+        :data:`THREADS_WATCHED` (a watched ``pid``; Linux 6.9 and later)."""
+        with self._lock:
+            known = self._tids.get(pid)
+            if known is None or len(known) >= THREADS_WATCHED or pid in self._reported:
+                return
+        try:
+            tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+        except (OSError, ValueError):
+            return
+        for tid in tids:
+            if tid in known or len(known) >= THREADS_WATCHED:
+                continue
+            try:
+                fd = os.pidfd_open(tid, _PIDFD_THREAD)
+            except OSError:
+                return   # no thread pidfds, or the thread is gone
+            self._watch(fd, pid, tid)
+
+    def _watch(self, fd: int, pid: int, tid: int) -> None:
+        with self._lock:
+            self._fds[fd] = (pid, tid)
+            if tid == pid:
+                self._main[pid] = fd
+                self._tids.setdefault(pid, set())
+            else:
+                self._tids.setdefault(pid, set()).add(tid)
+        assert self._epoll is not None
+        self._epoll.register(fd, select.EPOLLIN)   # (thread-safe while the thread waits)
 
     def _run(self) -> None:
         assert self._epoll is not None
+        seen = 0   # events taken so far: their order
         while not self._stop.is_set():
             try:
                 ready = self._epoll.poll(0.1)
             except OSError:
                 return
             for fd, _ in ready:
+                seen += 1
                 with self._lock:
-                    pid = self._fds.pop(fd, None)
-                if pid is None:
+                    pid, tid = self._fds.pop(fd, (0, 0))
+                if pid == 0:
                     continue
-                status = zombie_status(pid)   # first: hydra reaps it within milliseconds
-                with contextlib.suppress(OSError):
-                    self._epoll.unregister(fd)
-                    os.close(fd)
-                self._on_exit(pid, status)
+                # first: hydra reaps it within milliseconds
+                status = zombie_status(pid) if tid == pid else None
+                self._unwatch(fd, pid, tid)
+                if pid in self._reported:
+                    continue
+                if tid != pid and not dying(pid):
+                    # a thread ended while its process runs on -- or while its
+                    # main thread, preempted between taking its SIGKILL and
+                    # marking itself exiting, shows no sign yet: kept in mind
+                    self._early.setdefault(pid, seen)
+                    continue
+                self._report_until(pid, status, self._early.pop(pid, seen))
+
+    def _report_until(self, pid: int, status: int | None, order: int) -> None:
+        """Report ``pid``, after the ranks whose thread ended before ``order``
+        and that are dying now (a live one's thread ended on its own)."""
+        earlier = sorted((s, p) for p, s in self._early.items() if s < order)
+        deadline = time.monotonic() + _STATUS_WAIT_S
+        for _, other in earlier:
+            del self._early[other]
+            if dying(other):
+                self._main_ended(other, max(0.0, deadline - time.monotonic()))   # its status, then
+                self._report(other, zombie_status(other))
+        if status is None and not self._main_ended(pid, 0.0):   # the first sign: its main thread ends next
+            self._main_ended(pid, max(0.0, deadline - time.monotonic()))
+        self._report(pid, status if status is not None else zombie_status(pid))
+
+    def _report(self, pid: int, status: int | None) -> None:
+        self._reported.add(pid)
+        self._on_exit(pid, status)
+
+    def _main_ended(self, pid: int, wait: float) -> bool:
+        """Whether the main thread of ``pid`` ended (waiting up to ``wait`` s)."""
+        with self._lock:
+            fd = self._main.get(pid)
+        if fd is None:
+            return zombie_status(pid) is not None or not os.path.exists(f"/proc/{pid}")
+        try:
+            return bool(select.select([fd], [], [], wait)[0])
+        except (OSError, ValueError):
+            return False
+
+    def _unwatch(self, fd: int, pid: int, tid: int) -> None:
+        with self._lock:   # (the fd's number may be reused at once)
+            if tid == pid:
+                self._main.pop(pid, None)
+            else:
+                self._tids.get(pid, set()).discard(tid)
+        with contextlib.suppress(OSError):
+            assert self._epoll is not None
+            self._epoll.unregister(fd)
+            os.close(fd)
 
     def close(self) -> None:
         """Stop the thread and close every pidfd."""

@@ -40,6 +40,7 @@ from aiopdbp.launch.emulate import (
     check_requirements,
 )
 from aiopdbp.launch.exits import Ended, ExitWatch, KernelLog, how_it_ended, zombie_status
+from aiopdbp.rankout import wraps
 
 __all__ = ["JobWatch", "find_mpiexec", "launch", "launch_command", "launch_emulated", "launch_env",
            "reporting_failures", "run_job", "TCP_ENV"]
@@ -114,11 +115,14 @@ def launch_env(
 def launch_command(
     n: int, argv: Sequence[str], *, mpiexec_args: Iterable[str] = (), python: str | None = None
 ) -> list[str]:
-    """``[mpiexec, *mpiexec_args, -n, N, python, *argv]``.
+    """``[mpiexec, *mpiexec_args, -n, N, python, -m, aiopdbp.rankout, *argv]``.
 
     ``argv`` may start with the interpreter itself, as people type it
     (``aiopdbp launch -n 2 python prog.py``): a bare ``python``/``python3``
     means this interpreter, a path to one (``/opt/py/bin/python3.12``) that one.
+    A script or ``-m module`` runs under :mod:`aiopdbp.rankout`, which
+    prefixes the rank's output from its start (a traceback at import
+    included); interpreter options (``-u prog.py``, ``-c``) run as given.
     """
     if n < 1:
         raise ValueError(f"number of ranks must be >= 1, got {n}")
@@ -127,7 +131,8 @@ def launch_command(
     if names_python(argv[0]) and len(argv) > 1:
         python = argv[0] if os.sep in argv[0] else python
         argv = argv[1:]
-    return [find_mpiexec(), *mpiexec_args, "-n", str(n), python or sys.executable, *argv]
+    rank_main = ["-m", "aiopdbp.rankout"] if wraps(argv) else []
+    return [find_mpiexec(), *mpiexec_args, "-n", str(n), python or sys.executable, *rank_main, *argv]
 
 
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
@@ -276,6 +281,9 @@ class JobWatch:
                     new_ranks.append(pid)
         for pid in new_ranks:
             self._learn_rank(pid)
+        for pid in found:
+            if pid in self.ranks:
+                self._exits.add_threads(pid)
         for pid in found:   # seen before its exec: its environment was hydra's
             if pid in self.ranks and pid not in self.rank_of and pid not in new_ranks:
                 self._learn_rank(pid, watch=False)
@@ -516,11 +524,56 @@ def _vanished(job_dir: str) -> str:
             f"rank{'s' if len(gone) > 1 else ''} {who}")
 
 
+#: how long hydra's banner is held for the launcher's line on the rank that vanished
+BANNER_HOLD_S = 2.0
+#: the start of hydra's banner for a job that ended badly (it names a pid, often not the first to end)
+_BANNER = re.compile(rb"(?:^|(?<=\n))\n*=+\n=\s+BAD TERMINATION")   # (from a line's start)
+
+
+def _write_stdout(data: bytes) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        if hasattr(sys.stdout, "buffer"):
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        else:
+            os.write(1, data)
+
+
+def _forward(src: int, hold: Callable[[], None], write: Callable[[bytes], None] = _write_stdout) -> None:
+    """(a thread) mpiexec's stdout to ``write`` as it comes, except that hydra's
+    banner waits for ``hold()``: the launcher's line naming the rank that
+    vanished first must come first, and the banner is printed the moment
+    hydra has ended the ranks -- possibly before the launcher's watch
+    thread, on a loaded machine, has run at all."""
+    held = False
+    while True:
+        try:
+            chunk = os.read(src, 1 << 16)
+        except OSError:
+            break
+        if not chunk:
+            break
+        parts = [chunk]
+        if not held and (m := _BANNER.search(chunk)) is not None:
+            held = True
+            parts = [chunk[:m.start()], chunk[m.start():]]
+        for k, part in enumerate(parts):
+            if k == 1:
+                hold()
+            if part:
+                write(part)
+    with contextlib.suppress(OSError):
+        os.close(src)
+
+
 def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
             timeout: float | None = None, grace: float = 5.0,
             say: Callable[[str], None] | None = None, **popen: Any) -> int:
     """Run an ``mpiexec`` command line as :func:`launch` does (signals,
-    leftovers) and return its exit status; ``popen`` goes to ``Popen``."""
+    leftovers) and return its exit status; ``popen`` goes to ``Popen``.
+    Without a ``stdout`` there, mpiexec's output is forwarded to this
+    process's as it comes, hydra's closing banner only after the line that
+    names the rank that vanished first (:func:`_forward`)."""
     say = say or (lambda line: print(f"aiopdbp launch: {line}", file=sys.stderr, flush=True))
     got: list[tuple[int, float]] = []  # (signal number, when)
     main_thread = threading.current_thread() is threading.main_thread()
@@ -537,6 +590,7 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
     said: list[str] = []   # the vanished rank's line, said as soon as it ended
     said_lock = threading.Lock()
     stopping = threading.Event()   # the launcher ends the ranks itself: none vanishes
+    looked_at: set[int] = set()    # the rank processes whose end on_end has seen
 
     def on_end(end: Ended) -> None:   # (watch thread) before hydra's banner, which names any rank
         with said_lock:
@@ -545,14 +599,33 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
             if line:
                 said.append(line)
                 say(line)
+            looked_at.add(end.pid)
+
+    def settled() -> None:   # (forward thread) hydra's banner may come once every end was looked at
+        deadline = time.monotonic() + BANNER_HOLD_S
+        while time.monotonic() < deadline:
+            gone = set(watch.gone_ranks())
+            with said_lock:
+                if said or got or stopping.is_set() or gone and gone <= looked_at:
+                    return
+            time.sleep(0.005)
 
     job_dir = tempfile.mkdtemp(prefix="aiopdbp-job-")
     full_env = inherited() if env is None else dict(env)
     full_env[JOB_DIR] = job_dir
+    forward = "stdout" not in popen   # (a caller that takes the output keeps it as it comes)
+    if forward:
+        popen["stdout"] = subprocess.PIPE
     proc = subprocess.Popen(list(cmd), env=full_env, start_new_session=True,
                             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
                             **popen)
     watch = JobWatch(proc.pid, job_dir=job_dir, on_end=on_end).start()
+    forwarder = None
+    if forward and proc.stdout is not None:
+        forwarder = threading.Thread(target=_forward, args=(os.dup(proc.stdout.fileno()), settled),
+                                     name="aiopdbp-launch-output", daemon=True)
+        proc.stdout.close()
+        forwarder.start()
     old: dict[int, Any] = {}
     if main_thread:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -612,6 +685,8 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
             os.killpg(proc.pid, signal.SIGKILL)
         watch.remove_leftovers()
         shutil.rmtree(job_dir, ignore_errors=True)
+        if forwarder is not None:   # the job's output is out before the launcher's last line
+            forwarder.join(5.0)
     if timed_out:
         say(f"job timed out after {timeout:g} s and was stopped")
         return 124

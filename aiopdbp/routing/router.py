@@ -195,6 +195,10 @@ class Router:
         #: the credit this host owes each (sending host, GP): the rule is the book's
         self.book = CreditBook(window)
         self._flush_scheduled = False
+        #: the grant sink batches per loop iteration itself (it carries grants
+        #: on the host's next split header, :mod:`aiopdbp.hosts.credit`): due
+        #: grants go to it at once, so the reply that follows can carry them
+        self.grants_at_once = False
         self._closed: BaseException | None = None
         self.dropped = 0
         self.parked = 0
@@ -464,7 +468,10 @@ class Router:
         the link, which fails the wait if host ``h`` is lost -- and the
         caller never regains a buffer MPI still reads.
         """
-        pid, tgt = await _routed(self, dest, timeout)
+        pid = self.pids.get(dest)
+        tgt = self.targets.get(pid) if pid is not None else None
+        if pid is None or tgt is None:  # (the commonest: both known, no coroutine to wait on)
+            pid, tgt = await _routed(self, dest, timeout)
         owns = getattr(tgt, "owns", None)
         if not tgt.remote or owns is None or not owns(cost - CREDIT_OVERHEAD):
             fields = (fields[0], fields[1], fields[2], copy(fields[3]), fields[4])
@@ -655,7 +662,7 @@ class Router:
         """Send the book's grants when it says they are due."""
         if due == LATER:
             return
-        if due == NOW:
+        if due == NOW or self.grants_at_once:
             # A whole window (a large message): its sender is parked for it
             # or will be at its next send, so it goes now -- at the end of
             # the iteration it would leave after whatever the reader sends

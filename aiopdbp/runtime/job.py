@@ -60,14 +60,14 @@ is refused there with the one-line fix.  One process works under any loop.
 *Output.*  Under MPI every line a rank writes to ``sys.stdout``/``sys.stderr``
 is written whole, in one ``write``, prefixed with ``[rank] `` (hydra's own
 ``-prepend-rank`` prefixes every *chunk*, so two ranks' partial lines still
-run together).  ``AIOPDBP_RANK_PREFIX=0`` turns it off.
+run together).  ``AIOPDBP_RANK_PREFIX=0`` turns it off.  (:mod:`aiopdbp.rankout`;
+under ``aiopdbp launch`` from the rank's start, before ``run()``.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import logging
 import os
 import signal
@@ -76,13 +76,12 @@ import threading
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from typing import Any, NoReturn, Protocol, TextIO, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from aiopdbp.env import (
     env_rank,
     env_size,
     own_shm,
-    rank_prefix_wanted,
     record_failure,
     record_rank,
     record_own_shm,
@@ -91,6 +90,7 @@ from aiopdbp.env import (
 )
 from aiopdbp.errors import TransportError
 from aiopdbp.hosts.failure import Stop, StopKind, where
+from aiopdbp.rankout import flush_all, prefix_output
 from aiopdbp.transport.mpiload import ABORT_FLUSH_S, load_mpi
 
 T = TypeVar("T")
@@ -455,7 +455,7 @@ def adopt_loop() -> Job | None:
         raise RuntimeError(KERNEL_FIX)
     job = Job(env_rank(), size)
     job.adopted = True
-    _prefix_output(job.rank)
+    prefix_output(job.rank)
     record_rank(job.rank)
     job._loop = loop = asyncio.get_running_loop()
     job._main = asyncio.current_task()
@@ -505,97 +505,23 @@ def unlink_own_shm() -> list[str]:
     return removed
 
 
-def _flush_all() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            if isinstance(stream, RankPrefixed):
-                stream.finish()
-            stream.flush()
-
-
 def _hard_exit(code: int) -> NoReturn:
     """End the process now: no MPI_Finalize (peers may be gone), no leftovers."""
     unlink_own_shm()
-    _flush_all()
+    flush_all()
     os._exit(code)
 
 
 def _abort(code: int) -> NoReturn:
     """Abort the whole MPI job (the peers may not know we failed)."""
     unlink_own_shm()
-    _flush_all()
+    flush_all()
     time.sleep(ABORT_FLUSH_S)
     with contextlib.suppress(Exception):
         mpi = load_mpi()
         if mpi.Is_initialized() and not mpi.Is_finalized():
             mpi.COMM_WORLD.Abort(code)
     os._exit(code)
-
-
-# ----------------------------------------------------------------- output
-class RankPrefixed(io.TextIOBase):
-    """A text stream that writes whole lines, each prefixed, in one write.
-
-    Partial lines are held back until their newline (or the end of the
-    program), so lines of different ranks never run together in the merged
-    output of ``mpiexec``.
-    """
-
-    def __init__(self, raw: TextIO, prefix: str) -> None:
-        super().__init__()
-        self.raw = raw
-        self.prefix = prefix
-        self._partial = ""
-        self._lock = threading.Lock()
-
-    def write(self, s: str) -> int:
-        if not s:
-            return 0
-        with self._lock:
-            data = self._partial + s
-            head, sep, self._partial = data.rpartition("\n")
-            if sep:
-                p = self.prefix
-                self.raw.write("".join(f"{p}{line}\n" for line in head.split("\n")))
-                self.raw.flush()
-        return len(s)
-
-    def finish(self) -> None:
-        """Write a held-back partial line (end of program)."""
-        with self._lock:
-            if self._partial:
-                self.raw.write(f"{self.prefix}{self._partial}\n")
-                self._partial = ""
-            self.raw.flush()
-
-    def flush(self) -> None:
-        self.raw.flush()
-
-    def writable(self) -> bool:
-        return True
-
-    def isatty(self) -> bool:
-        return self.raw.isatty()
-
-    def fileno(self) -> int:
-        return self.raw.fileno()
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return getattr(self.raw, "encoding", "utf-8")
-
-
-def _prefix_output(rank: int) -> None:
-    if not rank_prefix_wanted():
-        return
-    for name in ("stdout", "stderr"):
-        stream = getattr(sys, name)
-        if not isinstance(stream, RankPrefixed) and stream is not None:
-            wrapped = RankPrefixed(stream, f"[{rank}] ")
-            setattr(sys, name, wrapped)
-    import atexit
-
-    atexit.register(_flush_all)
 
 
 # ------------------------------------------------------------------- run()
@@ -645,15 +571,15 @@ def run(main: Coroutine[Any, Any, T] | Awaitable[T], *, use_uvloop: bool | None 
     SIGTERM ``SystemExit(143)``.  Under MPI the whole job stops: the other
     ranks are told, every rank exits with 130 (SIGINT) or 143 (SIGTERM),
     and one line says so.  An exception that escapes ``main`` under MPI
-    prints this rank's traceback first and ends the job (see the module
-    docstring).
+    prints this rank's traceback first and ends the job (see
+    :doc:`/guide/failures`).
     """
     global _current
     coro = main if asyncio.iscoroutine(main) else _await(main)
     size = env_size()
     job = Job(env_rank() if size > 1 else 0, size)
     if job.under_mpi:
-        _prefix_output(job.rank)
+        prefix_output(job.rank)
         record_rank(job.rank)  # (aiopdbp launch: a rank that never returns vanished)
     previous, _current = _current, job
     outcome: BaseException | None = None

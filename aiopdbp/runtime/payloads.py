@@ -57,9 +57,17 @@ def snapshot(data: Any, allow_pickle: bool, shared: bool) -> Any:
         pass
     if not allow_pickle:
         raise TypeError(f"payload of type {type(data).__name__} is not bytes-like or an ndarray; "
-                        "open the node with allow_pickle=True to send Python objects "
-                        "(pickle: trusted clusters only)")
+                        f"{_HINTS.get(type(data), '')}open the node with allow_pickle=True to send "
+                        "Python objects (pickle: trusted clusters only)")
     return pickle_copy(data)
+
+
+#: what a user most likely meant, for the payloads people try first
+_HINTS: dict[type, str] = {
+    str: "encode it first (text.encode()), or ",
+    list: "make it an array first (np.asarray(values)), or ",
+    tuple: "make it an array first (np.asarray(values)), or ",
+}
 
 
 def frozen(arr: np.ndarray[Any, Any]) -> bool:

@@ -452,7 +452,7 @@ class DevicePath:
             return await self._send_remote(gp, streams, pid, cap, com=com, kind=None, timeout=timeout,
                                            segment_size=segment_size)
         info = cap.info
-        meta = StreamMeta("device", info.nbytes, wire_name(info.dtype), info.shape, com)
+        meta = StreamMeta("device", info.nbytes, np.dtype(info.dtype), info.shape, com)
         source = GenSource(lambda out: self._local_segments(out, gp, pid, cap, segment_size, copy))
         n = await run_sender(streams, gp.pid, pid, meta, source, timeout=timeout, what=f"stream to {dest!r}")
         self.counts["sent_local"] += 1
@@ -480,7 +480,7 @@ class DevicePath:
         extra: dict[str, Any] = {"dev": ameta.to_wire(), "tag": sent.tag, "to": tables.name_of(pid)}
         if kind is not None:
             extra["msg"] = int(kind)
-        meta = StreamMeta("device", info.nbytes, wire_name(info.dtype), info.shape, com, extra=extra)
+        meta = StreamMeta("device", info.nbytes, np.dtype(info.dtype), info.shape, com, extra=extra)
         source = GenSource(lambda out: self._staged_segments(out, gp, cap, sent, ameta))
         n = await run_sender(streams, gp.pid, pid, meta, source, timeout=timeout,
                              what=f"device array to GP {tables.name_of(pid)!r}")
@@ -494,7 +494,7 @@ class DevicePath:
         payload = await self.local_payload(gp, cap, pid, copy)
         if isinstance(out.incoming, DeviceIncomingStream):
             out.incoming.array = payload
-            if payload is not cap.data and tensor_wanted(out.incoming.meta.dtype):
+            if payload is not cap.data and _sent_as_tensor(out.incoming.meta):
                 out.incoming.to_tensor = self.open().backend.as_tensor
         info = cap.info
         chunk = self.open().pool.chunk_size
@@ -578,7 +578,7 @@ class DevicePath:
             self._fail_stream(stream, exc)
             return True
         stream.meta.window = 0  # no segment credit: the chunks pace themselves
-        if isinstance(stream, DeviceIncomingStream) and tensor_wanted(stream.meta.dtype):
+        if isinstance(stream, DeviceIncomingStream) and _sent_as_tensor(stream.meta):
             stream.to_tensor = self.open().backend.as_tensor  # sent as a tensor: arrives as one
         job = RecvJob(self._transport, host, tag, ameta, stream, self._job_failed)
         self._jobs.append(job)
@@ -674,3 +674,8 @@ def _order_of(arr: Any, backend: DeviceBackend | None) -> Any:
         return "F" if arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
     assert backend is not None
     return backend.inspect(arr).order or "C"
+
+
+def _sent_as_tensor(meta: StreamMeta) -> bool:
+    """Whether a device stream arrives as a torch tensor (its dtype's tag says it was sent as one)."""
+    return meta.dtype is not None and tensor_wanted(wire_name(meta.dtype))

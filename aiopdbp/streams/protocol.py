@@ -101,7 +101,15 @@ __all__ = [
 
 
 class StreamState(enum.Enum):
-    """Where one stream side is (see the module docstring)."""
+    """Where one side of a stream is (``IncomingStream.state`` on the
+    receiving side).
+
+    ``OPENING``: not open yet; ``OPEN``: segments flow; ``ENDING``: the
+    sender has sent everything and waits for the receiver to confirm;
+    ``DONE``: delivered whole; ``ABORTED``: the sender gave up (cancelled or
+    failed); ``BROKEN``: the receiver gave up, or a peer, a host or the
+    protocol failed.  The last three are final.
+    """
 
     OPENING = "opening"  # sender: bound, its OPEN not routed yet; receiver: not opened yet
     OPEN = "open"        # segments flow

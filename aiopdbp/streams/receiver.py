@@ -55,7 +55,7 @@ class StreamMeta:
 
     kind: str = "bytes"                    # "bytes" or "ndarray"
     nbytes: int | None = None              # total bytes; None: unknown (an iterable source)
-    dtype: str = ""                        # ndarray streams: the wire name (aiopdbp.arrays.wire_name)
+    dtype: np.dtype[Any] | None = None     # array and device streams: the element type; None: bytes
     shape: tuple[int | None, ...] = ()     # ndarray streams: first axis None when unknown
     com: int = 0
     borrowed: bool = False                 # segments are views of sender memory that may change
@@ -64,7 +64,9 @@ class StreamMeta:
 
     def to_wire(self) -> dict[str, Any]:
         # on the wire an unknown size is -1 and an unknown length 0
-        d = {"kind": self.kind, "nbytes": -1 if self.nbytes is None else self.nbytes, "dtype": self.dtype,
+        # and a dtype by its wire name (aiopdbp.arrays.wire_name), "" for none
+        dtype = "" if self.dtype is None else wire_name(self.dtype)
+        d = {"kind": self.kind, "nbytes": -1 if self.nbytes is None else self.nbytes, "dtype": dtype,
              "shape": [0 if x is None else x for x in self.shape], "com": self.com, "window": self.window}
         if self.extra:  # e.g. a device stream's staging header (aiopdbp.streams.devicepath)
             d["extra"] = self.extra
@@ -80,7 +82,8 @@ class StreamMeta:
         if nbytes is not None and nbytes < 0:
             nbytes = None
             shape = (None, *shape[1:]) if shape else ()
-        return cls(str(d.get("kind", "bytes")), nbytes, str(d.get("dtype", "")), shape,
+        name = str(d.get("dtype", ""))
+        return cls(str(d.get("kind", "bytes")), nbytes, parse_name(name) if name else None, shape,
                    int(d.get("com", 0)), extra=extra, window=int(d.get("window", 0)))
 
 
@@ -92,7 +95,7 @@ def is_array(obj: Any) -> bool:
 def describe(source: Any, com: int) -> StreamMeta:
     """Meta for a buffer/array source (an iterable source is described lazily)."""
     if is_array(source):
-        return StreamMeta("ndarray", int(source.nbytes), wire_name(source.dtype), tuple(source.shape), com,
+        return StreamMeta("ndarray", int(source.nbytes), np.dtype(source.dtype), tuple(source.shape), com,
                           borrowed=bool(getattr(getattr(source, "flags", None), "writeable", True)))
     mv = memoryview(source)
     return StreamMeta("bytes", mv.nbytes, com=com, borrowed=not mv.readonly)
@@ -156,8 +159,9 @@ class IncomingStream:
         #: the sender's name
         self.source = source
         #: what the sender announced, ``.kind`` (``"bytes"`` or ``"ndarray"``),
-        #: ``.nbytes``, ``.dtype`` and ``.shape`` (``None`` where not known in
-        #: advance, as for a stream sent from an iterable)
+        #: ``.nbytes``, ``.dtype`` (a ``numpy.dtype``; ``None`` for bytes) and
+        #: ``.shape`` (``None`` where not known in advance, as for a stream
+        #: sent from an iterable)
         self.meta = meta if meta is not None else StreamMeta()
         # PipeB, the stream's bound private pipe; None for a stream whose
         # OPEN carried it whole (arrived_whole): nothing more can come for it
@@ -408,7 +412,7 @@ class IncomingStream:
             if flat is None:  # no segment at all
                 flat = np.empty(0, dtype=np.uint8)
             if meta.kind == "ndarray":
-                return flat[:pos].view(parse_name(meta.dtype)).reshape(meta.shape)
+                return flat[:pos].view(meta.dtype).reshape(meta.shape)
             return memoryview(flat[:pos].data)
         parts = []
         while (seg := await self._next_segment()) is not None:
@@ -416,10 +420,10 @@ class IncomingStream:
                          else _as_u8(seg).copy())
         if self.meta.kind == "ndarray" or (parts and parts[0].dtype != np.uint8):
             if not parts:
-                return np.empty((0, *meta.shape[1:]), dtype=parse_name(meta.dtype or "u1"))
+                return np.empty((0, *meta.shape[1:]), dtype=np.uint8 if meta.dtype is None else meta.dtype)
             # the announced dtype, exactly: concatenate would make it native-endian
             whole = np.concatenate([p.reshape(1) if p.ndim == 0 else p for p in parts],
-                                   dtype=parse_name(meta.dtype) if meta.dtype else None)
+                                   dtype=meta.dtype)
             if out is not None:
                 dst = _flat_bytes(out, whole.nbytes)
                 dst[:] = whole.reshape(-1).view(np.uint8)

@@ -125,7 +125,7 @@ def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
     if type(chunk) is np.ndarray and first is None:  # the commonest: one plain host array
         dt = chunk.dtype
         if not _needs_pickle(dt):
-            return StreamMeta("ndarray", chunk.nbytes, wire_name(dt), chunk.shape)
+            return StreamMeta("ndarray", chunk.nbytes, dt, chunk.shape)
     if isinstance(chunk, np.generic):
         chunk = np.asarray(chunk)
     if isinstance(chunk, str):
@@ -140,7 +140,7 @@ def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
             raise TypeError(f"chunk {k}: cannot stream an array of dtype {dt} (object, structured "
                             "or sub-array dtypes need pickling: send them with gp.send() and "
                             "open_node(allow_pickle=True))")
-        meta = StreamMeta("ndarray", int(chunk.nbytes), wire_name(dt), tuple(chunk.shape))
+        meta = StreamMeta("ndarray", int(chunk.nbytes), dt, tuple(chunk.shape))
     else:
         try:
             mv = memoryview(chunk)
@@ -153,9 +153,9 @@ def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
             raise TypeError(f"chunk {k} is {'an array' if meta.kind == 'ndarray' else 'bytes'}, "
                             f"the stream's first chunk was {'an array' if first.kind == 'ndarray' else 'bytes'}")
         if meta.kind == "ndarray":
-            if meta.dtype != first.dtype:
-                raise ValueError(f"chunk {k} has dtype {np.dtype(meta.dtype)}, the stream's is "
-                                 f"{np.dtype(first.dtype)}")
+            # by wire name: a tensor's dtype equals the plain dtype it is tagged onto
+            if meta.dtype is None or first.dtype is None or wire_name(meta.dtype) != wire_name(first.dtype):
+                raise ValueError(f"chunk {k} has dtype {meta.dtype}, the stream's is {first.dtype}")
             if tuple(meta.shape[1:]) != tuple(first.shape[1:]) or not meta.shape or not first.shape:
                 raise ValueError(f"chunk {k} has shape {meta.shape}, which does not continue the "
                                  f"stream's {first.shape} along its first axis")

@@ -67,7 +67,6 @@ from typing import Any, Protocol
 import msgpack
 import numpy as np
 
-from aiopdbp.arrays import wire_name
 from aiopdbp.wire.mesp import CDU, Kind, StreamOp
 from aiopdbp.wire.shorts import EAGER_OPEN, ShortStream
 from aiopdbp.streams import protocol as sp
@@ -135,7 +134,7 @@ def _whole_meta(data: Any, com: int, window: Any) -> StreamMeta:
     if isinstance(data, np.ndarray):
         if data.ndim == 0 or not data.nbytes:
             raise ProtocolError("a stream OPEN carries an empty or 0-d array as its whole data")
-        return StreamMeta("ndarray", data.nbytes, wire_name(data.dtype), data.shape, com, window=window)
+        return StreamMeta("ndarray", data.nbytes, data.dtype, data.shape, com, window=window)
     if isinstance(data, (bytes, bytearray, memoryview)) and len(data):
         return StreamMeta("bytes", memoryview(data).nbytes, com=com, window=window)
     raise ProtocolError(f"a stream OPEN carries {type(data).__name__} as its whole data")

@@ -343,15 +343,18 @@ class MPITransport(Transport):
 
     bulk_tags = BULK_TAGS
 
-    def post_bulk(self, dest: int, tag: int, buf: Buffer,
-                  done: asyncio.Future[None] | None = None) -> asyncio.Future[None] | None:
+    bulk_heads = True
+
+    def post_bulk(self, dest: int, tag: int, buf: Buffer, done: asyncio.Future[None] | None = None,
+                  head: Buffer | None = None) -> asyncio.Future[None] | None:
         """Post one large payload to rank ``dest`` on the bulk communicator
-        (see "Bulk payloads" above); None when it completed at once, else a
-        future completing when ``buf`` may be reused (``done`` itself when
-        given).  Errors raise."""
+        (see "Bulk payloads" above), after its header ``head`` on the data
+        channel when given (one call for both); None when the payload
+        completed at once, else a future completing when ``buf`` may be
+        reused (``done`` itself when given).  Errors raise."""
         if self._closed or not self._started or not 0 <= dest < self.size:
             self._refuse(dest, Channel.DATA)
-        return self._engine.post_bulk_send(dest, tag, buf, done)
+        return self._engine.post_bulk_send(dest, tag, buf, done, head)
 
     def recv_bulk(self, source: int, tag: int, nbytes: int, out: Buffer | None,
                   done: Callable[[Any], None]) -> None:

@@ -389,18 +389,35 @@ class ProgressEngine:
     def _lane_refuse(self) -> None:
         raise TransportError(f"MPI progress failed: {self._failure!r}")
 
-    def post_bulk_send(self, dest: int, tag: int, buf: Any,
-                       done: asyncio.Future[None] | None = None) -> asyncio.Future[None] | None:
+    def post_bulk_send(self, dest: int, tag: int, buf: Any, done: asyncio.Future[None] | None = None,
+                       head: Any = None) -> asyncio.Future[None] | None:
         """``Isend`` of one large payload on the bulk communicator with
         ``tag`` (its receiver posts the matching receive when the payload's
         header arrives, see :meth:`post_bulk_recv`); None when it completed at
         once, else a future that completes when ``buf`` may be reused --
         ``done`` itself when given (resolved by the step that sees the
         completion: no callback hop for a caller waiting on it).  The
-        engine keeps ``buf`` referenced until MPI is done with it."""
+        engine keeps ``buf`` referenced until MPI is done with it.
+        ``head``: the split frame's header, posted first as :meth:`post_send`
+        posts one frame on the data channel (a large message's two posts in
+        one call, without the transport's and the link's frames between
+        them); one that does not complete at once is completed here like
+        any send, its future nobody's."""
         if self._stopping and self._failure is not None:
             raise TransportError(f"MPI progress failed: {self._failure!r}")
         assert self._bulk is not None
+        if head is not None:
+            hreq = self._post_one(self._comms[1], head, dest, self._tag)
+            self._ring(dest)
+            self.n_send_calls += 1
+            self.n_sends += 1
+            self.bytes_sent += len(head)
+            if hreq is None:
+                self.n_fast_sends += 1
+            else:
+                assert self._loop is not None
+                self._sends.append((hreq, _SendOp(self._loop.create_future(), 1, (head,))))
+                self.kick()
         self.n_bulk_sends += 1
         self.bytes_sent += memoryview(buf).nbytes
         req = self._post_one(self._bulk, buf, dest, tag)

@@ -47,7 +47,7 @@ __all__ = [
     "CtrlMsg", "DeadlockMsg", "StallMsg",
     "HInfoMsg", "LookupMsg", "LostMsg", "MBInfoMsg", "RegMsg", "RelayMsg", "ReleaseMsg", "StopAckMsg",
     "StopMsg", "StreamCreditMsg",
-    "StreamDoneMsg", "StreamDonesMsg", "TableAckMsg", "TableMsg", "TableReqMsg", "decode_control",
+    "StreamDoneMsg", "StreamDonesMsg", "TableAckMsg", "TableMsg", "TableReqMsg", "credit_frame", "decode_control",
 ]
 
 
@@ -291,6 +291,21 @@ class CreditMsg(CtrlMsg):
         if any(n <= 0 for _, n in grants):
             raise ProtocolError("CREDIT grants must be positive")
         return cls(grants)
+
+
+_CREDIT_FRAMES: dict[tuple[tuple[int, int], ...], bytes] = {}
+
+
+def credit_frame(grants: list[tuple[int, int]]) -> bytes:
+    """``CreditMsg(grants).encode()``, kept: a request/response of one size
+    carries the same grant every time (the encoder costs ~20 dict lookups)."""
+    key = tuple(grants)
+    frame = _CREDIT_FRAMES.get(key)
+    if frame is None:
+        if len(_CREDIT_FRAMES) >= 64:
+            _CREDIT_FRAMES.clear()
+        frame = _CREDIT_FRAMES[key] = CreditMsg(grants).encode()
+    return frame
 
 
 @_register
