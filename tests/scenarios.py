@@ -1316,9 +1316,10 @@ async def stalled_consumer(ctx: Ctx) -> None:
 @scenario()
 async def table_consistency(ctx: Ctx) -> None:
     """Every host registers (and frees some) GPs concurrently and races for one
-    name; once every host has applied every update, all hosts hold the same
-    tables (same version, digest and content) and exactly one racer won."""
-    await ctx.barrier("start")  # creates the sync GPs: no table update after "done" below
+    name; exactly one racer wins, and every host then sees the same GPs under
+    the same names and pids (each learnt from the name's home host), the same
+    bound pipes, and the freed names fail at once everywhere."""
+    await ctx.barrier("start")
     k = 6
     gps = []
     for j in range(k):
@@ -1337,20 +1338,24 @@ async def table_consistency(ctx: Ctx) -> None:
         dup = None
     wins = await ctx.allgather("done", won)
     assert sum(wins) == 1, f"{sum(wins)} hosts registered the same name"
-    # rank 0 sequences every update, so its version now is the final one.
-    final = (await ctx.allgather("version", ctx.node.tables.version))[0]
-    await ctx.wait_until(lambda: ctx.node.tables.version >= final, f"table version {final}")
-    assert ctx.node.tables.version == final, (ctx.node.tables.version, final)
-    snap = ctx.node.tables.snapshot()
-    expected = {ctx.name("t", r, j) for r in range(ctx.size) for j in range(k) if j % 3 != 1}
-    expected |= {ctx.name("dup")} | ({ctx.name("_sync", r) for r in range(ctx.size)} if ctx.size > 1 else set())
-    names = {p[1] for p in snap["pta"]}
-    assert names == expected, f"PTA names differ: extra {sorted(names - expected)}, missing {sorted(expected - names)}"
-    assert len(snap["nta"]) == ctx.size, snap["nta"]
-    snaps = await ctx.allgather("snap", snap)
-    for r, other in enumerate(snaps):
-        assert other == snaps[ctx.rank], f"rank {r}'s tables differ from rank {ctx.rank}'s: " + \
-            ", ".join(key for key in other if other[key] != snaps[ctx.rank][key])
+    live = sorted(ctx.name("t", r, j) for r in range(ctx.size) for j in range(k) if j % 3 != 1)
+    live.append(ctx.name("dup"))
+    view = []
+    for name in live:
+        entry = ctx.node.tables.process(await ctx.node.lookup(name, timeout=ctx.timeout))
+        view.append([entry.pid, entry.name, int(entry.ptype), entry.node, entry.pipe is not None])
+    assert [v[1] for v in view] == live, view
+    views = await ctx.allgather("view", view)
+    for r, other in enumerate(views):
+        assert other == view, f"rank {r} sees {other}, rank {ctx.rank} sees {view}"
+    for r in range(ctx.size):
+        for j in range(1, k, 3):
+            try:
+                await ctx.node.lookup(ctx.name("t", r, j), timeout=ctx.timeout)
+            except UnknownProcessError as exc:
+                assert exc.waited is None, f"waited {exc.waited} s for a freed name"
+            else:
+                raise AssertionError(f"freed {ctx.name('t', r, j)!r} was found")
     await ctx.barrier("checked")  # nobody frees before everyone compared
     for gp in gps:
         await gp.free()

@@ -47,7 +47,8 @@ async def test_cluster_program_registers_every_node_and_passes_the_ring(tmp_path
     await cluster_main(4, out)
     rec = json.loads(out.read_text(encoding="utf-8"))
     assert rec["size"] == 4 and rec["ring_s"] > 0
-    assert rec["registration_msgs"] >= 1 and rec["master_registration_msgs"] >= 1
+    # every registration costs messages; the master sends only those of the names it is home of
+    assert rec["registration_msgs"] >= 1 and rec["master_registration_msgs"] < rec["registration_msgs"]
 
 
 @requires_mpi

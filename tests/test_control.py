@@ -23,6 +23,7 @@ from aiopdbp.wire.control import (
     CtrlMsg,
     DeadlockMsg,
     HInfoMsg,
+    LookupMsg,
     LostMsg,
     MBInfoMsg,
     RegMsg,
@@ -57,6 +58,7 @@ EXAMPLES: list[CtrlMsg] = [
     StreamDoneMsg(1, 3, False, "receiver closed the stream"), StreamCreditMsg(1, 2, 8), ByeMsg(42),
     StopMsg("failed", 1, 0, "ValueError: boom"), StopMsg("interrupted", 2, 2, ""), StopAckMsg(0),
     RelayMsg(5, 0, RegMsg(3, "gp-1", 1, 5, -1).encode()),
+    LookupMsg("gp-1", 0), LookupMsg("", 11),
     LostMsg(17, 16, 32, "rank 17 (host 'vm') has not been heard of for 4.0 s"),
 ]
 

@@ -89,20 +89,63 @@ def test_the_hosts_tree_reaches_every_host_once_and_routes_down_along_parents() 
         assert len(children(0, size)) == (size - 1).bit_length()
 
 
+def _control(stats: dict[int, dict[str, int]]) -> int:
+    return sum(n for kinds in stats.values() for kind, n in kinds.items() if kind != "data")
+
+
+def _homed_name(prefix: str, home: int, size: int, avoid: str = "") -> str:
+    from aiopdbp.hosts.names import home_of
+
+    return next(f"{prefix}-{i}" for i in range(10_000)
+                if home_of(f"{prefix}-{i}", size) == home and f"{prefix}-{i}" != avoid)
+
+
 @pytest.mark.timeout(60)
-async def test_registrations_on_every_host_reach_rank_0_and_back_along_the_tree_only() -> None:
+async def test_a_registration_reaches_only_its_home_and_the_hosts_that_look_it_up() -> None:
+    from aiopdbp.errors import UnknownProcessError
     from aiopdbp.runtime.cluster import open_cluster
 
-    n = 8
-    tree = {0: {1, 2, 4}, 1: {0}, 2: {0, 3}, 3: {2}, 4: {0, 5, 6}, 5: {4}, 6: {4, 7}, 7: {6}}
+    n, owner, home, looker = 8, 5, 3, 6
+    name = _homed_name("named", home, n)
     async with open_cluster(n) as nodes:
-        gps = await asyncio.gather(*(nodes[r].register(f"t-{r}", bind=True) for r in range(n)))
-        for r in range(n):   # every host applied every registration, in one order
-            assert [await nodes[r].lookup(f"t-{h}", timeout=0) for h in range(n)] == [gp.pid for gp in gps]
-        assert len({node.stats().table_digest for node in nodes}) == 1
-        for r in range(n):   # table messages only to the tree's parent and children
-            talked = set(nodes[r].stats().messages_sent)
-            assert talked <= tree[r], (r, talked)
+        before = [(node.stats().messages_sent, node.stats().messages_received) for node in nodes]
+        gp = await nodes[owner].register(name, bind=True)
+        pid = await nodes[looker].lookup(name, timeout=10)
+        assert pid == gp.pid
+        # a first lookup: one message to the name's home, one back (the registration)
+        assert nodes[looker].stats().messages_sent[home] == {"LookupMsg": 1}
+        assert nodes[looker].stats().messages_received[home] == {"TableMsg": 1}
+        await gp.free()
+        with pytest.raises(UnknownProcessError) as err:   # the free reached the host that looked
+            await nodes[looker].lookup(name, timeout=10)
+        assert err.value.waited is None
+        for r, node in enumerate(nodes):
+            sent, received = node.stats().messages_sent, node.stats().messages_received
+            talked = {h for h in sent if sent[h] != before[r][0].get(h)}
+            heard = {h for h in received if received[h] != before[r][1].get(h)}
+            expected = {owner: {home}, looker: {home}, home: {owner, looker}}.get(r, set())
+            assert talked == heard == expected, (r, talked, heard)   # rank 0 is not its home: nothing
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", [4, 16, 32])
+async def test_registrations_cost_the_master_only_those_of_the_names_it_is_home_of(n: int) -> None:
+    from aiopdbp.hosts.names import home_of
+    from aiopdbp.runtime.cluster import open_cluster
+
+    names = [f"reg-{r}" for r in range(n)]
+    async with open_cluster(n) as nodes:
+        base = [(_control(node.stats().messages_sent), _control(node.stats().messages_received))
+                for node in nodes]
+        gps = await asyncio.gather(*(nodes[r].register(names[r], bind=True) for r in range(n)))
+        counts = [(_control(node.stats().messages_sent) - base[r][0],
+                   _control(node.stats().messages_received) - base[r][1]) for r, node in enumerate(nodes)]
+        homed_at = [sum(home_of(x, n) == r for x in names) for r in range(n)]
+        for r in range(n):
+            mine = int(home_of(names[r], n) != r)   # its own: a request out, an update and an answer in
+            # as a home: a request in, an update and an answer out, for each name that is not its own
+            remote_homed = homed_at[r] - int(home_of(names[r], n) == r)
+            assert counts[r] == (mine + 2 * remote_homed, 2 * mine + remote_homed), (r, counts[r])
         for gp in gps:
             await gp.free()
 
@@ -127,3 +170,56 @@ async def test_a_closing_host_talks_only_to_the_peers_it_talked_to() -> None:
         # nothing to the hosts it never talked to (a BYE to every host, before)
         assert closing <= {(r - 1) % n, (r + 1) % n}, (r, closing, sent)
         assert "data" in sent[(r + 1) % n]
+
+
+#: the behaviour scenarios of the name rule (tests/scenarios.py), run again at more hosts
+NAME_SCENARIOS = ["table_consistency", "unknown_name_error", "send_before_bind",
+                  "source_name_after_sender_left", "multicast_across_hosts"]
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("n", [8, 16])
+@pytest.mark.parametrize("name", NAME_SCENARIOS)
+async def test_the_name_rule_holds_at_more_hosts(name: str, n: int) -> None:
+    from tests.scenarios import run_inproc
+
+    await run_inproc(name, n)
+
+
+@pytest.mark.timeout(60)
+async def test_a_name_update_from_a_host_that_is_not_its_home_fails_that_host() -> None:
+    from aiopdbp.runtime.cluster import open_cluster
+    from aiopdbp.transport.base import Channel
+    from aiopdbp.wire.control import TableMsg
+
+    n = 4
+    name = _homed_name("forged", 2, n)
+    async with open_cluster(n) as nodes:
+        transport = nodes[1].transport
+        assert transport is not None   # host 2 is its home, not host 1
+        await transport.send(3, Channel.CONTROL, [TableMsg(0, "proc_reg", [name, 0, 1, None, 99]).encode()])
+        for _ in range(200):
+            if nodes[3].stats().failed_hosts:
+                break
+            await asyncio.sleep(0.01)
+        assert 1 in nodes[3].stats().failed_hosts
+        with pytest.raises(Exception):
+            await nodes[3].lookup(name, timeout=0)
+
+
+@pytest.mark.timeout(60)
+async def test_a_name_freed_before_a_host_asks_reaches_it_in_one_update() -> None:
+    from aiopdbp.errors import UnknownProcessError
+    from aiopdbp.runtime.cluster import open_cluster
+
+    # registration and free in two updates would let a reader on the late
+    # host run between them and find the freed name (seen over MPI)
+    n, owner, home, late = 8, 5, 3, 6
+    name = _homed_name("late", home, n)
+    async with open_cluster(n) as nodes:
+        gp = await nodes[owner].register(name, bind=True)
+        await gp.free()
+        with pytest.raises(UnknownProcessError) as err:
+            await nodes[late].lookup(name, timeout=10)
+        assert err.value.waited is None and err.value.origin_rank == owner
+        assert nodes[late].stats().messages_received[home] == {"TableMsg": 1}

@@ -329,6 +329,29 @@ async def test_member_that_leaves_makes_the_others_fail_promptly(alg: str, hosts
     assert any("'m2' left the group" in e for e in errors.values()), errors
 
 
+@pytest.mark.timeout(60)
+async def test_every_member_hears_a_leave_even_from_a_member_it_never_exchanged_with() -> None:
+    """Names are learnt from their home host on demand: a member's LEAVE must
+    still reach the members its rounds never paired it with."""
+    n, leaver = 8, 5
+    errors: dict[int, str] = {}
+
+    async def body(i: int, bar: Barrier) -> None:
+        await bar.wait()              # dissemination: 3 partners of 7 each way
+        if i == leaver:
+            await bar.aclose()
+            return
+        with pytest.raises(BarrierError) as ei:
+            await bar.wait()
+        errors[i] = str(ei.value)
+
+    async with _hosts(n) as nodes:   # one member per host: a host knows only its member's partners
+        await _group(nodes, n, "dissemination", body, timeout=30, linger=0.05)
+    assert set(errors) == set(range(n)) - {leaver}
+    # each heard it from the leaver itself, not second-hand from a partner that failed
+    assert all(f"at 'm{i}': member 'm{leaver}' left the group" in e for i, e in errors.items()), errors
+
+
 @pytest.mark.parametrize("hosts", [1, 2])
 async def test_member_leaving_while_others_wait_fails_them(hosts: int) -> None:
     n = 3

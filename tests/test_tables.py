@@ -139,3 +139,18 @@ def test_stream_bindings_are_not_table_updates() -> None:
 def test_processes_on_lists_rows_of_one_node() -> None:
     tables = _tables(UPDATES)
     assert [p.name for p in tables.processes_on(1)] == ["consumer"]
+
+
+def test_every_hosts_row_is_added_in_one_update() -> None:
+    tables = Tables()
+    rows = [[0, "h0", "10.0.0.1", int(NodeType.MASTER)], [1, "h1", "10.0.0.2", int(NodeType.COMPUTE)]]
+    assert tables.apply("nodes_add", (rows,)) == 2
+    assert tables.version == 1
+    assert [(n.nid, n.ntype) for n in tables.nta.values()] == [(0, NodeType.MASTER), (1, NodeType.COMPUTE)]
+
+
+def test_a_host_table_with_an_unknown_node_type_adds_no_row() -> None:
+    tables = Tables()
+    with pytest.raises(PDBPError, match="node type 7"):
+        tables.apply("nodes_add", ([[0, "h0", "10.0.0.1", 0], [1, "h1", "10.0.0.2", 7]],))
+    assert tables.nta == {}

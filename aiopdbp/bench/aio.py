@@ -93,6 +93,9 @@ class AioSide:
             await node.lookup(f"bench.ctl.{r}", timeout=t)
             for j in range(self.k):
                 await node.lookup(gp_name(r, j), timeout=t)
+        # a name's home answers lookups only while its loop runs: no rank
+        # leaves this loop (for raw MPI) until every rank has all its names
+        await self._barrier()
 
     def close(self) -> None:
         """Free the GPs and close the node (all ranks must call it)."""

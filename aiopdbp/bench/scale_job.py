@@ -39,7 +39,8 @@ from aiopdbp.wire.message import Message
 __all__ = ["REGISTRATION_KINDS", "cold_pair", "main", "registration_messages"]
 
 REGISTRATION_KINDS: Final = frozenset({
-    "RegMsg", "ARMsg", "APipeMsg", "AAPMsg", "TableMsg", "TableReqMsg", "TableAckMsg", "RelayMsg"})
+    "RegMsg", "ARMsg", "APipeMsg", "AAPMsg", "TableMsg", "TableReqMsg", "TableAckMsg", "RelayMsg",
+    "LookupMsg"})
 COM_ARRIVE, COM_DATA, COM_PING, COM_PONG = 1, 3, 4, 5
 TIMEOUT: Final = 120.0
 

@@ -218,6 +218,12 @@ def _job(ns: argparse.Namespace) -> int:
                 # slower rank's registration still waits for it.
                 for i in range(n):
                     await node.lookup(f"bench-{i}", timeout=60)
+                # A name's home answers lookups only while its loop runs: no
+                # rank blocks in the harness's Barrier before every rank has
+                # all the names (a barrier that leaves the loop running).
+                done = comm.Ibarrier()
+                while not done.Test():
+                    await asyncio.sleep(0.001)
                 rows = []
                 for size in ns.sizes:
                     units = max(4, min(ns.max_units, ns.volume[0] // size))

@@ -10,8 +10,9 @@ needs and which puts together small parts, each owning one job:
   (:mod:`aiopdbp.wire.control`) out and in; each kind is handled by the one
   part below that owns its job (:class:`~aiopdbp.hosts.channel.Dispatch`);
 * :class:`~aiopdbp.hosts.sequencer.Sequencer` -- initialisation (paper
-  Fig. 6) and the replicated tables (:class:`Tables`: NTA/PTA/MTA), updated
-  in rank 0's order;
+  Fig. 6) and, through :class:`~aiopdbp.hosts.names.NameService`, the GP
+  names of the tables (:class:`Tables`: NTA/PTA/MTA), each name kept and
+  ordered by its home host;
 * :class:`~aiopdbp.hosts.inbound.Inbound` -- the receive pool (RBP),
   decoding, delivery of arrived messages and stream CDUs;
 * :class:`~aiopdbp.hosts.credit.Credit` -- one :class:`HostLink` per other

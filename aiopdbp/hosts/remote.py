@@ -9,8 +9,10 @@ own one job, and hands each what it needs:
 ==========================  ===============================================
 :class:`ControlChannel`     typed control messages out and in, counted
                             (:mod:`aiopdbp.hosts.channel`)
-:class:`Sequencer`          initialisation (Fig. 6) and the replicated
-                            tables in rank 0's order (:mod:`~aiopdbp.hosts.sequencer`)
+:class:`Sequencer`          initialisation (Fig. 6) and, as its ``names``
+                            (:class:`NameService`), the GP names, each kept
+                            by its home host (:mod:`~aiopdbp.hosts.sequencer`,
+                            :mod:`~aiopdbp.hosts.names`)
 :class:`Inbound`            the receive pool (RBP), decoding, delivery to
                             the router and the streams (:mod:`~aiopdbp.hosts.inbound`)
 :class:`Credit`             the links to the other hosts and their per-GP
@@ -172,7 +174,8 @@ class Remote:
                                # grants ride on split headers only where payloads travel apart (bulk tags)
                                on_credit=self.credit.on_credit if getattr(transport, "bulk_tags", 0) else None)
         self.stalls = StallRelay(rank, size, self.channel, stall, lambda h: h in self.failures.failed)
-        self._dispatch = Dispatch(self.sequencer, self.inbound, self.credit, self.failures, self.stalls)
+        self._dispatch = Dispatch(self.sequencer, self.sequencer.names, self.inbound, self.credit,
+                                  self.failures, self.stalls)
         self._closing_wait = Closing(rank, size, transport, self.channel, self.inbound, self.failures)
         self._closing = False
 

@@ -1,4 +1,4 @@
-"""The replicated tables: initialisation (paper Fig. 6) and ordered updates.
+"""The node table: initialisation (paper Fig. 6) along the hosts' tree.
 
 Theory of operation
 -------------------
@@ -11,35 +11,16 @@ timeout.
 
 *The tree.*  Rank 0 talks to a few hosts only: the hosts form a binomial
 tree rooted at rank 0 (:func:`parent`: rank r's parent is r with its lowest
-set bit cleared), and every table message travels along it.  A request goes
-up hop by hop (:class:`~aiopdbp.wire.control.RelayMsg` names its origin), an
-answer goes down the path to its requester, and an update is forwarded by
-each host to its children: rank 0 sends log2(N) messages per update
-instead of N, and holds MPI state for log2(N) peers, not for every one.
-Order holds hop by hop (one channel per pair is FIFO), and an answer
-follows its update down the same path, so the requester has applied the
-update when its answer arrives.
+set bit cleared), and the start-up messages travel along it.  A host's info
+goes up hop by hop (:class:`~aiopdbp.wire.control.RelayMsg` names its
+origin), and the answer is forwarded by each host to its children: rank 0
+sends log2(N) messages instead of N, and holds MPI state for log2(N) peers,
+not for every one.
 
-*Ordered updates.*  Rank 0 is the sequencer.  A host asks for an update
-with the CMP kind that names it -- ``RegMsg`` (register a GP), ``APipeMsg``
-(bind its pipe), ``ReleaseMsg`` (release the pipe, or free the GP), or
-``TableReqMsg`` for any other update; rank 0 applies it, broadcasts it with a
-sequence number (``TableMsg``) to every other host, then answers the
-requester (``ARMsg``, ``AAPMsg``, ``TableAckMsg``) -- after the broadcast, on
-the same channel, so the requester has applied the update when its
-``await`` returns.  A requester that gave up waiting undoes what its request
-did with ``CancelMsg``.  Equal ``Tables.digest`` on every host proves the
-order is one.
-
-*Bounded waits.*  Rank 0 answers a request as soon as it arrives, so a
-request unanswered for ``reply_timeout`` seconds means rank 0 is gone or
-no longer talks to this host (it failed it): the wait fails with
-:class:`~aiopdbp.errors.BrokenResourceError` instead of lasting forever (a
-GP freed while the job closes waits here).
-
-*Stopping.*  When the job stops (:meth:`Sequencer.stop_waiting`) rank 0 may be
-gone: every pending request fails, undoing updates (release, free) are
-applied here only, and nothing new starts.
+*Names* are not sequenced here: each GP name has a home host that keeps it
+(:mod:`aiopdbp.hosts.names`, :attr:`Sequencer.names`), so a registration
+never reaches rank 0 unless rank 0 is its name's home.  :meth:`commit` and
+the stopping calls hand over to it.
 """
 
 from __future__ import annotations
@@ -50,41 +31,18 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from aiopdbp.errors import (
-    BrokenResourceError,
-    DuplicateProcessError,
-    HandshakeError,
-    PDBPError,
-    ProtocolError,
-    RankFailedError,
-    UnknownProcessError,
-)
+from aiopdbp.errors import HandshakeError, PDBPError, ProtocolError
 from aiopdbp.hosts.channel import ControlChannel
+from aiopdbp.hosts.names import NameService
 from aiopdbp.hosts.tables import NodeType, Tables
-from aiopdbp.wire.control import (
-    AAPMsg,
-    APipeMsg,
-    ARMsg,
-    CancelMsg,
-    CtrlMsg,
-    HInfoMsg,
-    MBInfoMsg,
-    RegMsg,
-    RelayMsg,
-    ReleaseMsg,
-    TableAckMsg,
-    TableMsg,
-    TableReqMsg,
-    decode_control,
-)
+from aiopdbp.wire.control import CtrlMsg, HInfoMsg, MBInfoMsg, RelayMsg, decode_control
 
 log = logging.getLogger("aiopdbp.hosts.sequencer")
 
 __all__ = ["Sequencer", "children", "next_hop", "parent"]
 
-#: the kinds a RelayMsg may carry: the table messages this module handles
-_RELAYED = frozenset({"on_reg", "on_apipe", "on_release", "on_cancel", "on_ar", "on_aap",
-                      "on_hinfo", "on_table_req", "on_table_ack"})
+#: the kinds a RelayMsg may carry: a host's info, up to rank 0
+_RELAYED = frozenset({"on_hinfo"})
 
 
 def parent(rank: int) -> int:
@@ -126,16 +84,11 @@ class Sequencer:
         self.tables = tables
         self._channel = channel
         self._gp_window = gp_window
-        self._reqs = iter(range(1, 1 << 62))
-        self._waiting: dict[int, asyncio.Future[Any]] = {}
-        self._cancelled: set[int] = set()
-        self._req_names: dict[int, str] = {}   # pending registrations: req -> name
-        self._seq = 0                     # last applied (replicas) / assigned (rank 0)
+        #: the GP names: homed by hash, not sequenced here (aiopdbp.hosts.names)
+        self.names = NameService(rank, size, tables, channel, reply_timeout=reply_timeout)
         self._hinfo: dict[int, list[Any]] = {}
         self._windows: dict[int, int] = {}
         self._ready: asyncio.Future[None] | None = None
-        self._closing = False
-        self._stopping = False   # the job stops: table requests go unanswered
 
     # ------------------------------------------------------- initialisation
     def prepare(self) -> None:
@@ -174,12 +127,10 @@ class Sequencer:
             self._windows[src] = int(entry[4]) if len(entry) > 4 else msg.gp_window
             self._hinfo[src] = entry[:4]
             if len(self._hinfo) == self.size:
-                # one node_add per host in rank order, each a sequence number;
-                # ALL-HOSTInfo carries them all, and every replica applies them
-                # from it in the same order (not one TableMsg per host)
-                for h in range(self.size):
-                    self.tables.apply("node_add", list(self._hinfo[h]))
-                    self._seq += 1
+                # every host's row in rank order, in one update; ALL-HOSTInfo
+                # carries them all, and every host applies them from it
+                # (not one TableMsg per host)
+                self.tables.apply("nodes_add", ([self._hinfo[h] for h in range(self.size)],))
                 hosts = [self._hinfo[h] + [self._windows[h]] for h in range(self.size)]
                 self._to_children(HInfoMsg(hosts, self._gp_window))
                 self._to_children(MBInfoMsg(self._bindings()))
@@ -187,12 +138,10 @@ class Sequencer:
         elif self.rank != 0 and src == parent(self.rank):
             self._to_children(msg)
             self._windows = {int(e[0]): int(e[4]) for e in msg.hosts if len(e) > 4}
-            for entry in msg.hosts:
-                self._seq += 1
-                try:
-                    self.tables.apply("node_add", list(entry[:4]))
-                except PDBPError as exc:  # cannot happen if every host applies the same order
-                    log.critical("replica diverged applying node_add %s: %s", entry[:4], exc)
+            try:
+                self.tables.apply("nodes_add", (msg.hosts,))
+            except (PDBPError, IndexError, TypeError) as exc:   # rank 0 sent a malformed table
+                raise ProtocolError(f"a malformed host table: {exc}") from None
 
     def on_mbinfo(self, src: int, msg: MBInfoMsg) -> None:
         if src == parent(self.rank):
@@ -207,77 +156,17 @@ class Sequencer:
         if self._ready is not None and not self._ready.done():
             self._ready.set_result(None)
 
-    # --------------------------------------------------- replicated tables
+    # ------------------------------------------------------------------ names
     async def commit(self, op: str, args: tuple[Any, ...]) -> Any:
-        """Apply a table update in the cluster-wide order; return its result.
+        """Apply a GP's table update through its name's home (:mod:`aiopdbp.hosts.names`).
 
-        Cancellation: the update may still be applied (its request is on the
-        way to rank 0); a registration or binding it made is then undone.
-        No answer within ``reply_timeout`` raises
-        :class:`~aiopdbp.errors.BrokenResourceError`.
+        Cancellation: see :meth:`aiopdbp.hosts.names.NameService.commit`.
         """
-        if self.rank == 0:
-            return self._sequence(op, list(args))
-        if self._stopping:
-            # The job is stopping (failure, interrupt): rank 0 may be gone.
-            # Undoing (release, free) is applied here only; nothing new starts.
-            if op in ("pipe_release", "proc_free"):
-                self.commit_nowait(op, args)
-                return None
-            raise RankFailedError(f"the job is stopping: {op} refused", self.rank)
-        req = next(self._reqs)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting[req] = fut
-        if op == "proc_reg":
-            name, ptype, node, *rest = args
-            pipe = rest[0] if rest and rest[0] is not None else -1
-            msg: CtrlMsg = RegMsg(req, name, int(ptype), node, pipe)
-            self._req_names[req] = name
-        elif op == "pipe_bind":
-            msg = APipeMsg(req, args[0], args[1])
-        elif op in ("pipe_release", "proc_free"):
-            msg = ReleaseMsg(req, args[0], op == "proc_free")
-        else:
-            msg = TableReqMsg(req, op, list(args))
-        self._up(msg, lambda exc: self._resolve(
-            req, None, BrokenResourceError(f"host 0 is unreachable: {exc}")))
-        try:
-            async with asyncio.timeout(self.reply_timeout):
-                return await fut
-        except TimeoutError:
-            self._cancelled.add(req)  # undo it if rank 0 does it late
-            raise BrokenResourceError(
-                f"host 0 did not answer {op} within {self.reply_timeout} s") from None
-        except asyncio.CancelledError:
-            if not fut.done() or fut.cancelled():
-                self._cancelled.add(req)  # undo it if rank 0 does it anyway
-            raise
-        finally:
-            self._waiting.pop(req, None)
-            self._req_names.pop(req, None)
+        return await self.names.commit(op, args)
 
     def commit_nowait(self, op: str, args: tuple[Any, ...]) -> None:
-        """Ask for a table update without waiting for it."""
-        if self._closing or self._stopping:
-            try:  # tearing down: the other hosts are closing too
-                self.tables.apply(op, args)
-            except PDBPError:
-                pass
-            return
-        if self.rank == 0:
-            try:
-                self._sequence(op, list(args))
-            except PDBPError as exc:
-                log.debug("table update %s%s refused: %s", op, args, exc)
-            return
-        self._up(TableReqMsg(0, op, list(args)))
-
-    def _sequence(self, op: str, args: list[Any]) -> Any:
-        """Rank 0: apply one update and broadcast it (raises if refused)."""
-        result = self.tables.apply(op, args)
-        self._seq += 1
-        self._to_children(TableMsg(self._seq, op, args))
-        return result
+        """Ask for a GP's table update without waiting for it."""
+        self.names.commit_nowait(op, args)
 
     # ------------------------------------------------------------- the tree
     def _to_children(self, msg: CtrlMsg) -> None:
@@ -288,11 +177,6 @@ class Sequencer:
         """A request (or this host's info) to rank 0, through this host's parent."""
         up = parent(self.rank)
         self._channel.send(up, msg if up == 0 else RelayMsg(self.rank, 0, msg.encode()), on_fail)
-
-    def _down(self, dest: int, msg: CtrlMsg) -> None:
-        """Rank 0's answer to host ``dest``, down the path its updates take."""
-        hop = next_hop(self.rank, dest)
-        self._channel.send(hop, msg if hop == dest else RelayMsg(0, dest, msg.encode()))
 
     def on_relay(self, src: int, msg: RelayMsg) -> None:
         """A table message on its way: handled here when it is for this host,
@@ -313,110 +197,19 @@ class Sequencer:
         else:
             raise ProtocolError(f"a relay for host {dest} reached host {self.rank}")
 
-    def _answer(self, op: str, args: list[Any]) -> tuple[Any, PDBPError | None]:
-        try:
-            return self._sequence(op, args), None
-        except PDBPError as exc:
-            return None, exc
-
-    # rank 0: requests
-    def on_reg(self, src: int, msg: RegMsg) -> None:
-        args: list[Any] = [msg.name, msg.ptype, msg.node] + ([msg.pipe] if msg.pipe >= 0 else [])
-        pid, exc = self._answer("proc_reg", args)
-        self._down(src, ARMsg(msg.req, exc is None, pid or 0, "" if exc is None else str(exc),
-                                      "" if exc is None else type(exc).__name__))
-
-    def on_apipe(self, src: int, msg: APipeMsg) -> None:
-        _, exc = self._answer("pipe_bind", [msg.pid, msg.pipe])
-        self._down(src, AAPMsg(msg.req, exc is None, msg.pipe, "" if exc is None else str(exc)))
-
-    def on_release(self, src: int, msg: ReleaseMsg) -> None:
-        _, exc = self._answer("proc_free" if msg.free else "pipe_release", [msg.pid])
-        self._down(src, AAPMsg(msg.req, exc is None, -1, "" if exc is None else str(exc)))
-
-    def on_table_req(self, src: int, msg: TableReqMsg) -> None:
-        _, exc = self._answer(msg.op, msg.args)
-        if msg.req:
-            self._down(src, TableAckMsg(msg.req, exc is None, "" if exc is None else str(exc)))
-
-    def on_cancel(self, src: int, msg: CancelMsg) -> None:
-        entry = self.tables.pta.get(msg.pid)
-        if entry is not None and entry.node == src:
-            self._answer("proc_free", [msg.pid])
-
-    # replicas: updates and answers
-    def on_table(self, src: int, msg: TableMsg) -> None:
-        self._to_children(msg)
-        if msg.seq != self._seq + 1:
-            log.critical("table update %d out of order (applied %d)", msg.seq, self._seq)
-        self._seq = msg.seq
-        try:
-            self.tables.apply(msg.op, msg.args)
-        except PDBPError as exc:
-            if self._closing or self._stopping:
-                # tearing down, this host applied its own releases alone
-                log.debug("table update %s after local teardown: %s", msg, exc)
-            else:  # cannot happen if every host applies the same order
-                log.critical("replica diverged applying %s: %s", msg, exc)
-
-    def on_ar(self, src: int, msg: ARMsg) -> None:
-        if msg.req in self._cancelled:
-            self._cancelled.discard(msg.req)
-            if msg.ok:
-                self._up(CancelMsg(msg.req, msg.pid))
-            return
-        exc: PDBPError | None = None
-        if not msg.ok:
-            exc = _rebuild_error(msg.etype, msg.error, self._req_names.get(msg.req))
-        self._resolve(msg.req, msg.pid, exc)
-
-    def on_aap(self, src: int, msg: AAPMsg) -> None:
-        self._cancelled.discard(msg.req)
-        self._resolve(msg.req, msg.pipe, None if msg.ok else PDBPError(msg.error))
-
-    def on_table_ack(self, src: int, msg: TableAckMsg) -> None:
-        self._resolve(msg.req, None, None if msg.ok else PDBPError(msg.error))
-
-    def _resolve(self, req: int, result: Any, exc: BaseException | None) -> None:
-        fut = self._waiting.get(req)
-        if fut is None or fut.done():
-            return
-        if exc is not None:
-            fut.set_exception(exc)
-        else:
-            fut.set_result(result)
-
     # ------------------------------------------------------------- stopping
     def stop_waiting(self, exc: BaseException) -> None:
         """The job stops: no table request will be answered any more; every
         pending one fails with ``exc``."""
-        self._stopping = True
-        self._fail_waiting(exc)
+        self.names.stop_waiting(exc)
 
     def mark_closing(self) -> None:
         """The node is closing: updates asked from now on are applied here only."""
-        self._closing = True
+        self.names.mark_closing()
 
     def close(self) -> None:
         """The node closed: every pending request fails."""
-        self._closing = True
-        self._fail_waiting(BrokenResourceError("node closed"))
-
-    def _fail_waiting(self, exc: BaseException) -> None:
-        for fut in self._waiting.values():
-            if not fut.done():
-                fut.set_exception(exc)
-                fut.exception()
-
-
-def _rebuild_error(etype: str, error: str, name: str | None) -> PDBPError:
-    """The error rank 0 refused a table update with, as the same class and
-    message (never wrapped twice)."""
-    if etype == "DuplicateProcessError" and name is not None:
-        return DuplicateProcessError(name)
-    if etype == "UnknownProcessError" and name is not None:
-        return UnknownProcessError(name)
-    return PDBPError(error or "table update refused")
+        self.names.close()
 
 
 def _host_ip() -> str:

@@ -1,4 +1,4 @@
-"""The replicated system tables: NTA and PTA (SPEC section 2); the MTA row.
+"""The system tables: NTA and PTA (SPEC section 2); the MTA row.
 
 * **NTA** node table ``(Nid, Nname, Nip, Ntype)`` -- one row per host (rank).
 * **PTA** process table ``(Pid, Pname, Ptype, PN)`` -- one row per generalized
@@ -14,11 +14,18 @@
 
 Every change goes through :meth:`Tables.apply`, the *single point of update*.
 An update is a plain ``(op, args)`` tuple, so the multi-host runtime can send
-it to rank 0, which puts all updates into one total order and broadcasts them;
-every host applies the same updates in the same order and ends with the same
-content, the same :attr:`Tables.version` and the same :attr:`Tables.digest`.
-Pids are assigned *by the update* (the next free number), so they agree on all
-hosts without any further coordination.
+it between hosts.  The NTA is the same on every host (set at start-up).  The
+PTA is **not replicated** on every host (a departure from SPEC section 2,
+made so that a registration costs O(1) messages, not one per host): each
+name is kept by its home host (:mod:`aiopdbp.hosts.names`), which orders its
+updates, gives its pid (``proc_reg``'s ``pid``) and sends them to the hosts
+that registered or looked the name up; so a host's PTA holds the names it
+uses, each the same as on every other host that holds it, and the name rule
+(unique in the job; a send waits for its name; a freed name fails) holds as
+before.  ``proc_name`` records the name of a sender's pid (learnt from its
+home) without registering anything; ``proc_gone`` a name freed before this
+host asked for it.  On one host alone pids are assigned by
+the update (the next free number).
 """
 
 from __future__ import annotations
@@ -80,6 +87,8 @@ class StreamEntry:
 
 UpdateFn = Callable[[str, tuple[Any, ...], Any], None]
 
+_NODE_TYPES = {int(t): t for t in NodeType}
+
 
 class PendingName(str):
     """``"<pid N>"``: the name of a GP whose registration has not reached
@@ -94,7 +103,8 @@ class PendingName(str):
 class Tables:
     """NTA + PTA with one entry point for updates."""
 
-    OPS = ("node_add", "proc_reg", "proc_free", "pipe_bind", "pipe_release")
+    OPS = ("node_add", "nodes_add", "proc_reg", "proc_free", "pipe_bind", "pipe_release", "proc_name",
+           "proc_gone")
 
     def __init__(self) -> None:
         self.nta: dict[int, NodeEntry] = {}
@@ -172,11 +182,30 @@ class Tables:
         self.nta[nid] = NodeEntry(nid, name, ip, NodeType(ntype))
         return nid
 
-    def _op_proc_reg(self, name: str, ptype: int, node: int, pipe: int | None = None) -> int:
+    def _op_nodes_add(self, entries: list[list[Any]]) -> int:
+        # every host's row at start-up in one update: one per host made
+        # start-up quadratic in updates applied (1,024 hosts: 1 M of them);
+        # an entry may carry more fields after the four (ALL-HOSTInfo's window)
+        types = _NODE_TYPES
+        rows = []
+        for entry in entries:
+            nid, name, ip, ntype = entry[0], entry[1], entry[2], entry[3]
+            if ntype not in types:
+                raise PDBPError(f"node type {ntype!r} is not one of {sorted(types)}")
+            rows.append(NodeEntry(nid, name, ip, types[ntype]))
+        for row in rows:
+            self.nta[row.nid] = row
+        return len(rows)
+
+    def _op_proc_reg(self, name: str, ptype: int, node: int, pipe: int | None = None,
+                     pid: int | None = None) -> int:
+        # ``pid``: given by the name's home host (aiopdbp.hosts.names); one
+        # host alone numbers its GPs itself
         if name in self.by_name:
             raise DuplicateProcessError(name)
-        pid = self._next_pid
-        self._next_pid += 1
+        if pid is None:
+            pid = self._next_pid
+            self._next_pid += 1
         self.pta[pid] = ProcessEntry(pid, name, PType(ptype), node, pipe)
         self.by_name[name] = pid
         self.names[pid] = name
@@ -186,6 +215,21 @@ class Tables:
         entry = self.process(pid)
         del self.pta[pid]
         self.by_name.pop(entry.name, None)
+        return pid
+
+    def _op_proc_name(self, pid: int, name: str) -> int:
+        # the name of a GP that sent something here, learnt from its home:
+        # a pid's name never changes, and knowing it registers nothing here
+        self.names.setdefault(pid, name)
+        return pid
+
+    def _op_proc_gone(self, name: str, ptype: int, node: int, pid: int) -> int:
+        # a name registered (as ``pid``, on ``node``) and freed before this
+        # host asked its home for it: one update, so that no reader here can
+        # see it registered between its registration and its free
+        if name in self.by_name:
+            raise DuplicateProcessError(name)
+        self.names.setdefault(pid, name)
         return pid
 
     def _op_pipe_bind(self, pid: int, pipe: int) -> int:

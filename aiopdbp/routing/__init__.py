@@ -12,7 +12,7 @@ binding, room at the target).  The
 what was routed: from the public pipes into private pipes or host links,
 in batches, never a task per message.
 
-Imports: hosts (the replicated tables), wire and the foundation.  The host
+Imports: hosts (the tables), wire and the foundation.  The host
 links are reached through the :class:`~aiopdbp.routing.router.Target`
 protocol, handed in by the node.
 """

@@ -6,8 +6,9 @@ The :class:`Router` is the one object that knows where every GP can be
 reached.  It keeps, for every *bound* GP of the cluster, its **target**: the
 GP's private :class:`~aiopdbp.routing.pipes.Pipe` when it lives here, else the
 :class:`~aiopdbp.hosts.link.HostLink` of its host.  The targets follow the
-replicated tables (:meth:`on_update`, subscribed to ``Tables``), so routing
-is a dict lookup.  Every target offers the same four calls (the target
+tables (:meth:`on_update`, subscribed to ``Tables``), so routing is a dict
+lookup; a name not known here is asked of its home host (``want``, see
+:mod:`aiopdbp.hosts.names`) when a send first waits for it.  Every target offers the same four calls (the target
 protocol): ``reserve_nowait(pid, nbytes)`` / ``reserve(pid, nbytes)`` take a
 slot in the GP's pipe or ``nbytes`` of credit towards it on its host (a full
 destination makes *its* senders wait, nobody else), ``unreserve`` gives it
@@ -155,7 +156,9 @@ class Router:
                  offer: Callable[[Target, int, int, tuple[str, Kind, int, Any, int]], bool],
                  links: Callable[[int], Target] | None = None, grant: GrantFn | None = None,
                  bind_timeout: float = 30.0, window: int = 1 << 20,
-                 streams: WholeStreams | None = None) -> None:
+                 streams: WholeStreams | None = None,
+                 want: Callable[[str], None] | None = None,
+                 want_pid: Callable[[int], None] | None = None) -> None:
         self._streams = streams  # the streams that arrive whole in short records go there
         self._submit = submit    # the PipeManager's: queue an item for a target
         self._offer = offer      # ... and its no-wait path (False: take the waiting one)
@@ -170,8 +173,16 @@ class Router:
         self.targets: dict[int, Target] = {}      # bound GPs: pid -> where their CDUs go
         self.pids = tables.by_name                 # name -> pid (hot path)
         self._names = tables.names
-        #: decodes the BPS frames from other hosts into Messages (the core's reader)
-        self.reader = BlockReader(tables.names, Message, tables.name_of)
+        #: ``want(name)``: this host learns ``name`` (and its later updates)
+        #: from its home host (aiopdbp.hosts.names); a no-op on one host,
+        #: where every name is registered here
+        self.want: Callable[[str], None] = want or _nothing
+        #: ``want_pid(pid)``: this host learns the name of GP ``pid`` (a sender)
+        self.want_pid: Callable[[int], None] = want_pid or _nothing
+        #: decodes the BPS frames from other hosts into Messages (the core's reader);
+        #: a sender whose name is not known here yet is asked for at once
+        self.reader = BlockReader(tables.names, Message,
+                                  tables.name_of if want_pid is None else _asking(tables.name_of, want_pid))
         self._left: dict[str, int] = {}           # names registered once and freed since -> rank
         self._home: dict[int, int] = {}           # pid -> the rank of its GP
         self._ever_bound: set[int] = set()
@@ -197,7 +208,7 @@ class Router:
 
     # ----------------------------------------------------------- table hook
     def on_update(self, op: str, args: tuple[Any, ...], result: Any) -> None:
-        """Follow the replicated tables (called by ``Tables.apply``)."""
+        """Follow the tables (called by ``Tables.apply``)."""
         if op == "proc_reg":
             self._left.pop(args[0], None)
             self._home[result] = args[2]
@@ -207,6 +218,12 @@ class Router:
                 self.on_update("pipe_bind", (result, args[3]), args[3])
             elif result in self._parked and self.tables.pta[result].node != self.rank:
                 self._unpark(result)  # not ours after all: drop what waited
+        elif op == "proc_name":
+            _wake(self._pid_waiters.pop(args[0], ()))
+        elif op == "proc_gone":   # freed before this host asked: the waiters fail at once
+            self._left[args[0]] = args[2]
+            _wake(self._name_waiters.pop(args[0], ()))
+            _wake(self._pid_waiters.pop(args[3], ()))
         elif op == "pipe_bind":
             pid, pipe_id = args
             entry = self.tables.pta.get(pid)
@@ -237,36 +254,47 @@ class Router:
 
     # ---------------------------------------------------------- resolution
     async def resolve(self, name: str, timeout: float | None) -> int:
-        """The pid of ``name`` by the name rule (see the module docstring)."""
+        """The pid of ``name`` by the name rule (see the module docstring).
+
+        Cancellation: nothing to undo.
+        """
         pid = self.pids.get(name)
         if pid is not None:
             return pid
         wait = self.name_timeout if timeout is None else timeout
-        home = self._left.get(name)
-        if home is not None:
-            exc = UnknownProcessError(name, freed_on=home)
-            if home not in (self.rank, -1):
-                exc.origin_rank = home   # under aiopdbp.run: a consequence of that rank
-            raise exc
+        _if_freed(self._left, self.rank, name)
         if wait <= 0:
+            self.want(name)   # not known here yet: a later look may find it
             raise UnknownProcessError(name, suggestions=self.close_names(name))
         if self._closed is not None:
             raise ClosedResourceError(f"node {self.rank} is closed")
-        fut = asyncio.get_running_loop().create_future()
-        waiters = self._name_waiters.setdefault(name, [])
-        waiters.append(fut)
-        hint = asyncio.get_running_loop().call_later(min(NAME_HINT_AFTER, wait / 2), self._hint, name, wait)
+        self.want(name)   # its home sends it (now, or when it is registered)
+        pid = self.pids.get(name)   # at once when this host is its home
+        if pid is None:
+            _if_freed(self._left, self.rank, name)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + wait
+        hint = loop.call_later(min(NAME_HINT_AFTER, wait / 2), self._hint, name, wait)
         try:
-            await asyncio.wait_for(fut, wait)
-        except TimeoutError:
-            raise UnknownProcessError(name, wait, suggestions=self.close_names(name)) from None
+            while pid is None:
+                fut = loop.create_future()
+                waiters = self._name_waiters.setdefault(name, [])
+                waiters.append(fut)
+                try:
+                    await asyncio.wait_for(fut, max(0.0, end - loop.time()))
+                except TimeoutError:
+                    raise UnknownProcessError(name, wait, suggestions=self.close_names(name)) from None
+                finally:
+                    if fut in waiters:
+                        waiters.remove(fut)
+                    if not waiters:
+                        self._name_waiters.pop(name, None)
+                pid = self.pids.get(name)
+                if pid is None:   # registered and freed before this task ran
+                    _if_freed(self._left, self.rank, name)
         finally:
             hint.cancel()
-            if fut in waiters:
-                waiters.remove(fut)
-            if not waiters:
-                self._name_waiters.pop(name, None)
-        return self.tables.pid_of(name)
+        return pid
 
     def close_names(self, name: str) -> tuple[str, ...]:
         """Names close to ``name`` (a misspelling's "did you mean"): those
@@ -293,6 +321,10 @@ class Router:
         name = self.tables.names.get(pid)
         if name is not None or self._closed is not None:
             return name or self.tables.name_of(pid)
+        self.want_pid(pid)
+        name = self.tables.names.get(pid)   # at once when this host is its home
+        if name is not None:
+            return name
         fut = asyncio.get_running_loop().create_future()
         waiters = self._pid_waiters.setdefault(pid, [])
         waiters.append(fut)
@@ -689,6 +721,29 @@ async def _routed(router: Router, dest: str, timeout: float | None) -> tuple[int
             await router.resolve(dest, 0)
             raise
     return pid, tgt
+
+
+def _if_freed(left: dict[str, int], rank: int, name: str) -> None:
+    """Raise the name rule's error when ``name`` is among ``left`` (names
+    freed since they were registered -> the rank of their GP); ``rank``: here."""
+    home = left.get(name)
+    if home is not None:
+        exc = UnknownProcessError(name, freed_on=home)
+        if home not in (rank, -1):
+            exc.origin_rank = home   # under aiopdbp.run: a consequence of that rank
+        raise exc
+
+
+def _asking(name_of: Callable[[int], str], want_pid: Callable[[int], None]) -> Callable[[int], str]:
+    """``name_of`` that also asks for the name it does not know yet."""
+    def unnamed(pid: int) -> str:
+        want_pid(pid)
+        return name_of(pid)
+    return unnamed
+
+
+def _nothing(_: Any) -> None:
+    pass
 
 
 def _wake(waiters: Any) -> None:

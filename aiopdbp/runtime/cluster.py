@@ -2,7 +2,7 @@
 
 ``async with open_cluster(4) as nodes`` starts four nodes on one event loop,
 connected by the in-process fabric: everything a multi-host run does --
-encoding, pools, credits, replicated tables, streams -- happens, with the
+encoding, pools, credits, tables and names, streams -- happens, with the
 network replaced by memory copies.
 """
 

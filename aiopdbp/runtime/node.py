@@ -192,7 +192,9 @@ class Node:
                              submit=self.manager.submit, offer=self.manager.offer,
                              links=self._link if multi else None, grant=self._grant if multi else None,
                              bind_timeout=cfg.bind_timeout, window=cfg.gp_window,
-                             streams=_WholeStreams(self) if multi else None)
+                             streams=_WholeStreams(self) if multi else None,
+                             want=self._want if multi else None,
+                             want_pid=self._want_pid if multi else None)
         self.devices = DevicePath(device, rank=self.rank, tables=self.tables, router=self.router,
                                   submit=self.manager.submit, transport=transport)
         self.streams = StreamTable(self.rank, stream_window, self.tables, self.pps, self.cps_streams,
@@ -225,6 +227,14 @@ class Node:
     def _link(self, host: int) -> Target:
         assert self._remote is not None
         return self._remote.link(host)
+
+    def _want(self, name: str) -> None:
+        if self._remote is not None:
+            self._remote.sequencer.names.want(name)
+
+    def _want_pid(self, pid: int) -> None:
+        if self._remote is not None:
+            self._remote.sequencer.names.want_pid(pid)
 
     def _grant(self, host: int, grants: list[tuple[int, int]]) -> None:
         if self._remote is not None:

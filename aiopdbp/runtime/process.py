@@ -594,6 +594,11 @@ class GP:
             if kind != "auto":  # (arrive's, for a stream, without the call)
                 item.arrays = kind
             return item
+        if self._into_task is not None:
+            # recv_into's own wait: it names the item once its buffer is no
+            # longer offered -- waiting for the name here would let the next
+            # payload land in that buffer and be taken ahead of this item
+            return item
         return arrive(await self._named(item), kind)
 
     async def _named(self, item: Message | IncomingStream) -> Message | IncomingStream:

@@ -25,8 +25,9 @@ class NodeStats:
     ``streams_in`` / ``streams_out`` live streams, ``segments_landed``
     stream segments received straight into the array ``read()`` returns
     (:meth:`~aiopdbp.streams.receiver.IncomingStream.landing`), ``table_version`` /
-    ``table_digest`` of the replicated tables (equal on every host once the
-    same updates arrived).  Remote hosts: ``links`` per host
+    ``table_digest`` of this host's tables (the updates applied here: the
+    node table, and the names this host registered or looked up, each in its
+    home host's order -- :mod:`aiopdbp.hosts.names`).  Remote hosts: ``links`` per host
     (:class:`~aiopdbp.hosts.link.LinkStats`), ``received`` data messages per host,
     ``credit_owed`` bytes of credit not yet returned, ``protocol_errors``,
     ``fallback_allocs`` (receive-pool row full), ``failed_hosts``, ``pool``

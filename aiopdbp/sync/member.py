@@ -117,21 +117,33 @@ class _Registry:
 
     def __init__(self) -> None:
         self.watchers: dict[int, list[tuple[SyncMember, int]]] = {}
+        #: pids whose host is not known here yet -> the watches that want it
+        self.placing: dict[int, list[tuple[_PeerWatch, int]]] = {}
 
     def watch(self, pid: int, member: SyncMember, index: int) -> None:
         self.watchers.setdefault(pid, []).append((member, index))
 
+    def place(self, pid: int, watch: _PeerWatch, index: int) -> None:
+        """Tell ``watch`` GP ``pid``'s host when its registration arrives."""
+        self.placing.setdefault(pid, []).append((watch, index))
+
     def unwatch(self, pid: int, member: SyncMember) -> None:
-        ws = self.watchers.get(pid)
-        if ws is None:
-            return
-        ws[:] = [w for w in ws if w[0] is not member]
-        if not ws:
-            del self.watchers[pid]
+        for table in (self.watchers, self.placing):
+            ws: list[Any] | None = table.get(pid)
+            if ws is None:
+                continue
+            ws[:] = [w for w in ws if w[0] is not member and getattr(w[0], "member", None) is not member]
+            if not ws:
+                del table[pid]
 
     def on_update(self, op: str, args: tuple[Any, ...], result: Any) -> None:
-        if op == "proc_free":
-            for member, index in self.watchers.pop(args[0], ()):
+        if op == "proc_reg":
+            for watch, index in self.placing.pop(result, ()):
+                watch.placed(index, args[2])
+        elif op in ("proc_free", "proc_gone"):
+            pid = args[0] if op == "proc_free" else args[3]
+            self.placing.pop(pid, None)
+            for member, index in self.watchers.pop(pid, ()):
                 member.on_pid_freed(index)
 
 
@@ -159,22 +171,35 @@ class _PeerWatch:
         self.rank: dict[int, int] = {}         # peer index -> its companion's rank
         self.remote: set[int] = set()          # peers whose companion is on another host
 
-    def watch(self, pid: int, index: int) -> None:
+    def watch(self, pid: int, index: int, *, known: bool = False) -> None:
+        """Watch ``pid`` for its free (``known``: even if its registration
+        has not reached this host yet -- it is on its way from its home)."""
         node = self.member.gp.node
-        if pid in node.tables.pta:
+        if known or pid in node.tables.pta:
             _registry(node).watch(pid, self.member, index)
             self.watched.append(pid)
 
-    def watch_peer(self, j: int, pid: int) -> None:
-        """First contact with peer ``j``: remember and watch its companion's pid."""
+    def watch_peer(self, j: int, pid: int, name: str) -> None:
+        """First contact with peer ``j``, whose companion ``name`` is GP
+        ``pid``: remember and watch it.  This host learns the companion's
+        registration and free from its home (``want``): a peer that only
+        ever sent here would otherwise be unknown here."""
         if j not in self.pid:
             self.pid[j] = pid
-            entry = self.member.gp.node.tables.pta.get(pid)
+            node = self.member.gp.node
+            node.router.want(name)
+            entry = node.tables.pta.get(pid)
             if entry is not None:
-                self.rank[j] = entry.node
-            if entry is not None and entry.node != self.member.gp.node.rank:
-                self.remote.add(j)
-            self.watch(pid, j)
+                self.placed(j, entry.node)
+            else:
+                _registry(node).place(pid, self, j)
+            self.watch(pid, j, known=True)
+
+    def placed(self, j: int, rank: int) -> None:
+        """Peer ``j``'s companion lives on host ``rank``."""
+        self.rank[j] = rank
+        if rank != self.member.gp.node.rank:
+            self.remote.add(j)
 
     def unwatch(self) -> None:
         reg = _REGISTRIES.get(self.member.gp.node)
@@ -287,6 +312,11 @@ class SyncMember:
             self._opened = True
             return
         self._watch.watch(self.gp.pid, _OWN)   # our GP freed -> leave the group
+        for i in peers:
+            # learn every peer's companion from its home, as it registers:
+            # LEAVE and ABORT go to every member (never waiting), and the
+            # linger watches them all (one lookup per peer and host)
+            node.router.want(self._comp_names[i])
         try:
             comp = await node.register(self.companion_of(self.member), PType.COMM)
             try:
@@ -354,7 +384,7 @@ class SyncMember:
                 if pid is None:
                     self._gone.setdefault(j, _Gone(None, "not registered", end - self.linger - 1))
                 else:
-                    self._watch.watch_peer(j, pid)
+                    self._watch.watch_peer(j, pid, self._comp_names[j])
         self._busy = True
         try:
             while True:
@@ -493,7 +523,7 @@ class SyncMember:
             self._orphan(item, key)
             return
         if i not in self._watch.pid:
-            self._watch.watch_peer(i, item.source_pid)
+            self._watch.watch_peer(i, item.source_pid, self._comp_names[i])
         if key in self._stash:
             raise BarrierError(f"{self._prefix()}: duplicate {_OP_NAMES.get(op, op)} "
                                f"step {key[1]} from {self._names[i]!r} (two groups share a name?)")
@@ -578,13 +608,14 @@ class SyncMember:
         name = self._comp_names[j]
         loop = asyncio.get_running_loop()
         delay = 0.0002
+        node.router.want(name)   # learnt from its home host (aiopdbp.hosts.names)
         while True:
             pid = node.tables.by_name.get(name)
             if pid is not None:
                 entry = node.tables.pta.get(pid)
                 if entry is not None and entry.pipe is not None:
                     self._ready.add(j)
-                    self._watch.watch_peer(j, pid)
+                    self._watch.watch_peer(j, pid, self._comp_names[j])
                     return pid
             self._drain_nowait(comp)
             now = loop.time()

@@ -13,8 +13,8 @@ nor mpi4py.
 The paper's kinds carry the operations they name:
 
 ====================  ==========================================================
-``RegMsg``            a host asks rank 0 (the MNode) to register a GP, with its
-                      pipe when it has one; ``ARMsg`` answers (pid or error)
+``RegMsg``            a host asks the name's home host to register a GP, with
+                      its pipe when it has one; ``ARMsg`` answers (pid or error)
 ``APipeMsg``          bind a pipe to a GP; ``AAPMsg`` answers
 ``ReleaseMsg``        release a GP's pipe, or free the GP; ``AAPMsg`` answers
 ``CancelMsg``         undo what a request did, when its requester gave up
@@ -23,12 +23,13 @@ The paper's kinds carry the operations they name:
 ``MBInfoMsg``         all GP-pipe bindings, sent by rank 0 at initialisation
 ====================  ==========================================================
 
-and the runtime's own: ``TableMsg`` (one ordered table update, broadcast by
-rank 0), ``TableReqMsg``/``TableAckMsg`` (any other table update, and the ones a host asks for without waiting),
+and the runtime's own: ``TableMsg`` (one table update, sent by a name's home
+to the hosts that use the name), ``TableReqMsg``/``TableAckMsg`` (any other table update, and the ones a host asks for without waiting),
 ``CreditMsg`` and ``CreditAskMsg`` (per-destination flow control), ``StallMsg``
 and ``DeadlockMsg`` (:mod:`aiopdbp.stall`), ``StreamDoneMsg``,
 ``StreamDonesMsg``, ``StreamCreditMsg``, ``ByeMsg``, ``StopMsg`` and ``StopAckMsg``;
-``RelayMsg`` carries any of the table kinds along the hosts' tree; ``LostMsg``
+``RelayMsg`` carries a host's info up the hosts' tree; ``LookupMsg`` asks
+a name's home host for the name (:mod:`aiopdbp.hosts.names`); ``LostMsg``
 spreads a lost host's name from the rank that noticed it.
 """
 
@@ -44,7 +45,8 @@ from aiopdbp.errors import ProtocolError
 __all__ = [
     "AAPMsg", "APipeMsg", "ARMsg", "ByeMsg", "CancelMsg", "ControlHandler", "CreditAskMsg", "CreditMsg",
     "CtrlMsg", "DeadlockMsg", "StallMsg",
-    "HInfoMsg", "LostMsg", "MBInfoMsg", "RegMsg", "RelayMsg", "ReleaseMsg", "StopAckMsg", "StopMsg", "StreamCreditMsg",
+    "HInfoMsg", "LookupMsg", "LostMsg", "MBInfoMsg", "RegMsg", "RelayMsg", "ReleaseMsg", "StopAckMsg",
+    "StopMsg", "StreamCreditMsg",
     "StreamDoneMsg", "StreamDonesMsg", "TableAckMsg", "TableMsg", "TableReqMsg", "credit_frame", "decode_control",
 ]
 
@@ -74,6 +76,7 @@ class ControlHandler(Protocol):
     def on_stop(self, src: int, msg: StopMsg) -> None: ...
     def on_stop_ack(self, src: int, msg: StopAckMsg) -> None: ...
     def on_relay(self, src: int, msg: RelayMsg) -> None: ...
+    def on_lookup(self, src: int, msg: LookupMsg) -> None: ...
     def on_lost(self, src: int, msg: LostMsg) -> None: ...
 
 
@@ -235,7 +238,8 @@ class MBInfoMsg(CtrlMsg):
 @_register
 @dataclasses.dataclass(frozen=True, slots=True)
 class TableMsg(CtrlMsg):
-    """Update number ``seq`` of the replicated tables, in rank 0's order."""
+    """A table update from the home host of the name it changes (``seq`` 0)
+    or from rank 0."""
 
     TYPE: ClassVar[MsgType] = MsgType.TABLE
     HANDLER: ClassVar[str] = "on_table"
@@ -474,6 +478,19 @@ class RelayMsg(CtrlMsg):
     origin: int
     dest: int
     frame: bytes
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True)
+class LookupMsg(CtrlMsg):
+    """To a name's home host: send this host GP ``name``'s registration and
+    every later update of it (``pid`` 0); or, ``name`` empty, the name of GP
+    ``pid`` (:mod:`aiopdbp.hosts.names`)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.LOOKUP
+    HANDLER: ClassVar[str] = "on_lookup"
+    name: str
+    pid: int
 
 
 @_register

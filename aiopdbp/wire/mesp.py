@@ -114,6 +114,7 @@ class MsgType(enum.IntEnum):
     DEADLOCK = 0x24       # rank 0 found a cycle of waits: fail them
     STREAM_DONES = 0x25   # many streams' receivers took them whole (one message per loop iteration)
     RELAY = 0x26          # a table message on its way along the tree to or from rank 0
+    LOOKUP = 0x27         # a host asks a name's home for it (and its updates), or a pid's name
     LOST = 0x2E           # a host was lost (liveness): passed on along a spread tree
     # DMP, data channel (paper section 4.3)
     UDATA = 0x10
@@ -201,6 +202,7 @@ CONTROL_SCHEMAS: dict[MsgType, dict[str, type | tuple[type, ...]]] = {
     MsgType.STALL: {"edges": list, "idle": list},
     MsgType.DEADLOCK: {"cycle": list},
     MsgType.RELAY: {"origin": int, "dest": int, "frame": bytes},
+    MsgType.LOOKUP: {"name": str, "pid": int},
     MsgType.LOST: {"rank": int, "origin": int, "span": int, "message": str},
 }
 

@@ -1,0 +1,435 @@
+"""Names at scale: every GP name has a home host, which alone keeps it.
+
+Theory of operation
+-------------------
+*Homes.*  A name's home is a host chosen by a stable hash of the name
+(:func:`home_of`); every host computes the same home without asking anyone.
+The home holds the name's record -- its registration (with the pid it gave),
+whether it is still registered, and the hosts subscribed to it -- and
+applies every update of that name in the one order it receives them.  So a
+name is unique in the job (the home refuses a second registration with
+:class:`~aiopdbp.errors.DuplicateProcessError`) without rank 0 seeing it,
+and a registration costs two control messages (request and answer) at one
+host, whatever the number of hosts.
+
+*Pids* are given by the home: ``pid = k * size + home + 1`` for its k-th
+registration, so they are unique in the job, and a pid names its home
+(:func:`pid_home`): updates of a GP (bind, release, free) and the question
+"whose pid is this?" go straight to it.
+
+*Subscribers.*  A host learns a name only from its home: by registering it,
+or by asking (:meth:`NameService.want`, ``LookupMsg``; the router asks when
+a send waits for a name it does not know).  The home answers with the
+registration (or, for a name freed since, ``proc_gone``: registration and
+free in one update, so no reader sees it registered) and from then on sends that
+host every update of the name (``TableMsg``), before answering the host
+that asked for the update -- so a requester has applied its update when its
+``await`` returns, and every subscriber sees a name's updates in the home's
+order.  A host that never sends to a name never hears of it.  The name rule
+is unchanged: a send waits for a name not registered yet (the home sends
+its registration when it comes), and a freed name fails at once once its
+free has reached the host (a subscriber gets it before anything later).
+
+*Sources.*  A message carries its sender's pid; a receiver that does not
+know that pid's name asks its home once (``LookupMsg`` with the pid) and
+keeps the answer (``proc_name``: a pid's name never changes).
+
+*Bounded waits.*  A request unanswered for ``reply_timeout`` seconds fails
+with :class:`~aiopdbp.errors.BrokenResourceError`; a name never registered is
+waited for by the router up to its name timeout, as before.  When the job
+stops every pending request fails, and undoing updates (release, free) are
+applied here only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiopdbp.errors import (
+    BrokenResourceError,
+    DuplicateProcessError,
+    PDBPError,
+    ProtocolError,
+    RankFailedError,
+    UnknownProcessError,
+)
+from aiopdbp.hosts.channel import ControlChannel
+from aiopdbp.hosts.tables import Tables
+from aiopdbp.wire.control import (
+    AAPMsg,
+    APipeMsg,
+    ARMsg,
+    CancelMsg,
+    CtrlMsg,
+    LookupMsg,
+    RegMsg,
+    ReleaseMsg,
+    TableAckMsg,
+    TableMsg,
+    TableReqMsg,
+)
+
+log = logging.getLogger("aiopdbp.hosts.names")
+
+__all__ = ["NameService", "home_of", "pid_home"]
+
+#: the updates a home applies to a registered GP (by pid)
+_PID_OPS = ("pipe_bind", "pipe_release", "proc_free")
+
+
+def home_of(name: str, size: int) -> int:
+    """The home host of GP name ``name`` in a job of ``size`` hosts."""
+    return zlib.crc32(name.encode("utf-8", "surrogatepass")) % size
+
+
+def pid_home(pid: int, size: int) -> int:
+    """The home host that gave ``pid`` (it keeps the pid's name)."""
+    return (pid - 1) % size
+
+
+@dataclass(slots=True)
+class _Record:
+    """A home's record of one name."""
+
+    subs: set[int] = field(default_factory=set)   # hosts sent every update of it
+    args: list[Any] | None = None   # its last registration: [name, ptype, node, pipe, pid]
+    live: bool = False              # registered now (args is kept after its free)
+
+
+class NameService:
+    """This host's part of the names: the home of some, a subscriber of others."""
+
+    def __init__(self, rank: int, size: int, tables: Tables, channel: ControlChannel, *,
+                 reply_timeout: float = 60.0) -> None:
+        self.rank = rank
+        self.size = size
+        self.tables = tables
+        self.reply_timeout = reply_timeout
+        self._channel = channel
+        self._homed: dict[str, _Record] = {}      # home: the names homed here
+        self._homed_pids: dict[int, str] = {}     # home: every pid given here -> its name
+        self._given = 0                           # home: registrations numbered so far
+        self._wanted: set[str] = set()            # names this host subscribed to
+        self._asked: set[int] = set()             # pids whose name was asked of their home
+        self._reqs = iter(range(1, 1 << 62))
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._cancelled: set[int] = set()
+        self._req_names: dict[int, str] = {}      # pending registrations: req -> name
+        self._closing = False
+        self._stopping = False
+
+    # ------------------------------------------------------------ subscribing
+    def want(self, name: str) -> None:
+        """Subscribe to ``name`` at its home (once): its registration, if
+        any, and every later update of it will be applied here."""
+        if name in self._wanted or self._closing or self._stopping:
+            return
+        self._wanted.add(name)
+        home = home_of(name, self.size)
+        if home == self.rank:
+            self._subscribe(self.rank, name)
+        else:
+            self._channel.send(home, LookupMsg(name, 0))
+
+    def want_pid(self, pid: int) -> None:
+        """Ask (once) the home of ``pid`` for its name (``proc_name``)."""
+        if pid <= 0 or pid in self._asked or pid in self.tables.names or self._closing or self._stopping:
+            return
+        self._asked.add(pid)
+        home = pid_home(pid, self.size)
+        if home == self.rank:
+            self.on_lookup(self.rank, LookupMsg("", pid))
+        else:
+            self._channel.send(home, LookupMsg("", pid))
+
+    # ----------------------------------------------------------------- client
+    async def commit(self, op: str, args: tuple[Any, ...]) -> Any:
+        """Apply a table update through its name's home; return its result.
+
+        Cancellation: the update may still be applied (its request is on the
+        way to the home); a registration or binding it made is then undone.
+        No answer within ``reply_timeout`` raises
+        :class:`~aiopdbp.errors.BrokenResourceError`.
+        """
+        if self._stopping:
+            # The job is stopping (failure, interrupt): the home may be gone.
+            # Undoing (release, free) is applied here only; nothing new starts.
+            if op in ("pipe_release", "proc_free"):
+                self.commit_nowait(op, args)
+                return None
+            raise RankFailedError(f"the job is stopping: {op} refused", self.rank)
+        if op == "proc_reg":
+            name = args[0]
+            home = home_of(name, self.size)
+            if name not in self._wanted:
+                try:
+                    return await self._commit(home, op, args)
+                except BaseException:
+                    self._wanted.discard(name)   # refused: this host did not subscribe
+                    raise
+        elif op in _PID_OPS:
+            home = pid_home(args[0], self.size)
+        else:
+            raise PDBPError(f"unknown table update {op!r}")
+        return await self._commit(home, op, args)
+
+    async def _commit(self, home: int, op: str, args: tuple[Any, ...]) -> Any:
+        """:meth:`commit` at host ``home`` (here or by a request to it)."""
+        if op == "proc_reg":
+            name, ptype, node, *rest = args
+            pipe = rest[0] if rest and rest[0] is not None else -1
+            self._wanted.add(name)   # the home subscribes the registering host
+            if home == self.rank:
+                return self._register(self.rank, name, int(ptype), node, None if pipe < 0 else pipe)
+        elif home == self.rank:
+            return self._update(op, args[0], args[1] if op == "pipe_bind" else None)
+        req = next(self._reqs)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting[req] = fut
+        msg: CtrlMsg
+        if op == "proc_reg":
+            msg = RegMsg(req, name, int(ptype), node, pipe)
+            self._req_names[req] = name
+        elif op == "pipe_bind":
+            msg = APipeMsg(req, args[0], args[1])
+        else:
+            msg = ReleaseMsg(req, args[0], op == "proc_free")
+        self._channel.send(home, msg, lambda exc: self._resolve(
+            req, None, BrokenResourceError(f"host {home} is unreachable: {exc}")))
+        try:
+            async with asyncio.timeout(self.reply_timeout):
+                return await fut
+        except TimeoutError:
+            self._cancelled.add(req)  # undo it if the home does it late
+            raise BrokenResourceError(
+                f"host {home} did not answer {op} within {self.reply_timeout} s") from None
+        except asyncio.CancelledError:
+            if not fut.done() or fut.cancelled():
+                self._cancelled.add(req)  # undo it if the home does it anyway
+            raise
+        finally:
+            self._waiting.pop(req, None)
+            self._req_names.pop(req, None)
+
+    def commit_nowait(self, op: str, args: tuple[Any, ...]) -> None:
+        """Ask for a table update (of a GP, by pid) without waiting for it."""
+        if self._closing or self._stopping:
+            try:  # tearing down: the other hosts are closing too
+                self.tables.apply(op, args)
+            except PDBPError:
+                pass
+            return
+        if op not in _PID_OPS:
+            raise PDBPError(f"table update {op!r} cannot be asked without waiting")
+        home = pid_home(args[0], self.size)
+        if home != self.rank:
+            self._channel.send(home, TableReqMsg(0, op, list(args)))
+            return
+        try:
+            self._update(op, args[0], args[1] if op == "pipe_bind" else None)
+        except PDBPError as exc:
+            log.debug("table update %s%s refused: %s", op, args, exc)
+
+    # ------------------------------------------------------------------- home
+    def _register(self, src: int, name: str, ptype: int, node: int, pipe: int | None) -> int:
+        """Home: register ``name`` for host ``src`` (raises if it is taken)."""
+        rec = self._homed.get(name)
+        if rec is None:
+            rec = self._homed[name] = _Record()
+        if rec.live:
+            raise DuplicateProcessError(name)
+        self._given += 1
+        pid = (self._given - 1) * self.size + self.rank + 1
+        rec.args = [name, ptype, node, pipe, pid]
+        rec.live = True
+        rec.subs.add(src)
+        self._homed_pids[pid] = name
+        self._push(rec, "proc_reg", list(rec.args))
+        return pid
+
+    def _record(self, pid: int) -> _Record:
+        name = self._homed_pids.get(pid)
+        rec = None if name is None else self._homed.get(name)
+        if rec is None or not rec.live or rec.args is None or rec.args[4] != pid:
+            raise UnknownProcessError(f"pid {pid}")
+        return rec
+
+    def _update(self, op: str, pid: int, pipe: int | None) -> Any:
+        """Home: apply one update of a registered GP and send it to its subscribers."""
+        rec = self._record(pid)
+        assert rec.args is not None
+        if op == "pipe_bind":
+            rec.args[3] = pipe
+            self._push(rec, op, [pid, pipe])
+            return pipe
+        if op == "pipe_release":
+            old, rec.args[3] = rec.args[3], None
+            self._push(rec, op, [pid])
+            return old
+        rec.live = False
+        self._push(rec, op, [pid])
+        return pid
+
+    def _push(self, rec: _Record, op: str, args: list[Any]) -> None:
+        for host in sorted(rec.subs):
+            if host == self.rank:
+                self._apply(op, args)
+            else:
+                self._channel.send(host, TableMsg(0, op, args))
+
+    def _subscribe(self, src: int, name: str) -> None:
+        """Home: ``src`` gets ``name``'s registration (and free) now, if
+        there was one, and every update of it from now on."""
+        rec = self._homed.get(name)
+        if rec is None:
+            rec = self._homed[name] = _Record()
+        rec.subs.add(src)
+        if rec.args is None:
+            return   # not registered yet: its registration will be pushed
+        if rec.live:
+            op, args = "proc_reg", list(rec.args)
+        else:   # one update: registration and free in two, a reader could run between
+            name, ptype, node, _, pid = rec.args
+            op, args = "proc_gone", [name, ptype, node, pid]
+        if src == self.rank:
+            self._apply(op, args)
+        else:
+            self._channel.send(src, TableMsg(0, op, args))
+
+    def _answer(self, op: str, pid: int, pipe: int | None = None) -> PDBPError | None:
+        try:
+            self._update(op, pid, pipe)
+        except PDBPError as exc:
+            return exc
+        return None
+
+    def on_reg(self, src: int, msg: RegMsg) -> None:
+        try:
+            pid = self._register(src, msg.name, msg.ptype, msg.node, None if msg.pipe < 0 else msg.pipe)
+        except PDBPError as exc:
+            self._channel.send(src, ARMsg(msg.req, False, 0, str(exc), type(exc).__name__))
+        else:
+            self._channel.send(src, ARMsg(msg.req, True, pid, "", ""))
+
+    def on_apipe(self, src: int, msg: APipeMsg) -> None:
+        exc = self._answer("pipe_bind", msg.pid, msg.pipe)
+        self._channel.send(src, AAPMsg(msg.req, exc is None, msg.pipe, "" if exc is None else str(exc)))
+
+    def on_release(self, src: int, msg: ReleaseMsg) -> None:
+        exc = self._answer("proc_free" if msg.free else "pipe_release", msg.pid)
+        self._channel.send(src, AAPMsg(msg.req, exc is None, -1, "" if exc is None else str(exc)))
+
+    def on_table_req(self, src: int, msg: TableReqMsg) -> None:
+        if msg.op in _PID_OPS and msg.args and type(msg.args[0]) is int:
+            exc = self._answer(msg.op, msg.args[0], msg.args[1] if len(msg.args) > 1 else None)
+        else:
+            exc = PDBPError(f"table update {msg.op!r} is not asked of a home")
+        if msg.req:
+            self._channel.send(src, TableAckMsg(msg.req, exc is None, "" if exc is None else str(exc)))
+
+    def on_cancel(self, src: int, msg: CancelMsg) -> None:
+        name = self._homed_pids.get(msg.pid)
+        rec = None if name is None else self._homed.get(name)
+        if rec is not None and rec.live and rec.args is not None and rec.args[4] == msg.pid \
+                and rec.args[2] == src:
+            self._answer("proc_free", msg.pid)
+
+    def on_lookup(self, src: int, msg: LookupMsg) -> None:
+        if msg.name:
+            self._subscribe(src, msg.name)
+            return
+        name = self._homed_pids.get(msg.pid)
+        if name is None:
+            return   # never given here: the asker keeps its placeholder
+        if src == self.rank:
+            self._apply("proc_name", [msg.pid, name])
+        else:
+            self._channel.send(src, TableMsg(0, "proc_name", [msg.pid, name]))
+
+    # ------------------------------------------------------------ subscriber
+    def _apply(self, op: str, args: list[Any]) -> None:
+        try:
+            self.tables.apply(op, args)
+        except PDBPError as exc:
+            if self._closing or self._stopping:
+                # tearing down, this host applied its own releases alone
+                log.debug("table update %s%s after local teardown: %s", op, args, exc)
+            else:  # cannot happen: a home sends a name's updates in its order
+                log.critical("names diverged applying %s%s: %s", op, args, exc)
+
+    def on_table(self, src: int, msg: TableMsg) -> None:
+        args = msg.args
+        key = args[0] if args else None
+        # only a name's home sends its updates (the order every holder follows)
+        if msg.op in ("proc_reg", "proc_gone") and type(key) is str:
+            home = home_of(key, self.size)
+        elif msg.op in (*_PID_OPS, "proc_name") and type(key) is int:
+            home = pid_home(key, self.size)
+        else:
+            raise ProtocolError(f"a malformed table update {msg.op!r}")
+        if src != home:
+            raise ProtocolError(f"a {msg.op} update from host {src}, not its home (host {home})")
+        self._apply(msg.op, args)
+
+    def on_ar(self, src: int, msg: ARMsg) -> None:
+        if msg.req in self._cancelled:
+            self._cancelled.discard(msg.req)
+            if msg.ok:
+                self._channel.send(src, CancelMsg(msg.req, msg.pid))
+            return
+        exc: PDBPError | None = None
+        if not msg.ok:
+            exc = _rebuild_error(msg.etype, msg.error, self._req_names.get(msg.req))
+        self._resolve(msg.req, msg.pid, exc)
+
+    def on_aap(self, src: int, msg: AAPMsg) -> None:
+        self._cancelled.discard(msg.req)
+        self._resolve(msg.req, msg.pipe, None if msg.ok else PDBPError(msg.error))
+
+    def on_table_ack(self, src: int, msg: TableAckMsg) -> None:
+        self._resolve(msg.req, None, None if msg.ok else PDBPError(msg.error))
+
+    def _resolve(self, req: int, result: Any, exc: BaseException | None) -> None:
+        fut = self._waiting.get(req)
+        if fut is None or fut.done():
+            return
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)
+
+    # -------------------------------------------------------------- stopping
+    def stop_waiting(self, exc: BaseException) -> None:
+        """The job stops: no request will be answered any more; every
+        pending one fails with ``exc``."""
+        self._stopping = True
+        self._fail_waiting(exc)
+
+    def mark_closing(self) -> None:
+        """The node is closing: updates asked from now on are applied here only."""
+        self._closing = True
+
+    def close(self) -> None:
+        """The node closed: every pending request fails."""
+        self._closing = True
+        self._fail_waiting(BrokenResourceError("node closed"))
+
+    def _fail_waiting(self, exc: BaseException) -> None:
+        for fut in self._waiting.values():
+            if not fut.done():
+                fut.set_exception(exc)
+                fut.exception()
+
+
+def _rebuild_error(etype: str, error: str, name: str | None) -> PDBPError:
+    """The error a home refused an update with, as the same class and
+    message (never wrapped twice)."""
+    if etype == "DuplicateProcessError" and name is not None:
+        return DuplicateProcessError(name)
+    if etype == "UnknownProcessError" and name is not None:
+        return UnknownProcessError(name)
+    return PDBPError(error or "table update refused")
