@@ -16,7 +16,7 @@ run() { local v=$1; shift; local f=$1; shift
   esac >> "$OUT/$f" 2>&1; }
 uptime > "$OUT/load.txt"
 for i in $(seq "$ROUNDS"); do
-  for v in base new basepure pure; do
+  for v in ${VARIANTS:-base new basepure pure}; do
     echo "== $v run $i" | tee -a "$OUT/hops-$v.txt" "$OUT/rate-$v.txt" >/dev/null
     run $v hops-$v.txt bench pingpong --sizes 8,4K --repeat 3 --hops
     run $v rate-$v.txt bench -n 2 --tests rate --repeat 3 --no-plots
