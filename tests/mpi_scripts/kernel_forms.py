@@ -32,6 +32,18 @@ SIZES = [0, 1, 8, 100, 3, 4095, 4096, 9, 70000, 7]
 SMALL = 4096
 
 
+def _received(comm: MPI.Comm) -> list[tuple[int, int]]:
+    """The batch from rank 0, received plainly: each message's length and CRC-32."""
+    got = []
+    for _ in SIZES:
+        status = MPI.Status()
+        comm.Probe(0, TAG, status)
+        buf = bytearray(status.Get_count(MPI.BYTE))
+        comm.Recv([buf, MPI.BYTE], 0, TAG)
+        got.append((len(buf), zlib.crc32(buf)))
+    return got
+
+
 def main() -> None:
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
@@ -74,13 +86,7 @@ def main() -> None:
             world.send([type(r).__name__ for r in reqs], 1, 99)  # rank 1 prints it: one writer, no interleaving
             MPI.Request.Waitall([r for r in reqs if r is not None])
         else:
-            got = []
-            for n in SIZES:
-                status = MPI.Status()
-                comm.Probe(0, TAG, status)
-                buf = bytearray(status.Get_count(MPI.BYTE))
-                comm.Recv([buf, MPI.BYTE], 0, TAG)
-                got.append((len(buf), zlib.crc32(buf)))
+            got = _received(comm)
             print(f"FORM {name} post {world.recv(source=0, tag=99)!r}", flush=True)
             print(f"FORM {name} posted {got!r}", flush=True)
         world.Barrier()
@@ -113,13 +119,7 @@ def main() -> None:
             world.send(report, 1, 99)
             MPI.Request.Waitall(held)  # type: ignore[arg-type]
         else:
-            got = []
-            for n in SIZES:
-                status = MPI.Status()
-                comm.Probe(0, TAG, status)
-                buf = bytearray(status.Get_count(MPI.BYTE))
-                comm.Recv([buf, MPI.BYTE], 0, TAG)
-                got.append((len(buf), zlib.crc32(buf)))
+            got = _received(comm)
             print(f"FORM {name} lane {world.recv(source=0, tag=99)!r}", flush=True)
             print(f"FORM {name} laned {got!r}", flush=True)
         world.Barrier()
