@@ -27,7 +27,18 @@ _spec.loader.exec_module(_hash)
 TWINS = [("aiopdbp.wire.cblocks", "aiopdbp/wire/cblocks.pyx", ("blocks.py", "cblocks.pyx"), False),
          ("aiopdbp.transport.ckernel", "aiopdbp/transport/ckernel.pyx", ("kernel.py", "ckernel.pyx"), True),
          ("aiopdbp.hosts.cgate", "aiopdbp/hosts/cgate.pyx", ("gate.py", "cgate.pyx"), False),
-         ("aiopdbp.hosts.csender", "aiopdbp/hosts/csender.pyx", ("sender.py", "csender.pyx"), False)]
+         ("aiopdbp.hosts.csender", "aiopdbp/hosts/csender.pyx", ("sender.py", "csender.pyx"), False),
+         ("aiopdbp.tensormem.cview", "aiopdbp/tensormem/cview.pyx", ("view.py", "cview.pyx"), False)]
+#: the twins that call numpy's C API (its headers: numpy is a build requirement)
+NUMPY_TWINS = {"aiopdbp.tensormem.cview"}
+
+
+def _numpy_include() -> list[str] | None:
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return [numpy.get_include()]
 
 
 def _mpich() -> dict[str, list[str]] | None:
@@ -58,10 +69,18 @@ def extensions() -> list[Extension]:
             print(f"aiopdbp: {name} needs MPICH's mpi.h and mpi4py at build time: "
                   "its pure-Python form will run", file=sys.stderr)
             continue
+        extra = dict(mpi) if calls_mpi and mpi else {}
+        if name in NUMPY_TWINS:
+            if (include := _numpy_include()) is None:
+                print(f"aiopdbp: {name} needs numpy's headers at build time: its pure-Python form will run",
+                      file=sys.stderr)
+                continue
+            extra["include_dirs"] = extra.get("include_dirs", []) + include
         digest = _hash.source_hash(ROOT / Path(pyx).parent, sources)
         exts.append(Extension(name, [pyx], optional=True,
-                              define_macros=[("AIOPDBP_SOURCE_HASH", f'"{digest}"')],
-                              extra_compile_args=["-O2"], **(mpi if calls_mpi and mpi else {})))
+                              define_macros=[("AIOPDBP_SOURCE_HASH", f'"{digest}"'),
+                                             ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+                              extra_compile_args=["-O2"], **extra))
     return exts
 
 

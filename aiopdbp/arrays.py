@@ -20,9 +20,26 @@ from __future__ import annotations
 
 import sys
 import warnings
-from typing import Any
+from types import ModuleType
+from typing import Any, NamedTuple
 
 import numpy as np
+
+from aiopdbp import ext
+from aiopdbp.tensormem import view as _pure_memory
+
+_compiled: ModuleType | None
+_error: BaseException | None = None
+try:
+    import aiopdbp.tensormem.cview as _compiled  # type: ignore[import-not-found, no-redef, unused-ignore]
+except ModuleNotFoundError as exc:  # not built (or, if another module is missing, broken)
+    _compiled = None
+    _error = exc if exc.name != "aiopdbp.tensormem.cview" else None
+except ImportError as exc:  # built for another interpreter or numpy, or damaged
+    _compiled = None
+    _error = exc
+# a tensor's memory as an ndarray: the compiled twin of aiopdbp.tensormem.view where built and current
+_memory: ModuleType = ext.choose("tensormem", _pure_memory, _compiled, _error)
 
 __all__ = ["KINDS", "ML_DTYPES", "arrival", "cpu_tensor_array", "device_dtype", "host_array", "parse_name", "tag_of",
            "tensor_wanted", "wire_name"]
@@ -45,11 +62,11 @@ _TORCH_SPECIAL = {"bfloat16": "bfloat16", "float8_e4m3fn": "float8_e4m3fn", "flo
                   "float8_e4m3fnuz": "float8_e4m3fnuz", "float8_e5m2fnuz": "float8_e5m2fnuz"}
 
 _tagged: dict[tuple[str, str, str], np.dtype[Any]] = {}
-# Per torch dtype seen: the torch dtype its bits are viewed as first (None,
-# or int16/uint8 for the dtypes numpy has no builtin for) and the tagged
-# numpy dtype of its ndarray (built from names per send, that cost more than
-# the rest of a small tensor's send).
-_TORCH_PLANS: dict[Any, tuple[Any, np.dtype[Any]]] = {}
+# Per torch dtype seen: its _TorchPlan (the tagged dtype built from names
+# per send cost more than the rest of a small tensor's send).
+_TORCH_PLANS: dict[Any, _TorchPlan] = {}
+# torch.strided once a tensor was sent
+_strided: Any = None
 # torch.Tensor once a tensor was sent (torch is not imported for it)
 _tensor: type | None = None
 _UNSET = object()
@@ -144,47 +161,56 @@ def _torch_refusal(t: Any) -> TypeError | None:
     return None
 
 
+class _TorchPlan(NamedTuple):
+    """How the tensors of one torch dtype become ndarrays."""
+    dtype: np.dtype[Any]  # the tagged numpy dtype of their ndarray (built from names once)
+    complex_: bool  # only a complex tensor can have its conjugate bit set
+    bits: Any  # the torch dtype torch.numpy() takes their bits as (int16/uint8), or None for their own
+
+
+def _torch_plan(t: Any, torch: Any) -> _TorchPlan:
+    """The plan for ``t``'s dtype, made and kept; ``TypeError`` for a dtype
+    that cannot travel."""
+    try:  # numpy's dtype for torch's, as t.numpy() would have it (an empty tensor: no data read)
+        base = torch.empty(0, dtype=t.dtype).numpy().dtype
+    except (TypeError, RuntimeError) as exc:
+        special = _TORCH_SPECIAL.get(str(t.dtype).removeprefix("torch."))
+        if special is None:
+            raise TypeError(f"cannot send a tensor of {t.dtype}: {exc}") from None
+        size = _ML_SIZES[special]
+        plan = _TorchPlan(_tag(_UINT[size], "torch", special), False, torch.uint8 if size == 1 else torch.int16)
+    else:
+        plan = _TorchPlan(_tag(base, "torch", base.str), bool(t.dtype.is_complex), None)
+    _TORCH_PLANS[t.dtype] = plan
+    return plan
+
+
 def _torch_array(t: Any) -> np.ndarray[Any, Any] | None:
     """A CPU tensor as a tagged ndarray over its memory; None for a device
     tensor (the device path takes it); ``TypeError`` for one that cannot
     travel, saying what to send instead."""
+    global _strided
     if not t.is_cpu:
         if t.is_meta:
             raise TypeError("cannot send a tensor on the meta device: it has no data")
         return None
     torch = sys.modules["torch"]
+    _strided = torch.strided
     if t.layout is not torch.strided:
         raise TypeError(f"cannot send a {t.layout} tensor: send t.to_dense() (or its indices and values)")
     plan = _TORCH_PLANS.get(t.dtype)
-    if plan is not None:  # a dtype seen before: no names to build, no dtype to look up
-        bits, dt = plan
-        if bits is None:
-            try:  # t.numpy() itself refuses what cannot travel (the checks below say why)
-                return t.numpy().view(dt)  # type: ignore[no-any-return]
-            except (TypeError, RuntimeError):
-                pass
-        elif (refusal := _torch_refusal(t)) is not None:  # (t.view(bits) would not refuse grad)
-            raise refusal
-        else:
-            return t.view(bits).numpy().view(dt)  # type: ignore[no-any-return]
-    try:  # the common case first: t.numpy() itself refuses what cannot travel
-        arr: np.ndarray[Any, Any] = t.numpy()
+    if plan is not None and (arr := _memory.tensor_array(t, plan.dtype, _strided, plan.complex_)) is not None:
+        return arr
+    if (refusal := _torch_refusal(t)) is not None:
+        raise refusal
+    if plan is None:
+        plan = _torch_plan(t, torch)
+    # (what tensor_array leaves: a non-contiguous or empty tensor, through torch's own view)
+    try:
+        raw: np.ndarray[Any, Any] = (t if plan.bits is None else t.view(plan.bits)).numpy()
     except (TypeError, RuntimeError) as exc:
-        refusal = _torch_refusal(t)
-        if refusal is not None:
-            raise refusal from None
-        special = _TORCH_SPECIAL.get(str(t.dtype).removeprefix("torch."))
-        if special is None:
-            raise TypeError(f"cannot send a tensor of {t.dtype}: {exc}") from None
-        size = _ML_SIZES[special]
-        bits = torch.uint8 if size == 1 else torch.int16
-        tagged = _tag(_UINT[size], "torch", special)
-        _TORCH_PLANS[t.dtype] = (bits, tagged)
-        raw: np.ndarray[Any, Any] = t.view(bits).numpy()
-        return raw.view(tagged)
-    dt = _tag(arr.dtype, "torch", arr.dtype.str)
-    _TORCH_PLANS[t.dtype] = (None, dt)
-    return arr.view(dt)
+        raise TypeError(f"cannot send this tensor: {exc}") from None
+    return raw.view(plan.dtype)
 
 
 def host_array(obj: Any) -> np.ndarray[Any, Any] | None:
@@ -225,11 +251,8 @@ def cpu_tensor_array(obj: Any) -> np.ndarray[Any, Any] | None:
         return None
     t: Any = obj
     plan = _TORCH_PLANS.get(t.dtype)
-    if plan is not None and plan[0] is None and t.is_cpu:
-        try:  # t.numpy() refuses what cannot travel (any layout but strided too): _torch_array says why
-            return t.numpy().view(plan[1])  # type: ignore[no-any-return]
-        except (TypeError, RuntimeError):
-            pass
+    if plan is not None and (arr := _memory.tensor_array(t, plan.dtype, _strided, plan.complex_)) is not None:
+        return arr  # the common case: no torch operation (tensormem's doc)
     return _torch_array(t)
 
 

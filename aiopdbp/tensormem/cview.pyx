@@ -1,0 +1,65 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The compiled twin of :mod:`aiopdbp.tensormem.view` (read its docstring): the
+same :func:`tensor_array`, the ndarray made by one numpy C call over the
+tensor's memory, with the tensor as its base."""
+
+cimport numpy as cnp
+from cpython.object cimport PyTypeObject
+from cpython.ref cimport Py_INCREF
+from libc.stdint cimport uintptr_t
+
+import numpy as np
+
+cnp.import_array()
+
+cdef extern from *:
+    """
+    #ifndef AIOPDBP_SOURCE_HASH
+    #define AIOPDBP_SOURCE_HASH ""
+    #endif
+    """
+    const char *AIOPDBP_SOURCE_HASH
+
+cdef extern from "numpy/arrayobject.h":
+    # (numpy's own .pxd leaves it out): steals a reference to descr
+    object PyArray_NewFromDescr(PyTypeObject *subtype, cnp.PyArray_Descr *descr, int nd, cnp.npy_intp *dims,
+                                cnp.npy_intp *strides, void *data, int flags, object obj)
+
+#: the files this twin was built from, and their hash then (aiopdbp.ext checks it)
+__sources__ = ("view.py", "cview.pyx")
+__source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
+
+__all__ = ["tensor_array"]
+
+# (numpy's own limit on dimensions; a tensor with more takes the general path)
+DEF _MAX_DIMS = 64
+
+
+def tensor_array(t, cnp.dtype dt, strided, bint complex_):
+    """As :func:`aiopdbp.tensormem.view.tensor_array`."""
+    cdef cnp.npy_intp dims[_MAX_DIMS]
+    cdef Py_ssize_t nd, i
+    cdef cnp.npy_intp n = 1
+    cdef uintptr_t ptr
+    cdef cnp.ndarray arr
+    if (not t.is_cpu or t.layout is not strided or t.requires_grad or t.is_neg()
+            or complex_ and t.is_conj() or not t.is_contiguous()):
+        return None
+    try:
+        shape = t.shape
+    except RuntimeError:  # a nested tensor has none
+        return None
+    nd = len(shape)
+    if nd > _MAX_DIMS:
+        return None
+    for i in range(nd):
+        dims[i] = shape[i]
+        n *= dims[i]
+    if n == 0:
+        return None
+    ptr = t.data_ptr()
+    Py_INCREF(dt)  # PyArray_NewFromDescr steals a reference to the dtype
+    arr = PyArray_NewFromDescr(<PyTypeObject *>np.ndarray, <cnp.PyArray_Descr *>dt, <int>nd, dims, NULL,
+                               <void *>ptr, cnp.NPY_ARRAY_C_CONTIGUOUS | cnp.NPY_ARRAY_WRITEABLE, None)
+    cnp.set_array_base(arr, t)  # the array holds the tensor, and so its memory, alive
+    return arr

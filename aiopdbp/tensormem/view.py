@@ -1,0 +1,50 @@
+"""A plain CPU tensor's memory as an ndarray, without ``t.numpy()``.
+
+``t.numpy()`` runs four of torch's dispatcher operations (detach, a
+conversion, resolve_conj, resolve_neg) per call: more than a small message
+costs to send.  :func:`tensor_array` reads the few attributes that say
+whether the tensor's memory can be viewed as it is, and views it: the
+common case of :func:`aiopdbp.arrays.host_array`.  Anything else -- a
+tensor off the CPU, sparse, nested, non-contiguous, empty, or one that
+``t.numpy()`` refuses (it requires grad, its conjugate or negative bit is
+set) -- gets None, and the caller takes the general path, which says why.
+
+This is the Python form; ``cview.pyx`` beside it is its compiled twin
+(one numpy C call instead of a ctypes view), chosen by
+:mod:`aiopdbp.arrays` through :func:`aiopdbp.ext.choose`.  Neither imports
+torch: the caller hands over what it needs from it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+
+__all__ = ["tensor_array"]
+
+
+def tensor_array(t: Any, dt: np.dtype[Any], strided: Any, complex_: bool) -> np.ndarray[Any, Any] | None:
+    """The memory of ``t`` (a ``torch.Tensor``) as a writable C-contiguous
+    ndarray of dtype ``dt`` (whose item size is ``t``'s) and ``t``'s shape;
+    the array keeps ``t`` alive.  ``strided`` is ``torch.strided``;
+    ``complex_`` says whether ``t``'s dtype is complex (only then can its
+    conjugate bit be set).  None when ``t`` needs the general path (see the
+    module's doc)."""
+    if (not t.is_cpu or t.layout is not strided or t.requires_grad or t.is_neg()
+            or complex_ and t.is_conj() or not t.is_contiguous()):
+        return None
+    try:
+        shape = t.shape
+    except RuntimeError:  # a nested tensor has none
+        return None
+    n = dt.itemsize
+    for d in shape:
+        n *= d
+    if n == 0:
+        return None
+    mem = (ctypes.c_char * n).from_address(t.data_ptr())
+    mem._tensor = t  # type: ignore[attr-defined]  # the array's base holds the tensor's memory alive
+    arr: np.ndarray[Any, Any] = np.frombuffer(mem, dt)
+    return arr if len(shape) == 1 else arr.reshape(shape)

@@ -1,0 +1,117 @@
+"""A CPU tensor's memory as an ndarray without ``t.numpy()``
+(aiopdbp.tensormem.view and its compiled twin aiopdbp.tensormem.cview): every test
+runs on both forms, and both make the same arrays."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+import weakref
+from typing import Any
+
+import numpy as np
+import pytest
+
+from aiopdbp import arrays
+from aiopdbp.tensormem import view as pure_memory
+
+torch = pytest.importorskip("torch")
+
+try:
+    from aiopdbp.tensormem import cview as compiled_memory  # type: ignore[attr-defined, unused-ignore]
+except ImportError:
+    compiled_memory = None
+
+#: both forms: every test runs against each
+FORMS = [pytest.param(pure_memory, id="pure"),
+         pytest.param(compiled_memory, id="compiled",
+                      marks=pytest.mark.skipif(compiled_memory is None, reason="tensormem.cview is not built"))]
+
+# torch dtype -> the dtype its ndarray gets (the ml_dtypes family: its bits, as arrays tags them)
+DTYPES = [(torch.float32, np.dtype("<f4")), (torch.float64, np.dtype("<f8")), (torch.float16, np.dtype("<f2")),
+          (torch.int64, np.dtype("<i8")), (torch.int8, np.dtype("|i1")), (torch.uint8, np.dtype("|u1")),
+          (torch.bool, np.dtype("|b1")), (torch.complex64, np.dtype("<c8")),
+          (torch.bfloat16, np.dtype("<u2")), (torch.float8_e4m3fn, np.dtype("|u1")),
+          (torch.float8_e5m2, np.dtype("|u1"))]
+
+
+def _view(form: Any, t: Any, dt: np.dtype[Any]) -> Any:
+    return form.tensor_array(t, dt, torch.strided, t.dtype.is_complex)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("tdtype, dt", DTYPES, ids=[str(d) for d, _ in DTYPES])
+def test_every_dtype_is_viewed_over_the_tensors_memory(form: Any, tdtype: Any, dt: np.dtype[Any]) -> None:
+    t = torch.arange(12).reshape(3, 4).to(tdtype)
+    tagged = np.dtype(dt.str, metadata={"aiopdbp": ("torch", "x")})
+    arr = _view(form, t, tagged)
+    assert type(arr) is np.ndarray and arr.dtype is tagged and arr.shape == (3, 4)
+    assert arr.flags.c_contiguous and arr.flags.writeable and arr.flags.aligned
+    assert arr.tobytes() == t.view(torch.uint8).numpy().tobytes()
+    assert arr.ctypes.data == t.data_ptr()  # no copy
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_write_to_the_array_is_a_write_to_the_tensor(form: Any) -> None:
+    t = torch.zeros(4, dtype=torch.int32)
+    _view(form, t, np.dtype("<i4"))[2] = 7
+    assert t.tolist() == [0, 0, 7, 0]
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_the_array_keeps_the_tensor_alive(form: Any) -> None:
+    t = torch.arange(1000, dtype=torch.float64)
+    gone = weakref.ref(t)
+    arr = _view(form, t, np.dtype("<f8"))
+    del t
+    gc.collect()
+    assert gone() is not None and arr[999] == 999.0
+    del arr
+    gc.collect()
+    assert gone() is None  # and lets it go with the array
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_views_keep_their_offset_and_shape(form: Any) -> None:
+    base = torch.arange(24, dtype=torch.int16)
+    t = base[6:18].view(3, 4)  # contiguous, at an offset into its storage
+    arr = _view(form, t, np.dtype("<i2"))
+    assert arr.shape == (3, 4) and arr.tolist() == t.tolist()
+    s = torch.tensor(5.0)  # 0-d
+    a0 = _view(form, s, np.dtype("<f4"))
+    assert a0.shape == () and float(a0) == 5.0
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("make", [
+    lambda: torch.ones(3, requires_grad=True),
+    lambda: torch._neg_view(torch.ones(3)),
+    lambda: torch.ones(3, dtype=torch.complex64).conj(),
+    lambda: torch.arange(12.).reshape(3, 4).T,
+    lambda: torch.ones(0),
+    lambda: torch.ones(3).to_sparse(),
+    lambda: torch.ones(3, device="meta"),
+], ids=["requires_grad", "neg", "conj", "non-contiguous", "empty", "sparse", "meta"])
+def test_what_it_cannot_view_as_it_is_is_left_to_the_general_path(form: Any, make: Any) -> None:
+    t = make()
+    assert _view(form, t, np.dtype("<f4")) is None
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_nested_tensor_is_left_to_the_general_path(form: Any) -> None:
+    with warnings.catch_warnings():  # (torch warns, once, that the strided nested layout is a prototype)
+        warnings.simplefilter("ignore", UserWarning)
+        t = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    assert _view(form, t, np.dtype("<f4")) is None
+
+
+def test_a_tensors_send_makes_no_torch_numpy_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    arrays.host_array(torch.arange(8, dtype=torch.float32))  # (the first tensor of a dtype makes its plan)
+
+    def no_numpy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("t.numpy() called")
+
+    monkeypatch.setattr(torch.Tensor, "numpy", no_numpy)
+    for x in (torch.arange(8, dtype=torch.float32), torch.arange(6, dtype=torch.float32).reshape(2, 3)):
+        arr = arrays.cpu_tensor_array(x)
+        assert arr is not None and arr.tolist() == x.tolist() and arrays.wire_name(arr.dtype) == "<f4;torch"
