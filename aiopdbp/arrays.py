@@ -75,6 +75,7 @@ _UNSET = object()
 # arrays arrive by that one call.  Filled once torch imported.
 _as_is: dict[int, np.dtype[Any]] = {}
 _torch_module: Any = _UNSET
+_from_numpy: Any = None  # torch.from_numpy, once torch imported
 _parsed: dict[str, np.dtype[Any]] = {}
 _plain: dict[str, np.dtype[Any]] = {}  # the wire names of the tags above: their untagged dtypes
 _warned: set[str] = set()
@@ -276,7 +277,7 @@ def device_dtype(obj: Any, dt: np.dtype[Any]) -> np.dtype[Any]:
 def _torch() -> Any:
     """The torch module, or None where it does not import (asked once:
     a failed import costs a search of sys.path)."""
-    global _torch_module
+    global _torch_module, _from_numpy
     if _torch_module is _UNSET:
         try:
             import torch
@@ -284,6 +285,7 @@ def _torch() -> Any:
             _torch_module = None
         else:
             _torch_module = torch
+            _from_numpy = torch.from_numpy
     return _torch_module
 
 
@@ -327,9 +329,9 @@ def arrival(arr: np.ndarray[Any, Any], kind: str) -> Any:
     (a tensor as a tensor when torch imports here, else numpy), ``"numpy"``,
     ``"torch"``.  No copy (but a tensor of a read-only or non-native-endian
     array)."""
+    if kind != "numpy" and (t := _memory.tensor_of(arr, _as_is, _from_numpy)) is not None:
+        return t  # the common case: one torch call
     dt = arr.dtype
-    if kind != "numpy" and _as_is.get(id(dt)) is dt and arr.flags.writeable:
-        return _torch_module.from_numpy(arr)  # the common case: one call
     md = dt.metadata
     tag = md.get(_TAG) if md is not None else None
     if tag is None:

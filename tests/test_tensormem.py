@@ -115,3 +115,26 @@ def test_a_tensors_send_makes_no_torch_numpy_call(monkeypatch: pytest.MonkeyPatc
     for x in (torch.arange(8, dtype=torch.float32), torch.arange(6, dtype=torch.float32).reshape(2, 3)):
         arr = arrays.cpu_tensor_array(x)
         assert arr is not None and arr.tolist() == x.tolist() and arrays.wire_name(arr.dtype) == "<f4;torch"
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_tensor_of_takes_a_writable_array_of_a_known_dtype_object(form: Any) -> None:
+    tagged = np.dtype("<f4", metadata={"aiopdbp": ("torch", "<f4")})
+    known = {id(tagged): tagged}
+    arr = np.arange(4, dtype=np.float32).view(tagged)
+    t = form.tensor_of(arr, known, torch.from_numpy)
+    assert type(t) is torch.Tensor and t.tolist() == [0, 1, 2, 3]
+    t[0] = 5
+    assert arr[0] == 5  # over the array's memory
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_tensor_of_leaves_everything_else_to_the_general_path(form: Any) -> None:
+    tagged = np.dtype("<f4", metadata={"aiopdbp": ("torch", "<f4")})
+    known = {id(tagged): tagged}
+    plain = np.arange(4, dtype=np.float32)  # its dtype equals the tagged one, but is not it
+    frozen = plain.view(tagged)
+    frozen.flags.writeable = False
+    sub = plain.view(tagged).view(np.ma.MaskedArray)
+    for arr in (plain, frozen, sub, b"1234", None):
+        assert form.tensor_of(arr, known, torch.from_numpy) is None

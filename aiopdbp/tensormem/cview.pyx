@@ -1,10 +1,13 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """The compiled twin of :mod:`aiopdbp.tensormem.view` (read its docstring): the
 same :func:`tensor_array`, the ndarray made by one numpy C call over the
-tensor's memory, with the tensor as its base."""
+tensor's memory, with the tensor as its base; :func:`tensor_of` without
+the Python-level reads of the dtype and the flags."""
 
 cimport numpy as cnp
-from cpython.object cimport PyTypeObject
+from cpython.dict cimport PyDict_GetItem
+from cpython.long cimport PyLong_FromVoidPtr
+from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF
 from libc.stdint cimport uintptr_t
 
@@ -29,13 +32,13 @@ cdef extern from "numpy/arrayobject.h":
 __sources__ = ("view.py", "cview.pyx")
 __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
-__all__ = ["tensor_array"]
+__all__ = ["tensor_array", "tensor_of"]
 
 # (numpy's own limit on dimensions; a tensor with more takes the general path)
 DEF _MAX_DIMS = 64
 
 
-def tensor_array(t, cnp.dtype dt, strided, bint complex_):
+cpdef object tensor_array(t, cnp.dtype dt, strided, bint complex_):
     """As :func:`aiopdbp.tensormem.view.tensor_array`."""
     cdef cnp.npy_intp dims[_MAX_DIMS]
     cdef Py_ssize_t nd, i
@@ -63,3 +66,17 @@ def tensor_array(t, cnp.dtype dt, strided, bint complex_):
                                <void *>ptr, cnp.NPY_ARRAY_C_CONTIGUOUS | cnp.NPY_ARRAY_WRITEABLE, None)
     cnp.set_array_base(arr, t)  # the array holds the tensor, and so its memory, alive
     return arr
+
+
+def tensor_of(arr, dict known, from_numpy):
+    """As :func:`aiopdbp.tensormem.view.tensor_of`."""
+    cdef cnp.ndarray a
+    cdef PyObject *hit
+    if not cnp.PyArray_CheckExact(arr):
+        return None
+    a = <cnp.ndarray>arr
+    descr = <PyObject *>cnp.PyArray_DESCR(a)
+    hit = PyDict_GetItem(known, PyLong_FromVoidPtr(descr))
+    if hit != descr or not cnp.PyArray_ISWRITEABLE(a):
+        return None
+    return from_numpy(a)

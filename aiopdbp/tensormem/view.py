@@ -8,6 +8,7 @@ common case of :func:`aiopdbp.arrays.host_array`.  Anything else -- a
 tensor off the CPU, sparse, nested, non-contiguous, empty, or one that
 ``t.numpy()`` refuses (it requires grad, its conjugate or negative bit is
 set) -- gets None, and the caller takes the general path, which says why.
+:func:`tensor_of` is the arrival's common case, the other way round.
 
 This is the Python form; ``cview.pyx`` beside it is its compiled twin
 (one numpy C call instead of a ctypes view), chosen by
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["tensor_array"]
+__all__ = ["tensor_array", "tensor_of"]
 
 
 def tensor_array(t: Any, dt: np.dtype[Any], strided: Any, complex_: bool) -> np.ndarray[Any, Any] | None:
@@ -48,3 +49,16 @@ def tensor_array(t: Any, dt: np.dtype[Any], strided: Any, complex_: bool) -> np.
     mem._tensor = t  # type: ignore[attr-defined]  # the array's base holds the tensor's memory alive
     arr: np.ndarray[Any, Any] = np.frombuffer(mem, dt)
     return arr if len(shape) == 1 else arr.reshape(shape)
+
+
+def tensor_of(arr: Any, known: dict[int, np.dtype[Any]], from_numpy: Any) -> Any:
+    """``from_numpy(arr)`` (``torch.from_numpy``) when ``arr`` is a writable
+    ``numpy.ndarray`` whose dtype is one of ``known``'s values, keyed by its
+    id (tagged dtypes compare equal to their base: only the object itself
+    tells them apart); else None."""
+    if type(arr) is not np.ndarray:
+        return None
+    dt = arr.dtype
+    if known.get(id(dt)) is not dt or not arr.flags.writeable:
+        return None
+    return from_numpy(arr)
