@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any, NamedTuple
 
@@ -40,6 +41,8 @@ except ImportError as exc:  # built for another interpreter or numpy, or damaged
     _error = exc
 # a tensor's memory as an ndarray: the compiled twin of aiopdbp.tensormem.view where built and current
 _memory: ModuleType = ext.choose("tensormem", _pure_memory, _compiled, _error)
+_tensor_array: Callable[[Any, np.dtype[Any], Any, bool], np.ndarray[Any, Any] | None] = _memory.tensor_array
+_tensor_of: Callable[[Any, dict[int, np.dtype[Any]], Any], Any] = _memory.tensor_of
 
 __all__ = ["KINDS", "ML_DTYPES", "arrival", "cpu_tensor_array", "device_dtype", "host_array", "parse_name", "tag_of",
            "tensor_wanted", "wire_name"]
@@ -200,7 +203,7 @@ def _torch_array(t: Any) -> np.ndarray[Any, Any] | None:
     if t.layout is not torch.strided:
         raise TypeError(f"cannot send a {t.layout} tensor: send t.to_dense() (or its indices and values)")
     plan = _TORCH_PLANS.get(t.dtype)
-    if plan is not None and (arr := _memory.tensor_array(t, plan.dtype, _strided, plan.complex_)) is not None:
+    if plan is not None and (arr := _tensor_array(t, plan.dtype, _strided, plan.complex_)) is not None:
         return arr
     if (refusal := _torch_refusal(t)) is not None:
         raise refusal
@@ -252,7 +255,7 @@ def cpu_tensor_array(obj: Any) -> np.ndarray[Any, Any] | None:
         return None
     t: Any = obj
     plan = _TORCH_PLANS.get(t.dtype)
-    if plan is not None and (arr := _memory.tensor_array(t, plan.dtype, _strided, plan.complex_)) is not None:
+    if plan is not None and (arr := _tensor_array(t, plan.dtype, _strided, plan.complex_)) is not None:
         return arr  # the common case: no torch operation (tensormem's doc)
     return _torch_array(t)
 
@@ -329,7 +332,7 @@ def arrival(arr: np.ndarray[Any, Any], kind: str) -> Any:
     (a tensor as a tensor when torch imports here, else numpy), ``"numpy"``,
     ``"torch"``.  No copy (but a tensor of a read-only or non-native-endian
     array)."""
-    if kind != "numpy" and (t := _memory.tensor_of(arr, _as_is, _from_numpy)) is not None:
+    if kind != "numpy" and (t := _tensor_of(arr, _as_is, _from_numpy)) is not None:
         return t  # the common case: one torch call
     dt = arr.dtype
     md = dt.metadata

@@ -47,7 +47,7 @@ def tensor_array(t: Any, dt: np.dtype[Any], strided: Any, complex_: bool) -> np.
         return None
     mem = (ctypes.c_char * n).from_address(t.data_ptr())
     mem._tensor = t  # type: ignore[attr-defined]  # the array's base holds the tensor's memory alive
-    arr: np.ndarray[Any, Any] = np.frombuffer(mem, dt)
+    arr: np.ndarray[Any, Any] = np.frombuffer(mem, dt)  # type: ignore[call-overload]  # (a ctypes array has the buffer protocol)
     return arr if len(shape) == 1 else arr.reshape(shape)
 
 
