@@ -138,3 +138,10 @@ def test_tensor_of_leaves_everything_else_to_the_general_path(form: Any) -> None
     sub = plain.view(tagged).view(np.ma.MaskedArray)
     for arr in (plain, frozen, sub, b"1234", None):
         assert form.tensor_of(arr, known, torch.from_numpy) is None
+
+
+def test_the_built_twin_is_current_and_chosen() -> None:
+    from aiopdbp import ext
+    if compiled_memory is None or not ext.core().get("tensormem", "").startswith("compiled"):
+        pytest.skip("tensormem.cview is not built here (or AIOPDBP_NO_EXTENSIONS is set)")
+    assert arrays._tensor_array is compiled_memory.tensor_array and arrays._tensor_of is compiled_memory.tensor_of
