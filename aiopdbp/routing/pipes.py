@@ -128,68 +128,88 @@ def _other_source(queue: deque[Any], items: list[Any]) -> bool:
 
 class _Turns(Generic[T]):
     """The queue of a pipe holding items of several senders: a FIFO lane per
-    sender, taken one item per turn in round-robin order (see "Turns").
+    sender, taken one item per turn in rounds (see "Turns").
 
-    It stands in for the pipe's deque: ``append`` queues an item of a local
-    sender, ``extend`` a batch from another host, ``popleft`` takes the item
-    whose turn it is.  It numbers the items in arrival order and keeps, for
-    the local items and for the other hosts' apart, the number of the oldest
-    one not taken yet (``low_local``, ``low``): every item of that class
-    numbered below it has been taken.
+    It stands in for the pipe's deque: ``add`` queues an item of a class
+    (-1: a local sender; else the host it came from), ``extend`` a batch
+    from another host, ``popleft`` takes the item whose turn it is.  It
+    numbers the items in arrival order and keeps, per class, the numbers of
+    those not taken yet; after ``popleft``, ``cls`` is the taken item's
+    class and ``low`` the number of that class's oldest item not taken yet
+    (every one of the class numbered below it has been taken).  ``watch``
+    holds, per host, the ``low`` at which the pipe reports to its watch.
     """
 
-    __slots__ = ("_lanes", "_ring", "_n", "_next", "_order", "_gone", "low", "low_local")
+    __slots__ = ("_lanes", "_cur", "_nxt", "_round", "_served", "_n", "_next", "_order", "_gone",
+                 "cls", "low", "watch")
 
-    def __init__(self, fifo: deque[T], first: int, remote: bool) -> None:
+    def __init__(self, fifo: deque[T], first: int, cls: int, watch_at: int) -> None:
         # ``fifo``: the pipe's queue so far, in arrival order, numbered from
-        # ``first``, all local or all from other hosts (``remote``)
+        # ``first``, all of one class ``cls`` (a host's watching at ``watch_at``)
         self._lanes: dict[Any, deque[tuple[int, T, int]]] = {}
-        self._ring: deque[Any] = deque()      # the senders with items, in turn order
+        self._cur: deque[Any] = deque()   # senders not served this round yet, in turn order
+        self._nxt: deque[Any] = deque()   # senders served this round, with items left
+        self._round = 0
+        self._served: dict[Any, int] = {}   # a sender whose lane emptied -> its last round
         self._n = 0
-        self._next = self.low = self.low_local = first   # the next arrival's number
-        # per class (0: local, 1: other hosts'), the numbers of its items not
-        # known to be taken, in arrival order; numbers taken out of that order
-        self._order: tuple[deque[int], deque[int]] = (deque(), deque())
+        self._next = self.low = first      # the next arrival's number
+        self.cls = cls
+        # per class, the numbers of its items not known to be taken, in
+        # arrival order; numbers taken out of that order
+        self._order: dict[int, deque[int]] = {}
         self._gone: set[int] = set()
+        self.watch: dict[int, int] = {cls: watch_at} if cls >= 0 else {}
         for item in fifo:
-            self._add(item, 1 if remote else 0)
+            self.add(item, cls)
 
     def __len__(self) -> int:
         return self._n
 
-    def _add(self, item: T, cls: int) -> None:
+    def add(self, item: T, cls: int) -> None:
+        """Queue an item of class ``cls`` (-1: local; else its host)."""
         key = _source(item)
         lane = self._lanes.get(key)
-        if lane is None:   # a sender with nothing queued waits for the last turn of the round
+        if lane is None:
             lane = self._lanes[key] = deque()
-            self._ring.append(key)
+            # a sender that had its turn this round (its lane ran dry since)
+            # waits for the next round: it does not go again before the
+            # senders not served yet, though only one of them has an item
+            # queued at a time (one message per window from their host)
+            (self._nxt if self._served.get(key) == self._round else self._cur).append(key)
         number = self._next
         lane.append((number, item, cls))
-        self._order[cls].append(number)
+        order = self._order.get(cls)
+        if order is None:
+            order = self._order[cls] = deque()
+        order.append(number)
         self._next = number + 1
         self._n += 1
 
     def append(self, item: T) -> None:
         """Queue an item of a local sender."""
-        self._add(item, 0)
+        self.add(item, -1)
 
-    def extend(self, items: list[T]) -> None:
-        """Queue a batch that came from another host."""
+    def extend(self, items: list[T], host: int) -> None:
+        """Queue a batch that came from ``host``."""
         for item in items:
-            self._add(item, 1)
+            self.add(item, host)
 
     def popleft(self) -> T:
-        """The item whose turn it is: the oldest of the sender at the ring's
-        head, which then goes to the ring's tail (or leaves it, emptied)."""
-        ring = self._ring
-        key = ring[0]
+        """The item whose turn it is: the oldest of the first sender not
+        served this round; a round ends when every sender with items queued
+        has been served once."""
+        cur = self._cur
+        if not cur:   # the round is over: the next one
+            cur, self._cur, self._nxt = self._nxt, self._nxt, cur
+            self._round += 1
+        key = cur.popleft()
         lane = self._lanes[key]
         number, item, cls = lane.popleft()
         if lane:
-            ring.rotate(-1)
+            self._nxt.append(key)
         else:
-            ring.popleft()
             del self._lanes[key]
+            self._served[key] = self._round
         self._n -= 1
         order = self._order[cls]
         if order[0] == number:
@@ -199,11 +219,8 @@ class _Turns(Generic[T]):
                 gone.remove(order.popleft())
         else:
             self._gone.add(number)
-        low = order[0] if order else self._next
-        if cls:
-            self.low = low
-        else:
-            self.low_local = low
+        self.cls = cls
+        self.low = order[0] if order else self._next
         return item
 
 
@@ -238,7 +255,7 @@ class Pipe(Generic[T]):
         "pipe_id", "capacity", "_items", "_reserved", "_recv_waiters",
         "_space_waiters", "_closed", "_eof", "on_ready", "label", "_error",
         "appended", "taken", "watch_at", "on_watch", "max_bytes", "_rbytes", "_qbytes", "_marks",
-        "_woken", "_turns",
+        "_woken", "_turns", "_host",
     )
 
     remote = False  # the target protocol (aiopdbp.routing.router): a local pipe
@@ -258,6 +275,7 @@ class Pipe(Generic[T]):
         # (in turns ``_items`` is the _Turns too: it stands in for the deque)
         self._items: deque[T] = deque()
         self._turns: _Turns[T] | None = None
+        self._host = -1   # the host of the one FIFO's items from other hosts (the last batch's)
         self._reserved = 0
         self._recv_waiters: deque[asyncio.Future[None]] = deque()
         self._space_waiters: ParkingLot[asyncio.Future[None]] = ParkingLot()
@@ -276,15 +294,17 @@ class Pipe(Generic[T]):
         # Called when the pipe goes from empty to non-empty (the PipeManager
         # uses it to learn which public pipes have work without polling).
         self.on_ready: Callable[[Pipe[T]], None] | None = None
-        # Items ever appended / taken, and a watch: ``on_watch(self, upto)``
-        # runs when every item from other hosts numbered (``appended``) below
-        # ``upto`` has been taken and ``upto`` reaches ``watch_at`` (flow
-        # control returns credit for remote items once the reader has taken
-        # them; in one FIFO ``upto`` is ``taken``, see "Counting under turns").
+        # Items ever appended / taken, and a watch: ``on_watch(self, upto,
+        # host)`` runs when every item from ``host`` numbered (``appended``)
+        # below ``upto`` has been taken and ``upto`` reaches the watch
+        # (flow control returns credit for remote items once the reader has
+        # taken them; in one FIFO ``upto`` is ``taken``, see "Counting under
+        # turns"); it returns the next watch for that host.  ``watch_at``
+        # is the one FIFO's; a batch lowers a host's watch to its end.
         self.appended = 0
         self.taken = 0
         self.watch_at = 1 << 62
-        self.on_watch: Callable[[Pipe[T], int], None] | None = None
+        self.on_watch: Callable[[Pipe[T], int, int], int] | None = None
 
     # -- state -------------------------------------------------------------
     def __len__(self) -> int:
@@ -461,10 +481,12 @@ class Pipe(Generic[T]):
             new: Any = item
             if (new[4] if type(new) is Message else _source(new)) != \
                     (head[4] if type(head) is Message else _source(head)):
-                # a second sender: turns
-                marks = self._marks   # (the new item's mark, if any, is numbered ``appended``)
+                # a second sender: turns; the FIFO's items are local when
+                # they hold marks (the new item's, if any, is numbered ``appended``)
+                marks = self._marks
                 items = self._items = self._turns = _Turns(  # type: ignore[assignment]
-                    items, self.taken, not (marks and marks[0][0] < self.appended))
+                    items, self.taken, -1 if marks and marks[0][0] < self.appended else self._host,
+                    self.watch_at)
         items.append(item)
         self.appended += 1
         if self._recv_waiters:
@@ -484,18 +506,25 @@ class Pipe(Generic[T]):
         self._append(item)
         return True
 
-    def put_many(self, items: list[T]) -> None:
+    def put_many(self, items: list[T], host: int) -> None:
         """Append items past capacity in one go (a batch that arrived from
-        another host: its flow control bounded it); one wake-up."""
+        ``host``: its flow control bounded it); one wake-up."""
         if self._closed or not items:
             return
         queue = self._items
         was_empty = not queue
-        if not was_empty and self._turns is None and _other_source(queue, items):
-            # a second sender: turns
-            queue = self._items = self._turns = _Turns(  # type: ignore[assignment]
-                queue, self.taken, not self._marks)
-        queue.extend(items)
+        turns = self._turns
+        if turns is None and (was_empty or host == self._host and not _other_source(queue, items)):
+            queue.extend(items)
+            self._host = host
+        else:
+            if turns is None:   # a second sender (or host): turns
+                turns = self._items = self._turns = _Turns(  # type: ignore[assignment]
+                    queue, self.taken, -1 if self._marks else self._host, self.watch_at)
+            turns.extend(items, host)
+            end = self.appended + len(items)
+            if turns.watch.get(host, 1 << 62) > end:
+                turns.watch[host] = end
         self.appended += len(items)
         if self._recv_waiters:
             _wake_first(self._recv_waiters)
@@ -537,19 +566,26 @@ class Pipe(Generic[T]):
                 if self._space_waiters:
                     self._serve_space()
                 if self.taken >= self.watch_at and self.on_watch is not None:
-                    self.on_watch(self, self.taken)
+                    self.watch_at = self.on_watch(self, self.taken, self._host)
                 return item
             # in turns each class is counted up to its oldest item not taken
-            # (see "Counting under turns")
+            # (see "Counting under turns"); only the taken item's class moved
+            cls = turns.cls
+            if cls < 0:
+                if self._marks:
+                    self._release(turns.low)
+            elif self.on_watch is not None:
+                watch = turns.watch
+                if turns.low >= watch.get(cls, 0):
+                    watch[cls] = self.on_watch(self, turns.low, cls)
             if not turns:
-                self._items = deque()   # every item taken (taken == appended): one FIFO again
+                # every item taken (taken == appended), so every class's
+                # credit was settled at its last take: one FIFO again
+                self._items = deque()
                 self._turns = None
-            if self._marks:
-                self._release(turns.low_local)
+                self.watch_at = 1 << 62
             if self._space_waiters:
                 self._serve_space()
-            if turns.low >= self.watch_at and self.on_watch is not None:
-                self.on_watch(self, turns.low)
             return item
         if self._closed:
             raise ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed")
@@ -609,7 +645,7 @@ class Pipe(Generic[T]):
         if self._marks:
             self._release(self.taken)
         if self.taken >= self.watch_at and self.on_watch is not None:
-            self.on_watch(self, self.taken)
+            self.watch_at = self.on_watch(self, self.taken, self._host)
         if self._space_waiters:
             self._serve_space()
         return out
