@@ -118,18 +118,13 @@ queued get 1/k each, wherever they are and from the first message.  Credit
 the oldest item not taken yet (local items and other hosts' apart:
 ``Pipe.on_watch``), so the turns never free an item still queued: the
 bounds above are unchanged, and so is "every wait is released by the
-destination GP reading".  A sender has items queued
-when its host's window admits them: for messages of about a window
-(1 MiB in the default 1 MiB window) a host has one in the pipe at a time,
-so the turns are per host and the credit queue's per sender -- 1/k each
-when senders are spread evenly over hosts, 1/(H k_h) for a sender on a
-host with k_h of them, of H hosts, when not.  With small messages an
-uneven spread between the reader's host and another is shared 1/k too;
-one over other hosts only (one sender alone on a host, five on another)
-is shared 1/k in the first window but can drift after it, the other
-hosts' credit being counted together (:mod:`aiopdbp.routing.pipes`,
-"Counting under turns").  ``tests/test_load.py`` checks the first window
-of the even spreads and of one reader-host-and-another uneven spread.
+destination GP reading".  Each host's credit is
+counted apart, so one host's long queue never holds back another's.  For
+messages of about a window (1 MiB in the default 1 MiB window) a host has
+one in the pipe at a time, from its parked senders in turn; the turns go
+in rounds, a sender served in this one waiting for the next, so each of k
+senders still gets 1/k, however unevenly they are spread over hosts.
+``tests/test_load.py`` checks even and uneven spreads, 1 KiB and 1 MiB.
 
 *Owed credit below a quarter window.*  The receiving host returns credit in
 steps of at least ``window / 4`` (the router's owed-credit book: one

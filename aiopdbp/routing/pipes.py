@@ -46,35 +46,45 @@ reader then takes it in turns (below).
 *Turns.*  The reader takes its pipe one sender at a time.  A pipe is one
 FIFO in arrival order (all a one-sender pipe ever is: the ping-pong path
 pays one test per item); once an item of another sender (a message's
-``source_pid``, a stream OPEN's) arrives while the pipe holds items, the
-queue becomes a FIFO lane per sender, taken one item per turn in
-round-robin order (:class:`_Turns`), until it is empty again.  So each of k
-senders with items queued gets every k-th item the reader takes, whichever
-host its items came from and however early they came (without turns, the
-host whose window reached the pipe first had all of it taken first: the
-reader's own senders, against a link's latency, or the first of two remote
-hosts), and each sender's items keep their order.  A batch from another
+``source_pid``, a stream OPEN's) or from another host arrives while the
+pipe holds items, the queue becomes a FIFO lane per sender, taken in
+*rounds* (:class:`_Turns`), until it is empty again: in each round every
+sender with items queued has one taken, in the order they came.  So each
+of k senders with items queued gets every k-th item the reader takes,
+whichever host its items came from and however early they came (without
+turns, the host whose window reached the pipe first had all of it taken
+first: the reader's own senders, against a link's latency, or the first of
+two remote hosts), and each sender's items keep their order.  A sender
+whose lane ran dry after its turn and refilled within the same round waits
+for the next round, behind the senders not served yet: with messages of
+about a window (1 MiB in the default 1 MiB window) a host has one message
+queued at a time, from each of its k_h parked senders in turn (its credit
+queue's order), so turns that only saw the senders with an item queued
+alternated between the reader's own sender and that host (1/2 each, 3x fair
+for 1 local and 5 remote senders); in rounds, each of the k_h gets its
+turn before the local sender's next.  The rounds are remembered while the
+pipe holds items (there, the local sender's next item is queued as soon
+as its last is taken); a pipe emptied starts afresh.  A batch from another
 host (``put_many``) is checked at its two ends only, not item by item: its
 order within is its host's send order, which that host's credit hand-off
 keeps fair; it is split by sender when turns begin or while they last.
 
 *Counting under turns.*  The bounds count items by arrival number: the
-local bytes here (``_marks``) and the credit other hosts are owed (the
-router's marks on ``appended``, settled through ``on_watch``) are freed once
-every item of their class (local, or from other hosts) numbered below them
-has been taken -- in one FIFO, once ``taken`` items have been.  Under turns
-each class counts up to its oldest item not taken yet, never past an item
-still queued: the bytes a pipe holds stay within what was admitted for
-it, as before.  The classes are counted apart so that a long lane of one
-(a local sender's whole window) does not hold back the other's credit while
-the reader takes its items; other hosts' items are counted together (a
-batch does not say which host it came from), so an item taken ahead of an
-older one of another host is credited when that one's turn has come: with
-senders spread unevenly over other hosts (one alone on a host, five on
-another), the lone sender's long lane holds back the others' credit, and
-their lanes can run dry while it waits.  The reader's turns reach every
-lane while it reads, so every wait is still released by the destination GP
-reading (:mod:`aiopdbp.hosts.link`, "Why nothing waits forever").
+local bytes here (``_marks``) and the credit each other host is owed (the
+router's marks per host on ``appended``, settled through ``on_watch``) are
+freed once every item of their class (local, or from that host) numbered
+below them has been taken -- in one FIFO, once ``taken`` items have been.
+Under turns each class counts up to its oldest item not taken yet, never
+past an item still queued: the bytes a pipe holds stay within what was
+admitted for it, as before.  The classes are counted apart so that a long
+lane of one (a local sender's whole window, or a host's lone sender's)
+does not hold back another's credit while the reader takes its items: a
+host's credit comes back as its own items are taken (counted together, a
+lone sender on one host held back the credit of five on another, whose
+lanes then ran dry while it kept its turns).  The reader's turns reach
+every lane while it reads, so every wait is still released by the
+destination GP reading (:mod:`aiopdbp.hosts.link`, "Why nothing waits
+forever").
 
 *Wake-ups without loss.*  Waiters park on futures in FIFO order.  A producer
 only *wakes* a consumer; the consumer then takes the item from the deque
