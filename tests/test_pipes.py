@@ -524,7 +524,7 @@ def test_credit_is_never_counted_for_an_item_still_queued() -> None:
     """Other hosts' credit is settled (``on_watch(pipe, upto, host)``) for
     the items numbered below ``upto``: under turns it counts up to the oldest
     of their items not taken yet, so nothing is credited for an item the
-    reader has not taken."""
+    reader has not taken (items of different sizes: no trade, below)."""
     pipe: Pipe[aiopdbp.Message] = Pipe(64)
     seen: list[int] = []
 
@@ -534,7 +534,8 @@ def test_credit_is_never_counted_for_an_item_still_queued() -> None:
     pipe.on_watch = watch
     pipe.watch_at = 0
     pipe.put_many(_msgs(1, 3), 1)              # arrivals 0..2
-    pipe.put_many(_msgs(2, 3), 1)              # arrivals 3..5, the same host
+    pipe.put_many([aiopdbp.Message(("s2", Kind.SHORT, 0, b"2.%d longer" % i, 2)) for i in range(3)],
+                  1)                           # arrivals 3..5, the same host, larger
     for _ in range(6):
         pipe.receive_nowait()
     assert seen == [1, 1, 2, 2, 5, 6], seen      # 1.0 2.0 1.1 2.1 1.2 2.2
@@ -559,6 +560,28 @@ def test_a_long_local_lane_does_not_hold_back_other_hosts_credit() -> None:
     assert [_label(pipe.receive_nowait()) for _ in range(4)] == ["1.0", "9.0", "1.1", "9.1"]
     assert seen == [6]                         # all of the other host's: settled
     assert pipe.held_bytes == 20               # 1.2 and 1.3 still hold theirs
+
+
+def test_one_senders_long_lane_does_not_hold_back_its_hosts_credit() -> None:
+    """A message taken ahead of an older one of the same host and credit
+    cost trades numbers with it: the host's count moves on with every take,
+    so one sender's long lane (it started first) does not hold back the
+    credit of the others on its host, and still nothing is credited beyond
+    the bytes taken."""
+    pipe: Pipe[aiopdbp.Message] = Pipe(64)
+    seen: list[int] = []
+
+    def watch(_: object, upto: int, host: int) -> int:
+        seen.append(upto)
+        return 0                               # report every take
+    pipe.on_watch = watch
+    pipe.watch_at = 0
+    pipe.put_many(_msgs(1, 4), 1)              # arrivals 0..3: the sender that started first
+    pipe.put_many(_msgs(2, 2), 1)              # arrivals 4, 5: another on the same host
+    assert [_label(pipe.receive_nowait()) for _ in range(4)] == ["1.0", "2.0", "1.1", "2.1"]
+    assert seen == [1, 2, 3, 4], seen          # one more item's credit per take
+    assert [_label(pipe.receive_nowait()) for _ in range(2)] == ["1.2", "1.3"]
+    assert seen[-1] == 6
 
 
 def test_one_hosts_long_lane_does_not_hold_back_another_hosts_credit() -> None:

@@ -151,12 +151,12 @@ class _Turns(Generic[T]):
     """
 
     __slots__ = ("_lanes", "_cur", "_nxt", "_round", "_served", "_n", "_next", "_order", "_gone",
-                 "cls", "low", "watch")
+                 "_where", "cls", "low", "watch")
 
     def __init__(self, fifo: deque[T], first: int, cls: int, watch_at: int) -> None:
         # ``fifo``: the pipe's queue so far, in arrival order, numbered from
         # ``first``, all of one class ``cls`` (a host's watching at ``watch_at``)
-        self._lanes: dict[Any, deque[tuple[int, T, int]]] = {}
+        self._lanes: dict[Any, deque[list[Any]]] = {}   # sender -> [number, item, class]
         self._cur: deque[Any] = deque()   # senders not served this round yet, in turn order
         self._nxt: deque[Any] = deque()   # senders served this round, with items left
         self._round = 0
@@ -168,6 +168,7 @@ class _Turns(Generic[T]):
         # arrival order; numbers taken out of that order
         self._order: dict[int, deque[int]] = {}
         self._gone: set[int] = set()
+        self._where: dict[int, list[Any]] = {}   # number -> its lane entry, while queued
         self.watch: dict[int, int] = {cls: watch_at} if cls >= 0 else {}
         for item in fifo:
             self.add(item, cls)
@@ -187,7 +188,9 @@ class _Turns(Generic[T]):
             # queued at a time (one message per window from their host)
             (self._nxt if self._served.get(key) == self._round else self._cur).append(key)
         number = self._next
-        lane.append((number, item, cls))
+        entry = [number, item, cls]
+        lane.append(entry)
+        self._where[number] = entry
         order = self._order.get(cls)
         if order is None:
             order = self._order[cls] = deque()
@@ -215,6 +218,8 @@ class _Turns(Generic[T]):
         key = cur.popleft()
         lane = self._lanes[key]
         number, item, cls = lane.popleft()
+        where = self._where
+        del where[number]
         if lane:
             self._nxt.append(key)
         else:
@@ -222,7 +227,23 @@ class _Turns(Generic[T]):
             self._served[key] = self._round
         self._n -= 1
         order = self._order[cls]
-        if order[0] == number:
+        oldest = order[0]
+        if oldest != number:
+            # Taken ahead of its class's oldest item (another sender's):
+            # when both are messages of the same credit cost, they trade
+            # numbers, so the class's count moves on as if the oldest had
+            # been taken -- the same bytes -- and one sender's long lane
+            # does not hold back its class-mates' credit (the marks count
+            # costs by number: each still sums the costs of its numbers).
+            other = where[oldest]
+            held = other[1]
+            if (type(item) is Message and type(held) is Message
+                    and credit_cost(item[3]) == credit_cost(held[3])):
+                other[0] = number
+                where[number] = other
+                del where[oldest]
+                number = oldest
+        if oldest == number:
             order.popleft()
             gone = self._gone
             while order and order[0] in gone:
@@ -231,7 +252,7 @@ class _Turns(Generic[T]):
             self._gone.add(number)
         self.cls = cls
         self.low = order[0] if order else self._next
-        return item
+        return item  # type: ignore[no-any-return]
 
 
 def _wake_first(waiters: deque[asyncio.Future[None]]) -> None:
