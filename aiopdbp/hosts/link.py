@@ -119,7 +119,8 @@ the oldest item not taken yet (local items and other hosts' apart:
 ``Pipe.on_watch``), so the turns never free an item still queued: the
 bounds above are unchanged, and so is "every wait is released by the
 destination GP reading".  Each host's credit is
-counted apart, so one host's long queue never holds back another's.  For
+counted apart, and messages of one cost taken out of arrival order count as
+taken in order, so no sender's long queue holds back another's credit.  For
 messages of about a window (1 MiB in the default 1 MiB window) a host has
 one in the pipe at a time, from its parked senders in turn; the turns go
 in rounds, a sender served in this one waiting for the next, so each of k

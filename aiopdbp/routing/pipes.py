@@ -81,7 +81,14 @@ lane of one (a local sender's whole window, or a host's lone sender's)
 does not hold back another's credit while the reader takes its items: a
 host's credit comes back as its own items are taken (counted together, a
 lone sender on one host held back the credit of five on another, whose
-lanes then ran dry while it kept its turns).  The reader's turns reach
+lanes then ran dry while it kept its turns).  Within a class, a message
+taken ahead of the class's oldest item, when that is a message of the
+same credit cost, trades numbers with it: the count moves on as if the
+oldest had been taken, which frees the same bytes, and each mark still
+sums the costs of the numbers it covers.  So one sender's long lane (it
+started first) does not hold back its host-mates' credit either; items
+of other costs, or that are not messages, do not trade and wait for
+their turn as above.  The reader's turns reach
 every lane while it reads, so every wait is still released by the
 destination GP reading (:mod:`aiopdbp.hosts.link`, "Why nothing waits
 forever").
