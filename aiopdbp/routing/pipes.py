@@ -243,9 +243,10 @@ class _Turns(Generic[T]):
             # does not hold back its class-mates' credit (the marks count
             # costs by number: each still sums the costs of its numbers).
             other = where[oldest]
-            held = other[1]
-            if (type(item) is Message and type(held) is Message
-                    and credit_cost(item[3]) == credit_cost(held[3])):
+            held: Any = other[1]
+            if type(item) is Message and type(held) is Message and (
+                    len(item[3]) == len(held[3]) if type(item[3]) is bytes and type(held[3]) is bytes
+                    else credit_cost(item[3]) == credit_cost(held[3])):
                 other[0] = number
                 where[number] = other
                 del where[oldest]
