@@ -136,8 +136,8 @@ that could strand a sender whose need exceeds what is left, so **a parked
 sender asks**: when a queue forms, and again after each grant that leaves
 it non-empty, the link sends host ``h`` one :class:`~aiopdbp.wire.control.CreditAskMsg`.
 Host ``h`` then returns everything owed for ``pid`` as soon as the GP has
-taken every item of ours that waits in its pipe (at once if it already has),
-and that grant answers the ask.  So while a sender is parked, every byte it
+taken every item of ours that waits in its pipe, or ``window / 16`` of them
+(at once if it already has), and that grant answers the ask.  So while a sender is parked, every byte it
 is owed comes back once the destination has read what was sent: a healthy
 job sends at most one ask per grant, an idle one none.
 
