@@ -26,7 +26,8 @@ _spec.loader.exec_module(_hash)
 #: (module, its .pyx, the sources whose hash it records, whether it calls MPI's C API)
 TWINS = [("aiopdbp.wire.cblocks", "aiopdbp/wire/cblocks.pyx", ("blocks.py", "cblocks.pyx"), False),
          ("aiopdbp.transport.ckernel", "aiopdbp/transport/ckernel.pyx", ("kernel.py", "ckernel.pyx"), True),
-         ("aiopdbp.hosts.cgate", "aiopdbp/hosts/cgate.pyx", ("gate.py", "cgate.pyx"), False)]
+         ("aiopdbp.hosts.cgate", "aiopdbp/hosts/cgate.pyx", ("gate.py", "cgate.pyx"), False),
+         ("aiopdbp.hosts.csender", "aiopdbp/hosts/csender.pyx", ("sender.py", "csender.pyx"), False)]
 
 
 def _mpich() -> dict[str, list[str]] | None:

@@ -285,6 +285,10 @@ class _SplitTransport(_BulkTransport):
         super().__init__()
         self.splits: list[tuple[bytes, int]] = []
 
+    def post_nowait(self, dest: int, channel: Any, blocks: list[Any]) -> Any:
+        super().post_nowait(dest, channel, blocks)
+        return asyncio.get_running_loop().create_future()   # in flight until the test says
+
     def post_bulk(self, dest: int, tag: int, buf: Any, done: Any = None, head: Any = None) -> Any:
         if head is not None:
             self.splits.append((bytes(head), tag))
@@ -299,11 +303,14 @@ async def test_link_posts_a_split_frame_in_one_transport_call_unless_its_header_
     link.put_to(PID, Message(("src", Kind.SHORT, 0, arrs[0], 1)))
     assert tr.heads == [] and [t for _, t in tr.splits] == [0]       # one call: header and payload
     assert split_target(tr.splits[0][0]) == (arrs[0].nbytes, PID, False)
-    link._inflight = link._max_inflight    # the link's sends are all in flight: a header would queue
+    for _ in range(4):   # max_inflight lone frames, one per loop iteration, never completing
+        tr.tick += 1
+        link.put_to(PID, Message(("src", Kind.SHORT, 0, b"x", 1)))
+    assert link.stats().inflight == 4 and len(tr.heads) == 4
     link.put_to(PID, Message(("src", Kind.SHORT, 0, arrs[1], 1)))
-    assert len(tr.splits) == 1 and tr.heads == []                   # queued behind them, payload posted
+    assert len(tr.splits) == 1 and len(tr.heads) == 4              # queued behind them, payload posted
     assert [t for t, _, _ in tr.bulk] == [0, 1]
-    assert link.stats().messages == 1 and link.stats().queued == 1
+    assert link.stats().messages == 5 and link.stats().queued == 1
 
 
 @pytest.mark.timeout(10)

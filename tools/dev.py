@@ -54,7 +54,8 @@ STAMP = VENV / ".aiopdbp-install-stamp"
 # must run again (it rebuilds the extension)
 BUILD_INPUTS = (ROOT / "setup.py", ROOT / "aiopdbp" / "wire" / "blocks.py", ROOT / "aiopdbp" / "wire" / "cblocks.pyx",
                 ROOT / "aiopdbp" / "transport" / "kernel.py", ROOT / "aiopdbp" / "transport" / "ckernel.pyx",
-                ROOT / "aiopdbp" / "hosts" / "gate.py", ROOT / "aiopdbp" / "hosts" / "cgate.pyx")
+                ROOT / "aiopdbp" / "hosts" / "gate.py", ROOT / "aiopdbp" / "hosts" / "cgate.pyx",
+                ROOT / "aiopdbp" / "hosts" / "sender.py", ROOT / "aiopdbp" / "hosts" / "csender.pyx")
 WINDOWS = os.name == "nt"
 BIN = VENV / ("Scripts" if WINDOWS else "bin")
 EXE = ".exe" if WINDOWS else ""

@@ -4,8 +4,8 @@ A diagnostic run, separate from the timed ones: the ``aiopdbp-ro`` ping-pong
 with ``time.perf_counter_ns`` timestamps (``CLOCK_MONOTONIC``, one clock for
 every process of a host, so stamps of the two ranks compare directly):
 
-* ``a0`` the sender calls ``gp.send``; ``a1`` the progress engine's
-  ``post_send`` returned (the ``Isend`` is posted);
+* ``a0`` the sender calls ``gp.send``; ``a1`` the link's sender has
+  posted the ``Isend`` (its ``stamp`` hook);
 * ``b0``/``b1`` the receiver's progress step that received it began/ended
   (``Improbe``, ``Mrecv``, decode, routing, the pipe, the waiter woken);
 * ``b2`` the receiver's ``gp.recv`` returned.
@@ -14,7 +14,7 @@ Hops: send path ``a1 - a0``; MPI ``b0 - a1`` (transit plus the polling
 granularity: the receiver's step must come round); receive path ``b1 - b0``;
 wake-up ``b2 - b1`` (the loop switching to the task that awaits ``recv``).
 The send path is split where the host link takes the message
-(``HostLink.offer``) and where the engine's ``post_send`` begins, and the
+(``HostLink.offer``) and where its sender begins to post, and the
 receive path at its decoding (the router's block reader (``Router.reader``) for
 short records, ``decode`` as the inbound side calls it for full frames), so
 each hop also shows: before encoding (snapshot, routing), encoding (credit,
@@ -68,16 +68,14 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
     ns = time.perf_counter_ns
     posts: list[int] = []
     steps: list[tuple[int, int]] = []
-    orig_post: Callable[..., Any] = HostLink._send
     orig_step: Callable[..., bool] = ProgressEngine.step
 
-    def post_send(self: HostLink, *a: Any) -> Any:
+    def post_send(done: bool) -> None:
         t = ns()
-        if offered:  # paired with the offer it posts (a block's later frames post without one)
+        if done:
+            posts.append(t)
+        elif offered:  # paired with the offer it posts (a block's later frames post without one)
             encs.append((offered.pop(), t))
-        out = orig_post(self, *a)
-        posts.append(ns())
-        return out
 
     def step(self: ProgressEngine) -> bool:
         n, t = self.n_recvs, ns()
@@ -130,9 +128,12 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
                     await gp.send(peer, msg.data)  # type: ignore[union-attr]
         return None
 
-    patches = [(HostLink, "_send", post_send, orig_post), (ProgressEngine, "step", step, orig_step),
+    # the link's sender stamps its posts itself (its compiled form cannot be wrapped)
+    sender = side.node._link(1 - rank).sender if rank <= 1 else None  # type: ignore[attr-defined]
+    patches = [(sender, "stamp", post_send, None), (ProgressEngine, "step", step, orig_step),
                (HostLink, "offer", offer, orig_offer), (inbound, "decode", timed(orig_dec), orig_dec),
                (rt, "reader", _TimedReader(timed(orig_reader.read)), orig_reader)]
+    patches = [p for p in patches if p[0] is not None]
     for obj, name, new, _ in patches:
         setattr(obj, name, new)
     try:
@@ -171,7 +172,7 @@ PER_RT = {"calls": "Python calls into aiopdbp (progress polling excluded)",
           "ctl_msgs": "control messages sent (credit grants and asks, table updates)"}
 #: functions that run while a rank polls for its next message: their calls
 #: count waiting, not work per message
-_POLLING = {("progress.py", "step"), ("receives.py", "receive"), ("kernel.py", "probe_small"),
+_POLLING = {("progress.py", "step"), ("receives.py", "receive"), ("kernel.py", "probe_all"),
             ("progress.py", "drive"), ("mpi.py", "drive"), ("pipes.py", "ready")}
 
 

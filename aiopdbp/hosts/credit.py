@@ -164,20 +164,21 @@ class Credit:
         if host in self._failed:
             return
         link = self.links.get(host)
-        if link is None or link.error is not None or not link.carries:
-            if link is None or link.carry_missed:
+        out = link.sender if link is not None else None
+        if link is None or out is None or link.error is not None or not out.carries:
+            if out is None or out.carry_missed:
                 if any(n >= self._whole for _, n in grants):
                     self._channel.send(host, CreditMsg(self._due.pop(host, []) + grants))
                     return
             self._due.setdefault(host, []).extend(grants)
-        elif link.carry_missed and any(n >= self._whole for _, n in grants):
+        elif out.carry_missed and any(n >= self._whole for _, n in grants):
             # a large message's grant, and host h has not had a reply from
             # here since the last one: its sender may wait for it, send it now
-            self._channel.send(host, CreditMsg(link.carried + grants))
-            link.carried = []
+            self._channel.send(host, CreditMsg(out.carried + grants))
+            out.carried = []
             return
         else:
-            link.carried += grants
+            out.carried += grants
         if not self._grants_scheduled:
             self._grants_scheduled = True
             asyncio.get_running_loop().call_soon(self._send_grants)
@@ -188,10 +189,11 @@ class Credit:
         self._grants_scheduled = False
         due, self._due = self._due, {}
         for link in self.links.values():
-            if link.carried:
-                grants, link.carried = link.carried, []
+            out = link.sender
+            if out.carried:
+                grants, out.carried = out.carried, []
                 if any(n >= self._whole for _, n in grants):
-                    link.carry_missed = True   # no reply carried it: the next goes at once
+                    out.carry_missed = True   # no reply carried it: the next goes at once
                 due.setdefault(link.host, []).extend(grants)
         for host, grants in due.items():
             if host not in self._failed:

@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 A :class:`HostLink` is the routing target (:mod:`aiopdbp.routing.router`) of every GP
-that lives on host ``h``.  It does the paper's SBP work without a task:
+that lives on host ``h``.  It does the paper's SBP work without a task: it
+admits each item by credit (below) and hands it to its
+:class:`~aiopdbp.hosts.sender.LinkSender`, which coalesces, splits and posts:
 
 * **Per-destination credit.**  Host ``h`` lets this host have ``window``
   bytes of messages (payload + :data:`~aiopdbp.wire.message.CREDIT_OVERHEAD` each)
@@ -242,36 +244,23 @@ tasks.
 from __future__ import annotations
 
 import asyncio
-import functools
-import logging
-from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
-from aiopdbp.wire.codec import encode_cdu, encode_record, encode_split, encode_split_array
-from aiopdbp.wire.control import credit_frame
-from aiopdbp.wire.core import BlockWriter
-from aiopdbp.wire.mesp import CDU, L1, Kind, MsgType
-from aiopdbp.wire.shorts import STREAM_HEAD, ShortStream
 from aiopdbp.errors import WouldBlock
-from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost
-from aiopdbp.pool import SendPool, Slot
-from aiopdbp.transport.base import Channel, Transport
 from aiopdbp.hosts.gate import GateWait, Wake
 from aiopdbp.hosts.gatecore import CreditGate
-from aiopdbp.hosts.inbound import RBP_MIN
-from aiopdbp.hosts.owned import OwnedDone, OwnedSend, fail_owned, resolve_owned
-
-log = logging.getLogger("aiopdbp.hosts.link")
+from aiopdbp.hosts.owned import OwnedSend, fail_owned
+from aiopdbp.hosts import sendercore
+from aiopdbp.hosts.sender import LinkSender
+from aiopdbp.pool import SendPool
+from aiopdbp.transport.base import Transport
+from aiopdbp.wire.mesp import Kind
+from aiopdbp.wire.message import Message, credit_cost
+from aiopdbp.wire.shorts import ShortStream
 
 __all__ = ["HostLink", "LinkStats"]
-
-_BPS = int(MsgType.BPS)
-_BP = int(MsgType.BP)
-_DATA = Channel.DATA
 
 
 @dataclass(frozen=True)
@@ -314,66 +303,28 @@ class LinkStats:
     credit_carried: int = 0  # split headers that carried this host's grants to h (no CreditMsg)
 
 
-_STREAM_HEAD = STREAM_HEAD.pack
-
-
-def _lane(transport: Transport, host: int) -> Any:
-    """The transport's send lane to ``host`` (None: it has none, or cannot
-    send now -- :meth:`HostLink._send` then posts the general way, which
-    raises what is wrong)."""
-    make = getattr(transport, "send_lane", None)
-    if make is None:
-        return None
-    try:
-        return make(host, _DATA)
-    except Exception:
-        return None
-
-
 class HostLink:
-    """Routing target for every GP on one remote host (SCBP_h + its sender)."""
+    """Routing target for every GP on one remote host: credit towards its
+    GPs (the gate), and the sender its admitted items go to
+    (:class:`~aiopdbp.hosts.sender.LinkSender`: SCBP_h and its MPI sends)."""
 
     remote = True
 
     def __init__(self, host: int, transport: Transport, pool: SendPool, *, window: int,
                  block_size: int, large: int, max_inflight: int, allow_pickle: bool,
-                 ask: Callable[[int, int], None] | None = None) -> None:
+                 ask: Callable[[int, int], None] | None = None,
+                 sender: type[LinkSender] = sendercore.LinkSender) -> None:
         self.host = host
         self.window = window
-        self._transport = transport
-        self._pool = pool
-        self._block_size = block_size
-        self._large = large
-        # the open block (the core's writer) and the pool slot it is in (None:
-        # a private buffer, or no block open)
-        self._writer = BlockWriter(large)   # bytes payloads shorter than large go as short records
-        self._slot: Slot | None = None
-        self._block: memoryview | None = None
-        self._max_inflight = max_inflight
-        self._allow_pickle = allow_pickle
         self._gate = CreditGate(window)
         self._admit = self._gate.admit   # the one admission rule (aiopdbp.hosts.gate)
         self._ask = ask
-        self._tick = -1                 # the transport tick of the last lone CDU
-        self._flush_scheduled = False
-        self._units: deque[tuple[list[Any], int, Slot | None]] = deque()
-        self._inflight = 0
         self.error: BaseException | None = None
-        self.sent_msgs = 0          # data messages posted (the BYE count)
-        self._cdus = self._lone = self._blocks = self._splits = self._bytes = 0
-        self._fallbacks = 0
-        self._bulk_tags = getattr(transport, "bulk_tags", 0)  # 0: payloads follow their header (data channel)
-        self._lane = _lane(transport, host)
-        self._bulk_seq = 0                      # the next split frame's number (its bulk tag)
-        self._owned: set[asyncio.Future[None]] = set()  # OwnedSend waits not done yet
-        # Credit this host owes host h's senders, carried by the next split
-        # header to h (hosts.credit, "Grants carried"); whether a whole
-        # window's grant found no reply to ride since h last got a split header
-        self.carries = bool(self._bulk_tags)
-        self._bulk_heads = bool(self._bulk_tags) and getattr(transport, "bulk_heads", False)
-        self.carried: list[tuple[int, int]] = []
-        self.carry_missed = True
-        self.n_carried = 0        # split headers that carried grants
+        self._cdus = 0
+        #: SCBP_h's sender: the blocks, lone and split frames, the MPI sends
+        self.sender = sender(host, transport, pool, block_size=block_size, large=large,
+                             max_inflight=max_inflight, allow_pickle=allow_pickle, on_error=self.fail)
+        self._short = self.sender.short
 
     # --------------------------------------------------------------- credit
     # The rule is the gate's (aiopdbp.hosts.gate, "Credit" above); the link
@@ -448,59 +399,49 @@ class HostLink:
             if not fut.done():  # type: ignore[attr-defined]
                 fut.set_exception(exc)  # type: ignore[attr-defined]
                 fut.exception()  # type: ignore[attr-defined]
-        owned, self._owned = self._owned, set()
-        for done in owned:  # the payload may never complete now (MPI keeps the buffer)
-            fail_owned(done, exc)
+        self.sender.fail(exc)  # the payloads of owned sends may never complete now
 
     def waits(self) -> list[GateWait]:
         """What is parked now, per destination GP (see :class:`GateWait`)."""
         return self._gate.waiting()
 
-    # ------------------------------------------------------------ putting
+    # ------------------------------------------------------------- putting
     def put_to(self, pid: int, item: Any) -> bool:
-        """Encode one routed item for host ``h`` (its credit was reserved):
-        a :class:`Message` for GP ``pid``, or a CDU (streams, multicast).
-        False when it was dropped (the host is gone)."""
+        """Hand one routed item for host ``h`` (its credit was reserved) to
+        the sender: a :class:`Message` for GP ``pid``, or a CDU (streams,
+        multicast).  False when it was dropped (the host is gone)."""
         if self.error is not None:
             if type(item) is OwnedSend:
                 fail_owned(item.done, self.error)
             return False  # the sender was told, or will be, by reserve
         self._cdus += 1
-        if type(item) is not Message:
-            if type(item) is ShortStream:  # a stream whole in its OPEN: a short record if it fits
-                try:
-                    _put_stream(self, pid, item)
-                except BaseException:  # refused: nothing queued, its credit goes back
-                    self._cdus -= 1
-                    self.grant(pid, credit_cost(item[3]))
-                    raise
+        out = self.sender
+        if type(item) is Message:
+            try:
+                if not self._short(pid, item):
+                    out.message(pid, item)
+            except BaseException:  # refused by the encoder: nothing was queued, the credit goes back
+                self._cdus -= 1
+                self.grant(pid, credit_cost(item[3]))
+                raise
+        elif type(item) is ShortStream:  # a stream whole in its OPEN: a short record if it fits
+            try:
+                out.stream(pid, item)
+            except BaseException:  # refused: nothing queued, its credit goes back
+                self._cdus -= 1
+                self.grant(pid, credit_cost(item[3]))
+                raise
+        elif type(item) is OwnedSend:
+            if item.done.done():   # its sender was cancelled before it got here
+                self.grant(pid, credit_cost(item.msg[3]))
                 return True
-            if type(item) is OwnedSend:
-                msg = item.msg
-                if item.done.done():   # its sender was cancelled before it got here
-                    self.grant(pid, credit_cost(msg[3]))
-                    return True
-                data = msg[3]
-                try:
-                    if self._bulk_tags and type(data) is np.ndarray and data.nbytes >= self._large:
-                        # the commonest large send: one GP's array, its header cached
-                        self._flush()
-                        self._put_split(encode_split_array(msg[1], msg[4], pid, msg[2], data), item.done)
-                    else:
-                        self._put_cdu(CDU(msg[1], msg[4], (pid,), data, msg[2]), item.done)
-                except BaseException as exc:
-                    fail_owned(item.done, exc)
-                    raise
-                return True
-            self._put_cdu(item)
-            return True
-        try:
-            if not self._put_short(pid, item):
-                self._put_cdu(CDU(item[1], item[4], (pid,), item[3], item[2]))
-        except BaseException:  # refused by the encoder: nothing was queued, the credit goes back
-            self._cdus -= 1
-            self.grant(pid, credit_cost(item[3]))
-            raise
+            try:
+                out.message(pid, item.msg, item.done)
+            except BaseException as exc:
+                fail_owned(item.done, exc)
+                raise
+        else:
+            out.cdu(item)
         return True
 
     def offer(self, pid: int, nbytes: int, fields: tuple[str, Kind, int, Any, int]) -> bool:
@@ -511,276 +452,40 @@ class HostLink:
         if self.error is not None or not self._admit(pid, nbytes):
             return False
         self._cdus += 1
-        w = self._writer
         try:
-            if w.kind == _BPS and type(fields) is not ShortStream and w.put_short(
-                    pid, fields[4], fields[2], fields[1], fields[3], b"", False) is True:
-                return True  # the commonest: a short record into the open block
             if type(fields) is ShortStream:
-                _put_stream(self, pid, fields)
-            elif not self._put_short(pid, fields):
-                self._put_cdu(CDU(fields[1], fields[4], (pid,), fields[3], fields[2]))
+                self.sender.stream(pid, fields)
+            elif not self._short(pid, fields):
+                self.sender.message(pid, fields)
         except BaseException:  # refused by the encoder: nothing was queued, the credit goes back
             self._cdus -= 1
             self.grant(pid, nbytes)
             raise
         return True
 
-    def _put_short(self, pid: int, fields: tuple[Any, ...], head: bytes = b"") -> bool:
-        """Encode a message ``(source, kind, com, data, source_pid)`` as a
-        compact short record (False: its payload needs a full CDU record);
-        a :class:`ShortStream` too, its ``head`` (sno, window) first.  The
-        first CDU of a loop iteration leaves at once, in a frame of its own."""
-        w = self._writer
-        if not w.kind and not self._units and self._transport.tick != self._tick:
-            frame = w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, True)
-            if frame is None:
-                return False
-            self._tick = self._transport.tick
-            self._lone += 1
-            self._post([frame], len(frame), None)
-            return True
-        put = w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, False)
-        if put is False:  # no block open, a BP one, or full
-            self._new_block(_BPS)
-            put = w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, False)
-        return put is True
-
-    def _begin(self) -> bool:
-        """True for the first CDU of this loop iteration (it leaves at once;
-        the transport's ``tick`` tells iterations apart without a callback)."""
-        tick = self._transport.tick
-        if tick == self._tick or self._writer.kind or self._units:
-            return False
-        self._tick = tick
-        return True
-
-    def _flush_soon(self) -> None:
-        self._flush_scheduled = False
-        self._flush()
-
     def owns(self, nbytes: int) -> bool:
         """Whether a payload of ``nbytes`` travels from the caller's buffer
         (see "Large payloads"): an :class:`OwnedSend` of it need not be a copy."""
-        return nbytes >= self._large
+        return nbytes >= self.sender.large
 
-    def _put_cdu(self, cdu: CDU, done: OwnedDone | None = None) -> None:
-        data = cdu.data
-        if data is not None and _large_enough(data, self._large):
-            self._flush()
-            self._put_split(encode_split(cdu), done)
-            return
-        if done is not None:  # not large after all (an owner's mistake): it is copied below
-            resolve_owned(done)
-        if self._begin():
-            parts = encode_cdu(cdu, allow_pickle=self._allow_pickle)
-            frame = b"".join(parts) if len(parts) > 1 else bytes(parts[0])
-            self._lone += 1
-            self._post([frame], len(frame), None)
-            return
-        w = self._writer
-        at = w.offset(_BP)
-        parts, n = encode_record(cdu, at, allow_pickle=self._allow_pickle)
-        if w.put_record(parts, n):
-            return
-        if n + L1.size > self._block_size:  # too big for a block, not splittable: its own frame
-            self._flush()
-            whole = b"".join(bytes(p) for p in encode_cdu(cdu, allow_pickle=self._allow_pickle))
-            self._post([whole], len(whole), None)
-            return
-        self._new_block(_BP)
-        if w.offset(_BP) != at:  # padding depends on the offset: encode again
-            parts, n = encode_record(cdu, w.offset(_BP), allow_pickle=self._allow_pickle)
-        w.put_record(parts, n)
-
-    def _put_split(self, split: tuple[bytes, Any], done: OwnedDone | None) -> None:
-        """A large payload (``split``: a frame's header and payload, from
-        :func:`~aiopdbp.wire.codec.encode_split`; the open block was
-        flushed): the header on the data channel, the payload as one MPI
-        message straight from the caller's buffer (see "Large payloads");
-        ``done`` (an owned send) completes when the payload may be reused."""
-        head, payload = split
-        self._splits += 1
-        nbytes = memoryview(payload).nbytes
-        if done is not None:
-            done.hold()
-        if not self._bulk_tags:  # header and payload, in order on the data channel
-            if done is not None and (self._units or self._inflight >= self._max_inflight):
-                payload = bytes(payload)  # it would wait behind other sends: a copy
-            fut = self._post([head, payload], len(head) + nbytes, None)
-        else:
-            tag = self._bulk_seq
-            self._bulk_seq = (tag + 1) % self._bulk_tags
-            self.carry_missed = False   # h gets our replies: a large grant may wait for the next
-            now = not (self._units or self._inflight >= self._max_inflight)   # (else the header queues)
-            if self.carried and now:
-                frame = credit_frame(self.carried)
-                # A message of RBP_MIN bytes or more may be received into a
-                # pool slot, where a carried grant cannot be taken off: such a
-                # header leaves alone, its grants in the iteration's CreditMsg.
-                if len(frame) + len(head) < RBP_MIN:
-                    head = frame + head   # one MPI message: no CreditMsg of its own
-                    self.carried = []
-                    self.n_carried += 1
-            with_head = self._bulk_heads and now   # the commonest: both posts in one transport call
-            if with_head:
-                self.sent_msgs += 1
-                self._bytes += len(head)
-            else:
-                self._post([head], len(head), None)
-            self._bytes += nbytes
-            try:
-                # the transport resolves ``done`` itself: no callback hop
-                # between MPI's completion and the waiting sender
-                if with_head:
-                    fut = self._transport.post_bulk(self.host, tag, payload, done, head)
-                else:
-                    fut = self._transport.post_bulk(self.host, tag, payload, done)
-            except Exception as exc:  # the transport is closed or broken
-                self.fail(exc)
-                fut = None
-        if done is None:
-            return
-        if self.error is not None:
-            fail_owned(done, self.error)
-        elif fut is None:
-            resolve_owned(done)
-        elif fut is done:
-            self._owned.add(done)
-            done.add_done_callback(self._owned.discard)
-        else:
-            self._owned.add(done)
-            fut.add_done_callback(functools.partial(self._owned_sent, done))
-
-    def _owned_sent(self, done: asyncio.Future[None], fut: asyncio.Future[None]) -> None:
-        self._owned.discard(done)
-        if fut.cancelled() or fut.exception() is None:
-            resolve_owned(done)
-        else:
-            fail_owned(done, fut.exception())  # type: ignore[arg-type]
-
-    def _new_block(self, kind: int) -> None:
-        self._flush()
-        if not self._flush_scheduled:  # sent at the end of this loop iteration
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush_soon)
-        try:
-            slot: Slot | None = self._pool.acquire_nowait(self.host, self._block_size)
-        except WouldBlock:
-            slot = None  # the row is full and may not grow: a private buffer
-            self._fallbacks += 1
-        view = slot.view if slot is not None else memoryview(bytearray(self._block_size))
-        self._slot = slot
-        self._block = view
-        self._writer.open(view, kind)
-
-    def _flush(self) -> None:
-        """Send the open block, if any."""
-        if not self._writer.kind:
-            return
-        slot, view = self._slot, self._block
-        self._slot = self._block = None
-        n = self._writer.close()
-        if not n:
-            # opened for a record the encoder then refused: nothing to send,
-            # and its pool cell must not stay reserved (it would jam the row)
-            if slot is not None:
-                self._pool.abort(slot)
-            return
-        self._blocks += 1
-        if slot is None:
-            assert view is not None
-            self._post([view[:n]], n, None)
-            return
-        pool = self._pool
-        pool.commit(slot, n)
-        taken = pool.next_filled_nowait(self.host)  # the oldest committed: this one
-        self._post([taken.data], n, taken)
-
-    # ------------------------------------------------------------ sending
-    def _post(self, blocks: list[Any], nbytes: int, slot: Slot | None) -> asyncio.Future[None] | None:
-        """Send ``blocks`` (``nbytes`` in all) now, or after the sends in
-        flight when ``max_inflight`` are; ``slot`` returns to the pool once
-        the send has completed.  The transport's future when it was posted
-        now and has not completed (None otherwise)."""
-        if self._units or self._inflight >= self._max_inflight:
-            self._units.append((blocks, nbytes, slot))
-            return None
-        return self._send(blocks, nbytes, slot)
-
-    def _send(self, blocks: list[Any], nbytes: int, slot: Slot | None) -> asyncio.Future[None] | None:
-        self.sent_msgs += len(blocks)
-        self._bytes += nbytes
-        fut: asyncio.Future[None] | None
-        try:
-            if len(blocks) == 1 and self._lane is not None:  # the commonest: one frame, in one call
-                fut = self._lane.post(blocks[0])
-            else:
-                fut = self._transport.post_nowait(self.host, _DATA, blocks)
-        except Exception as exc:  # the transport is closed or broken
-            self._release(slot)
-            self.fail(exc)
-            return None
-        if fut is None:
-            if slot is not None:
-                self._release(slot)
-            return None
-        self._inflight += 1
-        fut.add_done_callback(functools.partial(self._sent, slot))
-        return fut
-
-    def _sent(self, slot: Slot | None, fut: asyncio.Future[None]) -> None:
-        self._inflight -= 1
-        self._release(slot)
-        if not fut.cancelled() and fut.exception() is not None and self.error is None:
-            log.error("sending to host %d failed: %s", self.host, fut.exception())
-            self.fail(fut.exception())  # type: ignore[arg-type]
-            return
-        units = self._units
-        while units and self._inflight < self._max_inflight:
-            self._send(*units.popleft())
-
-    def _release(self, slot: Slot | None) -> None:
-        if slot is not None:
-            try:
-                self._pool.release(slot)
-            except Exception:  # the pool closed during shutdown
-                pass
-
-    # ------------------------------------------------------------- status
+    # -------------------------------------------------------------- status
     @property
     def idle(self) -> bool:
         """Nothing open, queued or in flight."""
-        return not self._writer.kind and not self._units and self._inflight == 0
+        return self.sender.idle
+
+    @property
+    def sent_msgs(self) -> int:
+        """Data messages posted to host ``h`` (the BYE count)."""
+        return self.sender.sent_msgs
 
     def flush(self) -> None:
         """Send the open block now (before code that blocks the loop)."""
-        self._flush()
+        self.sender.flush()
 
     def stats(self) -> LinkStats:
-        gate = self._gate
-        return LinkStats(self.host, self._cdus, self._lone, self._blocks, self._splits, self.sent_msgs,
-                         self._bytes, self._inflight, len(self._units), gate.waits,
-                         gate.short(), gate.least(), self._fallbacks, gate.parked(), gate.asks,
-                         gate.outstanding(), self.n_carried)
-
-
-def _put_stream(link: HostLink, pid: int, item: ShortStream) -> None:
-    """A stream whole in its OPEN, into ``link``: a short record (its head,
-    sno and window, first) if it fits, else a full CDU record.  (A function,
-    not a method: HostLink is at the layout's 30.)"""
-    if not link._put_short(pid, item, _STREAM_HEAD(item[5], item[6])):
-        link._put_cdu(item.cdu(pid))
-
-
-def _large_enough(data: Any, large: int) -> bool:
-    """A payload that travels as the second half of a split frame."""
-    if type(data) is bytes:
-        return len(data) >= large
-    nbytes = getattr(data, "nbytes", None)
-    if nbytes is None or nbytes < large:
-        return False
-    if isinstance(data, memoryview):
-        return True
-    dt = getattr(data, "dtype", None)
-    return dt is not None and not (dt.hasobject or dt.fields is not None or dt.subdtype is not None)
+        gate, out = self._gate, self.sender
+        return LinkStats(self.host, self._cdus, out.lone, out.blocks, out.splits, out.sent_msgs,
+                         out.nbytes, out.inflight, out.queued, gate.waits,
+                         gate.short(), gate.least(), out.fallbacks, gate.parked(), gate.asks,
+                         gate.outstanding(), out.n_carried)

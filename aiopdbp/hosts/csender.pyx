@@ -1,0 +1,317 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The compiled twin of :mod:`aiopdbp.hosts.sender` (read its docstring): the
+same :class:`LinkSender`, its state in C fields, and the steps from an item
+to its ``Isend`` -- the lone-frame rule, the in-flight limit, the send lane
+-- as C calls instead of Python frames.  The encoders, the block writer,
+the pool and the transport are called as they are in the pure form, so
+both post the same frames in the same order (``tests/test_sender.py``)."""
+
+import asyncio
+import functools
+import logging
+
+import numpy as np
+
+from collections import deque
+
+from aiopdbp.errors import WouldBlock
+from aiopdbp.hosts.inbound import RBP_MIN
+from aiopdbp.hosts.owned import fail_owned, resolve_owned
+from aiopdbp.hosts.sender import large_enough, send_lane
+from aiopdbp.transport.base import Channel
+from aiopdbp.wire.codec import encode_cdu, encode_record, encode_split, encode_split_array
+from aiopdbp.wire.control import credit_frame
+from aiopdbp.wire.core import BlockWriter
+from aiopdbp.wire.mesp import CDU, L1, MsgType
+from aiopdbp.wire.shorts import STREAM_HEAD
+
+cdef extern from *:
+    """
+    #ifndef AIOPDBP_SOURCE_HASH
+    #define AIOPDBP_SOURCE_HASH ""
+    #endif
+    """
+    const char *AIOPDBP_SOURCE_HASH
+
+#: the files this twin was built from, and their hash then (aiopdbp.ext checks it)
+__sources__ = ("sender.py", "csender.pyx")
+__source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
+
+__all__ = ["LinkSender", "large_enough", "send_lane"]
+
+log = logging.getLogger("aiopdbp.hosts.link")
+
+cdef int _BPS = int(MsgType.BPS)
+cdef int _BP = int(MsgType.BP)
+cdef Py_ssize_t _L1_SIZE = L1.size
+cdef object _DATA = Channel.DATA
+cdef object _STREAM_HEAD = STREAM_HEAD.pack
+cdef object _ndarray = np.ndarray
+
+
+cdef class LinkSender:
+    """See :class:`aiopdbp.hosts.sender.LinkSender`."""
+
+    cdef public object host, large, error, writer, carried, stamp
+    cdef public Py_ssize_t inflight, sent_msgs, lone, blocks, splits, nbytes, fallbacks, n_carried
+    cdef public bint carries, carry_missed
+    cdef object _transport, _pool, _on_error, _slot, _block, _units, _lane, _owned
+    cdef Py_ssize_t _block_size, _max_inflight, _bulk_tags, _bulk_seq
+    cdef bint _allow_pickle, _flush_scheduled, _bulk_heads
+    cdef object _tick
+
+    def __init__(self, host, transport, pool, *, block_size, large, max_inflight, allow_pickle, on_error):
+        self.host = host
+        self._transport = transport
+        self._pool = pool
+        self._block_size = block_size
+        self.large = large
+        self._max_inflight = max_inflight
+        self._allow_pickle = allow_pickle
+        self._on_error = on_error
+        self.error = None
+        self.writer = BlockWriter(large)
+        self._slot = None
+        self._block = None
+        self._tick = -1
+        self._flush_scheduled = False
+        self._units = deque()
+        self.inflight = 0
+        self.sent_msgs = 0
+        self.lone = self.blocks = self.splits = self.nbytes = self.fallbacks = 0
+        self._bulk_tags = getattr(transport, "bulk_tags", 0)
+        self._lane = send_lane(transport, host)
+        self._bulk_seq = 0
+        self._owned = set()
+        self.carries = bool(self._bulk_tags)
+        self._bulk_heads = bool(self._bulk_tags) and getattr(transport, "bulk_heads", False)
+        self.carried = []
+        self.carry_missed = True
+        self.n_carried = 0
+        self.stamp = None
+
+    # ---------------------------------------------------------------- items
+    def short(self, pid, fields, head=b""):
+        w = self.writer
+        tick = self._transport.tick
+        if not w.kind and not self._units and tick != self._tick:
+            frame = w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, True)
+            if frame is None:
+                return False
+            self._tick = tick
+            self.lone += 1
+            self._post([frame], len(frame), None)
+            return True
+        put = w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, False)
+        if put is False:
+            self._new_block(_BPS)
+            put = w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, False)
+        return put is True
+
+    def stream(self, pid, item):
+        if not self.short(pid, item, _STREAM_HEAD(item[5], item[6])):
+            self.cdu(item.cdu(pid))
+
+    def message(self, pid, fields, done=None):
+        data = fields[3]
+        if self._bulk_tags and type(data) is _ndarray and data.nbytes >= self.large and (
+                done is not None or (data.flags.c_contiguous and large_enough(data, self.large))):
+            self.flush()
+            self.split(encode_split_array(fields[1], fields[4], pid, fields[2], data), done)
+        else:
+            self.cdu(CDU(fields[1], fields[4], (pid,), data, fields[2]), done)
+
+    def cdu(self, cdu, done=None):
+        data = cdu.data
+        if data is not None and large_enough(data, self.large):
+            self.flush()
+            self.split(encode_split(cdu), done)
+            return
+        if done is not None:
+            resolve_owned(done)
+        w = self.writer
+        tick = self._transport.tick
+        if not w.kind and not self._units and tick != self._tick:
+            self._tick = tick
+            parts = encode_cdu(cdu, allow_pickle=self._allow_pickle)
+            frame = b"".join(parts) if len(parts) > 1 else bytes(parts[0])
+            self.lone += 1
+            self._post([frame], len(frame), None)
+            return
+        at = w.offset(_BP)
+        parts, n = encode_record(cdu, at, allow_pickle=self._allow_pickle)
+        if w.put_record(parts, n):
+            return
+        if n + _L1_SIZE > self._block_size:
+            self.flush()
+            whole = b"".join([bytes(p) for p in encode_cdu(cdu, allow_pickle=self._allow_pickle)])
+            self._post([whole], len(whole), None)
+            return
+        self._new_block(_BP)
+        if w.offset(_BP) != at:
+            parts, n = encode_record(cdu, w.offset(_BP), allow_pickle=self._allow_pickle)
+        w.put_record(parts, n)
+
+    def split(self, split, done):
+        head, payload = split
+        self.splits += 1
+        nbytes = memoryview(payload).nbytes
+        if done is not None:
+            done.hold()
+        cdef Py_ssize_t tag
+        cdef bint now, with_head
+        if not self._bulk_tags:
+            if done is not None and (self._units or self.inflight >= self._max_inflight):
+                payload = bytes(payload)
+            fut = self._post([head, payload], len(head) + nbytes, None)
+        else:
+            tag = self._bulk_seq
+            self._bulk_seq = (tag + 1) % self._bulk_tags
+            self.carry_missed = False
+            now = not (self._units or self.inflight >= self._max_inflight)
+            if self.carried and now:
+                frame = credit_frame(self.carried)
+                if len(frame) + len(head) < RBP_MIN:
+                    head = frame + head
+                    self.carried = []
+                    self.n_carried += 1
+            with_head = self._bulk_heads and now
+            if with_head:
+                self.sent_msgs += 1
+                self.nbytes += len(head)
+            else:
+                self._post([head], len(head), None)
+            self.nbytes += nbytes
+            try:
+                if with_head:
+                    fut = self._transport.post_bulk(self.host, tag, payload, done, head)
+                else:
+                    fut = self._transport.post_bulk(self.host, tag, payload, done)
+            except Exception as exc:
+                self._on_error(exc)
+                fut = None
+        if done is None:
+            return
+        if self.error is not None:
+            fail_owned(done, self.error)
+        elif fut is None:
+            resolve_owned(done)
+        elif fut is done:
+            self._owned.add(done)
+            done.add_done_callback(self._owned.discard)
+        else:
+            self._owned.add(done)
+            fut.add_done_callback(functools.partial(self._owned_sent, done))
+
+    def _owned_sent(self, done, fut):
+        self._owned.discard(done)
+        if fut.cancelled() or fut.exception() is None:
+            resolve_owned(done)
+        else:
+            fail_owned(done, fut.exception())
+
+    # --------------------------------------------------------------- blocks
+    cdef _new_block(self, int kind):
+        self.flush()
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_soon)
+        try:
+            slot = self._pool.acquire_nowait(self.host, self._block_size)
+        except WouldBlock:
+            slot = None
+            self.fallbacks += 1
+        view = slot.view if slot is not None else memoryview(bytearray(self._block_size))
+        self._slot = slot
+        self._block = view
+        self.writer.open(view, kind)
+
+    def _flush_soon(self):
+        self._flush_scheduled = False
+        self.flush()
+
+    def flush(self):
+        if not self.writer.kind:
+            return
+        slot, view = self._slot, self._block
+        self._slot = self._block = None
+        n = self.writer.close()
+        if not n:
+            if slot is not None:
+                self._pool.abort(slot)
+            return
+        self.blocks += 1
+        if slot is None:
+            self._post([view[:n]], n, None)
+            return
+        pool = self._pool
+        pool.commit(slot, n)
+        taken = pool.next_filled_nowait(self.host)
+        self._post([taken.data], n, taken)
+
+    # -------------------------------------------------------------- sending
+    cdef object _post(self, list blocks, Py_ssize_t nbytes, object slot):
+        if self._units or self.inflight >= self._max_inflight:
+            self._units.append((blocks, nbytes, slot))
+            return None
+        return self._send(blocks, nbytes, slot)
+
+    cdef object _send(self, list blocks, Py_ssize_t nbytes, object slot):
+        stamp = self.stamp
+        if stamp is not None:
+            stamp(False)
+        self.sent_msgs += len(blocks)
+        self.nbytes += nbytes
+        try:
+            if len(blocks) == 1 and self._lane is not None:
+                fut = self._lane.post(blocks[0])
+            else:
+                fut = self._transport.post_nowait(self.host, _DATA, blocks)
+        except Exception as exc:
+            fut = None
+            self._release(slot)
+            self._on_error(exc)
+        else:
+            if fut is None:
+                self._release(slot)
+            else:
+                self.inflight += 1
+                fut.add_done_callback(functools.partial(self._sent, slot))
+        if stamp is not None:
+            stamp(True)
+        return fut
+
+    def _sent(self, slot, fut):
+        self.inflight -= 1
+        self._release(slot)
+        if not fut.cancelled() and fut.exception() is not None and self.error is None:
+            log.error("sending to host %d failed: %s", self.host, fut.exception())
+            self._on_error(fut.exception())
+            return
+        units = self._units
+        while units and self.inflight < self._max_inflight:
+            blocks, nbytes, slot = units.popleft()
+            self._send(blocks, nbytes, slot)
+
+    cdef _release(self, slot):
+        if slot is not None:
+            try:
+                self._pool.release(slot)
+            except Exception:
+                pass
+
+    # --------------------------------------------------------------- status
+    def fail(self, exc):
+        if self.error is None:
+            self.error = exc
+        owned, self._owned = self._owned, set()
+        for done in owned:
+            fail_owned(done, exc)
+
+    @property
+    def idle(self):
+        return not self.writer.kind and not self._units and self.inflight == 0
+
+    @property
+    def queued(self):
+        return len(self._units)

@@ -1,0 +1,389 @@
+"""The sending half of a host link: SCBP_h's block writer and its MPI sends.
+
+:class:`LinkSender` owns everything that turns items already admitted by
+credit into MPI messages towards one host (the rules are written in
+:mod:`aiopdbp.hosts.link`, "Coalescing", "Large payloads" and "Sending"):
+
+* the open block -- a pool slot, or a private buffer when the pool row is
+  full -- written by the core's :class:`~aiopdbp.wire.core.BlockWriter`,
+  and sent at the end of the loop iteration or when full;
+* the lone frame: the first item of a loop iteration leaves at once, in a
+  frame of its own (latency);
+* split frames: a large payload's header on the data channel, its payload
+  as one bulk MPI message from the caller's buffer, with the grants owed to
+  that host riding on the header (:mod:`aiopdbp.hosts.credit`, "Grants
+  carried");
+* the sends in flight: at most ``max_inflight``, the rest queued in order,
+  a pool block returned once its send has completed.
+
+Credit is not here: :class:`~aiopdbp.hosts.link.HostLink` admits an item
+(:class:`~aiopdbp.hosts.gate.CreditGate`) before it hands it over.  This
+class has a compiled twin (``aiopdbp.hosts.csender``, chosen by
+:mod:`aiopdbp.hosts.sendercore`): the same methods, the same frames and
+counters, with the steps from an item to its ``Isend`` as C calls instead
+of Python frames.  ``tests/test_sender.py`` holds both to the same frames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from aiopdbp.errors import WouldBlock
+from aiopdbp.hosts.inbound import RBP_MIN
+from aiopdbp.hosts.owned import OwnedDone, fail_owned, resolve_owned
+from aiopdbp.pool import SendPool, Slot
+from aiopdbp.transport.base import Channel, Transport
+from aiopdbp.wire.codec import encode_cdu, encode_record, encode_split, encode_split_array
+from aiopdbp.wire.control import credit_frame
+from aiopdbp.wire.core import BlockWriter
+from aiopdbp.wire.mesp import CDU, L1, MsgType
+from aiopdbp.wire.shorts import STREAM_HEAD, ShortStream
+
+log = logging.getLogger("aiopdbp.hosts.link")
+
+__all__ = ["LinkSender", "large_enough", "send_lane"]
+
+_BPS = int(MsgType.BPS)
+_BP = int(MsgType.BP)
+_DATA = Channel.DATA
+_STREAM_HEAD = STREAM_HEAD.pack
+
+
+def send_lane(transport: Transport, host: int) -> Any:
+    """The transport's send lane to ``host`` (None: it has none, or cannot
+    send now -- the sender then posts the general way, which raises what is
+    wrong)."""
+    make = getattr(transport, "send_lane", None)
+    if make is None:
+        return None
+    try:
+        return make(host, _DATA)
+    except Exception:
+        return None
+
+
+def large_enough(data: Any, large: int) -> bool:
+    """A payload that travels as the second half of a split frame."""
+    if type(data) is bytes:
+        return len(data) >= large
+    nbytes = getattr(data, "nbytes", None)
+    if nbytes is None or nbytes < large:
+        return False
+    if isinstance(data, memoryview):
+        return True
+    dt = getattr(data, "dtype", None)
+    return dt is not None and not (dt.hasobject or dt.fields is not None or dt.subdtype is not None)
+
+
+class LinkSender:
+    """SCBP_h's sender: admitted items in, MPI messages to host ``host`` out.
+
+    ``on_error`` is called once with the exception when the transport
+    refuses or fails a send (the link then fails every waiter).
+    """
+
+    def __init__(self, host: int, transport: Transport, pool: SendPool, *, block_size: int, large: int,
+                 max_inflight: int, allow_pickle: bool, on_error: Callable[[BaseException], None]) -> None:
+        self.host = host
+        self._transport = transport
+        self._pool = pool
+        self._block_size = block_size
+        self.large = large
+        self._max_inflight = max_inflight
+        self._allow_pickle = allow_pickle
+        self._on_error = on_error
+        self.error: BaseException | None = None
+        # the open block (the core's writer) and the pool slot it is in (None:
+        # a private buffer, or no block open)
+        self.writer = BlockWriter(large)   # bytes payloads shorter than large go as short records
+        self._slot: Slot | None = None
+        self._block: memoryview | None = None
+        self._tick = -1                 # the transport tick of the last lone frame
+        self._flush_scheduled = False
+        self._units: deque[tuple[list[Any], int, Slot | None]] = deque()
+        self.inflight = 0
+        self.sent_msgs = 0          # data messages posted (the BYE count)
+        self.lone = self.blocks = self.splits = self.nbytes = self.fallbacks = 0
+        self._bulk_tags: int = getattr(transport, "bulk_tags", 0)  # 0: payloads follow their header
+        self._lane = send_lane(transport, host)
+        self._bulk_seq = 0                      # the next split frame's number (its bulk tag)
+        self._owned: set[asyncio.Future[None]] = set()  # owned sends whose payload is not done yet
+        # Credit this host owes host h's senders, carried by the next split
+        # header to h (hosts.credit, "Grants carried"); whether a whole
+        # window's grant found no reply to ride since h last got a split header
+        self.carries = bool(self._bulk_tags)
+        self._bulk_heads = bool(self._bulk_tags) and getattr(transport, "bulk_heads", False)
+        self.carried: list[tuple[int, int]] = []
+        self.carry_missed = True
+        self.n_carried = 0        # split headers that carried grants
+        #: called with False before each MPI send is posted and True after
+        #: (``bench pingpong --hops`` times the posting; None: not timed)
+        self.stamp: Callable[[bool], None] | None = None
+
+    # ---------------------------------------------------------------- items
+    def short(self, pid: int, fields: tuple[Any, ...], head: bytes = b"") -> bool:
+        """A message ``(source, kind, com, data, source_pid)`` for GP ``pid``
+        as a compact short record: into the open block, or, as the first
+        item of this loop iteration, in a frame of its own that leaves at
+        once.  False (nothing queued): its payload needs a full record
+        (:meth:`cdu`).  A :class:`ShortStream` too, its ``head`` (sno,
+        window) first."""
+        w = self.writer
+        if not w.kind and not self._units and self._transport.tick != self._tick:
+            frame = w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, True)
+            if frame is None:
+                return False
+            self._tick = self._transport.tick
+            self.lone += 1
+            self._post([frame], len(frame), None)
+            return True
+        put = w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, False)
+        if put is False:  # no block open, a BP one, or full
+            self._new_block(_BPS)
+            put = w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, False)
+        return put is True
+
+    def stream(self, pid: int, item: ShortStream) -> None:
+        """A stream whole in its OPEN: a short record (its head, sno and
+        window, first) if it fits, else a full CDU record."""
+        if not self.short(pid, item, _STREAM_HEAD(item[5], item[6])):
+            self.cdu(item.cdu(pid))
+
+    def message(self, pid: int, fields: tuple[Any, ...], done: OwnedDone | None = None) -> None:
+        """A message (``fields``) that is not a short record: a large
+        C-contiguous array goes as a split frame from its own memory, its
+        header from the cache (the commonest large send); anything else as
+        :meth:`cdu` would.  ``done``: an owned send's completion (its
+        array was checked by the owner)."""
+        data = fields[3]
+        if self._bulk_tags and type(data) is np.ndarray and data.nbytes >= self.large and (
+                done is not None or (data.flags.c_contiguous and large_enough(data, self.large))):
+            self.flush()
+            self.split(encode_split_array(fields[1], fields[4], pid, fields[2], data), done)
+        else:
+            self.cdu(CDU(fields[1], fields[4], (pid,), data, fields[2]), done)
+
+    def cdu(self, cdu: CDU, done: OwnedDone | None = None) -> None:
+        """Any CDU: a split frame when its payload is large, else a frame of
+        its own (first of the iteration, or too big for a block) or a full
+        record of a BP block."""
+        data = cdu.data
+        if data is not None and large_enough(data, self.large):
+            self.flush()
+            self.split(encode_split(cdu), done)
+            return
+        if done is not None:  # not large after all (an owner's mistake): it is copied below
+            resolve_owned(done)
+        w = self.writer
+        if not w.kind and not self._units and self._transport.tick != self._tick:
+            self._tick = self._transport.tick
+            parts = encode_cdu(cdu, allow_pickle=self._allow_pickle)
+            frame = b"".join(parts) if len(parts) > 1 else bytes(parts[0])
+            self.lone += 1
+            self._post([frame], len(frame), None)
+            return
+        at = w.offset(_BP)
+        parts, n = encode_record(cdu, at, allow_pickle=self._allow_pickle)
+        if w.put_record(parts, n):
+            return
+        if n + L1.size > self._block_size:  # too big for a block, not splittable: its own frame
+            self.flush()
+            whole = b"".join(bytes(p) for p in encode_cdu(cdu, allow_pickle=self._allow_pickle))
+            self._post([whole], len(whole), None)
+            return
+        self._new_block(_BP)
+        if w.offset(_BP) != at:  # padding depends on the offset: encode again
+            parts, n = encode_record(cdu, w.offset(_BP), allow_pickle=self._allow_pickle)
+        w.put_record(parts, n)
+
+    def split(self, split: tuple[bytes, Any], done: OwnedDone | None) -> None:
+        """A large payload (``split``: a frame's header and payload, from
+        :func:`~aiopdbp.wire.codec.encode_split`; the open block was
+        flushed): the header on the data channel, the payload as one MPI
+        message straight from the caller's buffer; ``done`` (an owned send)
+        completes when the payload may be reused."""
+        head, payload = split
+        self.splits += 1
+        nbytes = memoryview(payload).nbytes
+        if done is not None:
+            done.hold()
+        fut: asyncio.Future[None] | None
+        if not self._bulk_tags:  # header and payload, in order on the data channel
+            if done is not None and (self._units or self.inflight >= self._max_inflight):
+                payload = bytes(payload)  # it would wait behind other sends: a copy
+            fut = self._post([head, payload], len(head) + nbytes, None)
+        else:
+            tag = self._bulk_seq
+            self._bulk_seq = (tag + 1) % self._bulk_tags
+            self.carry_missed = False   # h gets our replies: a large grant may wait for the next
+            now = not (self._units or self.inflight >= self._max_inflight)   # (else the header queues)
+            if self.carried and now:
+                frame = credit_frame(self.carried)
+                # A message of RBP_MIN bytes or more may be received into a
+                # pool slot, where a carried grant cannot be taken off: such a
+                # header leaves alone, its grants in the iteration's CreditMsg.
+                if len(frame) + len(head) < RBP_MIN:
+                    head = frame + head   # one MPI message: no CreditMsg of its own
+                    self.carried = []
+                    self.n_carried += 1
+            with_head = self._bulk_heads and now   # the commonest: both posts in one transport call
+            if with_head:
+                self.sent_msgs += 1
+                self.nbytes += len(head)
+            else:
+                self._post([head], len(head), None)
+            self.nbytes += nbytes
+            try:
+                # the transport resolves ``done`` itself: no callback hop
+                # between MPI's completion and the waiting sender
+                if with_head:
+                    fut = self._transport.post_bulk(self.host, tag, payload, done, head)
+                else:
+                    fut = self._transport.post_bulk(self.host, tag, payload, done)
+            except Exception as exc:  # the transport is closed or broken
+                self._on_error(exc)
+                fut = None
+        if done is None:
+            return
+        if self.error is not None:
+            fail_owned(done, self.error)
+        elif fut is None:
+            resolve_owned(done)
+        elif fut is done:
+            self._owned.add(done)
+            done.add_done_callback(self._owned.discard)
+        else:
+            self._owned.add(done)
+            fut.add_done_callback(functools.partial(self._owned_sent, done))
+
+    def _owned_sent(self, done: asyncio.Future[None], fut: asyncio.Future[None]) -> None:
+        self._owned.discard(done)
+        if fut.cancelled() or fut.exception() is None:
+            resolve_owned(done)
+        else:
+            fail_owned(done, fut.exception())  # type: ignore[arg-type]
+
+    # --------------------------------------------------------------- blocks
+    def _new_block(self, kind: int) -> None:
+        self.flush()
+        if not self._flush_scheduled:  # sent at the end of this loop iteration
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_soon)
+        try:
+            slot: Slot | None = self._pool.acquire_nowait(self.host, self._block_size)
+        except WouldBlock:
+            slot = None  # the row is full and may not grow: a private buffer
+            self.fallbacks += 1
+        view = slot.view if slot is not None else memoryview(bytearray(self._block_size))
+        self._slot = slot
+        self._block = view
+        self.writer.open(view, kind)
+
+    def _flush_soon(self) -> None:
+        self._flush_scheduled = False
+        self.flush()
+
+    def flush(self) -> None:
+        """Send the open block, if any."""
+        if not self.writer.kind:
+            return
+        slot, view = self._slot, self._block
+        self._slot = self._block = None
+        n = self.writer.close()
+        if not n:
+            # opened for a record the encoder then refused: nothing to send,
+            # and its pool cell must not stay reserved (it would jam the row)
+            if slot is not None:
+                self._pool.abort(slot)
+            return
+        self.blocks += 1
+        if slot is None:
+            assert view is not None
+            self._post([view[:n]], n, None)
+            return
+        pool = self._pool
+        pool.commit(slot, n)
+        taken = pool.next_filled_nowait(self.host)  # the oldest committed: this one
+        self._post([taken.data], n, taken)
+
+    # -------------------------------------------------------------- sending
+    def _post(self, blocks: list[Any], nbytes: int, slot: Slot | None) -> asyncio.Future[None] | None:
+        """Send ``blocks`` (``nbytes`` in all) now, or after the sends in
+        flight when ``max_inflight`` are; ``slot`` returns to the pool once
+        the send has completed.  The transport's future when it was posted
+        now and has not completed (None otherwise)."""
+        if self._units or self.inflight >= self._max_inflight:
+            self._units.append((blocks, nbytes, slot))
+            return None
+        return self._send(blocks, nbytes, slot)
+
+    def _send(self, blocks: list[Any], nbytes: int, slot: Slot | None) -> asyncio.Future[None] | None:
+        stamp = self.stamp
+        if stamp is not None:
+            stamp(False)
+        self.sent_msgs += len(blocks)
+        self.nbytes += nbytes
+        fut: asyncio.Future[None] | None
+        try:
+            if len(blocks) == 1 and self._lane is not None:  # the commonest: one frame, in one call
+                fut = self._lane.post(blocks[0])
+            else:
+                fut = self._transport.post_nowait(self.host, _DATA, blocks)
+        except Exception as exc:  # the transport is closed or broken
+            fut = None
+            self._release(slot)
+            self._on_error(exc)
+        else:
+            if fut is None:
+                self._release(slot)
+            else:
+                self.inflight += 1
+                fut.add_done_callback(functools.partial(self._sent, slot))
+        if stamp is not None:
+            stamp(True)
+        return fut
+
+    def _sent(self, slot: Slot | None, fut: asyncio.Future[None]) -> None:
+        self.inflight -= 1
+        self._release(slot)
+        if not fut.cancelled() and fut.exception() is not None and self.error is None:
+            log.error("sending to host %d failed: %s", self.host, fut.exception())
+            self._on_error(fut.exception())  # type: ignore[arg-type]
+            return
+        units = self._units
+        while units and self.inflight < self._max_inflight:
+            self._send(*units.popleft())
+
+    def _release(self, slot: Slot | None) -> None:
+        if slot is not None:
+            try:
+                self._pool.release(slot)
+            except Exception:  # the pool closed during shutdown
+                pass
+
+    # --------------------------------------------------------------- status
+    def fail(self, exc: BaseException) -> None:
+        """Host ``h`` is gone: every owned send whose payload is not done
+        gets ``exc`` (MPI may keep the buffer: it is never handed back)."""
+        if self.error is None:
+            self.error = exc
+        owned, self._owned = self._owned, set()
+        for done in owned:
+            fail_owned(done, exc)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing open, queued or in flight."""
+        return not self.writer.kind and not self._units and self.inflight == 0
+
+    @property
+    def queued(self) -> int:
+        """Sends waiting for an in-flight slot."""
+        return len(self._units)
