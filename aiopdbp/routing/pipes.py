@@ -48,7 +48,7 @@ FIFO in arrival order (all a one-sender pipe ever is: the ping-pong path
 pays one test per item); once an item of another sender (a message's
 ``source_pid``, a stream OPEN's) or from another host arrives while the
 pipe holds items, the queue becomes a FIFO lane per sender, taken in
-*rounds* (:class:`_Turns`), until it is empty again: in each round every
+*rounds* (:class:`~aiopdbp.routing.turns.Turns`), until it is empty again: in each round every
 sender with items queued has one taken, in the order they came.  So each
 of k senders with items queued gets every k-th item the reader takes,
 whichever host its items came from and however early they came (without
@@ -115,6 +115,7 @@ from typing import Any, Generic, TypeVar
 from aiopdbp.wire.mesp import Kind
 from aiopdbp.errors import BrokenResourceError, ClosedResourceError, NoPipeError, WouldBlock
 from aiopdbp.hosts.gate import ParkingLot
+from aiopdbp.routing.turns import Turns, sender_of
 from aiopdbp.wire.message import Message, credit_cost
 
 T = TypeVar("T")
@@ -128,139 +129,12 @@ def _cost(item: Any) -> int:
     return credit_cost(item[3]) if type(item) is Message else getattr(item, "pipe_cost", 0)
 
 
-def _source(item: Any) -> Any:
-    """The sender whose turn an item waits for: a message's ``source_pid``,
-    another item's (a stream's OPEN), or 0 (items with no sender, such as a
-    stream's segments or the PipeManager's entries: one FIFO)."""
-    return item[4] if type(item) is Message else getattr(item, "source_pid", 0)
-
-
 def _other_source(queue: deque[Any], items: list[Any]) -> bool:
     """Whether a batch arriving at a pipe that holds ``queue`` shows another
     sender than the one at its head, at either end (the batch's order within
     is its host's send order: it is only split into turns with the rest)."""
-    key = _source(queue[0])
-    return bool(_source(items[0]) != key or _source(items[-1]) != key)
-
-
-class _Turns(Generic[T]):
-    """The queue of a pipe holding items of several senders: a FIFO lane per
-    sender, taken one item per turn in rounds (see "Turns").
-
-    It stands in for the pipe's deque: ``add`` queues an item of a class
-    (-1: a local sender; else the host it came from), ``extend`` a batch
-    from another host, ``popleft`` takes the item whose turn it is.  It
-    numbers the items in arrival order and keeps, per class, the numbers of
-    those not taken yet; after ``popleft``, ``cls`` is the taken item's
-    class and ``low`` the number of that class's oldest item not taken yet
-    (every one of the class numbered below it has been taken).  ``watch``
-    holds, per host, the ``low`` at which the pipe reports to its watch.
-    """
-
-    __slots__ = ("_lanes", "_cur", "_nxt", "_round", "_served", "_n", "_next", "_order", "_gone",
-                 "_where", "cls", "low", "watch")
-
-    def __init__(self, fifo: deque[T], first: int, cls: int, watch_at: int) -> None:
-        # ``fifo``: the pipe's queue so far, in arrival order, numbered from
-        # ``first``, all of one class ``cls`` (a host's watching at ``watch_at``)
-        self._lanes: dict[Any, deque[list[Any]]] = {}   # sender -> [number, item, class]
-        self._cur: deque[Any] = deque()   # senders not served this round yet, in turn order
-        self._nxt: deque[Any] = deque()   # senders served this round, with items left
-        self._round = 0
-        self._served: dict[Any, int] = {}   # a sender whose lane emptied -> its last round
-        self._n = 0
-        self._next = self.low = first      # the next arrival's number
-        self.cls = cls
-        # per class, the numbers of its items not known to be taken, in
-        # arrival order; numbers taken out of that order
-        self._order: dict[int, deque[int]] = {}
-        self._gone: set[int] = set()
-        self._where: dict[int, list[Any]] = {}   # number -> its lane entry, while queued
-        self.watch: dict[int, int] = {cls: watch_at} if cls >= 0 else {}
-        for item in fifo:
-            self.add(item, cls)
-
-    def __len__(self) -> int:
-        return self._n
-
-    def add(self, item: T, cls: int) -> None:
-        """Queue an item of class ``cls`` (-1: local; else its host)."""
-        key = _source(item)
-        lane = self._lanes.get(key)
-        if lane is None:
-            lane = self._lanes[key] = deque()
-            # a sender that had its turn this round (its lane ran dry since)
-            # waits for the next round: it does not go again before the
-            # senders not served yet, though only one of them has an item
-            # queued at a time (one message per window from their host)
-            (self._nxt if self._served.get(key) == self._round else self._cur).append(key)
-        number = self._next
-        entry = [number, item, cls]
-        lane.append(entry)
-        self._where[number] = entry
-        order = self._order.get(cls)
-        if order is None:
-            order = self._order[cls] = deque()
-        order.append(number)
-        self._next = number + 1
-        self._n += 1
-
-    def append(self, item: T) -> None:
-        """Queue an item of a local sender."""
-        self.add(item, -1)
-
-    def extend(self, items: list[T], host: int) -> None:
-        """Queue a batch that came from ``host``."""
-        for item in items:
-            self.add(item, host)
-
-    def popleft(self) -> T:
-        """The item whose turn it is: the oldest of the first sender not
-        served this round; a round ends when every sender with items queued
-        has been served once."""
-        cur = self._cur
-        if not cur:   # the round is over: the next one
-            cur, self._cur, self._nxt = self._nxt, self._nxt, cur
-            self._round += 1
-        key = cur.popleft()
-        lane = self._lanes[key]
-        number, item, cls = lane.popleft()
-        where = self._where
-        del where[number]
-        if lane:
-            self._nxt.append(key)
-        else:
-            del self._lanes[key]
-            self._served[key] = self._round
-        self._n -= 1
-        order = self._order[cls]
-        oldest = order[0]
-        if oldest != number:
-            # Taken ahead of its class's oldest item (another sender's):
-            # when both are messages of the same credit cost, they trade
-            # numbers, so the class's count moves on as if the oldest had
-            # been taken -- the same bytes -- and one sender's long lane
-            # does not hold back its class-mates' credit (the marks count
-            # costs by number: each still sums the costs of its numbers).
-            other = where[oldest]
-            held: Any = other[1]
-            if type(item) is Message and type(held) is Message and (
-                    len(item[3]) == len(held[3]) if type(item[3]) is bytes and type(held[3]) is bytes
-                    else credit_cost(item[3]) == credit_cost(held[3])):
-                other[0] = number
-                where[number] = other
-                del where[oldest]
-                number = oldest
-        if oldest == number:
-            order.popleft()
-            gone = self._gone
-            while order and order[0] in gone:
-                gone.remove(order.popleft())
-        else:
-            self._gone.add(number)
-        self.cls = cls
-        self.low = order[0] if order else self._next
-        return item  # type: ignore[no-any-return]
+    key = sender_of(queue[0])
+    return bool(sender_of(items[0]) != key or sender_of(items[-1]) != key)
 
 
 def _wake_first(waiters: deque[asyncio.Future[None]]) -> None:
@@ -311,9 +185,9 @@ class Pipe(Generic[T]):
         # sender's start turns): local ones hold marks while queued (with a
         # byte bound; without one they count with other hosts', which only
         # ever credits later).
-        # (in turns ``_items`` is the _Turns too: it stands in for the deque)
+        # (in turns ``_items`` is the Turns too: it stands in for the deque)
         self._items: deque[T] = deque()
-        self._turns: _Turns[T] | None = None
+        self._turns: Turns[T] | None = None
         self._host = -1   # the host of the one FIFO's items from other hosts (the last batch's)
         self._reserved = 0
         self._recv_waiters: deque[asyncio.Future[None]] = deque()
@@ -518,12 +392,12 @@ class Pipe(Generic[T]):
             # _source, inline: a one-sender pipe under load does this per item
             head: Any = items[0]
             new: Any = item
-            if (new[4] if type(new) is Message else _source(new)) != \
-                    (head[4] if type(head) is Message else _source(head)):
+            if (new[4] if type(new) is Message else sender_of(new)) != \
+                    (head[4] if type(head) is Message else sender_of(head)):
                 # a second sender: turns; the FIFO's items are local when
                 # they hold marks (the new item's, if any, is numbered ``appended``)
                 marks = self._marks
-                items = self._items = self._turns = _Turns(  # type: ignore[assignment]
+                items = self._items = self._turns = Turns(  # type: ignore[assignment]
                     items, self.taken, -1 if marks and marks[0][0] < self.appended else self._host,
                     self.watch_at)
         items.append(item)
@@ -558,7 +432,7 @@ class Pipe(Generic[T]):
             self._host = host
         else:
             if turns is None:   # a second sender (or host): turns
-                turns = self._items = self._turns = _Turns(  # type: ignore[assignment]
+                turns = self._items = self._turns = Turns(  # type: ignore[assignment]
                     queue, self.taken, -1 if self._marks else self._host, self.watch_at)
             turns.extend(items, host)
             end = self.appended + len(items)
