@@ -13,7 +13,8 @@ taken as parked (bounded) and ends the sending.  Then the reader notes its
 rank's RSS, reads everything and rank 0 prints one line::
 
     SLOW {"sender": ..., "kind": ..., "size": ..., "sent": n, "queued": q,
-          "held_mib": RSS growth while parked, "bound_mib": max(gp_window, size) in MiB}
+          "held_mib": RSS growth while parked, "sender_rank_held_mib": the same on the
+          sender's rank (rank 1; for ``local``, rank 0's again), "bound_mib": max(gp_window, size) in MiB}
 
 ``held_mib`` includes the interpreter's own noise (a few MiB).  Used for
 issue 28's slow-consumer rows in ``benchmarks/RESULTS.md``.
@@ -41,6 +42,7 @@ def rss_mib() -> float:
 async def sender(node: aiopdbp.Node, args: argparse.Namespace) -> None:
     async with node.process("src") as gp:
         await node.lookup("sink", timeout=TIMEOUT)
+        base = rss_mib()
         buf = bytearray(args.size)
         sent = 0
         try:
@@ -53,7 +55,7 @@ async def sender(node: aiopdbp.Node, args: argparse.Namespace) -> None:
                 sent += 1
         except TimeoutError:
             pass    # parked: the rest would wait for the reader
-        await gp.send("ctl", str(sent).encode(), timeout=TIMEOUT)
+        await gp.send("ctl", f"{sent} {rss_mib() - base:.1f}".encode(), timeout=TIMEOUT)
 
 
 async def receiver(node: aiopdbp.Node, args: argparse.Namespace) -> None:
@@ -61,7 +63,8 @@ async def receiver(node: aiopdbp.Node, args: argparse.Namespace) -> None:
         base = rss_mib()
         note = await ctl.recv(timeout=TIMEOUT + args.count * 2.0)
         assert isinstance(note, aiopdbp.Message)
-        sent = int(bytes(note.data))
+        sent_s, sender_held = bytes(note.data).decode().split()
+        sent = int(sent_s)
         held = rss_mib() - base
         queued = len(sink.pipe or ())
         for i in range(sent):
@@ -71,6 +74,7 @@ async def receiver(node: aiopdbp.Node, args: argparse.Namespace) -> None:
             del item, data
         print("SLOW " + json.dumps({"sender": args.sender, "kind": args.kind, "size": args.size,
                                     "sent": sent, "queued": queued, "held_mib": round(held, 1),
+                                    "sender_rank_held_mib": float(sender_held),
                                     "bound_mib": round(max(args.window, args.size) / MIB, 2)}), flush=True)
 
 

@@ -454,11 +454,28 @@ def test_book_returns_owed_credit_in_quarter_windows(form: Any) -> None:
 @pytest.mark.parametrize("form", FORMS)
 def test_book_answers_an_ask_once_the_reader_has_caught_up(form: Any) -> None:
     book = form.CreditBook(WINDOW)
-    book.delivered(1, PID, 150)
-    assert book.taken(1, PID, 100) == LATER
-    assert book.ask(1, PID) == LATER             # 50 of ours still wait in the pipe
-    assert book.taken(1, PID, 50) == SOON
-    assert book.grants() == {1: [(PID, 150)]}
+    book.delivered(1, PID, 60)
+    assert book.taken(1, PID, 40) == LATER
+    assert book.ask(1, PID) == LATER             # 20 of ours still wait in the pipe
+    assert book.taken(1, PID, 20) == SOON
+    assert book.grants() == {1: [(PID, 60)]}
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_book_answers_an_ask_once_a_sixteenth_of_the_window_is_owed(form: Any) -> None:
+    """A sender parked behind a host-mate's long queue (it started first)
+    gets credit as the reader takes that host's messages, a sixteenth of the
+    window at a time, not once the reader has caught up or a quarter window
+    later."""
+    book = form.CreditBook(WINDOW)
+    book.delivered(1, PID, 500)
+    assert book.taken(1, PID, 62) == LATER      # below a sixteenth, nobody asked
+    assert book.ask(1, PID) == LATER             # asked, still below a sixteenth
+    assert book.taken(1, PID, 1) == SOON        # 63 * 16 >= 1000, though 437 wait
+    assert book.grants() == {1: [(PID, 63)]}
+    assert book.taken(1, PID, 70) == LATER       # the grant answered the ask
+    assert book.ask(1, PID) == SOON              # asked again: 70 owed goes at once
+    assert book.grants() == {1: [(PID, 70)]}
 
 
 @pytest.mark.parametrize("form", FORMS)

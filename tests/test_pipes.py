@@ -491,8 +491,8 @@ def test_reader_takes_senders_in_turns_whichever_came_first() -> None:
     a local message -- the reader takes one item of each sender in turn,
     each sender's in its order."""
     pipe: Pipe[aiopdbp.Message] = Pipe(64)
-    pipe.put_many(_msgs(1, 5))
-    pipe.put_many(_msgs(2, 3))
+    pipe.put_many(_msgs(1, 5), 1)
+    pipe.put_many(_msgs(2, 3), 1)
     assert pipe.offer(3, 8, ("s3", Kind.SHORT, 0, b"3.0", 3))
     taken = [_label(pipe.receive_nowait()) for _ in range(9)]
     assert taken == ["1.0", "2.0", "3.0", "1.1", "2.1", "1.2", "2.2", "1.3", "1.4"], taken
@@ -501,7 +501,7 @@ def test_reader_takes_senders_in_turns_whichever_came_first() -> None:
 def test_a_batch_of_several_senders_is_split_in_order_when_turns_begin() -> None:
     pipe: Pipe[aiopdbp.Message] = Pipe(64)
     a, b = _msgs(1, 2), _msgs(2, 2)
-    pipe.put_many([a[0], b[0], a[1], b[1]])   # one host's block: its senders interleaved
+    pipe.put_many([a[0], b[0], a[1], b[1]], 1)   # one host's block: its senders interleaved
     pipe.send_nowait(_msgs(3, 1)[0])
     assert [_label(pipe.receive_nowait()) for _ in range(5)] == ["1.0", "2.0", "3.0", "1.1", "2.1"]
 
@@ -512,30 +512,36 @@ def test_stream_opens_take_their_senders_turn() -> None:
     class Open:
         source_pid = 1
     pipe: Pipe[object] = Pipe(64)
-    pipe.put_many(_msgs(1, 2))
+    pipe.put_many(_msgs(1, 2), 1)
     opened = Open()
     pipe.send_nowait(opened)
-    pipe.put_many(_msgs(2, 2))
+    pipe.put_many(_msgs(2, 2), 1)
     taken = [pipe.receive_nowait() for _ in range(5)]
     assert taken[1].data == b"2.0" and taken[3].data == b"2.1" and taken[4] is opened  # type: ignore[attr-defined]
 
 
 def test_credit_is_never_counted_for_an_item_still_queued() -> None:
-    """Other hosts' credit is settled (``on_watch(pipe, upto)``) for the
-    items numbered below ``upto``: under turns it counts up to the oldest of
-    their items not taken yet, so nothing is credited for an item the reader
-    has not taken."""
+    """Other hosts' credit is settled (``on_watch(pipe, upto, host)``) for
+    the items numbered below ``upto``: under turns it counts up to the oldest
+    of their items not taken yet, so nothing is credited for an item the
+    reader has not taken (items of different sizes: no trade, below)."""
     pipe: Pipe[aiopdbp.Message] = Pipe(64)
     seen: list[int] = []
-    pipe.on_watch = lambda _, upto: seen.append(upto)
-    pipe.watch_at = 0                          # report every take
-    pipe.put_many(_msgs(1, 3))                 # arrivals 0..2
-    pipe.put_many(_msgs(2, 3))                 # arrivals 3..5
+
+    def watch(_: object, upto: int, host: int) -> int:
+        seen.append(upto)
+        return 0                               # report every take
+    pipe.on_watch = watch
+    pipe.watch_at = 0
+    pipe.put_many(_msgs(1, 3), 1)              # arrivals 0..2
+    pipe.put_many([aiopdbp.Message(("s2", Kind.SHORT, 0, b"2.%d longer" % i, 2)) for i in range(3)],
+                  1)                           # arrivals 3..5, the same host, larger
     for _ in range(6):
         pipe.receive_nowait()
     assert seen == [1, 1, 2, 2, 5, 6], seen      # 1.0 2.0 1.1 2.1 1.2 2.2
     assert pipe.taken == 6                     # (items taken, whatever their order)
-    pipe.put_many(_msgs(2, 2, 3))              # empty again: one FIFO, counted one by one
+    pipe.put_many(_msgs(2, 2, 3), 1)           # empty again: one FIFO, counted one by one
+    pipe.watch_at = 0                          # (the router's mark for the batch)
     pipe.receive_nowait()
     assert seen[-1] == pipe.taken == 7
 
@@ -546,20 +552,88 @@ def test_a_long_local_lane_does_not_hold_back_other_hosts_credit() -> None:
     while older local items still wait for their turns."""
     pipe: Pipe[aiopdbp.Message] = Pipe(64, max_bytes=1000)
     seen: list[int] = []
-    pipe.on_watch = lambda _, upto: seen.append(upto)
+    pipe.on_watch = lambda _, upto, host: seen.append(upto) or 1 << 62
     pipe.watch_at = 6                          # the other host's batch below: arrivals 4, 5
     for i in range(4):                         # arrivals 0..3, local
         assert pipe.offer(1, 10, ("s1", Kind.SHORT, 0, f"1.{i}".encode(), 1))
-    pipe.put_many(_msgs(9, 2))
+    pipe.put_many(_msgs(9, 2), 1)
     assert [_label(pipe.receive_nowait()) for _ in range(4)] == ["1.0", "9.0", "1.1", "9.1"]
     assert seen == [6]                         # all of the other host's: settled
     assert pipe.held_bytes == 20               # 1.2 and 1.3 still hold theirs
 
 
+def test_one_senders_long_lane_does_not_hold_back_its_hosts_credit() -> None:
+    """A message taken ahead of an older one of the same host and credit
+    cost trades numbers with it: the host's count moves on with every take,
+    so one sender's long lane (it started first) does not hold back the
+    credit of the others on its host, and still nothing is credited beyond
+    the bytes taken."""
+    pipe: Pipe[aiopdbp.Message] = Pipe(64)
+    seen: list[int] = []
+
+    def watch(_: object, upto: int, host: int) -> int:
+        seen.append(upto)
+        return 0                               # report every take
+    pipe.on_watch = watch
+    pipe.watch_at = 0
+    pipe.put_many(_msgs(1, 4), 1)              # arrivals 0..3: the sender that started first
+    pipe.put_many(_msgs(2, 2), 1)              # arrivals 4, 5: another on the same host
+    assert [_label(pipe.receive_nowait()) for _ in range(4)] == ["1.0", "2.0", "1.1", "2.1"]
+    assert seen == [1, 2, 3, 4], seen          # one more item's credit per take
+    assert [_label(pipe.receive_nowait()) for _ in range(2)] == ["1.2", "1.3"]
+    assert seen[-1] == 6
+
+
+def test_one_hosts_long_lane_does_not_hold_back_another_hosts_credit() -> None:
+    """Each host's items are counted apart: once the reader has taken every
+    item that came from host 2, host 2's credit is due, even while older
+    items of host 1 (one sender's long lane) still wait for their turns."""
+    pipe: Pipe[aiopdbp.Message] = Pipe(64)
+    seen: list[tuple[int, int]] = []
+
+    def watch(_: object, upto: int, host: int) -> int:
+        seen.append((host, upto))
+        return 1 << 62                         # nothing more marked
+    pipe.on_watch = watch
+    pipe.put_many(_msgs(1, 5), 1)              # arrivals 0..4, host 1
+    pipe.watch_at = 5                          # (the router's mark for that batch)
+    pipe.put_many(_msgs(2, 2), 2)              # arrivals 5, 6, host 2
+    assert [_label(pipe.receive_nowait()) for _ in range(4)] == ["1.0", "2.0", "1.1", "2.1"]
+    assert seen == [(2, 7)], seen              # host 2's: settled; host 1's 1.2..1.4 still queued
+    for _ in range(3):
+        pipe.receive_nowait()
+    assert seen == [(2, 7), (1, 7)], seen      # host 1 had items up to its last: all taken
+
+
+def test_a_sender_served_this_round_waits_for_the_others_not_served_yet() -> None:
+    """A sender whose lane ran dry after its turn and refilled waits for the
+    next round, while senders not served in this one go first -- though
+    only one of them has an item queued at a time (one message per window
+    from their host): a local sender always queued against five remote
+    senders arriving one by one gets 1/6, not 1/2."""
+    pipe: Pipe[aiopdbp.Message] = Pipe(64)
+    pipe.send_nowait(_msgs(0, 1)[0])           # the local sender: always one queued
+    pipe.put_many(_msgs(1, 1), 1)              # the remote host's first sender
+    taken: list[str] = []
+    local, remote = 1, 1
+    for _ in range(60):
+        item = pipe.receive_nowait()
+        taken.append(_label(item))
+        if item.source_pid == 0:               # the local sender's next
+            pipe.send_nowait(_msgs(0, 1, local)[0])
+            local += 1
+        else:                                  # credit back: the host's next sender's
+            sender = remote % 5 + 1
+            pipe.put_many(_msgs(sender, 1, remote // 5), 1)
+            remote += 1
+    shares = {s: sum(t.startswith(f"{s}.") for t in taken) for s in range(6)}
+    assert shares == dict.fromkeys(range(6), 10), (shares, taken)
+
+
 async def test_drain_takes_turns_too() -> None:
     pipe: Pipe[aiopdbp.Message] = Pipe(64)
-    pipe.put_many(_msgs(1, 3))
-    pipe.put_many(_msgs(2, 1))
+    pipe.put_many(_msgs(1, 3), 1)
+    pipe.put_many(_msgs(2, 1), 1)
     assert [_label(m) for m in pipe.drain_nowait(3)] == ["1.0", "2.0", "1.1"]
     assert [_label(m) for m in pipe.drain_nowait()] == ["1.2"]
     assert pipe.taken == pipe.appended == 4
@@ -570,7 +644,7 @@ async def test_local_bytes_are_freed_when_taken_ahead_of_older_items_of_other_ho
     older items from another host gives its bytes back at once (they are
     counted apart), and the bound still holds for those it has not taken."""
     pipe: Pipe[aiopdbp.Message] = Pipe(64, max_bytes=100)
-    pipe.put_many(_msgs(9, 3))                 # another host's, not counted here
+    pipe.put_many(_msgs(9, 3), 1)              # another host's, not counted here
     assert pipe.offer(1, 60, ("s1", Kind.SHORT, 0, b"1.0", 1))
     assert pipe.offer(1, 40, ("s1", Kind.SHORT, 0, b"1.1", 1))
     assert not pipe.offer(1, 10, ("s1", Kind.SHORT, 0, b"1.2", 1))

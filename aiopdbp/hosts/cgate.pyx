@@ -166,7 +166,7 @@ cdef class CreditBook:
     """See :class:`aiopdbp.hosts.gate.CreditBook`."""
 
     cdef public object window
-    cdef long long _window, _quarter
+    cdef long long _window, _quarter, _sixteenth
     cdef dict _pending, _owed, _grants
     cdef set _asked
 
@@ -174,6 +174,7 @@ cdef class CreditBook:
         self.window = window
         self._window = window
         self._quarter = (window - 1) // 4   # owed * 4 < window, without the product (no overflow)
+        self._sixteenth = (window - 1) // 16   # owed * 16 >= window: owed > this
         self._pending = {}
         self._owed = {}
         self._asked = set()
@@ -198,7 +199,8 @@ cdef class CreditBook:
     cpdef int ask(self, object host, object pid):
         key = (host, pid)
         self._asked.add(key)
-        if key not in self._pending and self._owed.get(key):
+        got = self._owed.get(key)
+        if got and (key not in self._pending or <long long>got > self._sixteenth):
             return self.owe(host, pid, 0)
         return _LATER
 
@@ -207,7 +209,8 @@ cdef class CreditBook:
         key = (host, pid)
         got = self._owed.get(key)
         owed = (0 if got is None else <long long>got) + cost
-        if owed <= self._quarter and not (owed and key in self._asked and key not in self._pending):
+        if owed <= self._quarter and not (owed and key in self._asked and (
+                key not in self._pending or owed > self._sixteenth)):
             self._owed[key] = owed
             return _LATER
         self._owed.pop(key, None)

@@ -261,9 +261,13 @@ class CreditBook:
     and not taken yet, ``owed`` bytes taken and not granted back yet.  Owed
     credit goes back in steps of at least ``window / 4`` (one control message
     per quarter window, not per message); below that only when the sender
-    asked and the GP has taken everything of that host's that waits for it
-    (so an ask is answered once the reader has caught up); a whole window
-    (a large message) at once.  See :mod:`aiopdbp.hosts.link`, "Credit".
+    asked, and then once ``window / 16`` is owed or the GP has taken
+    everything of that host's that waits for it (an ask is answered once
+    the reader has caught up, or has taken a sixteenth of the window: a
+    sender parked behind a host-mate's long queue -- it started first --
+    gets credit at the pace the reader takes that host's messages, not a
+    quarter window later); a whole window (a large message) at once.  See
+    :mod:`aiopdbp.hosts.link`, "Credit".
     """
 
     __slots__ = ("window", "_pending", "_owed", "_asked", "_grants")
@@ -295,7 +299,8 @@ class CreditBook:
         """A sender on ``host`` is parked for ``pid``'s credit."""
         key = (host, pid)
         self._asked.add(key)
-        if key not in self._pending and self._owed.get(key):
+        owed = self._owed.get(key, 0)
+        if owed and (key not in self._pending or owed * 16 >= self.window):
             return self.owe(host, pid, 0)
         return LATER
 
@@ -304,7 +309,8 @@ class CreditBook:
         sent will never reach the pipe, or was taken)."""
         key = (host, pid)
         owed = self._owed.get(key, 0) + cost
-        if owed * 4 < self.window and not (owed and key in self._asked and key not in self._pending):
+        if owed * 4 < self.window and not (owed and key in self._asked and (
+                key not in self._pending or owed * 16 >= self.window)):
             self._owed[key] = owed
             return LATER
         self._owed.pop(key, None)

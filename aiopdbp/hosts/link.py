@@ -120,18 +120,14 @@ queued get 1/k each, wherever they are and from the first message.  Credit
 the oldest item not taken yet (local items and other hosts' apart:
 ``Pipe.on_watch``), so the turns never free an item still queued: the
 bounds above are unchanged, and so is "every wait is released by the
-destination GP reading".  A sender has items queued
-when its host's window admits them: for messages of about a window
-(1 MiB in the default 1 MiB window) a host has one in the pipe at a time,
-so the turns are per host and the credit queue's per sender -- 1/k each
-when senders are spread evenly over hosts, 1/(H k_h) for a sender on a
-host with k_h of them, of H hosts, when not.  With small messages an
-uneven spread between the reader's host and another is shared 1/k too;
-one over other hosts only (one sender alone on a host, five on another)
-is shared 1/k in the first window but can drift after it, the other
-hosts' credit being counted together (:mod:`aiopdbp.routing.pipes`,
-"Counting under turns").  ``tests/test_load.py`` checks the first window
-of the even spreads and of one reader-host-and-another uneven spread.
+destination GP reading".  Each host's credit is
+counted apart, and messages of one cost taken out of arrival order count as
+taken in order, so no sender's long queue holds back another's credit.  For
+messages of about a window (1 MiB in the default 1 MiB window) a host has
+one in the pipe at a time, from its parked senders in turn; the turns go
+in rounds, a sender served in this one waiting for the next, so each of k
+senders still gets 1/k, however unevenly they are spread over hosts.
+``tests/test_load.py`` checks even and uneven spreads, 1 KiB and 1 MiB.
 
 *Owed credit below a quarter window.*  The receiving host returns credit in
 steps of at least ``window / 4`` (the router's owed-credit book: one
@@ -142,8 +138,8 @@ that could strand a sender whose need exceeds what is left, so **a parked
 sender asks**: when a queue forms, and again after each grant that leaves
 it non-empty, the link sends host ``h`` one :class:`~aiopdbp.wire.control.CreditAskMsg`.
 Host ``h`` then returns everything owed for ``pid`` as soon as the GP has
-taken every item of ours that waits in its pipe (at once if it already has),
-and that grant answers the ask.  So while a sender is parked, every byte it
+taken every item of ours that waits in its pipe, or ``window / 16`` of them
+(at once if it already has), and that grant answers the ask.  So while a sender is parked, every byte it
 is owed comes back once the destination has read what was sent: a healthy
 job sends at most one ask per grant, an idle one none.
 

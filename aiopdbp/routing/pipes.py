@@ -46,35 +46,52 @@ reader then takes it in turns (below).
 *Turns.*  The reader takes its pipe one sender at a time.  A pipe is one
 FIFO in arrival order (all a one-sender pipe ever is: the ping-pong path
 pays one test per item); once an item of another sender (a message's
-``source_pid``, a stream OPEN's) arrives while the pipe holds items, the
-queue becomes a FIFO lane per sender, taken one item per turn in
-round-robin order (:class:`_Turns`), until it is empty again.  So each of k
-senders with items queued gets every k-th item the reader takes, whichever
-host its items came from and however early they came (without turns, the
-host whose window reached the pipe first had all of it taken first: the
-reader's own senders, against a link's latency, or the first of two remote
-hosts), and each sender's items keep their order.  A batch from another
+``source_pid``, a stream OPEN's) or from another host arrives while the
+pipe holds items, the queue becomes a FIFO lane per sender, taken in
+*rounds* (:class:`~aiopdbp.routing.turns.Turns`), until it is empty again: in each round every
+sender with items queued has one taken, in the order they came.  So each
+of k senders with items queued gets every k-th item the reader takes,
+whichever host its items came from and however early they came (without
+turns, the host whose window reached the pipe first had all of it taken
+first: the reader's own senders, against a link's latency, or the first of
+two remote hosts), and each sender's items keep their order.  A sender
+whose lane ran dry after its turn and refilled within the same round waits
+for the next round, behind the senders not served yet: with messages of
+about a window (1 MiB in the default 1 MiB window) a host has one message
+queued at a time, from each of its k_h parked senders in turn (its credit
+queue's order), so turns that only saw the senders with an item queued
+alternated between the reader's own sender and that host (1/2 each, 3x fair
+for 1 local and 5 remote senders); in rounds, each of the k_h gets its
+turn before the local sender's next.  The rounds are remembered while the
+pipe holds items (there, the local sender's next item is queued as soon
+as its last is taken); a pipe emptied starts afresh.  A batch from another
 host (``put_many``) is checked at its two ends only, not item by item: its
 order within is its host's send order, which that host's credit hand-off
 keeps fair; it is split by sender when turns begin or while they last.
 
 *Counting under turns.*  The bounds count items by arrival number: the
-local bytes here (``_marks``) and the credit other hosts are owed (the
-router's marks on ``appended``, settled through ``on_watch``) are freed once
-every item of their class (local, or from other hosts) numbered below them
-has been taken -- in one FIFO, once ``taken`` items have been.  Under turns
-each class counts up to its oldest item not taken yet, never past an item
-still queued: the bytes a pipe holds stay within what was admitted for
-it, as before.  The classes are counted apart so that a long lane of one
-(a local sender's whole window) does not hold back the other's credit while
-the reader takes its items; other hosts' items are counted together (a
-batch does not say which host it came from), so an item taken ahead of an
-older one of another host is credited when that one's turn has come: with
-senders spread unevenly over other hosts (one alone on a host, five on
-another), the lone sender's long lane holds back the others' credit, and
-their lanes can run dry while it waits.  The reader's turns reach every
-lane while it reads, so every wait is still released by the destination GP
-reading (:mod:`aiopdbp.hosts.link`, "Why nothing waits forever").
+local bytes here (``_marks``) and the credit each other host is owed (the
+router's marks per host on ``appended``, settled through ``on_watch``) are
+freed once every item of their class (local, or from that host) numbered
+below them has been taken -- in one FIFO, once ``taken`` items have been.
+Under turns each class counts up to its oldest item not taken yet, never
+past an item still queued: the bytes a pipe holds stay within what was
+admitted for it, as before.  The classes are counted apart so that a long
+lane of one (a local sender's whole window, or a host's lone sender's)
+does not hold back another's credit while the reader takes its items: a
+host's credit comes back as its own items are taken (counted together, a
+lone sender on one host held back the credit of five on another, whose
+lanes then ran dry while it kept its turns).  Within a class, a message
+taken ahead of the class's oldest item, when that is a message of the
+same credit cost, trades numbers with it: the count moves on as if the
+oldest had been taken, which frees the same bytes, and each mark still
+sums the costs of the numbers it covers.  So one sender's long lane (it
+started first) does not hold back its host-mates' credit either; items
+of other costs, or that are not messages, do not trade and wait for
+their turn as above.  The reader's turns reach
+every lane while it reads, so every wait is still released by the
+destination GP reading (:mod:`aiopdbp.hosts.link`, "Why nothing waits
+forever").
 
 *Wake-ups without loss.*  Waiters park on futures in FIFO order.  A producer
 only *wakes* a consumer; the consumer then takes the item from the deque
@@ -98,6 +115,7 @@ from typing import Any, Generic, TypeVar
 from aiopdbp.wire.mesp import Kind
 from aiopdbp.errors import BrokenResourceError, ClosedResourceError, NoPipeError, WouldBlock
 from aiopdbp.hosts.gate import ParkingLot
+from aiopdbp.routing.turns import Turns, sender_of
 from aiopdbp.wire.message import Message, credit_cost
 
 T = TypeVar("T")
@@ -111,100 +129,12 @@ def _cost(item: Any) -> int:
     return credit_cost(item[3]) if type(item) is Message else getattr(item, "pipe_cost", 0)
 
 
-def _source(item: Any) -> Any:
-    """The sender whose turn an item waits for: a message's ``source_pid``,
-    another item's (a stream's OPEN), or 0 (items with no sender, such as a
-    stream's segments or the PipeManager's entries: one FIFO)."""
-    return item[4] if type(item) is Message else getattr(item, "source_pid", 0)
-
-
 def _other_source(queue: deque[Any], items: list[Any]) -> bool:
     """Whether a batch arriving at a pipe that holds ``queue`` shows another
     sender than the one at its head, at either end (the batch's order within
     is its host's send order: it is only split into turns with the rest)."""
-    key = _source(queue[0])
-    return bool(_source(items[0]) != key or _source(items[-1]) != key)
-
-
-class _Turns(Generic[T]):
-    """The queue of a pipe holding items of several senders: a FIFO lane per
-    sender, taken one item per turn in round-robin order (see "Turns").
-
-    It stands in for the pipe's deque: ``append`` queues an item of a local
-    sender, ``extend`` a batch from another host, ``popleft`` takes the item
-    whose turn it is.  It numbers the items in arrival order and keeps, for
-    the local items and for the other hosts' apart, the number of the oldest
-    one not taken yet (``low_local``, ``low``): every item of that class
-    numbered below it has been taken.
-    """
-
-    __slots__ = ("_lanes", "_ring", "_n", "_next", "_order", "_gone", "low", "low_local")
-
-    def __init__(self, fifo: deque[T], first: int, remote: bool) -> None:
-        # ``fifo``: the pipe's queue so far, in arrival order, numbered from
-        # ``first``, all local or all from other hosts (``remote``)
-        self._lanes: dict[Any, deque[tuple[int, T, int]]] = {}
-        self._ring: deque[Any] = deque()      # the senders with items, in turn order
-        self._n = 0
-        self._next = self.low = self.low_local = first   # the next arrival's number
-        # per class (0: local, 1: other hosts'), the numbers of its items not
-        # known to be taken, in arrival order; numbers taken out of that order
-        self._order: tuple[deque[int], deque[int]] = (deque(), deque())
-        self._gone: set[int] = set()
-        for item in fifo:
-            self._add(item, 1 if remote else 0)
-
-    def __len__(self) -> int:
-        return self._n
-
-    def _add(self, item: T, cls: int) -> None:
-        key = _source(item)
-        lane = self._lanes.get(key)
-        if lane is None:   # a sender with nothing queued waits for the last turn of the round
-            lane = self._lanes[key] = deque()
-            self._ring.append(key)
-        number = self._next
-        lane.append((number, item, cls))
-        self._order[cls].append(number)
-        self._next = number + 1
-        self._n += 1
-
-    def append(self, item: T) -> None:
-        """Queue an item of a local sender."""
-        self._add(item, 0)
-
-    def extend(self, items: list[T]) -> None:
-        """Queue a batch that came from another host."""
-        for item in items:
-            self._add(item, 1)
-
-    def popleft(self) -> T:
-        """The item whose turn it is: the oldest of the sender at the ring's
-        head, which then goes to the ring's tail (or leaves it, emptied)."""
-        ring = self._ring
-        key = ring[0]
-        lane = self._lanes[key]
-        number, item, cls = lane.popleft()
-        if lane:
-            ring.rotate(-1)
-        else:
-            ring.popleft()
-            del self._lanes[key]
-        self._n -= 1
-        order = self._order[cls]
-        if order[0] == number:
-            order.popleft()
-            gone = self._gone
-            while order and order[0] in gone:
-                gone.remove(order.popleft())
-        else:
-            self._gone.add(number)
-        low = order[0] if order else self._next
-        if cls:
-            self.low = low
-        else:
-            self.low_local = low
-        return item
+    key = sender_of(queue[0])
+    return bool(sender_of(items[0]) != key or sender_of(items[-1]) != key)
 
 
 def _wake_first(waiters: deque[asyncio.Future[None]]) -> None:
@@ -238,7 +168,7 @@ class Pipe(Generic[T]):
         "pipe_id", "capacity", "_items", "_reserved", "_recv_waiters",
         "_space_waiters", "_closed", "_eof", "on_ready", "label", "_error",
         "appended", "taken", "watch_at", "on_watch", "max_bytes", "_rbytes", "_qbytes", "_marks",
-        "_woken", "_turns",
+        "_woken", "_turns", "_host",
     )
 
     remote = False  # the target protocol (aiopdbp.routing.router): a local pipe
@@ -255,9 +185,10 @@ class Pipe(Generic[T]):
         # sender's start turns): local ones hold marks while queued (with a
         # byte bound; without one they count with other hosts', which only
         # ever credits later).
-        # (in turns ``_items`` is the _Turns too: it stands in for the deque)
+        # (in turns ``_items`` is the Turns too: it stands in for the deque)
         self._items: deque[T] = deque()
-        self._turns: _Turns[T] | None = None
+        self._turns: Turns[T] | None = None
+        self._host = -1   # the host of the one FIFO's items from other hosts (the last batch's)
         self._reserved = 0
         self._recv_waiters: deque[asyncio.Future[None]] = deque()
         self._space_waiters: ParkingLot[asyncio.Future[None]] = ParkingLot()
@@ -276,15 +207,17 @@ class Pipe(Generic[T]):
         # Called when the pipe goes from empty to non-empty (the PipeManager
         # uses it to learn which public pipes have work without polling).
         self.on_ready: Callable[[Pipe[T]], None] | None = None
-        # Items ever appended / taken, and a watch: ``on_watch(self, upto)``
-        # runs when every item from other hosts numbered (``appended``) below
-        # ``upto`` has been taken and ``upto`` reaches ``watch_at`` (flow
-        # control returns credit for remote items once the reader has taken
-        # them; in one FIFO ``upto`` is ``taken``, see "Counting under turns").
+        # Items ever appended / taken, and a watch: ``on_watch(self, upto,
+        # host)`` runs when every item from ``host`` numbered (``appended``)
+        # below ``upto`` has been taken and ``upto`` reaches the watch
+        # (flow control returns credit for remote items once the reader has
+        # taken them; in one FIFO ``upto`` is ``taken``, see "Counting under
+        # turns"); it returns the next watch for that host.  ``watch_at``
+        # is the one FIFO's; a batch lowers a host's watch to its end.
         self.appended = 0
         self.taken = 0
         self.watch_at = 1 << 62
-        self.on_watch: Callable[[Pipe[T], int], None] | None = None
+        self.on_watch: Callable[[Pipe[T], int, int], int] | None = None
 
     # -- state -------------------------------------------------------------
     def __len__(self) -> int:
@@ -459,12 +392,14 @@ class Pipe(Generic[T]):
             # _source, inline: a one-sender pipe under load does this per item
             head: Any = items[0]
             new: Any = item
-            if (new[4] if type(new) is Message else _source(new)) != \
-                    (head[4] if type(head) is Message else _source(head)):
-                # a second sender: turns
-                marks = self._marks   # (the new item's mark, if any, is numbered ``appended``)
-                items = self._items = self._turns = _Turns(  # type: ignore[assignment]
-                    items, self.taken, not (marks and marks[0][0] < self.appended))
+            if (new[4] if type(new) is Message else sender_of(new)) != \
+                    (head[4] if type(head) is Message else sender_of(head)):
+                # a second sender: turns; the FIFO's items are local when
+                # they hold marks (the new item's, if any, is numbered ``appended``)
+                marks = self._marks
+                items = self._items = self._turns = Turns(  # type: ignore[assignment]
+                    items, self.taken, -1 if marks and marks[0][0] < self.appended else self._host,
+                    self.watch_at)
         items.append(item)
         self.appended += 1
         if self._recv_waiters:
@@ -484,18 +419,25 @@ class Pipe(Generic[T]):
         self._append(item)
         return True
 
-    def put_many(self, items: list[T]) -> None:
+    def put_many(self, items: list[T], host: int) -> None:
         """Append items past capacity in one go (a batch that arrived from
-        another host: its flow control bounded it); one wake-up."""
+        ``host``: its flow control bounded it); one wake-up."""
         if self._closed or not items:
             return
         queue = self._items
         was_empty = not queue
-        if not was_empty and self._turns is None and _other_source(queue, items):
-            # a second sender: turns
-            queue = self._items = self._turns = _Turns(  # type: ignore[assignment]
-                queue, self.taken, not self._marks)
-        queue.extend(items)
+        turns = self._turns
+        if turns is None and (was_empty or host == self._host and not _other_source(queue, items)):
+            queue.extend(items)
+            self._host = host
+        else:
+            if turns is None:   # a second sender (or host): turns
+                turns = self._items = self._turns = Turns(  # type: ignore[assignment]
+                    queue, self.taken, -1 if self._marks else self._host, self.watch_at)
+            turns.extend(items, host)
+            end = self.appended + len(items)
+            if turns.watch.get(host, 1 << 62) > end:
+                turns.watch[host] = end
         self.appended += len(items)
         if self._recv_waiters:
             _wake_first(self._recv_waiters)
@@ -537,19 +479,26 @@ class Pipe(Generic[T]):
                 if self._space_waiters:
                     self._serve_space()
                 if self.taken >= self.watch_at and self.on_watch is not None:
-                    self.on_watch(self, self.taken)
+                    self.watch_at = self.on_watch(self, self.taken, self._host)
                 return item
             # in turns each class is counted up to its oldest item not taken
-            # (see "Counting under turns")
+            # (see "Counting under turns"); only the taken item's class moved
+            cls = turns.cls
+            if cls < 0:
+                if self._marks:
+                    self._release(turns.low)
+            elif self.on_watch is not None:
+                watch = turns.watch
+                if turns.low >= watch.get(cls, 0):
+                    watch[cls] = self.on_watch(self, turns.low, cls)
             if not turns:
-                self._items = deque()   # every item taken (taken == appended): one FIFO again
+                # every item taken (taken == appended), so every class's
+                # credit was settled at its last take: one FIFO again
+                self._items = deque()
                 self._turns = None
-            if self._marks:
-                self._release(turns.low_local)
+                self.watch_at = 1 << 62
             if self._space_waiters:
                 self._serve_space()
-            if turns.low >= self.watch_at and self.on_watch is not None:
-                self.on_watch(self, turns.low)
             return item
         if self._closed:
             raise ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed")
@@ -609,7 +558,7 @@ class Pipe(Generic[T]):
         if self._marks:
             self._release(self.taken)
         if self.taken >= self.watch_at and self.on_watch is not None:
-            self.on_watch(self, self.taken)
+            self.watch_at = self.on_watch(self, self.taken, self._host)
         if self._space_waiters:
             self._serve_space()
         return out

@@ -25,9 +25,11 @@ a stream carried whole in a short record becomes its incoming stream in the
 stream table, handed in as ``streams``, and takes its place among the
 messages):
 the messages of one block for one GP go into its pipe in one batch, past its
-capacity -- the sender's credit bounded them -- and the router remembers
-where the batch ends.  When the GP has taken it (the pipe's watch), the bytes
-become credit owed to the sending host, returned per destination in
+capacity -- the sender's credit bounded them -- and the router remembers,
+per sending host, where the batch ends.  When the GP has taken every item of
+that host's up to there (the pipe's watch, which counts each host's items
+apart: a long queue of one host's never holds back another's credit), the
+bytes become credit owed to the sending host, returned per destination in
 ``window/4`` steps (:meth:`settle`).  A message for a GP whose registration or
 binding has not reached this host yet is *parked* for that GP alone, so it
 never holds up traffic to the others; it is dropped (credit returned) if the
@@ -195,7 +197,8 @@ class Router:
         self._bind_waiters: dict[int, list[asyncio.Future[None]]] = {}
         self._pid_waiters: dict[int, list[asyncio.Future[None]]] = {}
         self._parked: dict[int, deque[tuple[int, list[Any], int]]] = {}
-        self._marks: dict[Pipe[Any], deque[list[int]]] = {}  # [end, host, pid, cost]
+        # per pipe, per sending host: [end, pid, cost] (see "Arrivals from other hosts")
+        self._marks: dict[Pipe[Any], dict[int, deque[list[int]]]] = {}
         #: the credit this host owes each (sending host, GP): the rule is the book's
         self.book = CreditBook(window)
         self._flush_scheduled = False
@@ -554,7 +557,7 @@ class Router:
             cost = nbytes + CREDIT_OVERHEAD * len(msgs)
             tgt: Any = self.targets.get(pid)
             if type(tgt) is Pipe and not tgt.closed:  # deliver_remote's common case
-                tgt.put_many(msgs)
+                tgt.put_many(msgs, host)
                 self._mark(tgt, host, pid, cost)
             elif not self.deliver_remote(host, pid, msgs, cost) and streams is not None:
                 streams.undelivered(msgs)  # a stream among them: its sender must hear
@@ -573,7 +576,7 @@ class Router:
         they were dropped (the GP is gone)."""
         tgt: Any = self.targets.get(pid)
         if type(tgt) is Pipe and not tgt.closed:
-            tgt.put_many(items)
+            tgt.put_many(items, host)
             self._mark(tgt, host, pid, cost)
             return True
         entry = self.tables.pta.get(pid)
@@ -616,40 +619,48 @@ class Router:
     def _mark(self, pipe: Pipe[Any], host: int, pid: int, cost: int) -> None:
         """Remember that the items up to ``pipe.appended`` owe ``cost`` to ``host``."""
         self.book.delivered(host, pid, cost)
-        marks = self._marks.get(pipe)
-        if marks is None:  # kept, even empty, until the pipe is released
-            marks = self._marks[pipe] = deque()
+        hosts = self._marks.get(pipe)
+        if hosts is None:  # kept, even empty, until the pipe is released
+            hosts = self._marks[pipe] = {}
             pipe.on_watch = self.settle
+        marks = hosts.get(host)
+        if marks is None:
+            marks = hosts[host] = deque()
         elif marks:
             last = marks[-1]
-            if last[1] == host and last[2] == pid and last[3] * 8 < self.window:
+            if last[1] == pid and last[2] * 8 < self.window:
                 # Extend the last mark rather than add one per batch: credit
                 # then comes back in eighths of the window at the finest.
                 last[0] = pipe.appended
-                last[3] += cost
+                last[2] += cost
                 if len(marks) == 1:
                     pipe.watch_at = last[0]
                 return
-        marks.append([pipe.appended, host, pid, cost])
+        marks.append([pipe.appended, pid, cost])
         if len(marks) == 1:
             pipe.watch_at = pipe.appended
 
-    def settle(self, pipe: Pipe[Any], taken: int) -> None:
-        """The reader took items: what it took from other hosts (every one
-        numbered below ``taken``: :attr:`Pipe.on_watch`) is credit owed."""
-        marks = self._marks.get(pipe)
+    def settle(self, pipe: Pipe[Any], taken: int, host: int) -> int:
+        """The reader took items: what it took from ``host`` (every one
+        numbered below ``taken``: :attr:`Pipe.on_watch`) is credit owed.
+        Returns where ``host``'s next mark ends (the pipe's next watch)."""
+        hosts = self._marks.get(pipe)
+        marks = None if hosts is None else hosts.get(host)
+        if not marks:
+            return 1 << 62
         while marks and marks[0][0] <= taken:
-            _, host, pid, cost = marks.popleft()
+            _, pid, cost = marks.popleft()
             self._taken(host, pid, cost)
-        pipe.watch_at = marks[0][0] if marks else 1 << 62
+        return marks[0][0] if marks else 1 << 62
 
     def forget_pipe(self, pipe: Pipe[Any]) -> None:
         """A pipe is released: its queued remote items are discarded, their
         credit goes back to their senders."""
-        marks = self._marks.pop(pipe, None)
-        while marks:
-            _, host, pid, cost = marks.popleft()
-            self._taken(host, pid, cost)
+        hosts = self._marks.pop(pipe, None)
+        for host, marks in (hosts or {}).items():
+            while marks:
+                _, pid, cost = marks.popleft()
+                self._taken(host, pid, cost)
         pipe.watch_at = 1 << 62
 
     def refund(self, host: int, pid: int, cost: int) -> None:

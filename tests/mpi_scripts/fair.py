@@ -3,7 +3,7 @@
     mpiexec -n N python tests/mpi_scripts/fair.py --senders K --size BYTES [--local L]
                                                   [--period S] [--seconds S] [--window BYTES]
                                                   [--warmup S] [--pipe-capacity N] [--bucket S]
-                                                  [--per-rank K1,K2,...]
+                                                  [--per-rank K1,K2,...] [--stagger S]
 
 Ranks 1..N-1 each run K sender GPs (``s<rank>.<i>``), and rank 0, the
 reader's own, L of them (``s0.<i>``, local senders: the reader's pipe
@@ -68,10 +68,11 @@ async def reader(node: aiopdbp.Node, names: list[str], args: argparse.Namespace)
           flush=True)
 
 
-async def sender(node: aiopdbp.Node, name: str, size: int) -> None:
+async def sender(node: aiopdbp.Node, name: str, size: int, delay: float = 0.0) -> None:
     async with node.process(name) as gp:
         await node.lookup("reader", timeout=30)
         await gp.recv()                      # go
+        await asyncio.sleep(delay)           # --stagger: a head start for the earlier ones
         stop = asyncio.ensure_future(gp.recv())
         data = bytes(size)
         while not stop.done():
@@ -91,6 +92,8 @@ async def main() -> int:
     ap.add_argument("--pipe-capacity", type=int, default=1024)
     ap.add_argument("--bucket", type=float, default=5.0)
     ap.add_argument("--per-rank", default="", help="senders on ranks 1, 2, ... (overrides --senders)")
+    ap.add_argument("--stagger", type=float, default=0.0,
+                    help="sender i of a rank starts i * S seconds after the go")
     args = ap.parse_args()
     per_rank = [int(k) for k in args.per_rank.split(",")] if args.per_rank else [args.senders] * (SIZE - 1)
     names = ([f"s0.{i}" for i in range(args.local)]
@@ -99,7 +102,8 @@ async def main() -> int:
     async with aiopdbp.open_node(remote=remote, close_timeout=10.0,
                                  pipe_capacity=args.pipe_capacity) as node:
         async with asyncio.timeout(args.seconds + 60):
-            mine = [sender(node, n, args.size) for n in names if n.startswith(f"s{RANK}.")]
+            mine = [sender(node, n, args.size, int(n.split(".")[1]) * args.stagger)
+                    for n in names if n.startswith(f"s{RANK}.")]
             if RANK == 0:
                 await asyncio.gather(reader(node, names, args), *mine)
             else:
