@@ -255,6 +255,7 @@ class ExitWatch:
                 ready = self._epoll.poll(0.1)
             except OSError:
                 return
+            self._forget_early()
             for fd, _ in ready:
                 seen += 1
                 with self._lock:
@@ -273,6 +274,15 @@ class ExitWatch:
                     self._early.setdefault(pid, seen)
                     continue
                 self._report_until(pid, status, self._early.pop(pid, seen))
+
+    def _forget_early(self) -> None:
+        """Forget the threads that ended, before this look, in a process that
+        still runs: they ended on their own (a rank ends a thread or two at
+        start-up).  Kept, such an end would count as the start of the
+        process's death once hydra killed it -- before the rank that died
+        first (:meth:`_report_until`)."""
+        for pid in [p for p in self._early if not dying(p)]:
+            del self._early[pid]
 
     def _report_until(self, pid: int, status: int | None, order: int) -> None:
         """Report ``pid``, after the ranks whose thread ended before ``order``
