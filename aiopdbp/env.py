@@ -96,7 +96,7 @@ __all__ = [
     "env_rank", "launcher_rank", "env_size", "local_rank", "local_ranks", "in_mpi_job",
     "local_transport_forced", "uvloop_wanted", "rank_prefix_wanted", "device_backend",
     "progress_mode", "spin_seconds", "max_backoff_seconds", "idle_max_seconds", "doorbell_enabled",
-    "mpi_thread_level", "mpiexec_override", "bench_link", "under_aiopdbp_launch", "job_dir",
+    "mpi_thread_level", "mpiexec_override", "bench_link", "under_aiopdbp_launch", "job_dir", "pmi_fd",
     "emulated_link_bps", "search_path", "mpi_settings", "inherited",
     "own_shm", "record_own_shm", "recorded_shm", "record_failure", "recorded_failure", "recorded_stop",
     "record_rank", "recorded_ranks",
@@ -311,6 +311,12 @@ def mpiexec_override() -> str | None:
 def bench_link(environ: Mapping[str, str] | None = None) -> str:
     """``aiopdbp bench``'s default link label (``AIOPDBP_BENCH_LINK``)."""
     return _get(BENCH_LINK, environ)
+
+
+def pmi_fd() -> int | None:
+    """The socket MPICH's hydra gave this rank for PMI (``PMI_FD``), None without one."""
+    raw = _get("PMI_FD").strip()
+    return int(raw) if raw.isdigit() else None
 
 
 def under_aiopdbp_launch() -> bool:

@@ -4,6 +4,8 @@ read while they are zombies, worded for the user."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -12,7 +14,8 @@ import threading
 
 import pytest
 
-from aiopdbp.launch.exits import Ended, ExitWatch, KernelLog, dying, how_it_ended, zombie_status
+from aiopdbp.launch.exits import (Ended, ExitWatch, KernelLog, dying, how_it_ended, pidfd_exit_status,
+                                  zombie_status)
 
 pytestmark = [pytest.mark.timeout(30),
               pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs pidfds (Linux 5.3)")]
@@ -133,6 +136,113 @@ def test_a_thread_that_ends_while_its_process_runs_on_is_no_end_and_a_kill_is_on
         proc.stdin.close()
         proc.stdout.close()
     assert [pid for pid, _ in seen] == [proc.pid], seen
+
+
+def _ended_holding_the_gil(pid: int, reap: bool = False) -> None:
+    """Wait until ``pid`` (a child) ended, leaving it a zombie (or reaping
+    it), without letting another thread of this process run: ``waitid``
+    called through ``ctypes.PyDLL`` keeps the GIL."""
+    libc = ctypes.PyDLL(None, use_errno=True)
+    info = ctypes.create_string_buffer(128)   # a siginfo_t
+    flags = os.WEXITED | (0 if reap else os.WNOWAIT)
+    if libc.waitid(ctypes.c_int(1), ctypes.c_uint(pid), info, ctypes.c_int(flags)) != 0:
+        raise OSError(ctypes.get_errno(), "waitid")
+
+
+def test_a_thread_that_ended_long_before_does_not_put_its_process_before_the_one_killed_first() -> None:
+    # Every rank ends a thread at start-up.  When hydra has killed them all
+    # by the time the watch looks at the first rank's end, such an old
+    # thread end must not count as the start of their deaths.
+    other, victim = (subprocess.Popen([sys.executable, "-c", _THREADED], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE) for _ in range(2))
+    procs = (other, victim)
+    seen: list[int] = []
+    both = threading.Event()
+
+    def on_exit(pid: int, status: int | None) -> None:
+        seen.append(pid)
+        if len(seen) == 2:
+            both.set()
+
+    watch = ExitWatch(on_exit).start()
+    interval = sys.getswitchinterval()
+    try:
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
+            assert watch.add(proc.pid)
+            watch.add_threads(proc.pid)
+        assert other.stdin is not None
+        other.stdin.write(b"end\n")
+        other.stdin.flush()
+        assert not both.wait(0.5), seen   # its helper thread ended; it runs on
+        assert not dying(other.pid)
+        # the victim dies, then the other is killed, as hydra would, before
+        # the watch thread can look (this thread keeps the GIL)
+        sys.setswitchinterval(30.0)
+        for proc in (victim, other):
+            os.kill(proc.pid, signal.SIGKILL)
+            _ended_holding_the_gil(proc.pid)
+        sys.setswitchinterval(interval)
+        assert both.wait(10), seen
+    finally:
+        sys.setswitchinterval(interval)
+        watch.close()
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                assert pipe is not None
+                pipe.close()
+    assert seen == [victim.pid, other.pid]
+
+
+def _reaped_status_known() -> bool:
+    """Whether a pidfd tells the exit status once reaped (Linux 6.15)."""
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    fd = os.pidfd_open(proc.pid)
+    try:
+        proc.wait()
+        return pidfd_exit_status(fd) == 3 << 8
+    finally:
+        os.close(fd)
+
+
+def test_the_status_of_a_rank_reaped_before_the_watch_looks_is_known() -> None:
+    # hydra reaps a killed rank within milliseconds; a launcher starved of
+    # CPU looks later (258 ms in a traced 32-rank run): the status then
+    # comes from the pidfd
+    if not _reaped_status_known():
+        pytest.skip("the kernel keeps no exit status for a pidfd (Linux 6.15)")
+    proc = subprocess.Popen([sys.executable, "-c", _THREADED], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    seen: list[tuple[int, int | None]] = []
+    reported = threading.Event()
+
+    def on_exit(pid: int, status: int | None) -> None:
+        seen.append((pid, status))
+        reported.set()
+
+    watch = ExitWatch(on_exit).start()
+    interval = sys.getswitchinterval()
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
+        assert watch.add(proc.pid)
+        watch.add_threads(proc.pid)
+        sys.setswitchinterval(30.0)   # killed and reaped before the watch thread can look
+        os.kill(proc.pid, signal.SIGKILL)
+        _ended_holding_the_gil(proc.pid, reap=True)
+        sys.setswitchinterval(interval)
+        assert reported.wait(10), seen
+    finally:
+        sys.setswitchinterval(interval)
+        watch.close()
+        with contextlib.suppress(ChildProcessError):
+            proc.kill()
+            proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            assert pipe is not None
+            pipe.close()
+    assert len(seen) == 1 and seen[0][0] == proc.pid
+    assert how_it_ended(Ended(proc.pid, 1, 0.0, 0, seen[0][1])) == "was killed by SIGKILL"
 
 
 def test_hydras_banner_waits_for_the_launchers_line_and_nothing_else_does() -> None:

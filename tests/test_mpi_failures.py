@@ -261,6 +261,28 @@ def test_sigkill_of_one_rank_of_three_is_named_first_under_launch(victim: int) -
     _assert_clean(list(pids.values()), [], job.output)
 
 
+@pytest.mark.parametrize("victim", [0, 2])
+def test_sigkill_of_one_rank_of_three_is_named_first_under_plain_mpiexec(victim: int) -> None:
+    # hydra kills the others about 1 ms after the dead rank's PMI socket
+    # closes: the rank's helper, holding that socket, names it first
+    job = _mpiexec(3, str(STOP))
+    pids = _rank_pids(job, 3)
+    os.kill(pids[victim], signal.SIGKILL)
+    assert job.finish() != 0, job.output
+    said = [line for line in job.output.splitlines() if line.strip() and not _OWN.match(line)]
+    assert said and said[0] == (f"[{victim}] aiopdbp: rank {victim} (pid {pids[victim]}) was killed by SIGKILL "
+                                "during aiopdbp.run; mpiexec stops the other ranks"), job.output
+    assert len([line for line in said if " aiopdbp: rank " in line]) == 1, job.output
+    _assert_clean(list(pids.values()), [], job.output)
+
+
+def test_a_rank_that_ends_well_or_fails_has_no_last_words_under_plain_mpiexec() -> None:
+    proc = run_mpi(FAIL, n=2, args=["raise"], timeout=90)
+    out = proc.stdout + proc.stderr
+    assert "ValueError: boom from rank 1" in out, out
+    assert "during aiopdbp.run; mpiexec stops" not in out, out
+
+
 # ---------------------------------------------------------- a failing rank
 def _first_traceback_rank(out: str) -> int | None:
     for rank, line in rank_lines(out):

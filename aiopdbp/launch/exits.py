@@ -8,8 +8,9 @@ is), so it cannot ``wait`` for them.  What Linux offers a non-parent:
   is seen first, not at the next look at ``/proc``;
 * while the process is a zombie (exited, not yet reaped) field 52 of
   ``/proc/<pid>/stat`` holds its status as ``waitpid`` reports it.  hydra
-  reaps within milliseconds, so the status is often gone: then it is
-  *unknown*, and said so rather than guessed;
+  reaps within milliseconds, often before a launcher starved of CPU looks;
+  from then on the pidfd still tells it (``PIDFD_GET_INFO``, Linux 6.15).
+  Where neither can, it is *unknown*, and said so rather than guessed;
 * the kernel log (``/dev/kmsg``) says ``Killed process <pid>`` when the
   out-of-memory killer chose it -- readable by root or where
   ``kernel.dmesg_restrict`` is 0; not readable is not an error.
@@ -21,16 +22,18 @@ seen; :class:`KernelLog` reads the kernel log; :func:`how_it_ended` words it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import select
 import signal
+import struct
 import threading
 import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-__all__ = ["Ended", "ExitWatch", "KernelLog", "dying", "how_it_ended", "zombie_status"]
+__all__ = ["Ended", "ExitWatch", "KernelLog", "dying", "how_it_ended", "pidfd_exit_status", "zombie_status"]
 
 
 class Ended(NamedTuple):
@@ -44,19 +47,49 @@ class Ended(NamedTuple):
 
 
 def zombie_status(pid: int) -> int | None:
-    """The exit status of ``pid`` while it is a zombie, else None."""
+    """The exit status of ``pid`` while it is a zombie -- or already while
+    its main thread is exiting, once the kernel has set it: hydra reaps a
+    rank within milliseconds of its last thread's end, often before a
+    launcher starved of CPU looks -- else None."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    # fields[0] is field 3 (state); exit_code is field 52 (Linux 3.5)
-    if len(fields) < 50 or fields[0] != "Z":
+    # fields[0] is field 3 (state), fields[6] field 9 (flags); exit_code is
+    # field 52 (Linux 3.5), set early in do_exit: 0 there is "not yet"
+    if len(fields) < 50:
         return None
     try:
-        return int(fields[49])
+        code, exiting = int(fields[49]), int(fields[6]) & _PF_EXITING
     except ValueError:
         return None
+    if fields[0] == "Z" or exiting and code:
+        return code
+    return None
+
+
+#: ``ioctl(pidfd, PIDFD_GET_INFO, struct pidfd_info)``: _IOWR(0xFF, 11), its first version's 64 bytes
+_PIDFD_GET_INFO = (3 << 30) | (64 << 16) | (0xFF << 8) | 11
+#: ``pidfd_info.mask``: the exit status (Linux 6.15), known once the process was reaped
+_PIDFD_INFO_EXIT = 8
+#: where ``pidfd_info.exit_code`` lies: after mask, cgroupid and eleven 32-bit ids
+_EXIT_CODE_AT = 60
+
+
+def pidfd_exit_status(fd: int) -> int | None:
+    """The exit status of the process ``fd`` (a pidfd of it or of its main
+    thread) refers to, once its parent has reaped it; None before, or where
+    the kernel cannot say (before Linux 6.15)."""
+    info = bytearray(64)
+    struct.pack_into("=Q", info, 0, _PIDFD_INFO_EXIT)
+    try:
+        fcntl.ioctl(fd, _PIDFD_GET_INFO, info)
+    except OSError:
+        return None
+    if not struct.unpack_from("=Q", info, 0)[0] & _PIDFD_INFO_EXIT:
+        return None
+    return int(struct.unpack_from("=i", info, _EXIT_CODE_AT)[0])
 
 
 class KernelLog:
@@ -255,6 +288,7 @@ class ExitWatch:
                 ready = self._epoll.poll(0.1)
             except OSError:
                 return
+            self._forget_early()
             for fd, _ in ready:
                 seen += 1
                 with self._lock:
@@ -262,7 +296,7 @@ class ExitWatch:
                 if pid == 0:
                     continue
                 # first: hydra reaps it within milliseconds
-                status = zombie_status(pid) if tid == pid else None
+                status = self._status(pid, fd) if tid == pid else None
                 self._unwatch(fd, pid, tid)
                 if pid in self._reported:
                     continue
@@ -274,6 +308,15 @@ class ExitWatch:
                     continue
                 self._report_until(pid, status, self._early.pop(pid, seen))
 
+    def _forget_early(self) -> None:
+        """Forget the threads that ended, before this look, in a process that
+        still runs: they ended on their own (a rank ends a thread or two at
+        start-up).  Kept, such an end would count as the start of the
+        process's death once hydra killed it -- before the rank that died
+        first (:meth:`_report_until`)."""
+        for pid in [p for p in self._early if not dying(p)]:
+            del self._early[pid]
+
     def _report_until(self, pid: int, status: int | None, order: int) -> None:
         """Report ``pid``, after the ranks whose thread ended before ``order``
         and that are dying now (a live one's thread ended on its own)."""
@@ -283,10 +326,26 @@ class ExitWatch:
             del self._early[other]
             if dying(other):
                 self._main_ended(other, max(0.0, deadline - time.monotonic()))   # its status, then
-                self._report(other, zombie_status(other))
+                self._report(other, self._status(other))
         if status is None and not self._main_ended(pid, 0.0):   # the first sign: its main thread ends next
             self._main_ended(pid, max(0.0, deadline - time.monotonic()))
-        self._report(pid, status if status is not None else zombie_status(pid))
+        self._report(pid, status if status is not None else self._status(pid))
+
+    def _status(self, pid: int, fd: int | None = None) -> int | None:
+        """The exit status of ``pid``, whose main thread ended: read while it
+        is a zombie, else from its pidfd once reaped (``fd``: its main
+        thread's, by default the one still watched)."""
+        if fd is None:
+            with self._lock:
+                fd = self._main.get(pid)
+        for _ in range(3):   # (between the two: reaped, the pidfd not told yet)
+            status = zombie_status(pid)
+            if status is None and fd is not None:
+                status = pidfd_exit_status(fd)
+            if status is not None or fd is None:
+                return status
+            time.sleep(0.001)
+        return None
 
     def _report(self, pid: int, status: int | None) -> None:
         self._reported.add(pid)

@@ -91,6 +91,7 @@ from aiopdbp.env import (
 from aiopdbp.errors import TransportError
 from aiopdbp.hosts.failure import Stop, StopKind, where
 from aiopdbp.rankout import flush_all, prefix_output
+from aiopdbp.runtime import lastwords
 from aiopdbp.transport.mpiload import ABORT_FLUSH_S, load_mpi
 
 T = TypeVar("T")
@@ -507,6 +508,7 @@ def unlink_own_shm() -> list[str]:
 
 def _hard_exit(code: int) -> NoReturn:
     """End the process now: no MPI_Finalize (peers may be gone), no leftovers."""
+    lastwords.quiet()   # (this rank said its line)
     unlink_own_shm()
     flush_all()
     os._exit(code)
@@ -514,6 +516,7 @@ def _hard_exit(code: int) -> NoReturn:
 
 def _abort(code: int) -> NoReturn:
     """Abort the whole MPI job (the peers may not know we failed)."""
+    lastwords.quiet()
     unlink_own_shm()
     flush_all()
     time.sleep(ABORT_FLUSH_S)
@@ -581,6 +584,7 @@ def run(main: Coroutine[Any, Any, T] | Awaitable[T], *, use_uvloop: bool | None 
     if job.under_mpi:
         prefix_output(job.rank)
         record_rank(job.rank)  # (aiopdbp launch: a rank that never returns vanished)
+        lastwords.start(job.rank)   # (plain mpiexec: the same, said by a helper)
     previous, _current = _current, job
     outcome: BaseException | None = None
     try:
@@ -597,6 +601,7 @@ def run(main: Coroutine[Any, Any, T] | Awaitable[T], *, use_uvloop: bool | None 
         raise
     finally:
         _current = previous
+        lastwords.quiet()
         if job.under_mpi and job.stop is None and (outcome is None or isinstance(outcome, SystemExit)):
             record_rank(job.rank, done=True)
         if job.under_mpi and (outcome is not None or job.stop is not None):
