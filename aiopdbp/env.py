@@ -44,6 +44,9 @@ variable                       meaning                                     defau
 ``AIOPDBP_IDLE_MAX_US``        idle back-off cap once peers can ring, us    50000
 ``AIOPDBP_DOORBELL``           ``0``: no doorbell socket                   ``1``
                                (:func:`doorbell_enabled`)
+``AIOPDBP_LAST_WORDS``         ``0``: under a plain ``mpiexec``, no helper   ``1``
+                               process naming a vanished rank
+                               (:func:`last_words_enabled`)
 ``AIOPDBP_MPI_THREAD_LEVEL``   MPI thread level requested                  ``multiple``
                                (:func:`mpi_thread_level`)
 ``AIOPDBP_MPIEXEC``            the ``mpiexec`` to launch with              searched
@@ -90,12 +93,13 @@ from collections.abc import Mapping
 __all__ = [
     "RANK_VARS", "SIZE_VARS", "LOCAL_RANK_VARS", "LOCAL_SIZE_VARS", "JOB_VARS",
     "TRANSPORT", "UVLOOP", "RANK_PREFIX", "DEVICE", "PROGRESS", "SPIN_US", "MAX_BACKOFF_US",
-    "IDLE_MAX_US", "DOORBELL", "MPI_THREAD_LEVEL", "MPIEXEC", "BENCH_LINK", "LAUNCHER",
+    "IDLE_MAX_US", "DOORBELL", "LAST_WORDS", "MPI_THREAD_LEVEL", "MPIEXEC", "BENCH_LINK", "LAUNCHER",
     "JOB_DIR", "EMULATE_JOB", "EMULATE_LINK_BPS", "EMULATE_HOSTS", "EMULATE_IP",
     "EMULATE_UNSHARE", "FAILED_FILE", "SHM_FILE_PREFIX", "MPI_SETTING_PREFIXES",
     "env_rank", "launcher_rank", "env_size", "local_rank", "local_ranks", "in_mpi_job",
     "local_transport_forced", "uvloop_wanted", "rank_prefix_wanted", "device_backend",
     "progress_mode", "spin_seconds", "max_backoff_seconds", "idle_max_seconds", "doorbell_enabled",
+    "last_words_enabled",
     "mpi_thread_level", "mpiexec_override", "bench_link", "under_aiopdbp_launch", "job_dir", "pmi_fd",
     "emulated_link_bps", "search_path", "mpi_settings", "inherited",
     "own_shm", "record_own_shm", "recorded_shm", "record_failure", "recorded_failure", "recorded_stop",
@@ -143,6 +147,7 @@ SPIN_US = "AIOPDBP_SPIN_US"
 MAX_BACKOFF_US = "AIOPDBP_MAX_BACKOFF_US"
 IDLE_MAX_US = "AIOPDBP_IDLE_MAX_US"
 DOORBELL = "AIOPDBP_DOORBELL"
+LAST_WORDS = "AIOPDBP_LAST_WORDS"
 MPI_THREAD_LEVEL = "AIOPDBP_MPI_THREAD_LEVEL"
 MPIEXEC = "AIOPDBP_MPIEXEC"
 BENCH_LINK = "AIOPDBP_BENCH_LINK"
@@ -292,6 +297,12 @@ def idle_max_seconds(default_s: float) -> float:
 def doorbell_enabled() -> bool:
     """Whether the transport opens its doorbell socket: ``AIOPDBP_DOORBELL`` not ``0``."""
     return _flag(DOORBELL)
+
+
+def last_words_enabled() -> bool:
+    """Whether a rank under a plain ``mpiexec`` starts its last-words helper
+    (:mod:`aiopdbp.runtime.lastwords`): ``AIOPDBP_LAST_WORDS`` not ``0``."""
+    return _flag(LAST_WORDS)
 
 
 def mpi_thread_level() -> str:

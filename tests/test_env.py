@@ -170,3 +170,20 @@ def test_importing_a_bottom_layer_does_not_load_mpi4py(module: str) -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
     assert (r.returncode, r.stdout.strip()) == (0, "False"), r.stderr
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("flag, helpers", [("1", 1), ("0", 0)])
+def test_the_last_words_helper_starts_under_plain_mpiexec_unless_aiopdbp_last_words_is_0(
+        flag: str, helpers: int) -> None:
+    # a rank of a plain mpiexec (a PMI socket, no aiopdbp launch): one helper
+    # process, unless turned off; the child list is the kernel's
+    code = ("import os\nr, w = os.pipe()\nos.environ['PMI_FD'] = str(r)\n"
+            "from aiopdbp.runtime import lastwords\nlastwords.start(0)\n"
+            "print(len(open(f'/proc/self/task/{os.getpid()}/children').read().split()))\n"
+            "lastwords.quiet()\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("AIOPDBP_LAUNCHER", "PMI_FD")}
+    env["AIOPDBP_LAST_WORDS"] = flag
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) == helpers, out.stdout

@@ -16,7 +16,8 @@ before.  The helper is in the rank's process group, which hydra kills
 with it, so a rank hydra kills says nothing.
 
 Only under hydra with ``PMI_FD``, on Linux with pidfds, and not under
-``aiopdbp launch`` (its launcher names the rank itself).  Bounded: the
+``aiopdbp launch`` (its launcher names the rank itself); ``AIOPDBP_LAST_WORDS=0``
+turns it off (it costs a process of about 10 MB per rank).  Bounded: the
 helper waits at most :data:`STATUS_WAIT_S` for the status, so hydra's
 cleanup is delayed by no more than that.
 """
@@ -28,7 +29,7 @@ import os
 import subprocess
 import sys
 
-from aiopdbp.env import pmi_fd, under_aiopdbp_launch
+from aiopdbp.env import last_words_enabled, pmi_fd, under_aiopdbp_launch
 
 __all__ = ["STATUS_WAIT_S", "quiet", "start"]
 
@@ -87,7 +88,8 @@ def start(rank: int) -> None:
     """Start this rank's helper (once; where it applies, see the module doc)."""
     global _pipe, _helper
     fd = pmi_fd()
-    if _pipe is not None or fd is None or under_aiopdbp_launch() or not hasattr(os, "pidfd_open"):
+    if (_pipe is not None or fd is None or under_aiopdbp_launch() or not hasattr(os, "pidfd_open")
+            or not last_words_enabled()):
         return
     try:
         os.fstat(fd)
