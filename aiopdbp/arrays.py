@@ -29,18 +29,8 @@ import numpy as np
 from aiopdbp import ext
 from aiopdbp.tensormem import view as _pure_memory
 
-_compiled: ModuleType | None
-_error: BaseException | None = None
-try:
-    import aiopdbp.tensormem.cview as _compiled  # type: ignore[import-not-found, no-redef, unused-ignore]
-except ModuleNotFoundError as exc:  # not built (or, if another module is missing, broken)
-    _compiled = None
-    _error = exc if exc.name != "aiopdbp.tensormem.cview" else None
-except ImportError as exc:  # built for another interpreter or numpy, or damaged
-    _compiled = None
-    _error = exc
 # a tensor's memory as an ndarray: the compiled twin of aiopdbp.tensormem.view where built and current
-_memory: ModuleType = ext.choose("tensormem", _pure_memory, _compiled, _error)
+_memory: ModuleType = ext.twin("tensormem", _pure_memory, "aiopdbp.tensormem.cview")
 _tensor_array: Callable[[Any, np.dtype[Any], Any, bool], np.ndarray[Any, Any] | None] = _memory.tensor_array
 _tensor_of: Callable[[Any, dict[int, np.dtype[Any]], Any], Any] = _memory.tensor_of
 

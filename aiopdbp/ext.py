@@ -24,11 +24,12 @@ the twins (the build has none of aiopdbp's dependencies).
 from __future__ import annotations
 
 import hashlib
+import importlib
 import warnings
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["REBUILD", "StaleExtensionWarning", "choose", "core", "source_hash"]
+__all__ = ["REBUILD", "StaleExtensionWarning", "choose", "core", "source_hash", "twin"]
 
 #: how to rebuild the compiled core from a checkout
 REBUILD = "pip install -e . (or python3 tools/dev.py --reinstall setup)"
@@ -74,11 +75,30 @@ def choose(name: str, pure: ModuleType, compiled: ModuleType | None,
             _chosen[name] = "pure Python (the compiled core is older than its sources: rebuild)"
             warnings.warn(f"aiopdbp's compiled core {compiled.__name__} is older than {', '.join(sources)}: "
                           f"the pure-Python core runs; rebuild with {REBUILD}",
-                          StaleExtensionWarning, stacklevel=2)
+                          StaleExtensionWarning, stacklevel=3)
             return pure
     _chosen[name] = "compiled (Cython)"
     return compiled
 
+
+
+def twin(name: str, pure: ModuleType, compiled: str) -> ModuleType:
+    """:func:`choose` for core module ``name``, importing its compiled twin
+    by its dotted name ``compiled`` here: a twin that is not built is
+    simply absent; one that is built but cannot load (another interpreter,
+    an MPI or numpy of another ABI, a damaged file) is absent with the
+    reason, which :func:`core` reports."""
+    module: ModuleType | None
+    error: BaseException | None = None
+    try:
+        module = importlib.import_module(compiled)
+    except ModuleNotFoundError as exc:  # not built (or, if another module is missing, broken)
+        module = None
+        error = exc if exc.name != compiled else None
+    except ImportError as exc:
+        module = None
+        error = exc
+    return choose(name, pure, module, error)
 
 def core() -> dict[str, str]:
     """Each core module chosen so far and the form that runs, with why."""

@@ -10,19 +10,8 @@ from types import ModuleType
 from aiopdbp import ext
 from aiopdbp.hosts import gate as _pure
 
-_compiled: ModuleType | None
-_error: BaseException | None = None
-try:
-    import aiopdbp.hosts.cgate as _compiled  # type: ignore[import-not-found, no-redef, unused-ignore]
-except ModuleNotFoundError as exc:  # not built (or, if another module is missing, broken)
-    _compiled = None
-    _error = exc if exc.name != "aiopdbp.hosts.cgate" else None
-except ImportError as exc:  # built for another interpreter, or damaged
-    _compiled = None
-    _error = exc
-
 #: the module that runs: ``aiopdbp.hosts.cgate`` or ``aiopdbp.hosts.gate``
-gate: ModuleType = ext.choose("gate", _pure, _compiled, _error)
+gate: ModuleType = ext.twin("gate", _pure, "aiopdbp.hosts.cgate")
 CreditGate: type[_pure.CreditGate] = gate.CreditGate
 CreditBook: type[_pure.CreditBook] = gate.CreditBook
 #: whether the compiled form runs

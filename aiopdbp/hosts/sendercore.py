@@ -10,19 +10,8 @@ from types import ModuleType
 from aiopdbp import ext
 from aiopdbp.hosts import sender as _pure
 
-_compiled: ModuleType | None
-_error: BaseException | None = None
-try:
-    import aiopdbp.hosts.csender as _compiled  # type: ignore[import-not-found, no-redef, unused-ignore]
-except ModuleNotFoundError as exc:  # not built (or, if another module is missing, broken)
-    _compiled = None
-    _error = exc if exc.name != "aiopdbp.hosts.csender" else None
-except ImportError as exc:  # built for another interpreter, or damaged
-    _compiled = None
-    _error = exc
-
 #: the module that runs: ``aiopdbp.hosts.csender`` or ``aiopdbp.hosts.sender``
-sender: ModuleType = ext.choose("sender", _pure, _compiled, _error)
+sender: ModuleType = ext.twin("sender", _pure, "aiopdbp.hosts.csender")
 LinkSender: type[_pure.LinkSender] = sender.LinkSender
 #: whether the compiled form runs
 COMPILED: bool = sender is not _pure

@@ -5,8 +5,6 @@ the MPI library mpi4py loaded, else the Python source
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiopdbp.transport.mpiload import prepare_mpi_import
 
 prepare_mpi_import()
@@ -17,16 +15,6 @@ from aiopdbp.transport import kernel as _pure  # noqa: E402
 
 __all__ = ["kernel_core"]
 
-_ckernel: Any
-_ckernel_error: BaseException | None = None
-try:
-    import aiopdbp.transport.ckernel as _ckernel  # type: ignore[import-not-found, no-redef, unused-ignore]
-except ModuleNotFoundError as exc:  # not built
-    _ckernel = None
-    _ckernel_error = exc if exc.name != "aiopdbp.transport.ckernel" else None
-except ImportError as exc:  # an MPI of another ABI (no libmpi.so.12), another interpreter, damaged
-    _ckernel = None
-    _ckernel_error = exc
 #: the form of the per-message MPI calls that runs (:mod:`aiopdbp.transport.kernel`)
-kernel_core = ext.choose("kernel", _pure, _ckernel, _ckernel_error)
+kernel_core = ext.twin("kernel", _pure, "aiopdbp.transport.ckernel")
 

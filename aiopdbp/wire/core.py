@@ -10,19 +10,8 @@ from types import ModuleType
 from aiopdbp import ext
 from aiopdbp.wire import blocks as _pure
 
-_compiled: ModuleType | None
-_error: BaseException | None = None
-try:
-    import aiopdbp.wire.cblocks as _compiled  # type: ignore[import-not-found, no-redef, unused-ignore]
-except ModuleNotFoundError as exc:  # not built (or, if another module is missing, broken)
-    _compiled = None
-    _error = exc if exc.name != "aiopdbp.wire.cblocks" else None
-except ImportError as exc:  # built for another interpreter or MPI ABI, or damaged
-    _compiled = None
-    _error = exc
-
 #: the module that runs: ``aiopdbp.wire.cblocks`` or ``aiopdbp.wire.blocks``
-blocks: ModuleType = ext.choose("blocks", _pure, _compiled, _error)
+blocks: ModuleType = ext.twin("blocks", _pure, "aiopdbp.wire.cblocks")
 BlockReader: type[_pure.BlockReader] = blocks.BlockReader
 BlockWriter: type[_pure.BlockWriter] = blocks.BlockWriter
 #: whether the compiled core runs
