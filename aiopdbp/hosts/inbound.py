@@ -180,9 +180,11 @@ class Inbound:
 
     def on_data(self, src: int, buf: memoryview) -> None:
         """One data message from host ``src`` (the transport's callback)."""
-        s = self._source(src)
+        s = self._sources.get(src)  # (the commonest: a host heard from before, no call)
         if s is None:
-            return
+            s = self._source(src)
+            if s is None:
+                return
         s.received += 1
         if s.bye is not None and s.received > s.bye:
             self._malformed(src, ProtocolError(f"data message {s.received} after a BYE that said {s.bye}"))
