@@ -73,8 +73,10 @@ log = logging.getLogger("aiopdbp.hosts.inbound")
 __all__ = ["RBP_MIN", "Deliver", "Inbound", "StreamSink"]
 
 #: data messages smaller than this (a lone message, a handful of records)
-#: skip the receive pool: a plain buffer costs less than the pool's bookkeeping
-RBP_MIN = 4096
+#: skip the receive pool: the transport's receive kernel takes them into a
+#: plain buffer in one C call, where a pool block costs the hook, the pool's
+#: bookkeeping and a receive in Python
+RBP_MIN = 16384
 _DATA = Channel.DATA
 _BPS = int(MsgType.BPS)
 _REMOTE = int(MsgType.REMOTE)

@@ -23,12 +23,15 @@ from mpi4py import MPI
 
 from aiopdbp.transport.base import AllocFn, Channel
 from aiopdbp.transport.core import kernel_core
-from aiopdbp.transport.recvcache import NUMPY_ALLOC_THRESHOLD, RECV_CACHE_MIN_SIZE, RecvBufferCache
+from aiopdbp.transport.recvcache import RECV_CACHE_MIN_SIZE, RecvBufferCache
 
-__all__ = ["Receives", "STEP_RECV_BYTES"]
+__all__ = ["KERNEL_RECV_MAX", "Receives", "STEP_RECV_BYTES"]
 
 #: a step stops receiving after this many bytes (fairness with the sends)
 STEP_RECV_BYTES: Final = 1 << 20
+#: the largest message the receive kernel takes itself (a lone message of a
+#: few KiB included); larger ones land in a pooled or numpy buffer here
+KERNEL_RECV_MAX: Final = 16384
 
 _BYTE = MPI.BYTE
 _CHANNELS = (Channel.CONTROL, Channel.DATA)  # index -> member, without an enum call
@@ -161,8 +164,9 @@ class Receives:
 
     def _small(self) -> int:
         """Messages shorter than this are the receive kernel's: received
-        into a ``bytearray`` (what :meth:`_buffer` gives them too)."""
-        small = min(NUMPY_ALLOC_THRESHOLD, self._inline_limit + 1)
+        into a ``bytearray`` (uninitialised in the compiled kernel), up to
+        :data:`KERNEL_RECV_MAX` and never one the alloc hook wants."""
+        small = min(KERNEL_RECV_MAX, self._inline_limit + 1)
         return small if self._alloc is None else min(small, self._alloc_min)
 
     def receive(self, deliveries: list[tuple[int, Channel, Any]]) -> bool:
