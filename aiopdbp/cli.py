@@ -543,7 +543,8 @@ def _unrunnable(argv: Sequence[str]) -> str | None:
     command skips it (:func:`aiopdbp.launch.launcher.launch_command`)."""
     from aiopdbp.launch.launcher import names_python
 
-    if len(argv) > 1 and names_python(argv[0]):
+    interpreter = len(argv) > 1 and names_python(argv[0])
+    if interpreter:
         argv = argv[1:]
     if argv[0] == "-m":
         if len(argv) < 2:
@@ -562,6 +563,24 @@ def _unrunnable(argv: Sequence[str]) -> str | None:
         return None
     if not os.path.exists(argv[0]):
         return f"can't open file {argv[0]!r}: no such file"
+    if interpreter:
+        return None   # another python may take syntax that this one refuses
+    return _syntax_error(argv[0])
+
+
+def _syntax_error(path: str) -> str | None:
+    """``path``'s syntax error as python shows it, after a first line that
+    names it; None if it compiles (or cannot be read: its ranks say why)."""
+    import traceback
+
+    try:
+        with open(path, "rb") as f:
+            compile(f.read(), path, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        shown = "".join(traceback.format_exception_only(exc)).rstrip("\n")
+        return f"{path!r} does not compile: {type(exc).__name__}: {exc.msg} (line {exc.lineno})\n{shown}"
+    except (OSError, ValueError):   # unreadable, or null bytes: python says it in each rank
+        return None
     return None
 
 
@@ -580,7 +599,10 @@ def cmd_launch(tokens: Sequence[str]) -> int:
     n, tcp, argv, emulate = parsed
     problem = _unrunnable(argv)
     if problem:   # once here, instead of once per rank from each rank's python
-        print(f"aiopdbp launch: error: {problem} (no rank was started)", file=sys.stderr)
+        first, _, shown = problem.partition("\n")
+        print(f"aiopdbp launch: error: {first} (no rank was started)", file=sys.stderr)
+        if shown:
+            print(shown, file=sys.stderr)
         return 2
     from aiopdbp.launch.launcher import launch, reporting_failures
 

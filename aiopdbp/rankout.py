@@ -142,6 +142,14 @@ def main(argv: Sequence[str]) -> int:
     except SystemExit:
         raise
     except BaseException as exc:   # as the interpreter reports it, the program's frames only
+        if isinstance(exc, KeyboardInterrupt) and size > 1:
+            # Ctrl-C before aiopdbp.run (a slow import, say): the launcher
+            # says so in one line for the job, as after aiopdbp.run.  A
+            # traceback from every rank would bury that line, and a death by
+            # SIGINT would add hydra's banner.  os._exit, as aiopdbp.run ends
+            # a stopped rank: no MPI_Finalize waiting for peers that stop too.
+            flush_all()
+            os._exit(130)
         exc.__traceback__ = _program_frames(exc)   # (the hook prints the exception's own)
         sys.excepthook(type(exc), exc, exc.__traceback__)
         if isinstance(exc, KeyboardInterrupt):   # ends by SIGINT, as the interpreter does

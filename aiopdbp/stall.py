@@ -72,6 +72,17 @@ class WaitEdge:
                 f"of GP {self.waits_for!r} (rank {self.waits_for_rank})")
 
 
+def _why(edge: WaitEdge) -> str:
+    """What a stall report suggests: a receiver on another rank may not be
+    reading, or its rank's event loop may be stuck in a call that does not
+    await -- then only this side can say so (the idle report of the
+    receiving GP needs that loop)."""
+    if edge.waits_for_rank in (edge.rank, -1):   # here, or not known
+        return "the receiver does not take its data"
+    return (f"the receiver does not take its data: it does not read, or rank "
+            f"{edge.waits_for_rank}'s event loop is blocked in a call that does not await")
+
+
 class Wait:
     """One live wait (see :meth:`Waits.begin`)."""
 
@@ -226,8 +237,7 @@ class StallWatch:
                 if not wait.reported:
                     wait.reported = True
                     self.stalls += 1
-                    log.warning("rank %d: stalled: %s (the receiver does not take its data)",
-                                self.rank, edge)
+                    log.warning("rank %d: stalled: %s (%s)", self.rank, edge, _why(edge))
         idle: set[str] = set()
         seen: dict[str, tuple[int, float]] = {}
         for name, queued, taken in self._readers():

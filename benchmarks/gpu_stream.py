@@ -307,6 +307,10 @@ def main() -> int:
     y = dev.make(args.size, 3)  # rank 1's destination of the references (never the array sent)
     refs: dict[int, dict[str, float]] = {}
     rows: list[dict[str, Any]] = []
+    # The blocking MPI calls of the references run only between aiopdbp.run
+    # calls, never while a node is open: a name's home answers lookups only
+    # while its loop runs, and each node's close (BYE from every rank) ends
+    # before its rank returns here, so no rank can wait on one stuck in MPI.
     for chunk in args.chunks:  # the references of each chunk size, then aiopdbp with it
         refs[chunk] = references(comm, dev, x, y, want, args.size, chunk, args.repeat)
         rows += aiopdbp.run(sweep(dev, x, want, args, chunk))

@@ -269,6 +269,8 @@ def worker(args: argparse.Namespace) -> int:
                 await poll(comm.Ibarrier(), "the end of the sends", ROUND_TIMEOUT)
                 phase[0] = "waiting for accepted items to arrive"
                 # every rank: what was accepted / cancelled for each destination, and close times
+                # (blocking, with the node open: safe only because every rank passed the
+                # Ibarrier above after its last await on a peer and goes straight here)
                 shared = comm.allgather((accepted, cancelled_msgs, cancelled_streams, closed_at, errored))
                 closes = {k: v for part in shared for k, v in part[3].items()}
                 for g in mine:

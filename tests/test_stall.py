@@ -324,3 +324,15 @@ def test_cancelled_stalled_send_ends_every_rank_within_5_s() -> None:
     assert rc == 1, job.output
     assert "TimeoutError" in unprefixed(job.output), job.output
     assert took < 1.0 + LEAVE_WITHIN, f"the job took {took:.1f} s to end\n{job.output}"
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(90)
+def test_a_stall_on_a_rank_whose_loop_is_blocked_says_the_loop_may_be_blocked() -> None:
+    # only the sender can say it: the receiver's own idle report needs its loop
+    r = run_mpi(SCRIPTS_DIR / "blocked_loop.py", n=2, timeout=60)
+    out = r.stdout + unprefixed(r.stderr)
+    assert r.returncode == 0 and "OK" in r.stdout, out
+    assert "stalled: GP 'g0' (rank 0) waits" in out, out
+    assert "or rank 1's event loop is blocked in a call that does not await" in out, out

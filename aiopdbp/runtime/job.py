@@ -259,9 +259,9 @@ class Job:
     # -- failing --------------------------------------------------------------
     def note_gp_failure(self, exc: BaseException, gp: str) -> None:
         """An exception left GP ``gp``'s block: if it fails the job, the
-        report names the GP.  Cancellations and consequences are not noted."""
-        if consequence_of(exc, self.rank) is not None:
-            return
+        report names the GP.  Cancellations are not noted.  A consequence of
+        another rank's error is: it is reported as this rank's own failure
+        when that rank reports nothing (a GP there merely left)."""
         if all(isinstance(leaf, asyncio.CancelledError) for leaf in leaves(exc)):
             return
         self._gp_failures.append((root_cause(exc, self.rank), gp))
