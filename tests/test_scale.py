@@ -223,3 +223,24 @@ async def test_a_name_freed_before_a_host_asks_reaches_it_in_one_update() -> Non
             await nodes[late].lookup(name, timeout=10)
         assert err.value.waited is None and err.value.origin_rank == owner
         assert nodes[late].stats().messages_received[home] == {"TableMsg": 1}
+
+
+@pytest.mark.timeout(60)
+async def test_a_first_message_is_named_without_asking_the_senders_home() -> None:
+    from aiopdbp.runtime.cluster import open_cluster
+
+    # the sender's name is homed on a third host: before, the receiver asked
+    # it for the sender's name (a round trip) before its recv returned
+    n, sender, receiver, home = 8, 5, 6, 3
+    src_name, dst_name = _homed_name("cold-src", home, n), _homed_name("cold-dst", receiver, n)
+    async with open_cluster(n) as nodes:
+        async with nodes[sender].process(src_name) as a, nodes[receiver].process(dst_name) as b:
+            before = _lookups(nodes[receiver].stats().messages_sent)
+            await a.send(dst_name, b"first", timeout=10)
+            msg = await b.recv(timeout=10)
+            assert (msg.source, msg.data) == (src_name, b"first")
+            assert _lookups(nodes[receiver].stats().messages_sent) == before   # no LookupMsg to the home
+
+
+def _lookups(sent: dict[int, dict[str, int]]) -> int:
+    return sum(kinds.get("LookupMsg", 0) for kinds in sent.values())

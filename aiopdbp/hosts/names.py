@@ -32,7 +32,14 @@ free has reached the host (a subscriber gets it before anything later).
 
 *Sources.*  A message carries its sender's pid; a receiver that does not
 know that pid's name asks its home once (``LookupMsg`` with the pid) and
-keeps the answer (``proc_name``: a pid's name never changes).
+keeps the answer (``proc_name``: a pid's name never changes).  So that a
+first message need not wait for that round trip, a host that makes a link
+to another (its first send there) first tells it the names of its own GPs
+(:meth:`NameService.announce`, one ``proc_names`` update on the control
+channel): the receiver keeps those it did not know, as it would its home's
+answer.  Those names come from the GPs' own host, not their home; a pid's
+name never changes, so a name known already is kept, and the announcement
+subscribes the receiver to nothing.
 
 *Bounded waits.*  A request unanswered for ``reply_timeout`` seconds fails
 with :class:`~aiopdbp.errors.BrokenResourceError`; a name never registered is
@@ -76,6 +83,10 @@ from aiopdbp.wire.control import (
 log = logging.getLogger("aiopdbp.hosts.names")
 
 __all__ = ["NameService", "home_of", "pid_home"]
+
+#: the most GP names one announcement carries (a host with more GPs announces
+#: these; the receiver asks the homes of the others, as before)
+ANNOUNCE_MAX = 256
 
 #: the updates a home applies to a registered GP (by pid)
 _PID_OPS = ("pipe_bind", "pipe_release", "proc_free")
@@ -145,6 +156,15 @@ class NameService:
             self.on_lookup(self.rank, LookupMsg("", pid))
         else:
             self._channel.send(home, LookupMsg("", pid))
+
+    def announce(self, host: int) -> None:
+        """Tell ``host`` (this host has just made a link to it) the names of
+        the GPs here, so that it names what they send without asking."""
+        if self._closing or self._stopping:
+            return
+        pairs = [[p.pid, p.name] for p in self.tables.processes_on(self.rank)[:ANNOUNCE_MAX]]
+        if pairs:
+            self._channel.send(host, TableMsg(0, "proc_names", pairs))
 
     # ----------------------------------------------------------------- client
     async def commit(self, op: str, args: tuple[Any, ...]) -> Any:
@@ -363,6 +383,9 @@ class NameService:
 
     def on_table(self, src: int, msg: TableMsg) -> None:
         args = msg.args
+        if msg.op == "proc_names":   # from the GPs' own host (announce), not a home
+            self._on_names(args)
+            return
         key = args[0] if args else None
         # only a name's home sends its updates (the order every holder follows)
         if msg.op in ("proc_reg", "proc_gone") and type(key) is str:
@@ -374,6 +397,16 @@ class NameService:
         if src != home:
             raise ProtocolError(f"a {msg.op} update from host {src}, not its home (host {home})")
         self._apply(msg.op, args)
+
+    def _on_names(self, pairs: list[Any]) -> None:
+        for pair in pairs:
+            if not (type(pair) in (list, tuple) and len(pair) == 2 and type(pair[0]) is int
+                    and pair[0] > 0 and type(pair[1]) is str):
+                raise ProtocolError(f"a malformed proc_names entry {pair!r}")
+        names = self.tables.names
+        for pid, name in pairs:
+            if pid not in names:
+                self._apply("proc_name", [pid, name])
 
     def on_ar(self, src: int, msg: ARMsg) -> None:
         if msg.req in self._cancelled:

@@ -162,7 +162,8 @@ class Remote:
                                    reply_timeout=cfg.close_timeout)
         self.credit = Credit(rank, size, transport, self.pool.send, self.channel, router, streams,
                              window=self.sequencer.window, block_size=cfg.block_size, large=cfg.large,
-                             max_inflight=cfg.max_inflight, allow_pickle=allow_pickle)
+                             max_inflight=cfg.max_inflight, allow_pickle=allow_pickle,
+                             on_link=self.sequencer.names.announce)
         self.failures = HostFailures(rank, size, self.channel, break_host=self._break_host,
                                      stop_waiting=self.sequencer.stop_waiting, job=job,
                                      heartbeat=self._heartbeat, lost_grace=cfg.lost_grace)
