@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,41 @@ async def test_a_first_message_is_named_without_asking_the_senders_home() -> Non
 
 def _lookups(sent: dict[int, dict[str, int]]) -> int:
     return sum(kinds.get("LookupMsg", 0) for kinds in sent.values())
+
+
+
+@pytest.mark.timeout(60)
+async def test_an_answer_to_a_first_message_does_not_wait_for_the_senders_home() -> None:
+    from aiopdbp.errors import UnknownProcessError
+    from aiopdbp.runtime.cluster import open_cluster
+
+    # the receiver sends back to a name it has never looked up: the row its
+    # sender's host announced is used at once, and the home's answer (a
+    # round trip the answer waited for before) confirms it afterwards
+    n, sender, receiver, home = 8, 5, 6, 3
+    src_name, dst_name = _homed_name("ask-src", home, n), _homed_name("ask-dst", receiver, n)
+    async with open_cluster(n) as nodes:
+        async with nodes[sender].process(src_name) as a, nodes[receiver].process(dst_name) as b:
+            await a.send(dst_name, b"ping", timeout=10)
+            assert (await b.recv(timeout=10)).source == src_name   # type: ignore[union-attr]
+            await b.send(src_name, b"pong", timeout=10)
+            # the send did not wait for the home's answer: none has come yet
+            assert nodes[receiver].stats().messages_received.get(home, {}).get("TableMsg", 0) == 0
+            msg = await a.recv(timeout=10)
+            assert (msg.source, msg.data) == (dst_name, b"pong")   # type: ignore[union-attr]
+            # and it subscribed at the home as a lookup does: the free reaches it
+            assert nodes[receiver].stats().messages_sent[home] == {"LookupMsg": 1}
+        await _until(lambda: src_name not in nodes[receiver].router.pids, "the free from the home")
+        with pytest.raises(UnknownProcessError) as err:
+            await nodes[receiver].lookup(src_name, timeout=10)
+        assert err.value.waited is None   # failed at once: the free is here
+
+
+async def _until(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Wait (polling the loop, bounded) until ``cond()``; there is no event for it."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
