@@ -398,7 +398,11 @@ class NameService:
     def on_table(self, src: int, msg: TableMsg) -> None:
         args = msg.args
         if msg.op == "proc_names":   # from the GPs' own host (announce), not a home
-            self._on_names(src, args)
+            for pid, name, ptype, pipe in _announced_rows(args):
+                if pid not in self.tables.names:
+                    self._apply("proc_name", [pid, name])
+                if name not in self.tables.by_name and name not in self._wanted:
+                    self._announced[name] = [name, ptype, src, pipe, pid]
             return
         key = args[0] if args else None
         # only a name's home sends its updates (the order every holder follows)
@@ -435,19 +439,6 @@ class NameService:
             pipe = args[3]
             self._apply("pipe_release" if pipe is None else "pipe_bind", [pid] if pipe is None else [pid, pipe])
         return True
-
-    def _on_names(self, src: int, rows: list[Any]) -> None:
-        for row in rows:
-            if not (type(row) in (list, tuple) and len(row) == 4 and type(row[0]) is int and row[0] > 0
-                    and type(row[1]) is str and type(row[2]) is int
-                    and (row[3] is None or type(row[3]) is int)):
-                raise ProtocolError(f"a malformed proc_names entry {row!r}")
-        names, held = self.tables.names, self.tables.by_name
-        for pid, name, ptype, pipe in rows:
-            if pid not in names:
-                self._apply("proc_name", [pid, name])
-            if name not in held and name not in self._wanted:
-                self._announced[name] = [name, ptype, src, pipe, pid]
 
     def on_ar(self, src: int, msg: ARMsg) -> None:
         if msg.req in self._cancelled:
@@ -497,6 +488,17 @@ class NameService:
             if not fut.done():
                 fut.set_exception(exc)
                 fut.exception()
+
+
+def _announced_rows(rows: list[Any]) -> list[tuple[int, str, int, int | None]]:
+    """The rows of a ``proc_names`` announcement: ``(pid, name, ptype, pipe)``."""
+    out = []
+    for row in rows:
+        if not (type(row) in (list, tuple) and len(row) == 4 and type(row[0]) is int and row[0] > 0
+                and type(row[1]) is str and type(row[2]) is int and (row[3] is None or type(row[3]) is int)):
+            raise ProtocolError(f"a malformed proc_names entry {row!r}")
+        out.append((row[0], row[1], row[2], row[3]))
+    return out
 
 
 def _rebuild_error(etype: str, error: str, name: str | None) -> PDBPError:
