@@ -283,3 +283,29 @@ async def _until(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> 
         if loop.time() > end:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.005)
+
+
+@pytest.mark.timeout(60)
+async def test_a_peers_pool_rows_given_back_after_idle_are_made_again_in_order_and_credit() -> None:
+    from aiopdbp.hosts.remote import RemoteConfig
+    from aiopdbp.runtime.cluster import open_cluster
+
+    count, window = 60, 2048   # 60 x 256 B: the sender waits for credit several times a round
+    cfg = RemoteConfig(reclaim_after=0.005, gp_window=window)
+    async with open_cluster(2, remote=cfg) as nodes:
+        async with nodes[0].process("idle-a") as a, nodes[1].process("idle-b") as b:
+
+            async def send_all(first: int) -> None:
+                for i in range(first, first + count):
+                    await a.send("idle-b", i.to_bytes(4, "little") + bytes(252), timeout=20)
+
+            for rnd in range(3):
+                sender = asyncio.create_task(send_all(rnd * count))
+                got = [int.from_bytes((await b.recv(timeout=20)).data[:4], "little")  # type: ignore[union-attr]
+                       for _ in range(count)]
+                await sender
+                assert got == list(range(rnd * count, (rnd + 1) * count))   # per-pair order
+                # idle: the row for host 1 goes (and is made again by the next round)
+                await _until(lambda: 1 not in nodes[0].stats().pool["send"]["hosts"],  # type: ignore[index]
+                             "host 0's send row for host 1 to be given back")
+            assert nodes[0].stats().pool["umb"]["used_blocks"] == 0   # type: ignore[index]
