@@ -73,8 +73,10 @@ log = logging.getLogger("aiopdbp.hosts.inbound")
 __all__ = ["RBP_MIN", "Deliver", "Inbound", "StreamSink"]
 
 #: data messages smaller than this (a lone message, a handful of records)
-#: skip the receive pool: a plain buffer costs less than the pool's bookkeeping
-RBP_MIN = 4096
+#: skip the receive pool: the transport's receive kernel takes them into a
+#: plain buffer in one C call, where a pool block costs the hook, the pool's
+#: bookkeeping and a receive in Python
+RBP_MIN = 16384
 _DATA = Channel.DATA
 _BPS = int(MsgType.BPS)
 _REMOTE = int(MsgType.REMOTE)
@@ -180,9 +182,11 @@ class Inbound:
 
     def on_data(self, src: int, buf: memoryview) -> None:
         """One data message from host ``src`` (the transport's callback)."""
-        s = self._source(src)
+        s = self._sources.get(src)  # (the commonest: a host heard from before, no call)
         if s is None:
-            return
+            s = self._source(src)
+            if s is None:
+                return
         s.received += 1
         if s.bye is not None and s.received > s.bye:
             self._malformed(src, ProtocolError(f"data message {s.received} after a BYE that said {s.bye}"))

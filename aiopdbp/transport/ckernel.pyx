@@ -129,9 +129,8 @@ def recv_one(MPI.Comm comm, object buf, Py_ssize_t nbytes, int source, int tag):
     return _tested(ierr, req)
 
 
-def probe_small(MPI.Comm comm, int tag, MPI.Status status, Py_ssize_t small, int ch, object channel,
-                dict fifo, list deliveries, Py_ssize_t budget):
-    """See :func:`aiopdbp.transport.kernel.probe_small`."""
+cdef tuple _probe(MPI.Comm comm, int tag, MPI.Status status, Py_ssize_t small, int ch, object channel,
+                  dict fifo, list deliveries, Py_ssize_t budget):
     cdef MPI_Message m
     cdef int flag = 0, count = 0, src, ierr
     cdef Py_ssize_t n = 0, got = 0
@@ -159,3 +158,20 @@ def probe_small(MPI.Comm comm, int tag, MPI.Status status, Py_ssize_t small, int
         n += 1
         got += count
     return n, got, None
+
+
+def probe_all(list comms, int start, int tag, MPI.Status status, Py_ssize_t small, tuple channels,
+              dict fifo, list deliveries, Py_ssize_t budget):
+    """See :func:`aiopdbp.transport.kernel.probe_all`."""
+    cdef Py_ssize_t n = 0, got = 0, k, b
+    cdef int ch
+    for ch in range(start, len(comms)):
+        if got >= budget:
+            break
+        k, b, msg = _probe(<MPI.Comm>comms[ch], tag, status, small, ch, channels[ch], fifo, deliveries,
+                           budget - got)
+        n += k
+        got += b
+        if msg is not None:
+            return n, got, ch, msg
+    return n, got, -1, None

@@ -1,7 +1,7 @@
 """The per-message MPI calls of a progress engine: posting a send or a
 receive, and matching and receiving a small message.
 
-Three functions, :func:`post_one`, :func:`recv_one` and :func:`probe_small`,
+Three functions, :func:`post_one`, :func:`recv_one` and :func:`probe_all`,
 and one class, :class:`SendLane`, in two forms with one interface (as :mod:`aiopdbp.wire.blocks` has): this Python source,
 always present, and a twin compiled by Cython, ``aiopdbp.transport.ckernel``,
 which calls MPI's C API directly (``MPI_Isend``, ``MPI_Irecv``,
@@ -11,7 +11,7 @@ but what it returns.  :mod:`aiopdbp.transport.receives` asks
 MPICH's ``mpi.h`` and linked to its library by soname (``libmpi.so.12``):
 under an MPI of another ABI (Open MPI) it does not import and this form runs.
 
-The common message is small and in order: :func:`probe_small` receives it
+The common message is small and in order: :func:`probe_all` receives it
 into a fresh ``bytearray`` and appends it to ``deliveries``.  Anything else
 -- a message of ``small`` bytes or more (a numpy buffer, the receiver's
 allocation hook, an ``Imrecv``), or one from a source whose earlier large
@@ -32,7 +32,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-__all__ = ["SendLane", "post_one", "probe_small", "recv_one"]
+__all__ = ["SendLane", "post_one", "probe_all", "recv_one"]
 
 _ANY_SOURCE = MPI.ANY_SOURCE
 _BYTE = MPI.BYTE
@@ -107,32 +107,36 @@ def recv_one(comm: MPI.Comm, buf: Any, nbytes: int, source: int, tag: int) -> MP
     return req
 
 
-def probe_small(comm: MPI.Comm, tag: int, status: MPI.Status, small: int, ch: int, channel: Any,
-                fifo: dict[tuple[int, int], Any], deliveries: list[tuple[int, Any, Any]],
-                budget: int) -> tuple[int, int, MPI.Message | None]:
-    """Receive the messages of ``tag`` waiting on ``comm`` (channel number
-    ``ch``, delivered as ``channel``) that are shorter than ``small`` and not
-    queued behind a large one of their source (a non-empty ``fifo[(ch,
-    source)]``), each as ``(source, channel, memoryview)`` appended to
-    ``deliveries``, until none is waiting or ``budget`` bytes were received.
+def probe_all(comms: list[MPI.Comm], start: int, tag: int, status: MPI.Status, small: int,
+              channels: tuple[Any, ...], fifo: dict[tuple[int, int], Any],
+              deliveries: list[tuple[int, Any, Any]], budget: int) -> tuple[int, int, int, MPI.Message | None]:
+    """Receive the messages of ``tag`` waiting on ``comms[start]``, then
+    ``comms[start + 1]``, ... (channel number ``i``, delivered as
+    ``channels[i]``) that are shorter than ``small`` and not queued behind a
+    large one of their source (a non-empty ``fifo[(i, source)]``), each as
+    ``(source, channel, memoryview)`` appended to ``deliveries``, until none
+    is waiting or ``budget`` bytes were received: the whole probe of a step
+    in one call.
 
-    Returns ``(messages, bytes, matched)``: ``matched`` is the first message
-    this function does not receive (matched, its envelope in ``status``),
-    for the caller to handle, or None.  MPI errors raise ``MPI.Exception``.
+    Returns ``(messages, bytes, ch, matched)``: ``matched`` is the first
+    message this function does not receive (matched, its envelope in
+    ``status``) and ``ch`` its channel number, for the caller to handle (and
+    to probe on from), or -1 and None.  MPI errors raise ``MPI.Exception``.
     """
     n = got = 0
-    improbe = comm.Improbe
-    while got < budget:
-        msg = improbe(_ANY_SOURCE, tag, status)
-        if msg is None:
-            break
-        size = status.Get_count(_BYTE)
-        src = status.Get_source()
-        if size >= small or (fifo and fifo.get((ch, src))):
-            return n, got, msg
-        buf = bytearray(size)
-        msg.Recv([buf, _BYTE])
-        deliveries.append((src, channel, memoryview(buf)))
-        n += 1
-        got += size
-    return n, got, None
+    for ch in range(start, len(comms)):
+        improbe = comms[ch].Improbe
+        while got < budget:
+            msg = improbe(_ANY_SOURCE, tag, status)
+            if msg is None:
+                break
+            size = status.Get_count(_BYTE)
+            src = status.Get_source()
+            if size >= small or (fifo and fifo.get((ch, src))):
+                return n, got, ch, msg
+            buf = bytearray(size)
+            msg.Recv([buf, _BYTE])
+            deliveries.append((src, channels[ch], memoryview(buf)))
+            n += 1
+            got += size
+    return n, got, -1, None

@@ -4,7 +4,7 @@ messages, delivered in arrival order per (channel, source).
 :class:`Receives` does step 1 and step 3 of a progress step (see
 :mod:`aiopdbp.transport.progress`): it probes the control communicator, then
 the data one; the common message -- small, in order -- is matched and
-received by the kernel (:func:`aiopdbp.transport.kernel.probe_small`,
+received by the kernel (:func:`aiopdbp.transport.kernel.probe_all`,
 compiled where it is built), and what the kernel leaves matched is received here,
 inline (``Mrecv``) up to ``inline_limit`` or with an ``Imrecv`` posted a byte
 budget per step, so that a control message behind a data backlog is found
@@ -23,12 +23,15 @@ from mpi4py import MPI
 
 from aiopdbp.transport.base import AllocFn, Channel
 from aiopdbp.transport.core import kernel_core
-from aiopdbp.transport.recvcache import NUMPY_ALLOC_THRESHOLD, RECV_CACHE_MIN_SIZE, RecvBufferCache
+from aiopdbp.transport.recvcache import RECV_CACHE_MIN_SIZE, RecvBufferCache
 
-__all__ = ["Receives", "STEP_RECV_BYTES"]
+__all__ = ["KERNEL_RECV_MAX", "Receives", "STEP_RECV_BYTES"]
 
 #: a step stops receiving after this many bytes (fairness with the sends)
 STEP_RECV_BYTES: Final = 1 << 20
+#: the largest message the receive kernel takes itself (a lone message of a
+#: few KiB included); larger ones land in a pooled or numpy buffer here
+KERNEL_RECV_MAX: Final = 16384
 
 _BYTE = MPI.BYTE
 _CHANNELS = (Channel.CONTROL, Channel.DATA)  # index -> member, without an enum call
@@ -71,7 +74,8 @@ class Receives:
         self._fifo: dict[tuple[int, int], collections.deque[_RecvOp]] = {}
         self._alloc: AllocFn | None = None
         self._alloc_min = 0           # messages below this skip the alloc hook
-        self._probe = kernel_core.probe_small
+        self._probe_all = kernel_core.probe_all
+        self._nmatched = 0            # messages in _matched
         self._recv_one = kernel_core.recv_one
         self._small_limit = self._small()
         self.n_recvs = self.bytes_recv = 0
@@ -86,7 +90,7 @@ class Receives:
 
     def pending(self) -> bool:
         """True while a receive of ours is matched or landing."""
-        return bool(self._recvs or self.bulk_recvs or any(self._matched))
+        return bool(self._recvs or self.bulk_recvs or self._nmatched)
 
     def inflight(self) -> int:
         return len(self._recvs) + len(self.bulk_recvs)
@@ -98,6 +102,7 @@ class Receives:
         self.bulk_recvs.clear()
         for m in self._matched:
             m.clear()
+        self._nmatched = 0
         self._fifo.clear()
         return kept
 
@@ -159,8 +164,9 @@ class Receives:
 
     def _small(self) -> int:
         """Messages shorter than this are the receive kernel's: received
-        into a ``bytearray`` (what :meth:`_buffer` gives them too)."""
-        small = min(NUMPY_ALLOC_THRESHOLD, self._inline_limit + 1)
+        into a ``bytearray`` (uninitialised in the compiled kernel), up to
+        :data:`KERNEL_RECV_MAX` and never one the alloc hook wants."""
+        small = min(KERNEL_RECV_MAX, self._inline_limit + 1)
         return small if self._alloc is None else min(small, self._alloc_min)
 
     def receive(self, deliveries: list[tuple[int, Channel, Any]]) -> bool:
@@ -168,56 +174,58 @@ class Receives:
         source), into ``deliveries`` as ``(source, channel, buffer)``; True
         if anything happened."""
         status = self._status
-        tag = self._tag
         got = 0
         busy = False
         inline = self._inline_limit
         fifo = self._fifo
-        small = self._small_limit
-        probe = self._probe
-        for ch, comm in enumerate(self._comms):
-            channel = _CHANNELS[ch]
-            while got < STEP_RECV_BYTES:
-                # the common message (small, in order) in the kernel; what
-                # it leaves matched comes here, its envelope in `status`
-                n, nbytes, msg = probe(comm, tag, status, small, ch, channel, fifo, deliveries,
-                                       STEP_RECV_BYTES - got)
-                if n:
-                    busy = True
-                    self.n_recvs += n
-                    self.bytes_recv += nbytes
-                    got += nbytes
-                if msg is None:
-                    break
+        ch = 0
+        while True:
+            # the common message (small, in order) in the kernel, every
+            # channel in one call; what it leaves matched comes here, its
+            # envelope in `status`
+            n, nbytes, ch, msg = self._probe_all(self._comms, ch, self._tag, status, self._small_limit,
+                                                 _CHANNELS, fifo, deliveries, STEP_RECV_BYTES - got)
+            if n:
                 busy = True
-                src = status.Get_source()
-                size = status.Get_count(_BYTE)
-                self.n_recvs += 1
-                self.bytes_recv += size
-                if size <= inline:
-                    got += size
-                buf, view = self._buffer(src, ch, size)
-                q = fifo.get((ch, src))
-                if size <= inline:
-                    msg.Recv([buf, _BYTE])
-                    if q:
-                        op = _RecvOp(ch, src, view)
-                        op.done = True
-                        q.append(op)
-                    else:
-                        deliveries.append((src, channel, view))
-                else:
-                    # Only matched now; its Irecv is posted below, a budget
-                    # per step, so that probing (control first) goes on
-                    # while a data backlog lands.
+                self.n_recvs += n
+                self.bytes_recv += nbytes
+                got += nbytes
+            if msg is None:
+                break
+            busy = True
+            channel = _CHANNELS[ch]
+            src = status.Get_source()
+            size = status.Get_count(_BYTE)
+            self.n_recvs += 1
+            self.bytes_recv += size
+            if size <= inline:
+                got += size
+            buf, view = self._buffer(src, ch, size)
+            q = fifo.get((ch, src))
+            if size <= inline:
+                msg.Recv([buf, _BYTE])
+                if q:
                     op = _RecvOp(ch, src, view)
-                    if q is None:
-                        q = fifo[(ch, src)] = collections.deque()
+                    op.done = True
                     q.append(op)
-                    self._matched[ch].append((msg, buf, op))
+                else:
+                    deliveries.append((src, channel, view))
+            else:
+                # Only matched now; its Irecv is posted below, a budget
+                # per step, so that probing (control first) goes on
+                # while a data backlog lands.
+                op = _RecvOp(ch, src, view)
+                if q is None:
+                    q = fifo[(ch, src)] = collections.deque()
+                q.append(op)
+                self._matched[ch].append((msg, buf, op))
+                self._nmatched += 1
+        if not self._nmatched and not self._recvs:
+            return busy   # the commonest: nothing matched or landing
         for matched in self._matched:
             while matched and got < STEP_RECV_BYTES:
                 msg, buf, op = matched.popleft()
+                self._nmatched -= 1
                 self._recvs.append((msg.Irecv([buf, _BYTE]), op))
                 got += op.view.nbytes if hasattr(op.view, "nbytes") else len(op.view)
                 busy = True

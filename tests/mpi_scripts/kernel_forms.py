@@ -1,5 +1,5 @@
 """Both forms of the per-message MPI calls (aiopdbp.transport.kernel and its
-compiled twin) over real MPI.  probe_small: rank 0 sends the same batch once
+compiled twin) over real MPI.  probe_all: rank 0 sends the same batch once
 per form, rank 1 receives each batch with one form and prints what it got (each
 delivery as source, channel, length and CRC-32).  post_one: rank 0 posts the
 batch with each form (printing which calls returned a request), rank 1
@@ -48,6 +48,7 @@ def main() -> None:
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
     comm = world.Dup()
+    quiet = world.Dup()   # nothing is ever sent on it
     forms = [("pure", pure)] + ([("compiled", compiled)] if compiled is not None else [])
     for name, form in forms:
         for case in ("batch", "fifo", "budget"):
@@ -61,11 +62,14 @@ def main() -> None:
                 out = []
                 status = MPI.Status()
                 deliveries: list = []
-                fifo: dict = {(3, 0): collections.deque(["landing"])} if case == "fifo" else {}
+                fifo: dict = {(1, 0): collections.deque(["landing"])} if case == "fifo" else {}
                 budget = 10 if case == "budget" else 1 << 20
                 left = len(SIZES)
+                ch = 0
                 while left:
-                    n, nbytes, msg = form.probe_small(comm, TAG, status, SMALL, 3, "CH", fifo, deliveries, budget)
+                    # channel 0 (quiet) is probed first, the batch is on channel 1
+                    n, nbytes, ch, msg = form.probe_all([quiet, comm], max(ch, 0), TAG, status, SMALL,
+                                                        ("CTL", "CH"), fifo, deliveries, budget)
                     if not n and msg is None:
                         raise AssertionError(f"{name} {case}: nothing received, {left} messages left")
                     out.append(("got", n, nbytes, [(s, c, len(v), zlib.crc32(v)) for s, c, v in deliveries]))
@@ -75,7 +79,7 @@ def main() -> None:
                         size = status.Get_count(MPI.BYTE)
                         buf = bytearray(size)
                         msg.Recv([buf, MPI.BYTE])
-                        out.append(("matched", status.Get_source(), size, bytes(buf[:2])))
+                        out.append(("matched", ch, status.Get_source(), size, bytes(buf[:2])))
                         left -= 1
                         fifo.clear()
                 print(f"FORM {name} {case} {out!r}", flush=True)  # (short: one atomic write)
@@ -142,6 +146,7 @@ def main() -> None:
     if rank == 1:
         print("FORMS " + " ".join(name for name, _ in forms), flush=True)
     comm.Free()
+    quiet.Free()
     world.Barrier()
     if rank == 1:
         print("rank 0 OK" if world.recv(source=0, tag=98) else "rank 0 FAILED", flush=True)
