@@ -309,3 +309,22 @@ async def test_a_peers_pool_rows_given_back_after_idle_are_made_again_in_order_a
                 await _until(lambda: 1 not in nodes[0].stats().pool["send"]["hosts"],  # type: ignore[index]
                              "host 0's send row for host 1 to be given back")
             assert nodes[0].stats().pool["umb"]["used_blocks"] == 0   # type: ignore[index]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("n", [5, 16])
+async def test_start_up_gathers_the_hosts_info_up_the_tree_one_message_per_host(n: int) -> None:
+    from aiopdbp.hosts.sequencer import children, parent
+    from aiopdbp.runtime.cluster import open_cluster
+
+    async with open_cluster(n) as nodes:
+        stats = [node.stats() for node in nodes]
+    for r in range(n):
+        sent = {h: kinds.get("HInfoMsg", 0) + kinds.get("RelayMsg", 0)
+                for h, kinds in stats[r].messages_sent.items()}
+        up = {} if r == 0 else {parent(r): 1}   # its subtree's info, once (a relay per host before)
+        assert sent == {**up, **dict.fromkeys(children(r, n), 1)}, (r, sent)
+    # rank 0 hears from its children only: log2(n) messages, not n - 1
+    got = stats[0].messages_received
+    assert {h: kinds.get("HInfoMsg", 0) + kinds.get("RelayMsg", 0) for h, kinds in got.items()} \
+        == dict.fromkeys(children(0, n), 1)
