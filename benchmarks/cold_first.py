@@ -12,7 +12,10 @@ the other: a first round trip with d (0 sends to ``cold-d``, d answers to
 cost), then ``--warm`` round trips with d.  It prints, and writes as JSON to
 ``--out``, every cold round trip, the median warm one of each pair, and the
 ratio of the medians.  A cold round trip is a first message each way, so a
-first message within 2x a warm one is a ratio of at most 2.
+first message within 2x a warm one is a ratio of at most 2.  Then, after
+``--idle`` seconds in which d does nothing, one more round trip ("idle"): d
+had been idle before its cold one too (an idle engine sleeps and must be
+woken), so idle against cold is what the first contact itself costs.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ async def barrier(inbox: Inbox, rank: int, names: list[str], epoch: int) -> None
         k += 1
 
 
-async def main(warm: int, unit: int, out: str | None) -> int:
+async def main(warm: int, unit: int, out: str | None, idle: float) -> int:
     payload = bytes(unit)
     async with open_node() as node:
         rank, size = node.rank, node.size
@@ -80,28 +83,33 @@ async def main(warm: int, unit: int, out: str | None) -> int:
             for d in cold_peers(size):
                 if rank == 0:
                     times = []
-                    for _ in range(1 + warm):
+                    for i in range(2 + warm):
+                        if i == 1 + warm:
+                            await asyncio.sleep(idle)
                         t = time.perf_counter()
                         await gp.send(names[d], payload, com=COM_PING, timeout=TIMEOUT)
                         await inbox.take(COM_PONG)
                         times.append(time.perf_counter() - t)
-                    rows.append({"peer": d, "cold_ms": times[0] * 1e3,
-                                 "warm_ms": statistics.median(times[1:]) * 1e3 if warm else None})
+                    rows.append({"peer": d, "cold_ms": times[0] * 1e3, "idle_ms": times[-1] * 1e3,
+                                 "warm_ms": statistics.median(times[1:-1]) * 1e3 if warm else None})
                 elif rank == d:
-                    for _ in range(1 + warm):
+                    for _ in range(2 + warm):
                         await inbox.take(COM_PING)
                         await gp.send(names[0], payload, com=COM_PONG, timeout=TIMEOUT)
             await barrier(inbox, rank, names, 1)
     if rank == 0 and rows:
         cold = statistics.median(r["cold_ms"] for r in rows)
         warm_ms = statistics.median(r["warm_ms"] for r in rows) if warm else float("nan")
+        idle_ms = statistics.median(r["idle_ms"] for r in rows)
         doc = {"size": size, "warm_rounds": warm, "unit": unit, "load": os.getloadavg()[0],
-               "pairs": rows, "cold_median_ms": cold, "warm_median_ms": warm_ms,
+               "pairs": rows, "cold_median_ms": cold, "warm_median_ms": warm_ms, "idle_median_ms": idle_ms,
                "ratio": cold / warm_ms if warm else None}
         for r in rows:
-            print(f"peer {r['peer']:3d}: cold {r['cold_ms']:8.2f} ms, warm {r['warm_ms']:8.2f} ms")
-        print(f"N={size}: cold median {cold:.2f} ms, warm median {warm_ms:.2f} ms, "
-              f"ratio {cold / warm_ms:.2f} (load {os.getloadavg()[0]:.1f})")
+            print(f"peer {r['peer']:3d}: cold {r['cold_ms']:8.2f} ms, warm {r['warm_ms']:8.2f} ms, "
+                  f"idle {r['idle_ms']:8.2f} ms")
+        print(f"N={size}: cold median {cold:.2f} ms, warm median {warm_ms:.2f} ms, idle median "
+              f"{idle_ms:.2f} ms, cold/warm {cold / warm_ms:.2f}, cold/idle {cold / idle_ms:.2f} "
+              f"(load {os.getloadavg()[0]:.1f})")
         if out:
             Path(out).write_text(json.dumps(doc, indent=1), encoding="utf-8")
     return 0
@@ -111,6 +119,7 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--warm", type=int, default=10, help="warm round trips after each cold one")
     p.add_argument("--unit", type=int, default=256, help="bytes per message")
+    p.add_argument("--idle", type=float, default=0.5, help="seconds the peer idles before the last round trip")
     p.add_argument("--out", help="write the figures here as JSON (rank 0)")
     a = p.parse_args()
-    raise SystemExit(run(main(a.warm, a.unit, a.out)))
+    raise SystemExit(run(main(a.warm, a.unit, a.out, a.idle)))
