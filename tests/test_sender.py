@@ -130,7 +130,7 @@ async def test_a_large_array_goes_as_a_split_frame_carrying_the_grants_owed(form
     out.carried = [(5, 1000)]
     arr = np.arange(10_000.0)
     done = OwnedDone(loop=asyncio.get_running_loop())
-    out.array(PID, _msg(arr), done)
+    out.message(PID, _msg(arr), done)
     ((kind, (tag, head, nbytes)),) = tr.posts
     assert kind == "bulk" and tag == 0 and nbytes == arr.nbytes
     assert head is not None and out.carried == [] and out.n_carried == 1   # the grant rode on the header
@@ -147,7 +147,7 @@ async def test_a_refused_post_is_reported_once_and_fails_owned_sends(form: Any) 
     errors: list[BaseException] = []
     out = _sender(form, tr, errors=errors)
     done = OwnedDone(loop=asyncio.get_running_loop())
-    out.array(PID, _msg(np.arange(10_000.0)), done)
+    out.message(PID, _msg(np.arange(10_000.0)), done)
     tr.refuse = BrokenResourceError("closed")
     tr.tick += 1
     out.short(PID, _msg(b"x"))
@@ -184,7 +184,7 @@ async def test_a_record_too_big_for_a_block_goes_in_a_frame_of_its_own(form: Any
 
 
 # One item per event: (what, size, tick advance, completions)
-_ITEMS = st.lists(st.tuples(st.sampled_from(["bytes", "none", "array", "cdu", "large", "stream"]),
+_ITEMS = st.lists(st.tuples(st.sampled_from(["bytes", "none", "array", "cdu", "large", "shared", "strided", "stream"]),
                             st.integers(0, 6000), st.booleans(), st.integers(0, 2)), max_size=40)
 
 
@@ -205,8 +205,14 @@ async def _replay(form: Any, items: list[tuple[str, int, bool, int]], bulk: bool
                 out.cdu(CDU(Kind.SHORT, 3, (PID,), np.arange(n % 200, dtype=np.int16), 0))
         elif what == "cdu":
             out.cdu(CDU(Kind.COMMAND, 3, (PID, PID + 1), bytes(n), 9))
-        elif what == "large":
-            out.array(PID, _msg(np.full(LARGE // 8 + n, 1.5)), OwnedDone(loop=asyncio.get_running_loop()))
+        elif what == "large":   # an owned send
+            out.message(PID, _msg(np.full(LARGE // 8 + n, 1.5)), OwnedDone(loop=asyncio.get_running_loop()))
+        elif what == "shared":  # a large array sent as a plain message (read-only, shared)
+            arr = np.full(LARGE + n, 7, np.uint8)
+            arr.flags.writeable = False
+            out.message(PID, _msg(arr))
+        elif what == "strided":  # large, not contiguous: the general encoder
+            out.message(PID, _msg(np.arange(LARGE // 2 + n, dtype=np.int32)[::2]))
         else:
             out.stream(PID, ShortStream((None, Kind.STREAM, 0, bytes(n % 500), 3, n, 4, 0)))
         for _ in range(completions):

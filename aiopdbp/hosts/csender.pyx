@@ -112,9 +112,10 @@ cdef class LinkSender:
         if not self.short(pid, item, _STREAM_HEAD(item[5], item[6])):
             self.cdu(item.cdu(pid))
 
-    def array(self, pid, fields, done):
+    def message(self, pid, fields, done=None):
         data = fields[3]
-        if self._bulk_tags and type(data) is _ndarray and data.nbytes >= self.large:
+        if self._bulk_tags and type(data) is _ndarray and data.nbytes >= self.large and (
+                done is not None or (data.flags.c_contiguous and large_enough(data, self.large))):
             self.flush()
             self.split(encode_split_array(fields[1], fields[4], pid, fields[2], data), done)
         else:

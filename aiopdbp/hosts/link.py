@@ -260,7 +260,7 @@ from aiopdbp.hosts import sendercore
 from aiopdbp.hosts.sender import LinkSender
 from aiopdbp.pool import SendPool
 from aiopdbp.transport.base import Transport
-from aiopdbp.wire.mesp import CDU, Kind
+from aiopdbp.wire.mesp import Kind
 from aiopdbp.wire.message import Message, credit_cost
 from aiopdbp.wire.shorts import ShortStream
 
@@ -423,7 +423,7 @@ class HostLink:
         if type(item) is Message:
             try:
                 if not self._short(pid, item):
-                    out.cdu(CDU(item[1], item[4], (pid,), item[3], item[2]))
+                    out.message(pid, item)
             except BaseException:  # refused by the encoder: nothing was queued, the credit goes back
                 self._cdus -= 1
                 self.grant(pid, credit_cost(item[3]))
@@ -440,7 +440,7 @@ class HostLink:
                 self.grant(pid, credit_cost(item.msg[3]))
                 return True
             try:
-                out.array(pid, item.msg, item.done)
+                out.message(pid, item.msg, item.done)
             except BaseException as exc:
                 fail_owned(item.done, exc)
                 raise
@@ -460,7 +460,7 @@ class HostLink:
             if type(fields) is ShortStream:
                 self.sender.stream(pid, fields)
             elif not self._short(pid, fields):
-                self.sender.cdu(CDU(fields[1], fields[4], (pid,), fields[3], fields[2]))
+                self.sender.message(pid, fields)
         except BaseException:  # refused by the encoder: nothing was queued, the credit goes back
             self._cdus -= 1
             self.grant(pid, nbytes)

@@ -156,13 +156,15 @@ class LinkSender:
         if not self.short(pid, item, _STREAM_HEAD(item[5], item[6])):
             self.cdu(item.cdu(pid))
 
-    def array(self, pid: int, fields: tuple[Any, ...], done: OwnedDone) -> None:
-        """An owned send's message (``fields``; its payload the caller's
-        buffer): a split frame from that buffer when large, else a record
-        (copied; ``done`` resolved at once)."""
+    def message(self, pid: int, fields: tuple[Any, ...], done: OwnedDone | None = None) -> None:
+        """A message (``fields``) that is not a short record: a large
+        C-contiguous array goes as a split frame from its own memory, its
+        header from the cache (the commonest large send); anything else as
+        :meth:`cdu` would.  ``done``: an owned send's completion (its
+        array was checked by the owner)."""
         data = fields[3]
-        if self._bulk_tags and type(data) is np.ndarray and data.nbytes >= self.large:
-            # the commonest large send: one GP's array, its header cached
+        if self._bulk_tags and type(data) is np.ndarray and data.nbytes >= self.large and (
+                done is not None or (data.flags.c_contiguous and large_enough(data, self.large))):
             self.flush()
             self.split(encode_split_array(fields[1], fields[4], pid, fields[2], data), done)
         else:

@@ -42,7 +42,11 @@ class PipeManager:
     """Routes ``(target, pid, item)`` entries from the public pipes."""
 
     def __init__(self) -> None:
-        self._ready: deque[Pipe[Any]] = deque()
+        #: the public pipes holding entries, in the order they turned
+        #: non-empty (read it, never change it: non-empty means a send must
+        #: queue behind them -- the router's fast path looks)
+        self.queued: deque[Pipe[Any]] = deque()
+        self._ready = self.queued
         self._wakeup: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         #: the message group of the CPS: short messages, commands, stream OPENs

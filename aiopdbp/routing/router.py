@@ -41,7 +41,7 @@ import difflib
 import functools
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from typing import Any, Protocol
 
 from aiopdbp.wire.mesp import CDU, Kind
@@ -154,6 +154,7 @@ class Router:
     def __init__(self, tables: Tables, pps: PipePool, rank: int, *, name_timeout: float,
                  submit: Callable[[Target, int, Any], None],
                  offer: Callable[[Target, int, int, tuple[str, Kind, int, Any, int]], bool],
+                 queued: Sized = (),
                  links: Callable[[int], Target] | None = None, grant: GrantFn | None = None,
                  bind_timeout: float = 30.0, window: int = 1 << 20,
                  streams: WholeStreams | None = None,
@@ -162,6 +163,9 @@ class Router:
         self._streams = streams  # the streams that arrive whole in short records go there
         self._submit = submit    # the PipeManager's: queue an item for a target
         self._offer = offer      # ... and its no-wait path (False: take the waiting one)
+        self._queued = queued    # ... and what it holds queued (try_send's check, inline)
+        #: messages try_send routed at once (the manager counts the rest)
+        self.offered = 0
         self.tables = tables
         self.pps = pps
         self.rank = rank
@@ -428,7 +432,12 @@ class Router:
         if pid is None:
             return False
         tgt = self.targets.get(pid)
-        return tgt is not None and self._offer(tgt, pid, cost, fields)
+        # the PipeManager's offer, inline: nothing queued ahead in the public
+        # pipes, and the target takes it in one step
+        if tgt is None or self._queued or not tgt.offer(pid, cost, fields):
+            return False
+        self.offered += 1
+        return True
 
     async def send_waiting(self, dest: str, fields: tuple[str, Kind, int, Any, int], cost: int,
                            timeout: float | None) -> None:

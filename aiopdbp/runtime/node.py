@@ -190,7 +190,7 @@ class Node:
         multi = transport is not None and self.size > 1
         self.router = Router(self.tables, self.pps, self.rank, name_timeout=name_timeout,
                              submit=self.manager.submit, offer=self.manager.offer,
-                             links=self._link if multi else None, grant=self._grant if multi else None,
+                             queued=self.manager.queued, links=self._link if multi else None, grant=self._grant if multi else None,
                              bind_timeout=cfg.bind_timeout, window=cfg.gp_window,
                              streams=_WholeStreams(self) if multi else None,
                              want=self._want if multi else None,
@@ -563,7 +563,7 @@ class Node:
         sent, received = r.message_counts() if r is not None else ({}, {})
         return NodeStats(
             rank=self.rank, size=self.size, gps=len(self._gps),
-            routed=self.manager.routed,
+            routed=self.manager.routed + self.router.offered,
             dropped=self.manager.dropped + self.router.dropped + self.streams.dropped,
             parked=self.router.parked,
             pipes_in_use=self.pps.in_use, pipes_created=self.pps.created,
