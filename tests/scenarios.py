@@ -469,6 +469,40 @@ async def messages_in_order(ctx: Ctx) -> None:
     assert_empty(me)
 
 
+@scenario(remote=RemoteConfig(reclaim_after=0.005, gp_window=2048))
+async def pool_rows_given_back_after_idle_keep_order_and_credit(ctx: Ctx) -> None:
+    """Each host's GP sends 3 rounds of 60 x 256 B to the next host's, with
+    2 KiB of credit (the sender waits for grants) and pool rows given back
+    after 5 ms idle: between rounds this host's rows for those peers go, and
+    each round, on rows made again, arrives whole and in order."""
+    n, rounds = 60, 3
+    me = await ctx.process("gp", ctx.rank)
+    nxt, prv = (ctx.rank + 1) % ctx.size, (ctx.rank - 1) % ctx.size
+    await ctx.lookup(ctx.name("gp", nxt))
+
+    def idle() -> bool:
+        pool: Any = ctx.node.stats().pool
+        return nxt not in pool["send"]["hosts"] and prv not in pool["recv"]["hosts"]
+
+    for rnd in range(rounds):
+        async def produce() -> None:
+            for seq in range(rnd * n, (rnd + 1) * n):
+                await me.send(ctx.name("gp", nxt), header(ctx.rank, seq) + bytes(240), timeout=ctx.timeout)
+
+        async def consume() -> None:
+            for seq in range(rnd * n, (rnd + 1) * n):
+                msg = await me.recv(timeout=ctx.timeout)
+                assert isinstance(msg, Message), msg
+                assert parse_header(bytes(msg.data))[:2] == (prv, seq), (msg.source, seq)
+
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(produce())
+            tg.create_task(consume())
+        if ctx.size > 1:
+            await ctx.wait_until(idle, "idle rows given back")
+    await ctx.barrier("done")
+
+
 @scenario(pipe_capacity=16, remote=RemoteConfig(block_size=64 << 10, row_capacity=2, initial=1,
                                                 gp_window=8 << 20))
 async def message_payload_types(ctx: Ctx) -> None:

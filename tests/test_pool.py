@@ -662,3 +662,34 @@ def test_subpool_random_ops_keep_fifo_and_conserve_blocks(ops: list[str]) -> Non
         assert 0 <= sp.used <= sp.real <= sp.capacity
         assert umb.used_blocks == sum(r.real for r in pm)
     assert seen == sorted(seen) and seen == list(range(len(seen)))
+
+
+def _resident_kib() -> int:
+    with open("/proc/self/status", encoding="ascii") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
+
+
+def test_matrix_gives_back_a_row_idle_for_a_whole_period_and_its_pages() -> None:
+    umb = UserMemory(1 << 20, 64)
+    m = PoolMatrix(3, N, umb, 4, T, reclaim=False)
+    busy, idle = m[1], m[2]
+    for cell in range(4):            # every block of the idle row written through
+        res = idle.reserve()
+        assert res is not None
+        res[1][:] = b"x" * len(res[1])
+        idle.commit(res[0], len(res[1]))
+        taken = idle.take()
+        assert taken is not None
+        idle.release(taken[0])
+    held = idle.block_ids
+    assert m.reclaim_idle() == 0     # first look: both rows seen, neither idle for a period yet
+    put_byte(busy, 1)                # the busy row holds a block: never given back
+    before = _resident_kib()
+    assert m.reclaim_idle() == 1
+    assert m.stats()["hosts"] == [1]
+    assert umb.free_blocks == 64 - 4
+    assert before - _resident_kib() >= 3 * 1024   # 4 MiB written, its pages back to the OS
+    assert all(not umb.arena[b * (1 << 20):(b + 1) * (1 << 20)].any() for b in held)
+    assert m[2].real == 4            # made again at the next traffic, with its initial space
+    put_byte(m[2], 7)
+    assert take_release(m[2]) == 7

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -223,3 +224,107 @@ async def test_a_name_freed_before_a_host_asks_reaches_it_in_one_update() -> Non
             await nodes[late].lookup(name, timeout=10)
         assert err.value.waited is None and err.value.origin_rank == owner
         assert nodes[late].stats().messages_received[home] == {"TableMsg": 1}
+
+
+@pytest.mark.timeout(60)
+async def test_a_first_message_is_named_without_asking_the_senders_home() -> None:
+    from aiopdbp.runtime.cluster import open_cluster
+
+    # the sender's name is homed on a third host: before, the receiver asked
+    # it for the sender's name (a round trip) before its recv returned
+    n, sender, receiver, home = 8, 5, 6, 3
+    src_name, dst_name = _homed_name("cold-src", home, n), _homed_name("cold-dst", receiver, n)
+    async with open_cluster(n) as nodes:
+        async with nodes[sender].process(src_name) as a, nodes[receiver].process(dst_name) as b:
+            before = _lookups(nodes[receiver].stats().messages_sent)
+            await a.send(dst_name, b"first", timeout=10)
+            msg = await b.recv(timeout=10)
+            assert (msg.source, msg.data) == (src_name, b"first")
+            assert _lookups(nodes[receiver].stats().messages_sent) == before   # no LookupMsg to the home
+
+
+def _lookups(sent: dict[int, dict[str, int]]) -> int:
+    return sum(kinds.get("LookupMsg", 0) for kinds in sent.values())
+
+
+
+@pytest.mark.timeout(60)
+async def test_an_answer_to_a_first_message_does_not_wait_for_the_senders_home() -> None:
+    from aiopdbp.errors import UnknownProcessError
+    from aiopdbp.runtime.cluster import open_cluster
+
+    # the receiver sends back to a name it has never looked up: the row its
+    # sender's host announced is used at once, and the home's answer (a
+    # round trip the answer waited for before) confirms it afterwards
+    n, sender, receiver, home = 8, 5, 6, 3
+    src_name, dst_name = _homed_name("ask-src", home, n), _homed_name("ask-dst", receiver, n)
+    async with open_cluster(n) as nodes:
+        async with nodes[sender].process(src_name) as a, nodes[receiver].process(dst_name) as b:
+            await a.send(dst_name, b"ping", timeout=10)
+            assert (await b.recv(timeout=10)).source == src_name   # type: ignore[union-attr]
+            await b.send(src_name, b"pong", timeout=10)
+            # the send did not wait for the home's answer: none has come yet
+            assert nodes[receiver].stats().messages_received.get(home, {}).get("TableMsg", 0) == 0
+            msg = await a.recv(timeout=10)
+            assert (msg.source, msg.data) == (dst_name, b"pong")   # type: ignore[union-attr]
+            # and it subscribed at the home as a lookup does: the free reaches it
+            assert nodes[receiver].stats().messages_sent[home] == {"LookupMsg": 1}
+        await _until(lambda: src_name not in nodes[receiver].router.pids, "the free from the home")
+        with pytest.raises(UnknownProcessError) as err:
+            await nodes[receiver].lookup(src_name, timeout=10)
+        assert err.value.waited is None   # failed at once: the free is here
+
+
+async def _until(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Wait (polling the loop, bounded) until ``cond()``; there is no event for it."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+@pytest.mark.timeout(60)
+async def test_a_peers_pool_rows_given_back_after_idle_are_made_again_in_order_and_credit() -> None:
+    from aiopdbp.hosts.remote import RemoteConfig
+    from aiopdbp.runtime.cluster import open_cluster
+
+    count, window = 60, 2048   # 60 x 256 B: the sender waits for credit several times a round
+    cfg = RemoteConfig(reclaim_after=0.005, gp_window=window)
+    async with open_cluster(2, remote=cfg) as nodes:
+        async with nodes[0].process("idle-a") as a, nodes[1].process("idle-b") as b:
+
+            async def send_all(first: int) -> None:
+                for i in range(first, first + count):
+                    await a.send("idle-b", i.to_bytes(4, "little") + bytes(252), timeout=20)
+
+            for rnd in range(3):
+                sender = asyncio.create_task(send_all(rnd * count))
+                got = [int.from_bytes((await b.recv(timeout=20)).data[:4], "little")  # type: ignore[union-attr]
+                       for _ in range(count)]
+                await sender
+                assert got == list(range(rnd * count, (rnd + 1) * count))   # per-pair order
+                # idle: the row for host 1 goes (and is made again by the next round)
+                await _until(lambda: 1 not in nodes[0].stats().pool["send"]["hosts"],  # type: ignore[index]
+                             "host 0's send row for host 1 to be given back")
+            assert nodes[0].stats().pool["umb"]["used_blocks"] == 0   # type: ignore[index]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("n", [5, 16])
+async def test_start_up_gathers_the_hosts_info_up_the_tree_one_message_per_host(n: int) -> None:
+    from aiopdbp.hosts.sequencer import children, parent
+    from aiopdbp.runtime.cluster import open_cluster
+
+    async with open_cluster(n) as nodes:
+        stats = [node.stats() for node in nodes]
+    for r in range(n):
+        sent = {h: kinds.get("HInfoMsg", 0) + kinds.get("RelayMsg", 0)
+                for h, kinds in stats[r].messages_sent.items()}
+        up = {} if r == 0 else {parent(r): 1}   # its subtree's info, once (a relay per host before)
+        assert sent == {**up, **dict.fromkeys(children(r, n), 1)}, (r, sent)
+    # rank 0 hears from its children only: log2(n) messages, not n - 1
+    got = stats[0].messages_received
+    assert {h: kinds.get("HInfoMsg", 0) + kinds.get("RelayMsg", 0) for h, kinds in got.items()} \
+        == dict.fromkeys(children(0, n), 1)

@@ -81,8 +81,9 @@ class Credit:
     def __init__(self, rank: int, size: int, transport: Transport, pool: SendPool,
                  channel: ControlChannel, ledger: CreditLedger, streams: StreamControl, *,
                  window: Callable[[int], int], block_size: int, large: int, max_inflight: int,
-                 allow_pickle: bool) -> None:
+                 allow_pickle: bool, on_link: Callable[[int], None] | None = None) -> None:
         self.rank = rank
+        self._on_link = on_link   # told of each link made (the names service announces our GPs)
         self.size = size
         self._transport = transport
         self._pool = pool
@@ -122,6 +123,8 @@ class Credit:
                 allow_pickle=self._allow_pickle, ask=self.ask)
             if host in self._failed:
                 link.fail(self._failed[host])
+            elif self._on_link is not None:
+                self._on_link(host)
         return link
 
     def fail(self, host: int, exc: BaseException) -> None:

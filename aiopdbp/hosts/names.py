@@ -34,6 +34,20 @@ free has reached the host (a subscriber gets it before anything later).
 know that pid's name asks its home once (``LookupMsg`` with the pid) and
 keeps the answer (``proc_name``: a pid's name never changes).
 
+*Announcements* (so that a first message and its answer need not wait for
+those round trips).  A host that makes a link to another (its first send
+there) first tells it the registrations of its own GPs
+(:meth:`NameService.announce`, one ``proc_names`` update on the control
+channel).  The receiver keeps their names, as it would a home's answer (a
+pid's name never changes: one known already is kept), and keeps each row
+aside without holding the name.  When a GP there first sends to one of them
+(:meth:`NameService.want`), the row is applied at once -- the send does not
+wait -- and the host subscribes at the name's home as for any lookup; the
+home's answer then confirms the row (a bind or release since is applied, a
+free since frees it).  A freed name so fails there once the free has
+reached the host, as before: an announced row stands only for the one round
+trip that a lookup would have waited.
+
 *Bounded waits.*  A request unanswered for ``reply_timeout`` seconds fails
 with :class:`~aiopdbp.errors.BrokenResourceError`; a name never registered is
 waited for by the router up to its name timeout, as before.  When the job
@@ -77,6 +91,10 @@ log = logging.getLogger("aiopdbp.hosts.names")
 
 __all__ = ["NameService", "home_of", "pid_home"]
 
+#: the most GP names one announcement carries (a host with more GPs announces
+#: these; the receiver asks the homes of the others, as before)
+ANNOUNCE_MAX = 256
+
 #: the updates a home applies to a registered GP (by pid)
 _PID_OPS = ("pipe_bind", "pipe_release", "proc_free")
 
@@ -115,6 +133,8 @@ class NameService:
         self._given = 0                           # home: registrations numbered so far
         self._wanted: set[str] = set()            # names this host subscribed to
         self._asked: set[int] = set()             # pids whose name was asked of their home
+        self._announced: dict[str, list[Any]] = {}   # name -> a GP's own host's row (announce)
+        self._provisional: set[str] = set()          # announced rows applied, the home's answer due
         self._reqs = iter(range(1, 1 << 62))
         self._waiting: dict[int, asyncio.Future[Any]] = {}
         self._cancelled: set[int] = set()
@@ -130,10 +150,14 @@ class NameService:
             return
         self._wanted.add(name)
         home = home_of(name, self.size)
+        row = self._announced.pop(name, None)
         if home == self.rank:
             self._subscribe(self.rank, name)
-        else:
-            self._channel.send(home, LookupMsg(name, 0))
+            return
+        if row is not None and name not in self.tables.by_name:
+            self._apply("proc_reg", row)   # the home's answer confirms it (on_table)
+            self._provisional.add(name)
+        self._channel.send(home, LookupMsg(name, 0))
 
     def want_pid(self, pid: int) -> None:
         """Ask (once) the home of ``pid`` for its name (``proc_name``)."""
@@ -145,6 +169,16 @@ class NameService:
             self.on_lookup(self.rank, LookupMsg("", pid))
         else:
             self._channel.send(home, LookupMsg("", pid))
+
+    def announce(self, host: int) -> None:
+        """Tell ``host`` (this host has just made a link to it) the
+        registrations of the GPs here, so that it names what they send, and
+        sends to them, without asking their homes first."""
+        if self._closing or self._stopping:
+            return
+        rows = [[p.pid, p.name, int(p.ptype), p.pipe] for p in self.tables.processes_on(self.rank)[:ANNOUNCE_MAX]]
+        if rows:
+            self._channel.send(host, TableMsg(0, "proc_names", rows))
 
     # ----------------------------------------------------------------- client
     async def commit(self, op: str, args: tuple[Any, ...]) -> Any:
@@ -363,6 +397,13 @@ class NameService:
 
     def on_table(self, src: int, msg: TableMsg) -> None:
         args = msg.args
+        if msg.op == "proc_names":   # from the GPs' own host (announce), not a home
+            for pid, name, ptype, pipe in _announced_rows(args):
+                if pid not in self.tables.names:
+                    self._apply("proc_name", [pid, name])
+                if name not in self.tables.by_name and name not in self._wanted:
+                    self._announced[name] = [name, ptype, src, pipe, pid]
+            return
         key = args[0] if args else None
         # only a name's home sends its updates (the order every holder follows)
         if msg.op in ("proc_reg", "proc_gone") and type(key) is str:
@@ -373,7 +414,31 @@ class NameService:
             raise ProtocolError(f"a malformed table update {msg.op!r}")
         if src != home:
             raise ProtocolError(f"a {msg.op} update from host {src}, not its home (host {home})")
+        if msg.op in ("proc_reg", "proc_gone") and self._confirm(msg.op, args):
+            return
         self._apply(msg.op, args)
+
+    def _confirm(self, op: str, args: list[Any]) -> bool:
+        """The home's answer to our lookup of a name whose announced row is
+        applied here (:meth:`want`): bring the row up to date and return
+        True, or return False to have the answer applied as any other."""
+        name = args[0]
+        if name not in self._provisional or len(args) < (5 if op == "proc_reg" else 4):
+            return False
+        self._provisional.discard(name)
+        pid = args[4] if op == "proc_reg" else args[3]
+        held = self.tables.by_name.get(name)
+        if held is not None and held != pid:   # freed since, and its name registered again
+            self._apply("proc_free", [held])
+            return False
+        if held is None:
+            return False
+        if op == "proc_gone":
+            self._apply("proc_free", [pid])
+        elif self.tables.pta[pid].pipe != args[3]:
+            pipe = args[3]
+            self._apply("pipe_release" if pipe is None else "pipe_bind", [pid] if pipe is None else [pid, pipe])
+        return True
 
     def on_ar(self, src: int, msg: ARMsg) -> None:
         if msg.req in self._cancelled:
@@ -423,6 +488,17 @@ class NameService:
             if not fut.done():
                 fut.set_exception(exc)
                 fut.exception()
+
+
+def _announced_rows(rows: list[Any]) -> list[tuple[int, str, int, int | None]]:
+    """The rows of a ``proc_names`` announcement: ``(pid, name, ptype, pipe)``."""
+    out = []
+    for row in rows:
+        if not (type(row) in (list, tuple) and len(row) == 4 and type(row[0]) is int and row[0] > 0
+                and type(row[1]) is str and type(row[2]) is int and (row[3] is None or type(row[3]) is int)):
+            raise ProtocolError(f"a malformed proc_names entry {row!r}")
+        out.append((row[0], row[1], row[2], row[3]))
+    return out
 
 
 def _rebuild_error(etype: str, error: str, name: str | None) -> PDBPError:

@@ -105,6 +105,10 @@ class RemoteConfig:
             registration or inbox to arrive before they are dropped.
         lost_grace: seconds between a lost host's report and the end of the
             job.
+        reclaim_after: seconds after which the buffer-pool rows of a peer
+            this host no longer talks to are given back (checked every
+            ``reclaim_after`` seconds, so a row goes after one to two of
+            them; made again at the next traffic); 0: never.
     """
 
     block_size: int = 64 << 10        # UMB block = largest coalesced message (stays eager)
@@ -119,6 +123,7 @@ class RemoteConfig:
     close_timeout: float = 60.0
     bind_timeout: float = 30.0        # keep CDUs for a GP whose binding has not arrived yet
     lost_grace: float = 1.0           # between reporting a lost host and aborting the job
+    reclaim_after: float = 30.0       # idle seconds before a peer's pool rows are given back
 
 
 class RouterPort(Deliver, CreditLedger, Protocol):
@@ -162,7 +167,8 @@ class Remote:
                                    reply_timeout=cfg.close_timeout)
         self.credit = Credit(rank, size, transport, self.pool.send, self.channel, router, streams,
                              window=self.sequencer.window, block_size=cfg.block_size, large=cfg.large,
-                             max_inflight=cfg.max_inflight, allow_pickle=allow_pickle)
+                             max_inflight=cfg.max_inflight, allow_pickle=allow_pickle,
+                             on_link=self.sequencer.names.announce)
         self.failures = HostFailures(rank, size, self.channel, break_host=self._break_host,
                                      stop_waiting=self.sequencer.stop_waiting, job=job,
                                      heartbeat=self._heartbeat, lost_grace=cfg.lost_grace)
@@ -178,6 +184,7 @@ class Remote:
                                   self.failures, self.stalls)
         self._closing_wait = Closing(rank, size, transport, self.channel, self.inbound, self.failures)
         self._closing = False
+        self._reclaim: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ start
     async def start(self) -> None:
@@ -192,7 +199,18 @@ class Remote:
         self.failures.start(asyncio.get_running_loop())
         await self.sequencer.handshake(timeout)
         # A link (its block, credit book and counters) is made at the first
-        # send to its host (Credit.link), so a rank pays for the peers it talks to.
+        # send to its host (Credit.link), so a rank pays for the peers it talks to;
+        # the pool rows too, and those of peers it stopped talking to go back.
+        self._reclaim_idle()
+
+    def _reclaim_idle(self) -> None:
+        """Give back the pool rows of idle peers; again in ``reclaim_after`` seconds."""
+        self._reclaim = None
+        if self.cfg.reclaim_after <= 0 or self._closing or self.pool.send.closed:
+            return
+        self.pool.send.matrix.reclaim_idle()
+        self.pool.recv.matrix.reclaim_idle()
+        self._reclaim = asyncio.get_running_loop().call_later(self.cfg.reclaim_after, self._reclaim_idle)
 
     def _heartbeat(self, on_lost: Callable[[int], None]) -> Beat | None:
         """Start the heartbeat thread (MPI transports; see aiopdbp.hosts.liveness)."""
@@ -320,6 +338,9 @@ class Remote:
 
     def _mark_closing(self) -> None:
         self._closing = True
+        if self._reclaim is not None:
+            self._reclaim.cancel()
+            self._reclaim = None
         self.sequencer.mark_closing()
         self.failures.close()
 

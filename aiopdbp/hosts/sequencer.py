@@ -2,20 +2,23 @@
 
 Theory of operation
 -------------------
-*Initialisation.*  Every host sends its ``HInfoMsg`` to rank 0 (the MNode,
+*Initialisation.*  Every host's ``HInfoMsg`` reaches rank 0 (the MNode,
 up the tree below); rank 0 orders the node-table updates and answers, down
 the tree, with every host's info (with its credit window) and all GP
 bindings (``MBInfoMsg``).  Missing hosts
 make :class:`~aiopdbp.errors.HandshakeError` name them after the handshake
-timeout.
+timeout (rank 0 names every host of the subtrees that did not report).
 
 *The tree.*  Rank 0 talks to a few hosts only: the hosts form a binomial
 tree rooted at rank 0 (:func:`parent`: rank r's parent is r with its lowest
-set bit cleared), and the start-up messages travel along it.  A host's info
-goes up hop by hop (:class:`~aiopdbp.wire.control.RelayMsg` names its
-origin), and the answer is forwarded by each host to its children: rank 0
-sends log2(N) messages instead of N, and holds MPI state for log2(N) peers,
-not for every one.
+set bit cleared), and the start-up messages travel along it.  The hosts'
+info is gathered up: a host waits for one ``HInfoMsg`` from each child (the
+info of the child's whole subtree) and sends its parent one with its own
+added, and the answer is forwarded by each host to its children: every host
+sends one message up, and rank 0 receives and sends log2(N) instead of N,
+and holds MPI state for log2(N) peers, not for every one.
+(:class:`~aiopdbp.wire.control.RelayMsg`, a frame passed hop by hop along
+the tree, stays in the protocol; start-up no longer sends it.)
 
 *Names* are not sequenced here: each GP name has a home host that keeps it
 (:mod:`aiopdbp.hosts.names`, :attr:`Sequencer.names`), so a registration
@@ -28,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Callable
 from typing import Any
 
 from aiopdbp.errors import HandshakeError, PDBPError, ProtocolError
@@ -86,7 +88,9 @@ class Sequencer:
         self._gp_window = gp_window
         #: the GP names: homed by hash, not sequenced here (aiopdbp.hosts.names)
         self.names = NameService(rank, size, tables, channel, reply_timeout=reply_timeout)
-        self._hinfo: dict[int, list[Any]] = {}
+        self._hinfo: dict[int, list[Any]] = {}    # host -> its info, of this host's subtree
+        self._kids = children(rank, size)
+        self._reported: set[int] = set()          # the children whose subtree's info came
         self._windows: dict[int, int] = {}
         self._ready: asyncio.Future[None] | None = None
 
@@ -105,10 +109,7 @@ class Sequencer:
         assert self._ready is not None
         me = [self.rank, socket.gethostname(), _host_ip(),
               int(NodeType.MASTER if self.rank == 0 else NodeType.COMPUTE), self._gp_window]
-        if self.rank == 0:
-            self.on_hinfo(0, HInfoMsg([me], self._gp_window))
-        else:
-            self._up(HInfoMsg([me], self._gp_window))
+        self._gather([me])
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), timeout)
         except TimeoutError:
@@ -122,26 +123,42 @@ class Sequencer:
         return self._windows.get(host, self._gp_window)
 
     def on_hinfo(self, src: int, msg: HInfoMsg) -> None:
-        if self.rank == 0 and len(msg.hosts) == 1 and src not in self._hinfo:
-            entry = list(msg.hosts[0])
-            self._windows[src] = int(entry[4]) if len(entry) > 4 else msg.gp_window
-            self._hinfo[src] = entry[:4]
-            if len(self._hinfo) == self.size:
-                # every host's row in rank order, in one update; ALL-HOSTInfo
-                # carries them all, and every host applies them from it
-                # (not one TableMsg per host)
-                self.tables.apply("nodes_add", ([self._hinfo[h] for h in range(self.size)],))
-                hosts = [self._hinfo[h] + [self._windows[h]] for h in range(self.size)]
-                self._to_children(HInfoMsg(hosts, self._gp_window))
-                self._to_children(MBInfoMsg(self._bindings()))
-                self._set_ready()
-        elif self.rank != 0 and src == parent(self.rank):
+        if self.rank != 0 and src == parent(self.rank):   # ALL-HOSTInfo, down the tree
             self._to_children(msg)
             self._windows = {int(e[0]): int(e[4]) for e in msg.hosts if len(e) > 4}
             try:
                 self.tables.apply("nodes_add", (msg.hosts,))
             except (PDBPError, IndexError, TypeError) as exc:   # rank 0 sent a malformed table
                 raise ProtocolError(f"a malformed host table: {exc}") from None
+        elif src in self._kids and src not in self._reported:   # a child's subtree, up
+            for entry in msg.hosts:
+                nid = entry[0] if type(entry) is list and len(entry) >= 4 else None
+                if type(nid) is not int or not _ancestor(src, nid) or nid in self._hinfo:
+                    raise ProtocolError(f"host {src} reported {entry!r}: not a host of its subtree")
+            self._reported.add(src)
+            self._gather(msg.hosts)
+
+    def _gather(self, entries: list[list[Any]]) -> None:
+        """Add hosts' info to this subtree's; once every child and this host
+        are in, send it all up in one message (rank 0: answer every host)."""
+        for entry in entries:
+            self._hinfo[int(entry[0])] = list(entry)
+        if len(self._reported) < len(self._kids) or self.rank not in self._hinfo:
+            return
+        if self.rank != 0:
+            self._channel.send(parent(self.rank),
+                               HInfoMsg([self._hinfo[h] for h in sorted(self._hinfo)], self._gp_window))
+            return
+        for h, entry in self._hinfo.items():
+            self._windows[h] = int(entry[4]) if len(entry) > 4 else self._gp_window
+        # every host's row in rank order, in one update; ALL-HOSTInfo carries
+        # them all, and every host applies them from it (not one TableMsg per host)
+        rows = [self._hinfo[h][:4] for h in range(self.size)]
+        self.tables.apply("nodes_add", (rows,))
+        hosts = [rows[h] + [self._windows[h]] for h in range(self.size)]
+        self._to_children(HInfoMsg(hosts, self._gp_window))
+        self._to_children(MBInfoMsg(self._bindings()))
+        self._set_ready()
 
     def on_mbinfo(self, src: int, msg: MBInfoMsg) -> None:
         if src == parent(self.rank):
@@ -172,11 +189,6 @@ class Sequencer:
     def _to_children(self, msg: CtrlMsg) -> None:
         for h in children(self.rank, self.size):
             self._channel.send(h, msg)
-
-    def _up(self, msg: CtrlMsg, on_fail: Callable[[BaseException], None] | None = None) -> None:
-        """A request (or this host's info) to rank 0, through this host's parent."""
-        up = parent(self.rank)
-        self._channel.send(up, msg if up == 0 else RelayMsg(self.rank, 0, msg.encode()), on_fail)
 
     def on_relay(self, src: int, msg: RelayMsg) -> None:
         """A table message on its way: handled here when it is for this host,

@@ -20,7 +20,11 @@ Theory of operation
   ring seam, so growth needs no copying and FIFO order is preserved.
 * **Extension, not in the paper**: under UMB pressure, idle rows (no occupied
   cell) give real space above their initial size back (``reclaim=True``), so a
-  stream that ended does not keep its memory forever.
+  stream that ended does not keep its memory forever.  And a host that stopped
+  talking to a peer gives that peer's rows back whole
+  (:meth:`PoolMatrix.reclaim_idle`, called on a timer by the node): their
+  blocks return to the UMB and their pages to the OS, and the rows are made
+  again at the next traffic, so memory follows the peers a rank talks to now.
 
 Everything here is synchronous (no asyncio, no I/O): the asyncio front that
 makes writers and readers wait is :mod:`aiopdbp.pool.asyncpool`.
@@ -60,10 +64,14 @@ def _lazy_arena(nbytes: int) -> npt.NDArray[np.uint8]:
     numpy asks for transparent huge pages on large arrays, and then one write
     into a block makes 2 MiB resident: with blocks of every peer spread over
     the arena, a rank's memory would grow by megabytes per peer it talks to.
+    The mapping is private (``mmap``'s default is shared): pages given back
+    (:meth:`UserMemory.discard`) are then freed, not kept by the shared
+    backing store.
     """
     if nbytes <= 0:
         return np.zeros(0, dtype=np.uint8)
-    buf = mmap.mmap(-1, nbytes)
+    private = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
+    buf = mmap.mmap(-1, nbytes, flags=private) if private else mmap.mmap(-1, nbytes)
     advice = getattr(mmap, "MADV_NOHUGEPAGE", None)
     if advice is not None:
         with contextlib.suppress(OSError):  # a kernel without THP refuses the advice
@@ -91,6 +99,8 @@ class UserMemory:
         # buffer MPI/CUDA can register or pin once.
         self.arena: npt.NDArray[np.uint8] = _lazy_arena(block_size * nblocks)
         self._mem: memoryview = self.arena.data
+        base = getattr(self.arena.base, "obj", None)   # the memoryview numpy keeps of the mmap
+        self._map: mmap.mmap | None = base if isinstance(base, mmap.mmap) else None
         # Blocks never handed out are those from _fresh up: the bookkeeping is
         # made as blocks are first used, so a UMB sized for every peer of a
         # large job costs nothing until the traffic comes.  Freed blocks go on
@@ -129,6 +139,19 @@ class UserMemory:
         self._free.append(block_id)
         for listener in tuple(self._listeners):
             listener()
+
+    def discard(self, block_ids: list[int]) -> None:
+        """Give the pages of free blocks back to the OS (they read as zeros,
+        and cost memory again only when written); a block taken again since
+        it was freed is left alone."""
+        advice = getattr(mmap, "MADV_DONTNEED", None)
+        if self._map is None or advice is None:
+            return
+        size = self.block_size
+        for block_id in block_ids:
+            if block_id in self._freed:
+                with contextlib.suppress(OSError, ValueError):
+                    self._map.madvise(advice, block_id * size, size)
 
     def view(self, block_id: int) -> memoryview:
         """Writable view of exactly one block (valid only while it is held)."""
@@ -324,6 +347,11 @@ class SubPool:
             self.peak_real = max(self.peak_real, self.real)
             self._history.append((self._clock(), self.real))
         return added
+
+    @property
+    def block_ids(self) -> tuple[int, ...]:
+        """The UMB blocks of the real cells, in cell order."""
+        return tuple(self._blocks)
 
     def shrink_to(self, real: int) -> int:
         """Give the real space beyond ``real`` cells back to the UMB.
@@ -535,6 +563,9 @@ class PoolMatrix:
         # then run for that row alone): a rank of a large job that talks to a
         # few peers holds rows, and initial real space, for those only.
         self._rows: dict[int, SubPool] = {}
+        # host -> (puts, takes) of its row at the last reclaim_idle: a row
+        # whose counters have not moved since, and that holds nothing, is idle
+        self._seen: dict[int, tuple[int, int]] = {}
         if reclaim:
             umb.add_reclaimer(self._reclaim_idle)
 
@@ -591,8 +622,29 @@ class PoolMatrix:
                     got += row.shrink_to(0)
         return got
 
+    def reclaim_idle(self) -> int:
+        """Give back every row that has held nothing and seen no traffic since
+        the last call: its blocks to the UMB, their pages to the OS.  The row
+        is made again, with its initial space, at its host's next traffic (an
+        empty row holds no order to keep).  Called every T seconds, a row goes
+        after T to 2T of idleness.  Returns how many rows went."""
+        seen, self._seen = self._seen, {}
+        gone = 0
+        for host, row in list(self._rows.items()):
+            mark = (row.puts, row.takes)
+            if row.used or seen.get(host) != mark:
+                self._seen[host] = mark
+                continue
+            blocks = list(row.block_ids)
+            row.shrink_to(0)
+            del self._rows[host]
+            self.umb.discard(blocks)
+            gone += 1
+        return gone
+
     def size_history(self, host: int) -> list[tuple[float, int]]:
         return self[host].size_history()
 
     def stats(self) -> dict[str, object]:
-        return {"name": self.name, "umb": self.umb.stats(), "rows": [r.stats() for r in self.rows]}
+        return {"name": self.name, "umb": self.umb.stats(), "hosts": sorted(self._rows),
+                "rows": [r.stats() for r in self.rows]}
