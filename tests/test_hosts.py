@@ -188,19 +188,19 @@ def test_split_payload_that_lands_at_once_is_delivered() -> None:
         def recv_bulk(self, source: int, tag: int, nbytes: int, out: object, done: Any) -> None:
             done(np.ones(nbytes, np.uint8))
 
-    class Router:
+    class Arrivals:
         def __init__(self) -> None:
             self.got: list[Any] = []
 
         def place_messages(self, host: int, pids: tuple[int, ...], item: Any, cost: int) -> None:
             self.got.append((host, pids, item))
 
-    router = Router()
-    inbound = Inbound(0, 2, None, router, None, name_of=str, fail_host=lambda h, e: None,  # type: ignore[arg-type]
+    arrivals = Arrivals()
+    inbound = Inbound(0, 2, None, arrivals, None, name_of=str, fail_host=lambda h, e: None,  # type: ignore[arg-type]
                       block_size=1 << 16, allow_pickle=False, bulk=AtOnce())  # type: ignore[arg-type]
     head, _ = encode_split(CDU(Kind.SHORT, 1, (2,), np.zeros(1 << 16, np.uint8)))
     inbound.on_data(1, memoryview(head))
-    assert [(h, pids) for h, pids, _ in router.got] == [(1, (2,))]
+    assert [(h, pids) for h, pids, _ in arrivals.got] == [(1, (2,))]
     assert inbound.drained(()) is False  # (no BYE yet) but nothing waits behind the payload
 
 
@@ -261,7 +261,7 @@ def test_one_message_larger_than_the_window_is_admitted_when_nothing_is_outstand
 
 # ------------------------------------------------ grants carried (issue 27 item 3)
 class _Ledger:
-    """The router as the credit side sees it: its window, the grants-at-once switch."""
+    """The arrivals as the credit side sees them: the window, the grants-at-once switch."""
 
     window = 1 << 20
     grants_at_once = False
@@ -298,7 +298,7 @@ async def test_grants_due_in_one_loop_iteration_leave_in_one_credit_message_per_
     from aiopdbp.wire.control import CreditMsg
     channel = _Sent()
     credit, ledger, _ = _carrying_credit(channel)
-    assert ledger.grants_at_once    # the router hands grants over as they fall due
+    assert ledger.grants_at_once    # the arrivals hand grants over as they fall due
     credit.grant(1, [(5, 1000)])
     credit.grant(1, [(6, 2000)])
     credit.grant(2, [(7, 10)])

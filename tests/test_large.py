@@ -18,6 +18,7 @@ from aiopdbp.hosts.owned import OwnedDone, OwnedSend
 from aiopdbp.hosts.tables import Tables
 from aiopdbp.routing.pipes import PipePool
 from aiopdbp.routing.router import Router
+from aiopdbp.routing.arrivals import Arrivals
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
 from aiopdbp.wire.codec import (decode_split, encode_cdu, encode_split, encode_split_array, split_array,
                                 split_stream_key, split_target)
@@ -342,15 +343,13 @@ async def test_owned_send_cancelled_before_the_link_posted_it_is_dropped_with_it
 @pytest.mark.timeout(10)
 async def test_a_whole_window_of_credit_goes_back_before_the_reader_can_reply() -> None:
     grants: list[tuple[int, list[tuple[int, int]]]] = []
-    router = Router(Tables(), PipePool(4, 4), 0, name_timeout=1.0, window=1 << 20,
-                    submit=lambda tgt, pid, item: None, offer=lambda tgt, pid, cost, fields: False,
-                    grant=lambda host, g: grants.append((host, list(g))))
     pipe = PipePool(4, 4).apply_nowait()
-    router.targets[PID] = pipe
-    router.deliver_remote(1, PID, [b"big"], (1 << 20) + CREDIT_OVERHEAD)
+    arrivals = Arrivals(Tables(), {PID: pipe}, 0, window=1 << 20,
+                        grant=lambda host, g: grants.append((host, list(g))))
+    arrivals.deliver_remote(1, PID, [b"big"], (1 << 20) + CREDIT_OVERHEAD)
     pipe.receive_nowait()
     assert grants == [(1, [(PID, (1 << 20) + CREDIT_OVERHEAD)])]   # at once, not at the iteration's end
-    router.deliver_remote(1, PID, [b"small"], 1000)
+    arrivals.deliver_remote(1, PID, [b"small"], 1000)
     pipe.receive_nowait()
     assert len(grants) == 1                                         # small ones still wait and batch
 
@@ -395,11 +394,9 @@ async def test_items_parked_for_a_gp_that_never_binds_end_their_streams_when_the
             heard.set()
 
     granted: list[tuple[int, list[tuple[int, int]]]] = []
-    router = Router(Tables(), PipePool(4, 4), 0, name_timeout=1.0,
-                    submit=lambda tgt, pid, item: None, offer=lambda *a: False,
-                    grant=lambda host, grants: granted.append((host, grants)),
-                    bind_timeout=0.05, streams=_Streams())
+    arrivals = Arrivals(Tables(), {}, 0, grant=lambda host, grants: granted.append((host, grants)),
+                        bind_timeout=0.05, streams=_Streams())
     item = object()   # (an IncomingStream in the node: the stream table ends it)
-    assert router.deliver_remote(1, PID, [item], 100)      # parked: its registration has not come
+    assert arrivals.deliver_remote(1, PID, [item], 100)      # parked: its registration has not come
     await asyncio.wait_for(heard.wait(), 5)                 # bind_timeout later
     assert ended == [item]                                   # its sender will hear

@@ -594,9 +594,11 @@ def test_streams_between_ranks_1_and_2_send_nothing_to_rank_0() -> None:
     row = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
     assert row["done"] == "ok", out
     # rank 0 heard nothing from rank 1, and from rank 2 only its "done";
-    # it sent each of them only its "go": no table update, no stream control
-    assert row["received"] == {"1": {}, "2": {"data": 1}}, out
-    assert row["sent"] == {"1": {"data": 1}, "2": {"data": 1}}, out
+    # it sent each of them only its "go": no stream control, and no table
+    # update but the one that opens every link (a host's first send to
+    # another names its own GPs: aiopdbp.hosts.names, NameService.announce)
+    assert row["received"] == {"1": {}, "2": {"TableMsg": 1, "data": 1}}, out
+    assert row["sent"] == {"1": {"TableMsg": 1, "data": 1}, "2": {"TableMsg": 1, "data": 1}}, out
 
 
 async def test_carried_stream_is_done_once_routed_and_a_stray_done_changes_nothing() -> None:
@@ -775,6 +777,7 @@ async def test_read_gathers_right_when_a_segment_did_not_land_in_place() -> None
 def test_landing_arrays_of_a_host_stay_within_land_max() -> None:
     from aiopdbp.hosts.tables import Tables
     from aiopdbp.routing.pipes import PipePool
+    from aiopdbp.routing.arrivals import Arrivals
     from aiopdbp.routing.router import Router
     from aiopdbp.streams.receiver import LAND_MAX, IncomingStream, StreamMeta
     from aiopdbp.streams.table import StreamTable
@@ -783,7 +786,7 @@ def test_landing_arrays_of_a_host_stay_within_land_max() -> None:
     pps = PipePool(4, 4)
     router = Router(tables, pps, 0, name_timeout=1.0, submit=lambda *a: None, offer=lambda *a: False)
     table = StreamTable(0, 8, tables, pps, PipePool(1 << 30, 4, first_id=1 << 20), router,
-                        submit=lambda *a: None, watch=lambda p: None)
+                        Arrivals(tables, router.targets, 0), submit=lambda *a: None, watch=lambda p: None)
     big = LAND_MAX // 2 + 1
     first = IncomingStream(table, (1, 1), "a", pps.apply_nowait(), 8, meta=StreamMeta(nbytes=big))
     second = IncomingStream(table, (1, 2), "b", pps.apply_nowait(), 8, meta=StreamMeta(nbytes=big))

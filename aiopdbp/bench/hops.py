@@ -15,7 +15,7 @@ granularity: the receiver's step must come round); receive path ``b1 - b0``;
 wake-up ``b2 - b1`` (the loop switching to the task that awaits ``recv``).
 The send path is split where the host link takes the message
 (``HostLink.offer``) and where its sender begins to post, and the
-receive path at its decoding (the router's block reader (``Router.reader``) for
+receive path at its decoding (the arrivals' block reader (``Arrivals.reader``) for
 short records, ``decode`` as the inbound side calls it for full frames), so
 each hop also shows: before encoding (snapshot, routing), encoding (credit,
 the record or frame), posting (transport, ``Isend``, ``Test``); probe and
@@ -90,7 +90,7 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
     orig_offer: Callable[..., bool] = HostLink.offer
     orig_dec: Callable[..., Any] = getattr(inbound, "decode")  # the name inbound.py calls
     assert side.node is not None
-    rt = side.node.router
+    rt = side.node.arrivals
     orig_reader = rt.reader
 
     def offer(self: HostLink, *a: Any) -> bool:

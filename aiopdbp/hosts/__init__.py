@@ -26,7 +26,7 @@ needs and which puts together small parts, each owning one job:
 Layering: ``hosts/`` imports only ``wire/``, ``pool/``, ``transport/`` and the
 foundation (``errors``, ``stall``), never ``routing/``, ``streams/`` or
 ``runtime/``.  It reaches up only through what the node hands in at
-construction: the router as a :class:`RouterPort`, the stream table as a
+construction: the routing layer's arrivals as an :class:`ArrivalsPort`, the stream table as a
 :class:`StreamPort`, the running job as a callable returning a
 :class:`JobControl`.
 """
@@ -38,12 +38,12 @@ from aiopdbp.hosts.credit import Credit
 from aiopdbp.hosts.failure import HostFailures, JobControl, StallRelay, Stop, StopKind, where
 from aiopdbp.hosts.inbound import Inbound
 from aiopdbp.hosts.link import HostLink, LinkStats
-from aiopdbp.hosts.remote import Remote, RemoteConfig, RouterPort, StreamPort
+from aiopdbp.hosts.remote import Remote, RemoteConfig, ArrivalsPort, StreamPort
 from aiopdbp.hosts.sequencer import Sequencer
 from aiopdbp.hosts.tables import NodeType, PType, Tables
 
 __all__ = [
     "ControlChannel", "Credit", "Dispatch", "HostFailures", "HostLink", "Inbound", "JobControl",
-    "LinkStats", "NodeType", "PType", "Remote", "RemoteConfig", "RouterPort", "Sequencer",
+    "LinkStats", "NodeType", "PType", "Remote", "RemoteConfig", "ArrivalsPort", "Sequencer",
     "StallRelay", "Stop", "StopKind", "StreamPort", "Tables", "where",
 ]

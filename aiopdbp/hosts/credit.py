@@ -9,13 +9,13 @@ messages that pace them:
 *Per-GP credit.*  A host may have ``window`` message bytes outstanding
 towards each GP on another host (the window that host announced at the
 handshake).  A link's sender parked for a GP's credit asks for it
-(:meth:`Credit.ask`, ``CreditAskMsg``); the receiving router gives credit
+(:meth:`Credit.ask`, ``CreditAskMsg``); the receiving host's arrivals give credit
 back as its GPs take messages (:meth:`Credit.grant`, ``CreditMsg``), and
 :meth:`Credit.on_credit` hands each grant to the link, which serves its
 parked senders in FIFO order (see :mod:`aiopdbp.hosts.link`).
 
 *Grants carried* (issue 27 item 3: fewer messages per message).  The
-router hands grants here as they fall due (``grants_at_once``), and they
+arrivals hand grants here as they fall due (``grants_at_once``), and they
 wait for the end of the loop iteration, where each host's are sent in one
 ``CreditMsg`` -- unless a split header (a large message's, on a transport
 with bulk payloads) leaves for that host first: then the header carries
@@ -62,7 +62,7 @@ __all__ = ["Credit", "CreditLedger", "StreamControl"]
 
 
 class CreditLedger(Protocol):
-    """The receiving side's credit book (the router, :mod:`aiopdbp.routing.router`)."""
+    """The receiving side's credit book (:mod:`aiopdbp.routing.arrivals`)."""
 
     def on_ask(self, host: int, pid: int) -> None: ...
     def flush_grants(self, everything: bool = False) -> None: ...
@@ -162,7 +162,7 @@ class Credit:
 
     # --------------------------------------------------------- per-GP credit
     def grant(self, host: int, grants: list[tuple[int, int]]) -> None:
-        """Give ``host`` credit back for GPs here (the router calls it as the
+        """Give ``host`` credit back for GPs here (the arrivals call it as the
         grants fall due; see "Grants carried")."""
         if host in self._failed:
             return

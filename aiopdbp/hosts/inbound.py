@@ -1,11 +1,11 @@
-"""Inbound data: the receive pool (RBP), decoding, delivery to the router.
+"""Inbound data: the receive pool (RBP), decoding, delivery to the arrivals.
 
 Theory of operation
 -------------------
 The transport asks :meth:`Inbound.alloc` for a buffer before it receives a
 data message: one up to ``block_size`` lands in a block of the sub-pool
 RCBP_src.  A block of short messages (BPS) is decoded in bulk into
-:class:`~aiopdbp.wire.message.Message` objects, handed to the router per
+:class:`~aiopdbp.wire.message.Message` objects, handed to the arrivals per
 destination GP, and the block is released at once; everything else that
 landed in a block has its payload copied out first -- full records (BP), and
 the payload half of a split frame, which the transport may have put in a
@@ -14,7 +14,7 @@ delivered.  Messages larger than a block arrive in their own buffer and are
 not copied.
 
 Delivery goes up through two small doors handed in at construction:
-:class:`Deliver` (the router: messages per destination GP) and
+:class:`Deliver` (the arrivals: messages per destination GP) and
 :class:`StreamSink` (the stream table: stream CDUs).  A malformed message
 fails its host (``fail_host``) with a :class:`~aiopdbp.errors.ProtocolError`.
 
@@ -86,7 +86,7 @@ _HEAD_MAX = 512
 
 
 class Deliver(Protocol):
-    """Where arrived messages go (the router, :mod:`aiopdbp.routing.router`)."""
+    """Where arrived messages go (:mod:`aiopdbp.routing.arrivals`)."""
 
     def place_shorts(self, host: int, buf: Any) -> None: ...
     def place_messages(self, host: int, pids: tuple[int, ...], item: Any, cost: int) -> None: ...

@@ -14,7 +14,7 @@ own one job, and hands each what it needs:
                             by its home host (:mod:`~aiopdbp.hosts.sequencer`,
                             :mod:`~aiopdbp.hosts.names`)
 :class:`Inbound`            the receive pool (RBP), decoding, delivery to
-                            the router and the streams (:mod:`~aiopdbp.hosts.inbound`)
+                            the arrivals and the streams (:mod:`~aiopdbp.hosts.inbound`)
 :class:`Credit`             the links to the other hosts and their per-GP
                             and stream credit (:mod:`~aiopdbp.hosts.credit`)
 :class:`HostFailures`       failed and lost hosts, liveness, job-wide stops;
@@ -30,11 +30,11 @@ from its SBP, :class:`Inbound` receives into its RBP.
 (:class:`~aiopdbp.hosts.channel.Dispatch`) to the one part that handles its
 kind.
 
-*Upwards.*  ``hosts/`` imports nothing above it: the router and the stream
-table are reached through the small protocols :class:`RouterPort` and
+*Upwards.*  ``hosts/`` imports nothing above it: the routing layer's
+arrivals and the stream table are reached through the small protocols :class:`ArrivalsPort` and
 :class:`StreamPort`, the running job through the ``job`` callable, all handed
-in by the node.  The node in turn gives the router forwarders to
-:meth:`Remote.link` and :meth:`Remote.grant`, and the stream table forwarders
+in by the node.  The node in turn gives the router a forwarder to
+:meth:`Remote.link`, the arrivals one to :meth:`Remote.grant`, and the stream table forwarders
 to :meth:`Remote.send_done` and :meth:`Remote.send_credit` (the Remote is
 built after both, since it serves them).
 
@@ -67,7 +67,7 @@ from aiopdbp.transport.base import Channel, Transport
 
 log = logging.getLogger("aiopdbp.hosts.remote")
 
-__all__ = ["Remote", "RemoteConfig", "RouterPort", "StreamPort"]
+__all__ = ["Remote", "RemoteConfig", "ArrivalsPort", "StreamPort"]
 
 _CTRL = Channel.CONTROL
 
@@ -126,9 +126,9 @@ class RemoteConfig:
     reclaim_after: float = 30.0       # idle seconds before a peer's pool rows are given back
 
 
-class RouterPort(Deliver, CreditLedger, Protocol):
-    """What ``hosts/`` needs of the router (:class:`aiopdbp.routing.router.Router`):
-    placing arrivals, and its credit book."""
+class ArrivalsPort(Deliver, CreditLedger, Protocol):
+    """What ``hosts/`` needs of the routing layer's arrivals
+    (:class:`aiopdbp.routing.arrivals.Arrivals`): placing them, and its credit book."""
 
 
 class StreamPort(StreamSink, StreamControl, Protocol):
@@ -149,7 +149,7 @@ class Remote:
     peer fails or a host is lost.
     """
 
-    def __init__(self, transport: Transport, cfg: RemoteConfig, tables: Tables, router: RouterPort,
+    def __init__(self, transport: Transport, cfg: RemoteConfig, tables: Tables, arrivals: ArrivalsPort,
                  streams: StreamPort, *, allow_pickle: bool, stall: StallWatch | None = None,
                  host_timeout: float = 0.0,
                  job: Callable[[], JobControl | None] = _no_job) -> None:
@@ -165,18 +165,18 @@ class Remote:
         self.channel = ControlChannel(transport)
         self.sequencer = Sequencer(rank, size, tables, self.channel, gp_window=cfg.gp_window,
                                    reply_timeout=cfg.close_timeout)
-        self.credit = Credit(rank, size, transport, self.pool.send, self.channel, router, streams,
+        self.credit = Credit(rank, size, transport, self.pool.send, self.channel, arrivals, streams,
                              window=self.sequencer.window, block_size=cfg.block_size, large=cfg.large,
                              max_inflight=cfg.max_inflight, allow_pickle=allow_pickle,
                              on_link=self.sequencer.names.announce)
         self.failures = HostFailures(rank, size, self.channel, break_host=self._break_host,
                                      stop_waiting=self.sequencer.stop_waiting, job=job,
                                      heartbeat=self._heartbeat, lost_grace=cfg.lost_grace)
-        self.inbound = Inbound(rank, size, self.pool.recv, router, streams, name_of=tables.name_of,
+        self.inbound = Inbound(rank, size, self.pool.recv, arrivals, streams, name_of=tables.name_of,
                                fail_host=self.failures.protocol_error, block_size=cfg.block_size,
                                allow_pickle=allow_pickle, bulk=transport,
-                               landing=getattr(getattr(router, "landings", None), "take", None),
-                               book=getattr(router, "book", None),
+                               landing=getattr(getattr(arrivals, "landings", None), "take", None),
+                               book=getattr(arrivals, "book", None),
                                # grants ride on split headers only where payloads travel apart (bulk tags)
                                on_credit=self.credit.on_credit if getattr(transport, "bulk_tags", 0) else None)
         self.stalls = StallRelay(rank, size, self.channel, stall, lambda h: h in self.failures.failed)
@@ -249,13 +249,13 @@ class Remote:
         self.credit.fail(host, exc)
         self._streams.break_host(host, exc)
 
-    # ------------------------------------------ what the node and router use
+    # ------------------------- what the node, the router and the arrivals use
     def link(self, host: int) -> HostLink:
         """The link to ``host`` (made on first use): the router's target for its GPs."""
         return self.credit.link(host)
 
     def grant(self, host: int, grants: list[tuple[int, int]]) -> None:
-        """Give ``host`` credit back for GPs here (the router calls it)."""
+        """Give ``host`` credit back for GPs here (the arrivals call it)."""
         self.credit.grant(host, grants)
 
     def send_done(self, host: int, key: tuple[int, int], error: str | None) -> None:

@@ -20,41 +20,25 @@ send path's common case: the waiting path is taken only when it says no).
 waited for up to the caller's ``timeout`` or the node's ``name_timeout``,
 then :class:`UnknownProcessError`; a name freed since fails at once.
 
-*Arrivals from other hosts* (:meth:`place_shorts`, :meth:`place_messages`;
-a stream carried whole in a short record becomes its incoming stream in the
-stream table, handed in as ``streams``, and takes its place among the
-messages):
-the messages of one block for one GP go into its pipe in one batch, past its
-capacity -- the sender's credit bounded them -- and the router remembers,
-per sending host, where the batch ends.  When the GP has taken every item of
-that host's up to there (the pipe's watch, which counts each host's items
-apart: a long queue of one host's never holds back another's credit), the
-bytes become credit owed to the sending host, returned per destination in
-``window/4`` steps (:meth:`settle`).  A message for a GP whose registration or
-binding has not reached this host yet is *parked* for that GP alone, so it
-never holds up traffic to the others; it is dropped (credit returned) if the
-GP is gone, or after ``bind_timeout``.
+*Arrivals from other hosts* go into the same targets, placed by
+:class:`~aiopdbp.routing.arrivals.Arrivals`, which also keeps the credit
+they owe their senders.
 """
 
 from __future__ import annotations
 
 import asyncio
 import difflib
-import functools
 import logging
-from collections import deque
 from collections.abc import Callable, Sized
 from typing import Any, Protocol
 
 from aiopdbp.wire.mesp import CDU, Kind
 
-from aiopdbp.wire.core import BlockReader
 from aiopdbp.errors import ClosedResourceError, NoPipeError, UnknownProcessError, WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
 from aiopdbp.routing.pipes import Pipe, PipePool
 from aiopdbp.stall import Waits
-from aiopdbp.hosts.gate import LATER, NOW
-from aiopdbp.hosts.gatecore import CreditBook
 from aiopdbp.hosts.owned import OwnedDone, OwnedSend
 from aiopdbp.hosts.tables import Tables
 
@@ -137,19 +121,6 @@ class Landings:
         return buf[:nbytes]
 
 
-#: grant(host, [(pid, bytes), ...]): give a remote host credit back
-GrantFn = Callable[[int, list[tuple[int, int]]], None]
-
-
-class WholeStreams(Protocol):
-    """Where the router hands the streams that arrive whole in short records
-    (the stream table, :mod:`aiopdbp.streams.table`)."""
-
-    def open_whole(self, host: int, dest: int, src: int, source: Any, com: int, sno: int, window: int,
-                   data: Any) -> Any | None: ...
-    def undelivered(self, items: list[Any]) -> None: ...
-
-
 class Router:
     """Names -> pids -> targets, local delivery and placement of arrivals."""
 
@@ -157,12 +128,9 @@ class Router:
                  submit: Callable[[Target, int, Any], None],
                  offer: Callable[[Target, int, int, tuple[str, Kind, int, Any, int]], bool],
                  queued: Sized = (),
-                 links: Callable[[int], Target] | None = None, grant: GrantFn | None = None,
-                 bind_timeout: float = 30.0, window: int = 1 << 20,
-                 streams: WholeStreams | None = None,
+                 links: Callable[[int], Target] | None = None,
                  want: Callable[[str], None] | None = None,
                  want_pid: Callable[[int], None] | None = None) -> None:
-        self._streams = streams  # the streams that arrive whole in short records go there
         self._submit = submit    # the PipeManager's: queue an item for a target
         self._offer = offer      # ... and its no-wait path (False: take the waiting one)
         self._queued = queued    # ... and what it holds queued (try_send's check, inline)
@@ -172,10 +140,7 @@ class Router:
         self.pps = pps
         self.rank = rank
         self.name_timeout = name_timeout
-        self.bind_timeout = bind_timeout
-        self.window = window                      # credit this host gives each sender per GP
         self.links = links    # host -> the link to it (None: a single host)
-        self.grant = grant    # returns credit to a sending host
         self.targets: dict[int, Target] = {}      # bound GPs: pid -> where their CDUs go
         self.pids = tables.by_name                 # name -> pid (hot path)
         self._names = tables.names
@@ -185,30 +150,13 @@ class Router:
         self.want: Callable[[str], None] = want or _nothing
         #: ``want_pid(pid)``: this host learns the name of GP ``pid`` (a sender)
         self.want_pid: Callable[[int], None] = want_pid or _nothing
-        #: decodes the BPS frames from other hosts into Messages (the core's reader);
-        #: a sender whose name is not known here yet is asked for at once
-        self.reader = BlockReader(tables.names, Message,
-                                  tables.name_of if want_pid is None else _asking(tables.name_of, want_pid))
         self._left: dict[str, int] = {}           # names registered once and freed since -> rank
         self._home: dict[int, int] = {}           # pid -> the rank of its GP
-        self._ever_bound: set[int] = set()
         self._released: set[int] = set()          # GPs whose pipe was released (and not bound again)
         self._name_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._bind_waiters: dict[int, list[asyncio.Future[None]]] = {}
         self._pid_waiters: dict[int, list[asyncio.Future[None]]] = {}
-        self._parked: dict[int, deque[tuple[int, list[Any], int]]] = {}
-        # per pipe, per sending host: [end, pid, cost] (see "Arrivals from other hosts")
-        self._marks: dict[Pipe[Any], dict[int, deque[list[int]]]] = {}
-        #: the credit this host owes each (sending host, GP): the rule is the book's
-        self.book = CreditBook(window)
-        self._flush_scheduled = False
-        #: the grant sink batches per loop iteration itself (it carries grants
-        #: on the host's next split header, :mod:`aiopdbp.hosts.credit`): due
-        #: grants go to it at once, so the reply that follows can carry them
-        self.grants_at_once = False
         self._closed: BaseException | None = None
-        self.dropped = 0
-        self.parked = 0
         self.waits = Waits()                      # senders waiting on a destination (aiopdbp.stall)
         self.landings = Landings(self.targets)    # GPs waiting in recv_into
         tables.subscribe(self.on_update)
@@ -223,8 +171,6 @@ class Router:
             _wake(self._pid_waiters.pop(result, ()))
             if len(args) > 3 and args[3] is not None:
                 self.on_update("pipe_bind", (result, args[3]), args[3])
-            elif result in self._parked and self.tables.pta[result].node != self.rank:
-                self._unpark(result)  # not ours after all: drop what waited
         elif op == "proc_name":
             _wake(self._pid_waiters.pop(args[0], ()))
         elif op == "proc_gone":   # freed before this host asked: the waiters fail at once
@@ -236,28 +182,22 @@ class Router:
             entry = self.tables.pta.get(pid)
             if entry is None:
                 return
-            self._ever_bound.add(pid)
             self._released.discard(pid)
             if entry.node == self.rank:
                 self.targets[pid] = self.pps.get(pipe_id)
             elif self.links is not None:
                 self.targets[pid] = _LinkOnDemand(self.targets, pid, entry.node, self.links)
             _wake(self._bind_waiters.pop(pid, ()))
-            if pid in self._parked:
-                self._unpark(pid)
         elif op in ("pipe_release", "proc_free"):
             pid = args[0]
             if op == "proc_free":
                 self._left[self.tables.name_of(pid)] = self._home.pop(pid, -1)
-                self._ever_bound.discard(pid)   # its entry is gone: nothing is parked for it now
             if op == "pipe_release":
                 self._released.add(pid)     # "bind one first" would be wrong advice now
             else:
                 self._released.discard(pid)
             self.targets.pop(pid, None)
             _wake(self._bind_waiters.pop(pid, ()))  # the waiter re-checks and fails clearly
-            if pid in self._parked:
-                self._unpark(pid)
 
     # ---------------------------------------------------------- resolution
     async def resolve(self, name: str, timeout: float | None) -> int:
@@ -546,163 +486,6 @@ class Router:
         return [(names.get(pid, f"<pid {pid}>"), len(tgt), tgt.taken)
                 for pid, tgt in self.targets.items() if type(tgt) is Pipe]
 
-    # ------------------------------------------------------------ arrivals
-    def place_shorts(self, host: int, buf: Any) -> None:
-        """Deliver a BPS frame of short messages from ``host``: decoded
-        straight into :class:`Message` records, one pipe operation per run
-        of records for the same GP (raises only ``ProtocolError``)."""
-        streams = self._streams
-        whole = None if streams is None else functools.partial(streams.open_whole, host)
-        for pid, msgs, nbytes in self.reader.read(buf, whole):
-            cost = nbytes + CREDIT_OVERHEAD * len(msgs)
-            tgt: Any = self.targets.get(pid)
-            if type(tgt) is Pipe and not tgt.closed:  # deliver_remote's common case
-                tgt.put_many(msgs, host)
-                self._mark(tgt, host, pid, cost)
-            elif not self.deliver_remote(host, pid, msgs, cost) and streams is not None:
-                streams.undelivered(msgs)  # a stream among them: its sender must hear
-
-    def place_messages(self, host: int, pids: tuple[int, ...], item: Any, cost: int) -> None:
-        """Deliver one item (a Message, or a stream's first contact) from
-        ``host`` to each of its GPs ``pids`` here (multicast fans out here)."""
-        for pid in pids:
-            entry = self.tables.pta.get(pid)
-            if entry is None or entry.node == self.rank:
-                self.deliver_remote(host, pid, [item], cost)
-
-    def deliver_remote(self, host: int, pid: int, items: list[Any], cost: int) -> bool:
-        """Put items that came from ``host`` into GP ``pid``'s pipe, charging
-        ``cost`` bytes of credit until the GP has taken them.  False when
-        they were dropped (the GP is gone)."""
-        tgt: Any = self.targets.get(pid)
-        if type(tgt) is Pipe and not tgt.closed:
-            tgt.put_many(items, host)
-            self._mark(tgt, host, pid, cost)
-            return True
-        entry = self.tables.pta.get(pid)
-        waiting = (entry is None and pid not in self._names) or (
-            entry is not None and entry.node == self.rank and pid not in self._ever_bound)
-        if waiting and self._closed is None:
-            # Its registration or binding has not reached us: park for it alone.
-            q = self._parked.get(pid)
-            if q is None:
-                q = self._parked[pid] = deque()
-                asyncio.get_running_loop().call_later(self.bind_timeout, self._expire, pid)
-            q.append((host, items, cost))
-            self.parked += len(items)
-            return True
-        self.dropped += len(items)
-        log.debug("dropping %d item(s) for pid %d: it has no pipe here", len(items), pid)
-        self._due(self.book.owe(host, pid, cost))
-        return False
-
-    def _unpark(self, pid: int) -> None:
-        q = self._parked.pop(pid, None)
-        while q:
-            host, items, cost = q.popleft()
-            if not self.deliver_remote(host, pid, items, cost) and self._streams is not None:
-                self._streams.undelivered(items)  # a stream among them: its sender must hear
-
-    def _expire(self, pid: int) -> None:
-        q = self._parked.pop(pid, None)
-        if q:
-            log.warning("dropping %d CDU(s) for pid %d: it never bound a pipe here within %g s",
-                        sum(len(i) for _, i, _ in q), pid, self.bind_timeout)
-        while q:
-            host, items, cost = q.popleft()
-            self.dropped += len(items)
-            self._due(self.book.owe(host, pid, cost))
-            if self._streams is not None:
-                self._streams.undelivered(items)  # a stream among them: its sender must hear
-
-    # ---------------------------------------------------------- credit out
-    def _mark(self, pipe: Pipe[Any], host: int, pid: int, cost: int) -> None:
-        """Remember that the items up to ``pipe.appended`` owe ``cost`` to ``host``."""
-        self.book.delivered(host, pid, cost)
-        hosts = self._marks.get(pipe)
-        if hosts is None:  # kept, even empty, until the pipe is released
-            hosts = self._marks[pipe] = {}
-            pipe.on_watch = self.settle
-        marks = hosts.get(host)
-        if marks is None:
-            marks = hosts[host] = deque()
-        elif marks:
-            last = marks[-1]
-            if last[1] == pid and last[2] * 8 < self.window:
-                # Extend the last mark rather than add one per batch: credit
-                # then comes back in eighths of the window at the finest.
-                last[0] = pipe.appended
-                last[2] += cost
-                if len(marks) == 1:
-                    pipe.watch_at = last[0]
-                return
-        marks.append([pipe.appended, pid, cost])
-        if len(marks) == 1:
-            pipe.watch_at = pipe.appended
-
-    def settle(self, pipe: Pipe[Any], taken: int, host: int) -> int:
-        """The reader took items: what it took from ``host`` (every one
-        numbered below ``taken``: :attr:`Pipe.on_watch`) is credit owed.
-        Returns where ``host``'s next mark ends (the pipe's next watch)."""
-        hosts = self._marks.get(pipe)
-        marks = None if hosts is None else hosts.get(host)
-        if not marks:
-            return 1 << 62
-        while marks and marks[0][0] <= taken:
-            _, pid, cost = marks.popleft()
-            self._taken(host, pid, cost)
-        return marks[0][0] if marks else 1 << 62
-
-    def forget_pipe(self, pipe: Pipe[Any]) -> None:
-        """A pipe is released: its queued remote items are discarded, their
-        credit goes back to their senders."""
-        hosts = self._marks.pop(pipe, None)
-        for host, marks in (hosts or {}).items():
-            while marks:
-                _, pid, cost = marks.popleft()
-                self._taken(host, pid, cost)
-        pipe.watch_at = 1 << 62
-
-    def refund(self, host: int, pid: int, cost: int) -> None:
-        """Give ``host`` back ``cost`` bytes of GP ``pid``'s credit for
-        something that will never reach the GP's pipe (a device message that
-        failed on the way)."""
-        self._due(self.book.owe(host, pid, cost))
-
-    def _taken(self, host: int, pid: int, cost: int) -> None:
-        self._due(self.book.taken(host, pid, cost))
-
-    def on_ask(self, host: int, pid: int) -> None:
-        """A sender on ``host`` is parked for GP ``pid``'s credit: what is
-        owed below the return threshold goes back as soon as the GP has
-        taken everything of ``host``'s that waits for it (see "Credit")."""
-        self._due(self.book.ask(host, pid))
-
-    def _due(self, due: int) -> None:
-        """Send the book's grants when it says they are due."""
-        if due == LATER:
-            return
-        if due == NOW or self.grants_at_once:
-            # A whole window (a large message): its sender is parked for it
-            # or will be at its next send, so it goes now -- at the end of
-            # the iteration it would leave after whatever the reader sends
-            # next (a reply), and the sender would park for it (issue 18:
-            # 60 us of a 1 MiB ping-pong hop).
-            self.flush_grants()
-            return
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush_grants)
-
-    def flush_grants(self, everything: bool = False) -> None:
-        """Send the credit owed (once per loop iteration; ``everything``: also
-        the amounts below the quarter-window threshold, e.g. at close)."""
-        self._flush_scheduled = False
-        grants = self.book.grants(everything)
-        if self.grant is not None:
-            for host, g in grants.items():
-                self.grant(host, g)
-
     # -------------------------------------------------------------- closing
     def close(self, exc: BaseException) -> None:
         """The node closes: every waiter fails with ``exc``; parked items go."""
@@ -716,13 +499,10 @@ class Router:
         self._name_waiters.clear()
         self._bind_waiters.clear()
         self._pid_waiters.clear()
-        self._parked.clear()
 
     def stats(self) -> dict[str, int]:
-        return {"targets": len(self.targets), "dropped": self.dropped, "parked": self.parked,
-                "parked_now": sum(len(q) for q in self._parked.values()),
-                "bind_waits": sum(not f.done() for w in self._bind_waiters.values() for f in w),
-                "credit_owed": self.book.owed()}
+        return {"targets": len(self.targets),
+                "bind_waits": sum(not f.done() for w in self._bind_waiters.values() for f in w)}
 
 
 async def _routed(router: Router, dest: str, timeout: float | None) -> tuple[int, Target]:
@@ -752,14 +532,6 @@ def _if_freed(left: dict[str, int], rank: int, name: str) -> None:
         if home not in (rank, -1):
             exc.origin_rank = home   # under aiopdbp.run: a consequence of that rank
         raise exc
-
-
-def _asking(name_of: Callable[[int], str], want_pid: Callable[[int], None]) -> Callable[[int], str]:
-    """``name_of`` that also asks for the name it does not know yet."""
-    def unnamed(pid: int) -> str:
-        want_pid(pid)
-        return name_of(pid)
-    return unnamed
 
 
 def _nothing(_: Any) -> None:

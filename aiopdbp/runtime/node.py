@@ -15,7 +15,9 @@ lives in its own module and the node only calls their public methods:
                     stream pipes (:mod:`aiopdbp.routing.pipes`)
 ``node.manager``    the PipeManager and the public message pipe
                     (:mod:`aiopdbp.routing.manager`)
-``node.router``     names, targets, placement of arrivals (:mod:`aiopdbp.routing.router`)
+``node.router``     names, targets, the routing decision (:mod:`aiopdbp.routing.router`)
+``node.arrivals``   what other hosts send, placed in the GPs' pipes, and the
+                    credit it owes them (:mod:`aiopdbp.routing.arrivals`)
 ``node.streams``    live streams and their bindings (:mod:`aiopdbp.streams.table`)
 ``node.devices``    device support: backend, pinned pool, SGPs
                     (:mod:`aiopdbp.streams.devicepath`)
@@ -50,6 +52,7 @@ from aiopdbp.routing.manager import PipeManager
 from aiopdbp.routing.pipes import PipePool
 from aiopdbp.runtime.process import GP
 from aiopdbp.hosts.remote import Remote, RemoteConfig
+from aiopdbp.routing.arrivals import Arrivals
 from aiopdbp.routing.router import Router, Target
 from aiopdbp.runtime.sgp import SGP
 from aiopdbp.stall import DEFAULT_STALL_TIMEOUT, StallWatch, WaitEdge
@@ -79,8 +82,8 @@ class _StreamPeers:
 
 
 class _WholeStreams:
-    """The router's way to the stream table (:class:`~aiopdbp.routing.router.WholeStreams`),
-    which is built after the router: forwards to the node's."""
+    """The arrivals' way to the stream table (:class:`~aiopdbp.routing.arrivals.WholeStreams`),
+    which is built after them: forwards to the node's."""
 
     __slots__ = ("_node",)
 
@@ -190,15 +193,21 @@ class Node:
         multi = transport is not None and self.size > 1
         self.router = Router(self.tables, self.pps, self.rank, name_timeout=name_timeout,
                              submit=self.manager.submit, offer=self.manager.offer,
-                             queued=self.manager.queued, links=self._link if multi else None, grant=self._grant if multi else None,
-                             bind_timeout=cfg.bind_timeout, window=cfg.gp_window,
-                             streams=_WholeStreams(self) if multi else None,
+                             queued=self.manager.queued, links=self._link if multi else None,
                              want=self._want if multi else None,
                              want_pid=self._want_pid if multi else None)
+        #: what other hosts send, into the GPs' pipes, and the credit it owes them
+        self.arrivals = Arrivals(self.tables, self.router.targets, self.rank, window=cfg.gp_window,
+                                 bind_timeout=cfg.bind_timeout, grant=self._grant if multi else None,
+                                 streams=_WholeStreams(self) if multi else None,
+                                 landings=self.router.landings,
+                                 want_pid=self._want_pid if multi else None)
         self.devices = DevicePath(device, rank=self.rank, tables=self.tables, router=self.router,
+                                  arrivals=self.arrivals,
                                   submit=self.manager.submit, transport=transport)
         self.streams = StreamTable(self.rank, stream_window, self.tables, self.pps, self.cps_streams,
-                                   self.router, submit=self.manager.submit, watch=self.manager.watch,
+                                   self.router, self.arrivals, submit=self.manager.submit,
+                                   watch=self.manager.watch,
                                    device=self.devices, peers=_StreamPeers(self._send_done, self._send_credit) if multi else None,
                                    large=cfg.large if multi else None, offer=self.manager.offer)
         #: arrays at least this large may travel from the sender's own buffer
@@ -216,7 +225,7 @@ class Node:
             report=self._send_stall if multi and self.rank != 0 else None,
             broadcast=self._send_deadlock if multi else None)
         if transport is not None and self.size > 1:
-            self._remote = Remote(transport, cfg, self.tables, self.router, self.streams,
+            self._remote = Remote(transport, cfg, self.tables, self.arrivals, self.streams,
                                   allow_pickle=allow_pickle, stall=self.stall,
                                   host_timeout=self.host_timeout, job=current_job)
 
@@ -302,6 +311,7 @@ class Node:
         finally:
             gone = ClosedResourceError(f"node {self.rank} closed")
             self.router.close(gone)
+            self.arrivals.close()
             if self._remote is not None:
                 job = current_job()
                 if job is not None:
@@ -484,7 +494,7 @@ class Node:
         why = (f"GP {gp.name!r} on rank {self.rank} released its pipe" if reason is None else
                f"GP {gp.name!r} on rank {self.rank} left with {summary(root_cause(reason, self.rank))}")
         self.streams.abort_to(gp.pid, why)
-        self.router.forget_pipe(pipe)
+        self.arrivals.forget_pipe(pipe)
         self.pps.release(pipe)
         if self._closed:
             return
@@ -516,7 +526,7 @@ class Node:
         pipe = gp.pipe
         gp.mark_freed()
         if pipe is not None:
-            self.router.forget_pipe(pipe)
+            self.arrivals.forget_pipe(pipe)
             self.pps.release(pipe)
             if gp.pid in self.tables.pta:
                 self.commit_nowait("pipe_release", gp.pid)
@@ -564,13 +574,13 @@ class Node:
         return NodeStats(
             rank=self.rank, size=self.size, gps=len(self._gps),
             routed=self.manager.routed + self.router.offered,
-            dropped=self.manager.dropped + self.router.dropped + self.streams.dropped,
-            parked=self.router.parked,
+            dropped=self.manager.dropped + self.arrivals.dropped + self.streams.dropped,
+            parked=self.arrivals.parked,
             pipes_in_use=self.pps.in_use, pipes_created=self.pps.created,
             streams_in=self.streams.incoming, streams_out=self.streams.outgoing,
             segments_landed=self.streams.landed,
             table_version=self.tables.version, table_digest=self.tables.digest,
-            credit_owed=self.router.stats()["credit_owed"], bind_waits=self.router.stats()["bind_waits"],
+            credit_owed=self.arrivals.book.owed(), bind_waits=self.router.stats()["bind_waits"],
             links=r.link_stats() if r is not None else {},
             received={h: n for h, n in r.stats()["received"].items()} if r is not None else {},
             protocol_errors=r.protocol_errors if r is not None else 0,

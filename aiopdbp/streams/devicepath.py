@@ -88,6 +88,7 @@ from aiopdbp.transport.base import LoopPoller
 
 if TYPE_CHECKING:
     from aiopdbp.hosts.tables import Tables
+    from aiopdbp.routing.arrivals import Arrivals
     from aiopdbp.routing.router import Router, Target
     from aiopdbp.streams.outgoing import OutgoingStream
     from aiopdbp.streams.table import StreamTable
@@ -144,11 +145,13 @@ class DevicePath:
     """A node's device support (see the module docstring)."""
 
     def __init__(self, config: DeviceConfig | str | DeviceBackend | None = None, *, rank: int,
-                 tables: Tables, router: Router, submit: Callable[[Target, int, Message], None],
+                 tables: Tables, router: Router, arrivals: Arrivals,
+                 submit: Callable[[Target, int, Message], None],
                  transport: Transport | None) -> None:
         self._rank = rank
         self._tables = tables
         self._router = router
+        self._arrivals = arrivals   # where a device message from another host goes in
         self._submit = submit
         self._transport = transport
         self.config = device_config(config)
@@ -610,13 +613,13 @@ class DevicePath:
             # as it landed: recv turns a host copy into what its caller asks for
             arr = await stream.landed() if isinstance(stream, DeviceIncomingStream) else await stream.read()
         except (BrokenResourceError, ClosedResourceError):
-            self._router.refund(host, stream.dest_pid, CREDIT_OVERHEAD)
+            self._arrivals.refund(host, stream.dest_pid, CREDIT_OVERHEAD)
             return
         if isinstance(stream, DeviceIncomingStream) and stream.to_tensor is not None \
                 and not isinstance(arr, np.ndarray):
             arr = stream.to_tensor(arr)
         msg = Message((stream.source, kind, stream.com, arr, stream.source_pid))
-        self._router.deliver_remote(host, stream.dest_pid, [msg], CREDIT_OVERHEAD)
+        self._arrivals.deliver_remote(host, stream.dest_pid, [msg], CREDIT_OVERHEAD)
 
     def refuse_incoming(self, host: int, key: tuple[int, int], meta: StreamMeta) -> None:
         """A device stream that cannot be received: still take what is sent."""

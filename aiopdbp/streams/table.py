@@ -21,13 +21,13 @@ table and the stream objects feed with what arrives:
 * :meth:`place` takes the stream CDUs that arrive from other hosts: an OPEN
   binds PipeB (the receiving host's MTA row: the receiver decides it) and
   creates the incoming stream and hands it to the receiving GP (through the
-  router, which parks it if the GP is not bound yet); segments, END and
+  arrivals, which park it if the GP is not bound yet); segments, END and
   ABORT go to the stream's PipeB.  An OPEN may carry a short stream whole
   (``open_outgoing(eager=...)``: one segment of at most
   :data:`~aiopdbp.streams.receiver.EAGER_LIMIT` bytes, then its END): its
   record is then the segment itself -- a short record among the short
   messages (:class:`~aiopdbp.wire.shorts.ShortStream`, handed over by the
-  router: :meth:`StreamTable.open_whole`) or, when it does not fit one, a
+  arrivals: :meth:`StreamTable.open_whole`) or, when it does not fit one, a
   CDU record of ``segno`` :data:`EAGER_OPEN` -- and the meta is the
   record's (:func:`eager_meta`: no msgpack).  Such a stream binds
   neither PipeA nor PipeB and nothing of it follows the OPEN: it is done for
@@ -72,6 +72,7 @@ from aiopdbp.wire.shorts import EAGER_OPEN, ShortStream
 from aiopdbp.errors import BrokenResourceError, NoPipeError, ProtocolError, StreamError, WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD
 from aiopdbp.routing.pipes import Pipe, PipePool
+from aiopdbp.routing.arrivals import Arrivals
 from aiopdbp.routing.router import Router, Target
 from aiopdbp.streams.protocol import Registry, StreamState
 from aiopdbp.streams.outgoing import OpenRoute, OutgoingStream, WholeRoute
@@ -157,7 +158,7 @@ class StreamTable:
     """Both ends of this host's streams (see the module docstring)."""
 
     def __init__(self, rank: int, window: int, tables: Tables, pps: PipePool, cps: PipePool,
-                 router: Router, *, submit: Callable[[Any, int, Any], None],
+                 router: Router, arrivals: Arrivals, *, submit: Callable[[Any, int, Any], None],
                  watch: Callable[[Pipe[Any]], None], device: StreamDevices | None = None,
                  peers: StreamPeers | None = None, large: int | None = None,
                  offer: Callable[[Target, int, int, Any], bool] | None = None) -> None:
@@ -170,6 +171,7 @@ class StreamTable:
         self.pps = pps
         self.cps = cps
         self.router = router
+        self.arrivals = arrivals   # where a stream that comes from another host goes in
         self.peers = peers    # the other hosts' stream ends (None: a single host)
         self.device = device
         #: this host's MTA rows: its outgoing streams (PipeA) and incoming ones (PipeB)
@@ -402,7 +404,7 @@ class StreamTable:
             if meta.kind == "device" and self.device is not None and self.device.start_incoming(host, stream):
                 return  # a device message: delivered as a Message once it is complete
             cost = CREDIT_OVERHEAD + (_nbytes(cdu.data) if whole else 0)  # as the sender charged
-            if not self.router.deliver_remote(host, dest, [stream], cost):
+            if not self.arrivals.deliver_remote(host, dest, [stream], cost):
                 self.incoming_closed(stream, "the receiving GP is gone", True)
             return
         try:
@@ -423,8 +425,8 @@ class StreamTable:
     def open_whole(self, host: int, dest: int, src_pid: int, source: Any, com: int, sno: int, window: int,
                    data: Any) -> IncomingStream | None:
         """A stream from ``host`` arrived whole in a short record (the
-        router's :class:`~aiopdbp.routing.router.WholeStreams`): its
-        incoming stream, for the router to put in GP ``dest``'s pipe among
+        arrivals' :class:`~aiopdbp.routing.arrivals.WholeStreams`): its
+        incoming stream, for the arrivals to put in GP ``dest``'s pipe among
         the messages around it -- or None when its record is malformed
         (dropped and counted: its sender, done once it sent it, waits for
         nothing).  ``data`` is the segment, a copy of its own."""
@@ -438,7 +440,7 @@ class StreamTable:
         return stream
 
     def undelivered(self, items: list[Any]) -> None:
-        """Items the router could not deliver (their GP is gone): the
+        """Items the arrivals could not deliver (their GP is gone): the
         streams among them end, their senders hear it."""
         for item in items:
             if isinstance(item, IncomingStream):

@@ -47,7 +47,7 @@ two subclasses, both in this package.
 #
 # *Closing.*  A CDU that reaches a host while the destination GP's pipe is
 # released but its name not yet freed is held by that host's receive path
-# for up to ``RemoteConfig.bind_timeout`` (parked by ``Router.deliver_remote``), which
+# for up to ``RemoteConfig.bind_timeout`` (parked by ``Arrivals.deliver_remote``), which
 # stalls all traffic from the sending host.  So a closing member sends LEAVE
 # only to peers that have not left yet, and keeps its companion until every
 # peer has left or been freed (at most ``linger`` seconds): then nobody sends
