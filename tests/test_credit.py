@@ -22,7 +22,6 @@ from aiopdbp.wire.mesp import Kind
 from aiopdbp.errors import BrokenResourceError, WouldBlock
 from aiopdbp.hosts.link import HostLink
 from aiopdbp.routing.pipes import Pipe, PipePool
-from aiopdbp.routing.arrivals import Arrivals
 from aiopdbp.hosts.tables import Tables
 
 WINDOW = 1000
@@ -193,64 +192,6 @@ async def test_failed_link_fails_every_parked_sender() -> None:
             await t
     with pytest.raises(BrokenResourceError):
         await link.reserve(PID, 10)
-
-
-# ------------------------------------------------------------ owed credit
-def _arrivals() -> tuple[Arrivals, Pipe[Any], list[tuple[int, list[tuple[int, int]]]]]:
-    grants: list[tuple[int, list[tuple[int, int]]]] = []
-    pipe = PipePool(4, 4).apply_nowait()
-    # the GP's binding, as the router's on_update("pipe_bind") makes it
-    arrivals = Arrivals(Tables(), {PID: pipe}, 0, window=WINDOW,
-                        grant=lambda host, g: grants.append((host, list(g))))
-    return arrivals, pipe, grants
-
-
-@pytest.mark.timeout(10)
-async def test_owed_credit_below_threshold_stays_until_asked() -> None:
-    arrivals, pipe, grants = _arrivals()
-    arrivals.deliver_remote(1, PID, [b"m"], 100)
-    pipe.receive_nowait()
-    await asyncio.sleep(0)
-    assert grants == []                         # 100 < window / 4: kept
-    arrivals.on_ask(1, PID)
-    await asyncio.sleep(0)
-    assert grants == [(1, [(PID, 100)])]
-
-
-@pytest.mark.timeout(10)
-async def test_ask_before_the_reader_drains_is_answered_at_the_drain() -> None:
-    arrivals, pipe, grants = _arrivals()
-    arrivals.deliver_remote(1, PID, [b"a"], 100)
-    arrivals.deliver_remote(1, PID, [b"b"], 100)
-    arrivals.on_ask(1, PID)
-    pipe.receive_nowait()
-    await asyncio.sleep(0)
-    assert grants == []                         # one item of host 1 still waits
-    pipe.receive_nowait()
-    await asyncio.sleep(0)
-    assert grants == [(1, [(PID, 200)])]
-
-
-@pytest.mark.timeout(10)
-async def test_ask_with_nothing_owed_is_answered_when_data_in_flight_is_taken() -> None:
-    arrivals, pipe, grants = _arrivals()
-    arrivals.on_ask(1, PID)                       # the ask overtook the data
-    await asyncio.sleep(0)
-    assert grants == []
-    arrivals.deliver_remote(1, PID, [b"late"], 60)
-    pipe.receive_nowait()
-    await asyncio.sleep(0)
-    assert grants == [(1, [(PID, 60)])]
-
-
-@pytest.mark.timeout(10)
-async def test_unasked_owed_credit_returns_in_quarter_windows() -> None:
-    arrivals, pipe, grants = _arrivals()
-    for _ in range(3):
-        arrivals.deliver_remote(1, PID, [b"x"], WINDOW // 8)
-        pipe.receive_nowait()
-    await asyncio.sleep(0)
-    assert grants == [(1, [(PID, WINDOW // 4)])]
 
 
 # ------------------------------------------------------------ pipe slots

@@ -18,7 +18,6 @@ from aiopdbp.hosts.owned import OwnedDone, OwnedSend
 from aiopdbp.hosts.tables import Tables
 from aiopdbp.routing.pipes import PipePool
 from aiopdbp.routing.router import Router
-from aiopdbp.routing.arrivals import Arrivals
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
 from aiopdbp.wire.codec import (decode_split, encode_cdu, encode_split, encode_split_array, split_array,
                                 split_stream_key, split_target)
@@ -341,20 +340,6 @@ async def test_owned_send_cancelled_before_the_link_posted_it_is_dropped_with_it
 
 
 @pytest.mark.timeout(10)
-async def test_a_whole_window_of_credit_goes_back_before_the_reader_can_reply() -> None:
-    grants: list[tuple[int, list[tuple[int, int]]]] = []
-    pipe = PipePool(4, 4).apply_nowait()
-    arrivals = Arrivals(Tables(), {PID: pipe}, 0, window=1 << 20,
-                        grant=lambda host, g: grants.append((host, list(g))))
-    arrivals.deliver_remote(1, PID, [b"big"], (1 << 20) + CREDIT_OVERHEAD)
-    pipe.receive_nowait()
-    assert grants == [(1, [(PID, (1 << 20) + CREDIT_OVERHEAD)])]   # at once, not at the iteration's end
-    arrivals.deliver_remote(1, PID, [b"small"], 1000)
-    pipe.receive_nowait()
-    assert len(grants) == 1                                         # small ones still wait and batch
-
-
-@pytest.mark.timeout(10)
 async def test_a_refused_record_gives_back_its_credit_and_holds_no_pool_cell() -> None:
     from aiopdbp.pool import PoolMatrix, SendPool, UserMemory
     from aiopdbp.wire.shorts import ShortStream
@@ -378,25 +363,3 @@ async def test_a_refused_record_gives_back_its_credit_and_holds_no_pool_cell() -
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     assert len(tr.heads) == 3 and link.stats().blocks == 1, tr.heads
-
-
-@pytest.mark.timeout(10)
-async def test_items_parked_for_a_gp_that_never_binds_end_their_streams_when_they_expire() -> None:
-    ended: list[Any] = []
-    heard = asyncio.Event()
-
-    class _Streams:
-        def open_whole(self, *a: Any) -> None:
-            return None
-
-        def undelivered(self, items: list[Any]) -> None:
-            ended.extend(items)
-            heard.set()
-
-    granted: list[tuple[int, list[tuple[int, int]]]] = []
-    arrivals = Arrivals(Tables(), {}, 0, grant=lambda host, grants: granted.append((host, grants)),
-                        bind_timeout=0.05, streams=_Streams())
-    item = object()   # (an IncomingStream in the node: the stream table ends it)
-    assert arrivals.deliver_remote(1, PID, [item], 100)      # parked: its registration has not come
-    await asyncio.wait_for(heard.wait(), 5)                 # bind_timeout later
-    assert ended == [item]                                   # its sender will hear
