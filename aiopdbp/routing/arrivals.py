@@ -235,9 +235,14 @@ class Arrivals:
         marks = None if hosts is None else hosts.get(host)
         if not marks:
             return 1 << 62
+        book = self.book
         while marks and marks[0][0] <= taken:
             _, pid, cost = marks.popleft()
-            self._taken(host, pid, cost)
+            # (_taken, inline: every take the reader makes past a mark comes
+            # here, and most leave nothing due yet)
+            due = book.taken(host, pid, cost)
+            if due != LATER:
+                self._due(due)
         return marks[0][0] if marks else 1 << 62
 
     def forget_pipe(self, pipe: Pipe[Any]) -> None:
