@@ -330,6 +330,25 @@ class Router:
                 del self._bind_waiters[pid]
         return self.target_nowait(pid)
 
+    async def _routed(self, dest: str, timeout: float | None) -> tuple[int, Target]:
+        """GP ``dest``'s pid and target, waiting for its name and binding.
+
+        Cancellation: nothing to undo.
+        """
+        pid = self.pids.get(dest)
+        if pid is None:
+            pid = await self.resolve(dest, timeout)
+        tgt = self.targets.get(pid)
+        if tgt is None:
+            try:
+                tgt = await self.target(pid, timeout)
+            except UnknownProcessError:
+                # it left between its name and now (the error could only say
+                # "pid N"): the name rule says it by name, with where it left
+                await self.resolve(dest, 0)
+                raise
+        return pid, tgt
+
     async def reserve(self, tgt: Target, pid: int, cost: int, timeout: float | None,
                       dest: str, src: str = "?") -> None:
         """Reserve room for one CDU to GP ``pid`` at ``tgt``: a slot in its
@@ -395,7 +414,7 @@ class Router:
         Cancellation: a cancelled send has queued nothing (a reservation
         already taken is given back).
         """
-        pid, tgt = await _routed(self, dest, timeout)
+        pid, tgt = await self._routed(dest, timeout)
         await self.reserve(tgt, pid, cost, timeout, f"GP {dest!r}", fields[0])
         self._submit(tgt, pid, Message(fields))
 
@@ -427,7 +446,7 @@ class Router:
         pid = self.pids.get(dest)
         tgt = self.targets.get(pid) if pid is not None else None
         if pid is None or tgt is None:  # (the commonest: both known, no coroutine to wait on)
-            pid, tgt = await _routed(self, dest, timeout)
+            pid, tgt = await self._routed(dest, timeout)
         owns = getattr(tgt, "owns", None)
         if not tgt.remote or owns is None or not owns(cost - CREDIT_OVERHEAD):
             fields = (fields[0], fields[1], fields[2], copy(fields[3]), fields[4])
@@ -507,24 +526,6 @@ class Router:
     def stats(self) -> dict[str, int]:
         return {"targets": len(self.targets),
                 "bind_waits": sum(not f.done() for w in self._bind_waiters.values() for f in w)}
-
-
-async def _routed(router: Router, dest: str, timeout: float | None) -> tuple[int, Target]:
-    """GP ``dest``'s pid and target, waiting for its name and binding
-    (a function, not a method: the Router stays within 30 methods)."""
-    pid = router.pids.get(dest)
-    if pid is None:
-        pid = await router.resolve(dest, timeout)
-    tgt = router.targets.get(pid)
-    if tgt is None:
-        try:
-            tgt = await router.target(pid, timeout)
-        except UnknownProcessError:
-            # it left between its name and now (the error could only say
-            # "pid N"): the name rule says it by name, with where it left
-            await router.resolve(dest, 0)
-            raise
-    return pid, tgt
 
 
 def _if_freed(left: dict[str, int], rank: int, name: str) -> None:
