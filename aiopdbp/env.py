@@ -80,7 +80,8 @@ The job directory
 directory named by ``AIOPDBP_JOB_DIR``: right after MPI starts each rank
 writes ``shm.<pid>`` listing the MPICH segments it maps
 (:func:`record_own_shm`), so the launcher can remove them even when the rank
-is killed (:func:`recorded_shm`); a failing rank writes its exit status to
+is killed before its node has started (:func:`recorded_shm`; once it has, the
+ranks have removed the names themselves, :func:`unlink_own_shm`); a failing rank writes its exit status to
 :data:`FAILED_FILE` (:func:`record_failure`, read by :func:`recorded_failure`).
 """
 
@@ -102,7 +103,7 @@ __all__ = [
     "last_words_enabled",
     "mpi_thread_level", "mpiexec_override", "bench_link", "under_aiopdbp_launch", "job_dir", "pmi_fd",
     "emulated_link_bps", "search_path", "mpi_settings", "inherited",
-    "own_shm", "record_own_shm", "recorded_shm", "record_failure", "recorded_failure", "recorded_stop",
+    "own_shm", "record_own_shm", "unlink_own_shm", "recorded_shm", "record_failure", "recorded_failure", "recorded_stop",
     "record_rank", "recorded_ranks",
 ]
 
@@ -385,6 +386,25 @@ def own_shm() -> list[str]:
                            if _SHM_MARK in line and "(deleted)" not in line})
     except (OSError, IndexError):
         return []
+
+
+def unlink_own_shm() -> list[str]:
+    """Remove the names of the MPICH shared-memory segments this process
+    maps; the mappings stay valid (returns the paths removed).
+
+    MPICH unlinks them in ``MPI_Finalize``; a rank that ends without it
+    (abort, interrupt, kill) leaves them in ``/dev/shm``.  Only files mapped
+    by this very process are touched: they belong to this job.  Once every
+    local rank has mapped them (the node's start-up, :mod:`aiopdbp.hosts.remote`),
+    nothing opens them by name again, and ``MPI_Finalize`` accepts finding
+    them gone.
+    """
+    removed: list[str] = []
+    for path in own_shm():
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            removed.append(path)
+    return removed
 
 
 def record_own_shm() -> None:

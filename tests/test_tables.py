@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from aiopdbp import DuplicateProcessError, NodeType, PDBPError, PType, Tables, UnknownProcessError
+from aiopdbp.hosts.tables import ProcReg, Update
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -43,12 +44,22 @@ def test_apply_changes_digest_on_every_update() -> None:
         seen.add(tables.digest)
 
 
-def test_apply_notifies_subscribers_with_op_args_and_result() -> None:
+def test_apply_notifies_subscribers_with_op_typed_update_and_result() -> None:
     tables = Tables()
-    calls: list[tuple[str, tuple[Any, ...], Any]] = []
-    tables.subscribe(lambda op, args, result: calls.append((op, args, result)))
+    calls: list[tuple[str, Update, Any]] = []
+    tables.subscribe(lambda op, update, result: calls.append((op, update, result)))
     pid = tables.apply("proc_reg", ["a", int(PType.CPU), 0])  # a list is accepted as well
-    assert calls == [("proc_reg", ("a", int(PType.CPU), 0), pid)]
+    assert calls == [("proc_reg", ProcReg("a", int(PType.CPU), 0, None, None), pid)]
+    update = calls[0][1]
+    assert type(update) is ProcReg and update.name == "a" and update.node == 0 and update.pipe is None
+
+
+def test_an_update_of_the_wrong_arity_is_refused_and_changes_nothing() -> None:
+    tables = _tables(UPDATES)
+    before = tables.snapshot()
+    with pytest.raises(PDBPError, match="'pipe_bind' with 3 arguments: PipeBind has 2"):
+        tables.apply("pipe_bind", (2, 7, 9))
+    assert tables.snapshot() == before
 
 
 def test_same_updates_give_equal_digest_and_snapshot() -> None:

@@ -72,7 +72,7 @@ from aiopdbp.errors import (
     UnknownProcessError,
 )
 from aiopdbp.hosts.channel import ControlChannel
-from aiopdbp.hosts.tables import Tables
+from aiopdbp.hosts.tables import ProcGone, ProcReg, Tables
 from aiopdbp.wire.control import (
     AAPMsg,
     APipeMsg,
@@ -114,8 +114,8 @@ class _Record:
     """A home's record of one name."""
 
     subs: set[int] = field(default_factory=set)   # hosts sent every update of it
-    args: list[Any] | None = None   # its last registration: [name, ptype, node, pipe, pid]
-    live: bool = False              # registered now (args is kept after its free)
+    reg: ProcReg | None = None      # its last registration, its pipe kept current
+    live: bool = False              # registered now (reg is kept after its free)
 
 
 class NameService:
@@ -278,30 +278,31 @@ class NameService:
             raise DuplicateProcessError(name)
         self._given += 1
         pid = (self._given - 1) * self.size + self.rank + 1
-        rec.args = [name, ptype, node, pipe, pid]
+        rec.reg = ProcReg(name, ptype, node, pipe, pid)
         rec.live = True
         rec.subs.add(src)
         self._homed_pids[pid] = name
-        self._push(rec, "proc_reg", list(rec.args))
+        self._push(rec, "proc_reg", list(rec.reg))
         return pid
 
     def _record(self, pid: int) -> _Record:
         name = self._homed_pids.get(pid)
         rec = None if name is None else self._homed.get(name)
-        if rec is None or not rec.live or rec.args is None or rec.args[4] != pid:
+        if rec is None or not rec.live or rec.reg is None or rec.reg.pid != pid:
             raise UnknownProcessError(f"pid {pid}")
         return rec
 
     def _update(self, op: str, pid: int, pipe: int | None) -> Any:
         """Home: apply one update of a registered GP and send it to its subscribers."""
         rec = self._record(pid)
-        assert rec.args is not None
+        assert rec.reg is not None
         if op == "pipe_bind":
-            rec.args[3] = pipe
+            rec.reg = rec.reg._replace(pipe=pipe)
             self._push(rec, op, [pid, pipe])
             return pipe
         if op == "pipe_release":
-            old, rec.args[3] = rec.args[3], None
+            old = rec.reg.pipe
+            rec.reg = rec.reg._replace(pipe=None)
             self._push(rec, op, [pid])
             return old
         rec.live = False
@@ -322,13 +323,14 @@ class NameService:
         if rec is None:
             rec = self._homed[name] = _Record()
         rec.subs.add(src)
-        if rec.args is None:
+        reg = rec.reg
+        if reg is None:
             return   # not registered yet: its registration will be pushed
         if rec.live:
-            op, args = "proc_reg", list(rec.args)
+            op, args = "proc_reg", list(reg)
         else:   # one update: registration and free in two, a reader could run between
-            name, ptype, node, _, pid = rec.args
-            op, args = "proc_gone", [name, ptype, node, pid]
+            assert reg.pid is not None   # (a home's registrations carry the pid it gave)
+            op, args = "proc_gone", list(ProcGone(reg.name, reg.ptype, reg.node, reg.pid))
         if src == self.rank:
             self._apply(op, args)
         else:
@@ -368,8 +370,8 @@ class NameService:
     def on_cancel(self, src: int, msg: CancelMsg) -> None:
         name = self._homed_pids.get(msg.pid)
         rec = None if name is None else self._homed.get(name)
-        if rec is not None and rec.live and rec.args is not None and rec.args[4] == msg.pid \
-                and rec.args[2] == src:
+        if rec is not None and rec.live and rec.reg is not None and rec.reg.pid == msg.pid \
+                and rec.reg.node == src:
             self._answer("proc_free", msg.pid)
 
     def on_lookup(self, src: int, msg: LookupMsg) -> None:
@@ -422,21 +424,24 @@ class NameService:
         """The home's answer to our lookup of a name whose announced row is
         applied here (:meth:`want`): bring the row up to date and return
         True, or return False to have the answer applied as any other."""
-        name = args[0]
-        if name not in self._provisional or len(args) < (5 if op == "proc_reg" else 4):
+        try:
+            update = ProcReg(*args) if op == "proc_reg" else ProcGone(*args)
+        except TypeError:
+            return False   # malformed: applying it says so
+        name, pid = update.name, update.pid
+        if name not in self._provisional or pid is None:
             return False
         self._provisional.discard(name)
-        pid = args[4] if op == "proc_reg" else args[3]
         held = self.tables.by_name.get(name)
         if held is not None and held != pid:   # freed since, and its name registered again
             self._apply("proc_free", [held])
             return False
         if held is None:
             return False
-        if op == "proc_gone":
+        if isinstance(update, ProcGone):
             self._apply("proc_free", [pid])
-        elif self.tables.pta[pid].pipe != args[3]:
-            pipe = args[3]
+        elif self.tables.pta[pid].pipe != update.pipe:
+            pipe = update.pipe
             self._apply("pipe_release" if pipe is None else "pipe_bind", [pid] if pipe is None else [pid, pipe])
         return True
 

@@ -52,6 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from aiopdbp.env import unlink_own_shm
 from aiopdbp.errors import ProtocolError, TransportError
 from aiopdbp.hosts.channel import ControlChannel, Dispatch
 from aiopdbp.hosts.closing import Closing
@@ -198,6 +199,12 @@ class Remote:
         await self.transport.start(self._on_message, self.inbound.alloc, alloc_min=RBP_MIN)
         self.failures.start(asyncio.get_running_loop())
         await self.sequencer.handshake(timeout)
+        # Every rank of the job has started MPI (the start-up's info came
+        # from each), so every rank here has mapped MPICH's shared-memory
+        # segments: their names can go now, and a rank killed later (kill
+        # -9, the out-of-memory killer), even under a plain mpiexec that
+        # cleans nothing, leaves none in /dev/shm.
+        unlink_own_shm()
         # A link (its block, credit book and counters) is made at the first
         # send to its host (Credit.link), so a rank pays for the peers it talks to;
         # the pool rows too, and those of peers it stopped talking to go back.

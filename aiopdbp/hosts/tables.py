@@ -34,7 +34,7 @@ import enum
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiopdbp.errors import DuplicateProcessError, PDBPError, UnknownProcessError
 
@@ -85,7 +85,61 @@ class StreamEntry:
     busy: bool = True
 
 
-UpdateFn = Callable[[str, tuple[Any, ...], Any], None]
+# -- the updates, typed: what ``Tables.apply`` hands its listeners ------------
+# (on the wire an update is its op and a list of arguments, in these fields' order)
+class NodeAdd(NamedTuple):
+    nid: int
+    name: str
+    ip: str
+    ntype: int
+
+
+class NodesAdd(NamedTuple):
+    entries: list[list[Any]]   # [nid, name, ip, ntype, ...] per host
+
+
+class ProcReg(NamedTuple):
+    name: str
+    ptype: int
+    node: int
+    pipe: int | None = None    # bound at once when given
+    pid: int | None = None     # given by the name's home host (None: numbered here)
+
+
+class ProcFree(NamedTuple):
+    pid: int
+
+
+class ProcName(NamedTuple):
+    pid: int
+    name: str
+
+
+class ProcGone(NamedTuple):
+    name: str
+    ptype: int
+    node: int
+    pid: int
+
+
+class PipeBind(NamedTuple):
+    pid: int
+    pipe: int
+
+
+class PipeRelease(NamedTuple):
+    pid: int
+
+
+Update = NodeAdd | NodesAdd | ProcReg | ProcFree | ProcName | ProcGone | PipeBind | PipeRelease
+
+#: op -> its record
+UPDATES: dict[str, type[Update]] = {
+    "node_add": NodeAdd, "nodes_add": NodesAdd, "proc_reg": ProcReg, "proc_free": ProcFree,
+    "proc_name": ProcName, "proc_gone": ProcGone, "pipe_bind": PipeBind, "pipe_release": PipeRelease}
+
+#: ``fn(op, update, result)``: a listener of every applied update
+UpdateFn = Callable[[str, Update, Any], None]
 
 _NODE_TYPES = {int(t): t for t in NodeType}
 
@@ -103,8 +157,7 @@ class PendingName(str):
 class Tables:
     """NTA + PTA with one entry point for updates."""
 
-    OPS = ("node_add", "nodes_add", "proc_reg", "proc_free", "pipe_bind", "pipe_release", "proc_name",
-           "proc_gone")
+    OPS = tuple(UPDATES)
 
     def __init__(self) -> None:
         self.nta: dict[int, NodeEntry] = {}
@@ -127,18 +180,24 @@ class Tables:
         holds the same content when it applies the same update).
         """
         args = tuple(args)
-        handler = getattr(self, f"_op_{op}", None)
-        if op not in self.OPS or handler is None:
+        kind = UPDATES.get(op)
+        if kind is None:
             raise PDBPError(f"unknown table update {op!r}")
-        result = handler(*args)
+        try:
+            update = kind(*args)
+        except TypeError:
+            raise PDBPError(f"table update {op!r} with {len(args)} arguments: {kind.__name__} has "
+                            f"{len(kind._fields)}") from None
+        result = getattr(self, f"_op_{op}")(*update)
         self.version += 1
         self._hash.update(repr((op, args)).encode())
         for fn in self._listeners:
-            fn(op, args, result)
+            fn(op, update, result)
         return result
 
     def subscribe(self, fn: UpdateFn) -> None:
-        """Call ``fn(op, args, result)`` after every applied update."""
+        """Call ``fn(op, update, result)`` after every applied update (``update``:
+        its typed record, :data:`UPDATES`)."""
         self._listeners.append(fn)
 
     @property

@@ -44,7 +44,7 @@ from typing import Any, Protocol
 
 from aiopdbp.hosts.gate import ASK_STEP, LATER, NOW
 from aiopdbp.hosts.gatecore import CreditBook
-from aiopdbp.hosts.tables import Tables
+from aiopdbp.hosts.tables import PipeBind, PipeRelease, ProcFree, ProcReg, Tables, Update
 from aiopdbp.routing.pipes import Pipe
 from aiopdbp.wire.core import BlockReader
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
@@ -111,27 +111,26 @@ class Arrivals:
         tables.subscribe(self.on_update)
 
     # ----------------------------------------------------------- table hook
-    def on_update(self, op: str, args: tuple[Any, ...], result: Any) -> None:
+    def on_update(self, op: str, update: Update, result: Any) -> None:
         """Follow the tables for the GPs something is parked for (called by
         ``Tables.apply``, after the router has followed them)."""
-        if op == "proc_reg":
-            if len(args) > 3 and args[3] is not None:
-                self.on_update("pipe_bind", (result, args[3]), args[3])
-            elif result in self._parked and self.tables.pta[result].node != self.rank:
-                self._unpark(result)  # not ours after all: drop what waited
-        elif op == "pipe_bind":
-            pid = args[0]
-            if self.tables.pta.get(pid) is None:
-                return
-            self._ever_bound.add(pid)
-            if pid in self._parked:
-                self._unpark(pid)
-        elif op in ("pipe_release", "proc_free"):
-            pid = args[0]
-            if op == "proc_free":
-                self._ever_bound.discard(pid)   # its entry is gone: nothing is parked for it now
-            if pid in self._parked:
-                self._unpark(pid)
+        match update:
+            case ProcReg(pipe=pipe) if pipe is not None:
+                self.on_update("pipe_bind", PipeBind(result, pipe), pipe)
+            case ProcReg():
+                if result in self._parked and self.tables.pta[result].node != self.rank:
+                    self._unpark(result)  # not ours after all: drop what waited
+            case PipeBind(pid=pid):
+                if self.tables.pta.get(pid) is None:
+                    return
+                self._ever_bound.add(pid)
+                if pid in self._parked:
+                    self._unpark(pid)
+            case ProcFree(pid=pid) | PipeRelease(pid=pid):
+                if type(update) is ProcFree:
+                    self._ever_bound.discard(pid)   # its entry is gone: nothing is parked for it now
+                if pid in self._parked:
+                    self._unpark(pid)
 
     # ------------------------------------------------------------- placing
     def place_shorts(self, host: int, buf: Any) -> None:
@@ -235,9 +234,14 @@ class Arrivals:
         marks = None if hosts is None else hosts.get(host)
         if not marks:
             return 1 << 62
+        book = self.book
         while marks and marks[0][0] <= taken:
             _, pid, cost = marks.popleft()
-            self._taken(host, pid, cost)
+            # (_taken, inline: every take the reader makes past a mark comes
+            # here, and most leave nothing due yet)
+            due = book.taken(host, pid, cost)
+            if due != LATER:
+                self._due(due)
         return marks[0][0] if marks else 1 << 62
 
     def forget_pipe(self, pipe: Pipe[Any]) -> None:

@@ -40,7 +40,7 @@ from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
 from aiopdbp.routing.pipes import Pipe, PipePool
 from aiopdbp.stall import Waits
 from aiopdbp.hosts.owned import OwnedDone, OwnedSend
-from aiopdbp.hosts.tables import Tables
+from aiopdbp.hosts.tables import PipeBind, PipeRelease, ProcFree, ProcGone, ProcName, ProcReg, Tables, Update
 
 log = logging.getLogger("aiopdbp.routing.router")
 
@@ -162,42 +162,46 @@ class Router:
         tables.subscribe(self.on_update)
 
     # ----------------------------------------------------------- table hook
-    def on_update(self, op: str, args: tuple[Any, ...], result: Any) -> None:
+    def on_update(self, op: str, update: Update, result: Any) -> None:
         """Follow the tables (called by ``Tables.apply``)."""
-        if op == "proc_reg":
-            self._left.pop(args[0], None)
-            self._home[result] = args[2]
-            _wake(self._name_waiters.pop(args[0], ()))
-            _wake(self._pid_waiters.pop(result, ()))
-            if len(args) > 3 and args[3] is not None:
-                self.on_update("pipe_bind", (result, args[3]), args[3])
-        elif op == "proc_name":
-            _wake(self._pid_waiters.pop(args[0], ()))
-        elif op == "proc_gone":   # freed before this host asked: the waiters fail at once
-            self._left[args[0]] = args[2]
-            _wake(self._name_waiters.pop(args[0], ()))
-            _wake(self._pid_waiters.pop(args[3], ()))
-        elif op == "pipe_bind":
-            pid, pipe_id = args
-            entry = self.tables.pta.get(pid)
-            if entry is None:
-                return
-            self._released.discard(pid)
-            if entry.node == self.rank:
-                self.targets[pid] = self.pps.get(pipe_id)
-            elif self.links is not None:
-                self.targets[pid] = _LinkOnDemand(self.targets, pid, entry.node, self.links)
-            _wake(self._bind_waiters.pop(pid, ()))
-        elif op in ("pipe_release", "proc_free"):
-            pid = args[0]
-            if op == "proc_free":
-                self._left[self.tables.name_of(pid)] = self._home.pop(pid, -1)
-            if op == "pipe_release":
-                self._released.add(pid)     # "bind one first" would be wrong advice now
-            else:
+        match update:
+            case ProcReg(name=name, node=node, pipe=pipe):
+                self._left.pop(name, None)
+                self._home[result] = node
+                _wake(self._name_waiters.pop(name, ()))
+                _wake(self._pid_waiters.pop(result, ()))
+                if pipe is not None:
+                    self.on_update("pipe_bind", PipeBind(result, pipe), pipe)
+            case ProcName(pid=pid):
+                _wake(self._pid_waiters.pop(pid, ()))
+            case ProcGone(name=name, node=node, pid=pid):
+                # freed before this host asked: the waiters fail at once
+                self._left[name] = node
+                _wake(self._name_waiters.pop(name, ()))
+                _wake(self._pid_waiters.pop(pid, ()))
+            case PipeBind(pid=pid, pipe=pipe_id):
+                entry = self.tables.pta.get(pid)
+                if entry is None:
+                    return
                 self._released.discard(pid)
-            self.targets.pop(pid, None)
-            _wake(self._bind_waiters.pop(pid, ()))  # the waiter re-checks and fails clearly
+                if entry.node == self.rank:
+                    self.targets[pid] = self.pps.get(pipe_id)
+                elif self.links is not None:
+                    self.targets[pid] = _LinkOnDemand(self.targets, pid, entry.node, self.links)
+                _wake(self._bind_waiters.pop(pid, ()))
+            case PipeRelease(pid=pid):
+                self._released.add(pid)     # "bind one first" would be wrong advice now
+                self._gone(pid)
+            case ProcFree(pid=pid):
+                self._left[self.tables.name_of(pid)] = self._home.pop(pid, -1)
+                self._released.discard(pid)
+                self._gone(pid)
+
+    def _gone(self, pid: int) -> None:
+        """GP ``pid`` has no target any more; whoever waits for its binding
+        re-checks and fails clearly."""
+        self.targets.pop(pid, None)
+        _wake(self._bind_waiters.pop(pid, ()))
 
     # ---------------------------------------------------------- resolution
     async def resolve(self, name: str, timeout: float | None) -> int:
@@ -326,6 +330,25 @@ class Router:
                 del self._bind_waiters[pid]
         return self.target_nowait(pid)
 
+    async def _routed(self, dest: str, timeout: float | None) -> tuple[int, Target]:
+        """GP ``dest``'s pid and target, waiting for its name and binding.
+
+        Cancellation: nothing to undo.
+        """
+        pid = self.pids.get(dest)
+        if pid is None:
+            pid = await self.resolve(dest, timeout)
+        tgt = self.targets.get(pid)
+        if tgt is None:
+            try:
+                tgt = await self.target(pid, timeout)
+            except UnknownProcessError:
+                # it left between its name and now (the error could only say
+                # "pid N"): the name rule says it by name, with where it left
+                await self.resolve(dest, 0)
+                raise
+        return pid, tgt
+
     async def reserve(self, tgt: Target, pid: int, cost: int, timeout: float | None,
                       dest: str, src: str = "?") -> None:
         """Reserve room for one CDU to GP ``pid`` at ``tgt``: a slot in its
@@ -391,7 +414,7 @@ class Router:
         Cancellation: a cancelled send has queued nothing (a reservation
         already taken is given back).
         """
-        pid, tgt = await _routed(self, dest, timeout)
+        pid, tgt = await self._routed(dest, timeout)
         await self.reserve(tgt, pid, cost, timeout, f"GP {dest!r}", fields[0])
         self._submit(tgt, pid, Message(fields))
 
@@ -423,7 +446,7 @@ class Router:
         pid = self.pids.get(dest)
         tgt = self.targets.get(pid) if pid is not None else None
         if pid is None or tgt is None:  # (the commonest: both known, no coroutine to wait on)
-            pid, tgt = await _routed(self, dest, timeout)
+            pid, tgt = await self._routed(dest, timeout)
         owns = getattr(tgt, "owns", None)
         if not tgt.remote or owns is None or not owns(cost - CREDIT_OVERHEAD):
             fields = (fields[0], fields[1], fields[2], copy(fields[3]), fields[4])
@@ -503,24 +526,6 @@ class Router:
     def stats(self) -> dict[str, int]:
         return {"targets": len(self.targets),
                 "bind_waits": sum(not f.done() for w in self._bind_waiters.values() for f in w)}
-
-
-async def _routed(router: Router, dest: str, timeout: float | None) -> tuple[int, Target]:
-    """GP ``dest``'s pid and target, waiting for its name and binding
-    (a function, not a method: the Router stays within 30 methods)."""
-    pid = router.pids.get(dest)
-    if pid is None:
-        pid = await router.resolve(dest, timeout)
-    tgt = router.targets.get(pid)
-    if tgt is None:
-        try:
-            tgt = await router.target(pid, timeout)
-        except UnknownProcessError:
-            # it left between its name and now (the error could only say
-            # "pid N"): the name rule says it by name, with where it left
-            await router.resolve(dest, 0)
-            raise
-    return pid, tgt
 
 
 def _if_freed(left: dict[str, int], rank: int, name: str) -> None:

@@ -85,6 +85,7 @@ from aiopdbp.env import (
     record_failure,
     record_rank,
     record_own_shm,
+    unlink_own_shm,
     under_aiopdbp_launch,
     uvloop_wanted,
 )
@@ -491,21 +492,6 @@ def end_adopted(job: Job, exc: BaseException | None) -> None:
 
 
 # ---------------------------------------------------------------- exiting
-def unlink_own_shm() -> list[str]:
-    """Remove the MPICH shared-memory segments this process maps.
-
-    MPICH unlinks them in ``MPI_Finalize``; a rank that ends without it
-    (abort, interrupt, kill) leaves them in ``/dev/shm``.  Only files mapped
-    by this very process are touched: they belong to this job.
-    """
-    removed: list[str] = []
-    for path in own_shm():
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-            removed.append(path)
-    return removed
-
-
 def _hard_exit(code: int) -> NoReturn:
     """End the process now: no MPI_Finalize (peers may be gone), no leftovers."""
     lastwords.quiet()   # (this rank said its line)

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Self
 
 from aiopdbp.errors import BarrierError, ClosedResourceError, NoPipeError, PDBPError, WouldBlock
-from aiopdbp.hosts.tables import PType
+from aiopdbp.hosts.tables import ProcFree, ProcGone, ProcReg, PType, Update
 from aiopdbp.runtime.process import GP
 from aiopdbp.wire.message import Message
 from aiopdbp.streams.receiver import IncomingStream
@@ -136,15 +136,15 @@ class _Registry:
             if not ws:
                 del table[pid]
 
-    def on_update(self, op: str, args: tuple[Any, ...], result: Any) -> None:
-        if op == "proc_reg":
-            for watch, index in self.placing.pop(result, ()):
-                watch.placed(index, args[2])
-        elif op in ("proc_free", "proc_gone"):
-            pid = args[0] if op == "proc_free" else args[3]
-            self.placing.pop(pid, None)
-            for member, index in self.watchers.pop(pid, ()):
-                member.on_pid_freed(index)
+    def on_update(self, op: str, update: Update, result: Any) -> None:
+        match update:
+            case ProcReg(node=node):
+                for watch, index in self.placing.pop(result, ()):
+                    watch.placed(index, node)
+            case ProcFree(pid=pid) | ProcGone(pid=pid):
+                self.placing.pop(pid, None)
+                for member, index in self.watchers.pop(pid, ()):
+                    member.on_pid_freed(index)
 
 
 _REGISTRIES: weakref.WeakKeyDictionary[GPHost, _Registry] = weakref.WeakKeyDictionary()
