@@ -43,15 +43,15 @@ async def test_owed_credit_below_threshold_stays_until_asked() -> None:
 @pytest.mark.timeout(10)
 async def test_ask_before_the_reader_drains_is_answered_at_the_drain() -> None:
     arrivals, pipe, grants = _arrivals()
-    arrivals.deliver_remote(1, PID, [b"a"], 100)
-    arrivals.deliver_remote(1, PID, [b"b"], 100)
+    arrivals.deliver_remote(1, PID, [b"a"], 5)    # each below a 64th of the window
+    arrivals.deliver_remote(1, PID, [b"b"], 5)
     arrivals.on_ask(1, PID)
     pipe.receive_nowait()
     await asyncio.sleep(0)
     assert grants == []                         # one item of host 1 still waits
     pipe.receive_nowait()
     await asyncio.sleep(0)
-    assert grants == [(1, [(PID, 200)])]
+    assert grants == [(1, [(PID, 10)])]
 
 
 @pytest.mark.timeout(10)
@@ -64,6 +64,22 @@ async def test_ask_with_nothing_owed_is_answered_when_data_in_flight_is_taken() 
     pipe.receive_nowait()
     await asyncio.sleep(0)
     assert grants == [(1, [(PID, 60)])]
+
+
+@pytest.mark.timeout(10)
+async def test_an_asking_host_gets_credit_back_after_a_64th_of_the_window() -> None:
+    """Many small batches from one host (a sender that started first and
+    filled the window alone) are marked in 64ths of the window, so a
+    host-mate parked behind them gets credit once the reader has taken a
+    64th, not once it has taken a whole coarser mark or caught up."""
+    arrivals, pipe, grants = _arrivals(window=6400)
+    for _ in range(40):
+        arrivals.deliver_remote(1, PID, [b"x"], 10)
+    arrivals.on_ask(1, PID)
+    for _ in range(10):
+        pipe.receive_nowait()
+    await asyncio.sleep(0)
+    assert grants == [(1, [(PID, 100)])]        # 100 * 64 >= 6400; 30 items still wait
 
 
 @pytest.mark.timeout(10)

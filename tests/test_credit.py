@@ -391,25 +391,25 @@ def test_book_returns_owed_credit_in_quarter_windows(form: Any) -> None:
 @pytest.mark.parametrize("form", FORMS)
 def test_book_answers_an_ask_once_the_reader_has_caught_up(form: Any) -> None:
     book = form.CreditBook(WINDOW)
-    book.delivered(1, PID, 60)
-    assert book.taken(1, PID, 40) == LATER
-    assert book.ask(1, PID) == LATER             # 20 of ours still wait in the pipe
-    assert book.taken(1, PID, 20) == SOON
-    assert book.grants() == {1: [(PID, 60)]}
+    book.delivered(1, PID, 12)
+    assert book.taken(1, PID, 8) == LATER
+    assert book.ask(1, PID) == LATER             # 4 of ours still wait in the pipe, 8 < a 64th
+    assert book.taken(1, PID, 4) == SOON
+    assert book.grants() == {1: [(PID, 12)]}
 
 
 @pytest.mark.parametrize("form", FORMS)
-def test_book_answers_an_ask_once_a_sixteenth_of_the_window_is_owed(form: Any) -> None:
+def test_book_answers_an_ask_once_a_64th_of_the_window_is_owed(form: Any) -> None:
     """A sender parked behind a host-mate's long queue (it started first)
-    gets credit as the reader takes that host's messages, a sixteenth of the
-    window at a time, not once the reader has caught up or a quarter window
-    later."""
+    gets credit as the reader takes that host's messages, a 64th of the
+    window at a time (``ASK_STEP``), not once the reader has caught up or a
+    coarser step later."""
     book = form.CreditBook(WINDOW)
     book.delivered(1, PID, 500)
-    assert book.taken(1, PID, 62) == LATER      # below a sixteenth, nobody asked
-    assert book.ask(1, PID) == LATER             # asked, still below a sixteenth
-    assert book.taken(1, PID, 1) == SOON        # 63 * 16 >= 1000, though 437 wait
-    assert book.grants() == {1: [(PID, 63)]}
+    assert book.taken(1, PID, 15) == LATER      # below a 64th, nobody asked
+    assert book.ask(1, PID) == LATER             # asked, still below a 64th
+    assert book.taken(1, PID, 1) == SOON        # 16 * 64 >= 1000, though 484 wait
+    assert book.grants() == {1: [(PID, 16)]}
     assert book.taken(1, PID, 70) == LATER       # the grant answered the ask
     assert book.ask(1, PID) == SOON              # asked again: 70 owed goes at once
     assert book.grants() == {1: [(PID, 70)]}

@@ -208,3 +208,22 @@ def test_a_lone_sender_on_one_host_and_five_on_another_share_every_window() -> N
         fair = sum(bucket.values()) / len(bucket)
         assert fair >= 10, out                   # the reader took enough to judge
         assert all(fair / 2 <= c <= 2 * fair for c in bucket.values()), buckets
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("size", [1024, 1 << 20])
+def test_a_head_start_within_a_host_is_shared_within_the_first_window(size: int) -> None:
+    """One sender on rank 1 and five on rank 2; rank 2's first sender starts
+    0.5 s before its four host-mates (the default 1 MiB window: it fills it
+    alone).  Each of the six still gets within 2x of 1/6 of what the reader
+    takes in the first 5 s.  (With 1 KiB messages the late four got none:
+    their credit came back only once the reader had taken an eighth of the
+    window from rank 2, 128 messages, 5 s of a reader taking one per 20 ms
+    from two hosts' senders.)"""
+    counts, fair, out = _fair_run(3, ["--per-rank", "1,5", "--size", str(size), "--window", "0",
+                                      "--warmup", "0", "--period", "0.02", "--seconds", "5",
+                                      "--head-start", "0.5"])
+    assert fair >= 10, out
+    assert all(fair / 2 <= c <= 2 * fair for c in counts.values()), counts

@@ -6,7 +6,7 @@ module's own (:class:`ParkingLot`, :class:`Wake`, :class:`GateWait`)."""
 
 import time
 
-from aiopdbp.hosts.gate import LATER, NOW, SOON, GateWait, ParkingLot, Wake
+from aiopdbp.hosts.gate import ASK_STEP, LATER, NOW, SOON, GateWait, ParkingLot, Wake
 
 cdef extern from *:
     """
@@ -22,7 +22,7 @@ __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
 __all__ = ["LATER", "NOW", "SOON", "CreditBook", "CreditGate", "GateWait", "ParkingLot", "Wake"]
 
-cdef int _LATER = LATER, _SOON = SOON, _NOW = NOW
+cdef int _LATER = LATER, _SOON = SOON, _NOW = NOW, _ASK_STEP = ASK_STEP
 cdef object _NOTHING = Wake([], False)
 
 
@@ -166,7 +166,7 @@ cdef class CreditBook:
     """See :class:`aiopdbp.hosts.gate.CreditBook`."""
 
     cdef public object window
-    cdef long long _window, _quarter, _sixteenth
+    cdef long long _window, _quarter, _ask_at
     cdef dict _pending, _owed, _grants
     cdef set _asked
 
@@ -174,7 +174,7 @@ cdef class CreditBook:
         self.window = window
         self._window = window
         self._quarter = (window - 1) // 4   # owed * 4 < window, without the product (no overflow)
-        self._sixteenth = (window - 1) // 16   # owed * 16 >= window: owed > this
+        self._ask_at = (window - 1) // _ASK_STEP   # owed * ASK_STEP >= window: owed > this
         self._pending = {}
         self._owed = {}
         self._asked = set()
@@ -200,7 +200,7 @@ cdef class CreditBook:
         key = (host, pid)
         self._asked.add(key)
         got = self._owed.get(key)
-        if got and (key not in self._pending or <long long>got > self._sixteenth):
+        if got and (key not in self._pending or <long long>got > self._ask_at):
             return self.owe(host, pid, 0)
         return _LATER
 
@@ -210,7 +210,7 @@ cdef class CreditBook:
         got = self._owed.get(key)
         owed = (0 if got is None else <long long>got) + cost
         if owed <= self._quarter and not (owed and key in self._asked and (
-                key not in self._pending or owed > self._sixteenth)):
+                key not in self._pending or owed > self._ask_at)):
             self._owed[key] = owed
             return _LATER
         self._owed.pop(key, None)

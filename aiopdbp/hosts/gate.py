@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Generic, NamedTuple, TypeVar
 
-__all__ = ["LATER", "NOW", "SOON", "CreditBook", "CreditGate", "GateWait", "ParkingLot", "Wake"]
+__all__ = ["ASK_STEP", "LATER", "NOW", "SOON", "CreditBook", "CreditGate", "GateWait", "ParkingLot", "Wake"]
 
 W = TypeVar("W")
 
@@ -249,6 +249,10 @@ class CreditGate:
         del self._dests[pid]
 
 
+#: an ask is answered once ``window / ASK_STEP`` is owed (:class:`CreditBook`);
+#: the receiver's marks (:mod:`aiopdbp.routing.arrivals`) are no coarser
+ASK_STEP = 64
+
 #: when the grants of a :class:`CreditBook` are due: nothing new, at the end
 #: of the loop iteration (with the others), or at once
 LATER, SOON, NOW = 0, 1, 2
@@ -261,12 +265,14 @@ class CreditBook:
     and not taken yet, ``owed`` bytes taken and not granted back yet.  Owed
     credit goes back in steps of at least ``window / 4`` (one control message
     per quarter window, not per message); below that only when the sender
-    asked, and then once ``window / 16`` is owed or the GP has taken
-    everything of that host's that waits for it (an ask is answered once
-    the reader has caught up, or has taken a sixteenth of the window: a
-    sender parked behind a host-mate's long queue -- it started first --
-    gets credit at the pace the reader takes that host's messages, not a
-    quarter window later); a whole window (a large message) at once.  See
+    asked, and then once ``window / ASK_STEP`` (a 64th) is owed or the GP
+    has taken everything of that host's that waits for it (an ask is
+    answered once the reader has caught up, or has taken a 64th of the
+    window: a sender parked behind a host-mate's long queue -- it started
+    first and filled the window alone -- gets credit at the pace the reader
+    takes that host's messages, a few at a time, so it joins the reader's
+    turns within a few of them, not once a coarser step or a quarter window
+    has been taken); a whole window (a large message) at once.  See
     :mod:`aiopdbp.hosts.link`, "Credit".
     """
 
@@ -300,7 +306,7 @@ class CreditBook:
         key = (host, pid)
         self._asked.add(key)
         owed = self._owed.get(key, 0)
-        if owed and (key not in self._pending or owed * 16 >= self.window):
+        if owed and (key not in self._pending or owed * ASK_STEP >= self.window):
             return self.owe(host, pid, 0)
         return LATER
 
@@ -310,7 +316,7 @@ class CreditBook:
         key = (host, pid)
         owed = self._owed.get(key, 0) + cost
         if owed * 4 < self.window and not (owed and key in self._asked and (
-                key not in self._pending or owed * 16 >= self.window)):
+                key not in self._pending or owed * ASK_STEP >= self.window)):
             self._owed[key] = owed
             return LATER
         self._owed.pop(key, None)

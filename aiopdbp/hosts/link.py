@@ -127,7 +127,20 @@ messages of about a window (1 MiB in the default 1 MiB window) a host has
 one in the pipe at a time, from its parked senders in turn; the turns go
 in rounds, a sender served in this one waiting for the next, so each of k
 senders still gets 1/k, however unevenly they are spread over hosts.
-``tests/test_load.py`` checks even and uneven spreads, 1 KiB and 1 MiB.
+
+*A head start within a host.*  A sender that starts before its
+host-mates fills that host's window alone, and the others then park
+behind it with nothing in the pipe, so the reader's turns cannot reach
+them: they join only as the reader takes the early sender's messages and
+that credit comes back.  So the step of that return is what the head
+start is worth: an asking sender's credit comes back once ``window / 64``
+of that host's messages are taken (16 messages of 1 KiB), and the
+receiver's marks are no coarser (:mod:`aiopdbp.routing.arrivals`); the grant is shared among the
+parked senders in rounds, and from then on each has items queued and its
+turn.  (With eighth-window marks the late senders waited for 128 of the
+early one's messages -- seconds of a slow reader.)
+``tests/test_load.py`` checks even and uneven spreads, 1 KiB and 1 MiB,
+and a head start.
 
 *Owed credit below a quarter window.*  The receiving host returns credit in
 steps of at least ``window / 4`` (the router's owed-credit book: one
@@ -138,7 +151,7 @@ that could strand a sender whose need exceeds what is left, so **a parked
 sender asks**: when a queue forms, and again after each grant that leaves
 it non-empty, the link sends host ``h`` one :class:`~aiopdbp.wire.control.CreditAskMsg`.
 Host ``h`` then returns everything owed for ``pid`` as soon as the GP has
-taken every item of ours that waits in its pipe, or ``window / 16`` of them
+taken every item of ours that waits in its pipe, or ``window / 64`` of them
 (at once if it already has), and that grant answers the ask.  So while a sender is parked, every byte it
 is owed comes back once the destination has read what was sent: a healthy
 job sends at most one ask per grant, an idle one none.

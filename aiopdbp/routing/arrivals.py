@@ -42,7 +42,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from aiopdbp.hosts.gate import LATER, NOW
+from aiopdbp.hosts.gate import ASK_STEP, LATER, NOW
 from aiopdbp.hosts.gatecore import CreditBook
 from aiopdbp.hosts.tables import PipeBind, PipeRelease, ProcFree, ProcReg, Tables, Update
 from aiopdbp.routing.pipes import Pipe
@@ -214,9 +214,9 @@ class Arrivals:
             marks = hosts[host] = deque()
         elif marks:
             last = marks[-1]
-            if last[1] == pid and last[2] * 8 < self.window:
+            if last[1] == pid and last[2] * ASK_STEP < self.window:
                 # Extend the last mark rather than add one per batch: credit
-                # then comes back in eighths of the window at the finest.
+                # then comes back in steps no coarser than an asking sender's.
                 last[0] = pipe.appended
                 last[2] += cost
                 if len(marks) == 1:

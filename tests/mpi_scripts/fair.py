@@ -4,6 +4,7 @@
                                                   [--period S] [--seconds S] [--window BYTES]
                                                   [--warmup S] [--pipe-capacity N] [--bucket S]
                                                   [--per-rank K1,K2,...] [--stagger S]
+                                                  [--head-start S]
 
 Ranks 1..N-1 each run K sender GPs (``s<rank>.<i>``), and rank 0, the
 reader's own, L of them (``s0.<i>``, local senders: the reader's pipe
@@ -94,6 +95,8 @@ async def main() -> int:
     ap.add_argument("--per-rank", default="", help="senders on ranks 1, 2, ... (overrides --senders)")
     ap.add_argument("--stagger", type=float, default=0.0,
                     help="sender i of a rank starts i * S seconds after the go")
+    ap.add_argument("--head-start", type=float, default=0.0,
+                    help="sender 0 of each rank starts S seconds before the others")
     args = ap.parse_args()
     per_rank = [int(k) for k in args.per_rank.split(",")] if args.per_rank else [args.senders] * (SIZE - 1)
     names = ([f"s0.{i}" for i in range(args.local)]
@@ -102,7 +105,8 @@ async def main() -> int:
     async with aiopdbp.open_node(remote=remote, close_timeout=10.0,
                                  pipe_capacity=args.pipe_capacity) as node:
         async with asyncio.timeout(args.seconds + 60):
-            mine = [sender(node, n, args.size, int(n.split(".")[1]) * args.stagger)
+            mine = [sender(node, n, args.size, int(n.split(".")[1]) * args.stagger
+                           + (args.head_start if int(n.split(".")[1]) else 0.0))
                     for n in names if n.startswith(f"s{RANK}.")]
             if RANK == 0:
                 await asyncio.gather(reader(node, names, args), *mine)
