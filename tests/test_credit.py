@@ -370,9 +370,9 @@ def test_parking_lot_is_fifo_and_removes_from_anywhere() -> None:
     lot: ParkingLot[str] = ParkingLot()
     for name, need in [("a", 1), ("b", 2), ("c", 3)]:
         lot.park(name, need)
-    assert lot.remove("b") and not lot.remove("b")
-    assert lot.head_need() == 1 and lot.pop() == "a"
-    assert lot.pop() == "c" and not lot
+    assert lot.leave("b") and not lot.leave("b")
+    assert lot.head_need() == 1 and lot.serve() == "a"
+    assert lot.serve() == "c" and not lot
 
 
 # ------------------------------------ the receiving side's book (CreditBook)

@@ -122,14 +122,14 @@ cdef class CreditGate:
         d = self._dests.get(pid)
         if d is None:
             return _NOTHING
-        if not (<_Dest>d).lot.remove(token):
+        if not (<_Dest>d).lot.leave(token):
             (<_Dest>d).woken -= 1
             got = self._credit.get(pid)
             self._credit[pid] = (self._window if got is None else <long long>got) + nbytes
         return self._serve(pid, <_Dest>d)
 
     def fail(self):
-        tokens = [t for d in self._dests.values() for t in (<_Dest>d).lot.clear()]
+        tokens = [t for d in self._dests.values() for t in (<_Dest>d).lot.take_all()]
         self._dests.clear()
         return tokens
 
@@ -145,7 +145,7 @@ cdef class CreditGate:
             if c < need and c < window:
                 break
             c -= need
-            woken.append(lot.pop())
+            woken.append(lot.serve())
         if woken:
             d.woken += len(woken)
             d.progress_at = self._clock()

@@ -30,55 +30,46 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from typing import Generic, NamedTuple, TypeVar
+from collections.abc import Callable
+from typing import NamedTuple, TypeVar
 
 __all__ = ["ASK_STEP", "LATER", "NOW", "SOON", "CreditBook", "CreditGate", "GateWait", "ParkingLot", "Wake"]
 
 W = TypeVar("W")
 
 
-class ParkingLot(Generic[W]):
-    """Waiters (opaque tokens) in FIFO order, each with what it needs."""
+class ParkingLot(deque[tuple[W, int]]):
+    """Waiters (opaque tokens) in FIFO order, each with what it needs:
+    ``(token, need)`` pairs in a deque, so that asking whether anyone is
+    parked -- which every send and every take does -- is the deque's own
+    test, no Python call."""
 
-    __slots__ = ("_q",)
-
-    def __init__(self) -> None:
-        self._q: deque[tuple[W, int]] = deque()
-
-    def __len__(self) -> int:
-        return len(self._q)
-
-    def __bool__(self) -> bool:
-        return bool(self._q)
-
-    def __iter__(self) -> Iterator[tuple[W, int]]:
-        return iter(self._q)
+    __slots__ = ()
 
     def park(self, token: W, need: int = 1) -> None:
         """``token`` waits at the tail for ``need`` (bytes, slots: the caller's unit)."""
-        self._q.append((token, need))
+        self.append((token, need))
 
     def head_need(self) -> int:
         """What the head needs (the lot must not be empty)."""
-        return self._q[0][1]
+        return self[0][1]
 
-    def pop(self) -> W:
+    def serve(self) -> W:
         """Take the head (it is being served)."""
-        return self._q.popleft()[0]
+        return self.popleft()[0]
 
-    def remove(self, token: W) -> bool:
+    def leave(self, token: W) -> bool:
         """Take ``token`` out wherever it is (it gave up); False: it was not parked."""
-        for i, (t, _) in enumerate(self._q):
+        for i, (t, _) in enumerate(self):
             if t is token:
-                del self._q[i]
+                del self[i]
                 return True
         return False
 
-    def clear(self) -> list[W]:
+    def take_all(self) -> list[W]:
         """Take every waiter out, in order (to fail them)."""
-        tokens = [t for t, _ in self._q]
-        self._q.clear()
+        tokens = [t for t, _ in self]
+        self.clear()
         return tokens
 
 
@@ -204,14 +195,14 @@ class CreditGate:
         d = self._dests.get(pid)
         if d is None:                              # failed since
             return _NOTHING
-        if not d.lot.remove(token):
+        if not d.lot.leave(token):
             d.woken -= 1
             self._credit[pid] = self._credit.get(pid, self.window) + nbytes
         return self._serve(pid, d)
 
     def fail(self) -> list[object]:
         """The host is gone: every parked token, to fail; nothing is contended."""
-        tokens = [t for d in self._dests.values() for t in d.lot.clear()]
+        tokens = [t for d in self._dests.values() for t in d.lot.take_all()]
         self._dests.clear()
         return tokens
 
@@ -228,7 +219,7 @@ class CreditGate:
             if c < need and c < window:
                 break
             c -= need
-            woken.append(lot.pop())
+            woken.append(lot.serve())
         if woken:
             d.woken += len(woken)
             d.progress_at = self._clock()

@@ -294,7 +294,7 @@ class Pipe(Generic[T]):
             if fut.done() and not fut.cancelled() and fut.exception() is None:
                 self._ran()
                 self.unreserve(pid, nbytes)  # the room handed to us goes to the next sender
-            elif self._space_waiters.remove(fut) and self._space_waiters:
+            elif self._space_waiters.leave(fut) and self._space_waiters:
                 self._serve_space()   # the head left: those behind it may fit
             raise
         self._ran()
@@ -308,7 +308,7 @@ class Pipe(Generic[T]):
         waiters = self._space_waiters
         while waiters and self._room(waiters.head_need()):
             nbytes = waiters.head_need()
-            fut = waiters.pop()
+            fut = waiters.serve()
             if not fut.done():
                 self._reserved += 1
                 self._rbytes += nbytes if self.max_bytes else 0
@@ -460,7 +460,7 @@ class Pipe(Generic[T]):
     def close_send(self) -> None:
         """End of data: the reader drains what is queued, then gets ``EOFError``."""
         self._eof = True
-        _fail_all(self._space_waiters.clear(), ClosedResourceError("pipe closed for sending"))
+        _fail_all(self._space_waiters.take_all(), ClosedResourceError("pipe closed for sending"))
         while self._recv_waiters:
             _wake_first(self._recv_waiters)
 
@@ -577,7 +577,7 @@ class Pipe(Generic[T]):
         self._reserved = self._rbytes = self._qbytes = self._woken = 0
         self._marks.clear()
         _fail_all(self._recv_waiters, ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed"))
-        _fail_all(self._space_waiters.clear(), error if error is not None else BrokenResourceError(
+        _fail_all(self._space_waiters.take_all(), error if error is not None else BrokenResourceError(
             f"pipe {self.label or self.pipe_id} was closed by its reader"))
 
     async def aclose(self) -> None:
