@@ -133,7 +133,7 @@ class NameService:
         self._given = 0                           # home: registrations numbered so far
         self._wanted: set[str] = set()            # names this host subscribed to
         self._asked: set[int] = set()             # pids whose name was asked of their home
-        self._announced: dict[str, list[Any]] = {}   # name -> a GP's own host's row (announce)
+        self._announced: dict[str, ProcReg] = {}     # name -> a GP's own host's row (announce)
         self._provisional: set[str] = set()          # announced rows applied, the home's answer due
         self._reqs = iter(range(1, 1 << 62))
         self._waiting: dict[int, asyncio.Future[Any]] = {}
@@ -155,7 +155,7 @@ class NameService:
             self._subscribe(self.rank, name)
             return
         if row is not None and name not in self.tables.by_name:
-            self._apply("proc_reg", row)   # the home's answer confirms it (on_table)
+            self._apply("proc_reg", list(row))   # the home's answer confirms it (on_table)
             self._provisional.add(name)
         self._channel.send(home, LookupMsg(name, 0))
 
@@ -404,7 +404,7 @@ class NameService:
                 if pid not in self.tables.names:
                     self._apply("proc_name", [pid, name])
                 if name not in self.tables.by_name and name not in self._wanted:
-                    self._announced[name] = [name, ptype, src, pipe, pid]
+                    self._announced[name] = ProcReg(name, ptype, src, pipe, pid)
             return
         key = args[0] if args else None
         # only a name's home sends its updates (the order every holder follows)

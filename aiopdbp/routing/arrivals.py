@@ -126,9 +126,11 @@ class Arrivals:
                 self._ever_bound.add(pid)
                 if pid in self._parked:
                     self._unpark(pid)
-            case ProcFree(pid=pid) | PipeRelease(pid=pid):
-                if type(update) is ProcFree:
-                    self._ever_bound.discard(pid)   # its entry is gone: nothing is parked for it now
+            case ProcFree(pid=pid):
+                self._ever_bound.discard(pid)   # its entry is gone: nothing is parked for it now
+                if pid in self._parked:
+                    self._unpark(pid)
+            case PipeRelease(pid=pid):
                 if pid in self._parked:
                     self._unpark(pid)
 
