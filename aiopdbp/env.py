@@ -83,12 +83,16 @@ writes ``shm.<pid>`` listing the MPICH segments it maps
 is killed before its node has started (:func:`recorded_shm`; once it has, the
 ranks have removed the names themselves, :func:`unlink_own_shm`); a failing rank writes its exit status to
 :data:`FAILED_FILE` (:func:`record_failure`, read by :func:`recorded_failure`).
+Each rank also holds a connection to the launcher's socket there,
+:data:`LIFELINE_FILE` (:func:`hold_lifeline`), whose close tells the
+launcher the moment the rank ends.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import Mapping
 
 __all__ = [
@@ -433,6 +437,8 @@ def record_rank(rank: int, done: bool = False) -> None:
     where = job_dir()
     if not where:
         return
+    if not done:
+        hold_lifeline(where)
     name = f"{DONE_FILE_PREFIX if done else RANK_FILE_PREFIX}{rank}"
     if not done:  # a second aiopdbp.run in the same program: its end is not known yet
         with contextlib.suppress(OSError):
@@ -440,6 +446,32 @@ def record_rank(rank: int, done: bool = False) -> None:
     with contextlib.suppress(OSError):
         with open(os.path.join(where, name), "w", encoding="utf-8") as f:
             f.write(f"{os.getpid()}\n")
+
+
+#: the launcher's Unix socket in the job directory that each rank holds a connection to
+LIFELINE_FILE = "lifeline"
+
+_lifeline: int | None = None   # a bare descriptor: held, never closed (the kernel closes it at the end)
+
+
+def hold_lifeline(where: str) -> None:
+    """Connect to the launcher's lifeline in job directory ``where``, once,
+    and hold the connection for the rest of the process: the kernel closes
+    it with the rank's other files, so the launcher learns of the rank's end
+    at the moment hydra does, before hydra stops any other rank for it.  No
+    launcher listening, or no room: nothing happens (the launcher sees ends
+    by other means)."""
+    global _lifeline
+    if _lifeline is not None:
+        return
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)   # (not inherited by a program it runs)
+    conn.settimeout(1.0)
+    try:
+        conn.connect(os.path.join(where, LIFELINE_FILE))
+    except OSError:
+        conn.close()
+        return
+    _lifeline = conn.detach()
 
 
 def recorded_ranks(where: str) -> tuple[dict[int, int], set[int]]:

@@ -11,9 +11,11 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
+from aiopdbp.env import LIFELINE_FILE
 from aiopdbp.launch.exits import (Ended, ExitWatch, KernelLog, dying, how_it_ended, pidfd_exit_status,
                                   zombie_status)
 
@@ -194,6 +196,186 @@ def test_a_thread_that_ended_long_before_does_not_put_its_process_before_the_one
                 assert pipe is not None
                 pipe.close()
     assert seen == [victim.pid, other.pid]
+
+
+#: a rank's side of the lifeline: held from its run's start until the process ends
+_HOLDING = """
+import sys, time
+import aiopdbp.env
+aiopdbp.env.hold_lifeline(sys.argv[1])
+print("up", flush=True)
+time.sleep(60)
+"""
+
+
+def _lifeline_child(where: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", _HOLDING, where], stdout=subprocess.PIPE)
+
+
+def test_a_lifeline_that_closes_as_its_process_dies_is_that_process_end_before_one_killed_after(
+        tmp_path: Path) -> None:
+    # The victim's threads are not watched at all (a thread it started after
+    # the watch last looked): its lifeline alone says it ended first.
+    seen: list[tuple[int, int | None]] = []
+    both = threading.Event()
+
+    def on_exit(pid: int, status: int | None) -> None:
+        seen.append((pid, status))
+        if len(seen) == 2:
+            both.set()
+
+    watch = ExitWatch(on_exit)
+    assert watch.listen(str(tmp_path / LIFELINE_FILE))
+    watch.start()
+    victim = _lifeline_child(str(tmp_path))
+    other = _child()
+    interval = sys.getswitchinterval()
+    try:
+        assert victim.stdout is not None and victim.stdout.readline() == b"up\n"
+        assert watch.add(other.pid)
+        sys.setswitchinterval(30.0)   # both die before the watch thread can look, as under hydra
+        for proc in (victim, other):
+            os.kill(proc.pid, signal.SIGKILL)
+            _ended_holding_the_gil(proc.pid)
+        sys.setswitchinterval(interval)
+        assert both.wait(10), seen
+    finally:
+        sys.setswitchinterval(interval)
+        watch.close()
+        for proc in (victim, other):
+            proc.kill()
+            proc.wait()
+        assert victim.stdout is not None
+        victim.stdout.close()
+    assert [pid for pid, _ in seen] == [victim.pid, other.pid], seen
+    assert how_it_ended(Ended(victim.pid, 0, 0.0, 0, seen[0][1])) == "was killed by SIGKILL"
+
+
+#: a rank holding its lifeline, with a helper thread that ends when told (on stdin)
+_HOLDING_THREADED = """
+import sys, threading, time
+import aiopdbp.env
+aiopdbp.env.hold_lifeline(sys.argv[1])
+threading.Thread(target=sys.stdin.readline).start()
+print("up", flush=True)
+time.sleep(60)
+"""
+
+
+def _thread_ended_holding_the_gil(fd: int) -> None:
+    """Wait until the thread of pidfd ``fd`` ended without letting another
+    thread of this process run (``poll`` through ``ctypes.PyDLL``)."""
+    class PollFd(ctypes.Structure):
+        _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
+    libc = ctypes.PyDLL(None, use_errno=True)
+    pfd = PollFd(fd, 1, 0)   # POLLIN
+    if libc.poll(ctypes.byref(pfd), 1, 10_000) != 1:
+        raise OSError(ctypes.get_errno(), "poll")
+
+
+def test_a_thread_that_ended_on_its_own_just_before_hydra_killed_its_rank_does_not_put_it_first(
+        tmp_path: Path) -> None:
+    # A rank's start-up thread ends on its own; before the starved watch
+    # looks, another rank dies and hydra kills the first: looked at now,
+    # the thread's end seems the start of its rank's death.  The lifeline
+    # is what says which rank died first.
+    other, victim = (subprocess.Popen([sys.executable, "-c", _HOLDING_THREADED, str(tmp_path)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE) for _ in range(2))
+    procs = (other, victim)
+    seen: list[int] = []
+    both = threading.Event()
+
+    def on_exit(pid: int, status: int | None) -> None:
+        seen.append(pid)
+        if len(seen) == 2:
+            both.set()
+
+    watch = ExitWatch(on_exit)
+    assert watch.listen(str(tmp_path / LIFELINE_FILE))
+    watch.start()
+    interval = sys.getswitchinterval()
+    helper = -1
+    try:
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
+            assert watch.add(proc.pid)
+            watch.add_threads(proc.pid)
+        tid = max(int(t) for t in os.listdir(f"/proc/{other.pid}/task"))
+        helper = os.pidfd_open(tid, os.O_EXCL)   # (PIDFD_THREAD)
+        assert other.stdin is not None
+        sys.setswitchinterval(30.0)
+        os.write(other.stdin.fileno(), b"end\n")
+        _thread_ended_holding_the_gil(helper)
+        for proc in (victim, other):   # the victim dies; hydra kills the other
+            os.kill(proc.pid, signal.SIGKILL)
+            _ended_holding_the_gil(proc.pid)
+        sys.setswitchinterval(interval)
+        assert both.wait(10), seen
+    finally:
+        sys.setswitchinterval(interval)
+        watch.close()
+        if helper >= 0:
+            os.close(helper)
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                assert pipe is not None
+                pipe.close()
+    assert seen == [victim.pid, other.pid]
+
+
+_CLOSING = """
+import socket, sys, time
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+conn.connect(sys.argv[1])
+print("up", flush=True)
+sys.stdin.readline()
+conn.close()
+print("closed", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_lifeline_closed_by_a_process_that_runs_on_is_no_end(tmp_path: Path) -> None:
+    seen: list[int] = []
+    reported = threading.Event()
+
+    def on_exit(pid: int, status: int | None) -> None:
+        seen.append(pid)
+        reported.set()
+
+    watch = ExitWatch(on_exit)
+    assert watch.listen(str(tmp_path / LIFELINE_FILE))
+    watch.start()
+    proc = subprocess.Popen([sys.executable, "-c", _CLOSING, str(tmp_path / LIFELINE_FILE)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        assert proc.stdout.readline() == b"up\n"
+        assert watch.add(proc.pid)
+        proc.stdin.write(b"close\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == b"closed\n"
+        assert not reported.wait(0.5), seen   # it runs on
+        proc.kill()
+        _ended_unreaped(proc)
+        assert reported.wait(10), seen        # its end is still seen, by its pidfd
+        threading.Event().wait(0.3)           # a second report would come now
+    finally:
+        watch.close()
+        proc.kill()
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            assert pipe is not None
+            pipe.close()
+    assert seen == [proc.pid]
+
+
+def test_a_rank_without_a_launcher_listening_holds_no_lifeline_and_runs_on(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-c", _HOLDING.replace("time.sleep(60)", ""), str(tmp_path)],
+                         capture_output=True, timeout=30)
+    assert (out.returncode, out.stdout, out.stderr) == (0, b"up\n", b"")
 
 
 def _reaped_status_known() -> bool:

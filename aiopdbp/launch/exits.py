@@ -27,6 +27,7 @@ import os
 import re
 import select
 import signal
+import socket
 import struct
 import threading
 import time
@@ -216,7 +217,18 @@ class ExitWatch:
     :func:`dying` -- a thread that ends while its process runs on is no end.
 
     Without pidfds or epoll (old kernels, not Linux) :meth:`add` returns
-    False and the caller finds ends by looking at ``/proc`` instead."""
+    False and the caller finds ends by looking at ``/proc`` instead.
+
+    Surer is a rank's *lifeline* (:meth:`listen`): a connection the rank
+    holds to the watch until it ends.  The kernel closes it with the rank's
+    other files -- hydra's PMI socket among them, from which hydra learns of
+    the end and kills the others -- so a rank's lifeline closes before any
+    rank that hydra killed for it can end, whichever of its threads was
+    last and whether or not a pidfd of that thread is watched.  While a
+    rank holds one, its end is its lifeline's close or its main thread's
+    end, never another thread's: a thread that ended on its own while the
+    watch was starved of CPU would be looked at only once hydra had killed
+    its rank, and would put that rank first."""
 
     def __init__(self, on_exit: Callable[[int, int | None], None]) -> None:
         self._on_exit = on_exit
@@ -225,6 +237,9 @@ class ExitWatch:
         self._tids: dict[int, set[int]] = {}          # pid -> the other threads watched
         self._reported: set[int] = set()
         self._early: dict[int, int] = {}   # pid -> the order of its first thread's end, not yet an end
+        self._listener: socket.socket | None = None
+        self._lines: dict[int, tuple[socket.socket, int]] = {}   # fd -> (a lifeline, its rank's pid)
+        self._lined: set[int] = set()   # the pids holding a lifeline
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._epoll = select.epoll() if hasattr(select, "epoll") and hasattr(os, "pidfd_open") else None
@@ -234,6 +249,24 @@ class ExitWatch:
         if self._epoll is not None:
             self._thread.start()
         return self
+
+    def listen(self, path: str) -> bool:
+        """Take lifelines at ``path``, a Unix socket made here (the job
+        directory's :data:`aiopdbp.env.LIFELINE_FILE`); False when it cannot
+        be (no epoll, a path too long): ends are then seen as without."""
+        if self._epoll is None or self._listener is not None:
+            return False
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(path)
+            listener.listen(1024)
+        except OSError:
+            listener.close()
+            return False
+        listener.setblocking(False)
+        self._listener = listener
+        self._epoll.register(listener.fileno(), select.EPOLLIN)
+        return True
 
     def add(self, pid: int) -> bool:
         """Watch ``pid`` (any thread); False when it cannot be (no pidfd, gone)."""
@@ -291,6 +324,12 @@ class ExitWatch:
             self._forget_early()
             for fd, _ in ready:
                 seen += 1
+                if self._listener is not None and fd == self._listener.fileno():
+                    self._take_lines(seen)
+                    continue
+                if fd in self._lines:
+                    self._line_event(fd, seen)
+                    continue
                 with self._lock:
                     pid, tid = self._fds.pop(fd, (0, 0))
                 if pid == 0:
@@ -298,7 +337,7 @@ class ExitWatch:
                 # first: hydra reaps it within milliseconds
                 status = self._status(pid, fd) if tid == pid else None
                 self._unwatch(fd, pid, tid)
-                if pid in self._reported:
+                if pid in self._reported or tid != pid and pid in self._lined:
                     continue
                 if tid != pid and not dying(pid):
                     # a thread ended while its process runs on -- or while its
@@ -307,6 +346,48 @@ class ExitWatch:
                     self._early.setdefault(pid, seen)
                     continue
                 self._report_until(pid, status, self._early.pop(pid, seen))
+
+    def _take_lines(self, seen: int) -> None:
+        """Accept the lifelines waiting, each known by its peer's pid; one
+        already closed is an end seen now, in the order of this event."""
+        assert self._listener is not None and self._epoll is not None
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:   # none left (BlockingIOError), or out of descriptors
+                return
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            pid = struct.unpack("3i", creds)[0]
+            if pid <= 0:   # (a peer in a pid namespace this one cannot see)
+                conn.close()
+                continue
+            conn.setblocking(False)
+            self._lines[conn.fileno()] = (conn, pid)
+            self._lined.add(pid)
+            self._epoll.register(conn.fileno(), select.EPOLLIN | select.EPOLLRDHUP)
+            self._line_event(conn.fileno(), seen)
+
+    def _line_event(self, fd: int, seen: int) -> None:
+        """A lifeline is readable: its end, once closed, is its rank's end
+        if the rank is dying; a live rank that closed it goes on unwatched
+        there (its pidfd still tells its end)."""
+        conn, pid = self._lines[fd]
+        try:
+            while conn.recv(256):   # nothing is sent: whatever is, is dropped
+                pass
+        except BlockingIOError:
+            return   # still open
+        except OSError:
+            pass     # reset: closed as well
+        del self._lines[fd]
+        self._lined.discard(pid)
+        self._early.pop(pid, None)   # (a thread end before it held the lifeline)
+        assert self._epoll is not None
+        with contextlib.suppress(OSError):
+            self._epoll.unregister(fd)
+        conn.close()
+        if pid not in self._reported and dying(pid):
+            self._report_until(pid, None, seen)
 
     def _forget_early(self) -> None:
         """Forget the threads that ended, before this look, in a process that
@@ -383,5 +464,10 @@ class ExitWatch:
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
+        for conn, _ in self._lines.values():
+            conn.close()
+        self._lines.clear()
+        if self._listener is not None:
+            self._listener.close()
         if self._epoll is not None:
             self._epoll.close()

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from aiopdbp.env import (JOB_DIR, LAUNCHER, RANK_VARS, inherited, mpiexec_override, recorded_ranks,
+from aiopdbp.env import (JOB_DIR, LAUNCHER, LIFELINE_FILE, RANK_VARS, inherited, mpiexec_override, recorded_ranks,
                          recorded_shm, recorded_stop)
 from aiopdbp.launch.emulate import (
     EmulateConfig,
@@ -174,6 +174,8 @@ class JobWatch:
         self.segments: set[str] = set()
         self._on_end = on_end
         self._exits = ExitWatch(self._exited)
+        if job_dir is not None:
+            self._exits.listen(os.path.join(job_dir, LIFELINE_FILE))
         self._looks = 0                      # ends of one look at /proc cannot be ordered
         self.kernel_log = KernelLog()        # opened now: only this job's kills are read
         self._unwatched: set[int] = set()    # ranks without a pidfd: ends found in /proc
