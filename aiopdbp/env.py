@@ -91,6 +91,7 @@ launcher the moment the rank ends.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import socket
 from collections.abc import Mapping
@@ -471,7 +472,16 @@ def hold_lifeline(where: str) -> None:
     except OSError:
         conn.close()
         return
-    _lifeline = conn.detach()
+    fd = conn.detach()
+    # An ending process's files are let go of last descriptor first, so one
+    # above hydra's PMI socket closes before hydra can hear of the end.
+    above = pmi_fd()
+    if above is not None and fd < above:
+        with contextlib.suppress(OSError):
+            high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, above + 1)
+            os.close(fd)
+            fd = high
+    _lifeline = fd
 
 
 def recorded_ranks(where: str) -> tuple[dict[int, int], set[int]]:

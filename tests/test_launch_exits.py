@@ -8,6 +8,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -376,6 +377,28 @@ def test_a_rank_without_a_launcher_listening_holds_no_lifeline_and_runs_on(tmp_p
     out = subprocess.run([sys.executable, "-c", _HOLDING.replace("time.sleep(60)", ""), str(tmp_path)],
                          capture_output=True, timeout=30)
     assert (out.returncode, out.stdout, out.stderr) == (0, b"up\n", b"")
+
+
+def test_a_lifeline_is_held_above_hydras_pmi_socket(tmp_path: Path) -> None:
+    # an ending process lets go of its files last descriptor first: above
+    # the PMI socket, the lifeline closes before hydra hears of the end
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / LIFELINE_FILE))
+    listener.listen(1)
+    show = ("import os, sys, aiopdbp.env\n"
+            "aiopdbp.env.hold_lifeline(sys.argv[1])\n"
+            "for fd in sorted(map(int, os.listdir('/proc/self/fd'))):\n"
+            "    try:\n"
+            "        if os.readlink(f'/proc/self/fd/{fd}').startswith('socket:'): print(fd)\n"
+            "    except OSError: pass\n")
+    try:
+        out = subprocess.run([sys.executable, "-c", show, str(tmp_path)], capture_output=True, text=True,
+                             env={**os.environ, "PMI_FD": "40"}, timeout=30)
+    finally:
+        listener.close()
+    assert out.returncode == 0, out.stderr
+    fds = [int(fd) for fd in out.stdout.split()]
+    assert len(fds) == 1 and fds[0] > 40, out.stdout
 
 
 def _reaped_status_known() -> bool:

@@ -229,7 +229,7 @@ def test_an_import_that_fails_on_every_rank_shows_each_ranks_traceback_prefixed(
 
 def test_rank_that_exits_by_os_exit_0_fails_the_job_under_launch() -> None:
     job = _launch("-n", "2", str(STOP), "exit0")   # hydra alone would report success
-    rc = job.finish()
+    rc = job.finish(timeout=20)   # (not the 30 s the others take to notice on their own)
     out = job.output
     assert rc != 0, out
     assert re.search(r"aiopdbp launch: rank 1 \(pid \d+\) (exited with status 0|vanished \(exit status "

@@ -221,10 +221,11 @@ class ExitWatch:
 
     Surer is a rank's *lifeline* (:meth:`listen`): a connection the rank
     holds to the watch until it ends.  The kernel closes it with the rank's
-    other files -- hydra's PMI socket among them, from which hydra learns of
-    the end and kills the others -- so a rank's lifeline closes before any
-    rank that hydra killed for it can end, whichever of its threads was
-    last and whether or not a pidfd of that thread is watched.  While a
+    other files, just before hydra's PMI socket (from which hydra learns of
+    the end and kills the others: :func:`aiopdbp.env.hold_lifeline` keeps it
+    above that descriptor), so a rank's lifeline closes before any rank that
+    hydra killed for it can end, whichever of its threads was last and
+    whether or not a pidfd of that thread is watched.  While a
     rank holds one, its end is its lifeline's close or its main thread's
     end, never another thread's: a thread that ended on its own while the
     watch was starved of CPU would be looked at only once hydra had killed

@@ -448,6 +448,11 @@ def launch(
 #: how long a rank may be gone, unstarted, before the launcher stops the job (hydra may first)
 EARLY_EXIT_GRACE_S = 1.0
 
+#: how long after a rank vanished during ``aiopdbp.run`` the launcher stops the others itself:
+#: hydra does within milliseconds -- except after an ``os._exit(0)`` it reaps before it reads
+#: the rank's PMI socket close, which it then takes for a normal end
+VANISHED_GRACE_S = 1.0
+
 
 def _rank_name(end: Ended, pids: Mapping[int, int]) -> str:
     """``rank 1 (pid 4102)``; ``pid 4102`` when its rank is not known."""
@@ -479,7 +484,7 @@ def _vanish_line(ends: Sequence[Ended], job_dir: str, log: KernelLog | None = No
     else:
         what = (f"{', '.join(f'{_rank_name(e, pids)} {how_it_ended(e, log)}' for e in first)} "
                 "(ended at the same moment)")
-    return f"{what} during aiopdbp.run, the first rank to end; mpiexec then stopped the others"
+    return f"{what} during aiopdbp.run, the first rank to end; the others were stopped"
 
 
 def _left_before_run(watch: JobWatch, job_dir: str, now: float, seen: dict[int, float]) -> str:
@@ -590,6 +595,7 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
                 proc.send_signal(signum)
 
     said: list[str] = []   # the vanished rank's line, said as soon as it ended
+    said_at: list[float] = []   # when
     said_lock = threading.Lock()
     stopping = threading.Event()   # the launcher ends the ranks itself: none vanishes
     looked_at: set[int] = set()    # the rank processes whose end on_end has seen
@@ -600,6 +606,7 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
             line = "" if quiet else _vanish_line(watch.ended, job_dir, watch.kernel_log)
             if line:
                 said.append(line)
+                said_at.append(time.monotonic())
                 say(line)
             looked_at.add(end.pid)
 
@@ -653,6 +660,11 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
                 watch.signal_ranks(signal.SIGTERM)
                 with contextlib.suppress(OSError):
                     proc.terminate()
+            if said_at and not got and now - said_at[0] > VANISHED_GRACE_S and not stopping.is_set():
+                stopping.set()   # a rank vanished and hydra let the others run on
+                watch.kill_all()
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
             if not got and not early:
                 early = _left_before_run(watch, job_dir, now, early_seen)
                 if early:  # the others would wait for it until their handshake times out
