@@ -301,6 +301,8 @@ def test_a_thread_that_ended_on_its_own_just_before_hydra_killed_its_rank_does_n
             assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
             assert watch.add(proc.pid)
             watch.add_threads(proc.pid)
+        while watch.lifelines() != {other.pid, victim.pid}:   # (taken by the watch thread)
+            threading.Event().wait(0.01)
         tid = max(int(t) for t in os.listdir(f"/proc/{other.pid}/task"))
         helper = os.pidfd_open(tid, os.O_EXCL)   # (PIDFD_THREAD)
         assert other.stdin is not None

@@ -269,6 +269,10 @@ class ExitWatch:
         self._epoll.register(listener.fileno(), select.EPOLLIN)
         return True
 
+    def lifelines(self) -> set[int]:
+        """The pids whose lifeline the watch holds now."""
+        return set(self._lined)
+
     def add(self, pid: int) -> bool:
         """Watch ``pid`` (any thread); False when it cannot be (no pidfd, gone)."""
         if self._epoll is None or self._stop.is_set():
@@ -365,6 +369,7 @@ class ExitWatch:
             conn.setblocking(False)
             self._lines[conn.fileno()] = (conn, pid)
             self._lined.add(pid)
+            self._early.pop(pid, None)   # (a thread end looked at before: not its end)
             self._epoll.register(conn.fileno(), select.EPOLLIN | select.EPOLLRDHUP)
             self._line_event(conn.fileno(), seen)
 
