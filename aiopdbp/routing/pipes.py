@@ -128,6 +128,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 from aiopdbp.wire.mesp import Kind
@@ -176,6 +177,16 @@ def _fail_all(waiters: deque[asyncio.Future[None]] | list[asyncio.Future[None]],
             fut.set_exception(exc)
             # The waiter may already be cancelled and never look at it.
             fut.exception()
+
+
+def _wake_all(pipe: Pipe[Any], waiters: deque[asyncio.Future[None]],
+              on_ready: Callable[[Pipe[Any]], None] | None) -> None:
+    """A held round's wait is over: wake ``pipe``'s reader (and the
+    PipeManager, through ``on_ready``), as an arrival would."""
+    if waiters:
+        _wake_first(waiters)
+    if on_ready is not None:
+        on_ready(pipe)
 
 
 class Pipe(Generic[T]):
@@ -250,10 +261,6 @@ class Pipe(Generic[T]):
         turns = self._turns
         return len(self._items) if turns is None or not turns.held() else 0
 
-    def _takeable(self) -> bool:
-        turns = self._turns
-        return bool(self._items) if turns is None else bool(turns.queued) and not turns.held()
-
     def __repr__(self) -> str:
         return (f"<Pipe {self.label or self.pipe_id} {len(self._items)}+{self._reserved}"
                 f"/{self.capacity}{' closed' if self._closed else ''}>")
@@ -265,7 +272,7 @@ class Pipe(Generic[T]):
     def ready(self) -> bool:
         """Whether a receive would not wait: an item is queued, or the pipe
         is closed or at its end (the receive then raises)."""
-        return self._takeable() or self._closed or self._eof
+        return len(self) > 0 or self._closed or self._eof
 
     @property
     def held_bytes(self) -> int:
@@ -531,12 +538,8 @@ class Pipe(Generic[T]):
                 self._turns = None
                 self.watch_at = 1 << 62
             elif turns.held():
-                # the round waits for a host, boundedly: nothing hangs (no
-                # loop to bound it, as a pipe used outside one: no wait)
-                try:
-                    asyncio.get_running_loop().call_later(self.hold_s, self._unhold, turns, turns.round)
-                except RuntimeError:
-                    turns.unhold(turns.round)
+                # the round waits for a host, boundedly: nothing hangs
+                turns.bound(self.hold_s, partial(_wake_all, self, self._recv_waiters, self.on_ready))
             if self._space_waiters:
                 self._serve_space()
             return item
@@ -546,22 +549,13 @@ class Pipe(Generic[T]):
             raise EOFError
         raise WouldBlock
 
-    def _unhold(self, turns: Turns[T], rnd: int) -> None:
-        # the bound of a round's wait ran out: its reader takes again
-        if self._turns is turns and turns.held() and turns.round == rnd:
-            turns.unhold(rnd)
-            if self._recv_waiters:
-                _wake_first(self._recv_waiters)
-            if self.on_ready is not None:
-                self.on_ready(self)
-
     async def receive(self) -> T:
         """Take the next item, waiting for one.
 
         Cancellation: a cancelled receive takes no item (nothing is lost);
         a wake-up it had received is passed on to the next receiver.
         """
-        if self._takeable():
+        if len(self):
             return self.receive_nowait()
         loop = asyncio.get_running_loop()
         while True:
@@ -583,9 +577,9 @@ class Pipe(Generic[T]):
                     except ValueError:
                         pass
                 raise
-            if self._takeable():
+            if len(self):
                 item = self.receive_nowait()
-                if self._takeable() and self._recv_waiters:
+                if len(self) and self._recv_waiters:
                     _wake_first(self._recv_waiters)
                 return item
 
@@ -597,7 +591,7 @@ class Pipe(Generic[T]):
             return []
         if self._turns is not None:
             out: list[T] = []
-            while len(out) < limit and self._takeable():
+            while len(out) < limit and len(self):
                 out.append(self.receive_nowait())
             return out
         if n <= limit:

@@ -7,7 +7,9 @@ credit under them; :class:`Turns` is the queue that does it.
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from aiopdbp.wire.message import Message, credit_cost
@@ -87,16 +89,22 @@ class Turns(Generic[T]):
                 return True
         return False
 
-    @property
-    def round(self) -> int:
-        """The round's number (for :meth:`unhold`)."""
-        return self._round
-
-    def unhold(self, rnd: int) -> None:
-        """End round ``rnd``'s wait (its bound ran out): the next take
-        starts the next round without the host waited for."""
-        if rnd == self._round and self._unheld < rnd:
+    def bound(self, seconds: float, wake: Callable[[], None]) -> None:
+        """End the wait of a round that is ``held`` after ``seconds``, then
+        ``wake()`` the reader: nothing hangs (outside an event loop, which
+        could not bound it, the round does not wait)."""
+        rnd = self._round
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
             self._unheld = rnd
+            return
+        loop.call_later(seconds, self._bound_over, rnd, wake)
+
+    def _bound_over(self, rnd: int, wake: Callable[[], None]) -> None:
+        if rnd == self._round and self._unheld < rnd and self.held():
+            self._unheld = rnd
+            wake()
 
     def never_hold(self) -> None:
         """No round waits any more (no more items will come: the pipe is
