@@ -2,7 +2,11 @@
 
 See :mod:`aiopdbp.routing.pipes`, "Turns" and "Counting under turns", for
 why the reader takes its pipe in rounds and how the items are counted for
-credit under them; :class:`Turns` is the queue that does it.
+credit under them, and "Rounds wait for a host" for why a round that is
+over may wait for one more host's message (``held``, ``bound``) -- without
+it, a host with one message in the pipe at a time (a window's worth) was
+absent from the rounds while its next was on the way, and the reader's
+own senders had those turns; :class:`Turns` is the queue that does it.
 """
 
 from __future__ import annotations
