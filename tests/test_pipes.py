@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections import Counter
 
 import pytest
 
@@ -652,3 +653,83 @@ async def test_local_bytes_are_freed_when_taken_ahead_of_older_items_of_other_ho
     assert pipe.held_bytes == 40               # 9.1 and 9.2 are older and still queued
     assert pipe.offer(1, 60, ("s1", Kind.SHORT, 0, b"1.2", 1))
     assert not pipe.offer(1, 10, ("s1", Kind.SHORT, 0, b"1.3", 1))
+
+
+def _one_at_a_time(pipe: Pipe[aiopdbp.Message], takes: int) -> Counter[int]:
+    """The reader takes ``takes`` items from a local sender (pid 9: its next
+    item queued as soon as one is taken) and five senders on host 1 (pids
+    1-5) whose host has one item in the pipe at a time, the next (the next
+    sender's, in turn) arriving only after the reader's following take --
+    or once the reader waits for it (messages of a whole window)."""
+    pipe.send_nowait(_msgs(9, 1)[0])
+    pipe.put_many(_msgs(1, 1), 1)
+    counts: Counter[int] = Counter()
+    on_way: list[aiopdbp.Message] = []
+    sent = 1
+    while sum(counts.values()) < takes:
+        try:
+            item = pipe.receive_nowait()
+        except WouldBlock:
+            assert on_way, "the reader waits with nothing on the way"
+            pipe.put_many([on_way.pop()], 1)
+            continue
+        counts[item.source_pid] += 1
+        if on_way:                         # it arrives after this take
+            pipe.put_many([on_way.pop()], 1)
+        if item.source_pid == 9:
+            pipe.send_nowait(_msgs(9, 1, counts[9])[0])
+        else:
+            on_way.append(_msgs(sent % 5 + 1, 1, sent)[0])
+            sent += 1
+    return counts
+
+
+async def test_a_host_with_one_message_in_the_pipe_gets_its_senders_turns() -> None:
+    """A round that served a host whose lane then ran dry waits for that
+    host's next message: each of its five senders has a turn for every one
+    of the local sender's (it had every other item: 3x fair)."""
+    pipe: Pipe[aiopdbp.Message] = Pipe(64)
+    pipe.hold_s = 60.0                     # the bound (below) plays no part here
+    counts = _one_at_a_time(pipe, 60)
+    assert counts == {pid: 10 for pid in (1, 2, 3, 4, 5, 9)}, counts
+
+
+async def test_a_round_waits_for_a_host_at_most_hold_s() -> None:
+    """A host that stops sending holds the reader up once, for ``hold_s``."""
+    pipe: Pipe[aiopdbp.Message] = Pipe(64)
+    pipe.hold_s = 0.01
+    pipe.send_nowait(_msgs(9, 1)[0])
+    pipe.put_many(_msgs(1, 1), 1)
+    pipe.send_nowait(_msgs(9, 1, 1)[0])
+    assert [_label(pipe.receive_nowait()) for _ in range(2)] == ["9.0", "1.0"]
+    assert len(pipe) == 0 and not pipe.ready()            # waits for host 1
+    with pytest.raises(WouldBlock):
+        pipe.receive_nowait()
+    assert _label(await pipe.receive()) == "9.1"          # host 1 sent nothing
+    pipe.send_nowait(_msgs(9, 1, 2)[0])
+    pipe.put_many(_msgs(2, 1), 1)
+    assert _label(pipe.receive_nowait()) == "9.2"         # a new round: no wait
+
+
+def test_senders_of_the_readers_own_host_never_wait() -> None:
+    pipe: Pipe[aiopdbp.Message] = Pipe(64)
+    pipe.send_nowait(_msgs(1, 1)[0])
+    pipe.send_nowait(_msgs(2, 1)[0])
+    for i in range(1, 20):
+        item = pipe.receive_nowait()
+        pipe.send_nowait(_msgs(item.source_pid, 1, i)[0])
+    assert len(pipe) == 2
+
+
+async def test_a_pipe_at_its_end_hands_over_what_a_round_waited_with() -> None:
+    pipe: Pipe[aiopdbp.Message] = Pipe(64)
+    pipe.hold_s = 60.0
+    pipe.send_nowait(_msgs(9, 1)[0])
+    pipe.put_many(_msgs(1, 1), 1)
+    pipe.send_nowait(_msgs(9, 1, 1)[0])
+    assert [_label(pipe.receive_nowait()) for _ in range(2)] == ["9.0", "1.0"]
+    assert not pipe.ready()
+    pipe.close_send()
+    assert _label(await pipe.receive()) == "9.1"
+    with pytest.raises(EOFError):
+        await pipe.receive()

@@ -125,8 +125,13 @@ counted apart, and messages of one cost taken out of arrival order count as
 taken in order, so no sender's long queue holds back another's credit.  For
 messages of about a window (1 MiB in the default 1 MiB window) a host has
 one in the pipe at a time, from its parked senders in turn; the turns go
-in rounds, a sender served in this one waiting for the next, so each of k
-senders still gets 1/k, however unevenly they are spread over hosts.
+in rounds, a sender served in this one waiting for the next, and a round
+that served such a host waits (at most ``Pipe.hold_s``) for that host's
+next message before the next round begins -- else, while it is on its
+way (the credit's round trip and the transfer), the reader's own senders
+alone made up the rounds (:mod:`aiopdbp.routing.pipes`, "Rounds wait for
+a host") -- so each of k senders still gets 1/k, however unevenly they
+are spread over hosts.
 
 *A head start within a host.*  A sender that starts before its
 host-mates fills that host's window alone, and the others then park

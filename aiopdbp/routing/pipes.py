@@ -69,6 +69,24 @@ host (``put_many``) is checked at its two ends only, not item by item: its
 order within is its host's send order, which that host's credit hand-off
 keeps fair; it is split by sender when turns begin or while they last.
 
+*Rounds wait for a host.*  Rounds alone are not enough when a host has
+one message queued at a time (messages of a window): after the reader
+takes it, that host's next (its next parked sender's) comes only after the
+credit's round trip and the transfer, and a reader that takes again
+sooner found a round of the reader's own senders only -- they got a turn
+for every one of that host's, up to 3x fair (1 local sender, 5 on one
+other host).  So a round that is over waits for a host one of whose
+senders had its turn in it and ran dry while none of that host's items is
+queued (``Turns.held``): the pipe then looks empty to its reader
+(``len``, ``ready``, ``receive_nowait``) until an item of that host
+arrives -- it joins the round if its sender has not had a turn in it, so
+each of the host's k_h senders takes a turn before the local sender's next
+-- or until ``hold_s`` (``HOLD_S``) has passed, when the next round starts
+without it; nothing hangs.  A host that stops sending costs one wait of
+``hold_s``, and only a round that just served that host waits: a lone
+sender, and senders of the reader's own host among themselves, never
+wait.  A pipe at its end (``close_send``) never waits.
+
 *Counting under turns.*  The bounds count items by arrival number: the
 local bytes here (``_marks``) and the credit each other host is owed (the
 router's marks per host on ``appended``, settled through ``on_watch``) are
@@ -110,6 +128,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 from aiopdbp.wire.mesp import Kind
@@ -117,6 +136,10 @@ from aiopdbp.errors import BrokenResourceError, ClosedResourceError, NoPipeError
 from aiopdbp.hosts.gate import ParkingLot
 from aiopdbp.routing.turns import Turns, sender_of
 from aiopdbp.wire.message import Message, credit_cost
+
+# The longest a round waits for a host ("Rounds wait for a host"): a grant's
+# round trip and a window's transfer, with room for a loaded host.
+HOLD_S = 0.05
 
 T = TypeVar("T")
 
@@ -156,6 +179,16 @@ def _fail_all(waiters: deque[asyncio.Future[None]] | list[asyncio.Future[None]],
             fut.exception()
 
 
+def _wake_all(pipe: Pipe[Any], waiters: deque[asyncio.Future[None]],
+              on_ready: Callable[[Pipe[Any]], None] | None) -> None:
+    """A held round's wait is over: wake ``pipe``'s reader (and the
+    PipeManager, through ``on_ready``), as an arrival would."""
+    if waiters:
+        _wake_first(waiters)
+    if on_ready is not None:
+        on_ready(pipe)
+
+
 class Pipe(Generic[T]):
     """A bounded one-way channel (a UNIX-pipe-like mailbox), FIFO for each
     sender; the items of several senders are taken in turns.
@@ -168,7 +201,7 @@ class Pipe(Generic[T]):
         "pipe_id", "capacity", "_items", "_reserved", "_recv_waiters",
         "_space_waiters", "_closed", "_eof", "on_ready", "label", "_error",
         "appended", "taken", "watch_at", "on_watch", "max_bytes", "_rbytes", "_qbytes", "_marks",
-        "_woken", "_turns", "_host",
+        "_woken", "_turns", "_host", "hold_s",
     )
 
     remote = False  # the target protocol (aiopdbp.routing.router): a local pipe
@@ -188,6 +221,8 @@ class Pipe(Generic[T]):
         # (in turns ``_items`` is the Turns too: it stands in for the deque)
         self._items: deque[T] = deque()
         self._turns: Turns[T] | None = None
+        # the longest a round waits for a host (see "Rounds wait for a host")
+        self.hold_s = HOLD_S
         self._host = -1   # the host of the one FIFO's items from other hosts (the last batch's)
         self._reserved = 0
         self._recv_waiters: deque[asyncio.Future[None]] = deque()
@@ -221,7 +256,10 @@ class Pipe(Generic[T]):
 
     # -- state -------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self._items)
+        """The items a receive may take now (none while the round waits
+        for a host: see "Rounds wait for a host")."""
+        turns = self._turns
+        return len(self._items) if turns is None or not turns.held() else 0
 
     def __repr__(self) -> str:
         return (f"<Pipe {self.label or self.pipe_id} {len(self._items)}+{self._reserved}"
@@ -234,7 +272,7 @@ class Pipe(Generic[T]):
     def ready(self) -> bool:
         """Whether a receive would not wait: an item is queued, or the pipe
         is closed or at its end (the receive then raises)."""
-        return bool(self._items) or self._closed or self._eof
+        return len(self) > 0 or self._closed or self._eof
 
     @property
     def held_bytes(self) -> int:
@@ -460,6 +498,8 @@ class Pipe(Generic[T]):
     def close_send(self) -> None:
         """End of data: the reader drains what is queued, then gets ``EOFError``."""
         self._eof = True
+        if self._turns is not None:
+            self._turns.never_hold()
         _fail_all(self._space_waiters.take_all(), ClosedResourceError("pipe closed for sending"))
         while self._recv_waiters:
             _wake_first(self._recv_waiters)
@@ -469,10 +509,10 @@ class Pipe(Generic[T]):
         """Take the next item or raise :class:`WouldBlock` (``EOFError`` after
         ``close_send`` once drained)."""
         items = self._items
-        if items:
+        turns = self._turns
+        if items if turns is None else not turns.held() and turns.queued:
             item = items.popleft()
             self.taken += 1
-            turns = self._turns
             if turns is None:
                 if self._marks:
                     self._release(self.taken)
@@ -491,18 +531,21 @@ class Pipe(Generic[T]):
                 watch = turns.watch
                 if turns.low >= watch.get(cls, 0):
                     watch[cls] = self.on_watch(self, turns.low, cls)
-            if not turns:
+            if not turns.queued:
                 # every item taken (taken == appended), so every class's
                 # credit was settled at its last take: one FIFO again
                 self._items = deque()
                 self._turns = None
                 self.watch_at = 1 << 62
+            elif turns.held():
+                # the round waits for a host, boundedly: nothing hangs
+                turns.bound(self.hold_s, partial(_wake_all, self, self._recv_waiters, self.on_ready))
             if self._space_waiters:
                 self._serve_space()
             return item
         if self._closed:
             raise ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed")
-        if self._eof:
+        if self._eof and not len(items):
             raise EOFError
         raise WouldBlock
 
@@ -512,13 +555,13 @@ class Pipe(Generic[T]):
         Cancellation: a cancelled receive takes no item (nothing is lost);
         a wake-up it had received is passed on to the next receiver.
         """
-        if self._items:
+        if len(self):
             return self.receive_nowait()
         loop = asyncio.get_running_loop()
         while True:
             if self._closed:
                 raise ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed")
-            if self._eof:
+            if self._eof and not self._items:
                 raise EOFError
             fut: asyncio.Future[None] = loop.create_future()
             self._recv_waiters.append(fut)
@@ -534,9 +577,9 @@ class Pipe(Generic[T]):
                     except ValueError:
                         pass
                 raise
-            if self._items:
+            if len(self):
                 item = self.receive_nowait()
-                if self._items and self._recv_waiters:
+                if len(self) and self._recv_waiters:
                     _wake_first(self._recv_waiters)
                 return item
 
@@ -547,7 +590,10 @@ class Pipe(Generic[T]):
         if n == 0:
             return []
         if self._turns is not None:
-            return [self.receive_nowait() for _ in range(min(n, limit))]
+            out: list[T] = []
+            while len(out) < limit and len(self):
+                out.append(self.receive_nowait())
+            return out
         if n <= limit:
             out = list(items)
             items.clear()

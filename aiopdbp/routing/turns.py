@@ -2,12 +2,18 @@
 
 See :mod:`aiopdbp.routing.pipes`, "Turns" and "Counting under turns", for
 why the reader takes its pipe in rounds and how the items are counted for
-credit under them; :class:`Turns` is the queue that does it.
+credit under them, and "Rounds wait for a host" for why a round that is
+over may wait for one more host's message (``held``, ``bound``) -- without
+it, a host with one message in the pipe at a time (a window's worth) was
+absent from the rounds while its next was on the way, and the reader's
+own senders had those turns; :class:`Turns` is the queue that does it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from aiopdbp.wire.message import Message, credit_cost
@@ -37,7 +43,7 @@ class Turns(Generic[T]):
     """
 
     __slots__ = ("_lanes", "_cur", "_nxt", "_round", "_served", "_n", "_next", "_order", "_gone",
-                 "_where", "cls", "low", "watch")
+                 "_where", "cls", "low", "watch", "_dry", "_unheld")
 
     def __init__(self, fifo: deque[T], first: int, cls: int, watch_at: int) -> None:
         # ``fifo``: the pipe's queue so far, in arrival order, numbered from
@@ -47,6 +53,11 @@ class Turns(Generic[T]):
         self._nxt: deque[Any] = deque()   # senders served this round, with items left
         self._round = 0
         self._served: dict[Any, int] = {}   # a sender whose lane emptied -> its last round
+        # a host one of whose senders had its turn this round and ran dry ->
+        # that round (the round waits for it, see ``held``); the round
+        # whose wait is over (-1: none; 1 << 62: never wait again)
+        self._dry: dict[int, int] = {}
+        self._unheld = -1
         self._n = 0
         self._next = self.low = first      # the next arrival's number
         self.cls = cls
@@ -61,6 +72,48 @@ class Turns(Generic[T]):
 
     def __len__(self) -> int:
         return self._n
+
+    @property
+    def queued(self) -> int:
+        """The items queued (``len`` too; a held round still holds them)."""
+        return self._n
+
+    def held(self) -> bool:
+        """Whether the round is over but waits for a host: one of its
+        senders had its turn this round, ran dry, and none of that host's
+        items is queued (its next is on the way: its credit came back as
+        the reader took it).  See :mod:`aiopdbp.routing.pipes`, "Rounds
+        wait for a host"."""
+        if self._cur or not self._n or self._unheld == self._round or self._unheld > self._round:
+            return False
+        rnd = self._round
+        order = self._order
+        for host, last in self._dry.items():
+            if last == rnd and not order.get(host):
+                return True
+        return False
+
+    def bound(self, seconds: float, wake: Callable[[], None]) -> None:
+        """End the wait of a round that is ``held`` after ``seconds``, then
+        ``wake()`` the reader: nothing hangs (outside an event loop, which
+        could not bound it, the round does not wait)."""
+        rnd = self._round
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._unheld = rnd
+            return
+        loop.call_later(seconds, self._bound_over, rnd, wake)
+
+    def _bound_over(self, rnd: int, wake: Callable[[], None]) -> None:
+        if rnd == self._round and self._unheld < rnd and self.held():
+            self._unheld = rnd
+            wake()
+
+    def never_hold(self) -> None:
+        """No round waits any more (no more items will come: the pipe is
+        at its end or closed)."""
+        self._unheld = 1 << 62
 
     def add(self, item: T, cls: int) -> None:
         """Queue an item of class ``cls`` (-1: local; else its host)."""
@@ -111,6 +164,8 @@ class Turns(Generic[T]):
         else:
             del self._lanes[key]
             self._served[key] = self._round
+            if cls >= 0:
+                self._dry[cls] = self._round
         self._n -= 1
         order = self._order[cls]
         oldest = order[0]
