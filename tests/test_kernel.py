@@ -21,7 +21,6 @@ import pytest
 from tests.mpirun import SCRIPTS_DIR, mpi_available, run_mpi
 
 from aiopdbp import ext
-from aiopdbp.env import MPICH_SHM_CELLS
 
 pytestmark = pytest.mark.mpi
 
@@ -46,9 +45,7 @@ def _forms() -> dict[tuple[str, str], list[object]]:
     """What each form received in each case (one MPI job for the module)."""
     if not mpi_available():
         pytest.skip("needs mpiexec and mpi4py")
-    # at MPICH's own 64 shared-memory cells per pair: the batch of 10 sends then
-    # fits, where aiopdbp's default (8) makes the later ones wait for the receiver
-    proc = run_mpi(SCRIPTS_DIR / "kernel_forms.py", 2, timeout=60, env={MPICH_SHM_CELLS: "64"})
+    proc = run_mpi(SCRIPTS_DIR / "kernel_forms.py", 2, timeout=60)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "rank 0 OK" in proc.stdout and "rank 1 OK" in proc.stdout
     out: dict[tuple[str, str], list[object]] = {}
