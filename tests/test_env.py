@@ -196,7 +196,7 @@ _CELLS_PROBE = ("import os, sys; from aiopdbp.transport.mpiload import prepare_m
 def _cells_after_prepare(environ: dict[str, str]) -> str:
     """What a fresh process's MPICH cells variable is after aiopdbp prepared MPI's import."""
     out = subprocess.run([sys.executable, "-c", _CELLS_PROBE, env.MPICH_SHM_CELLS], env=environ,
-                         capture_output=True, text=True, timeout=50, check=True)
+                         capture_output=True, text=True, timeout=30, check=True)
     return out.stdout.strip()
 
 
