@@ -156,8 +156,6 @@ DOORBELL = "AIOPDBP_DOORBELL"
 LAST_WORDS = "AIOPDBP_LAST_WORDS"
 MPI_THREAD_LEVEL = "AIOPDBP_MPI_THREAD_LEVEL"
 MPIEXEC = "AIOPDBP_MPIEXEC"
-#: MPICH's eager cells per pair of ranks on a host (:mod:`aiopdbp.transport.mpiload` sets a default)
-MPICH_SHM_CELLS = "MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_NUM_CELLS"
 BENCH_LINK = "AIOPDBP_BENCH_LINK"
 #: set by ``aiopdbp launch``: the launcher reports interrupts itself
 LAUNCHER = "AIOPDBP_LAUNCHER"
@@ -320,13 +318,6 @@ def mpi_thread_level() -> str:
     if level not in _THREAD_LEVELS:
         raise ValueError(f"{MPI_THREAD_LEVEL}={level!r} is not an MPI thread level")
     return level
-
-
-def default_mpich_shm_cells(count: int) -> str:
-    """Ask MPICH for ``count`` shared-memory eager cells per pair of ranks
-    (:data:`MPICH_SHM_CELLS`, read by ``MPI_Init``) unless the environment
-    names a count; returns the count in force."""
-    return os.environ.setdefault(MPICH_SHM_CELLS, str(count))
 
 
 def mpiexec_override() -> str | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from aiopdbp import env
-from aiopdbp.transport.mpiload import SHM_CELLS, mpi_world_size
+from aiopdbp.transport.mpiload import mpi_world_size
 
 PACKAGE = Path(env.__file__).parent
 LAUNCHER_VARS = (*env.RANK_VARS, *env.SIZE_VARS, *env.LOCAL_RANK_VARS, *env.LOCAL_SIZE_VARS, *env.JOB_VARS)
@@ -187,24 +187,3 @@ def test_the_last_words_helper_starts_under_plain_mpiexec_unless_aiopdbp_last_wo
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) == helpers, out.stdout
-
-
-_CELLS_PROBE = ("import os, sys; from aiopdbp.transport.mpiload import prepare_mpi_import; prepare_mpi_import(); "
-                "print(os.environ.get(sys.argv[1]), 'mpi4py.MPI' in sys.modules)")
-
-
-def _cells_after_prepare(environ: dict[str, str]) -> str:
-    """What a fresh process's MPICH cells variable is after aiopdbp prepared MPI's import."""
-    out = subprocess.run([sys.executable, "-c", _CELLS_PROBE, env.MPICH_SHM_CELLS], env=environ,
-                         capture_output=True, text=True, timeout=30, check=True)
-    return out.stdout.strip()
-
-
-def test_mpi_is_asked_for_few_shared_memory_cells_per_pair() -> None:
-    """Before MPI starts, MPICH is asked for aiopdbp's cell count (not its 64), MPI not loaded yet."""
-    environ = {k: v for k, v in os.environ.items() if k != env.MPICH_SHM_CELLS}
-    assert _cells_after_prepare(environ) == f"{SHM_CELLS} False"
-
-
-def test_a_cell_count_named_in_the_environment_stands() -> None:
-    assert _cells_after_prepare({**os.environ, env.MPICH_SHM_CELLS: "32"}) == "32 False"

@@ -11,17 +11,6 @@ MPI thread level: ``MPI_THREAD_MULTIPLE`` is requested (see
 (:mod:`aiopdbp.hosts.liveness`) calls MPI while the event loop thread posts
 ``Isend``.  With MPICH the cost on the message path is within noise.  If the
 application imported mpi4py first, its choice stands.
-
-MPICH's shared-memory cells: MPICH gives every ordered pair of ranks on a
-host a queue of eager cells (64 by default), and the cells a pair has used
-stay mapped in both ranks, so a rank that exchanges a few dozen small
-messages with every peer pays for that many cells per peer -- most of an
-all-to-all's memory per peer.  aiopdbp coalesces small messages into
-blocks and bounds the sends it posts per host, so it asks for
-:data:`SHM_CELLS` cells per pair unless the environment names a count
-(``MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_NUM_CELLS``); a send finding the pair's
-cells taken waits inside MPI for the receiver to free one.
-Other MPI libraries ignore the variable.
 """
 
 from __future__ import annotations
@@ -32,16 +21,13 @@ import signal
 import sys
 from typing import Any
 
-from aiopdbp.env import default_mpich_shm_cells, env_rank, env_size, mpi_thread_level
+from aiopdbp.env import env_rank, env_size, mpi_thread_level
 
-__all__ = ["ABORT_FLUSH_S", "SHM_CELLS", "load_mpi", "mpi_world_size", "prepare_mpi_import"]
+__all__ = ["ABORT_FLUSH_S", "load_mpi", "mpi_world_size", "prepare_mpi_import"]
 
 #: seconds between a rank's last output and MPI_Abort: hydra's proxy forwards
 #: a rank's output from a pipe, and an abort that came at once lost it under load
 ABORT_FLUSH_S = 0.2
-
-#: the count aiopdbp asks for when the environment names none (MPICH's default: 64)
-SHM_CELLS = 8
 
 
 def mpi_world_size() -> int:
@@ -55,18 +41,15 @@ def mpi_world_size() -> int:
 
 
 def prepare_mpi_import() -> None:
-    """Set ``mpi4py.rc.thread_level`` and MPICH's shared-memory cells per
-    pair (:data:`SHM_CELLS`, unless the environment names a count) before MPI
-    is first initialised.
+    """Set ``mpi4py.rc.thread_level`` before MPI is first initialised.
 
-    Both are read when ``mpi4py.MPI`` is first imported, so this only
+    ``mpi4py.rc`` is read when ``mpi4py.MPI`` is first imported, so this only
     has an effect if nobody imported ``mpi4py.MPI`` yet (then the
     application's choice stands).  Level: env ``AIOPDBP_MPI_THREAD_LEVEL``
     (single/funneled/serialized/multiple), default ``"multiple"``.
     """
     if "mpi4py.MPI" in sys.modules:
         return
-    default_mpich_shm_cells(SHM_CELLS)
     import mpi4py
 
     mpi4py.rc.thread_level = mpi_thread_level()
