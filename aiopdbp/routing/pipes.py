@@ -510,7 +510,7 @@ class Pipe(Generic[T]):
         ``close_send`` once drained)."""
         items = self._items
         turns = self._turns
-        if items if turns is None else not turns.held() and turns.queued:
+        if items if turns is None else len(turns) and not turns.held():
             item = items.popleft()
             self.taken += 1
             if turns is None:
@@ -531,7 +531,7 @@ class Pipe(Generic[T]):
                 watch = turns.watch
                 if turns.low >= watch.get(cls, 0):
                     watch[cls] = self.on_watch(self, turns.low, cls)
-            if not turns.queued:
+            if not len(turns):
                 # every item taken (taken == appended), so every class's
                 # credit was settled at its last take: one FIFO again
                 self._items = deque()

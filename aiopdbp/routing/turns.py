@@ -73,11 +73,6 @@ class Turns(Generic[T]):
     def __len__(self) -> int:
         return self._n
 
-    @property
-    def queued(self) -> int:
-        """The items queued (``len`` too; a held round still holds them)."""
-        return self._n
-
     def held(self) -> bool:
         """Whether the round is over but waits for a host: one of its
         senders had its turn this round, ran dry, and none of that host's
