@@ -24,6 +24,29 @@ pytestmark = [pytest.mark.timeout(30),
               pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs pidfds (Linux 5.3)")]
 
 
+class _Ends:
+    """An ``on_exit`` for :class:`ExitWatch` that keeps what it reported, in
+    order, and lets a test wait for a number of reports."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, int | None]] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, pid: int, status: int | None) -> None:
+        with self._cond:
+            self.seen.append((pid, status))
+            self._cond.notify_all()
+
+    def wait(self, n: int, timeout: float) -> bool:
+        """Whether ``n`` ends were reported within ``timeout`` s."""
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self.seen) >= n, timeout)
+
+    @property
+    def pids(self) -> list[int]:
+        return [pid for pid, _ in self.seen]
+
+
 def _child() -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 
@@ -35,29 +58,23 @@ def _ended_unreaped(proc: subprocess.Popen[bytes]) -> None:
 
 def test_exit_watch_reports_each_end_in_the_order_they_happened_with_status() -> None:
     first, second = _child(), _child()
-    seen: list[tuple[int, int | None]] = []
-    both = threading.Event()
+    ends = _Ends()
 
-    def on_exit(pid: int, status: int | None) -> None:
-        seen.append((pid, status))
-        if len(seen) == 2:
-            both.set()
-
-    watch = ExitWatch(on_exit).start()
+    watch = ExitWatch(ends).start()
     try:
         assert watch.add(first.pid) and watch.add(second.pid)
         second.send_signal(signal.SIGKILL)
         _ended_unreaped(second)
         first.send_signal(signal.SIGTERM)
         _ended_unreaped(first)
-        assert both.wait(10), seen
+        assert ends.wait(2, 10), ends.seen
     finally:
         watch.close()
         for proc in (first, second):
             proc.kill()
             proc.wait()
-    assert [pid for pid, _ in seen] == [second.pid, first.pid]
-    words = [how_it_ended(Ended(pid, None, 0.0, 0, status)) for pid, status in seen]
+    assert ends.pids == [second.pid, first.pid]
+    words = [how_it_ended(Ended(pid, None, 0.0, 0, status)) for pid, status in ends.seen]
     assert words == ["was killed by SIGKILL", "was killed by SIGTERM"]
 
 
@@ -107,14 +124,9 @@ time.sleep(60)
 def test_a_thread_that_ends_while_its_process_runs_on_is_no_end_and_a_kill_is_one() -> None:
     proc = subprocess.Popen([sys.executable, "-c", _THREADED], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdin is not None and proc.stdout is not None
-    seen: list[tuple[int, int | None]] = []
-    reported = threading.Event()
+    ends = _Ends()
 
-    def on_exit(pid: int, status: int | None) -> None:
-        seen.append((pid, status))
-        reported.set()
-
-    watch = ExitWatch(on_exit).start()
+    watch = ExitWatch(ends).start()
     try:
         assert proc.stdout.readline() == b"up\n"
         assert watch.add(proc.pid)
@@ -125,12 +137,12 @@ def test_a_thread_that_ends_while_its_process_runs_on_is_no_end_and_a_kill_is_on
         proc.stdin.flush()
         while os.path.exists(f"/proc/{proc.pid}/task/{helper[0]}"):   # the helper thread ended
             threading.Event().wait(0.01)
-        assert not reported.wait(0.5), seen   # its process runs on
+        assert not ends.wait(1, 0.5), ends.seen   # its process runs on
         assert not dying(proc.pid)
         proc.send_signal(signal.SIGKILL)
         _ended_unreaped(proc)
         assert dying(proc.pid)
-        assert reported.wait(10), seen
+        assert ends.wait(1, 10), ends.seen
         threading.Event().wait(0.3)   # a second report would come now
     finally:
         watch.close()
@@ -138,7 +150,7 @@ def test_a_thread_that_ends_while_its_process_runs_on_is_no_end_and_a_kill_is_on
         proc.wait()
         proc.stdin.close()
         proc.stdout.close()
-    assert [pid for pid, _ in seen] == [proc.pid], seen
+    assert ends.pids == [proc.pid], ends.seen
 
 
 def _ended_holding_the_gil(pid: int, reap: bool = False) -> None:
@@ -159,15 +171,9 @@ def test_a_thread_that_ended_long_before_does_not_put_its_process_before_the_one
     other, victim = (subprocess.Popen([sys.executable, "-c", _THREADED], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE) for _ in range(2))
     procs = (other, victim)
-    seen: list[int] = []
-    both = threading.Event()
+    ends = _Ends()
 
-    def on_exit(pid: int, status: int | None) -> None:
-        seen.append(pid)
-        if len(seen) == 2:
-            both.set()
-
-    watch = ExitWatch(on_exit).start()
+    watch = ExitWatch(ends).start()
     interval = sys.getswitchinterval()
     try:
         for proc in procs:
@@ -177,7 +183,7 @@ def test_a_thread_that_ended_long_before_does_not_put_its_process_before_the_one
         assert other.stdin is not None
         other.stdin.write(b"end\n")
         other.stdin.flush()
-        assert not both.wait(0.5), seen   # its helper thread ended; it runs on
+        assert not ends.wait(2, 0.5), ends.seen   # its helper thread ended; it runs on
         assert not dying(other.pid)
         # the victim dies, then the other is killed, as hydra would, before
         # the watch thread can look (this thread keeps the GIL)
@@ -186,7 +192,7 @@ def test_a_thread_that_ended_long_before_does_not_put_its_process_before_the_one
             os.kill(proc.pid, signal.SIGKILL)
             _ended_holding_the_gil(proc.pid)
         sys.setswitchinterval(interval)
-        assert both.wait(10), seen
+        assert ends.wait(2, 10), ends.seen
     finally:
         sys.setswitchinterval(interval)
         watch.close()
@@ -196,7 +202,7 @@ def test_a_thread_that_ended_long_before_does_not_put_its_process_before_the_one
             for pipe in (proc.stdin, proc.stdout):
                 assert pipe is not None
                 pipe.close()
-    assert seen == [victim.pid, other.pid]
+    assert ends.pids == [victim.pid, other.pid]
 
 
 #: a rank's side of the lifeline: held from its run's start until the process ends
@@ -217,15 +223,9 @@ def test_a_lifeline_that_closes_as_its_process_dies_is_that_process_end_before_o
         tmp_path: Path) -> None:
     # The victim's threads are not watched at all (a thread it started after
     # the watch last looked): its lifeline alone says it ended first.
-    seen: list[tuple[int, int | None]] = []
-    both = threading.Event()
+    ends = _Ends()
 
-    def on_exit(pid: int, status: int | None) -> None:
-        seen.append((pid, status))
-        if len(seen) == 2:
-            both.set()
-
-    watch = ExitWatch(on_exit)
+    watch = ExitWatch(ends)
     assert watch.listen(str(tmp_path / LIFELINE_FILE))
     watch.start()
     victim = _lifeline_child(str(tmp_path))
@@ -239,7 +239,7 @@ def test_a_lifeline_that_closes_as_its_process_dies_is_that_process_end_before_o
             os.kill(proc.pid, signal.SIGKILL)
             _ended_holding_the_gil(proc.pid)
         sys.setswitchinterval(interval)
-        assert both.wait(10), seen
+        assert ends.wait(2, 10), ends.seen
     finally:
         sys.setswitchinterval(interval)
         watch.close()
@@ -248,8 +248,8 @@ def test_a_lifeline_that_closes_as_its_process_dies_is_that_process_end_before_o
             proc.wait()
         assert victim.stdout is not None
         victim.stdout.close()
-    assert [pid for pid, _ in seen] == [victim.pid, other.pid], seen
-    assert how_it_ended(Ended(victim.pid, 0, 0.0, 0, seen[0][1])) == "was killed by SIGKILL"
+    assert ends.pids == [victim.pid, other.pid], ends.seen
+    assert how_it_ended(Ended(victim.pid, 0, 0.0, 0, ends.seen[0][1])) == "was killed by SIGKILL"
 
 
 #: a rank holding its lifeline, with a helper thread that ends when told (on stdin)
@@ -283,15 +283,9 @@ def test_a_thread_that_ended_on_its_own_just_before_hydra_killed_its_rank_does_n
     other, victim = (subprocess.Popen([sys.executable, "-c", _HOLDING_THREADED, str(tmp_path)],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE) for _ in range(2))
     procs = (other, victim)
-    seen: list[int] = []
-    both = threading.Event()
+    ends = _Ends()
 
-    def on_exit(pid: int, status: int | None) -> None:
-        seen.append(pid)
-        if len(seen) == 2:
-            both.set()
-
-    watch = ExitWatch(on_exit)
+    watch = ExitWatch(ends)
     assert watch.listen(str(tmp_path / LIFELINE_FILE))
     watch.start()
     interval = sys.getswitchinterval()
@@ -313,7 +307,7 @@ def test_a_thread_that_ended_on_its_own_just_before_hydra_killed_its_rank_does_n
             os.kill(proc.pid, signal.SIGKILL)
             _ended_holding_the_gil(proc.pid)
         sys.setswitchinterval(interval)
-        assert both.wait(10), seen
+        assert ends.wait(2, 10), ends.seen
     finally:
         sys.setswitchinterval(interval)
         watch.close()
@@ -325,7 +319,7 @@ def test_a_thread_that_ended_on_its_own_just_before_hydra_killed_its_rank_does_n
             for pipe in (proc.stdin, proc.stdout):
                 assert pipe is not None
                 pipe.close()
-    assert seen == [victim.pid, other.pid]
+    assert ends.pids == [victim.pid, other.pid]
 
 
 _CLOSING = """
@@ -341,14 +335,9 @@ time.sleep(60)
 
 
 def test_a_lifeline_closed_by_a_process_that_runs_on_is_no_end(tmp_path: Path) -> None:
-    seen: list[int] = []
-    reported = threading.Event()
+    ends = _Ends()
 
-    def on_exit(pid: int, status: int | None) -> None:
-        seen.append(pid)
-        reported.set()
-
-    watch = ExitWatch(on_exit)
+    watch = ExitWatch(ends)
     assert watch.listen(str(tmp_path / LIFELINE_FILE))
     watch.start()
     proc = subprocess.Popen([sys.executable, "-c", _CLOSING, str(tmp_path / LIFELINE_FILE)],
@@ -360,10 +349,10 @@ def test_a_lifeline_closed_by_a_process_that_runs_on_is_no_end(tmp_path: Path) -
         proc.stdin.write(b"close\n")
         proc.stdin.flush()
         assert proc.stdout.readline() == b"closed\n"
-        assert not reported.wait(0.5), seen   # it runs on
+        assert not ends.wait(1, 0.5), ends.seen   # it runs on
         proc.kill()
         _ended_unreaped(proc)
-        assert reported.wait(10), seen        # its end is still seen, by its pidfd
+        assert ends.wait(1, 10), ends.seen        # its end is still seen, by its pidfd
         threading.Event().wait(0.3)           # a second report would come now
     finally:
         watch.close()
@@ -372,7 +361,7 @@ def test_a_lifeline_closed_by_a_process_that_runs_on_is_no_end(tmp_path: Path) -
         for pipe in (proc.stdin, proc.stdout):
             assert pipe is not None
             pipe.close()
-    assert seen == [proc.pid]
+    assert ends.pids == [proc.pid]
 
 
 def test_a_rank_without_a_launcher_listening_holds_no_lifeline_and_runs_on(tmp_path: Path) -> None:
@@ -421,14 +410,9 @@ def test_the_status_of_a_rank_reaped_before_the_watch_looks_is_known() -> None:
     if not _reaped_status_known():
         pytest.skip("the kernel keeps no exit status for a pidfd (Linux 6.15)")
     proc = subprocess.Popen([sys.executable, "-c", _THREADED], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    seen: list[tuple[int, int | None]] = []
-    reported = threading.Event()
+    ends = _Ends()
 
-    def on_exit(pid: int, status: int | None) -> None:
-        seen.append((pid, status))
-        reported.set()
-
-    watch = ExitWatch(on_exit).start()
+    watch = ExitWatch(ends).start()
     interval = sys.getswitchinterval()
     try:
         assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
@@ -438,7 +422,7 @@ def test_the_status_of_a_rank_reaped_before_the_watch_looks_is_known() -> None:
         os.kill(proc.pid, signal.SIGKILL)
         _ended_holding_the_gil(proc.pid, reap=True)
         sys.setswitchinterval(interval)
-        assert reported.wait(10), seen
+        assert ends.wait(1, 10), ends.seen
     finally:
         sys.setswitchinterval(interval)
         watch.close()
@@ -448,8 +432,8 @@ def test_the_status_of_a_rank_reaped_before_the_watch_looks_is_known() -> None:
         for pipe in (proc.stdin, proc.stdout):
             assert pipe is not None
             pipe.close()
-    assert len(seen) == 1 and seen[0][0] == proc.pid
-    assert how_it_ended(Ended(proc.pid, 1, 0.0, 0, seen[0][1])) == "was killed by SIGKILL"
+    assert len(ends.seen) == 1 and ends.seen[0][0] == proc.pid
+    assert how_it_ended(Ended(proc.pid, 1, 0.0, 0, ends.seen[0][1])) == "was killed by SIGKILL"
 
 
 def test_hydras_banner_waits_for_the_launchers_line_and_nothing_else_does() -> None:
