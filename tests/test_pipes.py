@@ -694,14 +694,21 @@ async def test_a_host_with_one_message_in_the_pipe_gets_its_senders_turns() -> N
     assert counts == {pid: 10 for pid in (1, 2, 3, 4, 5, 9)}, counts
 
 
-async def test_a_round_waits_for_a_host_at_most_hold_s() -> None:
-    """A host that stops sending holds the reader up once, for ``hold_s``."""
+def _round_served_host_1(hold_s: float) -> Pipe[aiopdbp.Message]:
+    """A pipe whose round served the local sender 9 and host 1's lone item;
+    the local sender has its next queued, host 1 nothing."""
     pipe: Pipe[aiopdbp.Message] = Pipe(64)
-    pipe.hold_s = 0.01
+    pipe.hold_s = hold_s
     pipe.send_nowait(_msgs(9, 1)[0])
     pipe.put_many(_msgs(1, 1), 1)
     pipe.send_nowait(_msgs(9, 1, 1)[0])
     assert [_label(pipe.receive_nowait()) for _ in range(2)] == ["9.0", "1.0"]
+    return pipe
+
+
+async def test_a_round_waits_for_a_host_at_most_hold_s() -> None:
+    """A host that stops sending holds the reader up once, for ``hold_s``."""
+    pipe = _round_served_host_1(0.01)
     assert len(pipe) == 0 and not pipe.ready()            # waits for host 1
     with pytest.raises(WouldBlock):
         pipe.receive_nowait()
@@ -722,12 +729,7 @@ def test_senders_of_the_readers_own_host_never_wait() -> None:
 
 
 async def test_a_pipe_at_its_end_hands_over_what_a_round_waited_with() -> None:
-    pipe: Pipe[aiopdbp.Message] = Pipe(64)
-    pipe.hold_s = 60.0
-    pipe.send_nowait(_msgs(9, 1)[0])
-    pipe.put_many(_msgs(1, 1), 1)
-    pipe.send_nowait(_msgs(9, 1, 1)[0])
-    assert [_label(pipe.receive_nowait()) for _ in range(2)] == ["9.0", "1.0"]
+    pipe = _round_served_host_1(60.0)
     assert not pipe.ready()
     pipe.close_send()
     assert _label(await pipe.receive()) == "9.1"
