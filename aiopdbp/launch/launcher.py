@@ -577,8 +577,9 @@ def _forward(src: int, hold: Callable[[], bool], write: Callable[[bytes], None] 
             if k == 1 and not hold():
                 dropping = True
             if dropping:
-                part, rest = _drop_banner(rest + part)
-                dropping = part is None
+                after, rest = _drop_banner(rest + part)
+                dropping = after is None
+                part = after or b""
             if part:
                 write(part)
     if rest and not _BANNER_LINE.fullmatch(rest):
