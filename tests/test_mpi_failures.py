@@ -374,6 +374,19 @@ def test_failure_line_names_the_innermost_gp_the_error_left() -> None:
     assert f"[0] {line}" in job.output, job.output
 
 
+def test_error_raised_beside_an_open_node_is_the_failure_not_the_nodes_cancellation() -> None:
+    # asyncio.run cancels the task that holds the node once the program's
+    # error ends its main: the report is that error, on every rank
+    job = _launch("-n", "3", str(GP_FAILURE), "beside")
+    assert job.finish(timeout=60) == 1, job.output
+    ranked = [(r, line) for r, line in rank_lines(job.output) if line and not _OWN_PRINTS.match(line)]
+    assert ranked and ranked[0] == (1, "Traceback (most recent call last):"), job.output
+    line = "aiopdbp: rank 1 failed: KeyError: 'missing'"
+    assert f"[1] {line}; stopping the job" in job.output, job.output
+    assert f"[0] {line}" in job.output and f"[2] {line}" in job.output, job.output
+    assert "CancelledError" not in job.output, job.output
+
+
 # ------------------------------------------------ clean exits (issue 19)
 CLEAN_EXIT = SCRIPTS_DIR / "clean_exit.py"
 

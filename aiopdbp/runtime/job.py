@@ -294,6 +294,8 @@ class Job:
         """
         if self.reported is exc or self.stop is not None:
             return
+        if self.reported is not None and all(isinstance(leaf, asyncio.CancelledError) for leaf in leaves(exc)):
+            return   # a node cancelled because this rank's failure ends it
         origin = consequence_of(exc, self.rank)
         if origin is not None:
             # Give the rank the error came from time to report first; its
@@ -381,6 +383,14 @@ class Job:
             self._stopped.set()
         try:
             return await main
+        except Exception as exc:
+            # The program's error, raised beside a node that is still open in
+            # another task (asyncio.run is about to cancel that task): it is
+            # the failure, reported while the peers can still be told -- not
+            # the node's cancellation that follows.
+            if self.under_mpi and self.stop is None and self._peers:
+                await self.fail(exc)
+            raise
         finally:
             self._main = None
 
