@@ -141,6 +141,7 @@ def test_sigint_to_launcher_stops_every_rank_with_130() -> None:
     assert len(re.findall(r"interrupted", out)) == 1, out   # one line per job
     assert "aiopdbp launch: interrupted by SIGINT" in out, out
     assert "Traceback" not in out, out
+    assert "BAD TERMINATION" not in out, out   # hydra's banner about the ranks the launcher stopped
     _assert_clean(pids, segs, out)
 
 
@@ -175,6 +176,7 @@ def test_sigterm_to_one_rank_under_launch_says_so_once() -> None:
     out = job.output
     assert re.search(r"aiopdbp launch: job interrupted by SIGTERM \(on rank \d\)", out), out
     assert len(re.findall(r"interrupted", out)) == 1, out
+    assert "BAD TERMINATION" not in out, out
     _assert_clean(pids, segs, out)
 
 
@@ -356,6 +358,7 @@ def test_gp_failure_is_shown_first_and_peers_print_one_line_under_launch(mode: s
     # status is then 9): the failing rank records the job's status for the launcher
     assert rc == 1, job.output
     _assert_failure_rule(job.output, 3)
+    assert "BAD TERMINATION" not in job.output, job.output   # hydra's banner about the ranks it killed
 
 
 def test_gp_failure_under_plain_mpiexec_names_the_failing_rank_on_every_rank() -> None:

@@ -556,9 +556,10 @@ def _forward(src: int, hold: Callable[[], bool], write: Callable[[bytes], None] 
     vanished first must come first, and the banner is printed the moment
     hydra has ended the ranks -- possibly before the launcher's watch
     thread, on a loaded machine, has run at all.  ``hold()`` returns False
-    when the banner is no news (the job was interrupted: the ranks it calls
-    badly terminated are the ones the launcher stopped, and its own line
-    says so): then the banner's lines are left out."""
+    when the banner is no news (the job was interrupted, or a rank reported
+    its failure: the ranks it calls badly terminated are the ones that were
+    stopped for it, and a line already says why): then the banner's lines
+    are left out."""
     held = False
     dropping = False
     rest = b""   # (while dropping) the start of a line not complete yet
@@ -645,7 +646,9 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
                 if said or got or stopping.is_set() or gone and gone <= looked_at:
                     break
             time.sleep(0.005)
-        return not got   # after an interrupt the banner names the ranks the launcher stopped
+        # after an interrupt the banner names the ranks the launcher stopped,
+        # after a rank's own report of its failure the ranks hydra killed
+        return not got and recorded_stop(job_dir)[0] is None
 
     job_dir = tempfile.mkdtemp(prefix="aiopdbp-job-")
     full_env = inherited() if env is None else dict(env)
