@@ -157,6 +157,17 @@ def test_sigterm_to_every_rank_stops_the_job_with_143() -> None:
     _assert_clean(pids, segs, out)
 
 
+def test_ctrl_c_to_plain_mpiexec_stops_the_job_without_tracebacks() -> None:
+    job = _mpiexec(2, str(STOP))
+    pids, segs = _ready(job, 2)
+    os.kill(job.proc.pid, signal.SIGINT)  # hydra sends it on to each rank's process group
+    assert job.finish() != 0, job.output
+    out = job.output
+    assert "[0] aiopdbp: job interrupted by SIGINT" in out, out
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
+    _assert_clean(pids, segs, out)
+
+
 def test_sigint_to_one_rank_stops_every_rank() -> None:
     job = _mpiexec(3, str(STOP))
     pids, segs = _ready(job, 3)

@@ -39,6 +39,7 @@ STATUS_WAIT_S = 0.2
 #: the helper (``python -I -S -c``): argv pid, rank; stdin the rank's pipe
 _HELPER = r"""
 import fcntl, os, select, signal, struct, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)   # a Ctrl-C hydra sends the rank's group is the rank's
 pid, rank = int(sys.argv[1]), int(sys.argv[2])
 try:
     fd = os.pidfd_open(pid)
