@@ -50,6 +50,9 @@ __all__ = ["REGISTRATION_KINDS", "cold_pair", "main", "registration_messages"]
 REGISTRATION_KINDS: Final = frozenset({
     "RegMsg", "ARMsg", "APipeMsg", "AAPMsg", "TableMsg", "TableReqMsg", "TableAckMsg", "RelayMsg",
     "LookupMsg"})
+#: the progress engine's counters kept for the pattern (its steps against the messages it moved)
+ENGINE_COUNTERS: Final = ("steps", "spins", "idle_sleeps", "wakeups", "sends", "recvs", "drives",
+                          "driven_steps", "rings_heard", "rings_sent")
 COM_ARRIVE, COM_DATA, COM_PING, COM_PONG = 1, 3, 4, 5
 TIMEOUT: Final = 120.0
 
@@ -182,6 +185,7 @@ async def rank_main(pattern: str, units: int, unit_size: int, warm: int, out: Pa
             await _barrier(inbox, rank, names, 0)
             t_all_reg = time.perf_counter() - t1
             phases["registered"] = stamp(launched)
+            engine_before = dict(node.stats().transport)
             reg_msgs = registration_messages(node.stats().messages_sent) - before
             cold, warm_rtt = await _round_trips(inbox, rank, names, unit, warm)
             t2 = time.perf_counter()
@@ -189,6 +193,9 @@ async def rank_main(pattern: str, units: int, unit_size: int, warm: int, out: Pa
             await _barrier(inbox, rank, names, 1)
             t_pattern = time.perf_counter() - t2
             phases["pattern"] = stamp(launched)
+            engine_after = node.stats().transport
+            engine = {k: engine_after[k] - engine_before.get(k, 0) for k in ENGINE_COUNTERS
+                      if k in engine_after}
             links = sorted(node.stats().links)   # the hosts this rank holds a link to
     phases["closed"] = stamp(launched)
     rec: dict[str, Any] = {
@@ -197,7 +204,8 @@ async def rank_main(pattern: str, units: int, unit_size: int, warm: int, out: Pa
         "all_registered_s": t_all_reg, "registration_msgs": reg_msgs,
         "first_rtt_s": cold, "warm_rtt_s": warm_rtt, "pattern_s": t_pattern,
         "total_s": time.perf_counter() - t_start, "rss_open_kib": rss_open,
-        "rss_peak_kib": _peak_kib(), "links": links, "phases": phases}
+        "rss_peak_kib": _peak_kib(), "links": links, "phases": phases,
+        "pattern_engine": engine}
     (out / f"aiopdbp-{rank}.json").write_text(json.dumps(rec), encoding="utf-8")
     return 0
 
