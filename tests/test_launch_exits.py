@@ -443,9 +443,10 @@ def test_hydras_banner_waits_for_the_launchers_line_and_nothing_else_does() -> N
     holding = threading.Event()
     release = threading.Event()
 
-    def hold() -> None:   # the launcher's watch thread has not said its line yet
+    def hold() -> bool:   # the launcher's watch thread has not said its line yet
         holding.set()
         assert release.wait(10)
+        return True
 
     r, w = os.pipe()
     thread = threading.Thread(target=_forward, args=(r, hold, written.append), daemon=True)
@@ -460,3 +461,19 @@ def test_hydras_banner_waits_for_the_launchers_line_and_nothing_else_does() -> N
     thread.join(10)
     assert b"".join(written).endswith(b"\n\n=====\n=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
                                       b"=   PID 7\nYOUR APPLICATION TERMINATED\n")
+
+
+def test_hydras_banner_is_left_out_after_an_interrupt_and_what_follows_it_is_not() -> None:
+    from aiopdbp.launch.launcher import _forward
+
+    written: list[bytes] = []
+    r, w = os.pipe()
+    thread = threading.Thread(target=_forward, args=(r, lambda: False, written.append), daemon=True)
+    thread.start()
+    os.write(w, b"[0] a rank's line\n\n=====\n=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+                b"=   EXIT CODE: 9\n=====\nYOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)\n"
+                b"This typically refers to a problem with your application.\nPlease see the FAQ")
+    os.write(w, b" page for debugging suggestions\n[1] a late line\n")
+    os.close(w)
+    thread.join(10)
+    assert b"".join(written) == b"[0] a rank's line\n[1] a late line\n"
