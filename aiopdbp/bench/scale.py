@@ -210,7 +210,7 @@ def _phase_table(rows: list[dict[str, Any]], say: Callable[[str], None]) -> None
         for impl in ("aiopdbp", "raw"):
             cells = [f"{name} {e0:.2f}/{em:.2f} cpu {c0:.2f}/{cm:.2f}"
                      for name, e0, em, c0, cm in phase_rows(ranks[impl])]
-            wall = r[impl]["wall_s"]
+            wall = r["repeats"][0][impl]["wall_s"] if "repeats" in r else r[impl]["wall_s"]
             say(f"  {r['pattern']} N={r['n']} {impl}: " + "; ".join(cells) + f"; job end {wall:.2f}")
 
 
