@@ -477,3 +477,34 @@ def test_hydras_banner_is_left_out_after_an_interrupt_and_what_follows_it_is_not
     os.close(w)
     thread.join(10)
     assert b"".join(written) == b"[0] a rank's line\n[1] a late line\n"
+
+
+# ------------------------------------------ which rank the launcher names
+def _job_dir(tmp_path: Path, started: dict[int, int]) -> str:
+    from aiopdbp.env import RANK_FILE_PREFIX
+
+    for rank, pid in started.items():   # as each rank's aiopdbp.run records itself
+        (tmp_path / f"{RANK_FILE_PREFIX}{rank}").write_text(f"{pid}\n")
+    return str(tmp_path)
+
+
+def test_a_rank_killed_before_it_started_aiopdbp_run_is_named_when_it_ended_first(tmp_path: Path) -> None:
+    from aiopdbp.launch.launcher import _vanish_line
+
+    # rank 1 was killed while importing; hydra then killed ranks 0 and 2, in aiopdbp.run
+    where = _job_dir(tmp_path, {0: 100, 2: 102})
+    ends = [Ended(101, 1, 0.0, 1, signal.SIGKILL), Ended(102, 2, 0.0, 2, signal.SIGKILL),
+            Ended(100, 0, 0.0, 3, signal.SIGKILL)]
+    assert _vanish_line(ends, where) == ("rank 1 (pid 101) was killed by SIGKILL before it started aiopdbp.run, "
+                                         "the first rank to end; the others were stopped")
+
+
+def test_a_rank_that_exited_before_aiopdbp_run_is_not_named_as_vanished(tmp_path: Path) -> None:
+    from aiopdbp.launch.launcher import _vanish_line
+
+    # an exit (an exception at import) is the early-exit rule's to say; a
+    # rank killed while in aiopdbp.run after it is the first to vanish
+    where = _job_dir(tmp_path, {0: 100})
+    ends = [Ended(101, 1, 0.0, 1, 1 << 8), Ended(100, 0, 0.0, 2, signal.SIGKILL)]
+    assert _vanish_line(ends, where).startswith("rank 0 (pid 100) was killed by SIGKILL during aiopdbp.run, ")
+    assert _vanish_line(ends[:1], where) == ""

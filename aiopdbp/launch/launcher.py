@@ -470,13 +470,23 @@ def _vanish_line(ends: Sequence[Ended], job_dir: str, log: KernelLog | None = No
         return ""    # a rank reported a failure or an interrupt: its line says it
     pids = {pid: rank for rank, pid in started.items()}
     first: list[Ended] = []
+    before_run = False
     for end in ends:
         rank = end.rank if end.rank is not None else pids.get(end.pid)
-        if rank is None or started.get(rank) != end.pid or rank in done:
-            continue   # not an aiopdbp.run rank, or its run returned
+        if rank is None or rank in done:
+            continue   # not a rank, or its run returned
+        if started.get(rank) != end.pid:
+            # not in aiopdbp.run (yet): its end is the job's first only when
+            # a signal killed it (an exit there is _left_before_run's) and
+            # other ranks did start aiopdbp.run (it is an aiopdbp job)
+            if first or not started or end.status is None or not os.WIFSIGNALED(end.status):
+                continue
+            before_run = True
         if first and end.look != first[0].look:
             break
         first.append(end)
+        if before_run:
+            break
     if not first:
         return ""
     if len(first) == 1:
@@ -484,7 +494,8 @@ def _vanish_line(ends: Sequence[Ended], job_dir: str, log: KernelLog | None = No
     else:
         what = (f"{', '.join(f'{_rank_name(e, pids)} {how_it_ended(e, log)}' for e in first)} "
                 "(ended at the same moment)")
-    return f"{what} during aiopdbp.run, the first rank to end; the others were stopped"
+    when = "before it started aiopdbp.run" if before_run else "during aiopdbp.run"
+    return f"{what} {when}, the first rank to end; the others were stopped"
 
 
 def _left_before_run(watch: JobWatch, job_dir: str, now: float, seen: dict[int, float]) -> str:
