@@ -9,7 +9,13 @@ before the program runs, so that what a rank prints *before* ``aiopdbp.run``
 alike, unprefixed tracebacks could not be told apart.  Everything else about
 the program is as under ``python prog.py``: ``__name__`` is ``"__main__"``,
 ``sys.argv`` and ``sys.path[0]`` are the script's, and a traceback shows the
-program's frames only.
+program's frames only.  One thing differs at the end: once the program is
+over, the objects it leaves are frozen (``gc.freeze``), so the interpreter's
+end does not walk them in its last collections -- with many ranks to a core
+that walk was a large part of a job's last second.  Objects left in
+reference cycles are then not collected at exit (their ``__del__`` does not
+run; Python never promises that it does at exit); ``atexit`` handlers,
+``weakref.finalize`` and the flushing of the standard streams run as always.
 
 Imports: :mod:`aiopdbp.env` and the standard library only -- a rank's start
 stays as light as ``python prog.py`` (``aiopdbp bench scale`` measures raw
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import io
 import os
 import runpy
@@ -131,6 +138,16 @@ def main(argv: Sequence[str]) -> int:
     size = env_size()
     if size > 1:
         prefix_output(env_rank())
+    try:
+        return _run_program(argv, size)
+    finally:
+        # The program is over: what is left is the interpreter's end, whose
+        # collections would walk every object still alive in every rank at
+        # once (see the module doc).
+        gc.freeze()
+
+
+def _run_program(argv: Sequence[str], size: int) -> int:
     try:
         if argv[0] == "-m":
             sys.argv = [argv[1], *argv[2:]]   # (run_module sets argv[0] to the module's file)

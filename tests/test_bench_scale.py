@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from aiopdbp.bench.scale import median_summary, slope, summarise_job
+from aiopdbp.bench.scale import compile_sources, median_summary, phase_rows, slope, summarise_job
 from aiopdbp.bench.scale_job import cluster_main, registration_messages
 from tests.mpirun import REPO_ROOT, requires_mpi
 
@@ -35,6 +37,28 @@ def test_median_summary_takes_each_figures_median_over_the_repeats() -> None:
     rows = [{"wall_s": w, "rss_peak_kib": (r0, mx)} for w, r0, mx in
             ((3.0, 500, 310), (1.0, 900, 300), (2.0, 510, 400))]
     assert median_summary(rows) == {"wall_s": 2.0, "rss_peak_kib": (510, 310)}
+
+
+def test_phase_rows_give_rank_0_and_the_latest_other_end_and_the_cpu_of_each_phase() -> None:
+    recs = [{"rank": 0, "phases": {"main": [1.0, 0.2], "init": [2.0, 0.25]}},
+            {"rank": 1, "phases": {"main": [1.5, 0.3], "init": [2.5, 0.4]}},
+            {"rank": 2, "phases": {"main": [1.2, 0.1], "init": [3.0, 0.3]}}]
+    (main, e0, em, c0, cm), (init, i0, im, d0, dm) = phase_rows(recs)
+    assert (main, e0, em, c0, cm) == ("main", 1.0, 1.5, 0.2, 0.3)
+    assert (init, i0, im) == ("init", 2.0, 3.0)
+    assert (d0, dm) == (pytest.approx(0.05), pytest.approx(0.2))
+
+
+def test_compile_sources_writes_missing_and_stale_bytecode_once(tmp_path: Path) -> None:
+    src = tmp_path / "pkg" / "mod.py"
+    src.parent.mkdir()
+    src.write_text("X = 1\n", encoding="utf-8")
+    cached = Path(importlib.util.cache_from_source(str(src)))
+    assert compile_sources(tmp_path) == (1, 0) and cached.exists()
+    assert compile_sources(tmp_path) == (0, 0)          # up to date: left alone
+    later = cached.stat().st_mtime + 10
+    os.utime(src, (later, later))                       # the source edited since
+    assert compile_sources(tmp_path) == (1, 0)
 
 
 def test_registration_messages_count_only_the_table_kinds() -> None:
@@ -63,3 +87,9 @@ def test_bench_scale_runs_aiopdbp_and_the_raw_twin_in_the_same_run(tmp_path: Pat
     assert len(row["ranks"]["aiopdbp"]) == 2 and len(row["ranks"]["raw"]) == 2
     assert row["aiopdbp"]["rss_peak_kib"][0] > 0 and row["raw"]["rss_peak_kib"][0] > 0
     assert "slopes per peer, ring" in r.stdout
+    # every rank stamped its phases, in order, from the launch
+    for impl, first, last in (("aiopdbp", "main", "closed"), ("raw", "main", "pattern")):
+        for rec in row["ranks"][impl]:
+            ends = [end for end, _ in rec["phases"].values()]
+            assert list(rec["phases"])[0] == first and list(rec["phases"])[-1] == last
+            assert 0 < ends[0] and ends == sorted(ends), rec["phases"]

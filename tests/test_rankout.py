@@ -60,3 +60,25 @@ def test_a_module_runs_as_python_m_runs_it() -> None:
     wrapped = _run("-m", "aiopdbp.rankout", "-m", "json.tool", "--help")
     assert plain.returncode == wrapped.returncode == 0
     assert wrapped.stdout == plain.stdout
+
+
+_END = """
+import atexit, gc, weakref
+class Thing:
+    pass
+thing = Thing()
+weakref.finalize(thing, print, "finalized")
+atexit.register(lambda: print("frozen at exit:", gc.get_freeze_count() > 0))
+print("a last partial line", end="")
+"""
+
+
+def test_the_objects_a_program_leaves_are_frozen_for_the_interpreters_end(tmp_path: Path) -> None:
+    prog = tmp_path / "end.py"
+    prog.write_text(_END, encoding="utf-8")
+    r = _run("-m", "aiopdbp.rankout", str(prog))
+    assert r.returncode == 0, r.stderr
+    # frozen (the end's collections skip them), and the end is otherwise as always:
+    # atexit handlers, weakref finalizers and the streams' last bytes
+    assert "frozen at exit: True" in r.stdout, r.stdout
+    assert "finalized" in r.stdout and r.stdout.startswith("a last partial line"), r.stdout

@@ -12,8 +12,19 @@ over the other ranks (``r0/max``): open time (``open_node``; raw: MPI init +
 at rank 0 / the most any other rank sent), the cold and warm round trip of
 a pair, and then each figure's slope per peer (least squares over N-1) and
 the aiopdbp minus raw slope of peak RSS (``--repeat K``: each job K times,
-aiopdbp and raw alternated, each figure the median).  ``OUT/scale.json`` keeps every
+aiopdbp and raw alternated, each figure the median).  Then where each job's
+time went: every rank stamps its phases (wall since the launch, CPU seconds;
+see :mod:`aiopdbp.bench.scale_job`), and the phase table gives, per phase,
+when it ended (rank 0 / the latest other rank) and the CPU it took (rank 0 /
+the most any other rank took).  ``OUT/scale.json`` keeps every
 rank's record; ``OUT/scale.txt`` the printed table.
+
+Bytecode: before the first job it writes aiopdbp's bytecode where it is
+missing or stale (:func:`compile_sources`), as ``pip install`` of a wheel
+does: an editable install under ``PYTHONDONTWRITEBYTECODE=1`` has none, and
+then every rank compiles every module of aiopdbp from source at each start
+(about 0.16 CPU-s a rank, 32 ranks at once on 2 cores), which the raw
+program, whose numpy and mpi4py come compiled, never pays.
 
 Oversubscribed runs are heavy: run them under ``nice`` on a shared machine.
 """
@@ -21,8 +32,10 @@ Oversubscribed runs are heavy: run them under ``nice`` on a shared machine.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
+import py_compile
 import statistics
 import subprocess
 import sys
@@ -33,7 +46,8 @@ from typing import Any
 
 from aiopdbp.bench.plan import BENCH_ENV, parse_ranks
 
-__all__ = ["build_parser", "main", "median_summary", "slope", "summarise_job"]
+__all__ = ["build_parser", "compile_sources", "main", "median_summary", "phase_rows", "slope",
+           "summarise_job"]
 
 MIB = 1024.0
 
@@ -61,6 +75,25 @@ def build_parser() -> argparse.ArgumentParser:
     a("--timeout", type=float, default=300.0, help="seconds one job may take (300)")
     a("--out", default="", help="output folder (default ./aiopdbp-bench-scale-YYYYmmdd-HHMMSS)")
     return p
+
+
+def compile_sources(root: Path) -> tuple[int, int]:
+    """Write the bytecode of every ``*.py`` under ``root`` whose cached
+    ``.pyc`` is missing or older than the source (py_compile writes it even
+    under ``PYTHONDONTWRITEBYTECODE``, which only stops the import system);
+    returns (modules compiled, modules that could not be: a read-only tree,
+    a syntax error)."""
+    done = failed = 0
+    for src in sorted(root.rglob("*.py")):
+        cached = Path(importlib.util.cache_from_source(str(src)))
+        try:
+            if cached.exists() and cached.stat().st_mtime >= src.stat().st_mtime:
+                continue
+            py_compile.compile(str(src), cfile=str(cached), doraise=True)
+            done += 1
+        except (OSError, py_compile.PyCompileError):
+            failed += 1
+    return done, failed
 
 
 def slope(xs: Sequence[float], ys: Sequence[float]) -> float:
@@ -115,7 +148,7 @@ def _run_mpi(n: int, argv: list[str], timeout: float) -> float:
     from aiopdbp.launch.launcher import launch
 
     t = time.perf_counter()
-    rc = launch(n, argv, timeout=timeout, extra_env=BENCH_ENV)
+    rc = launch(n, [*argv, "--launched", repr(time.time())], timeout=timeout, extra_env=BENCH_ENV)
     wall = time.perf_counter() - t
     if rc != 0:
         raise RuntimeError(f"{' '.join(argv)} on {n} ranks exited {rc}")
@@ -148,6 +181,37 @@ def _mpi_table(rows: list[dict[str, Any]], say: Callable[[str], None]) -> None:
             say(f"{r['pattern']:9} {r['n']:>4} {impl:8} {_fmt_pair(x['open_s']):>14} "
                 f"{_fmt_pair(x['rss_peak_kib'], 1 / MIB, '{:.1f}'):>15} {x['wall_s']:>7.2f} "
                 f"{reg:>15} {rtt:>17}")
+
+
+def phase_rows(recs: Sequence[dict[str, Any]]) -> list[tuple[str, float, float, float, float]]:
+    """Per phase of a job's ranks: (phase, rank 0's end, the latest other
+    rank's end, rank 0's CPU in it, the most CPU another rank spent in it);
+    ends in seconds since the launch, CPU in seconds."""
+    if not recs or "phases" not in recs[0]:
+        return []
+    rows = []
+    order = list(recs[0]["phases"])
+    for i, name in enumerate(order):
+        ends, cpus = {}, {}
+        for r in recs:
+            ph = r["phases"]
+            ends[r["rank"]] = ph[name][0]
+            cpus[r["rank"]] = ph[name][1] - (ph[order[i - 1]][1] if i else 0.0)
+        others = [k for k in ends if k != 0] or [0]
+        rows.append((name, ends.get(0, 0.0), max(ends[k] for k in others),
+                     cpus.get(0, 0.0), max(cpus[k] for k in others)))
+    return rows
+
+
+def _phase_table(rows: list[dict[str, Any]], say: Callable[[str], None]) -> None:
+    say("phases (first run of each job): end s since launch r0/max, CPU s in the phase r0/max")
+    for r in rows:
+        ranks = r["ranks"] if isinstance(r["ranks"], dict) else r["ranks"][0]
+        for impl in ("aiopdbp", "raw"):
+            cells = [f"{name} {e0:.2f}/{em:.2f} cpu {c0:.2f}/{cm:.2f}"
+                     for name, e0, em, c0, cm in phase_rows(ranks[impl])]
+            wall = r["repeats"][0][impl]["wall_s"] if "repeats" in r else r[impl]["wall_s"]
+            say(f"  {r['pattern']} N={r['n']} {impl}: " + "; ".join(cells) + f"; job end {wall:.2f}")
 
 
 def _mpi_slopes(rows: list[dict[str, Any]], say: Callable[[str], None]) -> dict[str, Any]:
@@ -215,6 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     say(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} at start")
     doc: dict[str, Any] = {"mpi": [], "cluster": [], "slopes": {}}
     raw_prog = str(Path(__file__).with_name("scale_raw.py"))
+    compiled, failed = compile_sources(Path(__file__).resolve().parent.parent)
+    say(f"aiopdbp's bytecode: {compiled} modules compiled now, {failed} could not be"
+        + (" (those compile in every rank at every start)" if failed else ""))
     if not ns.no_mpi:
         for pattern in patterns:
             for n in ns.ranks:
@@ -238,6 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     row["repeats"] = [{"aiopdbp": r["aiopdbp"], "raw": r["raw"]} for r in runs]
                 doc["mpi"].append(row)
         _mpi_table(doc["mpi"], say)
+        _phase_table(doc["mpi"], say)
         doc["slopes"]["mpi"] = _mpi_slopes(doc["mpi"], say)
     for n in clusters:
         doc["cluster"].append(_run_cluster(n, out, ns.timeout))

@@ -17,6 +17,15 @@ The control messages of registration are counted from ``node.stats()``'s
 ``messages_sent`` (kinds :data:`REGISTRATION_KINDS`), between entering
 ``open_node`` and passing the first barrier (heartbeats and credit are other
 kinds and are not counted).  Peak RSS is ``ru_maxrss`` at the end.
+
+Phases (``phases``: wall seconds since ``--launched``, the launcher's
+``time.time()``, and this process's CPU seconds, at each stamp): ``main``
+(interpreter, ``aiopdbp.rankout`` and this module's imports done),
+``init`` (``open_node()`` made its transport: MPI initialised), ``open``
+(the start-up exchange done), ``registered`` (the first barrier passed),
+``pattern`` (the pattern and the last barrier done), ``closed`` (the node
+closed) -- so a rank's time between its process start and its end splits
+into start-up, ``MPI_Init``, aiopdbp's start-up, the work and the close.
 """
 
 from __future__ import annotations
@@ -41,6 +50,9 @@ __all__ = ["REGISTRATION_KINDS", "cold_pair", "main", "registration_messages"]
 REGISTRATION_KINDS: Final = frozenset({
     "RegMsg", "ARMsg", "APipeMsg", "AAPMsg", "TableMsg", "TableReqMsg", "TableAckMsg", "RelayMsg",
     "LookupMsg"})
+#: the progress engine's counters kept for the pattern (its steps against the messages it moved)
+ENGINE_COUNTERS: Final = ("steps", "spins", "idle_sleeps", "wakeups", "sends", "recvs", "drives",
+                          "driven_steps", "rings_heard", "rings_sent")
 COM_ARRIVE, COM_DATA, COM_PING, COM_PONG = 1, 3, 4, 5
 TIMEOUT: Final = 120.0
 
@@ -48,6 +60,11 @@ TIMEOUT: Final = 120.0
 def registration_messages(sent: Mapping[int, Mapping[str, int]]) -> int:
     """Control messages of the registration kinds in a ``messages_sent`` snapshot."""
     return sum(n for per in sent.values() for kind, n in per.items() if kind in REGISTRATION_KINDS)
+
+
+def stamp(launched: float) -> tuple[float, float]:
+    """(wall seconds since ``launched``, a ``time.time()``; this process's CPU seconds)."""
+    return time.time() - launched, time.process_time()
 
 
 def _peak_kib() -> int:
@@ -146,12 +163,17 @@ async def _pattern(inbox: _Inbox, rank: int, names: list[str], pattern: str, uni
 
 
 async def rank_main(pattern: str, units: int, unit_size: int, warm: int, out: Path,
-                    t_start: float) -> int:
+                    t_start: float, launched: float = 0.0) -> int:
     """One rank of the job; writes ``out/aiopdbp-RANK.json``."""
     unit = bytes(unit_size)
+    launched = launched or time.time() - (time.perf_counter() - t_start)
+    phases = {"main": stamp(launched)}
     t0 = time.perf_counter()
-    async with open_node() as node:
+    opening = open_node()
+    phases["init"] = stamp(launched)
+    async with opening as node:
         t_open = time.perf_counter() - t0
+        phases["open"] = stamp(launched)
         rss_open = _peak_kib()
         rank, size = node.rank, node.size
         names = [f"scale-{r}" for r in range(size)]
@@ -162,20 +184,28 @@ async def rank_main(pattern: str, units: int, unit_size: int, warm: int, out: Pa
             inbox = _Inbox(gp)
             await _barrier(inbox, rank, names, 0)
             t_all_reg = time.perf_counter() - t1
+            phases["registered"] = stamp(launched)
+            engine_before = dict(node.stats().transport)
             reg_msgs = registration_messages(node.stats().messages_sent) - before
             cold, warm_rtt = await _round_trips(inbox, rank, names, unit, warm)
             t2 = time.perf_counter()
             await _pattern(inbox, rank, names, pattern, units, unit)
             await _barrier(inbox, rank, names, 1)
             t_pattern = time.perf_counter() - t2
+            phases["pattern"] = stamp(launched)
+            engine_after = node.stats().transport
+            engine = {k: engine_after[k] - engine_before.get(k, 0) for k in ENGINE_COUNTERS
+                      if k in engine_after}
             links = sorted(node.stats().links)   # the hosts this rank holds a link to
+    phases["closed"] = stamp(launched)
     rec: dict[str, Any] = {
         "impl": "aiopdbp", "pattern": pattern, "rank": rank, "size": size,
         "open_s": t_open, "register_s": t_reg,
         "all_registered_s": t_all_reg, "registration_msgs": reg_msgs,
         "first_rtt_s": cold, "warm_rtt_s": warm_rtt, "pattern_s": t_pattern,
         "total_s": time.perf_counter() - t_start, "rss_open_kib": rss_open,
-        "rss_peak_kib": _peak_kib(), "links": links}
+        "rss_peak_kib": _peak_kib(), "links": links, "phases": phases,
+        "pattern_engine": engine}
     (out / f"aiopdbp-{rank}.json").write_text(json.dumps(rec), encoding="utf-8")
     return 0
 
@@ -235,12 +265,14 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--unit", type=int, default=256)
     r.add_argument("--warm", type=int, default=20, help="warm round trips after the cold one")
     r.add_argument("--out", required=True)
+    r.add_argument("--launched", type=float, default=0.0,
+                   help="the launcher's time.time() at launch (phases are stamped from it)")
     c = sub.add_parser("cluster", help="an in-process cluster (open_cluster)")
     c.add_argument("--nodes", type=int, required=True)
     c.add_argument("--out", required=True)
     a = p.parse_args(argv)
     if a.what == "rank":
-        return run(rank_main(a.pattern, a.units, a.unit, a.warm, Path(a.out), t_start))
+        return run(rank_main(a.pattern, a.units, a.unit, a.warm, Path(a.out), t_start, a.launched))
     return run(cluster_main(a.nodes, Path(a.out)))
 
 

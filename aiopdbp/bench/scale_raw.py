@@ -6,7 +6,9 @@ is held to), then runs the pattern -- ``alltoall``: ``MPI_Alltoall`` of
 ``--units`` x ``--unit`` bytes per pair, one call per unit; ``ring``: the same
 units to and from both neighbours with ``Isend``/``Irecv`` -- and a last
 ``Barrier``, and writes ``DIR/raw-RANK.json`` (times in seconds, peak RSS in
-KiB).  It imports neither aiopdbp nor anything of it, so that its memory is
+KiB; ``phases``: wall seconds since ``--launched`` and CPU seconds at
+``main``, ``init`` (``MPI_Init``), ``open`` (the ``Barrier``), ``pattern``,
+as :mod:`aiopdbp.bench.scale_job` stamps them).  It imports neither aiopdbp nor anything of it, so that its memory is
 MPI's and numpy's alone: run it by path, never as ``-m aiopdbp...``.
 """
 
@@ -27,13 +29,22 @@ def main() -> int:
     p.add_argument("--units", type=int, default=20)
     p.add_argument("--unit", type=int, default=256)
     p.add_argument("--out", required=True)
+    p.add_argument("--launched", type=float, default=0.0)
     a = p.parse_args()
     t0 = time.perf_counter()
+    launched = a.launched or time.time()
+
+    def stamp() -> tuple[float, float]:
+        return time.time() - launched, time.process_time()
+
+    phases = {"main": stamp()}
     from mpi4py import MPI  # MPI_Init happens here
 
+    phases["init"] = stamp()
     comm = MPI.COMM_WORLD
     comm.Barrier()
     t_open = time.perf_counter() - t0
+    phases["open"] = stamp()
     rank, size = comm.Get_rank(), comm.Get_size()
     rss_open = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t1 = time.perf_counter()
@@ -58,10 +69,11 @@ def main() -> int:
             raise SystemExit(f"rank {rank}: wrong ring data")
     comm.Barrier()
     t_pattern = time.perf_counter() - t1
+    phases["pattern"] = stamp()
     rec = {"impl": "raw", "pattern": a.pattern, "rank": rank, "size": size,
            "open_s": t_open, "pattern_s": t_pattern, "total_s": time.perf_counter() - t0,
            "rss_open_kib": rss_open,
-           "rss_peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+           "rss_peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "phases": phases}
     Path(a.out, f"raw-{rank}.json").write_text(json.dumps(rec), encoding="utf-8")
     return 0
 

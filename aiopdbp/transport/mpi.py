@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiopdbp.env import doorbell_enabled, record_own_shm
 from aiopdbp.errors import ClosedResourceError, HandshakeError
-from aiopdbp.transport.backoff import Backoff
+from aiopdbp.transport.backoff import Backoff, SpinThenBackoff
 from aiopdbp.transport.base import AllocFn, Buffer, Channel, DeliverFn, Transport
 from aiopdbp.transport.doorbell import ADDRESS_BYTES, Doorbell, DoorbellJoin
 from aiopdbp.transport.mpiload import ABORT_FLUSH_S, load_mpi, mpi_world_size, prepare_mpi_import
@@ -82,6 +82,9 @@ RAW_TAG_BASE = 32768
 # from an earlier transport -- MPICH reuses a freed communicator's context
 # id -- carries an old tag and can never be matched by a newer one.
 _sessions = itertools.count()
+#: how long start() tests the Idups at every loop turn before it backs off
+#: (see :class:`~aiopdbp.transport.backoff.SpinThenBackoff`)
+JOIN_SPIN_S = 0.5
 #: bulk payload tags are 0 .. BULK_TAGS - 1 (the guaranteed MPI_TAG_UB + 1)
 BULK_TAGS = 32768
 
@@ -227,7 +230,7 @@ class MPITransport(Transport):
     async def _join(self) -> None:
         """Wait until every rank has created its transport (the Idups)."""
         _MPI = load_mpi()
-        backoff = Backoff(50e-6, 5e-3)
+        backoff = SpinThenBackoff(JOIN_SPIN_S, Backoff(50e-6, 5e-3))
         deadline = time.monotonic() + self.join_timeout
         while not _MPI.Request.Testall(self._joining):
             if time.monotonic() > deadline:
