@@ -156,7 +156,7 @@ async def test_stall_watch_off_reports_nothing() -> None:
 
 
 # ------------------------------------------------------------- over MPI
-from tests.mpirun import SCRIPTS_DIR, check_mpi, requires_mpi, run_mpi, unprefixed
+from tests.mpirun import HYDRA_FAILED, SCRIPTS_DIR, check_mpi, requires_mpi, run_mpi, unprefixed
 
 import json  # noqa: E402
 
@@ -172,7 +172,7 @@ def _results(out: str) -> dict[int, dict[str, object]]:
 @pytest.mark.parametrize("tcp", [False, True], ids=["shm", "tcp"])
 def test_send_send_cycle_across_ranks_fails_the_job_with_the_cycle(tcp: bool) -> None:
     r = run_mpi(SCRIPTS_DIR / "deadlock.py", n=2, tcp=tcp, args=["cycle"], timeout=60)
-    got = _results(check_mpi(r, expect_rc=1))
+    got = _results(check_mpi(r, expect_rc=HYDRA_FAILED))
     out = r.stdout + unprefixed(r.stderr)
     assert got, out
     want = [["g0", 0, "g1", 1, "credit"], ["g1", 1, "g0", 0, "credit"]]
@@ -189,7 +189,7 @@ def test_stream_exchange_cycle_across_ranks_fails_the_job_instead_of_hanging() -
     from aiopdbp.errors import STREAM_READING
 
     r = run_mpi(SCRIPTS_DIR / "deadlock.py", n=2, args=["streams"], timeout=60)
-    got = _results(check_mpi(r, expect_rc=1))
+    got = _results(check_mpi(r, expect_rc=HYDRA_FAILED))
     out = r.stdout + unprefixed(r.stderr)
     assert got, out
     want = [["g0", 0, "g1", 1, STREAM_READING], ["g1", 1, "g0", 0, STREAM_READING]]
