@@ -156,6 +156,8 @@ DOORBELL = "AIOPDBP_DOORBELL"
 LAST_WORDS = "AIOPDBP_LAST_WORDS"
 MPI_THREAD_LEVEL = "AIOPDBP_MPI_THREAD_LEVEL"
 MPIEXEC = "AIOPDBP_MPIEXEC"
+#: MPICH's shared-memory eager cells per rank (:mod:`aiopdbp.transport.mpiload` sets a default in a rank)
+MPICH_SHM_CELLS = "MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_NUM_CELLS"
 BENCH_LINK = "AIOPDBP_BENCH_LINK"
 #: set by ``aiopdbp launch``: the launcher reports interrupts itself
 LAUNCHER = "AIOPDBP_LAUNCHER"
@@ -318,6 +320,13 @@ def mpi_thread_level() -> str:
     if level not in _THREAD_LEVELS:
         raise ValueError(f"{MPI_THREAD_LEVEL}={level!r} is not an MPI thread level")
     return level
+
+
+def default_mpich_shm_cells(count: int) -> str:
+    """Ask MPICH for ``count`` shared-memory eager cells per rank
+    (:data:`MPICH_SHM_CELLS`, read by ``MPI_Init``) unless the environment
+    names a count; returns the count in force."""
+    return os.environ.setdefault(MPICH_SHM_CELLS, str(count))
 
 
 def mpiexec_override() -> str | None:

@@ -187,3 +187,35 @@ def test_the_last_words_helper_starts_under_plain_mpiexec_unless_aiopdbp_last_wo
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) == helpers, out.stdout
+
+
+_CELLS_PROBE = ("import os, sys; from aiopdbp.transport.mpiload import prepare_mpi_import; prepare_mpi_import(); "
+                "print(os.environ.get(sys.argv[1]), 'mpi4py.MPI' in sys.modules)")
+
+
+def _cells_after_prepare(environ: dict[str, str]) -> str:
+    """What a fresh process's MPICH cells variable is after aiopdbp prepared MPI's import."""
+    out = subprocess.run([sys.executable, "-c", _CELLS_PROBE, env.MPICH_SHM_CELLS], env=environ,
+                         capture_output=True, text=True, timeout=50, check=True)
+    return out.stdout.strip()
+
+
+def _rank_of(local: int, **extra: str) -> dict[str, str]:
+    """The environment of rank 0 of a job with ``local`` ranks on its host."""
+    base = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS and k != env.MPICH_SHM_CELLS}
+    return {**base, "PMI_RANK": "0", "PMI_SIZE": str(local), "MPI_LOCALNRANKS": str(local), **extra}
+
+
+@pytest.mark.parametrize("local,cells", [(2, 64), (4, 42), (16, 8), (32, 8)])
+def test_a_rank_asks_mpich_for_a_cell_budget_shared_among_its_local_peers(local: int, cells: int) -> None:
+    """Before MPI starts, MPICH is asked for 128 cells over the local peers (8 to its own 64)."""
+    assert _cells_after_prepare(_rank_of(local)) == f"{cells} False"
+
+
+def test_a_cell_count_named_in_the_environment_stands() -> None:
+    assert _cells_after_prepare(_rank_of(32, **{env.MPICH_SHM_CELLS: "32"})) == "32 False"
+
+
+def test_a_process_outside_a_job_leaves_the_cell_count_to_the_jobs_it_starts() -> None:
+    environ = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS and k != env.MPICH_SHM_CELLS}
+    assert _cells_after_prepare(environ) == "None False"

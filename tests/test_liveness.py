@@ -19,13 +19,15 @@ from collections import deque
 import pytest
 
 from aiopdbp.errors import HostLostError, TransportError
-from aiopdbp.hosts.liveness import BEAT, Monitor, State, encode, watch_set
+from aiopdbp.hosts.liveness import BEAT, UNANSWERED, Monitor, State, encode, watch_set
 
 from tests.mpirun import SCRIPTS_DIR, check_mpi, requires_mpi, run_mpi
 
 pytestmark = pytest.mark.timeout(60)
 
 SCRIPT = SCRIPTS_DIR / "liveness.py"
+#: MPICH's shared-memory eager cells per sending rank (its default: 64)
+MPICH_CELLS = "MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_NUM_CELLS"
 
 
 # --------------------------------------------------------------- fakes
@@ -123,6 +125,20 @@ def test_heartbeats_to_a_stuck_peer_do_not_pile_up() -> None:
     run_rounds(clock, [a], 20)
     assert sum(not s.Test() for s in net.sends[(0, 1)]) == 1
     assert a.stats()["skipped"] >= 18
+
+
+def test_beats_to_a_silent_peer_stop_after_a_few_even_when_each_send_completes() -> None:
+    # MPICH's shared memory completes a send at once and holds the sender's cell until
+    # the receiver takes the message: a stopped peer must not be handed a beat every interval
+    clock = Clock()
+    net, (a, b), _ = monitors(2, clock, timeout=60)
+    run_rounds(clock, [a, b], 2)
+    net.inbox[1].clear()                          # b goes silent with nothing pending
+    run_rounds(clock, [a], 20)
+    assert len(net.inbox[1]) == UNANSWERED
+    sent = a.stats()["sent"]
+    run_rounds(clock, [a, b], 4)                  # b resumes and answers: a beats again
+    assert a.stats()["sent"] - sent >= 3
 
 
 def test_own_stall_is_not_held_against_peers() -> None:
@@ -269,6 +285,18 @@ def test_stopped_rank_is_reported_lost_by_the_others(tcp: bool) -> None:
         assert res[r]["lost"] == [1], out
     assert res[1]["lost"] == [], out          # resumed after CONT: its own stall is not the peers'
     assert res[1]["stalls"] >= 1, out
+
+
+@pytest.mark.mpi
+@requires_mpi
+@pytest.mark.timeout(150)
+def test_stopped_rank_leaves_the_others_heard_with_few_shared_memory_cells() -> None:
+    """MPICH's cells per sender set to 8: the stopped rank holds at most a few of each
+    watcher's cells, so the watchers' beats to each other still get through."""
+    out = check_mpi(run_mpi(SCRIPT, n=3, args=["stop"], timeout=120, env={MPICH_CELLS: "8"}))
+    res = results(out)
+    assert sorted(res) == [0, 1, 2], out
+    assert res[0]["lost"] == [1] and res[2]["lost"] == [1], out
 
 
 @pytest.mark.mpi

@@ -28,7 +28,15 @@ cannot tell it from a dead one.
 *MPI.*  The thread uses the communicator it is given with a tag of its own
 (the transport probes only its own tag) and never blocks in MPI: ``Isend``
 with at most one beat in flight per peer (a stopped peer cannot pile up
-requests), ``Improbe(ANY_SOURCE, tag)`` + ``Imrecv``, ``Test``.  This needs
+requests), ``Improbe(ANY_SOURCE, tag)`` + ``Imrecv``, ``Test``.  And at
+most :data:`UNANSWERED` beats go to a peer not heard of since: a completed
+send is not a delivered one.  MPICH's shared-memory transport copies an
+eager message into a cell of the *sender's* pool (one pool for all its
+destinations, ``MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_NUM_CELLS`` cells) and the
+send completes at once; only the receiver frees the cell.  A stopped peer
+frees none, so a beat to it every interval would take the whole pool, and
+then the sender's beats to every other peer would wait inside MPI: its
+other watchers would declare the sender lost too.  This needs
 ``MPI_THREAD_MULTIPLE``; below it :meth:`Heartbeat.start` raises
 :class:`~aiopdbp.errors.TransportError`, and the fallback is
 :meth:`Monitor.poll` (one round, called by the event loop), which beats only
@@ -61,11 +69,13 @@ from aiopdbp.errors import HostLostError, TransportError
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-__all__ = ["Heartbeat", "Monitor", "MPIWire", "WATCH", "Wire", "Sent", "State", "encode", "decode",
-           "watch_set"]
+__all__ = ["Heartbeat", "Monitor", "MPIWire", "UNANSWERED", "WATCH", "Wire", "Sent", "State", "encode",
+           "decode", "watch_set"]
 
 #: ranks watched on each side of the ring of ranks (see the module docstring)
 WATCH = 2
+#: beats sent to a peer not heard of since (see the module docstring)
+UNANSWERED = 2
 
 
 def watch_set(rank: int, size: int, watch: int = WATCH) -> list[int]:
@@ -153,6 +163,7 @@ class Monitor:
         now = clock()
         self._last = dict.fromkeys(self._peers, now)  # when each peer was last heard of
         self._hosts: dict[int, str] = {}             # peers heard of, with their host
+        self._unanswered = dict.fromkeys(self._peers, 0)  # beats sent since last heard of
         self._inflight: list[tuple[int, Sent]] = []  # sends not completed yet: (peer, send)
         self._gone: set[int] = set()                 # peers that said goodbye
         self._lost: dict[int, float] = {}            # rank -> silence when declared
@@ -307,25 +318,29 @@ class Monitor:
             self._n["received"] += 1
             self._hosts[src] = host
             self._last[src] = now
+            self._unanswered[src] = 0
             if kind == BYE and src not in self._gone:
                 self._gone.add(src)
                 self._n["goodbyes"] += 1
 
     def _send_all(self, kind: bytes) -> None:
         """One message to every peer that did not leave; a beat skips a peer
-        whose previous send has not completed (no pile-up), a goodbye does not."""
+        whose previous send has not completed or that was sent
+        :data:`UNANSWERED` beats since it was last heard of (no pile-up), a
+        goodbye does not."""
         self._reap()
         busy = {p for p, _ in self._inflight}
         msg = encode(kind, self._wire.host)
         for p in self._peers:
             if p in self._gone:
                 continue
-            if kind == BEAT and p in busy:
+            if kind == BEAT and (p in busy or self._unanswered[p] >= UNANSWERED):
                 self._n["skipped"] += 1
                 continue
             try:
                 self._inflight.append((p, self._wire.isend(p, msg)))
                 self._n["sent"] += 1
+                self._unanswered[p] += 1
             except Exception as exc:
                 self._wire_error(exc)
 

@@ -11,6 +11,27 @@ MPI thread level: ``MPI_THREAD_MULTIPLE`` is requested (see
 (:mod:`aiopdbp.hosts.liveness`) calls MPI while the event loop thread posts
 ``Isend``.  With MPICH the cost on the message path is within noise.  If the
 application imported mpi4py first, its choice stands.
+
+MPICH's shared-memory cells: an eager message to a rank on the same host is
+copied into a cell (8 KiB in the bundled MPICH) of the *sender's* pool, one
+pool per rank for all its local peers
+(``MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_NUM_CELLS`` cells, 64 by default), and the
+receiver hands the cell back once it has taken the message.  The pool's
+cells are used in turn, and a receiver keeps mapped every cell of a peer
+that it read a message from, so a rank that hears a few dozen small
+messages from every peer pays for up to that many cells per peer -- most of
+an all-to-all's memory per peer.  aiopdbp coalesces small messages into
+blocks and bounds the sends it posts per host, so a rank of a job asks for
+a budget of :data:`SHM_CELL_BUDGET` cells shared out among its local peers
+(:func:`shm_cells`: MPICH's own 64 for 2 or 3 ranks on a host, 42 for 4, 8
+from 16 on) unless the environment names a count.  Every rank on a host
+computes the same count from the local size the launcher announces; a
+process that is not a rank leaves the variable alone, so the jobs it starts
+choose their own.  A send that finds its rank's cells all taken waits
+inside MPI until a receiver hands one back, whichever peer it is for: a
+peer that stops taking messages keeps the cells sent to it (the heartbeat
+sends such a peer at most two beats, :mod:`aiopdbp.hosts.liveness`).
+Other MPI libraries ignore the variable.
 """
 
 from __future__ import annotations
@@ -21,13 +42,26 @@ import signal
 import sys
 from typing import Any
 
-from aiopdbp.env import env_rank, env_size, mpi_thread_level
+from aiopdbp.env import (default_mpich_shm_cells, env_rank, env_size, in_mpi_job, local_ranks,
+                         mpi_thread_level)
 
-__all__ = ["ABORT_FLUSH_S", "load_mpi", "mpi_world_size", "prepare_mpi_import"]
+__all__ = ["ABORT_FLUSH_S", "SHM_CELL_BUDGET", "load_mpi", "mpi_world_size", "prepare_mpi_import", "shm_cells"]
 
 #: seconds between a rank's last output and MPI_Abort: hydra's proxy forwards
 #: a rank's output from a pipe, and an abort that came at once lost it under load
 ABORT_FLUSH_S = 0.2
+
+#: MPICH's shared-memory cells a rank's local peers share (see the module docstring)
+SHM_CELL_BUDGET = 128
+#: the fewest cells per rank asked for, and the most (MPICH's own default)
+SHM_CELLS_MIN, SHM_CELLS_MAX = 8, 64
+
+
+def shm_cells(local: int) -> int:
+    """MPICH's eager cells per rank that aiopdbp asks for when ``local``
+    ranks of the job share a host: :data:`SHM_CELL_BUDGET` over the peers,
+    within ``SHM_CELLS_MIN .. SHM_CELLS_MAX``."""
+    return max(SHM_CELLS_MIN, min(SHM_CELLS_MAX, SHM_CELL_BUDGET // max(1, local - 1)))
 
 
 def mpi_world_size() -> int:
@@ -41,15 +75,19 @@ def mpi_world_size() -> int:
 
 
 def prepare_mpi_import() -> None:
-    """Set ``mpi4py.rc.thread_level`` before MPI is first initialised.
+    """Set ``mpi4py.rc.thread_level`` and, in a rank of a job, MPICH's
+    shared-memory cells per rank (:func:`shm_cells`, unless the environment
+    names a count) before MPI is first initialised.
 
-    ``mpi4py.rc`` is read when ``mpi4py.MPI`` is first imported, so this only
+    Both are read when ``mpi4py.MPI`` is first imported, so this only
     has an effect if nobody imported ``mpi4py.MPI`` yet (then the
     application's choice stands).  Level: env ``AIOPDBP_MPI_THREAD_LEVEL``
     (single/funneled/serialized/multiple), default ``"multiple"``.
     """
     if "mpi4py.MPI" in sys.modules:
         return
+    if in_mpi_job():
+        default_mpich_shm_cells(shm_cells(local_ranks()))
     import mpi4py
 
     mpi4py.rc.thread_level = mpi_thread_level()
