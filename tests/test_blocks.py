@@ -162,6 +162,29 @@ def test_bad_frames_are_protocol_errors(core: types.ModuleType, frame: bytes, me
         core.BlockReader().read(frame)
 
 
+def test_a_lone_message_is_read_in_one_step_as_its_run(core: types.ModuleType) -> None:
+    reader = core.BlockReader({2: "two"}, Message)
+    for kind, data in ((Kind.SHORT, b"hello"), (Kind.COMMAND, None), (Kind.SHORT, b"")):
+        frame = core.BlockWriter(1 << 15).put_short(7, 2, 9, int(kind), data, b"", True)
+        dest, msg, nbytes = reader.read_one(memoryview(bytearray(frame)))
+        ((want_dest, (want,), want_nbytes),) = reader.read(frame)
+        assert (dest, tuple(msg), nbytes) == (want_dest, tuple(want), want_nbytes)
+        assert type(msg) is Message and (msg.source, msg.kind, msg.data) == ("two", kind, data)
+
+
+def test_read_one_leaves_every_other_frame_to_read(core: types.ModuleType) -> None:
+    w = core.BlockWriter(1 << 15)
+    others = [_write(core, [(5, 2, int(Kind.SHORT), 1, b"a"), (5, 2, int(Kind.SHORT), 2, b"b")]),
+              _write(core, [(5, 2, int(Kind.SHORT), 1, np.arange(3, dtype=np.int16))]),
+              w.put_short(5, 2, 0, int(Kind.STREAM), memoryview(b"seg"), pure.STREAM_HEAD.pack(7, 16), True)]
+    good = w.put_short(5, 2, 0, int(Kind.SHORT), b"abc", b"", True)
+    others += [good[:-1], good + b"x", bytes([2]) + good[1:], good[:20] + bytes([0x83]) + good[21:]]
+    reader = core.BlockReader()
+    for frame in others:
+        assert reader.read_one(frame) is None
+    assert reader.read_one(good) is not None
+
+
 # ------------------------------------------------- both forms, the same
 _payloads = st.one_of(st.none(), st.binary(max_size=40),
                       st.lists(st.integers(-2**31, 2**31 - 1), max_size=6).map(lambda v: np.array(v, np.int32)))
@@ -211,6 +234,31 @@ def test_both_forms_refuse_random_bodies_alike(body: bytes) -> None:
     assert compiled is not None
     frame = bytes([1, BPS, 3, 0]) + len(body).to_bytes(4, "little") + body
     assert _outcome(compiled, frame) == _outcome(pure, frame)
+
+
+def _one(core: types.ModuleType, frame: bytes) -> Any:
+    """``read_one``'s answer, checked against ``read`` in the same form."""
+    got = core.BlockReader().read_one(frame)
+    if got is not None:
+        dest, rec, nbytes = got
+        assert core.BlockReader().read(frame) == [(dest, [rec], nbytes)]
+    return got
+
+
+@pytest.mark.skipif(compiled is None, reason="the compiled core is not built")
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_both_forms_read_mutated_lone_frames_alike(data: st.DataObject) -> None:
+    assert compiled is not None
+    payload = data.draw(st.one_of(st.none(), st.binary(max_size=20)))
+    kind = data.draw(st.sampled_from([int(Kind.SHORT), int(Kind.COMMAND)]))
+    frame = bytearray(pure.BlockWriter(1 << 15).put_short(1, 2, 3, kind, payload, b"", True))
+    for _ in range(data.draw(st.integers(0, 3))):
+        i = data.draw(st.integers(0, len(frame) - 1))
+        frame[i] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(frame)))
+    mutated = bytes(frame[:cut]) if data.draw(st.booleans()) else bytes(frame)
+    assert _one(compiled, mutated) == _one(pure, mutated)
 
 
 # --------------------------------------------------------- which form runs

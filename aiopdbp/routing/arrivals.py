@@ -138,12 +138,24 @@ class Arrivals:
     def place_shorts(self, host: int, buf: Any) -> None:
         """Deliver a BPS frame of short messages from ``host``: decoded
         straight into :class:`Message` records, one pipe operation per run
-        of records for the same GP (raises only ``ProtocolError``)."""
+        of records for the same GP (raises only ``ProtocolError``).  A
+        lone message (the commonest frame) is read in one step, without the
+        runs (``BlockReader.read_one``)."""
+        one = self.reader.read_one(buf)
+        if one is not None:
+            pid, msg, nbytes = one
+            tgt: Any = self.targets.get(pid)
+            if type(tgt) is Pipe and not tgt.closed:
+                tgt.put_many([msg], host)
+                self._mark(tgt, host, pid, nbytes + CREDIT_OVERHEAD)
+            else:  # (a message, not a stream: nothing for the stream table to hear)
+                self.deliver_remote(host, pid, [msg], nbytes + CREDIT_OVERHEAD)
+            return
         streams = self._streams
         whole = None if streams is None else functools.partial(streams.open_whole, host)
         for pid, msgs, nbytes in self.reader.read(buf, whole):
             cost = nbytes + CREDIT_OVERHEAD * len(msgs)
-            tgt: Any = self.targets.get(pid)
+            tgt = self.targets.get(pid)
             if type(tgt) is Pipe and not tgt.closed:  # deliver_remote's common case
                 tgt.put_many(msgs, host)
                 self._mark(tgt, host, pid, cost)

@@ -74,6 +74,7 @@ SHORT_MAX = 0xFFFF         # largest payload of a short record
 STREAM_HEAD = struct.Struct("<II")
 # level-1 header + one short record: a lone frame in one pack
 _LONE = struct.Struct("<BBHI" + SHORT.format[1:])
+_LONE_SIZE = 23            # _LONE.size
 
 _BPS = int(MsgType.BPS)
 _BP = int(MsgType.BP)
@@ -298,6 +299,40 @@ class BlockReader:
         if not count:
             raise ProtocolError("a BPS frame holds at least one record")
         return self.records(b, count, stream)
+
+    def read_one(self, buf: Any) -> tuple[int, Any, int] | None:
+        """The commonest frame in one step: a lone message (one short
+        record of bytes or None, not a stream, not an array) as
+        ``(dest, record, payload_bytes)``, what :meth:`read` gives as its
+        one run ``[(dest, [record], payload_bytes)]``, without the runs.
+        None for any other frame -- another kind of record, more than one,
+        or anything malformed: :meth:`read` then decodes it or says what is
+        wrong with it, so this never raises.  ``buf`` is a one-dimensional
+        buffer of bytes (a ``memoryview`` of a ``bytearray``, ``bytes``)."""
+        end = len(buf)
+        if end < _LONE_SIZE:
+            return None
+        version, mtype, count, body_len, dest, src, com, flags, n = _LONE.unpack_from(buf, 0)
+        if count != 1 or version != VERSION or mtype != _BPS or body_len != end - _HEAD_SIZE \
+                or n != end - _LONE_SIZE or body_len > self.limits.max_frame:
+            return None
+        what = _FLAGS_READ.get(flags)
+        if what is None or what[1] > _DATA_NONE:
+            return None
+        if what[1] == _DATA_NONE:
+            if n:
+                return None
+            data = None
+        else:
+            data = bytes(buf[_LONE_SIZE:])
+        names = self.names
+        if names is None:
+            source: Any = src
+        else:
+            source = names.get(src)
+            if source is None:
+                source = f"<pid {src}>" if self.unknown is None else self.unknown(src)
+        return dest, self.make((source, what[0], com, data, src)), n
 
     def records(self, b: bytes, count: int, stream: StreamFn | None) -> list[ShortRun]:
         """The ``count`` records of a BPS frame ``b`` whose header was checked."""

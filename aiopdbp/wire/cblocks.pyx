@@ -271,6 +271,54 @@ cdef class BlockReader:
             raise ProtocolError("a BPS frame holds at least one record")
         return self.records(b, count, stream)
 
+    cpdef tuple read_one(self, object buf):
+        """See :meth:`aiopdbp.wire.blocks.BlockReader.read_one` (read in
+        place: no copy of the frame, only of its payload)."""
+        cdef Py_buffer view
+        cdef const uint8_t* p
+        cdef Py_ssize_t end, n
+        cdef uint32_t dest, src, com
+        cdef int flags
+        cdef object data, kind, source
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        try:
+            end = view.len
+            p = <const uint8_t*>view.buf
+            if end < HEAD_SIZE + SHORT_SIZE or p[0] != _VERSION or p[1] != _BPS or _rd16(p + 2) != 1:
+                return None
+            if <Py_ssize_t>_rd32(p + 4) != end - HEAD_SIZE or _rd32(p + 4) > self.limits.max_frame:
+                return None
+            dest = _rd32(p + HEAD_SIZE)
+            src = _rd32(p + HEAD_SIZE + 4)
+            com = _rd32(p + HEAD_SIZE + 8)
+            flags = p[HEAD_SIZE + 12]
+            n = _rd16(p + HEAD_SIZE + 13)
+            if n != end - HEAD_SIZE - SHORT_SIZE:
+                return None
+            if flags == 3:
+                kind = _SHORT
+            elif flags == 2:
+                kind = _COMMAND
+            elif flags == (3 | _NONE) and not n:
+                kind = _SHORT
+            elif flags == (2 | _NONE) and not n:
+                kind = _COMMAND
+            else:
+                return None
+            if flags & _NONE:
+                data = None
+            else:
+                data = PyBytes_FromStringAndSize(<const char*>p + HEAD_SIZE + SHORT_SIZE, n)
+        finally:
+            PyBuffer_Release(&view)
+        if self.names is None:
+            source = src
+        else:
+            source = self.names.get(src)
+            if source is None:
+                source = f"<pid {src}>" if self.unknown is None else self.unknown(src)
+        return dest, self.make((source, kind, com, data, src)), n
+
     cpdef list records(self, bytes b, Py_ssize_t count, object stream):
         cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(b)
         cdef Py_ssize_t end = len(b)
