@@ -302,11 +302,11 @@ class BlockReader:
 
     def read_one(self, buf: Any) -> tuple[int, Any, int] | None:
         """The commonest frame in one step: a lone message (one short
-        record of bytes or None, not a stream, not an array) as
+        record of bytes, None or a small array; not a stream) as
         ``(dest, record, payload_bytes)``, what :meth:`read` gives as its
         one run ``[(dest, [record], payload_bytes)]``, without the runs.
-        None for any other frame -- another kind of record, more than one,
-        or anything malformed: :meth:`read` then decodes it or says what is
+        None for any other frame -- a stream, more than one record, or
+        anything malformed: :meth:`read` then decodes it or says what is
         wrong with it, so this never raises.  ``buf`` is a one-dimensional
         buffer of bytes (a ``memoryview`` of a ``bytearray``, ``bytes``)."""
         end = len(buf)
@@ -317,14 +317,21 @@ class BlockReader:
                 or n != end - _LONE_SIZE or body_len > self.limits.max_frame:
             return None
         what = _FLAGS_READ.get(flags)
-        if what is None or what[1] > _DATA_NONE:
+        if what is None or what[1] > _DATA_ARRAY:
             return None
-        if what[1] == _DATA_NONE:
+        form = what[1]
+        if form == _DATA_BYTES:
+            data = bytes(buf[_LONE_SIZE:])
+        elif form == _DATA_NONE:
             if n:
                 return None
             data = None
-        else:
-            data = bytes(buf[_LONE_SIZE:])
+        else:  # its credit is its nbytes, as sent
+            try:
+                data = decode_short_ndarray(bytes(buf), _LONE_SIZE, end, self.limits)
+            except ProtocolError:
+                return None
+            n = data.nbytes
         names = self.names
         if names is None:
             source: Any = src

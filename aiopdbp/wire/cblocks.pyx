@@ -242,12 +242,16 @@ cdef class BlockReader:
     cdef public object make
     cdef public object unknown
     cdef public object limits
+    # a lone array's meta bytes -> (dtype, shape, data bytes), as read before
+    # (never text: its code points are checked every time)
+    cdef dict _arrays
 
     def __init__(self, names=None, make=tuple, unknown=None, limits=DEFAULT_LIMITS):
         self.names = names
         self.make = make
         self.unknown = unknown
         self.limits = limits
+        self._arrays = {}
 
     cpdef list read(self, object buf, object stream=None):
         cdef bytes b = bytes(buf)
@@ -278,8 +282,9 @@ cdef class BlockReader:
         cdef const uint8_t* p
         cdef Py_ssize_t end, n
         cdef uint32_t dest, src, com
-        cdef int flags
+        cdef int flags, bits
         cdef object data, kind, source
+        cdef bytes frame = None
         PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
         try:
             end = view.len
@@ -295,22 +300,36 @@ cdef class BlockReader:
             n = _rd16(p + HEAD_SIZE + 13)
             if n != end - HEAD_SIZE - SHORT_SIZE:
                 return None
-            if flags == 3:
+            bits = flags & 0x3F
+            if bits == 3:
                 kind = _SHORT
-            elif flags == 2:
-                kind = _COMMAND
-            elif flags == (3 | _NONE) and not n:
-                kind = _SHORT
-            elif flags == (2 | _NONE) and not n:
+            elif bits == 2:
                 kind = _COMMAND
             else:
                 return None
-            if flags & _NONE:
-                data = None
-            else:
+            if flags == bits:
                 data = PyBytes_FromStringAndSize(<const char*>p + HEAD_SIZE + SHORT_SIZE, n)
+            elif flags == bits | _NONE and not n:
+                data = None
+            elif flags == bits | _ARRAY:
+                data = self._array(p, end)
+                if data is None:
+                    frame = PyBytes_FromStringAndSize(<const char*>p, end)
+                else:
+                    n = (<object>data).nbytes
+            else:
+                return None
         finally:
             PyBuffer_Release(&view)
+        if frame is not None:  # its credit is its nbytes, as sent
+            try:
+                data = decode_short_ndarray(frame, HEAD_SIZE + SHORT_SIZE, end, self.limits)
+            except ProtocolError:
+                return None
+            n = data.nbytes
+            meta = self._meta(p, end) if data.dtype.kind != "U" and len(self._arrays) < 256 else None
+            if meta is not None:
+                self._arrays[meta] = (data.dtype, data.shape, data.nbytes)
         if self.names is None:
             source = src
         else:
@@ -318,6 +337,42 @@ cdef class BlockReader:
             if source is None:
                 source = f"<pid {src}>" if self.unknown is None else self.unknown(src)
         return dest, self.make((source, kind, com, data, src)), n
+
+    cdef bytes _meta(self, const uint8_t* p, Py_ssize_t end):
+        """A lone array record's meta bytes (None: they run past the frame)."""
+        cdef Py_ssize_t off = HEAD_SIZE + SHORT_SIZE
+        cdef Py_ssize_t mend
+        if off + 2 > end:
+            return None
+        mend = off + p[off] + 2
+        if mend > end:
+            return None
+        mend += 8 * p[mend - 1]
+        if mend > end:
+            return None
+        return PyBytes_FromStringAndSize(<const char*>p + off, mend - off)
+
+    cdef object _array(self, const uint8_t* p, Py_ssize_t end):
+        """A lone record's array whose meta was read before, filled in one
+        copy (what ``decode_short_ndarray`` makes: writable, aligned, its
+        own); None when it was not (or does not match its bytes)."""
+        cdef Py_buffer out
+        cdef bytes meta
+        cdef Py_ssize_t start
+        if not self._arrays:
+            return None
+        meta = self._meta(p, end)
+        if meta is None:
+            return None
+        hit = self._arrays.get(meta)
+        start = HEAD_SIZE + SHORT_SIZE + len(meta)
+        if hit is None or <Py_ssize_t>hit[2] != end - start or len(hit[1]) > self.limits.max_ndim:
+            return None
+        arr = np.empty(hit[1], hit[0])
+        PyObject_GetBuffer(arr, &out, PyBUF_WRITABLE)
+        memcpy(out.buf, p + start, end - start)
+        PyBuffer_Release(&out)
+        return arr
 
     cpdef list records(self, bytes b, Py_ssize_t count, object stream):
         cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(b)
