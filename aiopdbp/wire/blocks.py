@@ -320,6 +320,7 @@ class BlockReader:
         if what is None or what[1] > _DATA_ARRAY:
             return None
         form = what[1]
+        data: Any
         if form == _DATA_BYTES:
             data = bytes(buf[_LONE_SIZE:])
         elif form == _DATA_NONE:
