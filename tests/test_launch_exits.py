@@ -443,9 +443,10 @@ def test_hydras_banner_waits_for_the_launchers_line_and_nothing_else_does() -> N
     holding = threading.Event()
     release = threading.Event()
 
-    def hold() -> None:   # the launcher's watch thread has not said its line yet
+    def hold() -> bool:   # the launcher's watch thread has not said its line yet
         holding.set()
         assert release.wait(10)
+        return True
 
     r, w = os.pipe()
     thread = threading.Thread(target=_forward, args=(r, hold, written.append), daemon=True)
@@ -460,3 +461,50 @@ def test_hydras_banner_waits_for_the_launchers_line_and_nothing_else_does() -> N
     thread.join(10)
     assert b"".join(written).endswith(b"\n\n=====\n=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
                                       b"=   PID 7\nYOUR APPLICATION TERMINATED\n")
+
+
+def test_hydras_banner_is_left_out_after_an_interrupt_and_what_follows_it_is_not() -> None:
+    from aiopdbp.launch.launcher import _forward
+
+    written: list[bytes] = []
+    r, w = os.pipe()
+    thread = threading.Thread(target=_forward, args=(r, lambda: False, written.append), daemon=True)
+    thread.start()
+    os.write(w, b"[0] a rank's line\n\n=====\n=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+                b"=   EXIT CODE: 9\n=====\nYOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)\n"
+                b"This typically refers to a problem with your application.\nPlease see the FAQ")
+    os.write(w, b" page for debugging suggestions\n[1] a late line\n")
+    os.close(w)
+    thread.join(10)
+    assert b"".join(written) == b"[0] a rank's line\n[1] a late line\n"
+
+
+# ------------------------------------------ which rank the launcher names
+def _job_dir(tmp_path: Path, started: dict[int, int]) -> str:
+    from aiopdbp.env import RANK_FILE_PREFIX
+
+    for rank, pid in started.items():   # as each rank's aiopdbp.run records itself
+        (tmp_path / f"{RANK_FILE_PREFIX}{rank}").write_text(f"{pid}\n")
+    return str(tmp_path)
+
+
+def test_a_rank_killed_before_it_started_aiopdbp_run_is_named_when_it_ended_first(tmp_path: Path) -> None:
+    from aiopdbp.launch.launcher import _vanish_line
+
+    # rank 1 was killed while importing; hydra then killed ranks 0 and 2, in aiopdbp.run
+    where = _job_dir(tmp_path, {0: 100, 2: 102})
+    ends = [Ended(101, 1, 0.0, 1, signal.SIGKILL), Ended(102, 2, 0.0, 2, signal.SIGKILL),
+            Ended(100, 0, 0.0, 3, signal.SIGKILL)]
+    assert _vanish_line(ends, where) == ("rank 1 (pid 101) was killed by SIGKILL before it started aiopdbp.run, "
+                                         "the first rank to end; the others were stopped")
+
+
+def test_a_rank_that_exited_before_aiopdbp_run_is_not_named_as_vanished(tmp_path: Path) -> None:
+    from aiopdbp.launch.launcher import _vanish_line
+
+    # an exit (an exception at import) is the early-exit rule's to say; a
+    # rank killed while in aiopdbp.run after it is the first to vanish
+    where = _job_dir(tmp_path, {0: 100})
+    ends = [Ended(101, 1, 0.0, 1, 1 << 8), Ended(100, 0, 0.0, 2, signal.SIGKILL)]
+    assert _vanish_line(ends, where).startswith("rank 0 (pid 100) was killed by SIGKILL during aiopdbp.run, ")
+    assert _vanish_line(ends[:1], where) == ""

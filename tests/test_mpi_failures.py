@@ -141,6 +141,7 @@ def test_sigint_to_launcher_stops_every_rank_with_130() -> None:
     assert len(re.findall(r"interrupted", out)) == 1, out   # one line per job
     assert "aiopdbp launch: interrupted by SIGINT" in out, out
     assert "Traceback" not in out, out
+    assert "BAD TERMINATION" not in out, out   # hydra's banner about the ranks the launcher stopped
     _assert_clean(pids, segs, out)
 
 
@@ -175,6 +176,7 @@ def test_sigterm_to_one_rank_under_launch_says_so_once() -> None:
     out = job.output
     assert re.search(r"aiopdbp launch: job interrupted by SIGTERM \(on rank \d\)", out), out
     assert len(re.findall(r"interrupted", out)) == 1, out
+    assert "BAD TERMINATION" not in out, out
     _assert_clean(pids, segs, out)
 
 
@@ -238,7 +240,7 @@ def test_rank_that_exits_by_os_exit_0_fails_the_job_under_launch() -> None:
 
 #: how the launcher says a rank ended by SIGKILL (unknown when hydra reaped it before it was read)
 _KILLED = r"(was killed by SIGKILL|vanished \(exit status unknown\))"
-_OWN = re.compile(r"^\[\d\] (ready|shm|opening) ")
+_OWN = re.compile(r"^\[\d\] (ready|shm|opening|exchanging)")
 
 
 def _rank_pids(job: LiveJob, n: int) -> dict[int, int]:
@@ -258,6 +260,23 @@ def test_sigkill_of_one_rank_of_three_is_named_first_under_launch(victim: int) -
     assert said and re.fullmatch(rf"aiopdbp launch: rank {victim} \(pid {pids[victim]}\) {_KILLED} "
                                  r"during aiopdbp.run, the first rank to end; .*", said[0]), job.output
     assert len([line for line in said if line.startswith("aiopdbp launch:")]) == 1, job.output
+    _assert_clean(list(pids.values()), [], job.output)
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_sigkill_of_a_rank_its_neighbours_exchange_with_is_named_and_they_report_nothing(victim: int) -> None:
+    # MPI fails at once on the ranks copying from the dead one (CMA's
+    # process_vm_readv): that is no failure of theirs, the launcher names it
+    job = _launch("-n", "3", str(STOP), "busy")
+    pids = _rank_pids(job, 3)
+    job.wait_for(r"exchanging$", 3)
+    os.kill(pids[victim], signal.SIGKILL)
+    assert job.finish() != 0, job.output
+    said = [line for line in job.output.splitlines() if line.strip() and not _OWN.match(line)]
+    assert said and re.fullmatch(rf"aiopdbp launch: rank {victim} \(pid {pids[victim]}\) {_KILLED} "
+                                 r"during aiopdbp.run, the first rank to end; .*", said[0]), job.output
+    for noise in ("Traceback", "MPI progress failed", "failed:"):
+        assert noise not in job.output, job.output
     _assert_clean(list(pids.values()), [], job.output)
 
 
@@ -356,6 +375,7 @@ def test_gp_failure_is_shown_first_and_peers_print_one_line_under_launch(mode: s
     # status is then 9): the failing rank records the job's status for the launcher
     assert rc == 1, job.output
     _assert_failure_rule(job.output, 3)
+    assert "BAD TERMINATION" not in job.output, job.output   # hydra's banner about the ranks it killed
 
 
 def test_gp_failure_under_plain_mpiexec_names_the_failing_rank_on_every_rank() -> None:
@@ -372,6 +392,19 @@ def test_failure_line_names_the_innermost_gp_the_error_left() -> None:
     line = "aiopdbp: rank 1 (GP s2.3) failed: KeyError: 'missing'"
     assert f"[1] {line}; stopping the job" in job.output, job.output
     assert f"[0] {line}" in job.output, job.output
+
+
+def test_error_raised_beside_an_open_node_is_the_failure_not_the_nodes_cancellation() -> None:
+    # asyncio.run cancels the task that holds the node once the program's
+    # error ends its main: the report is that error, on every rank
+    job = _launch("-n", "3", str(GP_FAILURE), "beside")
+    assert job.finish(timeout=60) == 1, job.output
+    ranked = [(r, line) for r, line in rank_lines(job.output) if line and not _OWN_PRINTS.match(line)]
+    assert ranked and ranked[0] == (1, "Traceback (most recent call last):"), job.output
+    line = "aiopdbp: rank 1 failed: KeyError: 'missing'"
+    assert f"[1] {line}; stopping the job" in job.output, job.output
+    assert f"[0] {line}" in job.output and f"[2] {line}" in job.output, job.output
+    assert "CancelledError" not in job.output, job.output
 
 
 # ------------------------------------------------ clean exits (issue 19)

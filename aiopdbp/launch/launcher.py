@@ -470,13 +470,23 @@ def _vanish_line(ends: Sequence[Ended], job_dir: str, log: KernelLog | None = No
         return ""    # a rank reported a failure or an interrupt: its line says it
     pids = {pid: rank for rank, pid in started.items()}
     first: list[Ended] = []
+    before_run = False
     for end in ends:
         rank = end.rank if end.rank is not None else pids.get(end.pid)
-        if rank is None or started.get(rank) != end.pid or rank in done:
-            continue   # not an aiopdbp.run rank, or its run returned
+        if rank is None or rank in done:
+            continue   # not a rank, or its run returned
+        if started.get(rank) != end.pid:
+            # not in aiopdbp.run (yet): its end is the job's first only when
+            # a signal killed it (an exit there is _left_before_run's) and
+            # other ranks did start aiopdbp.run (it is an aiopdbp job)
+            if first or not started or end.status is None or not os.WIFSIGNALED(end.status):
+                continue
+            before_run = True
         if first and end.look != first[0].look:
             break
         first.append(end)
+        if before_run:
+            break
     if not first:
         return ""
     if len(first) == 1:
@@ -484,7 +494,8 @@ def _vanish_line(ends: Sequence[Ended], job_dir: str, log: KernelLog | None = No
     else:
         what = (f"{', '.join(f'{_rank_name(e, pids)} {how_it_ended(e, log)}' for e in first)} "
                 "(ended at the same moment)")
-    return f"{what} during aiopdbp.run, the first rank to end; the others were stopped"
+    when = "before it started aiopdbp.run" if before_run else "during aiopdbp.run"
+    return f"{what} {when}, the first rank to end; the others were stopped"
 
 
 def _left_before_run(watch: JobWatch, job_dir: str, now: float, seen: dict[int, float]) -> str:
@@ -535,6 +546,10 @@ def _vanished(job_dir: str) -> str:
 BANNER_HOLD_S = 2.0
 #: the start of hydra's banner for a job that ended badly (it names a pid, often not the first to end)
 _BANNER = re.compile(rb"(?:^|(?<=\n))\n*=+\n=\s+BAD TERMINATION")   # (from a line's start)
+#: the lines of hydra's banner: its box, and what it says below it when a rank was signalled
+_BANNER_LINE = re.compile(rb"(?:|=.*|YOUR APPLICATION TERMINATED WITH THE EXIT STRING: .*"
+                          rb"|This typically refers to a problem with your application\."
+                          rb"|Please see the FAQ page for debugging suggestions)")
 
 
 def _write_stdout(data: bytes) -> None:
@@ -546,13 +561,19 @@ def _write_stdout(data: bytes) -> None:
             os.write(1, data)
 
 
-def _forward(src: int, hold: Callable[[], None], write: Callable[[bytes], None] = _write_stdout) -> None:
+def _forward(src: int, hold: Callable[[], bool], write: Callable[[bytes], None] = _write_stdout) -> None:
     """(a thread) mpiexec's stdout to ``write`` as it comes, except that hydra's
     banner waits for ``hold()``: the launcher's line naming the rank that
     vanished first must come first, and the banner is printed the moment
     hydra has ended the ranks -- possibly before the launcher's watch
-    thread, on a loaded machine, has run at all."""
+    thread, on a loaded machine, has run at all.  ``hold()`` returns False
+    when the banner is no news (the job was interrupted, or a rank reported
+    its failure: the ranks it calls badly terminated are the ones that were
+    stopped for it, and a line already says why): then the banner's lines
+    are left out."""
     held = False
+    dropping = False
+    rest = b""   # (while dropping) the start of a line not complete yet
     while True:
         try:
             chunk = os.read(src, 1 << 16)
@@ -565,12 +586,30 @@ def _forward(src: int, hold: Callable[[], None], write: Callable[[bytes], None] 
             held = True
             parts = [chunk[:m.start()], chunk[m.start():]]
         for k, part in enumerate(parts):
-            if k == 1:
-                hold()
+            if k == 1 and not hold():
+                dropping = True
+            if dropping:
+                after, rest = _drop_banner(rest + part)
+                dropping = after is None
+                part = after or b""
             if part:
                 write(part)
+    if rest and not _BANNER_LINE.fullmatch(rest):
+        write(rest)
     with contextlib.suppress(OSError):
         os.close(src)
+
+
+def _drop_banner(data: bytes) -> tuple[bytes | None, bytes]:
+    """Leave out hydra's banner lines at the start of ``data``: ``(None,
+    incomplete last line)`` while the banner may go on, else ``(what
+    follows the banner, b"")``."""
+    start = 0
+    while (end := data.find(b"\n", start)) >= 0:
+        if not _BANNER_LINE.fullmatch(data, start, end):
+            return data[start:], b""
+        start = end + 1
+    return None, data[start:]
 
 
 def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
@@ -610,14 +649,17 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
                 say(line)
             looked_at.add(end.pid)
 
-    def settled() -> None:   # (forward thread) hydra's banner may come once every end was looked at
+    def settled() -> bool:   # (forward thread) hydra's banner may come once every end was looked at
         deadline = time.monotonic() + BANNER_HOLD_S
         while time.monotonic() < deadline:
             gone = set(watch.gone_ranks())
             with said_lock:
                 if said or got or stopping.is_set() or gone and gone <= looked_at:
-                    return
+                    break
             time.sleep(0.005)
+        # after an interrupt the banner names the ranks the launcher stopped,
+        # after a rank's own report of its failure the ranks hydra killed
+        return not got and recorded_stop(job_dir)[0] is None
 
     job_dir = tempfile.mkdtemp(prefix="aiopdbp-job-")
     full_env = inherited() if env is None else dict(env)

@@ -111,6 +111,11 @@ TELL_DELAY = 0.2
 #: (the peer reports when its error leaves its node block, after its GPs and
 #: tasks have unwound); the job still ends within 10 s when it never comes
 CONSEQUENCE_GRACE = 5.0
+#: how long a rank whose MPI transport failed waits before it reports that as
+#: its own failure: a peer that vanished (``kill -9``) makes MPI fail at once
+#: on the ranks it was exchanging with, and the launcher (or the vanished
+#: rank's last-words helper) names it while hydra ends the job within this
+TRANSPORT_GRACE = 2.0
 
 
 class Peer(Protocol):
@@ -169,6 +174,14 @@ def consequence_of(exc: BaseException, rank: int | None = None) -> int | None:
         if origin is None:
             origin = o
     return origin
+
+
+def transport_failure(exc: BaseException) -> bool:
+    """Whether every leaf of ``exc`` but cancellations is an error of MPI or
+    of the transport (what a vanished peer leaves the others): no program
+    error among them."""
+    found = [leaf for leaf in leaves(exc) if not isinstance(leaf, asyncio.CancelledError)]
+    return bool(found) and all(_transport_noise(leaf) for leaf in found)
 
 
 def root_cause(exc: BaseException, rank: int | None = None) -> BaseException:
@@ -294,12 +307,18 @@ class Job:
         """
         if self.reported is exc or self.stop is not None:
             return
+        if self.reported is not None and all(isinstance(leaf, asyncio.CancelledError) for leaf in leaves(exc)):
+            return   # a node cancelled because this rank's failure ends it
         origin = consequence_of(exc, self.rank)
-        if origin is not None:
+        grace = CONSEQUENCE_GRACE if origin is not None else \
+            TRANSPORT_GRACE if self.under_mpi and transport_failure(exc) else 0.0
+        if grace:
             # Give the rank the error came from time to report first; its
-            # FAILED notice makes this rank stop quietly.
+            # FAILED notice makes this rank stop quietly.  A failed transport
+            # has no origin: a vanished peer's is said by the launcher or its
+            # helper, and hydra ends this rank meanwhile.
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(CONSEQUENCE_GRACE):
+                async with asyncio.timeout(grace):
                     await self._wait_stop()
             if self.stopped:
                 self.consequence = True
@@ -381,6 +400,14 @@ class Job:
             self._stopped.set()
         try:
             return await main
+        except Exception as exc:
+            # The program's error, raised beside a node that is still open in
+            # another task (asyncio.run is about to cancel that task): it is
+            # the failure, reported while the peers can still be told -- not
+            # the node's cancellation that follows.
+            if self.under_mpi and self.stop is None and self._peers:
+                await self.fail(exc)
+            raise
         finally:
             self._main = None
 
@@ -389,11 +416,16 @@ class Job:
         signal, a peer's stop), what the transport reports -- MPI calls to
         ranks that already exited (``process_vm_readv failed``) -- is a
         consequence of the stop, which was said in one line: kept out of the
-        output (debug log).  Anything else, and everything before a stop,
-        is reported as asyncio would."""
+        output (debug log).  Before a stop such an error is held for
+        :data:`TRANSPORT_GRACE` (a vanished peer's rank is named meanwhile).
+        Anything else is reported as asyncio would."""
         exc = context.get("exception")
         if self.stop is not None and exc is not None and _transport_noise(exc):
             log.debug("after the stop: %s: %r", context.get("message"), exc)
+            return
+        if self.under_mpi and exc is not None and _transport_noise(exc) and not context.get("held"):
+            # (see TRANSPORT_GRACE) news only if this rank is still running then
+            loop.call_later(TRANSPORT_GRACE, self._loop_error, loop, {**context, "held": True})
             return
         loop.default_exception_handler(context)
 

@@ -12,6 +12,9 @@ Modes (argv[1]):
   barrier  -- g0 and g1 pass a Barrier; g1 raises before round 3 while g0
               waits in it
   nested   -- GP s2.3 raises inside GP sink2's block (rank 1) while g0 waits
+  beside   -- the program gathers its node with another task; on rank 1 that
+              task raises while g0 keeps sending to g1 (no GP's code failed:
+              the node is cancelled only because the program ends)
 """
 import asyncio
 import sys
@@ -106,4 +109,29 @@ async def main(mode: str) -> None:
            "nested": nested}[mode](node)
 
 
-aiopdbp.run(main(sys.argv[1]))
+async def beside() -> None:
+    ready = asyncio.Event()
+
+    async def run_node() -> None:
+        async with aiopdbp.open_node() as node:
+            rank = node.rank
+            if rank == 0:
+                async with node.process("g0") as gp:
+                    while True:
+                        await gp.send("g1", b"x" * 100)
+            async with node.process(f"g{rank}") as gp:
+                if rank == 1:
+                    for i in range(10):
+                        await gp.recv()
+                    ready.set()
+                await asyncio.Event().wait()
+
+    async def other() -> None:
+        await ready.wait()
+        say("raising")
+        {}["missing"]
+
+    await asyncio.gather(run_node(), other())
+
+
+aiopdbp.run(beside() if sys.argv[1] == "beside" else main(sys.argv[1]))

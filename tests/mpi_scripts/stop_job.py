@@ -7,11 +7,16 @@ Modes (argv[1]):
   selfkill  -- rank 1 kills itself with SIGKILL once everyone is ready
   exit0     -- rank 1 leaves by os._exit(0) once everyone is ready
   import    -- rank 1 raises before it starts aiopdbp.run (at import, say)
+  busy      -- four GPs of every rank keep sending 4 KiB arrays to theirs on both
+              neighbours (coalesced into blocks that MPI copies by CMA) and
+              read what comes, until they are stopped
 """
 import asyncio
 import os
 import signal
 import sys
+
+import numpy as np
 
 import aiopdbp
 import aiopdbp.env
@@ -41,7 +46,36 @@ async def main(mode: str) -> None:
             if mode == "exit0" and node.rank == 1:
                 await node.lookup("w0")
                 os._exit(0)
+            if mode == "busy":
+                await busy(node, gp)
             await gp.recv()
+
+
+async def busy(node: aiopdbp.Node, gp: aiopdbp.GP) -> None:
+    x = np.zeros(4096, dtype=np.uint8)
+    r, n = node.rank, node.size
+    started = asyncio.Barrier(5)
+
+    async def one(k: int) -> None:
+        async with node.process(f"b{r}.{k}") as me:
+            async def pump() -> None:
+                while True:
+                    for peer in (f"b{(r + 1) % n}.{k}", f"b{(r - 1) % n}.{k}"):
+                        await me.send(peer, x)
+
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(pump())
+                for _ in range(2):
+                    await me.recv()
+                await started.wait()
+                while True:
+                    await me.recv()
+
+    async with asyncio.TaskGroup() as tg:
+        for k in range(4):
+            tg.create_task(one(k))
+        await started.wait()
+        print("exchanging", flush=True)
 
 
 if sys.argv[1:] == ["import"] and aiopdbp.env.env_rank() == 1:
