@@ -162,6 +162,46 @@ def test_bad_frames_are_protocol_errors(core: types.ModuleType, frame: bytes, me
         core.BlockReader().read(frame)
 
 
+def test_a_lone_message_is_read_in_one_step_as_its_run(core: types.ModuleType) -> None:
+    reader = core.BlockReader({2: "two"}, Message)
+    arr = np.arange(6, dtype=np.int16).reshape(2, 3)
+    encode_payload(arr, False, DEFAULT_LIMITS)  # (its meta is checked, and cached, by the full encoder first)
+    for kind, data in ((Kind.SHORT, b"hello"), (Kind.COMMAND, None), (Kind.SHORT, b""), (Kind.SHORT, arr)):
+        frame = core.BlockWriter(1 << 15).put_short(7, 2, 9, int(kind), data, b"", True)
+        dest, msg, nbytes = reader.read_one(memoryview(bytearray(frame)))
+        ((want_dest, (want,), want_nbytes),) = reader.read(frame)
+        assert _records([(dest, [msg], nbytes)]) == _records([(want_dest, [want], want_nbytes)])
+        assert type(msg) is Message and (msg.source, msg.kind) == ("two", kind)
+        assert msg.data.tolist() == arr.tolist() if data is arr else msg.data == data
+    again = reader.read_one(frame)[1].data     # the array's meta read before: filled in one copy
+    assert again.tolist() == arr.tolist() and again.dtype == arr.dtype and again.flags.writeable
+    assert again.flags.owndata and again.flags.aligned and again.flags.c_contiguous
+
+
+def _cut(frame: bytes) -> bytes:
+    """A lone frame one payload byte shorter, its lengths adjusted to match."""
+    out = bytearray(frame[:-1])
+    out[4] -= 1    # the frame's body length (low byte)
+    out[21] -= 1   # the record's payload length (low byte)
+    return bytes(out)
+
+
+def test_read_one_leaves_every_other_frame_to_read(core: types.ModuleType) -> None:
+    w = core.BlockWriter(1 << 15)
+    arr = _write(core, [(5, 2, int(Kind.SHORT), 1, np.arange(3, dtype=np.int16))])
+    others = [_write(core, [(5, 2, int(Kind.SHORT), 1, b"a"), (5, 2, int(Kind.SHORT), 2, b"b")]),
+              _cut(arr),   # an array whose bytes its meta does not match
+              w.put_short(5, 2, 0, int(Kind.STREAM), memoryview(b"seg"), pure.STREAM_HEAD.pack(7, 16), True)]
+    good = w.put_short(5, 2, 0, int(Kind.SHORT), b"abc", b"", True)
+    others += [good[:-1], good + b"x", bytes([2]) + good[1:], good[:20] + bytes([0x83]) + good[21:]]
+    reader = core.BlockReader()
+    for frame in others:
+        assert reader.read_one(frame) is None
+    with pytest.raises(ProtocolError, match="does not match"):
+        reader.read(_cut(arr))
+    assert reader.read_one(good) is not None
+
+
 # ------------------------------------------------- both forms, the same
 _payloads = st.one_of(st.none(), st.binary(max_size=40),
                       st.lists(st.integers(-2**31, 2**31 - 1), max_size=6).map(lambda v: np.array(v, np.int32)))
@@ -211,6 +251,38 @@ def test_both_forms_refuse_random_bodies_alike(body: bytes) -> None:
     assert compiled is not None
     frame = bytes([1, BPS, 3, 0]) + len(body).to_bytes(4, "little") + body
     assert _outcome(compiled, frame) == _outcome(pure, frame)
+
+
+#: one reader per form for every example: what it read before (an array's
+#: meta) must not change what it reads next
+_READERS: dict[str, Any] = {}
+
+
+def _one(core: types.ModuleType, frame: bytes) -> Any:
+    """``read_one``'s answer, checked against ``read`` in the same form."""
+    reader = _READERS.setdefault(core.__name__, core.BlockReader())
+    got = reader.read_one(frame)
+    if got is not None:
+        dest, rec, nbytes = got
+        got = _records([(dest, [rec], nbytes)])
+        assert _records(core.BlockReader().read(frame)) == got
+    return got
+
+
+@pytest.mark.skipif(compiled is None, reason="the compiled core is not built")
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_both_forms_read_mutated_lone_frames_alike(data: st.DataObject) -> None:
+    assert compiled is not None
+    payload = data.draw(_payloads)
+    kind = data.draw(st.sampled_from([int(Kind.SHORT), int(Kind.COMMAND)]))
+    frame = bytearray(_write(pure, [(1, 2, kind, 3, payload)]))
+    for _ in range(data.draw(st.integers(0, 3))):
+        i = data.draw(st.integers(0, len(frame) - 1))
+        frame[i] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(frame)))
+    mutated = bytes(frame[:cut]) if data.draw(st.booleans()) else bytes(frame)
+    assert _one(compiled, mutated) == _one(pure, mutated)
 
 
 # --------------------------------------------------------- which form runs

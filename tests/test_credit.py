@@ -547,3 +547,51 @@ async def test_grant_crossing_a_cancel_hands_the_credit_on() -> None:
     link.grant(PID, WINDOW - 400)
     link.grant(PID, 400)                        # all back: the destination is free again
     link.reserve_nowait(PID, WINDOW)
+
+
+# ------------------------------------------------------- a pipe's marks
+@pytest.mark.parametrize("form", FORMS)
+def test_marks_owe_a_hosts_credit_once_the_reader_has_passed_them(form: Any) -> None:
+    book, dues = form.CreditBook(WINDOW), []
+    marks = form.PipeMarks(book, dues.append)
+    assert marks.mark(1, PID, 10, 3) == 3         # the host's first mark: the pipe watches it
+    assert marks.mark(1, PID, 10, 5) == 5         # the same GP, below a 64th of the window: it grows
+    assert marks.mark(1, PID, 240, 9) == -1       # 20 * 64 >= the window: a mark of its own
+    assert marks.mark(2, PID, 300, 6) == 6        # another host counts apart
+    assert book.outstanding(1, PID) == 260 and book.outstanding(2, PID) == 300
+    assert marks.settle(None, 4, 1) == 5 and dues == []          # not past the first mark yet
+    assert marks.settle(None, 5, 1) == 9 and dues == []          # 20 owed, below a quarter
+    assert marks.settle(None, 9, 1) == 1 << 62 and dues == [SOON]
+    assert book.grants() == {1: [(PID, 260)]}
+    assert marks.drain() == [(2, PID, 300)] and marks.settle(None, 99, 2) == 1 << 62
+
+
+_MARKS = st.lists(st.tuples(st.sampled_from(["mark", "settle", "drain"]), st.integers(0, 2),
+                            st.integers(0, 3), st.integers(1, 600)), max_size=80)
+
+
+@pytest.mark.skipif(compiled_gate is None, reason="the compiled gate is not built")
+@settings(max_examples=300, deadline=None)
+@given(_MARKS)
+def test_both_forms_of_the_marks_answer_alike(events: list[tuple[str, int, int, int]]) -> None:
+    """The compiled marks (a C ring per host, grown as marks queue) give the
+    pure form's watches, dues, drained marks and grants for any sequence."""
+    def run(form: Any) -> list[Any]:
+        book, dues = form.CreditBook(WINDOW), []
+        marks = form.PipeMarks(book, dues.append)
+        appended = 0
+        taken = [0, 0, 0]
+        out: list[Any] = []
+        for op, host, pid, n in events:
+            if op == "mark":
+                appended += 1 + n % 3
+                out.append(marks.mark(host, pid, n, appended))
+            elif op == "settle":
+                taken[host] = min(appended, taken[host] + n % 7)
+                out.append(marks.settle(None, taken[host], host))
+            else:
+                out.append(marks.drain())
+            out.append((list(dues), book.grants(), book.owed()))
+        return out
+
+    assert run(compiled_gate) == run(pure_gate)

@@ -55,8 +55,9 @@ HOPS = ("send path", "  before encoding", "  encoding", "  posting", "MPI", "rec
 class _TimedReader:
     """Stands in for a router's block reader while its reads are timed."""
 
-    def __init__(self, read: Callable[..., Any]) -> None:
+    def __init__(self, read: Callable[..., Any], read_one: Callable[..., Any]) -> None:
         self.read = read
+        self.read_one = read_one
 
 
 def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[str, Any] | None:
@@ -132,7 +133,8 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
     sender = side.node._link(1 - rank).sender if rank <= 1 else None  # type: ignore[attr-defined]
     patches = [(sender, "stamp", post_send, None), (ProgressEngine, "step", step, orig_step),
                (HostLink, "offer", offer, orig_offer), (inbound, "decode", timed(orig_dec), orig_dec),
-               (rt, "reader", _TimedReader(timed(orig_reader.read)), orig_reader)]
+               (rt, "reader", _TimedReader(timed(orig_reader.read), timed(orig_reader.read_one)),
+                orig_reader)]
     patches = [p for p in patches if p[0] is not None]
     for obj, name, new, _ in patches:
         setattr(obj, name, new)

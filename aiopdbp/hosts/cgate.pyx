@@ -1,10 +1,12 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """The compiled twin of :mod:`aiopdbp.hosts.gate` (read its docstring): the
-same :class:`CreditGate` and :class:`CreditBook`, their state in C fields
-and typed dicts.  The wait queue and the records they return are the pure
+same :class:`CreditGate`, :class:`CreditBook` and :class:`PipeMarks`, their
+state in C fields, typed dicts and (the marks) C rings.  The wait queue and the records they return are the pure
 module's own (:class:`ParkingLot`, :class:`Wake`, :class:`GateWait`)."""
 
 import time
+
+from libc.stdlib cimport free, malloc
 
 from aiopdbp.hosts.gate import ASK_STEP, LATER, NOW, SOON, GateWait, ParkingLot, Wake
 
@@ -20,7 +22,7 @@ cdef extern from *:
 __sources__ = ("gate.py", "cgate.pyx")
 __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
-__all__ = ["LATER", "NOW", "SOON", "CreditBook", "CreditGate", "GateWait", "ParkingLot", "Wake"]
+__all__ = ["LATER", "NOW", "SOON", "CreditBook", "CreditGate", "GateWait", "ParkingLot", "PipeMarks", "Wake"]
 
 cdef int _LATER = LATER, _SOON = SOON, _NOW = NOW, _ASK_STEP = ASK_STEP
 cdef object _NOTHING = Wake([], False)
@@ -239,3 +241,112 @@ cdef class CreditBook:
     def admits(self, host, pid, nbytes):
         out = self.outstanding(host, pid)
         return out <= 0 or out + nbytes <= self.window
+
+
+cdef long long _NO_WATCH = 1LL << 62
+
+
+cdef class _Ring:
+    """One host's marks: ``[end, pid, cost]`` triples in a C ring."""
+
+    cdef long long* m
+    cdef Py_ssize_t head, n, cap
+
+    def __cinit__(self):
+        self.m = <long long*>malloc(3 * 4 * sizeof(long long))
+        if self.m == NULL:
+            raise MemoryError()
+        self.cap = 4
+        self.head = self.n = 0
+
+    def __dealloc__(self):
+        free(self.m)
+
+    cdef int push(self, long long end, long long pid, long long cost) except -1:
+        cdef Py_ssize_t i, j
+        cdef long long* grown
+        if self.n == self.cap:
+            grown = <long long*>malloc(6 * self.cap * sizeof(long long))
+            if grown == NULL:
+                raise MemoryError()
+            for i in range(self.n):
+                j = 3 * ((self.head + i) % self.cap)
+                grown[3 * i] = self.m[j]
+                grown[3 * i + 1] = self.m[j + 1]
+                grown[3 * i + 2] = self.m[j + 2]
+            free(self.m)
+            self.m = grown
+            self.head = 0
+            self.cap *= 2
+        j = 3 * ((self.head + self.n) % self.cap)
+        self.m[j] = end
+        self.m[j + 1] = pid
+        self.m[j + 2] = cost
+        self.n += 1
+        return 0
+
+
+cdef class PipeMarks:
+    """See :class:`aiopdbp.hosts.gate.PipeMarks`."""
+
+    cdef public CreditBook book
+    cdef object _due
+    cdef dict _hosts
+
+    def __init__(self, CreditBook book, object due):
+        self.book = book
+        self._due = due
+        self._hosts = {}
+
+    cpdef long long mark(self, object host, object pid, long long cost, long long end) except? -2:
+        cdef _Ring r
+        cdef Py_ssize_t j
+        cdef long long p = pid
+        self.book.delivered(host, pid, cost)
+        got = self._hosts.get(host)
+        if got is None:
+            r = _Ring()
+            self._hosts[host] = r
+        else:
+            r = <_Ring>got
+        if r.n:
+            j = 3 * ((r.head + r.n - 1) % r.cap)
+            if r.m[j + 1] == p and r.m[j + 2] * _ASK_STEP < self.book._window:
+                # extend the last mark (see the pure form)
+                r.m[j] = end
+                r.m[j + 2] += cost
+                return end if r.n == 1 else -1
+        r.push(end, p, cost)
+        return end if r.n == 1 else -1
+
+    cpdef long long settle(self, object pipe, long long taken, object host) except? -2:
+        cdef _Ring r
+        cdef Py_ssize_t j
+        cdef long long pid, cost
+        cdef int due
+        got = self._hosts.get(host)
+        if got is None:
+            return _NO_WATCH
+        r = <_Ring>got
+        while r.n and r.m[3 * r.head] <= taken:
+            j = 3 * r.head
+            pid = r.m[j + 1]
+            cost = r.m[j + 2]
+            r.head = (r.head + 1) % r.cap
+            r.n -= 1
+            due = self.book.taken(host, pid, cost)
+            if due != _LATER:
+                self._due(due)
+        return r.m[3 * r.head] if r.n else _NO_WATCH
+
+    def drain(self):
+        cdef _Ring r
+        cdef Py_ssize_t i, j
+        out = []
+        for host, got in self._hosts.items():
+            r = <_Ring>got
+            for i in range(r.n):
+                j = 3 * ((r.head + i) % r.cap)
+                out.append((host, r.m[j + 1], r.m[j + 2]))
+        self._hosts.clear()
+        return out

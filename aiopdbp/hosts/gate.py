@@ -14,6 +14,9 @@ whether to ask for credit).  The shell does the waking and the sending.
   has delivered and not had back, what is owed, the asks, and the grants to
   send (``delivered``, ``taken``, ``owe``, ``ask`` -> when to send;
   ``grants`` -> what).  The router (:mod:`aiopdbp.routing.router`) feeds it.
+* :class:`PipeMarks` -- one pipe's marks: which of the items other hosts
+  put in it owe which credit, turned into credit owed in the book as the
+  reader takes them (the pipe's ``on_watch``; :mod:`aiopdbp.routing.arrivals`).
 
 *Fairness.*  A destination is **contended** from the moment a sender parks
 for it until the queue is empty *and* every sender the gate woke has run
@@ -33,7 +36,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple, TypeVar
 
-__all__ = ["ASK_STEP", "LATER", "NOW", "SOON", "CreditBook", "CreditGate", "GateWait", "ParkingLot", "Wake"]
+__all__ = ["ASK_STEP", "LATER", "NOW", "SOON", "CreditBook", "CreditGate", "GateWait", "ParkingLot", "PipeMarks",
+           "Wake"]
 
 W = TypeVar("W")
 
@@ -342,3 +346,64 @@ class CreditBook:
         broke the protocol (an announced size beyond what it was granted)."""
         out = self.outstanding(host, pid)
         return out <= 0 or out + nbytes <= self.window
+
+
+class PipeMarks:
+    """One pipe's credit marks (see :mod:`aiopdbp.routing.arrivals`,
+    "Placing"): per sending host, a FIFO of marks ``[end, pid, cost]`` --
+    that host's items numbered (the pipe's ``appended``) below ``end`` owe
+    ``cost`` bytes of GP ``pid``'s credit.  :meth:`mark` records a batch
+    (the book hears it was delivered); :meth:`settle`, the pipe's
+    ``on_watch``, turns the marks the reader has passed into credit owed,
+    and calls ``due(when)`` for each of the book's answers but ``LATER``.
+    Its compiled twin keeps the marks in a C ring per host: no object per
+    mark, and the book called C to C.
+    """
+
+    __slots__ = ("book", "_due", "_hosts")
+
+    def __init__(self, book: CreditBook, due: Callable[[int], None]) -> None:
+        self.book = book
+        self._due = due
+        self._hosts: dict[int, deque[list[int]]] = {}
+
+    def mark(self, host: int, pid: int, cost: int, end: int) -> int:
+        """``host``'s items for ``pid`` up to ``end`` owe ``cost`` more bytes.
+        Returns ``end`` when this is the host's only mark (the pipe's
+        watch moves there), else -1."""
+        self.book.delivered(host, pid, cost)
+        marks = self._hosts.get(host)
+        if marks is None:
+            marks = self._hosts[host] = deque()
+        elif marks:
+            last = marks[-1]
+            if last[1] == pid and last[2] * ASK_STEP < self.book.window:
+                # Extend the last mark rather than add one per batch: credit
+                # then comes back in steps no coarser than an asking sender's.
+                last[0] = end
+                last[2] += cost
+                return end if len(marks) == 1 else -1
+        marks.append([end, pid, cost])
+        return end if len(marks) == 1 else -1
+
+    def settle(self, pipe: object, taken: int, host: int) -> int:
+        """The reader took every item of ``host``'s numbered below ``taken``:
+        the marks it passed are owed.  Returns where ``host``'s next mark
+        ends (the pipe's next watch; ``1 << 62``: none)."""
+        marks = self._hosts.get(host)
+        if not marks:
+            return 1 << 62
+        book = self.book
+        while marks and marks[0][0] <= taken:
+            _, pid, cost = marks.popleft()
+            due = book.taken(host, pid, cost)
+            if due != LATER:
+                self._due(due)
+        return marks[0][0] if marks else 1 << 62
+
+    def drain(self) -> list[tuple[int, int, int]]:
+        """Every mark left, as ``(host, pid, cost)``, in order per host,
+        and forget them (the pipe was released: its items will never be taken)."""
+        out = [(host, pid, cost) for host, marks in self._hosts.items() for _, pid, cost in marks]
+        self._hosts.clear()
+        return out

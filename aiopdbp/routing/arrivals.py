@@ -42,8 +42,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from aiopdbp.hosts.gate import ASK_STEP, LATER, NOW
-from aiopdbp.hosts.gatecore import CreditBook
+from aiopdbp.hosts import gate
+from aiopdbp.hosts.gate import LATER, NOW
+from aiopdbp.hosts.gatecore import CreditBook, PipeMarks
 from aiopdbp.hosts.tables import PipeBind, PipeRelease, ProcFree, ProcReg, Tables, Update
 from aiopdbp.routing.pipes import Pipe
 from aiopdbp.wire.core import BlockReader
@@ -101,8 +102,8 @@ class Arrivals:
         #: grants go to it at once, so the reply that follows can carry them
         self.grants_at_once = False
         self._flush_scheduled = False
-        # per pipe, per sending host: [end, pid, cost] (see "Placing")
-        self._marks: dict[Pipe[Any], dict[int, deque[list[int]]]] = {}
+        # per pipe: its marks per sending host (see "Placing")
+        self._marks: dict[Pipe[Any], gate.PipeMarks] = {}  # (either form)
         self._parked: dict[int, deque[tuple[int, list[Any], int]]] = {}
         self._ever_bound: set[int] = set()
         self._closed = False
@@ -138,12 +139,24 @@ class Arrivals:
     def place_shorts(self, host: int, buf: Any) -> None:
         """Deliver a BPS frame of short messages from ``host``: decoded
         straight into :class:`Message` records, one pipe operation per run
-        of records for the same GP (raises only ``ProtocolError``)."""
+        of records for the same GP (raises only ``ProtocolError``).  A
+        lone message (the commonest frame) is read in one step, without the
+        runs (``BlockReader.read_one``)."""
+        one = self.reader.read_one(buf)
+        if one is not None:
+            pid, msg, nbytes = one
+            tgt: Any = self.targets.get(pid)
+            if type(tgt) is Pipe and not tgt.closed:
+                tgt.put_many([msg], host)
+                self._mark(tgt, host, pid, nbytes + CREDIT_OVERHEAD)
+            else:  # (a message, not a stream: nothing for the stream table to hear)
+                self.deliver_remote(host, pid, [msg], nbytes + CREDIT_OVERHEAD)
+            return
         streams = self._streams
         whole = None if streams is None else functools.partial(streams.open_whole, host)
         for pid, msgs, nbytes in self.reader.read(buf, whole):
             cost = nbytes + CREDIT_OVERHEAD * len(msgs)
-            tgt: Any = self.targets.get(pid)
+            tgt = self.targets.get(pid)
             if type(tgt) is Pipe and not tgt.closed:  # deliver_remote's common case
                 tgt.put_many(msgs, host)
                 self._mark(tgt, host, pid, cost)
@@ -206,53 +219,28 @@ class Arrivals:
     # ---------------------------------------------------------- credit out
     def _mark(self, pipe: Pipe[Any], host: int, pid: int, cost: int) -> None:
         """Remember that the items up to ``pipe.appended`` owe ``cost`` to ``host``."""
-        self.book.delivered(host, pid, cost)
-        hosts = self._marks.get(pipe)
-        if hosts is None:  # kept, even empty, until the pipe is released
-            hosts = self._marks[pipe] = {}
-            pipe.on_watch = self.settle
-        marks = hosts.get(host)
-        if marks is None:
-            marks = hosts[host] = deque()
-        elif marks:
-            last = marks[-1]
-            if last[1] == pid and last[2] * ASK_STEP < self.window:
-                # Extend the last mark rather than add one per batch: credit
-                # then comes back in steps no coarser than an asking sender's.
-                last[0] = pipe.appended
-                last[2] += cost
-                if len(marks) == 1:
-                    pipe.watch_at = last[0]
-                return
-        marks.append([pipe.appended, pid, cost])
-        if len(marks) == 1:
-            pipe.watch_at = pipe.appended
+        marks = self._marks.get(pipe)
+        if marks is None:  # kept, even empty, until the pipe is released
+            marks = self._marks[pipe] = PipeMarks(self.book, self._due)
+            pipe.on_watch = marks.settle
+        watch = marks.mark(host, pid, cost, pipe.appended)
+        if watch >= 0:
+            pipe.watch_at = watch
 
     def settle(self, pipe: Pipe[Any], taken: int, host: int) -> int:
         """The reader took items: what it took from ``host`` (every one
         numbered below ``taken``: :attr:`Pipe.on_watch`) is credit owed.
-        Returns where ``host``'s next mark ends (the pipe's next watch)."""
-        hosts = self._marks.get(pipe)
-        marks = None if hosts is None else hosts.get(host)
-        if not marks:
-            return 1 << 62
-        book = self.book
-        while marks and marks[0][0] <= taken:
-            _, pid, cost = marks.popleft()
-            # (_taken, inline: every take the reader makes past a mark comes
-            # here, and most leave nothing due yet)
-            due = book.taken(host, pid, cost)
-            if due != LATER:
-                self._due(due)
-        return marks[0][0] if marks else 1 << 62
+        Returns where ``host``'s next mark ends (the pipe's next watch).
+        (The pipe calls its :class:`~aiopdbp.hosts.gate.PipeMarks` itself.)"""
+        marks = self._marks.get(pipe)
+        return 1 << 62 if marks is None else marks.settle(pipe, taken, host)
 
     def forget_pipe(self, pipe: Pipe[Any]) -> None:
         """A pipe is released: its queued remote items are discarded, their
         credit goes back to their senders."""
-        hosts = self._marks.pop(pipe, None)
-        for host, marks in (hosts or {}).items():
-            while marks:
-                _, pid, cost = marks.popleft()
+        marks = self._marks.pop(pipe, None)
+        if marks is not None:
+            for host, pid, cost in marks.drain():
                 self._taken(host, pid, cost)
         pipe.watch_at = 1 << 62
 

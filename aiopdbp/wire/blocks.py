@@ -74,6 +74,7 @@ SHORT_MAX = 0xFFFF         # largest payload of a short record
 STREAM_HEAD = struct.Struct("<II")
 # level-1 header + one short record: a lone frame in one pack
 _LONE = struct.Struct("<BBHI" + SHORT.format[1:])
+_LONE_SIZE = 23            # _LONE.size
 
 _BPS = int(MsgType.BPS)
 _BP = int(MsgType.BP)
@@ -298,6 +299,48 @@ class BlockReader:
         if not count:
             raise ProtocolError("a BPS frame holds at least one record")
         return self.records(b, count, stream)
+
+    def read_one(self, buf: Any) -> tuple[int, Any, int] | None:
+        """The commonest frame in one step: a lone message (one short
+        record of bytes, None or a small array; not a stream) as
+        ``(dest, record, payload_bytes)``, what :meth:`read` gives as its
+        one run ``[(dest, [record], payload_bytes)]``, without the runs.
+        None for any other frame -- a stream, more than one record, or
+        anything malformed: :meth:`read` then decodes it or says what is
+        wrong with it, so this never raises.  ``buf`` is a one-dimensional
+        buffer of bytes (a ``memoryview`` of a ``bytearray``, ``bytes``)."""
+        end = len(buf)
+        if end < _LONE_SIZE:
+            return None
+        version, mtype, count, body_len, dest, src, com, flags, n = _LONE.unpack_from(buf, 0)
+        if count != 1 or version != VERSION or mtype != _BPS or body_len != end - _HEAD_SIZE \
+                or n != end - _LONE_SIZE or body_len > self.limits.max_frame:
+            return None
+        what = _FLAGS_READ.get(flags)
+        if what is None or what[1] > _DATA_ARRAY:
+            return None
+        form = what[1]
+        data: Any
+        if form == _DATA_BYTES:
+            data = bytes(buf[_LONE_SIZE:])
+        elif form == _DATA_NONE:
+            if n:
+                return None
+            data = None
+        else:  # its credit is its nbytes, as sent
+            try:
+                data = decode_short_ndarray(bytes(buf), _LONE_SIZE, end, self.limits)
+            except ProtocolError:
+                return None
+            n = data.nbytes
+        names = self.names
+        if names is None:
+            source: Any = src
+        else:
+            source = names.get(src)
+            if source is None:
+                source = f"<pid {src}>" if self.unknown is None else self.unknown(src)
+        return dest, self.make((source, what[0], com, data, src)), n
 
     def records(self, b: bytes, count: int, stream: StreamFn | None) -> list[ShortRun]:
         """The ``count`` records of a BPS frame ``b`` whose header was checked."""

@@ -242,12 +242,16 @@ cdef class BlockReader:
     cdef public object make
     cdef public object unknown
     cdef public object limits
+    # a lone array's meta bytes -> (dtype, shape, data bytes), as read before
+    # (never text: its code points are checked every time)
+    cdef dict _arrays
 
     def __init__(self, names=None, make=tuple, unknown=None, limits=DEFAULT_LIMITS):
         self.names = names
         self.make = make
         self.unknown = unknown
         self.limits = limits
+        self._arrays = {}
 
     cpdef list read(self, object buf, object stream=None):
         cdef bytes b = bytes(buf)
@@ -270,6 +274,105 @@ cdef class BlockReader:
         if not count:
             raise ProtocolError("a BPS frame holds at least one record")
         return self.records(b, count, stream)
+
+    cpdef tuple read_one(self, object buf):
+        """See :meth:`aiopdbp.wire.blocks.BlockReader.read_one` (read in
+        place: no copy of the frame, only of its payload)."""
+        cdef Py_buffer view
+        cdef const uint8_t* p
+        cdef Py_ssize_t end, n
+        cdef uint32_t dest, src, com
+        cdef int flags, bits
+        cdef object data, kind, source
+        cdef bytes frame = None
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        try:
+            end = view.len
+            p = <const uint8_t*>view.buf
+            if end < HEAD_SIZE + SHORT_SIZE or p[0] != _VERSION or p[1] != _BPS or _rd16(p + 2) != 1:
+                return None
+            if <Py_ssize_t>_rd32(p + 4) != end - HEAD_SIZE or _rd32(p + 4) > self.limits.max_frame:
+                return None
+            dest = _rd32(p + HEAD_SIZE)
+            src = _rd32(p + HEAD_SIZE + 4)
+            com = _rd32(p + HEAD_SIZE + 8)
+            flags = p[HEAD_SIZE + 12]
+            n = _rd16(p + HEAD_SIZE + 13)
+            if n != end - HEAD_SIZE - SHORT_SIZE:
+                return None
+            bits = flags & 0x3F
+            if bits == 3:
+                kind = _SHORT
+            elif bits == 2:
+                kind = _COMMAND
+            else:
+                return None
+            if flags == bits:
+                data = PyBytes_FromStringAndSize(<const char*>p + HEAD_SIZE + SHORT_SIZE, n)
+            elif flags == bits | _NONE and not n:
+                data = None
+            elif flags == bits | _ARRAY:
+                data = self._array(p, end)
+                if data is None:
+                    frame = PyBytes_FromStringAndSize(<const char*>p, end)
+                else:
+                    n = (<object>data).nbytes
+            else:
+                return None
+        finally:
+            PyBuffer_Release(&view)
+        if frame is not None:  # its credit is its nbytes, as sent
+            try:
+                data = decode_short_ndarray(frame, HEAD_SIZE + SHORT_SIZE, end, self.limits)
+            except ProtocolError:
+                return None
+            n = data.nbytes
+            meta = self._meta(p, end) if data.dtype.kind != "U" and len(self._arrays) < 256 else None
+            if meta is not None:
+                self._arrays[meta] = (data.dtype, data.shape, data.nbytes)
+        if self.names is None:
+            source = src
+        else:
+            source = self.names.get(src)
+            if source is None:
+                source = f"<pid {src}>" if self.unknown is None else self.unknown(src)
+        return dest, self.make((source, kind, com, data, src)), n
+
+    cdef bytes _meta(self, const uint8_t* p, Py_ssize_t end):
+        """A lone array record's meta bytes (None: they run past the frame)."""
+        cdef Py_ssize_t off = HEAD_SIZE + SHORT_SIZE
+        cdef Py_ssize_t mend
+        if off + 2 > end:
+            return None
+        mend = off + p[off] + 2
+        if mend > end:
+            return None
+        mend += 8 * p[mend - 1]
+        if mend > end:
+            return None
+        return PyBytes_FromStringAndSize(<const char*>p + off, mend - off)
+
+    cdef object _array(self, const uint8_t* p, Py_ssize_t end):
+        """A lone record's array whose meta was read before, filled in one
+        copy (what ``decode_short_ndarray`` makes: writable, aligned, its
+        own); None when it was not (or does not match its bytes)."""
+        cdef Py_buffer out
+        cdef bytes meta
+        cdef Py_ssize_t start
+        if not self._arrays:
+            return None
+        meta = self._meta(p, end)
+        if meta is None:
+            return None
+        hit = self._arrays.get(meta)
+        start = HEAD_SIZE + SHORT_SIZE + len(meta)
+        if hit is None or <Py_ssize_t>hit[2] != end - start or len(hit[1]) > self.limits.max_ndim:
+            return None
+        arr = np.empty(hit[1], hit[0])
+        PyObject_GetBuffer(arr, &out, PyBUF_WRITABLE)
+        memcpy(out.buf, p + start, end - start)
+        PyBuffer_Release(&out)
+        return arr
 
     cpdef list records(self, bytes b, Py_ssize_t count, object stream):
         cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(b)
