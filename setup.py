@@ -30,7 +30,7 @@ TWINS = [("aiopdbp.wire.cblocks", "aiopdbp/wire/cblocks.pyx", ("blocks.py", "cbl
          ("aiopdbp.hosts.csender", "aiopdbp/hosts/csender.pyx", ("sender.py", "csender.pyx"), False),
          ("aiopdbp.tensormem.cview", "aiopdbp/tensormem/cview.pyx", ("view.py", "cview.pyx"), False)]
 #: the twins that call numpy's C API (its headers: numpy is a build requirement)
-NUMPY_TWINS = {"aiopdbp.tensormem.cview"}
+NUMPY_TWINS = {"aiopdbp.tensormem.cview", "aiopdbp.wire.cblocks"}
 
 
 def _numpy_include() -> list[str] | None:

@@ -82,6 +82,43 @@ def test_put_short_says_no_room_without_a_block_and_none_for_what_is_not_short(c
     assert w.kind == 0 and w.close() == 0
 
 
+def _arrays_in_turn() -> list[np.ndarray[Any, Any]]:
+    """Arrays a writer meets one after another: the same dtype and shape
+    with new contents, then what differs from the one before in one way
+    only (dtype, an equal dtype object, shape, rank, memory layout, size)."""
+    wide = np.arange(16, dtype=np.uint8).reshape(2, 8)
+    return [np.arange(8, dtype=np.uint8), np.arange(8, 16, dtype=np.uint8), np.arange(16, dtype=np.uint8)[::2],
+            np.arange(8, dtype=np.int8), np.arange(8, dtype=np.uint8).astype(np.dtype(np.uint8, metadata={"t": 1})),
+            np.arange(4, dtype=np.uint8), np.arange(8, dtype=np.uint8).reshape(2, 4),
+            wide[:, ::2], np.arange(8, dtype=np.uint8).reshape(2, 4) + 1,
+            np.array(5, np.int64), np.array(6, np.int64), np.zeros((1, 1, 1, 1, 2), np.float32),
+            np.zeros((1, 1, 1, 1, 2), np.float32) + 1, np.zeros(0, np.uint8), np.zeros(1 << 14, np.uint16),
+            np.arange(8, dtype=np.uint8)]
+
+
+@pytest.mark.parametrize("lone", [True, False], ids=["lone", "in a block"])
+def test_a_writer_that_met_arrays_before_writes_what_a_new_one_writes(core: types.ModuleType, lone: bool) -> None:
+    # a writer may remember the meta of the last array it wrote: the next
+    # one must be written as if it had not (or refused as if it had not)
+    arrays = _arrays_in_turn()
+    for a in arrays:
+        if a.flags.c_contiguous:
+            encode_payload(a, False, DEFAULT_LIMITS)  # the full encoder checks each dtype and shape first
+    w = core.BlockWriter(1 << 15)
+    for i, a in enumerate(arrays):
+        fresh = core.BlockWriter(1 << 15)
+        blocks = [bytearray(1 << 16), bytearray(1 << 16)]
+        if not lone:
+            w.open(memoryview(blocks[0]), BPS)
+            fresh.open(memoryview(blocks[1]), BPS)
+        want = fresh.put_short(i, 1, 2, int(Kind.SHORT), a, b"", lone)
+        assert w.put_short(i, 1, 2, int(Kind.SHORT), a, b"", lone) == want, (i, a.dtype, a.shape)
+        assert (want is None) == (not a.flags.c_contiguous or a.nbytes >= 1 << 15)
+        if not lone:
+            assert w.close() == fresh.close()
+            assert blocks[0] == blocks[1]
+
+
 def test_a_full_block_refuses_the_next_record_and_keeps_what_it_holds(core: types.ModuleType) -> None:
     w = core.BlockWriter(1 << 15)
     block = memoryview(bytearray(8 + 2 * (15 + 10)))

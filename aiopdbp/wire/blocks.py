@@ -77,6 +77,7 @@ _LONE = struct.Struct("<BBHI" + SHORT.format[1:])
 _LONE_SIZE = 23            # _LONE.size
 
 _BPS = int(MsgType.BPS)
+_U8 = np.dtype(np.uint8)
 _BP = int(MsgType.BP)
 _STREAM = int(Kind.STREAM)
 _SHORT_SIZE = 15           # SHORT.size
@@ -126,6 +127,14 @@ class BlockWriter:
         self._view: memoryview | None = None
         self._pos = 0
         self._limit = 0
+        # The last 1-D uint8 array put as a short record (the commonest
+        # array message): its shape and the meta short_ndarray gave for it.
+        # The payload module's meta cache only ever adds entries, so the
+        # same shape has the same meta for good; such an array is its own
+        # flat bytes.  (The compiled twin remembers any dtype and shape.)
+        self._ashape: tuple[int, ...] | None = None
+        self._ameta = b""
+        self._anbytes = 0
 
     # ----------------------------------------------------------- the block
     def offset(self, kind: int) -> int:
@@ -188,12 +197,21 @@ class BlockWriter:
             meta = b""
             body = b""
         elif type(data) is np.ndarray:
-            parts = short_ndarray(data)  # None: not small, or its meta not checked yet
-            if parts is None or data.nbytes >= self.short_limit:
-                return None
-            meta = head + parts[0]
-            body = parts[1]
-            n = len(meta) + data.nbytes
+            if data.dtype is _U8 and data.shape == self._ashape and data.flags.c_contiguous:
+                if self._anbytes >= self.short_limit:
+                    return None
+                meta = head + self._ameta
+                body = data
+                n = len(meta) + self._anbytes
+            else:
+                parts = short_ndarray(data)  # None: not small, or its meta not checked yet
+                if parts is None or data.nbytes >= self.short_limit:
+                    return None
+                if data.dtype is _U8 and data.ndim == 1:
+                    self._ashape, self._ameta, self._anbytes = data.shape, parts[0], data.nbytes
+                meta = head + parts[0]
+                body = parts[1]
+                n = len(meta) + data.nbytes
             if n > SHORT_MAX:
                 return None
             flags = kind | SHORT_ARRAY

@@ -9,7 +9,8 @@ when it is built and not older than ``blocks.py``."""
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport uint8_t, uint16_t, uint32_t
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memcmp
+cimport numpy as cnp
 
 import numpy as np
 
@@ -17,7 +18,9 @@ from aiopdbp.errors import ProtocolError
 from aiopdbp.wire.blocks import SHORT, SHORT_ARRAY, SHORT_MAX, SHORT_NONE, STREAM_HEAD
 from aiopdbp.wire.mesp import DEFAULT_LIMITS, VERSION, Kind, MsgType
 from aiopdbp.wire.message import CREDIT_OVERHEAD
-from aiopdbp.wire.payload import decode_short_ndarray, short_ndarray
+from aiopdbp.wire.payload import SHORT_ARRAY_MAX, decode_short_ndarray, short_ndarray
+
+cnp.import_array()
 
 __all__ = ["BlockReader", "BlockWriter"]
 
@@ -44,10 +47,12 @@ cdef object _COMMAND = Kind.COMMAND
 cdef object _SHORT = Kind.SHORT
 cdef object _STREAM = Kind.STREAM
 cdef object _ndarray = np.ndarray
+cdef Py_ssize_t _ARRAY_MAX = SHORT_ARRAY_MAX
 cdef enum:
     SHORT_SIZE = 15
     HEAD_SIZE = 8
     MAX_COUNT = 0xFFFF
+    KNOWN_NDIM = 4      # the largest array rank the writer remembers a meta for
 
 
 cdef inline uint32_t _rd32(const uint8_t* p) noexcept nogil:
@@ -114,6 +119,16 @@ cdef class BlockWriter:
     cdef bint _held
     cdef Py_ssize_t _pos
     cdef Py_ssize_t _limit
+    # The last array put as a short record: its dtype object (held, so that
+    # its identity stays its own), rank, shape and the meta short_ndarray
+    # gave for them.  The payload module's meta caches only ever add
+    # entries, so the same dtype object and shape have the same meta for
+    # good: a sender of one kind of array skips the Python call, its dict
+    # lookup and the memoryview of the data.
+    cdef object _adescr
+    cdef int _andim
+    cdef cnp.npy_intp _ashape[KNOWN_NDIM]
+    cdef bytes _ameta
 
     def __init__(self, Py_ssize_t short_limit):
         self.short_limit = min(_SMAX + 1, short_limit)
@@ -123,6 +138,9 @@ cdef class BlockWriter:
         self._held = False
         self._pos = 0
         self._limit = 0
+        self._adescr = None
+        self._andim = -1
+        self._ameta = None
 
     def __dealloc__(self):
         if self._held:
@@ -158,6 +176,26 @@ cdef class BlockWriter:
         self._drop()
         return pos if count else 0
 
+    cdef bint _known(self, cnp.ndarray arr):
+        """Whether ``arr`` is C-contiguous, of at most SHORT_ARRAY_MAX bytes,
+        with the dtype object and shape of the remembered meta."""
+        cdef int nd = cnp.PyArray_NDIM(arr)
+        if <object>cnp.PyArray_DESCR(arr) is not self._adescr or nd != self._andim:
+            return False
+        if nd and memcmp(cnp.PyArray_DIMS(arr), self._ashape, nd * sizeof(cnp.npy_intp)) != 0:
+            return False
+        return cnp.PyArray_IS_C_CONTIGUOUS(arr) and cnp.PyArray_NBYTES(arr) <= _ARRAY_MAX
+
+    cdef void _remember(self, cnp.ndarray arr, bytes meta):
+        cdef int nd = cnp.PyArray_NDIM(arr)
+        if nd > KNOWN_NDIM:
+            return
+        if nd:
+            memcpy(self._ashape, cnp.PyArray_DIMS(arr), nd * sizeof(cnp.npy_intp))
+        self._adescr = <object>cnp.PyArray_DESCR(arr)
+        self._andim = nd
+        self._ameta = meta
+
     cpdef object put_short(self, unsigned int pid, unsigned int src, unsigned int com, int kind, object data,
                            bytes head, bint lone):
         cdef object meta = head
@@ -166,6 +204,9 @@ cdef class BlockWriter:
         cdef int flags
         cdef bytes frame
         cdef uint8_t* p
+        cdef const uint8_t* araw = NULL   # a known array's bytes (else body is copied)
+        cdef Py_ssize_t size = 0
+        cdef cnp.ndarray arr
         if type(data) is bytes and not head:
             n = len(<bytes>data)
             if n >= self.short_limit:
@@ -178,12 +219,22 @@ cdef class BlockWriter:
             n = 0
             flags = kind | _NONE
         elif type(data) is _ndarray:
-            parts = short_ndarray(data)
-            if parts is None or data.nbytes >= self.short_limit:
-                return None
-            meta = head + <bytes>parts[0]
-            body = parts[1]
-            n = len(<bytes>meta) + data.nbytes
+            arr = <cnp.ndarray>data
+            if self._known(arr):
+                size = cnp.PyArray_NBYTES(arr)
+                if size >= self.short_limit:
+                    return None
+                meta = self._ameta if not head else head + self._ameta
+                araw = <const uint8_t*>cnp.PyArray_DATA(arr)
+            else:
+                parts = short_ndarray(data)
+                if parts is None or data.nbytes >= self.short_limit:
+                    return None
+                self._remember(arr, <bytes>parts[0])
+                meta = head + <bytes>parts[0]
+                body = parts[1]
+                size = data.nbytes
+            n = len(<bytes>meta) + size
             if n > _SMAX:
                 return None
             flags = kind | _ARRAY
@@ -206,7 +257,9 @@ cdef class BlockWriter:
             if m:
                 memcpy(p + pos, PyBytes_AS_STRING(<bytes>meta), m)
                 pos += m
-            if n > m:
+            if araw != NULL:
+                memcpy(p + pos, araw, size)
+            elif n > m:
                 _copy(p + pos, body)
             return frame
         pos = self._pos
@@ -217,7 +270,9 @@ cdef class BlockWriter:
         p += SHORT_SIZE
         if m:
             memcpy(p, PyBytes_AS_STRING(<bytes>meta), m)
-        if n > m:
+        if araw != NULL:
+            memcpy(p + m, araw, size)
+        elif n > m:
             _copy(p + m, body)
         self._pos = pos + SHORT_SIZE + n
         self.count += 1
