@@ -163,7 +163,8 @@ def test_ctrl_c_to_plain_mpiexec_stops_the_job_without_tracebacks() -> None:
     os.kill(job.proc.pid, signal.SIGINT)  # hydra sends it on to each rank's process group
     assert job.finish() != 0, job.output
     out = job.output
-    assert "[0] aiopdbp: job interrupted by SIGINT" in out, out
+    # (rank 0's "job interrupted" line is not asserted: hydra signals every
+    # rank, and under load it may kill rank 0 once another rank has exited)
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
     _assert_clean(pids, segs, out)
 

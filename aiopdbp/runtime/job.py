@@ -210,6 +210,10 @@ class Job:
         self.consequence = False                     # our error only reflected a peer's
         self.acked = False                           # every peer heard of our failure
         self._peers: list[Peer] = []
+        #: the task each open node started in, held: a task left unreferenced
+        #: (a gather's child once the program's main raised) is collected, its
+        #: coroutine closed midway through the node's failure report
+        self._holding: dict[int, asyncio.Task[Any]] = {}
         self._main: asyncio.Task[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped: asyncio.Event | None = None     # created in the loop
@@ -233,12 +237,16 @@ class Job:
     def attach(self, peer: Peer) -> None:
         """A node started: it can now tell the other ranks about a stop."""
         self._peers.append(peer)
+        task = asyncio.current_task()
+        if task is not None:
+            self._holding[id(peer)] = task
         if self.stop is not None:
             peer.tell_peers(self.stop)
 
     def detach(self, peer: Peer) -> None:
         with contextlib.suppress(ValueError):
             self._peers.remove(peer)
+        self._holding.pop(id(peer), None)
 
     # -- stopping -------------------------------------------------------------
     def request_stop(self, stop: Stop, *, tell: bool = True) -> None:
@@ -307,8 +315,12 @@ class Job:
         """
         if self.reported is exc or self.stop is not None:
             return
-        if self.reported is not None and all(isinstance(leaf, asyncio.CancelledError) for leaf in leaves(exc)):
-            return   # a node cancelled because this rank's failure ends it
+        if self.reported is not None and \
+                all(isinstance(leaf, (asyncio.CancelledError, GeneratorExit)) for leaf in leaves(exc)):
+            # a node cancelled because this rank's failure ends it -- or whose
+            # task, left unreferenced once the program's main raised, was
+            # collected (its coroutine closed)
+            return
         origin = consequence_of(exc, self.rank)
         grace = CONSEQUENCE_GRACE if origin is not None else \
             TRANSPORT_GRACE if self.under_mpi and transport_failure(exc) else 0.0
