@@ -266,6 +266,15 @@ def _outcome(core: types.ModuleType, frame: bytes) -> Any:
         return ("ProtocolError", str(exc))
 
 
+def _mutated(data: st.DataObject, frame: bytearray, least: int, most: int) -> bytes:
+    """``frame`` with ``least``..``most`` bytes overwritten, maybe cut short."""
+    for _ in range(data.draw(st.integers(least, most))):
+        i = data.draw(st.integers(0, len(frame) - 1))
+        frame[i] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(frame)))
+    return bytes(frame[:cut]) if data.draw(st.booleans()) else bytes(frame)
+
+
 @pytest.mark.skipif(compiled is None, reason="the compiled core is not built")
 @settings(max_examples=400, deadline=None)
 @given(st.data())
@@ -273,11 +282,7 @@ def test_both_forms_refuse_mutated_frames_alike(data: st.DataObject) -> None:
     assert compiled is not None
     frame = bytearray(_write(pure, [(1, 2, int(Kind.SHORT), 3, b"payload"), (1, 2, int(Kind.COMMAND), 0, None),
                                     (4, 2, int(Kind.SHORT), 0, np.arange(3, dtype=np.int32))]))
-    for _ in range(data.draw(st.integers(1, 4))):
-        i = data.draw(st.integers(0, len(frame) - 1))
-        frame[i] = data.draw(st.integers(0, 255))
-    cut = data.draw(st.integers(0, len(frame)))
-    mutated = bytes(frame[:cut]) if data.draw(st.booleans()) else bytes(frame)
+    mutated = _mutated(data, frame, 1, 4)
     assert _outcome(compiled, mutated) == _outcome(pure, mutated)
 
 
@@ -314,11 +319,7 @@ def test_both_forms_read_mutated_lone_frames_alike(data: st.DataObject) -> None:
     payload = data.draw(_payloads)
     kind = data.draw(st.sampled_from([int(Kind.SHORT), int(Kind.COMMAND)]))
     frame = bytearray(_write(pure, [(1, 2, kind, 3, payload)]))
-    for _ in range(data.draw(st.integers(0, 3))):
-        i = data.draw(st.integers(0, len(frame) - 1))
-        frame[i] = data.draw(st.integers(0, 255))
-    cut = data.draw(st.integers(0, len(frame)))
-    mutated = bytes(frame[:cut]) if data.draw(st.booleans()) else bytes(frame)
+    mutated = _mutated(data, frame, 0, 3)
     assert _one(compiled, mutated) == _one(pure, mutated)
 
 
