@@ -209,11 +209,11 @@ class Job:
         self.reported: BaseException | None = None   # traceback already printed
         self.consequence = False                     # our error only reflected a peer's
         self.acked = False                           # every peer heard of our failure
-        self._peers: list[Peer] = []
-        #: the task each open node started in, held: a task left unreferenced
-        #: (a gather's child once the program's main raised) is collected, its
-        #: coroutine closed midway through the node's failure report
-        self._holding: dict[int, asyncio.Task[Any]] = {}
+        #: each open node's peer, with the task the node started in -- held:
+        #: a task left unreferenced (a gather's child once the program's main
+        #: raised) is collected, its coroutine closed midway through the
+        #: node's failure report
+        self._peers: dict[Peer, asyncio.Task[Any] | None] = {}
         self._main: asyncio.Task[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped: asyncio.Event | None = None     # created in the loop
@@ -236,17 +236,12 @@ class Job:
     # -- nodes ----------------------------------------------------------------
     def attach(self, peer: Peer) -> None:
         """A node started: it can now tell the other ranks about a stop."""
-        self._peers.append(peer)
-        task = asyncio.current_task()
-        if task is not None:
-            self._holding[id(peer)] = task
+        self._peers[peer] = asyncio.current_task()
         if self.stop is not None:
             peer.tell_peers(self.stop)
 
     def detach(self, peer: Peer) -> None:
-        with contextlib.suppress(ValueError):
-            self._peers.remove(peer)
-        self._holding.pop(id(peer), None)
+        self._peers.pop(peer, None)
 
     # -- stopping -------------------------------------------------------------
     def request_stop(self, stop: Stop, *, tell: bool = True) -> None:
