@@ -55,7 +55,7 @@ import itertools
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiopdbp.env import doorbell_enabled, record_own_shm
@@ -322,13 +322,14 @@ class MPITransport(Transport):
 
     drives = True
 
-    async def drive(self, ready: Callable[[], bool]) -> None:
+    def drive(self, ready: Callable[[], bool]) -> Coroutine[Any, Any, None]:
         """Step MPI progress in the calling task until ``ready()`` (see
-        :meth:`aiopdbp.transport.progress.ProgressEngine.drive`).
+        :meth:`aiopdbp.transport.progress.ProgressEngine.drive`): the
+        engine's own coroutine, with no frame of ours around it.
 
         Cancellation: safe; nothing is taken.
         """
-        await self._engine.drive(ready)
+        return self._engine.drive(ready)
 
     def exchange_counts(self, counts: Sequence[int]) -> Callable[[], int | None] | None:
         """An ``Ireduce_scatter_block`` (sum) of every rank's ``counts`` on the
