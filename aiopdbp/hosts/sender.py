@@ -17,7 +17,9 @@ credit into MPI messages towards one host (the rules are written in
   a pool block returned once its send has completed.
 
 Credit is not here: :class:`~aiopdbp.hosts.link.HostLink` admits an item
-(:class:`~aiopdbp.hosts.gate.CreditGate`) before it hands it over.  This
+(:class:`~aiopdbp.hosts.gate.CreditGate`) before it hands it over -- on the
+commonest send through :meth:`LinkSender.offer`, which applies the gate's
+rule it was given and encodes in the same call.  This
 class has a compiled twin (``aiopdbp.hosts.csender``, chosen by
 :mod:`aiopdbp.hosts.sendercore`): the same methods, the same frames and
 counters, with the steps from an item to its ``Isend`` as C calls instead
@@ -136,8 +138,8 @@ class LinkSender:
 
     # ---------------------------------------------------------------- items
     def offer(self, pid: int, nbytes: int, fields: tuple[Any, ...]) -> bool:
-        """The link's offer (:meth:`aiopdbp.hosts.link.HostLink.offer`) in
-        one call: admit ``nbytes`` of GP ``pid``'s credit by the link's rule
+        """The link's offer (``HostLink.offer`` is this method) in one
+        call: admit ``nbytes`` of GP ``pid``'s credit by the link's rule
         (``admit``) and take the message ``fields`` (or a
         :class:`ShortStream`); False, nothing taken, when the host is gone
         or the credit says wait.  An item the encoder refuses gives its
