@@ -589,7 +589,10 @@ class ProgressEngine:
                     finally:
                         self._wake = None
                     self._kicked = False
-                    t_yield = perf()
+                    # No spin on the first step: the driver that woke us
+                    # runs on (a sender yielding its turn is runnable at
+                    # once), so this was no quick turn of an idle loop.
+                    t_yield = float("-inf")
                     continue
                 t_resume = perf()
                 last_active = self._last_active
