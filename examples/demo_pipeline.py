@@ -6,7 +6,7 @@
 producer -> xform-0..K-1 -> consumer: a multicast CONFIG, 64-byte work
 messages, one frame stream per transformer, a multicast STOP carrying the
 expected CRC32s; the consumer checks every result stream.  The pipeline
-itself is :func:`aiopdbp.cli.demo_main`; this file shows how a program opens
+itself is :func:`aiopdbp.demo.demo_main`; this file shows how a program opens
 a node and hands it over.  Exit code 0 when every check passed.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 
 import aiopdbp
-from aiopdbp.cli import DemoConfig, demo_main
+from aiopdbp.demo import DemoConfig, demo_main
 
 
 async def main() -> bool:
