@@ -3,8 +3,9 @@
 Rank 1 drives until rank 0's ping arrives (the ping is received by a step
 of the driver); the engine's task, woken when a driver leaves, does not
 spin on its first turn (the driver's task runs on: a sender that yields its
-turn would wait a whole spin for nothing); a driver cancelled while it steps hands progress back to the
-engine's own task (the next message arrives with no driver at all); a
+turn would wait a whole spin for nothing); a driver cancelled while it
+steps hands progress back to the engine's own task (the next message
+arrives with no driver at all); a
 driver that starts after the spin window, or with spinning off
 (``AIOPDBP_SPIN_US=0``), returns at once instead of spinning.  argv: none.
 """
