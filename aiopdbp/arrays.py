@@ -33,9 +33,14 @@ from aiopdbp.tensormem import view as _pure_memory
 _memory: ModuleType = ext.twin("tensormem", _pure_memory, "aiopdbp.tensormem.cview")
 _tensor_array: Callable[[Any, np.dtype[Any], Any, bool], np.ndarray[Any, Any] | None] = _memory.tensor_array
 _tensor_of: Callable[[Any, dict[int, np.dtype[Any]], Any], Any] = _memory.tensor_of
+#: whether anyone can change an array's memory (:func:`aiopdbp.tensormem.view.frozen`)
+frozen: Callable[[np.ndarray[Any, Any]], bool] = _memory.frozen
+#: a send's snapshot of an array of a plain dtype, or None
+#: (:func:`aiopdbp.tensormem.view.plain_snapshot`)
+plain_snapshot: Callable[[np.ndarray[Any, Any], int], np.ndarray[Any, Any] | None] = _memory.plain_snapshot
 
-__all__ = ["KINDS", "ML_DTYPES", "arrival", "cpu_tensor_array", "device_dtype", "host_array", "parse_name", "tag_of",
-           "tensor_wanted", "wire_name"]
+__all__ = ["KINDS", "ML_DTYPES", "arrival", "cpu_tensor_array", "device_dtype", "frozen", "host_array", "parse_name",
+           "plain_snapshot", "tag_of", "tensor_wanted", "wire_name"]
 
 #: what a receiver may ask arrays to arrive as
 KINDS = ("auto", "numpy", "torch")

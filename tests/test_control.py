@@ -73,6 +73,25 @@ def test_control_message_round_trips_through_its_frame(msg: CtrlMsg) -> None:
     assert decode_control(msg.encode()) == msg
 
 
+@pytest.mark.parametrize("msg", EXAMPLES, ids=lambda m: type(m).__name__)
+def test_control_message_compares_hashes_and_prints_as_a_frozen_dataclass(msg: CtrlMsg) -> None:
+    fields = dataclasses.fields(msg)  # type: ignore[arg-type]
+    values = tuple(getattr(msg, f.name) for f in fields)
+    assert dataclasses.replace(msg) == msg  # type: ignore[type-var]
+    assert repr(msg) == f"{type(msg).__qualname__}({', '.join(f'{f.name}={v!r}' for f, v in zip(fields, values))})"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(msg, fields[0].name, values[0])
+    other = next(m for m in EXAMPLES if type(m) is not type(msg))
+    assert msg != other and msg != values
+    try:
+        hash(values)
+    except TypeError:   # a list in the body: unhashable, as the dataclass was
+        with pytest.raises(TypeError):
+            hash(msg)
+    else:
+        assert hash(msg) == hash(dataclasses.replace(msg))  # type: ignore[type-var]
+
+
 class _Recorder:
     def __getattr__(self, name: str) -> Any:
         def record(src: int, msg: CtrlMsg) -> None:

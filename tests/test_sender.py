@@ -70,11 +70,30 @@ class _Transport:
 
 
 def _sender(form: Any, tr: _Transport, *, max_inflight: int = 4,
-            errors: list[BaseException] | None = None) -> Any:
+            errors: list[BaseException] | None = None, admit: Any = None, refund: Any = None) -> Any:
     pool = SendPool(PoolMatrix(2, 4, UserMemory(4096, 8), 4, 0.5))
     sink = errors if errors is not None else []
     return form.LinkSender(1, tr, pool, block_size=4096, large=LARGE, max_inflight=max_inflight,
-                           allow_pickle=False, on_error=sink.append)
+                           allow_pickle=False, on_error=sink.append, admit=admit, refund=refund)
+
+
+class _Credit:
+    """A stand-in for the link's gate: admits while ``left`` covers the bytes;
+    records what comes back."""
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+        self.refunds: list[tuple[int, int]] = []
+
+    def admit(self, pid: int, nbytes: int) -> bool:
+        if nbytes > self.left:
+            return False
+        self.left -= nbytes
+        return True
+
+    def refund(self, pid: int, nbytes: int) -> None:
+        self.refunds.append((pid, nbytes))
+        self.left += nbytes
 
 
 def _msg(data: Any, com: int = 0) -> Message:
@@ -183,8 +202,45 @@ async def test_a_record_too_big_for_a_block_goes_in_a_frame_of_its_own(form: Any
     assert out.idle
 
 
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_offer_takes_credit_then_the_message_in_one_call(form: Any) -> None:
+    tr = _Transport()
+    credit = _Credit(100)
+    out = _sender(form, tr, admit=credit.admit, refund=credit.refund)
+    assert out.offer(PID, 72, _msg(b"12345678")) is True
+    assert credit.left == 28 and out.offered == 1 and out.lone == 1 and len(tr.posts) == 1
+    assert out.offer(PID, 72, _msg(b"again")) is False   # the credit says wait: nothing taken
+    assert credit.left == 28 and out.offered == 1 and len(tr.posts) == 1
+    await _turn()
+    assert out.idle
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_offer_gives_back_the_credit_of_an_item_the_encoder_refuses(form: Any) -> None:
+    tr = _Transport()
+    credit = _Credit(1000)
+    out = _sender(form, tr, admit=credit.admit, refund=credit.refund)
+    with pytest.raises(TypeError):  # an object array without allow_pickle
+        out.offer(PID, 100, _msg(np.array([object()], dtype=object)))
+    assert credit.refunds == [(PID, 100)] and credit.left == 1000 and out.offered == 0 and not tr.posts
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_offer_takes_nothing_once_the_host_is_gone(form: Any) -> None:
+    tr = _Transport()
+    credit = _Credit(1000)
+    out = _sender(form, tr, admit=credit.admit, refund=credit.refund)
+    out.fail(BrokenResourceError("host 1 lost"))
+    assert out.offer(PID, 72, _msg(b"x")) is False
+    assert credit.left == 1000 and not tr.posts
+
+
 # One item per event: (what, size, tick advance, completions)
-_ITEMS = st.lists(st.tuples(st.sampled_from(["bytes", "none", "array", "cdu", "large", "shared", "strided", "stream"]),
+_ITEMS = st.lists(st.tuples(st.sampled_from(["bytes", "none", "array", "cdu", "large", "shared", "strided", "stream",
+                                             "offer", "offer-refused"]),
                             st.integers(0, 6000), st.booleans(), st.integers(0, 2)), max_size=40)
 
 
@@ -192,11 +248,22 @@ async def _replay(form: Any, items: list[tuple[str, int, bool, int]], bulk: bool
     from aiopdbp.wire.shorts import ShortStream
 
     tr = _Transport(bulk=bulk, pending=True)
-    out = _sender(form, tr, max_inflight=3)
+    credit = _Credit(20000)
+    out = _sender(form, tr, max_inflight=3, admit=credit.admit, refund=credit.refund)
+    offers: list[Any] = []
     for what, n, advance, completions in items:
         if advance:
             tr.tick += 1
-        if what == "bytes":
+        if what == "offer":  # a message or a short stream, by the credit rule
+            item = (ShortStream((None, Kind.STREAM, 0, bytes(n % 700), 3, n, 4, 0)) if n % 3 == 0
+                    else _msg(np.arange(n % 300, dtype=np.uint8)) if n % 3 == 1 else _msg(bytes(n)))
+            offers.append(out.offer(PID, n + 64, item))
+        elif what == "offer-refused":  # the encoder refuses it: its credit comes back
+            try:
+                out.offer(PID, n, _msg(np.array([n], dtype=object)))
+            except TypeError as exc:
+                offers.append(str(exc))
+        elif what == "bytes":
             out.short(PID, _msg(bytes(n % 300)), b"") or out.cdu(CDU(Kind.SHORT, 3, (PID,), bytes(n), 0))
         elif what == "none":
             out.short(PID, _msg(None))
@@ -223,7 +290,8 @@ async def _replay(form: Any, items: list[tuple[str, int, bool, int]], bulk: bool
         if tr.inflight:
             tr.complete()
         await asyncio.sleep(0)
-    return (tr.posts, out.sent_msgs, out.nbytes, out.lone, out.blocks, out.splits, out.fallbacks)
+    return (tr.posts, out.sent_msgs, out.nbytes, out.lone, out.blocks, out.splits, out.fallbacks,
+            offers, out.offered, credit.left, credit.refunds)
 
 
 @pytest.mark.skipif(compiled_sender is None, reason="the compiled sender is not built")

@@ -14,11 +14,27 @@ Modules (each usable on its own):
 * :mod:`~aiopdbp.bench.streams` -- ``aiopdbp bench streams``: streams against
   messages of the same bytes.
 
-Nothing here imports mpi4py until a job starts.
+Nothing here imports mpi4py until a job starts, and importing one module of
+the package does not import the others: ``main`` and ``register`` load
+:mod:`~aiopdbp.bench.cli` on first use (PEP 562), so that the rank programs
+(``scale_job`` under ``aiopdbp bench scale``) start as light as the raw
+programs they are measured against.
 """
 
 from __future__ import annotations
 
-from aiopdbp.bench.cli import main, register
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["main", "register"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module 'aiopdbp.bench' has no attribute {name!r}")
+    return getattr(importlib.import_module("aiopdbp.bench.cli"), name)
+
+
+if TYPE_CHECKING:
+    from aiopdbp.bench.cli import main as main
+    from aiopdbp.bench.cli import register as register

@@ -14,7 +14,7 @@ Hops: send path ``a1 - a0``; MPI ``b0 - a1`` (transit plus the polling
 granularity: the receiver's step must come round); receive path ``b1 - b0``;
 wake-up ``b2 - b1`` (the loop switching to the task that awaits ``recv``).
 The send path is split where the host link takes the message
-(``HostLink.offer``) and where its sender begins to post, and the
+(its ``offer``) and where its sender begins to post, and the
 receive path at its decoding (the arrivals' block reader (``Arrivals.reader``) for
 short records, ``decode`` as the inbound side calls it for full frames), so
 each hop also shows: before encoding (snapshot, routing), encoding (credit,
@@ -63,7 +63,6 @@ class _TimedReader:
 def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[str, Any] | None:
     """Run the diagnostic ping-pong; rank 0 gets ``{hop: [0->1 us, 1->0 us]}``, others None."""
     from aiopdbp.hosts import inbound
-    from aiopdbp.hosts.link import HostLink
     from aiopdbp.transport.progress import ProgressEngine
 
     ns = time.perf_counter_ns
@@ -88,15 +87,18 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
     offered: list[int] = []   # the last offer not yet posted
     encs: list[tuple[int, int]] = []  # (the link took it, the engine posts it)
     decs: list[tuple[int, int]] = []
-    orig_offer: Callable[..., bool] = HostLink.offer
     orig_dec: Callable[..., Any] = getattr(inbound, "decode")  # the name inbound.py calls
     assert side.node is not None
     rt = side.node.arrivals
     orig_reader = rt.reader
 
-    def offer(self: HostLink, *a: Any) -> bool:
+    # the link to the other rank takes the message (its offer, an attribute: the sender's)
+    link: Any = side.node._link(1 - rank) if rank <= 1 else None
+    orig_offer: Callable[..., bool] | None = link.offer if link is not None else None
+
+    def offer(*a: Any) -> bool:
         offered[:] = [ns()]
-        return orig_offer(self, *a)
+        return orig_offer(*a)  # type: ignore[misc]
 
     def timed(orig: Callable[..., Any]) -> Callable[..., Any]:
         def decode(*a: Any, **k: Any) -> Any:
@@ -130,9 +132,9 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
         return None
 
     # the link's sender stamps its posts itself (its compiled form cannot be wrapped)
-    sender = side.node._link(1 - rank).sender if rank <= 1 else None  # type: ignore[attr-defined]
+    sender = link.sender if link is not None else None
     patches = [(sender, "stamp", post_send, None), (ProgressEngine, "step", step, orig_step),
-               (HostLink, "offer", offer, orig_offer), (inbound, "decode", timed(orig_dec), orig_dec),
+               (link, "offer", offer, orig_offer), (inbound, "decode", timed(orig_dec), orig_dec),
                (rt, "reader", _TimedReader(timed(orig_reader.read), timed(orig_reader.read_one)),
                 orig_reader)]
     patches = [p for p in patches if p[0] is not None]

@@ -31,7 +31,8 @@ uses it; wire/, pool/ and transport/ beside it are not imported).
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from aiopdbp.env import device_backend
 from aiopdbp.errors import DeviceError
@@ -47,7 +48,6 @@ from aiopdbp.device.backend import (
     local_rank,
 )
 from aiopdbp.device.chunks import ArrayMeta, ChunkPlan, PinnedChunkPool
-from aiopdbp.device.sim import Fault, SimArray, SimBackend, SimTensor
 from aiopdbp.device.staging import ChunkState, RecvTransfer, Request, SendTransfer, Stager, TransferState
 
 __all__ = [
@@ -57,6 +57,25 @@ __all__ = [
 ]
 
 BACKENDS = ("auto", "cupy", "sim")
+
+# The simulated device is loaded on first use (PEP 562): every rank imports
+# this package (a node can stage device arrays), few ever simulate a device.
+_SIM = frozenset({"Fault", "SimArray", "SimBackend", "SimTensor"})
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _SIM:
+        raise AttributeError(f"module 'aiopdbp.device' has no attribute {name!r}")
+    value = getattr(importlib.import_module("aiopdbp.device.sim"), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from aiopdbp.device.sim import Fault as Fault
+    from aiopdbp.device.sim import SimArray as SimArray
+    from aiopdbp.device.sim import SimBackend as SimBackend
+    from aiopdbp.device.sim import SimTensor as SimTensor
 
 
 def open_backend(kind: str | None = None, **options: Any) -> DeviceBackend:
@@ -68,6 +87,8 @@ def open_backend(kind: str | None = None, **options: Any) -> DeviceBackend:
     if kind not in BACKENDS:
         raise ValueError(f"device backend must be one of {BACKENDS}, got {kind!r}")
     if kind == "sim":
+        from aiopdbp.device.sim import SimBackend
+
         return SimBackend(**options)
     from aiopdbp.device.cupy_backend import CupyBackend  # imports CuPy
 

@@ -23,7 +23,7 @@ from aiopdbp.wire.codec import encode_cdu, encode_record, encode_split, encode_s
 from aiopdbp.wire.control import credit_frame
 from aiopdbp.wire.core import BlockWriter
 from aiopdbp.wire.mesp import CDU, L1, MsgType
-from aiopdbp.wire.shorts import STREAM_HEAD
+from aiopdbp.wire.shorts import STREAM_HEAD, ShortStream
 
 cdef extern from *:
     """
@@ -47,20 +47,22 @@ cdef Py_ssize_t _L1_SIZE = L1.size
 cdef object _DATA = Channel.DATA
 cdef object _STREAM_HEAD = STREAM_HEAD.pack
 cdef object _ndarray = np.ndarray
+cdef object _ShortStream = ShortStream
 
 
 cdef class LinkSender:
     """See :class:`aiopdbp.hosts.sender.LinkSender`."""
 
     cdef public object host, large, error, writer, carried, stamp
-    cdef public Py_ssize_t inflight, sent_msgs, lone, blocks, splits, nbytes, fallbacks, n_carried
+    cdef public Py_ssize_t inflight, sent_msgs, lone, blocks, splits, nbytes, fallbacks, n_carried, offered
     cdef public bint carries, carry_missed
-    cdef object _transport, _pool, _on_error, _slot, _block, _units, _lane, _owned
+    cdef object _transport, _pool, _on_error, _slot, _block, _units, _lane, _owned, _admit, _refund
     cdef Py_ssize_t _block_size, _max_inflight, _bulk_tags, _bulk_seq
     cdef bint _allow_pickle, _flush_scheduled, _bulk_heads
     cdef object _tick
 
-    def __init__(self, host, transport, pool, *, block_size, large, max_inflight, allow_pickle, on_error):
+    def __init__(self, host, transport, pool, *, block_size, large, max_inflight, allow_pickle, on_error,
+                 admit=None, refund=None):
         self.host = host
         self._transport = transport
         self._pool = pool
@@ -69,6 +71,9 @@ cdef class LinkSender:
         self._max_inflight = max_inflight
         self._allow_pickle = allow_pickle
         self._on_error = on_error
+        self._admit = admit
+        self._refund = refund
+        self.offered = 0
         self.error = None
         self.writer = BlockWriter(large)
         self._slot = None
@@ -91,7 +96,25 @@ cdef class LinkSender:
         self.stamp = None
 
     # ---------------------------------------------------------------- items
+    def offer(self, pid, nbytes, fields):
+        if self.error is not None or (self._admit is not None and not self._admit(pid, nbytes)):
+            return False
+        try:
+            if type(fields) is _ShortStream:
+                self.stream(pid, fields)
+            elif not self._short(pid, fields, b""):
+                self.message(pid, fields)
+        except BaseException:
+            if self._refund is not None:
+                self._refund(pid, nbytes)
+            raise
+        self.offered += 1
+        return True
+
     def short(self, pid, fields, head=b""):
+        return self._short(pid, fields, head)
+
+    cdef bint _short(self, pid, fields, bytes head) except -1:
         w = self.writer
         tick = self._transport.tick
         if not w.kind and not self._units and tick != self._tick:
@@ -109,7 +132,7 @@ cdef class LinkSender:
         return put is True
 
     def stream(self, pid, item):
-        if not self.short(pid, item, _STREAM_HEAD(item[5], item[6])):
+        if not self._short(pid, item, _STREAM_HEAD(item[5], item[6])):
             self.cdu(item.cdu(pid))
 
     def message(self, pid, fields, done=None):

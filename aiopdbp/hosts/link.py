@@ -341,8 +341,16 @@ class HostLink:
         self._cdus = 0
         #: SCBP_h's sender: the blocks, lone and split frames, the MPI sends
         self.sender = sender(host, transport, pool, block_size=block_size, large=large,
-                             max_inflight=max_inflight, allow_pickle=allow_pickle, on_error=self.fail)
+                             max_inflight=max_inflight, allow_pickle=allow_pickle, on_error=self.fail,
+                             admit=self._admit, refund=self.grant)
         self._short = self.sender.short
+        #: Target protocol: reserve ``nbytes`` of GP ``pid``'s credit and put
+        #: the message ``fields`` (or a :class:`ShortStream`) in one step,
+        #: when neither has to wait; False (nothing taken) otherwise -- the
+        #: caller then takes the waiting path.  The sender's, with the gate's
+        #: rule: the commonest send's step here is one call (into C where the
+        #: sender is compiled); a refused item's credit comes back (``grant``).
+        self.offer: Callable[[int, int, tuple[str, Kind, int, Any, int]], bool] = self.sender.offer
 
     # --------------------------------------------------------------- credit
     # The rule is the gate's (aiopdbp.hosts.gate, "Credit" above); the link
@@ -462,25 +470,6 @@ class HostLink:
             out.cdu(item)
         return True
 
-    def offer(self, pid: int, nbytes: int, fields: tuple[str, Kind, int, Any, int]) -> bool:
-        """Target protocol: reserve ``nbytes`` of GP ``pid``'s credit and put
-        the message ``fields`` (or a :class:`ShortStream`) in one step, when
-        neither has to wait; False (nothing taken) otherwise -- the caller
-        then takes the waiting path."""
-        if self.error is not None or not self._admit(pid, nbytes):
-            return False
-        self._cdus += 1
-        try:
-            if type(fields) is ShortStream:
-                self.sender.stream(pid, fields)
-            elif not self._short(pid, fields):
-                self.sender.message(pid, fields)
-        except BaseException:  # refused by the encoder: nothing was queued, the credit goes back
-            self._cdus -= 1
-            self.grant(pid, nbytes)
-            raise
-        return True
-
     def owns(self, nbytes: int) -> bool:
         """Whether a payload of ``nbytes`` travels from the caller's buffer
         (see "Large payloads"): an :class:`OwnedSend` of it need not be a copy."""
@@ -503,7 +492,7 @@ class HostLink:
 
     def stats(self) -> LinkStats:
         gate, out = self._gate, self.sender
-        return LinkStats(self.host, self._cdus, out.lone, out.blocks, out.splits, out.sent_msgs,
+        return LinkStats(self.host, self._cdus + out.offered, out.lone, out.blocks, out.splits, out.sent_msgs,
                          out.nbytes, out.inflight, out.queued, gate.waits,
                          gate.short(), gate.least(), out.fallbacks, gate.parked(), gate.asks,
                          gate.outstanding(), out.n_carried)

@@ -17,7 +17,9 @@ credit into MPI messages towards one host (the rules are written in
   a pool block returned once its send has completed.
 
 Credit is not here: :class:`~aiopdbp.hosts.link.HostLink` admits an item
-(:class:`~aiopdbp.hosts.gate.CreditGate`) before it hands it over.  This
+(:class:`~aiopdbp.hosts.gate.CreditGate`) before it hands it over -- on the
+commonest send through :meth:`LinkSender.offer`, which applies the gate's
+rule it was given and encodes in the same call.  This
 class has a compiled twin (``aiopdbp.hosts.csender``, chosen by
 :mod:`aiopdbp.hosts.sendercore`): the same methods, the same frames and
 counters, with the steps from an item to its ``Isend`` as C calls instead
@@ -90,7 +92,9 @@ class LinkSender:
     """
 
     def __init__(self, host: int, transport: Transport, pool: SendPool, *, block_size: int, large: int,
-                 max_inflight: int, allow_pickle: bool, on_error: Callable[[BaseException], None]) -> None:
+                 max_inflight: int, allow_pickle: bool, on_error: Callable[[BaseException], None],
+                 admit: Callable[[int, int], bool] | None = None,
+                 refund: Callable[[int, int], None] | None = None) -> None:
         self.host = host
         self._transport = transport
         self._pool = pool
@@ -99,6 +103,11 @@ class LinkSender:
         self._max_inflight = max_inflight
         self._allow_pickle = allow_pickle
         self._on_error = on_error
+        # the credit rule offer() applies (the link's gate), and what gives
+        # back the credit of an item the encoder refused (None: no credit)
+        self._admit = admit
+        self._refund = refund
+        self.offered = 0            # items taken by offer()
         self.error: BaseException | None = None
         # the open block (the core's writer) and the pool slot it is in (None:
         # a private buffer, or no block open)
@@ -128,6 +137,27 @@ class LinkSender:
         self.stamp: Callable[[bool], None] | None = None
 
     # ---------------------------------------------------------------- items
+    def offer(self, pid: int, nbytes: int, fields: tuple[Any, ...]) -> bool:
+        """The link's offer (``HostLink.offer`` is this method) in one
+        call: admit ``nbytes`` of GP ``pid``'s credit by the link's rule
+        (``admit``) and take the message ``fields`` (or a
+        :class:`ShortStream`); False, nothing taken, when the host is gone
+        or the credit says wait.  An item the encoder refuses gives its
+        credit back (``refund``) before the error propagates."""
+        if self.error is not None or (self._admit is not None and not self._admit(pid, nbytes)):
+            return False
+        try:
+            if type(fields) is ShortStream:
+                self.stream(pid, fields)
+            elif not self.short(pid, fields):
+                self.message(pid, fields)
+        except BaseException:  # refused by the encoder: nothing was queued
+            if self._refund is not None:
+                self._refund(pid, nbytes)
+            raise
+        self.offered += 1
+        return True
+
     def short(self, pid: int, fields: tuple[Any, ...], head: bytes = b"") -> bool:
         """A message ``(source, kind, com, data, source_pid)`` for GP ``pid``
         as a compact short record: into the open block, or, as the first

@@ -28,7 +28,6 @@ they owe their senders.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import logging
 from collections.abc import Callable, Sized
 from typing import Any, Protocol
@@ -250,6 +249,8 @@ class Router:
     def close_names(self, name: str) -> tuple[str, ...]:
         """Names close to ``name`` (a misspelling's "did you mean"): those
         registered now, then those registered once and freed since."""
+        import difflib  # (here: only a name waited for long needs it, every rank imports this module)
+
         now = difflib.get_close_matches(name, list(self.pids), n=3, cutoff=0.6)
         gone = difflib.get_close_matches(name, [n for n in self._left if n not in self.pids], n=3, cutoff=0.6)
         return tuple((now + gone)[:3])

@@ -12,11 +12,15 @@ import numpy as np
 
 from aiopdbp.device.backend import is_device_array
 from aiopdbp.wire.message import Message
+from aiopdbp.wire.mesp import DEFAULT_LIMITS
 from aiopdbp.wire.payload import travels_raw
-from aiopdbp.arrays import arrival, host_array
+from aiopdbp.arrays import arrival, frozen, host_array, plain_snapshot
 from aiopdbp.streams.receiver import IncomingStream
 
-__all__ = ["arrive", "arrived", "check_com", "check_dest", "check_timeout", "flat_writable", "frozen", "host_data", "named_now", "ownable", "payload_size", "pickle_copy", "raising", "snapshot", "views_start"]
+#: the most dimensions an array may have to travel (the wire's default limit)
+MAX_NDIM = DEFAULT_LIMITS.max_ndim
+
+__all__ = ["MAX_NDIM", "arrive", "arrived", "check_com", "check_dest", "check_timeout", "flat_writable", "frozen", "host_data", "named_now", "ownable", "payload_size", "pickle_copy", "raising", "snapshot", "views_start"]
 
 
 def snapshot(data: Any, allow_pickle: bool, shared: bool) -> Any:
@@ -32,6 +36,8 @@ def snapshot(data: Any, allow_pickle: bool, shared: bool) -> Any:
     """
     if data is None or type(data) is bytes:
         return data
+    if type(data) is np.ndarray and not shared and (plain := plain_snapshot(data, MAX_NDIM)) is not None:
+        return plain  # the commonest array: a plain dtype (the same rule as below, in one call)
     if isinstance(data, np.generic):
         data = np.asarray(data)  # numpy scalars travel as 0-d arrays
     elif not isinstance(data, np.ndarray) and (arr := host_array(data)) is not None:
@@ -68,22 +74,6 @@ _HINTS: dict[type, str] = {
     list: "make it an array first (np.asarray(values)), or ",
     tuple: "make it an array first (np.asarray(values)), or ",
 }
-
-
-def frozen(arr: np.ndarray[Any, Any]) -> bool:
-    """True when no one can change ``arr``'s memory: read-only all the way
-    down to an immutable ``bytes`` object (a read-only *view* of writable
-    memory is not frozen)."""
-    if arr.flags.writeable:
-        return False
-    base: Any = arr.base
-    while isinstance(base, np.ndarray):
-        if base.flags.writeable:
-            return False
-        base = base.base
-    if isinstance(base, memoryview):
-        base = base.obj
-    return isinstance(base, bytes)
 
 
 async def raising(exc: Exception) -> Any:

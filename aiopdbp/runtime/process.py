@@ -37,14 +37,14 @@ from aiopdbp.wire.mesp import Kind
 from aiopdbp.device.backend import is_device_array
 from aiopdbp.errors import ClosedResourceError, NoPipeError, PDBPError, WouldBlock
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost
-from aiopdbp.arrays import KINDS, arrival, cpu_tensor_array, host_array
+from aiopdbp.arrays import KINDS, arrival, cpu_tensor_array, host_array, plain_snapshot
 from aiopdbp.routing.pipes import Pipe
 from aiopdbp.streams.receiver import DEFAULT_SEGMENT, IncomingStream
 from aiopdbp.streams.sender import send_stream
 from aiopdbp.streams.devicebind import Captured
 from aiopdbp.hosts.tables import PType, Tables
 from aiopdbp.runtime.payloads import (
-    arrive, arrived, check_com, check_dest, check_timeout, flat_writable, host_data, named_now,
+    MAX_NDIM, arrive, arrived, check_com, check_dest, check_timeout, flat_writable, host_data, named_now,
     ownable, payload_size, raising, snapshot, views_start)
 
 if TYPE_CHECKING:
@@ -385,6 +385,11 @@ class GP:
         # Snapshot first: a refused payload must not hold a reservation.
         if type(data) is bytes:
             cost = len(data) + CREDIT_OVERHEAD
+        elif (type(data) is np.ndarray and (nbytes := data.nbytes) < self._owned_min
+              and (plain := plain_snapshot(data, MAX_NDIM)) is not None):
+            # the commonest array (a plain dtype, copied or shared): snapshot's rule in one call
+            data = plain
+            cost = nbytes + CREDIT_OVERHEAD
         else:
             if data is not None:
                 if type(data) is not np.ndarray and (arr := host_array(data)) is not None:

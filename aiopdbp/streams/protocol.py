@@ -86,7 +86,7 @@ and the DONE bounds how many such streams one sender has open at a time.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
@@ -138,20 +138,39 @@ _OPENING, _OPEN, _ENDING = StreamState.OPENING, StreamState.OPEN, StreamState.EN
 
 # ---------------------------------------------------------------- events
 class Event:
-    """Something that happened to a stream side (or, as an action, what to do)."""
+    """Something that happened to a stream side (or, as an action, what to do).
+
+    Each kind is a dataclass that makes only its ``__init__``: equality and
+    repr are these, written once here, because every rank makes all the
+    kinds at import and each generated method is compiled there, one at a
+    time."""
 
     __slots__ = ()
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, f.name) for f in fields(self))  # type: ignore[arg-type]
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    __hash__ = None  # type: ignore[assignment]  # (mutable records, as dataclasses with eq)
+
+    def __repr__(self) -> str:
+        values = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))  # type: ignore[arg-type]
+        return f"{type(self).__qualname__}({values})"
 
 
 Action = Event  # actions are plain records too
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class Opened(Event):
     """Sender: the OPEN is routed; every segment goes after it."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class SendSegment(Event):
     """Sender: the next segment of ``nbytes`` (``staged``: carried outside
     the stream's CDUs, e.g. by device staging; it takes no credit)."""
@@ -160,7 +179,7 @@ class SendSegment(Event):
     staged: bool = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class SendWhole(Event):
     """Sender: the routed OPEN carried the whole stream, ``nbytes`` in one
     segment, and its END (``Opened``, a staged ``SendSegment``, ``End``)."""
@@ -168,33 +187,33 @@ class SendWhole(Event):
     nbytes: int
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class Credit(Event):
     """Sender: the receiver consumed ``n`` segments."""
 
     n: int
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class Done(Event):
     """Sender: the receiver took the whole stream (``error`` None) or gave up."""
 
     error: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class Cancel(Event):
     """Sender: this side gives up (cancelled, failed)."""
 
     why: str
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class Open(Event):
     """Receiver: the stream's OPEN arrived."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class Segment(Event):
     """Receiver: segment ``segno`` arrived (``data`` is opaque here)."""
 
@@ -203,7 +222,7 @@ class Segment(Event):
     nbytes: int
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class Whole(Event):
     """Receiver: the OPEN carried the whole stream: segment 0 (``data``,
     ``nbytes``) and an END of one segment of ``nbytes``."""
@@ -212,7 +231,7 @@ class Whole(Event):
     nbytes: int
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class End(Event):
     """Sender: emit the END.  Receiver: the END arrived (``nseg``
     segments, ``nbytes`` bytes were sent)."""
@@ -221,26 +240,26 @@ class End(Event):
     nbytes: int = -1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class Abort(Event):
     """Receiver: the sender's ABORT arrived."""
 
     why: str
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class Consumed(Event):
     """Receiver: the GP took one delivered segment."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class Close(Event):
     """Receiver: this side gives up (``aclose()``, its GP left, a device error)."""
 
     why: str
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class Break(Event):
     """Either side: the peer's host is gone or the node closes (nobody to tell)."""
 
@@ -248,14 +267,14 @@ class Break(Event):
 
 
 # --------------------------------------------------------------- actions
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class EmitSegment(Event):
     """Sender: put segment ``segno`` on the wire."""
 
     segno: int
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class EmitEnd(Event):
     """Sender: put the END on the wire."""
 
@@ -263,7 +282,7 @@ class EmitEnd(Event):
     nbytes: int
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class EmitAbort(Event):
     """Sender: put an ABORT on the wire (after segment ``segno`` - 1)."""
 
@@ -271,40 +290,40 @@ class EmitAbort(Event):
     why: str
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class Finished(Event):
     """Either side: the stream was delivered whole."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class Fail(Event):
     """Sender: the stream failed at the receiver (or its host): report ``why``."""
 
     why: str
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class Deliver(Event):
     """Receiver: hand ``data`` (the next segment in order) to the GP."""
 
     data: Any
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class Aborted(Event):
     """Receiver: the sender gave up (``why``)."""
 
     why: str
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class SendDone(Event):
     """Receiver: tell the sender the stream is over (``error`` None: whole)."""
 
     error: str | None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False, eq=False)
 class SendCredit(Event):
     """Receiver: give the sender ``n`` credits back."""
 

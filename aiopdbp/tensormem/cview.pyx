@@ -1,8 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """The compiled twin of :mod:`aiopdbp.tensormem.view` (read its docstring): the
 same :func:`tensor_array`, the ndarray made by one numpy C call over the
-tensor's memory, with the tensor as its base; :func:`tensor_of` without
-the Python-level reads of the dtype and the flags."""
+tensor's memory, with the tensor as its base; :func:`tensor_of`,
+:func:`frozen` and :func:`plain_snapshot` without the Python-level reads
+of the dtype and the flags."""
 
 cimport numpy as cnp
 from cpython.dict cimport PyDict_GetItem
@@ -32,7 +33,10 @@ cdef extern from "numpy/arrayobject.h":
 __sources__ = ("view.py", "cview.pyx")
 __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
-__all__ = ["tensor_array", "tensor_of"]
+__all__ = ["PLAIN_NUMS", "frozen", "plain_snapshot", "tensor_array", "tensor_of"]
+
+#: as :data:`aiopdbp.tensormem.view.PLAIN_NUMS`
+PLAIN_NUMS = frozenset(range(17)) | {21, 22, 23}
 
 # (numpy's own limit on dimensions; a tensor with more takes the general path)
 DEF _MAX_DIMS = 64
@@ -80,3 +84,33 @@ def tensor_of(arr, dict known, from_numpy):
     if hit != descr or not cnp.PyArray_ISWRITEABLE(a):
         return None
     return from_numpy(a)
+
+
+cdef inline bint _plain(int num):
+    # PLAIN_NUMS: NPY_BOOL .. NPY_CLONGDOUBLE, NPY_DATETIME, NPY_TIMEDELTA, NPY_HALF
+    return 0 <= num <= 16 or 21 <= num <= 23
+
+
+cdef bint _frozen(cnp.ndarray arr):
+    if cnp.PyArray_ISWRITEABLE(arr):
+        return False
+    base = cnp.get_array_base(arr)
+    while isinstance(base, cnp.ndarray):
+        if cnp.PyArray_ISWRITEABLE(<cnp.ndarray>base):
+            return False
+        base = cnp.get_array_base(<cnp.ndarray>base)
+    if isinstance(base, memoryview):
+        base = base.obj
+    return isinstance(base, bytes)
+
+
+def frozen(cnp.ndarray arr):
+    """As :func:`aiopdbp.tensormem.view.frozen`."""
+    return _frozen(arr)
+
+
+cpdef object plain_snapshot(cnp.ndarray arr, int max_ndim):
+    """As :func:`aiopdbp.tensormem.view.plain_snapshot`."""
+    if not _plain(cnp.PyArray_TYPE(arr)) or cnp.PyArray_NDIM(arr) > max_ndim:
+        return None
+    return arr if _frozen(arr) else cnp.PyArray_NewCopy(arr, cnp.NPY_CORDER)

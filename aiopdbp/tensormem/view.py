@@ -9,6 +9,11 @@ tensor off the CPU, sparse, nested, non-contiguous, empty, or one that
 ``t.numpy()`` refuses (it requires grad, its conjugate or negative bit is
 set) -- gets None, and the caller takes the general path, which says why.
 :func:`tensor_of` is the arrival's common case, the other way round.
+:func:`frozen` and :func:`plain_snapshot` are a send's common case of an
+array: whether anyone can change its memory, and the snapshot the receiver
+will see when its dtype is one of numpy's plain builtins (a few flag reads
+in the compiled form, where the general checks cost more than the rest of
+a small message's send).
 
 This is the Python form; ``cview.pyx`` beside it is its compiled twin
 (one numpy C call instead of a ctypes view), chosen by
@@ -23,7 +28,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["tensor_array", "tensor_of"]
+__all__ = ["PLAIN_NUMS", "frozen", "plain_snapshot", "tensor_array", "tensor_of"]
+
+#: ``dtype.num`` of numpy's builtin fixed-size dtypes that travel as raw
+#: bytes whatever their byte order or metadata: bool, the integers, the
+#: floats and complex numbers (half and long double included), datetime64
+#: and timedelta64 -- not objects, bytes and str (sized per dtype), void
+#: (fields, sub-arrays) or user dtypes (ml_dtypes): those take the general path
+PLAIN_NUMS = frozenset(range(17)) | {21, 22, 23}
 
 
 def tensor_array(t: Any, dt: np.dtype[Any], strided: Any, complex_: bool) -> np.ndarray[Any, Any] | None:
@@ -62,3 +74,30 @@ def tensor_of(arr: Any, known: dict[int, np.dtype[Any]], from_numpy: Any) -> Any
     if known.get(id(dt)) is not dt or not arr.flags.writeable:
         return None
     return from_numpy(arr)
+
+
+def frozen(arr: np.ndarray[Any, Any]) -> bool:
+    """True when no one can change ``arr``'s memory: read-only all the way
+    down to an immutable ``bytes`` object (a read-only *view* of writable
+    memory is not frozen)."""
+    if arr.flags.writeable:
+        return False
+    base: Any = arr.base
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    return isinstance(base, bytes)
+
+
+def plain_snapshot(arr: np.ndarray[Any, Any], max_ndim: int) -> np.ndarray[Any, Any] | None:
+    """The snapshot a receiver will see of ``arr`` (a ``numpy.ndarray``, not
+    a subclass) when its dtype is plain (:data:`PLAIN_NUMS`) and it has at
+    most ``max_ndim`` dimensions: ``arr`` itself when :func:`frozen`, else a
+    C-order copy.  None for any other array: the caller's general path
+    (which checks, pickles or refuses it)."""
+    if arr.dtype.num not in PLAIN_NUMS or arr.ndim > max_ndim:
+        return None
+    return arr if frozen(arr) else arr.copy()

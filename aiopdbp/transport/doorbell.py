@@ -49,7 +49,6 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-import uuid
 from typing import Any, Final
 
 __all__ = ["ADDRESS_BYTES", "Doorbell", "DoorbellJoin", "KEY_BYTES", "RING_AFTER_S", "namespace_key"]
@@ -83,7 +82,7 @@ class Doorbell:
         self.rank, self.size = rank, size
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.setblocking(False)
-        name = f"\0aiopdbp.{os.getpid()}.{uuid.uuid4().hex}".encode()
+        name = f"\0aiopdbp.{os.getpid()}.{os.urandom(16).hex()}".encode()   # (uuid4 is os.urandom(16))
         self.sock.bind(name)
         self.address = name
         self.key = namespace_key()

@@ -486,13 +486,17 @@ class MPITransport(Transport):
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        # Backing off, not a fixed short sleep: with more ranks than cores the
+        # ranks that closed first would otherwise wake every half millisecond,
+        # taking the cores from the ranks still closing that the barrier waits for.
+        backoff = Backoff(5e-4, 5e-3)
         while True:
             self._discard_unmatched(comms)
             if _MPI.Request.Testall(reqs):
                 break
             if loop.time() > deadline:
                 return  # a rank never closed: leave its barrier pending
-            await asyncio.sleep(0.0005)
+            await backoff.sleep()
         self._discard_unmatched(comms)
 
     @staticmethod

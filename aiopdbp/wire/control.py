@@ -81,14 +81,27 @@ class ControlHandler(Protocol):
 
 
 class CtrlMsg:
-    """Base of the control message classes: frame in, frame out, one handler."""
+    """Base of the control message classes: frame in, frame out, one handler.
+
+    Each kind is a frozen dataclass that makes only its ``__init__``: the
+    equality, hash and repr of a dataclass are these, written once here,
+    because every rank makes all the kinds at import and each generated
+    method is compiled there, one at a time."""
 
     TYPE: ClassVar[MsgType]
     HANDLER: ClassVar[str]
     __slots__ = ()
 
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The body's keys: the dataclass fields, in order."""
+        names = _FIELD_NAMES.get(cls)
+        if names is None:
+            names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+        return names
+
     def body(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        return {name: getattr(self, name) for name in self.field_names()}
 
     def encode(self) -> bytes:
         """The frame: a level-1 header and the msgpack body."""
@@ -97,10 +110,28 @@ class CtrlMsg:
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
         """Build from a body the codec checked against the schema."""
-        return cls(**{f.name: body[f.name] for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+        return cls(**{name: body[name] for name in cls.field_names()})
 
     def handle(self, handler: ControlHandler, src: int) -> None:
         getattr(handler, self.HANDLER)(src, self)
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.field_names())
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.field_names())
+        return f"{type(self).__qualname__}({fields})"
+
+
+_FIELD_NAMES: dict[type[CtrlMsg], tuple[str, ...]] = {}
 
 
 _CLASSES: dict[MsgType, type[CtrlMsg]] = {}
@@ -123,7 +154,7 @@ def _pairs(value: Any, what: str) -> list[tuple[int, int]]:
 
 # --------------------------------------------------------- paper kinds (CMP)
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class RegMsg(CtrlMsg):
     """Register GP ``name`` living on host ``node`` (``pipe`` -1: none yet)."""
 
@@ -137,7 +168,7 @@ class RegMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class ARMsg(CtrlMsg):
     """Answer to :class:`RegMsg`: the pid, or why not (``etype``: error class)."""
 
@@ -151,7 +182,7 @@ class ARMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class APipeMsg(CtrlMsg):
     """Bind pipe ``pipe`` of the GP's host to GP ``pid``."""
 
@@ -163,7 +194,7 @@ class APipeMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class ReleaseMsg(CtrlMsg):
     """Release GP ``pid``'s pipe; with ``free`` also unregister the GP."""
 
@@ -175,7 +206,7 @@ class ReleaseMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class AAPMsg(CtrlMsg):
     """Answer to :class:`APipeMsg` and :class:`ReleaseMsg`."""
 
@@ -188,7 +219,7 @@ class AAPMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class CancelMsg(CtrlMsg):
     """The requester of ``req`` gave up: undo what it did to GP ``pid``
     (free a GP registered for it, release a pipe bound for it)."""
@@ -200,7 +231,7 @@ class CancelMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class HInfoMsg(CtrlMsg):
     """Hosts' info ``[nid, name, ip, ntype]``: one entry from a host to rank
     0 (S-HOSTInfo), every host's from rank 0 (ALL-HOSTInfo); ``gp_window``:
@@ -225,7 +256,7 @@ class HInfoMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class MBInfoMsg(CtrlMsg):
     """All GP-pipe bindings (ALL-MBInfo): ``[pid, name, ptype, node, pipe]``."""
 
@@ -236,7 +267,7 @@ class MBInfoMsg(CtrlMsg):
 
 # ---------------------------------------------------------- runtime kinds
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class TableMsg(CtrlMsg):
     """A table update from the home host of the name it changes (``seq`` 0)
     or from rank 0."""
@@ -249,7 +280,7 @@ class TableMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class TableReqMsg(CtrlMsg):
     """A table update asked of rank 0 that has no paper message of its own
     (and the updates a host asks for without waiting: ``commit_nowait``)."""
@@ -262,7 +293,7 @@ class TableReqMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class TableAckMsg(CtrlMsg):
     """Rank 0's answer to :class:`TableReqMsg` (after its broadcast)."""
 
@@ -274,7 +305,7 @@ class TableAckMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class CreditMsg(CtrlMsg):
     """Per-destination credit: ``(pid, bytes)`` the sender may send again."""
 
@@ -309,7 +340,7 @@ def credit_frame(grants: list[tuple[int, int]]) -> bytes:
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class CreditAskMsg(CtrlMsg):
     """Senders are parked for credit towards ``pids``: return what is owed
     below the threshold once those GPs have taken what waits for them."""
@@ -339,7 +370,7 @@ def _edges(value: Any, what: str) -> list[list[Any]]:
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class StallMsg(CtrlMsg):
     """A rank's view for rank 0's deadlock detector: its stale waits
     (``edges``) and its GPs that hold data and do not read (``idle``)."""
@@ -358,7 +389,7 @@ class StallMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class DeadlockMsg(CtrlMsg):
     """Rank 0 found this cycle of waits (edges as in :class:`StallMsg`)."""
 
@@ -375,7 +406,7 @@ class DeadlockMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class StreamDoneMsg(CtrlMsg):
     """Stream ``(node, sno)``'s receiver took it all (``ok``) or gave up."""
 
@@ -388,7 +419,7 @@ class StreamDoneMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class StreamCreditMsg(CtrlMsg):
     """Stream ``(node, sno)``'s receiver consumed ``segments`` segments."""
 
@@ -406,7 +437,7 @@ class StreamCreditMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class StreamDonesMsg(CtrlMsg):
     """Streams ``(node, sno)``, one per ``sno`` of ``snos``: their receivers
     took them whole.  The DONEs of one loop iteration to one host travel in
@@ -426,7 +457,7 @@ class StreamDonesMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class ByeMsg(CtrlMsg):
     """Graceful close: the sender sent ``sent`` data messages to this host."""
 
@@ -436,7 +467,7 @@ class ByeMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class StopMsg(CtrlMsg):
     """Rank ``rank`` stops the job: ``kind`` "failed" or "interrupted";
     ``gp`` names the GP a failure left ("" when not known)."""
@@ -457,7 +488,7 @@ class StopMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class StopAckMsg(CtrlMsg):
     """Rank ``rank`` heard of a failure and stops."""
 
@@ -467,7 +498,7 @@ class StopAckMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class RelayMsg(CtrlMsg):
     """A control frame from host ``origin`` for host ``dest``, passed hop by
     hop along the hosts' tree (:mod:`aiopdbp.hosts.sequencer`) so that rank 0
@@ -481,7 +512,7 @@ class RelayMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class LookupMsg(CtrlMsg):
     """To a name's home host: send this host GP ``name``'s registration and
     every later update of it (``pid`` 0); or, ``name`` empty, the name of GP
@@ -494,7 +525,7 @@ class LookupMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class LostMsg(CtrlMsg):
     """Rank ``origin`` noticed that rank ``rank`` is lost (``message``: its
     error); the receiver passes it on to the ``span`` ring positions that

@@ -1,0 +1,46 @@
+"""A rank starts light: what ``aiopdbp.run``/``open_node`` and ``bench scale``'s
+rank program import at start leaves out what a job may never use (the
+simulated device, the bench CLI, difflib's hints), since every rank of a job
+pays for its imports before its first message."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.mpirun import REPO_ROOT
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _loaded_after(imports: str, watched: tuple[str, ...]) -> list[str]:
+    code = textwrap.dedent(f"""
+        import sys
+        {imports}
+        print(sorted(m for m in sys.modules if m in {watched!r}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50,
+                          cwd=str(REPO_ROOT))
+    assert proc.returncode == 0, proc.stderr
+    loaded: list[str] = ast.literal_eval(proc.stdout)
+    return loaded
+
+
+def test_the_runtime_loads_no_device_simulator_difflib_or_uuid() -> None:
+    assert _loaded_after("import aiopdbp.runtime.node",
+                         ("aiopdbp.device.sim", "aiopdbp.device.simmem", "difflib", "uuid")) == []
+
+
+def test_the_scale_rank_program_loads_no_bench_cli() -> None:
+    assert _loaded_after("import aiopdbp.bench.scale_job",
+                         ("aiopdbp.bench.cli", "aiopdbp.bench.plan", "aiopdbp.bench.workload",
+                          "statistics")) == []
+
+
+def test_the_lazy_names_still_load_on_first_use() -> None:
+    assert _loaded_after("import aiopdbp.device, aiopdbp.bench; aiopdbp.device.SimBackend; aiopdbp.bench.main",
+                         ("aiopdbp.device.sim", "aiopdbp.bench.cli")) == ["aiopdbp.bench.cli", "aiopdbp.device.sim"]
