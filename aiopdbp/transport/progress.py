@@ -73,7 +73,8 @@ the same core gets it.
 *Driving.*  A task that awaits a reply (``gp.recv`` on an empty pipe)
 calls :meth:`ProgressEngine.drive`: it steps the engine itself, yielding
 every ``spin``, until its pipe has an item; meanwhile the engine's task
-stands aside (it waits, no timer, until the last driver leaves).  So the
+stands aside (it waits, no timer, until the last driver leaves; its first
+step then does not spin, for the driver's task runs on).  So the
 step that receives the reply runs in the very task that wants it: no
 future is resolved and no second task is scheduled between the ``Mrecv``
 and ``recv`` returning (measured: the wake-up hop of an 8 B ping-pong,
@@ -591,7 +592,10 @@ class ProgressEngine:
                     finally:
                         self._wake = None
                     self._kicked = False
-                    t_yield = perf()
+                    # No spin on the first step: the driver that woke us
+                    # runs on (a sender yielding its turn is runnable at
+                    # once), so this was no quick turn of an idle loop.
+                    t_yield = float("-inf")
                     continue
                 t_resume = perf()
                 last_active = self._last_active

@@ -1,8 +1,11 @@
 """A task that waits for a message steps the engine itself (``drive``).
 
 Rank 1 drives until rank 0's ping arrives (the ping is received by a step
-of the driver); a driver cancelled while it steps hands progress back to the
-engine's own task (the next message arrives with no driver at all); a
+of the driver); the engine's task, woken when a driver leaves, does not
+spin on its first turn (the driver's task runs on: a sender that yields its
+turn would wait a whole spin for nothing); a driver cancelled while it
+steps hands progress back to the engine's own task (the next message
+arrives with no driver at all); a
 driver that starts after the spin window, or with spinning off
 (``AIOPDBP_SPIN_US=0``), returns at once instead of spinning.  argv: none.
 """
@@ -28,16 +31,26 @@ async def main(t: MPITransport, inbox: Inbox) -> None:
     # now and then: of 50 ping-pongs, some must be driven)
     rounds = 50
     st0 = t.stats()
+    spun = 0   # rounds whose engine spun on its first turn after the driver left
     for i in range(rounds):
         if t.rank == 0:
             await t.send(1, Channel.CONTROL, [b"ping"])
-            await asyncio.wait_for(t.drive(lambda: inbox.count >= 2 + i), 10)
+            drives = t.stats()["drives"]
+            await t.drive(lambda: inbox.count >= 2 + i)   # (the job's timeout bounds it)
+            if t.stats()["drives"] > drives and inbox.count >= 2 + i:
+                # The driver left with its reply; this task yields its turn
+                # and is runnable at once: the engine's task, woken by the
+                # driver, steps once and yields back instead of spinning.
+                spins = t.stats()["spins"]
+                await asyncio.sleep(0)
+                spun += t.stats()["spins"] > spins
             await inbox.wait_count(2 + i)
         else:
             await asyncio.wait_for(t.drive(lambda: inbox.count >= 2 + i), 10)
             await inbox.wait_count(2 + i)
             await t.send(0, Channel.CONTROL, [b"pong"])
     st1 = t.stats()
+    assert not spun, f"the engine spun after {spun} of {rounds} drivers left"
     if spinning:
         assert st1["drives"] > st0["drives"] and st1["driven_steps"] > st0["driven_steps"], (st0, st1)
     else:
