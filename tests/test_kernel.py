@@ -1,6 +1,6 @@
 """The per-message MPI calls in both forms (aiopdbp.transport.kernel and its
 compiled twin aiopdbp.transport.ckernel): over real MPI they post the same
-bytes, receive the same messages into the same deliveries and leave the same
+bytes, hand the same messages to the same sinks and leave the same
 ones matched; and the progress engine runs the form aiopdbp.ext chose."""
 
 from __future__ import annotations
@@ -61,17 +61,26 @@ def test_the_pure_kernel_receives_small_messages_in_order_and_leaves_the_rest_ma
     got = _forms()[("pure", "batch")]
     # 0, 1, 8, 100, 3 B received in one call; 4095 B too; 4096 B (not small) matched
     assert got[0] == ("got", 6, 0 + 1 + 8 + 100 + 3 + 4095,
-                      [_d(i, n) for i, n in enumerate([0, 1, 8, 100, 3, 4095])])
+                      [_d(i, n) for i, n in enumerate([0, 1, 8, 100, 3, 4095])], [])
     assert got[1] == ("matched", 1, 0, 4096, bytes([6, 6]))
-    assert got[2] == ("got", 1, 9, [_d(7, 9)])
+    assert got[2] == ("got", 1, 9, [_d(7, 9)], [])
     assert got[3] == ("matched", 1, 0, 70000, bytes([8, 8]))
-    assert got[4] == ("got", 1, 7, [_d(9, 7)])
+    assert got[4] == ("got", 1, 7, [_d(9, 7)], [])
+
+
+@pytest.mark.timeout(90)
+def test_a_sink_that_raises_is_reported_and_the_probe_goes_on() -> None:
+    got = _forms()[("pure", "raise")]
+    # the data sink raised at the 8 B message: fail() was told, every message was received and handed on
+    assert got[0] == ("got", 6, 0 + 1 + 8 + 100 + 3 + 4095,
+                      [_d(i, n) for i, n in enumerate([0, 1, 8, 100, 3, 4095])], ["ValueError('sink refuses 8 B')"])
+    assert got[1] == ("matched", 1, 0, 4096, bytes([6, 6]))
 
 
 @pytest.mark.timeout(90)
 def test_the_pure_kernel_leaves_a_message_behind_a_landing_one_matched() -> None:
     got = _forms()[("pure", "fifo")]
-    assert got[0] == ("got", 0, 0, [])
+    assert got[0] == ("got", 0, 0, [], [])
     assert got[1] == ("matched", 1, 0, 0, b"")
 
 
@@ -79,8 +88,8 @@ def test_the_pure_kernel_leaves_a_message_behind_a_landing_one_matched() -> None
 def test_the_pure_kernel_stops_at_its_byte_budget() -> None:
     got = _forms()[("pure", "budget")]
     # budget 10: 0 + 1 + 8 B leave it unspent, the 100 B message spends it
-    assert got[0] == ("got", 4, 109, [_d(i, n) for i, n in enumerate([0, 1, 8, 100])])
-    assert got[1] == ("got", 2, 4098, [_d(4, 3), _d(5, 4095)])
+    assert got[0] == ("got", 4, 109, [_d(i, n) for i, n in enumerate([0, 1, 8, 100])], [])
+    assert got[1] == ("got", 2, 4098, [_d(4, 3), _d(5, 4095)], [])
 
 
 @pytest.mark.timeout(90)
@@ -112,7 +121,7 @@ def test_the_pure_send_lane_posts_counts_rings_once_and_refuses_once_shut() -> N
 @pytest.mark.skipif(compiled is None, reason="the compiled kernel is not built")
 def test_both_forms_post_receive_and_match_alike_over_mpi() -> None:
     forms = _forms()
-    for case in ("batch", "fifo", "budget", "post", "posted", "received", "lane", "laned"):
+    for case in ("batch", "fifo", "budget", "raise", "post", "posted", "received", "lane", "laned"):
         assert forms[("compiled", case)] == forms[("pure", case)], case
 
 

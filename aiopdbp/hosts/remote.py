@@ -196,7 +196,8 @@ class Remote:
         cfg = self.cfg
         timeout = cfg.handshake_timeout if cfg.handshake_timeout is not None else 30.0
         self.sequencer.prepare()
-        await self.transport.start(self._on_message, self.inbound.alloc, alloc_min=RBP_MIN)
+        await self.transport.start(self._on_message, self.inbound.alloc, alloc_min=RBP_MIN,
+                                   on_data=self.inbound.on_data)
         self.failures.start(asyncio.get_running_loop())
         await self.sequencer.handshake(timeout)
         # Every rank of the job has started MPI (the start-up's info came

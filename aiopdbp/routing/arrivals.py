@@ -146,8 +146,7 @@ class Arrivals:
         if one is not None:
             pid, msg, nbytes = one
             tgt: Any = self.targets.get(pid)
-            if type(tgt) is Pipe and not tgt.closed:
-                tgt.put_many([msg], host)
+            if type(tgt) is Pipe and tgt.put_many([msg], host):  # (False: closed, took nothing)
                 self._mark(tgt, host, pid, nbytes + CREDIT_OVERHEAD)
             else:  # (a message, not a stream: nothing for the stream table to hear)
                 self.deliver_remote(host, pid, [msg], nbytes + CREDIT_OVERHEAD)
@@ -157,8 +156,7 @@ class Arrivals:
         for pid, msgs, nbytes in self.reader.read(buf, whole):
             cost = nbytes + CREDIT_OVERHEAD * len(msgs)
             tgt = self.targets.get(pid)
-            if type(tgt) is Pipe and not tgt.closed:  # deliver_remote's common case
-                tgt.put_many(msgs, host)
+            if type(tgt) is Pipe and tgt.put_many(msgs, host):  # deliver_remote's common case
                 self._mark(tgt, host, pid, cost)
             elif not self.deliver_remote(host, pid, msgs, cost) and streams is not None:
                 streams.undelivered(msgs)  # a stream among them: its sender must hear
@@ -176,8 +174,7 @@ class Arrivals:
         ``cost`` bytes of credit until the GP has taken them.  False when
         they were dropped (the GP is gone)."""
         tgt: Any = self.targets.get(pid)
-        if type(tgt) is Pipe and not tgt.closed:
-            tgt.put_many(items, host)
+        if type(tgt) is Pipe and tgt.put_many(items, host):
             self._mark(tgt, host, pid, cost)
             return True
         entry = self.tables.pta.get(pid)

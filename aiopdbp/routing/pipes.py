@@ -272,7 +272,10 @@ class Pipe(Generic[T]):
     def ready(self) -> bool:
         """Whether a receive would not wait: an item is queued, or the pipe
         is closed or at its end (the receive then raises)."""
-        return len(self) > 0 or self._closed or self._eof
+        # (len(self) > 0 without the call: a driver asks after every step)
+        turns = self._turns
+        return (bool(self._items) if turns is None else len(turns) > 0 and not turns.held()) \
+            or self._closed or self._eof
 
     @property
     def held_bytes(self) -> int:
@@ -457,11 +460,15 @@ class Pipe(Generic[T]):
         self._append(item)
         return True
 
-    def put_many(self, items: list[T], host: int) -> None:
+    def put_many(self, items: list[T], host: int) -> bool:
         """Append items past capacity in one go (a batch that arrived from
-        ``host``: its flow control bounded it); one wake-up."""
-        if self._closed or not items:
-            return
+        ``host``: its flow control bounded it); one wake-up.  False when
+        the pipe is closed and took nothing (the caller's, then, to drop
+        them and return their credit)."""
+        if self._closed:
+            return False
+        if not items:
+            return True
         queue = self._items
         was_empty = not queue
         turns = self._turns
@@ -481,6 +488,7 @@ class Pipe(Generic[T]):
             _wake_first(self._recv_waiters)
         if was_empty and self.on_ready is not None:
             self.on_ready(self)
+        return True
 
     def send_nowait(self, item: T) -> None:
         """Put an item now or raise :class:`WouldBlock` when full."""

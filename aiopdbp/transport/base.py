@@ -54,6 +54,9 @@ Buffer = Any  # anything with the buffer protocol (bytes, memoryview, ndarray, .
 # deliver(source_rank, channel, block) -- block is a bytes-like buffer owned by
 # the receiver (a bytearray/memoryview it may keep).
 DeliverFn = Callable[[int, "Channel", memoryview], None]
+# on_data(source_rank, block): the data channel's messages alone, where the
+# receiver has a door for them (no channel to dispatch on per message)
+SinkFn = Callable[[int, memoryview], None]
 # alloc(source_rank, channel, nbytes) -> writable buffer of exactly nbytes, or None
 AllocFn = Callable[[int, "Channel", int], Any]
 
@@ -130,8 +133,12 @@ class Transport(abc.ABC):
         return self._closed
 
     @abc.abstractmethod
-    async def start(self, deliver: DeliverFn, alloc: AllocFn | None = None, *, alloc_min: int = 0) -> None:
-        """Begin receiving; every incoming block goes to ``deliver``; ``alloc``
+    async def start(self, deliver: DeliverFn, alloc: AllocFn | None = None, *, alloc_min: int = 0,
+                    on_data: SinkFn | None = None) -> None:
+        """Begin receiving; every incoming block goes to ``deliver`` -- or,
+        given ``on_data``, every data-channel block to ``on_data(source,
+        block)`` (the commonest message then costs no dispatch on its
+        channel); ``alloc``
         (if given) provides the buffer a message of ``nbytes`` lands in, for
         messages of at least ``alloc_min`` bytes (smaller ones, the lone
         short messages, skip the call: the transport's own buffer is cheaper).

@@ -129,8 +129,8 @@ def recv_one(MPI.Comm comm, object buf, Py_ssize_t nbytes, int source, int tag):
     return _tested(ierr, req)
 
 
-cdef tuple _probe(MPI.Comm comm, int tag, MPI.Status status, Py_ssize_t small, int ch, object channel,
-                  dict fifo, list deliveries, Py_ssize_t budget):
+cdef tuple _probe(MPI.Comm comm, int tag, MPI.Status status, Py_ssize_t small, int ch, object sink,
+                  dict fifo, object fail, Py_ssize_t budget):
     cdef MPI_Message m
     cdef int flag = 0, count = 0, src, ierr
     cdef Py_ssize_t n = 0, got = 0
@@ -154,22 +154,24 @@ cdef tuple _probe(MPI.Comm comm, int tag, MPI.Status status, Py_ssize_t small, i
         ierr = MPI_Mrecv(PyByteArray_AS_STRING(buf), count, MPI_BYTE, &m, MPI_STATUS_IGNORE)
         if ierr != MPI_SUCCESS:
             raise _MPI.Exception(ierr)
-        deliveries.append((src, channel, memoryview(buf)))
         n += 1
         got += count
+        try:
+            sink(src, memoryview(buf))
+        except Exception as exc:  # a broken sink must not stop progress
+            fail(exc)
     return n, got, None
 
 
-def probe_all(list comms, int start, int tag, MPI.Status status, Py_ssize_t small, tuple channels,
-              dict fifo, list deliveries, Py_ssize_t budget):
+def probe_all(list comms, int start, int tag, MPI.Status status, Py_ssize_t small, tuple sinks,
+              dict fifo, object fail, Py_ssize_t budget):
     """See :func:`aiopdbp.transport.kernel.probe_all`."""
     cdef Py_ssize_t n = 0, got = 0, k, b
     cdef int ch
     for ch in range(start, len(comms)):
         if got >= budget:
             break
-        k, b, msg = _probe(<MPI.Comm>comms[ch], tag, status, small, ch, channels[ch], fifo, deliveries,
-                           budget - got)
+        k, b, msg = _probe(<MPI.Comm>comms[ch], tag, status, small, ch, sinks[ch], fifo, fail, budget - got)
         n += k
         got += b
         if msg is not None:

@@ -23,9 +23,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiopdbp.errors import ClosedResourceError, TransportError
-from aiopdbp.transport.base import Buffer, Channel, DeliverFn, Transport
+from aiopdbp.transport.base import Buffer, Channel, DeliverFn, SinkFn, Transport
 
 _RawKey = tuple[int, int, int]  # (source, destination, tag)
+_DATA = Channel.DATA
 
 
 class _RawRequest:
@@ -120,6 +121,7 @@ class InProcTransport(Transport):
         self.rank = rank
         self.size = size
         self._deliver: DeliverFn | None = None
+        self._on_data: SinkFn | None = None
         self._alloc: Any = None
         self._alloc_min = 0
         # One queue per channel: control is drained before data on every
@@ -129,13 +131,15 @@ class InProcTransport(Transport):
         self.sent = 0
         self.received = 0
 
-    async def start(self, deliver: DeliverFn, alloc: Any = None, *, alloc_min: int = 0) -> None:
-        """Begin receiving.
+    async def start(self, deliver: DeliverFn, alloc: Any = None, *, alloc_min: int = 0,
+                    on_data: SinkFn | None = None) -> None:
+        """Begin receiving (data-channel blocks to ``on_data`` when given).
 
         Cancellation: nothing to undo.
         """
         self._check_open()
         self._deliver = deliver
+        self._on_data = on_data
         self._alloc = alloc
         self._alloc_min = alloc_min
         if any(self._queues):
@@ -161,7 +165,10 @@ class InProcTransport(Transport):
             else:
                 return
             self.received += 1
-            deliver(src, ch, mv)
+            if ch is _DATA and self._on_data is not None:
+                self._on_data(src, mv)
+            else:
+                deliver(src, ch, mv)
             if self._closed:  # deliver() may close this endpoint
                 return  # type: ignore[unreachable]
         if ctl or data:

@@ -12,7 +12,9 @@ MPICH's ``mpi.h`` and linked to its library by soname (``libmpi.so.12``):
 under an MPI of another ABI (Open MPI) it does not import and this form runs.
 
 The common message is small and in order: :func:`probe_all` receives it
-into a fresh ``bytearray`` and appends it to ``deliveries``.  Anything else
+into a fresh ``bytearray`` and hands it to its channel's sink at once (the
+inbound side's ``on_data`` for a data message: no tuple, list or Python
+dispatch between ``Mrecv`` and the code that reads it).  Anything else
 -- a message of ``small`` bytes or more (a numpy buffer, the receiver's
 allocation hook, an ``Imrecv``), or one from a source whose earlier large
 message is still landing (``fifo``) -- is matched and handed back for the
@@ -108,15 +110,17 @@ def recv_one(comm: MPI.Comm, buf: Any, nbytes: int, source: int, tag: int) -> MP
 
 
 def probe_all(comms: list[MPI.Comm], start: int, tag: int, status: MPI.Status, small: int,
-              channels: tuple[Any, ...], fifo: dict[tuple[int, int], Any],
-              deliveries: list[tuple[int, Any, Any]], budget: int) -> tuple[int, int, int, MPI.Message | None]:
+              sinks: tuple[Any, ...], fifo: dict[tuple[int, int], Any], fail: Any,
+              budget: int) -> tuple[int, int, int, MPI.Message | None]:
     """Receive the messages of ``tag`` waiting on ``comms[start]``, then
-    ``comms[start + 1]``, ... (channel number ``i``, delivered as
-    ``channels[i]``) that are shorter than ``small`` and not queued behind a
-    large one of their source (a non-empty ``fifo[(i, source)]``), each as
-    ``(source, channel, memoryview)`` appended to ``deliveries``, until none
+    ``comms[start + 1]``, ... (channel number ``i``) that are shorter than
+    ``small`` and not queued behind a large one of their source (a
+    non-empty ``fifo[(i, source)]``), handing each to its channel's sink
+    as soon as it is received, ``sinks[i](source, memoryview)``, until none
     is waiting or ``budget`` bytes were received: the whole probe of a step
-    in one call.
+    in one call, and no record per message between the receive and its
+    sink.  A sink that raises does not stop the probe: ``fail(exc)`` is
+    told and the next message is received.
 
     Returns ``(messages, bytes, ch, matched)``: ``matched`` is the first
     message this function does not receive (matched, its envelope in
@@ -126,6 +130,7 @@ def probe_all(comms: list[MPI.Comm], start: int, tag: int, status: MPI.Status, s
     n = got = 0
     for ch in range(start, len(comms)):
         improbe = comms[ch].Improbe
+        sink = sinks[ch]
         while got < budget:
             msg = improbe(_ANY_SOURCE, tag, status)
             if msg is None:
@@ -136,7 +141,10 @@ def probe_all(comms: list[MPI.Comm], start: int, tag: int, status: MPI.Status, s
                 return n, got, ch, msg
             buf = bytearray(size)
             msg.Recv([buf, _BYTE])
-            deliveries.append((src, channels[ch], memoryview(buf)))
             n += 1
             got += size
+            try:
+                sink(src, memoryview(buf))
+            except Exception as exc:  # a broken sink must not stop progress
+                fail(exc)
     return n, got, -1, None

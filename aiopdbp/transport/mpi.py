@@ -55,13 +55,13 @@ import itertools
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiopdbp.env import doorbell_enabled, record_own_shm
 from aiopdbp.errors import ClosedResourceError, HandshakeError
 from aiopdbp.transport.backoff import Backoff, SpinThenBackoff
-from aiopdbp.transport.base import AllocFn, Buffer, Channel, DeliverFn, Transport
+from aiopdbp.transport.base import AllocFn, Buffer, Channel, DeliverFn, SinkFn, Transport
 from aiopdbp.transport.doorbell import ADDRESS_BYTES, Doorbell, DoorbellJoin
 from aiopdbp.transport.mpiload import ABORT_FLUSH_S, load_mpi, mpi_world_size, prepare_mpi_import
 
@@ -203,8 +203,11 @@ class MPITransport(Transport):
 
     # ------------------------------------------------------------ interface
 
-    async def start(self, deliver: DeliverFn, alloc: AllocFn | None = None, *, alloc_min: int = 0) -> None:
-        """Begin receiving; every incoming block goes to ``deliver``.
+    async def start(self, deliver: DeliverFn, alloc: AllocFn | None = None, *, alloc_min: int = 0,
+                    on_data: SinkFn | None = None) -> None:
+        """Begin receiving; every incoming block goes to ``deliver`` (each
+        data-channel one to ``on_data(source, view)`` when given: the
+        receive kernel calls it the moment the message is received).
 
         ``deliver(source, channel, view)`` is called in the event loop thread,
         in arrival order per (source, channel); ``view`` is a ``memoryview``
@@ -224,7 +227,8 @@ class MPITransport(Transport):
         if self._started:
             raise RuntimeError("MPITransport.start() called twice")
         await self._join()
-        self._engine.start(deliver, asyncio.get_running_loop(), alloc, self._doorbells(), alloc_min=alloc_min)
+        self._engine.start(deliver, asyncio.get_running_loop(), alloc, self._doorbells(), alloc_min=alloc_min,
+                           on_data=on_data)
         self._started = True
 
     async def _join(self) -> None:
@@ -318,13 +322,14 @@ class MPITransport(Transport):
 
     drives = True
 
-    async def drive(self, ready: Callable[[], bool]) -> None:
+    def drive(self, ready: Callable[[], bool]) -> Coroutine[Any, Any, None]:
         """Step MPI progress in the calling task until ``ready()`` (see
-        :meth:`aiopdbp.transport.progress.ProgressEngine.drive`).
+        :meth:`aiopdbp.transport.progress.ProgressEngine.drive`): the
+        engine's own coroutine, with no frame of ours around it.
 
         Cancellation: safe; nothing is taken.
         """
-        await self._engine.drive(ready)
+        return self._engine.drive(ready)
 
     def exchange_counts(self, counts: Sequence[int]) -> Callable[[], int | None] | None:
         """An ``Ireduce_scatter_block`` (sum) of every rank's ``counts`` on the

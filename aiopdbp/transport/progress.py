@@ -98,7 +98,7 @@ from typing import Any, Final
 from aiopdbp.env import idle_max_seconds, local_ranks, max_backoff_seconds, progress_mode, spin_seconds
 from aiopdbp.errors import ClosedResourceError, TransportError
 from aiopdbp.transport.backoff import Backoff
-from aiopdbp.transport.base import AllocFn, Channel, DeliverFn
+from aiopdbp.transport.base import AllocFn, Channel, DeliverFn, SinkFn
 from aiopdbp.transport.doorbell import RING_AFTER_S, Doorbell, DoorbellJoin
 from aiopdbp.transport.mpiload import prepare_mpi_import
 from aiopdbp.transport.core import kernel_core
@@ -126,6 +126,8 @@ DEFAULT_IDLE_MAX_S: Final = 50e-3
 LONG_IDLE_S: Final = 1.0
 
 _BYTE = MPI.BYTE
+_CONTROL = Channel.CONTROL
+_DATA = Channel.DATA
 _Testsome = MPI.Request.Testsome
 
 # Buffers/requests that MPI may still touch after an engine gave up on them
@@ -202,7 +204,6 @@ class ProgressEngine:
         # sends: (request, op) oldest first
         self._sends: collections.deque[tuple[Any, _SendOp]] = collections.deque()
         self._pollers: list[Callable[[], bool]] = []
-        self._deliver: DeliverFn | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Future[None] | None = None
@@ -230,11 +231,17 @@ class ProgressEngine:
     # ------------------------------------------------------------- lifecycle
     def start(self, deliver: DeliverFn, loop: asyncio.AbstractEventLoop,
               alloc: AllocFn | None = None, doorbell: DoorbellJoin | None = None, *,
-              alloc_min: int = 0) -> None:
-        """Begin stepping in ``loop``; once ``doorbell``'s address exchange
+              alloc_min: int = 0, on_data: SinkFn | None = None) -> None:
+        """Begin stepping in ``loop``, every message to ``deliver`` (a data
+        one to ``on_data`` when given); once ``doorbell``'s address exchange
         completes, an idle engine waits on it (see :mod:`aiopdbp.transport.doorbell`)."""
-        self._deliver = deliver
-        self._rx.hook(alloc, alloc_min)
+        def control(src: int, view: Any) -> None:
+            deliver(src, _CONTROL, view)
+
+        def data(src: int, view: Any) -> None:
+            deliver(src, _DATA, view)
+
+        self._rx.start((control, data if on_data is None else on_data), self._sink_failed, alloc, alloc_min)
         self._loop = loop
         self._joining = doorbell
         self._task = loop.create_task(self._run(), name="aiopdbp-progress")
@@ -481,9 +488,8 @@ class ProgressEngine:
     def step(self) -> bool:
         """One progress step; True if anything happened."""
         self.n_steps += 1
-        deliveries: list[tuple[int, Channel, Any]] = []
         rx = self._rx
-        busy = rx.receive(deliveries)
+        busy = rx.receive()  # (each message to its sink as it is received)
         if self._sends:
             busy = self._complete_sends() or busy
         landed: list[tuple[Callable[[Any], None], Any]] | None = None
@@ -501,17 +507,13 @@ class ProgressEngine:
                     self.n_deliver_errors += 1
                     if type(exc) is not ClosedResourceError:  # (that one: the node is closing)
                         self._report("aiopdbp: MPI transport bulk receive callback raised", exc)
-        if deliveries:
-            deliver = self._deliver
-            if deliver is not None:
-                for src, ch, view in deliveries:
-                    try:
-                        deliver(src, ch, view)
-                    except Exception as exc:  # a broken callback must not stop progress
-                        self.n_deliver_errors += 1
-                        if type(exc) is not ClosedResourceError:  # (that one: the node is closing)
-                            self._report("aiopdbp: MPI transport deliver callback raised", exc)
         return busy
+
+    def _sink_failed(self, exc: Exception) -> None:
+        """A delivery raised (told by the receives; progress goes on)."""
+        self.n_deliver_errors += 1
+        if type(exc) is not ClosedResourceError:  # (that one: the node is closing)
+            self._report("aiopdbp: MPI transport deliver callback raised", exc)
 
     async def drive(self, ready: Callable[[], bool]) -> None:
         """Step in the calling task until ``ready()`` is true.

@@ -5,11 +5,12 @@ messages, delivered in arrival order per (channel, source).
 :mod:`aiopdbp.transport.progress`): it probes the control communicator, then
 the data one; the common message -- small, in order -- is matched and
 received by the kernel (:func:`aiopdbp.transport.kernel.probe_all`,
-compiled where it is built), and what the kernel leaves matched is received here,
+compiled where it is built) and handed to its channel's sink there, and what the kernel leaves matched is received here,
 inline (``Mrecv``) up to ``inline_limit`` or with an ``Imrecv`` posted a byte
 budget per step, so that a control message behind a data backlog is found
-after one probe per backlog message.  A message waits behind a large one of
-its source still landing.  Large payloads announced by a header (the bulk
+after one probe per backlog message.  Every message goes to its channel's
+sink the moment it is received (or, behind a large one of its source still
+landing, the moment that one has landed).  Large payloads announced by a header (the bulk
 communicator, never probed) land in buffers posted by :meth:`Receives.post_bulk`.
 """
 
@@ -21,7 +22,7 @@ from typing import Any, Final
 
 from mpi4py import MPI
 
-from aiopdbp.transport.base import AllocFn, Channel
+from aiopdbp.transport.base import AllocFn, Channel, SinkFn
 from aiopdbp.transport.core import kernel_core
 from aiopdbp.transport.recvcache import RECV_CACHE_MIN_SIZE, RecvBufferCache
 
@@ -53,7 +54,9 @@ class Receives:
     """The receives of one progress engine (its communicators ``comms``,
     ``comms[i]`` for ``Channel(i)``, all on ``tag``; ``bulk``: the large
     payloads' communicator).  ``report(message, exc)`` tells the loop's
-    exception handler what went wrong without stopping progress."""
+    exception handler what went wrong without stopping progress.
+    :meth:`start` names where messages go: ``sinks[i](source, buffer)`` for
+    ``Channel(i)``, ``fail(exc)`` when a sink raised."""
 
     def __init__(self, comms: Sequence[MPI.Comm], tag: int, inline_limit: int, cache_bytes: int,
                  bulk: MPI.Comm | None, report: Callable[[str, BaseException], None]) -> None:
@@ -74,6 +77,8 @@ class Receives:
         self._fifo: dict[tuple[int, int], collections.deque[_RecvOp]] = {}
         self._alloc: AllocFn | None = None
         self._alloc_min = 0           # messages below this skip the alloc hook
+        self._sinks: tuple[SinkFn, ...] = ()
+        self._fail: Callable[[Exception], None] = _unstarted
         self._probe_all = kernel_core.probe_all
         self._nmatched = 0            # messages in _matched
         self._recv_one = kernel_core.recv_one
@@ -82,8 +87,12 @@ class Receives:
         self.n_alloc_errors = self.n_user_allocs = 0
         self.n_bulk_recvs = self.n_bulk_user = 0
 
-    def hook(self, alloc: AllocFn | None, alloc_min: int) -> None:
-        """Messages of at least ``alloc_min`` bytes land in buffers ``alloc`` gives."""
+    def start(self, sinks: tuple[SinkFn, SinkFn], fail: Callable[[Exception], None], alloc: AllocFn | None,
+              alloc_min: int) -> None:
+        """Messages go to ``sinks`` (one per channel); those of at least
+        ``alloc_min`` bytes land in buffers ``alloc`` gives."""
+        self._sinks = sinks
+        self._fail = fail
         self._alloc = alloc
         self._alloc_min = alloc_min
         self._small_limit = self._small()
@@ -169,10 +178,10 @@ class Receives:
         small = min(KERNEL_RECV_MAX, self._inline_limit + 1)
         return small if self._alloc is None else min(small, self._alloc_min)
 
-    def receive(self, deliveries: list[tuple[int, Channel, Any]]) -> bool:
-        """Match, receive and complete what has come, in order per (channel,
-        source), into ``deliveries`` as ``(source, channel, buffer)``; True
-        if anything happened."""
+    def receive(self) -> bool:
+        """Match, receive and complete what has come, handing each message
+        to its channel's sink in order per (channel, source); True if
+        anything happened."""
         status = self._status
         got = 0
         busy = False
@@ -181,10 +190,10 @@ class Receives:
         ch = 0
         while True:
             # the common message (small, in order) in the kernel, every
-            # channel in one call; what it leaves matched comes here, its
-            # envelope in `status`
+            # channel in one call, each handed to its sink there; what it
+            # leaves matched comes here, its envelope in `status`
             n, nbytes, ch, msg = self._probe_all(self._comms, ch, self._tag, status, self._small_limit,
-                                                 _CHANNELS, fifo, deliveries, STEP_RECV_BYTES - got)
+                                                 self._sinks, fifo, self._fail, STEP_RECV_BYTES - got)
             if n:
                 busy = True
                 self.n_recvs += n
@@ -193,7 +202,6 @@ class Receives:
             if msg is None:
                 break
             busy = True
-            channel = _CHANNELS[ch]
             src = status.Get_source()
             size = status.Get_count(_BYTE)
             self.n_recvs += 1
@@ -209,7 +217,7 @@ class Receives:
                     op.done = True
                     q.append(op)
                 else:
-                    deliveries.append((src, channel, view))
+                    self._hand(ch, src, view)
             else:
                 # Only matched now; its Irecv is posted below, a budget
                 # per step, so that probing (control first) goes on
@@ -235,16 +243,27 @@ class Receives:
                 if req.Test():
                     op.done = True
                     busy = True
-                    self._release(op.channel, op.source, deliveries)
+                    self._release(op.channel, op.source)
                 else:
                     still.append((req, op))
             self._recvs = still
         return busy
 
-    def _release(self, ch: int, src: int, deliveries: list[tuple[int, Channel, Any]]) -> None:
+    def _release(self, ch: int, src: int) -> None:
         q = self._fifo[(ch, src)]
         while q and q[0].done:
             op = q.popleft()
-            deliveries.append((op.source, _CHANNELS[op.channel], op.view))
+            self._hand(op.channel, op.source, op.view)
         if not q:
             del self._fifo[(ch, src)]
+
+    def _hand(self, ch: int, src: int, view: Any) -> None:
+        """A message received here (not by the kernel) to its channel's sink."""
+        try:
+            self._sinks[ch](src, view)
+        except Exception as exc:  # a broken sink must not stop progress
+            self._fail(exc)
+
+
+def _unstarted(exc: Exception) -> None:
+    raise RuntimeError("Receives.start() was not called") from exc

@@ -8,6 +8,7 @@ when it is built and not older than ``blocks.py``."""
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.ref cimport PyObject, Py_INCREF
 from libc.stdint cimport uint8_t, uint16_t, uint32_t
 from libc.string cimport memcpy, memcmp
 cimport numpy as cnp
@@ -21,6 +22,11 @@ from aiopdbp.wire.message import CREDIT_OVERHEAD
 from aiopdbp.wire.payload import SHORT_ARRAY_MAX, decode_short_ndarray, short_ndarray
 
 cnp.import_array()
+
+cdef extern from "numpy/arrayobject.h":
+    # what np.empty(shape, dtype) calls, without parsing its arguments
+    # (numpy's pxd leaves it out: it steals a reference to the dtype)
+    object _PyArray_Empty "PyArray_Empty"(int nd, cnp.npy_intp* dims, PyObject* descr, int fortran)
 
 __all__ = ["BlockReader", "BlockWriter"]
 
@@ -411,9 +417,10 @@ cdef class BlockReader:
         """A lone record's array whose meta was read before, filled in one
         copy (what ``decode_short_ndarray`` makes: writable, aligned, its
         own); None when it was not (or does not match its bytes)."""
-        cdef Py_buffer out
         cdef bytes meta
         cdef Py_ssize_t start
+        cdef cnp.npy_intp dims[64]
+        cdef int nd, i
         if not self._arrays:
             return None
         meta = self._meta(p, end)
@@ -423,10 +430,16 @@ cdef class BlockReader:
         start = HEAD_SIZE + SHORT_SIZE + len(meta)
         if hit is None or <Py_ssize_t>hit[2] != end - start or len(hit[1]) > self.limits.max_ndim:
             return None
-        arr = np.empty(hit[1], hit[0])
-        PyObject_GetBuffer(arr, &out, PyBUF_WRITABLE)
-        memcpy(out.buf, p + start, end - start)
-        PyBuffer_Release(&out)
+        shape = <tuple>hit[1]
+        nd = len(shape)
+        if nd > 64:  # (the limits' own bound on max_ndim)
+            return None
+        for i in range(nd):
+            dims[i] = <cnp.npy_intp>shape[i]
+        descr = hit[0]
+        Py_INCREF(descr)
+        arr = _PyArray_Empty(nd, dims, <PyObject*>descr, 0)  # (a fresh C-contiguous array)
+        memcpy(cnp.PyArray_DATA(<cnp.ndarray>arr), p + start, end - start)
         return arr
 
     cpdef list records(self, bytes b, Py_ssize_t count, object stream):

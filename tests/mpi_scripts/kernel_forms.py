@@ -1,7 +1,8 @@
 """Both forms of the per-message MPI calls (aiopdbp.transport.kernel and its
 compiled twin) over real MPI.  probe_all: rank 0 sends the same batch once
-per form, rank 1 receives each batch with one form and prints what it got (each
-delivery as source, channel, length and CRC-32).  post_one: rank 0 posts the
+per form and case, rank 1 receives each batch with one form and prints what its
+sinks got (each delivery as source, channel, length and CRC-32; in the case
+"raise" the data sink raises at its third message, and what ``fail`` was told).  post_one: rank 0 posts the
 batch with each form (printing which calls returned a request), rank 1
 receives it plainly.  recv_one: rank 1 receives a plain batch with each form
 (each into a buffer 5 bytes longer).  SendLane: rank 0 posts the batch
@@ -11,6 +12,7 @@ rank 1 receives it plainly.  The test compares the forms.  Prints ``FORM <name> 
 from __future__ import annotations
 
 import collections
+import functools
 import sys
 import zlib
 
@@ -51,7 +53,7 @@ def main() -> None:
     quiet = world.Dup()   # nothing is ever sent on it
     forms = [("pure", pure)] + ([("compiled", compiled)] if compiled is not None else [])
     for name, form in forms:
-        for case in ("batch", "fifo", "budget"):
+        for case in ("batch", "fifo", "budget", "raise"):
             if rank == 0:
                 reqs = [comm.Isend([bytes([i % 251]) * n, MPI.BYTE], 1, TAG) for i, n in enumerate(SIZES)]
                 reqs.append(comm.Isend([b"", MPI.BYTE], 1, MARK))  # after the batch: all of it is here
@@ -62,6 +64,14 @@ def main() -> None:
                 out = []
                 status = MPI.Status()
                 deliveries: list = []
+                failed: list = []
+
+                def sink(channel: str, src: int, view: memoryview) -> None:
+                    deliveries.append((src, channel, view))
+                    if case == "raise" and len(deliveries) == 3 and channel == "CH":
+                        raise ValueError(f"sink refuses {len(view)} B")
+
+                sinks = (functools.partial(sink, "CTL"), functools.partial(sink, "CH"))
                 fifo: dict = {(1, 0): collections.deque(["landing"])} if case == "fifo" else {}
                 budget = 10 if case == "budget" else 1 << 20
                 left = len(SIZES)
@@ -69,10 +79,12 @@ def main() -> None:
                 while left:
                     # channel 0 (quiet) is probed first, the batch is on channel 1
                     n, nbytes, ch, msg = form.probe_all([quiet, comm], max(ch, 0), TAG, status, SMALL,
-                                                        ("CTL", "CH"), fifo, deliveries, budget)
+                                                        sinks, fifo, failed.append, budget)
                     if not n and msg is None:
                         raise AssertionError(f"{name} {case}: nothing received, {left} messages left")
-                    out.append(("got", n, nbytes, [(s, c, len(v), zlib.crc32(v)) for s, c, v in deliveries]))
+                    out.append(("got", n, nbytes, [(s, c, len(v), zlib.crc32(v)) for s, c, v in deliveries],
+                                [repr(e) for e in failed]))
+                    failed.clear()
                     left -= n
                     deliveries.clear()
                     if msg is not None:
