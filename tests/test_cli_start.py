@@ -44,6 +44,8 @@ def test_ctrl_c_while_launch_starts_is_one_line_and_130() -> None:
             return None
 
         cli._unrunnable = interrupted
+        # as at a terminal: a test runner's process may have left SIGINT ignored
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.exit(cli.main(["launch", "-n", "2", "prog.py"]))
     """)
     assert proc.returncode == 130, proc.stderr
