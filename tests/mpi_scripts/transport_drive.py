@@ -26,15 +26,21 @@ async def main(t: MPITransport, inbox: Inbox) -> None:
     spinning = os.environ.get("AIOPDBP_SPIN_US") != "0"
     await t.send(peer, Channel.CONTROL, [b"hello"])
     await inbox.wait_count(1)
-    # 1. replies are received by the waiting task's own steps (a driver
-    # leaves after 5 ms without traffic, which a loaded machine may cause
-    # now and then: of 50 ping-pongs, some must be driven)
-    rounds = 50
+    # 1. replies are received by the waiting task's own steps.  A driver
+    # leaves after 5 ms without traffic, which a loaded machine may cause on
+    # every round for a while: the ping-pong goes on (50 rounds at least) until
+    # each rank has had a reply taken by its own driver, or 1,000 rounds.
+    min_rounds, max_rounds = 50, 1000
     st0 = t.stats()
     spun = 0   # rounds whose engine spun on its first turn after the driver left
-    for i in range(rounds):
+    i = 0
+    last = False
+    while not last:
         if t.rank == 0:
-            await t.send(1, Channel.CONTROL, [b"ping"])
+            mine = t.stats()["driven_steps"] > st0["driven_steps"]
+            theirs = i > 0 and bytes(inbox.by_key[(1, Channel.CONTROL)][-1]) == b"driven"
+            last = i + 1 >= max_rounds or (i + 1 >= min_rounds and (not spinning or mine and theirs))
+            await t.send(1, Channel.CONTROL, [b"last" if last else b"ping"])
             drives = t.stats()["drives"]
             await t.drive(lambda: inbox.count >= 2 + i)   # (the job's timeout bounds it)
             if t.stats()["drives"] > drives and inbox.count >= 2 + i:
@@ -48,7 +54,11 @@ async def main(t: MPITransport, inbox: Inbox) -> None:
         else:
             await asyncio.wait_for(t.drive(lambda: inbox.count >= 2 + i), 10)
             await inbox.wait_count(2 + i)
-            await t.send(0, Channel.CONTROL, [b"pong"])
+            last = bytes(inbox.by_key[(0, Channel.CONTROL)][-1]) == b"last"
+            driven = t.stats()["driven_steps"] > st0["driven_steps"]
+            await t.send(0, Channel.CONTROL, [b"driven" if driven else b"pong"])
+        i += 1
+    rounds = i
     st1 = t.stats()
     assert not spun, f"the engine spun after {spun} of {rounds} drivers left"
     if spinning:
