@@ -508,3 +508,21 @@ def test_a_rank_that_exited_before_aiopdbp_run_is_not_named_as_vanished(tmp_path
     ends = [Ended(101, 1, 0.0, 1, 1 << 8), Ended(100, 0, 0.0, 2, signal.SIGKILL)]
     assert _vanish_line(ends, where).startswith("rank 0 (pid 100) was killed by SIGKILL during aiopdbp.run, ")
     assert _vanish_line(ends[:1], where) == ""
+
+
+def test_a_rank_killed_first_while_no_rank_had_reached_aiopdbp_run_is_named(tmp_path: Path) -> None:
+    from aiopdbp.launch.launcher import _vanish_line
+
+    # rank 2 was killed in a long import; hydra then killed ranks 0 and 1
+    ends = [Ended(102, 2, 0.0, 1, signal.SIGKILL), Ended(100, 0, 0.0, 2, signal.SIGKILL),
+            Ended(101, 1, 0.0, 3, signal.SIGKILL)]
+    assert _vanish_line(ends, _job_dir(tmp_path, {})) == ("rank 2 (pid 102) was killed by SIGKILL, "
+                                                          "the first rank to end; the others were stopped")
+
+
+def test_a_rank_that_exited_first_while_no_rank_had_reached_aiopdbp_run_names_no_kill(tmp_path: Path) -> None:
+    from aiopdbp.launch.launcher import _vanish_line
+
+    # rank 2's exit (an exception at import) ended the job: hydra's kills after it are not the cause
+    ends = [Ended(102, 2, 0.0, 1, 1 << 8), Ended(100, 0, 0.0, 2, signal.SIGKILL)]
+    assert _vanish_line(ends, _job_dir(tmp_path, {})) == ""

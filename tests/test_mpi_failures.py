@@ -275,6 +275,18 @@ def test_sigkill_of_one_rank_of_three_is_named_first_under_launch(victim: int) -
     _assert_clean(list(pids.values()), [], job.output)
 
 
+def test_sigkill_of_a_rank_before_any_rank_reached_aiopdbp_run_is_named_under_launch() -> None:
+    # a long import (torch under load): no rank recorded its run, the kill is still the cause
+    job = _launch("-n", "3", str(STOP), "beforerun")
+    pids = _rank_pids(job, 3)
+    os.kill(pids[1], signal.SIGKILL)
+    assert job.finish() != 0, job.output
+    said = [line for line in job.output.splitlines() if line.strip() and not _OWN.match(line)]
+    assert said and said[0] == (f"aiopdbp launch: rank 1 (pid {pids[1]}) was killed by SIGKILL, "
+                                "the first rank to end; the others were stopped"), job.output
+    _assert_clean(list(pids.values()), [], job.output)
+
+
 @pytest.mark.parametrize("victim", [0, 1])
 def test_sigkill_of_a_rank_its_neighbours_exchange_with_is_named_and_they_report_nothing(victim: int) -> None:
     # MPI fails at once on the ranks copying from the dead one (CMA's

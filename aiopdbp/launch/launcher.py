@@ -463,8 +463,9 @@ def _rank_name(end: Ended, pids: Mapping[int, int]) -> str:
 def _vanish_line(ends: Sequence[Ended], job_dir: str, log: KernelLog | None = None) -> str:
     """A line naming the rank that ended first while in ``aiopdbp.run``
     with no failure or interrupt recorded -- it vanished: a signal, the
-    out-of-memory killer, ``os._exit`` -- and how it ended; "" when none did.
-    Ranks seen ended in the same look cannot be ordered: all are named."""
+    out-of-memory killer, ``os._exit`` -- and how it ended; or, when no rank
+    had reached ``aiopdbp.run``, the rank a signal killed first; "" when none
+    did.  Ranks seen ended in the same look cannot be ordered: all are named."""
     started, done = recorded_ranks(job_dir)
     if recorded_stop(job_dir)[0] is not None:
         return ""    # a rank reported a failure or an interrupt: its line says it
@@ -477,9 +478,14 @@ def _vanish_line(ends: Sequence[Ended], job_dir: str, log: KernelLog | None = No
             continue   # not a rank, or its run returned
         if started.get(rank) != end.pid:
             # not in aiopdbp.run (yet): its end is the job's first only when
-            # a signal killed it (an exit there is _left_before_run's) and
-            # other ranks did start aiopdbp.run (it is an aiopdbp job)
-            if first or not started or end.status is None or not os.WIFSIGNALED(end.status):
+            # a signal killed it (an exit there is _left_before_run's).  When
+            # no rank reached aiopdbp.run (a long import under load, a plain
+            # MPI program) a kill is still the cause: named only if it is the
+            # first end seen, since hydra's own kills follow any first end
+            signalled = end.status is not None and os.WIFSIGNALED(end.status)
+            if not started and not signalled:
+                break
+            if first or not signalled:
                 continue
             before_run = True
         if first and end.look != first[0].look:
@@ -494,8 +500,8 @@ def _vanish_line(ends: Sequence[Ended], job_dir: str, log: KernelLog | None = No
     else:
         what = (f"{', '.join(f'{_rank_name(e, pids)} {how_it_ended(e, log)}' for e in first)} "
                 "(ended at the same moment)")
-    when = "before it started aiopdbp.run" if before_run else "during aiopdbp.run"
-    return f"{what} {when}, the first rank to end; the others were stopped"
+    when = "" if not started else " before it started aiopdbp.run" if before_run else " during aiopdbp.run"
+    return f"{what}{when}, the first rank to end; the others were stopped"
 
 
 def _left_before_run(watch: JobWatch, job_dir: str, now: float, seen: dict[int, float]) -> str:

@@ -7,6 +7,8 @@ Modes (argv[1]):
   selfkill  -- rank 1 kills itself with SIGKILL once everyone is ready
   exit0     -- rank 1 leaves by os._exit(0) once everyone is ready
   import    -- rank 1 raises before it starts aiopdbp.run (at import, say)
+  beforerun -- no rank reaches aiopdbp.run: each reports "ready <pid>" and
+              sleeps, as in a long import (torch on a loaded machine)
   busy      -- four GPs of every rank keep sending 4 KiB arrays to theirs on both
               neighbours (coalesced into blocks that MPI copies by CMA) and
               read what comes, until they are stopped
@@ -15,6 +17,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 
 import numpy as np
 
@@ -78,6 +81,9 @@ async def busy(node: aiopdbp.Node, gp: aiopdbp.GP) -> None:
         print("exchanging", flush=True)
 
 
+if sys.argv[1:] == ["beforerun"]:
+    print(f"ready {os.getpid()}", flush=True)
+    time.sleep(3600)
 if sys.argv[1:] == ["import"] and aiopdbp.env.env_rank() == 1:
     print(f"ready {os.getpid()}", flush=True)
     raise RuntimeError("rank 1 failed before aiopdbp.run")
