@@ -34,7 +34,8 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS_DIR = Path(__file__).resolve().parent / "mpi_scripts"
-from aiopdbp.launch.launcher import TCP_ENV, JobWatch, find_mpiexec
+from aiopdbp.launch.launcher import TCP_ENV, find_mpiexec
+from aiopdbp.launch.watch import JobWatch
 
 __all__ = ["run_mpi", "mpi_available", "requires_mpi", "REPO_ROOT", "SCRIPTS_DIR", "check_mpi",
            "unprefixed", "rank_lines", "HYDRA_FAILED"]

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 :func:`launch` (``launcher``) runs ``mpiexec -n N python prog.py`` with the
 mpiexec it finds (:func:`find_mpiexec`) and watches the job from outside
-(:class:`JobWatch`, Linux ``/proc``): a Ctrl-C or SIGTERM goes straight to the
+(:class:`JobWatch` of ``watch``, Linux ``/proc``): a Ctrl-C or SIGTERM goes straight to the
 ranks, which stop the whole job themselves (:mod:`aiopdbp.runtime.job`);
 whatever the end, the MPICH shared-memory segments the job's processes
 mapped are removed.  It talks to the ranks only through the job directory
@@ -37,7 +37,6 @@ from aiopdbp.launch.emulate import (
 )
 from aiopdbp.launch.launcher import (
     TCP_ENV,
-    JobWatch,
     find_mpiexec,
     launch,
     launch_command,
@@ -46,6 +45,7 @@ from aiopdbp.launch.launcher import (
     reporting_failures,
     run_job,
 )
+from aiopdbp.launch.watch import JobWatch
 
 __all__ = [
     "EmulateConfig", "EmulateError", "EmulatedCluster", "EmulatedHost", "EmulationUnavailable",
