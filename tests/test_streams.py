@@ -601,6 +601,19 @@ def test_streams_between_ranks_1_and_2_send_nothing_to_rank_0() -> None:
     assert row["sent"] == {"1": {"TableMsg": 1, "data": 1}, "2": {"TableMsg": 1, "data": 1}}, out
 
 
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+def test_stream_of_small_segments_to_another_host_needs_no_credit_message_per_window() -> None:
+    # 2,000 segments of 64 B: a window of 16 segments would take a credit
+    # message back every 8 of them (250); a window sized in bytes takes none.
+    import json
+
+    out = check_mpi(run_mpi(SCRIPTS_DIR / "stream_small_segments.py", n=2, timeout=100))
+    row = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
+    assert row == {"ok": True, "credit_msgs": 0}, out
+
+
 async def test_carried_stream_is_done_once_routed_and_a_stray_done_changes_nothing() -> None:
     # A short remote stream rides whole in its OPEN and is done once that is
     # routed (no DONE comes back for it); a stray DONE after that (a peer of

@@ -115,7 +115,9 @@ class Node:
             pipe plus incoming streams.
         stream_pipes: how many streams this host can be sending at once.
         stream_window: segments a stream has in flight; also how far out of
-            order its segments may arrive.
+            order its segments may arrive.  A stream to another host whose
+            ``segment_size`` is below 16 KiB may have as many segments in
+            flight as this many of 16 KiB hold (at most 4096).
         allow_pickle: allow arbitrary Python objects as payloads (pickle
             protocol 5).  **Trusted clusters only**: unpickling runs code
             chosen by the sender.

@@ -170,6 +170,10 @@ def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
 
 
 _NO_CHUNK = object()
+#: a sender's run of segments that go without waiting (credit left) yields
+#: once per this many bytes, each segment counted with ``CREDIT_OVERHEAD``
+#: (as a GP's run of sends does, ``aiopdbp.runtime.process.BURST_BYTES``)
+BURST_BYTES = 16 << 10
 
 
 def _borrowed(source: Any) -> bool:
@@ -328,7 +332,7 @@ class HostSource:
 
 
 async def run_sender(streams: StreamTable, sender: int, pid: int, meta: StreamMeta, source: ChunkSource, *,
-                     timeout: float | None, what: str) -> int:
+                     timeout: float | None, what: str, segment_size: int | None = None) -> int:
     """THE sender loop of every stream, host or device data: open the stream
     from GP ``sender`` to GP ``pid`` in the node's stream table ``streams``,
     send what ``source`` yields under the stream protocol
@@ -337,7 +341,8 @@ async def run_sender(streams: StreamTable, sender: int, pid: int, meta: StreamMe
     stream its OPEN carries whole is done once that is routed: first without
     waiting (:meth:`StreamTable.send_whole_nowait`, no handle made), then,
     to another host, after a wait for credit (:meth:`StreamTable.send_whole`,
-    no handle either), else through :meth:`StreamTable.open_outgoing`.  On failure or cancellation
+    no handle either), else through :meth:`StreamTable.open_outgoing` (``segment_size``, the most
+    bytes of one segment when known, sets its window).  On failure or cancellation
     the receiver gets an ABORT (a stream carried whole: its OPEN is dropped
     if it was not routed yet).  ``what`` names the stream in timeout errors.
 
@@ -349,11 +354,13 @@ async def run_sender(streams: StreamTable, sender: int, pid: int, meta: StreamMe
         return int(eager.nbytes)  # sent whole: done (the source was one buffer)
     try:
         if timeout is None:  # no timeout context to enter and leave: short streams feel it
-            out = await streams.open_outgoing(sender, pid, meta, timeout, eager=eager)
+            out = await streams.open_outgoing(sender, pid, meta, timeout, eager=eager,
+                                                  segment_size=segment_size)
         else:
             try:
                 async with asyncio.timeout(timeout):
-                    out = await streams.open_outgoing(sender, pid, meta, timeout, eager=eager)
+                    out = await streams.open_outgoing(sender, pid, meta, timeout, eager=eager,
+                                                      segment_size=segment_size)
             except TimeoutError:
                 raise TimeoutError(f"{what} could not be opened within {timeout} s") from None
     except BaseException:
@@ -438,6 +445,7 @@ async def _transfer(out: OutgoingStream, source: ChunkSource) -> None:
         return
     await out.routed
     segments = source.segments(out)
+    burst = BURST_BYTES
     async with contextlib.aclosing(segments):
         async for seg in segments:
             if type(seg) is Staged:
@@ -445,6 +453,10 @@ async def _transfer(out: OutgoingStream, source: ChunkSource) -> None:
                 continue
             await out.reserve()
             out.emit_segment(seg)
+            burst -= seg.nbytes + CREDIT_OVERHEAD
+            if burst <= 0:  # a window of small segments never waits for credit: let the others run
+                burst = BURST_BYTES
+                await asyncio.sleep(0)
     await out.reserve()
     out.emit_end()
     await out.delivery()
@@ -481,7 +493,8 @@ async def send_stream(streams: StreamTable, sender: int, resolve: Callable[[str,
         await src.aclose()
         raise
     try:
-        return await run_sender(streams, sender, pid, src.meta, src, timeout=timeout, what=what)
+        return await run_sender(streams, sender, pid, src.meta, src, timeout=timeout, what=what,
+                                segment_size=segment_size)
     except UnknownProcessError:
         # the GP left between its name and the stream's opening (the error
         # could only say "pid N"): the name rule says it by name
