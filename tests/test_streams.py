@@ -680,6 +680,22 @@ class _CountingLink:
         self.unreserved += nbytes
 
 
+def test_segment_is_routed_at_once_when_nothing_is_queued_else_behind_in_its_pipe() -> None:
+    # A stream's segment skips its PipeA when no public pipe holds an entry
+    # (what the PipeManager would do next); else it queues, in order.
+    from aiopdbp.routing.manager import PipeManager
+    from aiopdbp.routing.pipes import Pipe
+
+    pm, link = PipeManager(), _CountingLink(True)
+    pipe_a: Pipe[Any] = Pipe(16)
+    pm.watch(pipe_a)
+    pm.put(pipe_a, link, 0, "seg0")
+    assert link.items == ["seg0"] and not len(pipe_a)
+    pm.public.force_put((link, 0, "msg"))   # queued: the manager has not run yet
+    pm.put(pipe_a, link, 0, "seg1")
+    assert link.items == ["seg0"] and pipe_a.drain_nowait() == [(link, 0, "seg1")]
+
+
 async def test_short_stream_routed_to_a_failed_link_without_a_handle_breaks_its_sender() -> None:
     # The short stream that waited for credit has no OutgoingStream: its
     # route tells the sender that the link dropped the record.

@@ -93,10 +93,10 @@ def _host(chunk: Any) -> Any:
 async def _chunks(source: Any) -> AsyncGenerator[Any, None]:
     if isinstance(source, AsyncIterable):
         async for c in source:
-            yield _host(c)
+            yield c if type(c) is bytes else _host(c)
     else:
         for c in source:
-            yield _host(c)
+            yield c if type(c) is bytes else _host(c)
 
 
 #: dtype kinds that never need pickling (numbers, bools, datetimes: no fields, no objects, never 0 bytes)
@@ -314,6 +314,7 @@ class HostSource:
         if self._chunks is None:
             self._chunks = _chunks([self._buffer])
         chunks, size, k = self._chunks, self._segment_size, 0
+        bytes_stream = not self._is_buffer and self._first_meta.kind == "bytes"
         async with contextlib.aclosing(chunks):  # no generator left to the GC
             pending = self._first
             while True:
@@ -323,7 +324,14 @@ class HostSource:
                     chunk = await anext(chunks, _NO_CHUNK)
                     if chunk is _NO_CHUNK:
                         break
-                    if not self._is_buffer:
+                    if type(chunk) is bytes and bytes_stream:
+                        # a bytes chunk of a bytes stream passes check_chunk;
+                        # one that fits a segment is what cut gives, without the calls
+                        if 0 < len(chunk) <= size:
+                            k += 1
+                            yield memoryview(chunk)
+                            continue
+                    elif not self._is_buffer:
                         check_chunk(chunk, self._first_meta, k)
                 k += 1
                 for seg in cut(chunk, size):

@@ -82,6 +82,7 @@ from aiopdbp.transport.recvcache import DEFAULT_RECV_CACHE_BYTES, RECV_CACHE_MIN
 
 log = logging.getLogger("aiopdbp.streams.table")
 
+_SEGMENT = StreamOp.SEGMENT
 #: segments below this size get a window of more of them (StreamTable.window_for)
 SMALL_SEGMENT = 16 << 10
 #: the most segments a stream's window holds (and its reorder window, its PipeB)
@@ -166,7 +167,8 @@ class StreamTable:
                  router: Router, arrivals: Arrivals, *, submit: Callable[[Any, int, Any], None],
                  watch: Callable[[Pipe[Any]], None], device: StreamDevices | None = None,
                  peers: StreamPeers | None = None, large: int | None = None,
-                 offer: Callable[[Target, int, int, Any], bool] | None = None) -> None:
+                 offer: Callable[[Target, int, int, Any], bool] | None = None,
+                 route: Callable[[Pipe[Any], Target, int, Any], None] | None = None) -> None:
         self.rank = rank
         #: payloads at least this large leave from the sender's own buffer
         #: (``RemoteConfig.large``; None on one host)
@@ -183,6 +185,7 @@ class StreamTable:
         self.mta: dict[tuple[int, int], StreamEntry] = {}
         self._submit = submit
         self._offer = offer   # the PipeManager's no-wait path (send_whole_nowait)
+        self._route = route   # the PipeManager's put: a segment at once when nothing is queued
         self._watch = watch
         self._snos = itertools.count(1)
         self._out: dict[tuple[int, int], OutgoingStream] = {}
@@ -316,7 +319,7 @@ class StreamTable:
             out = OutgoingStream(key, pid, pipe_a, target, incoming, entry.node,
                                  window=window if incoming is None else None, src_pid=src_pid,
                                  com=meta.com, rank=self.rank, waits=self.router.waits,
-                                 names=lambda: (self.tables.name_of(src_pid), entry.name))
+                                 names=lambda: (self.tables.name_of(src_pid), entry.name), route=self._route)
             if whole:
                 out.carried = int(eager.nbytes)  # an array or a memoryview
             self._out[key] = out
@@ -409,6 +412,11 @@ class StreamTable:
         """A stream CDU arrived from ``host``."""
         key = (cdu.source_n, cdu.sno)
         op = cdu.op
+        if op is _SEGMENT:  # the commonest: a segment of a live stream
+            found = self._in.live.get(key)
+            if found is not None and found.pipe is not None:
+                found.pipe.force_put(cdu)  # the stream's credit window bounds what comes
+                return
         if op is StreamOp.OPEN:
             if key in self._in.live or not cdu.dest_ps:
                 return
