@@ -38,6 +38,7 @@ from aiopdbp.errors import UnknownProcessError
 from aiopdbp.device.backend import is_device_array
 from aiopdbp.streams.receiver import DEFAULT_SEGMENT, EAGER_LIMIT, StreamMeta, describe, is_array
 from aiopdbp.wire.message import CREDIT_OVERHEAD
+from aiopdbp.wire.shorts import ShortStream
 
 if TYPE_CHECKING:
     from aiopdbp.streams.outgoing import OutgoingStream
@@ -391,9 +392,10 @@ async def run_sender(streams: StreamTable, sender: int, pid: int, meta: StreamMe
 
 
 async def _send_whole(streams: StreamTable, sender: int, pid: int, com: int, eager: Any, timeout: float | None,
-                      what: str) -> bool:
+                      what: str, record: ShortStream | None = None) -> bool:
     """Send a stream carried whole by its record (``eager``, its one
-    segment) to GP ``pid`` on another host without a handle: at once when
+    segment; ``record``: its record when made already) to GP ``pid`` on
+    another host without a handle: at once when
     nothing has to wait (:meth:`StreamTable.send_whole_nowait`), else after
     a wait for credit as a message's (:meth:`StreamTable.send_whole`).
     True once its record is routed; False, having done nothing, when it
@@ -404,7 +406,8 @@ async def _send_whole(streams: StreamTable, sender: int, pid: int, com: int, eag
     tgt = streams.router.targets.get(pid)
     if tgt is None or not tgt.remote:
         return False
-    record = streams.whole_record(sender, com, eager)
+    if record is None:
+        record = streams.whole_record(sender, com, eager)
     cost = CREDIT_OVERHEAD + int(eager.nbytes)  # its bytes, charged as a message's
     if streams.send_whole_nowait(tgt, pid, record, cost):
         return True
@@ -481,12 +484,23 @@ async def send_stream(streams: StreamTable, sender: int, resolve: Callable[[str,
     """
     if segment_size < 1:
         raise ValueError("segment_size must be >= 1")
-    what = f"stream to {dest!r}"
     eager = short_segment(source, segment_size)
+    record: ShortStream | None = None
     if eager is not None:  # the commonest: one short buffer, carried whole, no handle (to another host)
+        router = streams.router
+        pid = router.pids.get(dest)
+        tgt = None if pid is None else router.targets.get(pid)
+        if tgt is not None and tgt.remote:
+            # name, binding and credit there: routed in this call, no
+            # coroutine awaited (as Router.try_send routes a message)
+            record = streams.whole_record(sender, com, eager)
+            if streams.send_whole_nowait(tgt, pid, record, CREDIT_OVERHEAD + int(eager.nbytes)):  # type: ignore[arg-type]
+                return int(eager.nbytes)
+    what = f"stream to {dest!r}"
+    if eager is not None:
         pid = await resolve(dest, timeout)
         try:
-            if await _send_whole(streams, sender, pid, com, eager, timeout, what):
+            if await _send_whole(streams, sender, pid, com, eager, timeout, what, record):
                 return int(eager.nbytes)
         except UnknownProcessError:
             await resolve(dest, 0)  # (as below)
