@@ -649,7 +649,7 @@ class ReceiverProtocol(_Side):
         # The sender gets its credit back in half-windows: it never runs more
         # than a window ahead of what this GP consumed.
         n = self._consumed + 1
-        if n >= max(1, window // 2) and not self.ended:
+        if n >= (window >> 1 or 1) and not self.ended:
             self._consumed = 0
             return n
         self._consumed = n
