@@ -494,8 +494,16 @@ async def send_stream(streams: StreamTable, sender: int, resolve: Callable[[str,
             # name, binding and credit there: routed in this call, no
             # coroutine awaited (as Router.try_send routes a message)
             record = streams.whole_record(sender, com, eager)
-            if streams.send_whole_nowait(tgt, pid, record, CREDIT_OVERHEAD + int(eager.nbytes)):  # type: ignore[arg-type]
+            cost = CREDIT_OVERHEAD + int(eager.nbytes)  # its bytes, charged as a message's
+            if streams.send_whole_nowait(tgt, pid, record, cost):  # type: ignore[arg-type]
                 return int(eager.nbytes)
+            if timeout is None:  # credit to wait for, as a message's (Router.send_waiting): no second look
+                try:
+                    if await streams.send_whole(sender, tgt, pid, record, cost):  # type: ignore[arg-type]
+                        return int(eager.nbytes)
+                except UnknownProcessError:
+                    await resolve(dest, 0)  # (as below)
+                    raise
     what = f"stream to {dest!r}"
     if eager is not None:
         pid = await resolve(dest, timeout)
