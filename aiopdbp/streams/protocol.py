@@ -81,6 +81,12 @@ the receiver answers it with no DONE: a short stream costs what a message
 costs, one record one way.  A longer stream's sender waits for the DONE
 instead, because its segments are paced by the receiver's credit anyway
 and the DONE bounds how many such streams one sender has open at a time.
+The commonest events of a stream of many small segments have one-call
+forms too, for an I/O loop that carries the action out itself:
+:meth:`SenderProtocol.segment` (``SendSegment``, its segment number back),
+:meth:`ReceiverProtocol.take_next` (the ``Segment`` next in order, when
+nothing is early and no END came) and :meth:`ReceiverProtocol.consumed`
+(``Consumed``, the credit to give back); ``handle`` runs through them.
 """
 
 from __future__ import annotations
