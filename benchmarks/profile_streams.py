@@ -1,13 +1,20 @@
 """Profile short streams against messages of the same bytes, on every rank.
 
-    aiopdbp launch -n 2 benchmarks/profile_streams.py [--kind stream|msg] [--units 2000]
-        [--size 4096] [--inflight 16] [--out DIR]
+    aiopdbp launch -n 2 benchmarks/profile_streams.py [--kind stream|msg|chunks] [--units 2000]
+        [--size 4096] [--inflight 16] [--cpu-clock] [--out DIR]
 
 Each rank's GP sends ``units`` units of ``size`` bytes to the next rank's GP
 (a ring, ``inflight`` calls outstanding), as ``send_stream`` (the receiver
 ``read()``s each stream) or as ``gp.send``, like ``aiopdbp bench streams``;
 after a warm-up of 200 units the measured run is wrapped in ``cProfile``
-(the whole event loop: sending, receiving, the progress engine).  Each rank
+(the whole event loop: sending, receiving, the progress engine).
+``--kind chunks`` sends the units as the segments of *one* stream per
+sender (``segment_size`` = ``size``; ``inflight`` streams, each taking units
+from the same count), as the N-to-N benchmark's ``aiopdbp-stream`` row does;
+the receiver iterates each stream.  ``--cpu-clock`` profiles with the process
+CPU clock (``time.process_time``) instead of the wall clock, so that on a
+shared machine the time other processes run is not charged to whatever
+function was running.  Each rank
 prints its units/s, its CPU seconds, the MPI messages its link posted and
 the control messages it sent, and writes ``DIR/<kind>_<rank>.prof``
 (``python -m pstats`` reads it).  Written for issue 17 (where does a short
@@ -23,6 +30,7 @@ import cProfile
 import pstats
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -58,6 +66,29 @@ async def _main(ns: argparse.Namespace) -> None:
             async def once(units: int) -> None:
                 it = iter(range(units))
 
+                if ns.kind == "chunks":
+                    seg = bytes(data)
+
+                    async def chunk_sender() -> None:
+                        await gp.send_stream(nxt, (seg for _ in it), segment_size=ns.size)
+
+                    async def chunk_reader(stream: Any) -> int:
+                        n = 0
+                        async for got in stream:
+                            if len(got) != ns.size or got[0] != 7:
+                                raise AssertionError(f"rank {r}: wrong segment from {stream.source}")
+                            n += 1
+                        return n
+
+                    async def chunk_receiver() -> None:
+                        readers = [asyncio.ensure_future(chunk_reader(await gp.recv()))
+                                   for _ in range(ns.inflight)]
+                        if sum(await asyncio.gather(*readers)) != units:
+                            raise AssertionError(f"rank {r}: segments lost or duplicated")
+
+                    await asyncio.gather(chunk_receiver(), *(chunk_sender() for _ in range(ns.inflight)))
+                    return
+
                 async def sender() -> None:
                     for _ in it:
                         if ns.kind == "stream":
@@ -76,17 +107,23 @@ async def _main(ns: argparse.Namespace) -> None:
 
             await once(200)
             await node.flush()
-            prof = cProfile.Profile()
+            prof = cProfile.Profile(time.process_time) if ns.cpu_clock else cProfile.Profile()
             t0, c0 = time.perf_counter(), time.process_time()
-            prof.enable()
+            if not ns.no_profile:
+                prof.enable()
             await once(ns.units)
             prof.disable()
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             st = node.stats()
             links = {h: (s.cdus, s.lone, s.blocks, s.messages) for h, s in st.links.items()}
-            print(f"rank {r} {ns.kind}: {ns.units / wall:.0f} units/s, wall {wall:.3f} s, cpu {cpu:.3f} s; "
+            print(f"rank {r} {ns.kind}: {ns.units / wall:.0f} units/s, wall {wall:.3f} s, cpu {cpu:.3f} s "
+                  f"({1e6 * cpu / ns.units:.1f} us/unit); "
                   f"link (cdus, lone, blocks, MPI messages) incl. warm-up {links}; "
-                  f"sent {st.messages_sent}\n{_groups(prof, ns.units)}", flush=True)
+                  f"sent {st.messages_sent}" + ("" if ns.no_profile else f"\n{_groups(prof, ns.units)}"),
+                  flush=True)
+            if ns.no_profile:
+                await node.flush()
+                return
             out = Path(ns.out)
             out.mkdir(parents=True, exist_ok=True)
             prof.dump_stats(str(out / f"{ns.kind}_{r}.prof"))
@@ -95,10 +132,12 @@ async def _main(ns: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kind", choices=("stream", "msg"), default="stream")
+    ap.add_argument("--kind", choices=("stream", "msg", "chunks"), default="stream")
     ap.add_argument("--units", type=int, default=2000)
     ap.add_argument("--size", type=int, default=4096)
     ap.add_argument("--inflight", type=int, default=16)
+    ap.add_argument("--no-profile", action="store_true", help="time only (no cProfile, no groups)")
+    ap.add_argument("--cpu-clock", action="store_true", help="profile with the process CPU clock")
     ap.add_argument("--out", default="profile-streams")
     run(_main(ap.parse_args()))
 

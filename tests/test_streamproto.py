@@ -517,3 +517,50 @@ def test_eager_open_with_a_bad_window_is_protocol_error(window: int) -> None:
     from aiopdbp.streams.table import eager_meta
     with pytest.raises(ProtocolError, match="credit window"):
         eager_meta(_eager_open(b"hello", window=window))  # type: ignore[arg-type]
+
+
+# ------------------------------------------- one-call forms of the commonest events
+def _state(side: Any) -> tuple[Any, ...]:
+    return tuple(getattr(side, k) for k in side.__slots__ if not k.startswith("_")) + (side.state,)
+
+
+@given(st.none() | st.integers(1, 4), st.lists(st.integers(0, 100), min_size=1, max_size=8))
+@settings(max_examples=50, deadline=None)
+def test_sender_segment_call_is_the_sendsegment_event(window: int | None, sizes: list[int]) -> None:
+    # numbers, credit and bytes as handle(SendSegment) leaves them, and the
+    # same ProtocolError once the window is used up
+    a, b = _sender(window), _sender(window)
+    for n in sizes:
+        try:
+            want: Any = a.handle(SendSegment(n))[0].segno  # type: ignore[attr-defined]
+        except ProtocolError:
+            want = ProtocolError
+        try:
+            got: Any = b.segment(n)
+        except ProtocolError:
+            got = ProtocolError
+        assert got == want and _state(a) == _state(b)
+
+
+def test_sender_segment_call_before_opened_is_protocol_error() -> None:
+    with pytest.raises(ProtocolError):
+        SenderProtocol(4).segment(1)
+
+
+def test_receiver_take_next_takes_only_the_next_segment_in_order() -> None:
+    r = _receiver(4)
+    assert not r.take_next(1, 5) and (r.next, r.nbytes) == (0, 0)   # early: handle() keeps it
+    assert r.take_next(0, 5) and (r.next, r.nbytes) == (1, 5)
+    assert not r.take_next(0, 5)                                    # a duplicate: handle() refuses it
+    r.handle(Segment(2, b"x", 1))
+    assert not r.take_next(1, 5)                                    # one is early: handle() delivers both
+
+
+@given(st.integers(1, 8), st.integers(0, 8), st.integers(1, 20))
+@settings(max_examples=50, deadline=None)
+def test_receiver_consumed_call_is_the_consumed_event(window: int, credit: int, taken: int) -> None:
+    a, b = _receiver(window, credit), _receiver(window, credit)
+    for _ in range(taken):
+        acts = a.handle(Consumed())
+        n = b.consumed()
+        assert acts == ((SendCredit(n),) if n else ())

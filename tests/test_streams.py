@@ -601,6 +601,19 @@ def test_streams_between_ranks_1_and_2_send_nothing_to_rank_0() -> None:
     assert row["sent"] == {"1": {"TableMsg": 1, "data": 1}, "2": {"TableMsg": 1, "data": 1}}, out
 
 
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+def test_stream_of_small_segments_to_another_host_needs_no_credit_message_per_window() -> None:
+    # 2,000 segments of 64 B: a window of 16 segments would take a credit
+    # message back every 8 of them (250); a window sized in bytes takes none.
+    import json
+
+    out = check_mpi(run_mpi(SCRIPTS_DIR / "stream_small_segments.py", n=2, timeout=100))
+    row = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
+    assert row == {"ok": True, "credit_msgs": 0}, out
+
+
 async def test_carried_stream_is_done_once_routed_and_a_stray_done_changes_nothing() -> None:
     # A short remote stream rides whole in its OPEN and is done once that is
     # routed (no DONE comes back for it); a stray DONE after that (a peer of
@@ -665,6 +678,22 @@ class _CountingLink:
 
     def unreserve(self, pid: int = 0, nbytes: int = 0) -> None:
         self.unreserved += nbytes
+
+
+def test_segment_is_routed_at_once_when_nothing_is_queued_else_behind_in_its_pipe() -> None:
+    # A stream's segment skips its PipeA when no public pipe holds an entry
+    # (what the PipeManager would do next); else it queues, in order.
+    from aiopdbp.routing.manager import PipeManager
+    from aiopdbp.routing.pipes import Pipe
+
+    pm, link = PipeManager(), _CountingLink(True)
+    pipe_a: Pipe[Any] = Pipe(16)
+    pm.watch(pipe_a)
+    pm.put(pipe_a, link, 0, "seg0")
+    assert link.items == ["seg0"] and not len(pipe_a)
+    pm.public.force_put((link, 0, "msg"))   # queued: the manager has not run yet
+    pm.put(pipe_a, link, 0, "seg1")
+    assert link.items == ["seg0"] and pipe_a.drain_nowait() == [(link, 0, "seg1")]
 
 
 async def test_short_stream_routed_to_a_failed_link_without_a_handle_breaks_its_sender() -> None:

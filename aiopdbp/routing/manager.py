@@ -81,6 +81,18 @@ class PipeManager:
         else:
             self.public.force_put((target, pid, item))
 
+    def put(self, pipe: Pipe[Any], target: Any, pid: int, item: Any) -> None:
+        """Route an entry of the public pipe ``pipe`` (a stream's PipeA; its
+        room was reserved): at once when nothing is queued ahead of it -- no
+        public pipe, ``pipe`` among them, holds an entry -- else into
+        ``pipe``, behind what is (as :meth:`submit` does for the message pipe)."""
+        if not self._ready:
+            if target.put_to(pid, item) is False:
+                self.dropped += 1  # its GP left between the send and now
+            self.routed += 1
+        else:
+            pipe.force_put((target, pid, item))
+
     def offer(self, target: Any, pid: int, nbytes: int, fields: tuple[Any, ...]) -> bool:
         """Route a message at once when nothing is queued ahead of it and its
         target has room: ``target.offer`` reserves and puts in one step.

@@ -131,7 +131,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Generic, TypeVar
 
-from aiopdbp.wire.mesp import Kind
+from aiopdbp.wire.mesp import CDU, Kind
 from aiopdbp.errors import BrokenResourceError, ClosedResourceError, NoPipeError, WouldBlock
 from aiopdbp.hosts.gate import ParkingLot
 from aiopdbp.routing.turns import Turns, sender_of
@@ -433,7 +433,10 @@ class Pipe(Generic[T]):
             # _source, inline: a one-sender pipe under load does this per item
             head: Any = items[0]
             new: Any = item
-            if (new[4] if type(new) is Message else sender_of(new)) != \
+            kind = type(new)
+            # (a stream's segments, CDUs, have no sender: PipeB stays one FIFO)
+            if (kind is not CDU or type(head) is not CDU) and \
+                    (new[4] if kind is Message else sender_of(new)) != \
                     (head[4] if type(head) is Message else sender_of(head)):
                 # a second sender: turns; the FIFO's items are local when
                 # they hold marks (the new item's, if any, is numbered ``appended``)

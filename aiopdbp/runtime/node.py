@@ -115,7 +115,9 @@ class Node:
             pipe plus incoming streams.
         stream_pipes: how many streams this host can be sending at once.
         stream_window: segments a stream has in flight; also how far out of
-            order its segments may arrive.
+            order its segments may arrive.  A stream to another host whose
+            ``segment_size`` is below 16 KiB may have as many segments in
+            flight as this many of 16 KiB hold (at most 4096).
         allow_pickle: allow arbitrary Python objects as payloads (pickle
             protocol 5).  **Trusted clusters only**: unpickling runs code
             chosen by the sender.
@@ -209,7 +211,8 @@ class Node:
                                    self.router, self.arrivals, submit=self.manager.submit,
                                    watch=self.manager.watch,
                                    device=self.devices, peers=_StreamPeers(self._send_done, self._send_credit) if multi else None,
-                                   large=cfg.large if multi else None, offer=self.manager.offer)
+                                   large=cfg.large if multi else None, offer=self.manager.offer,
+                                   route=self.manager.put)
         #: arrays at least this large may travel from the sender's own buffer
         #: (``RemoteConfig.large``; None on one host: a local send always copies)
         self.owned_min: int | None = cfg.large if multi else None

@@ -29,6 +29,7 @@ __all__ = ["OpenRoute", "OutgoingStream", "WholeRoute"]
 
 # events without fields, made once (a short stream feels every allocation)
 _OPENED, _DONE_WHOLE = sp.Opened(), sp.Done()  # (DONE of a stream taken whole)
+_SEGMENT = StreamOp.SEGMENT
 
 
 class OutgoingStream:
@@ -43,13 +44,17 @@ class OutgoingStream:
     """
 
     __slots__ = ("key", "dest_pid", "pipe_a", "abort", "target", "done", "broken", "incoming", "routed",
-                 "proto", "_credit_waiter", "host", "_waits", "_names", "_head", "carried")
+                 "proto", "_credit_waiter", "host", "_waits", "_names", "_head", "carried", "_route")
 
     def __init__(self, key: tuple[int, int], dest_pid: int, pipe_a: Pipe[Any] | None, target: Target,
                  incoming: IncomingStream | None, host: int, *, window: int | None = None,
                  src_pid: int = 0, com: int = 0, rank: int = 0, waits: Waits | None = None,
-                 names: Callable[[], tuple[str, str]] | None = None) -> None:
+                 names: Callable[[], tuple[str, str]] | None = None,
+                 route: Callable[[Pipe[Any], Target, int, Any], None] | None = None) -> None:
         loop = asyncio.get_running_loop()
+        # how a segment goes: the PipeManager's put (at once when nothing is
+        # queued, else behind it in PipeA); None: always into PipeA
+        self._route = route
         self._waits = waits                 # where a wait for the window is registered (stalls)
         self._names = names                 # () -> (sending GP, receiving GP), asked only for a wait
         self.key = key
@@ -104,9 +109,17 @@ class OutgoingStream:
                 self.routed.set_result(None)
 
     def emit_segment(self, seg: Any) -> None:
-        """Put the next segment (after :meth:`reserve`) into PipeA."""
-        act = self.proto.handle(sp.SendSegment(int(seg.nbytes)))[0]
-        self._pipe_a().force_put(self._cdu(seg, act.segno))  # type: ignore[attr-defined]
+        """Route the next segment (after :meth:`reserve`): through PipeA, or
+        at once when nothing is queued ahead of it (the PipeManager's put)."""
+        pipe = self._pipe_a()
+        segno = self.proto.segment(int(seg.nbytes))  # the protocol's SendSegment, in one call
+        src, dest, com, rank = self._head
+        cdu = CDU(Kind.STREAM, src, dest, seg, com, 0, self.key[1], segno, rank, (), _SEGMENT)
+        # pid 0: stream data takes no GP credit
+        if self._route is not None:
+            self._route(pipe, self.target, 0, cdu)
+        else:
+            pipe.force_put((self.target, 0, cdu))
 
     def staged(self, nbytes: int) -> None:
         """The next segment went outside the stream's CDUs (device staging)."""

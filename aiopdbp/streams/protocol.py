@@ -81,6 +81,12 @@ the receiver answers it with no DONE: a short stream costs what a message
 costs, one record one way.  A longer stream's sender waits for the DONE
 instead, because its segments are paced by the receiver's credit anyway
 and the DONE bounds how many such streams one sender has open at a time.
+The commonest events of a stream of many small segments have one-call
+forms too, for an I/O loop that carries the action out itself:
+:meth:`SenderProtocol.segment` (``SendSegment``, its segment number back),
+:meth:`ReceiverProtocol.take_next` (the ``Segment`` next in order, when
+nothing is early and no END came) and :meth:`ReceiverProtocol.consumed`
+(``Consumed``, the credit to give back); ``handle`` runs through them.
 """
 
 from __future__ import annotations
@@ -414,17 +420,29 @@ class SenderProtocol(_Side):
         self._move(StreamState.OPEN)
         return _NONE
 
-    def _segment(self, ev: SendSegment) -> tuple[Event, ...]:
+    def segment(self, nbytes: int, staged: bool = False) -> int:
+        """``handle(SendSegment(nbytes, staged))`` without its event and
+        action, for a sender loop that emits the segment itself (a stream of
+        small segments feels every call): the segment's number, which an
+        ``EmitSegment`` would carry.  ``ProtocolError`` as ``handle`` raises."""
         if self.state is not _OPEN:
-            self._expect(ev, StreamState.OPEN)
-        _ints(ev, ev.nbytes)
-        if ev.nbytes < 0:
-            raise ProtocolError(f"a segment of {ev.nbytes} bytes")
-        if not ev.staged:
-            self._take_credit(f"segment {self.segno}")
+            self._expect(SendSegment(nbytes, staged), StreamState.OPEN)
+        if type(nbytes) is not int or nbytes < 0:
+            _ints(SendSegment(nbytes, staged), nbytes)
+            raise ProtocolError(f"a segment of {nbytes} bytes")
         segno = self.segno
-        self.segno += 1
-        self.nbytes += ev.nbytes
+        if not staged:
+            credits = self.credits
+            if credits is not None:
+                if credits <= 0:
+                    raise ProtocolError(f"segment {segno} without credit (window used up)")
+                self.credits = credits - 1
+        self.segno = segno + 1
+        self.nbytes += nbytes
+        return segno
+
+    def _segment(self, ev: SendSegment) -> tuple[Event, ...]:
+        segno = self.segment(ev.nbytes, ev.staged)
         return _NONE if ev.staged else (EmitSegment(segno),)
 
     def _end(self, ev: End) -> tuple[Event, ...]:
@@ -523,7 +541,22 @@ class ReceiverProtocol(_Side):
             self.state = StreamState.BROKEN
         return ProtocolError(why)
 
+    def take_next(self, segno: int, nbytes: int) -> bool:
+        """``handle(Segment(segno, data, nbytes))`` in one step for the
+        commonest segment -- the next in order, none early, no END yet --
+        without its event and action: True once taken (its one ``Deliver``
+        is the caller's to do).  False, having changed nothing, for any
+        other, which ``handle`` then takes (or refuses)."""
+        if (self.state is not _OPEN or segno != self.next or self._early or self.end is not None
+                or type(segno) is not int or type(nbytes) is not int):
+            return False
+        self.next = segno + 1
+        self.nbytes += nbytes
+        return True
+
     def _segment(self, ev: Segment) -> tuple[Event, ...]:
+        if self.take_next(ev.segno, ev.nbytes):
+            return (Deliver(ev.data),)
         if self.state is not _OPEN:
             self._expect(ev, StreamState.OPEN)
         _ints(ev, ev.segno, ev.nbytes)
@@ -613,16 +646,24 @@ class ReceiverProtocol(_Side):
         self._early.clear()
         return (Aborted(ev.why),)
 
-    def _consumed_one(self, ev: Consumed) -> tuple[Event, ...]:
-        if self.credit_window <= 0:
-            return _NONE
+    def consumed(self) -> int:
+        """``handle(Consumed())`` without its event and action: the credit
+        to give the sender back now, 0 for none (a ``SendCredit(n)``)."""
+        window = self.credit_window
+        if window <= 0:
+            return 0
         # The sender gets its credit back in half-windows: it never runs more
         # than a window ahead of what this GP consumed.
-        self._consumed += 1
-        if self._consumed >= max(1, self.credit_window // 2) and not self.ended:
-            n, self._consumed = self._consumed, 0
-            return (SendCredit(n),)
-        return _NONE
+        n = self._consumed + 1
+        if n >= (window >> 1 or 1) and not self.ended:
+            self._consumed = 0
+            return n
+        self._consumed = n
+        return 0
+
+    def _consumed_one(self, ev: Consumed) -> tuple[Event, ...]:
+        n = self.consumed()
+        return (SendCredit(n),) if n else _NONE
 
     def _close(self, ev: Close) -> tuple[Event, ...]:
         self._expect(ev, StreamState.OPENING, StreamState.OPEN)

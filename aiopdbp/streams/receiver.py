@@ -102,6 +102,7 @@ def describe(source: Any, com: int) -> StreamMeta:
 
 
 _OPEN = sp.Open()  # made once: every stream starts with it
+_SEGMENT = StreamOp.SEGMENT
 
 
 def _end_bytes(data: Any) -> int:
@@ -315,8 +316,9 @@ class IncomingStream:
                 raise self._error
             if ready:
                 data = ready.popleft()
-                for act in self._proto.handle(sp.Consumed()):
-                    self._owner.give_credit(self, act.n)  # type: ignore[attr-defined]
+                n = self._proto.consumed()  # the protocol's Consumed, in one call
+                if n:
+                    self._owner.give_credit(self, n)
                 return data
             if self._proto.state is StreamState.DONE:
                 return None
@@ -324,11 +326,20 @@ class IncomingStream:
             if pipe is None:  # not reached: a whole stream is DONE (or failed) once fed
                 raise StreamError(f"stream {self.key} from {self.source!r} has nothing more to read")
             try:
-                cdu = await pipe.receive()
+                cdu = pipe.receive_nowait() if len(pipe) else await pipe.receive()
             except (BrokenResourceError, ClosedResourceError, EOFError) as exc:
                 if self._error is not None:
                     raise self._error from exc
                 raise StreamError(f"stream {self.key} from {self.source!r} was cut off") from exc
+            if cdu.op is _SEGMENT:
+                # the commonest: the next segment in order, taken by the
+                # protocol in one call (Segment, Deliver) and consumed at once
+                data = cdu.data
+                if self._proto.take_next(cdu.segno, int(data.nbytes) if hasattr(data, "nbytes") else len(data)):
+                    n = self._proto.consumed()
+                    if n:
+                        self._owner.give_credit(self, n)
+                    return data
             self._feed(cdu)
 
     def __aiter__(self) -> IncomingStream:
@@ -342,6 +353,8 @@ class IncomingStream:
         data = await self._next_segment()
         if data is None:
             raise StopAsyncIteration
+        if type(data) is memoryview:  # the commonest (bytes streams)
+            return memoryview(bytes(data)) if self.meta.borrowed else data
         if is_array(data):
             return data.copy() if self.meta.borrowed else data
         if self.meta.borrowed or not isinstance(data, memoryview):

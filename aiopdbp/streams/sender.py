@@ -38,6 +38,7 @@ from aiopdbp.errors import UnknownProcessError
 from aiopdbp.device.backend import is_device_array
 from aiopdbp.streams.receiver import DEFAULT_SEGMENT, EAGER_LIMIT, StreamMeta, describe, is_array
 from aiopdbp.wire.message import CREDIT_OVERHEAD
+from aiopdbp.wire.shorts import ShortStream
 
 if TYPE_CHECKING:
     from aiopdbp.streams.outgoing import OutgoingStream
@@ -93,10 +94,10 @@ def _host(chunk: Any) -> Any:
 async def _chunks(source: Any) -> AsyncGenerator[Any, None]:
     if isinstance(source, AsyncIterable):
         async for c in source:
-            yield _host(c)
+            yield c if type(c) is bytes else _host(c)
     else:
         for c in source:
-            yield _host(c)
+            yield c if type(c) is bytes else _host(c)
 
 
 #: dtype kinds that never need pickling (numbers, bools, datetimes: no fields, no objects, never 0 bytes)
@@ -170,6 +171,10 @@ def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
 
 
 _NO_CHUNK = object()
+#: a sender's run of segments that go without waiting (credit left) yields
+#: once per this many bytes, each segment counted with ``CREDIT_OVERHEAD``
+#: (as a GP's run of sends does, ``aiopdbp.runtime.process.BURST_BYTES``)
+BURST_BYTES = 16 << 10
 
 
 def _borrowed(source: Any) -> bool:
@@ -310,6 +315,7 @@ class HostSource:
         if self._chunks is None:
             self._chunks = _chunks([self._buffer])
         chunks, size, k = self._chunks, self._segment_size, 0
+        bytes_stream = not self._is_buffer and self._first_meta.kind == "bytes"
         async with contextlib.aclosing(chunks):  # no generator left to the GC
             pending = self._first
             while True:
@@ -319,7 +325,14 @@ class HostSource:
                     chunk = await anext(chunks, _NO_CHUNK)
                     if chunk is _NO_CHUNK:
                         break
-                    if not self._is_buffer:
+                    if type(chunk) is bytes and bytes_stream:
+                        # a bytes chunk of a bytes stream passes check_chunk;
+                        # one that fits a segment is what cut gives, without the calls
+                        if 0 < len(chunk) <= size:
+                            k += 1
+                            yield memoryview(chunk)
+                            continue
+                    elif not self._is_buffer:
                         check_chunk(chunk, self._first_meta, k)
                 k += 1
                 for seg in cut(chunk, size):
@@ -328,7 +341,7 @@ class HostSource:
 
 
 async def run_sender(streams: StreamTable, sender: int, pid: int, meta: StreamMeta, source: ChunkSource, *,
-                     timeout: float | None, what: str) -> int:
+                     timeout: float | None, what: str, segment_size: int | None = None) -> int:
     """THE sender loop of every stream, host or device data: open the stream
     from GP ``sender`` to GP ``pid`` in the node's stream table ``streams``,
     send what ``source`` yields under the stream protocol
@@ -337,7 +350,8 @@ async def run_sender(streams: StreamTable, sender: int, pid: int, meta: StreamMe
     stream its OPEN carries whole is done once that is routed: first without
     waiting (:meth:`StreamTable.send_whole_nowait`, no handle made), then,
     to another host, after a wait for credit (:meth:`StreamTable.send_whole`,
-    no handle either), else through :meth:`StreamTable.open_outgoing`.  On failure or cancellation
+    no handle either), else through :meth:`StreamTable.open_outgoing` (``segment_size``, the most
+    bytes of one segment when known, sets its window).  On failure or cancellation
     the receiver gets an ABORT (a stream carried whole: its OPEN is dropped
     if it was not routed yet).  ``what`` names the stream in timeout errors.
 
@@ -349,11 +363,13 @@ async def run_sender(streams: StreamTable, sender: int, pid: int, meta: StreamMe
         return int(eager.nbytes)  # sent whole: done (the source was one buffer)
     try:
         if timeout is None:  # no timeout context to enter and leave: short streams feel it
-            out = await streams.open_outgoing(sender, pid, meta, timeout, eager=eager)
+            out = await streams.open_outgoing(sender, pid, meta, timeout, eager=eager,
+                                                  segment_size=segment_size)
         else:
             try:
                 async with asyncio.timeout(timeout):
-                    out = await streams.open_outgoing(sender, pid, meta, timeout, eager=eager)
+                    out = await streams.open_outgoing(sender, pid, meta, timeout, eager=eager,
+                                                      segment_size=segment_size)
             except TimeoutError:
                 raise TimeoutError(f"{what} could not be opened within {timeout} s") from None
     except BaseException:
@@ -376,9 +392,10 @@ async def run_sender(streams: StreamTable, sender: int, pid: int, meta: StreamMe
 
 
 async def _send_whole(streams: StreamTable, sender: int, pid: int, com: int, eager: Any, timeout: float | None,
-                      what: str) -> bool:
+                      what: str, record: ShortStream | None = None) -> bool:
     """Send a stream carried whole by its record (``eager``, its one
-    segment) to GP ``pid`` on another host without a handle: at once when
+    segment; ``record``: its record when made already) to GP ``pid`` on
+    another host without a handle: at once when
     nothing has to wait (:meth:`StreamTable.send_whole_nowait`), else after
     a wait for credit as a message's (:meth:`StreamTable.send_whole`).
     True once its record is routed; False, having done nothing, when it
@@ -389,7 +406,8 @@ async def _send_whole(streams: StreamTable, sender: int, pid: int, com: int, eag
     tgt = streams.router.targets.get(pid)
     if tgt is None or not tgt.remote:
         return False
-    record = streams.whole_record(sender, com, eager)
+    if record is None:
+        record = streams.whole_record(sender, com, eager)
     cost = CREDIT_OVERHEAD + int(eager.nbytes)  # its bytes, charged as a message's
     if streams.send_whole_nowait(tgt, pid, record, cost):
         return True
@@ -438,6 +456,7 @@ async def _transfer(out: OutgoingStream, source: ChunkSource) -> None:
         return
     await out.routed
     segments = source.segments(out)
+    burst = BURST_BYTES
     async with contextlib.aclosing(segments):
         async for seg in segments:
             if type(seg) is Staged:
@@ -445,6 +464,10 @@ async def _transfer(out: OutgoingStream, source: ChunkSource) -> None:
                 continue
             await out.reserve()
             out.emit_segment(seg)
+            burst -= seg.nbytes + CREDIT_OVERHEAD
+            if burst <= 0:  # a window of small segments never waits for credit: let the others run
+                burst = BURST_BYTES
+                await asyncio.sleep(0)
     await out.reserve()
     out.emit_end()
     await out.delivery()
@@ -461,12 +484,31 @@ async def send_stream(streams: StreamTable, sender: int, resolve: Callable[[str,
     """
     if segment_size < 1:
         raise ValueError("segment_size must be >= 1")
-    what = f"stream to {dest!r}"
     eager = short_segment(source, segment_size)
+    record: ShortStream | None = None
     if eager is not None:  # the commonest: one short buffer, carried whole, no handle (to another host)
+        router = streams.router
+        pid = router.pids.get(dest)
+        tgt = None if pid is None else router.targets.get(pid)
+        if tgt is not None and tgt.remote:
+            # name, binding and credit there: routed in this call, no
+            # coroutine awaited (as Router.try_send routes a message)
+            record = streams.whole_record(sender, com, eager)
+            cost = CREDIT_OVERHEAD + int(eager.nbytes)  # its bytes, charged as a message's
+            if streams.send_whole_nowait(tgt, pid, record, cost):  # type: ignore[arg-type]
+                return int(eager.nbytes)
+            if timeout is None:  # credit to wait for, as a message's (Router.send_waiting): no second look
+                try:
+                    if await streams.send_whole(sender, tgt, pid, record, cost):  # type: ignore[arg-type]
+                        return int(eager.nbytes)
+                except UnknownProcessError:
+                    await resolve(dest, 0)  # (as below)
+                    raise
+    what = f"stream to {dest!r}"
+    if eager is not None:
         pid = await resolve(dest, timeout)
         try:
-            if await _send_whole(streams, sender, pid, com, eager, timeout, what):
+            if await _send_whole(streams, sender, pid, com, eager, timeout, what, record):
                 return int(eager.nbytes)
         except UnknownProcessError:
             await resolve(dest, 0)  # (as below)
@@ -481,7 +523,8 @@ async def send_stream(streams: StreamTable, sender: int, resolve: Callable[[str,
         await src.aclose()
         raise
     try:
-        return await run_sender(streams, sender, pid, src.meta, src, timeout=timeout, what=what)
+        return await run_sender(streams, sender, pid, src.meta, src, timeout=timeout, what=what,
+                                segment_size=segment_size)
     except UnknownProcessError:
         # the GP left between its name and the stream's opening (the error
         # could only say "pid N"): the name rule says it by name

@@ -82,7 +82,13 @@ from aiopdbp.transport.recvcache import DEFAULT_RECV_CACHE_BYTES, RECV_CACHE_MIN
 
 log = logging.getLogger("aiopdbp.streams.table")
 
-__all__ = ["EAGER_OPEN", "OutgoingStream", "StreamDevices", "StreamPeers", "StreamTable", "eager_meta", "pack_meta",
+_SEGMENT = StreamOp.SEGMENT
+#: segments below this size get a window of more of them (StreamTable.window_for)
+SMALL_SEGMENT = 16 << 10
+#: the most segments a stream's window holds (and its reorder window, its PipeB)
+WINDOW_MAX = 4096
+
+__all__ = ["EAGER_OPEN", "SMALL_SEGMENT", "WINDOW_MAX", "OutgoingStream", "StreamDevices", "StreamPeers", "StreamTable", "eager_meta", "pack_meta",
            "unpack_meta"]
 
 
@@ -161,7 +167,8 @@ class StreamTable:
                  router: Router, arrivals: Arrivals, *, submit: Callable[[Any, int, Any], None],
                  watch: Callable[[Pipe[Any]], None], device: StreamDevices | None = None,
                  peers: StreamPeers | None = None, large: int | None = None,
-                 offer: Callable[[Target, int, int, Any], bool] | None = None) -> None:
+                 offer: Callable[[Target, int, int, Any], bool] | None = None,
+                 route: Callable[[Pipe[Any], Target, int, Any], None] | None = None) -> None:
         self.rank = rank
         #: payloads at least this large leave from the sender's own buffer
         #: (``RemoteConfig.large``; None on one host)
@@ -178,6 +185,7 @@ class StreamTable:
         self.mta: dict[tuple[int, int], StreamEntry] = {}
         self._submit = submit
         self._offer = offer   # the PipeManager's no-wait path (send_whole_nowait)
+        self._route = route   # the PipeManager's put: a segment at once when nothing is queued
         self._watch = watch
         self._snos = itertools.count(1)
         self._out: dict[tuple[int, int], OutgoingStream] = {}
@@ -243,14 +251,31 @@ class StreamTable:
             raise route.error
         return True
 
+    def window_for(self, segment_size: int | None) -> int:
+        """The credit window (segments) of a stream to another host whose
+        segments are at most ``segment_size`` bytes (None: not known): the
+        node's ``stream_window``, or for segments below
+        :data:`SMALL_SEGMENT` as many as ``stream_window`` segments of that
+        size hold (at most :data:`WINDOW_MAX`).  The bytes a receiver holds
+        of a stream stay bounded as they are for segments of
+        ``SMALL_SEGMENT``, and a stream of small segments is not paced by a
+        credit round trip every ``stream_window / 2`` of them."""
+        w = self.window
+        if segment_size is None or segment_size >= SMALL_SEGMENT or segment_size < 1:
+            return w
+        return max(w, min(WINDOW_MAX, w * SMALL_SEGMENT // segment_size))
+
     async def open_outgoing(self, src_pid: int, pid: int, meta: StreamMeta,
-                            timeout: float | None, eager: Any = None) -> OutgoingStream:
+                            timeout: float | None, eager: Any = None,
+                            segment_size: int | None = None) -> OutgoingStream:
         """Bind a stream from GP ``src_pid`` to GP ``pid`` and send its OPEN.
 
         ``eager``: the stream's one (short) segment; the OPEN carries it and
         the END (``out.carried``), so the stream costs one record, one way,
         and is done once the OPEN is routed (as a message's send is).  The
         stream protocol sees the same events as for segments and an END.
+        ``segment_size``: the most bytes of one segment (None: not known),
+        which sets a remote stream's window (:meth:`window_for`).
 
         Cancellation: whatever was bound is undone.
         """
@@ -258,6 +283,7 @@ class StreamTable:
         sno = next(self._snos)
         key = (self.rank, sno)
         whole = eager is not None and not meta.extra
+        window = self.window
         pipe_a: Pipe[Any] | None = None
         if not whole:  # a stream carried whole by its OPEN sends nothing through PipeA
             try:  # the awaits below only when they must wait: a short stream feels each one
@@ -284,16 +310,16 @@ class StreamTable:
                 open_item = incoming
             else:
                 target = tgt
-                meta.window = self.window
+                meta.window = window = self.window_for(segment_size)
                 if whole:
                     open_item = self.whole_record(src_pid, meta.com, eager, sno)
                 else:
                     open_item = CDU(Kind.STREAM, src_pid, (pid,), pack_meta(meta), meta.com, 0, sno, 0,
                                     self.rank, (), StreamOp.OPEN)
             out = OutgoingStream(key, pid, pipe_a, target, incoming, entry.node,
-                                 window=self.window if incoming is None else None, src_pid=src_pid,
+                                 window=window if incoming is None else None, src_pid=src_pid,
                                  com=meta.com, rank=self.rank, waits=self.router.waits,
-                                 names=lambda: (self.tables.name_of(src_pid), entry.name))
+                                 names=lambda: (self.tables.name_of(src_pid), entry.name), route=self._route)
             if whole:
                 out.carried = int(eager.nbytes)  # an array or a memoryview
             self._out[key] = out
@@ -386,6 +412,11 @@ class StreamTable:
         """A stream CDU arrived from ``host``."""
         key = (cdu.source_n, cdu.sno)
         op = cdu.op
+        if op is _SEGMENT:  # the commonest: a segment of a live stream
+            found = self._in.live.get(key)
+            if found is not None and found.pipe is not None:
+                found.pipe.force_put(cdu)  # the stream's credit window bounds what comes
+                return
         if op is StreamOp.OPEN:
             if key in self._in.live or not cdu.dest_ps:
                 return
