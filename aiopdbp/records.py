@@ -1,8 +1,8 @@
 """Typed records that cost little to define: :class:`Record` and :class:`FrozenRecord`.
 
 A record is a plain class whose ``__slots__`` name its fields, in order, and
-whose ``__init__`` is written out; equality, ``repr``, copying and (frozen)
-hashing and immutability over those fields are written once here.  What a
+whose ``__init__`` is written out; equality, ``repr``, copying, ``replace`` and
+(frozen) hashing and immutability over those fields are written once here.  What a
 dataclass generates (``__init__``, ``__eq__``, ``__repr__``, a frozen one's
 ``__setattr__`` ...) is compiled with ``exec`` when its class is made, and
 ``slots=True`` makes the class twice; every rank of a job makes all of its
@@ -27,7 +27,7 @@ Imports: the standard library only (a bottom layer, beside the exceptions).
 from __future__ import annotations
 
 from dataclasses import FrozenInstanceError
-from typing import Any, dataclass_transform
+from typing import Any, Self, dataclass_transform
 
 __all__ = ["FrozenRecord", "Record", "init_field"]
 
@@ -56,6 +56,10 @@ class _Fields:
 
     def _values(self) -> tuple[Any, ...]:
         return tuple([getattr(self, name) for name in self.field_names()])
+
+    def replace(self, **changes: Any) -> Self:
+        """A new record with ``changes`` (as ``dataclasses.replace``)."""
+        return type(self)(**{**dict(zip(self.field_names(), self._values())), **changes})
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:

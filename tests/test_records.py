@@ -63,6 +63,13 @@ def test_a_frozen_record_compares_hashes_prints_and_copies_as_a_frozen_dataclass
         hash(_Point(1, [2]))   # a list field: unhashable, as the dataclass was
 
 
+def test_replace_makes_a_new_record_with_the_changes() -> None:
+    p = _Point3(1, 2, "a")
+    assert p.replace(z="b") == _Point3(1, 2, "b") and p == _Point3(1, 2, "a")
+    with pytest.raises(TypeError):
+        p.replace(w=1)
+
+
 def test_a_frozen_record_refuses_assignment_and_deletion() -> None:
     p = _Point(1)
     with pytest.raises(dataclasses.FrozenInstanceError):
