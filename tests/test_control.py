@@ -3,7 +3,9 @@ its frame; whatever the bytes, decoding gives a message or ProtocolError."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 from typing import Any
 
 import pytest
@@ -75,12 +77,12 @@ def test_control_message_round_trips_through_its_frame(msg: CtrlMsg) -> None:
 
 @pytest.mark.parametrize("msg", EXAMPLES, ids=lambda m: type(m).__name__)
 def test_control_message_compares_hashes_and_prints_as_a_frozen_dataclass(msg: CtrlMsg) -> None:
-    fields = dataclasses.fields(msg)  # type: ignore[arg-type]
-    values = tuple(getattr(msg, f.name) for f in fields)
-    assert dataclasses.replace(msg) == msg  # type: ignore[type-var]
-    assert repr(msg) == f"{type(msg).__qualname__}({', '.join(f'{f.name}={v!r}' for f, v in zip(fields, values))})"
+    fields = msg.field_names()
+    values = tuple(getattr(msg, name) for name in fields)
+    assert copy.copy(msg) == msg and pickle.loads(pickle.dumps(msg)) == msg
+    assert repr(msg) == f"{type(msg).__qualname__}({', '.join(f'{name}={v!r}' for name, v in zip(fields, values))})"
     with pytest.raises(dataclasses.FrozenInstanceError):
-        setattr(msg, fields[0].name, values[0])
+        setattr(msg, fields[0], values[0])
     other = next(m for m in EXAMPLES if type(m) is not type(msg))
     assert msg != other and msg != values
     try:
@@ -89,7 +91,7 @@ def test_control_message_compares_hashes_and_prints_as_a_frozen_dataclass(msg: C
         with pytest.raises(TypeError):
             hash(msg)
     else:
-        assert hash(msg) == hash(dataclasses.replace(msg))  # type: ignore[type-var]
+        assert hash(msg) == hash(values) == hash(copy.copy(msg))
 
 
 class _Recorder:
@@ -133,7 +135,7 @@ def test_mutated_control_frame_decodes_or_raises_protocol_error(msg: CtrlMsg, da
         got = decode_control(bytes(frame[:cut]))
     except ProtocolError:
         return
-    assert isinstance(got, CtrlMsg) and dataclasses.is_dataclass(got)
+    assert isinstance(got, CtrlMsg)
 
 
 @FAST

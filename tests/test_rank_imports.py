@@ -1,6 +1,7 @@
 """A rank starts light: what ``aiopdbp.run``/``open_node`` and ``bench scale``'s
 rank program import at start leaves out what a job may never use (the
-simulated device, the bench CLI, difflib's hints), since every rank of a job
+simulated device, the bench CLI, difflib's hints, the in-process cluster,
+SGPs, the stats types), since every rank of a job
 pays for its imports before its first message."""
 
 from __future__ import annotations
@@ -33,6 +34,17 @@ def _loaded_after(imports: str, watched: tuple[str, ...]) -> list[str]:
 def test_the_runtime_loads_no_device_simulator_difflib_or_uuid() -> None:
     assert _loaded_after("import aiopdbp.runtime.node",
                          ("aiopdbp.device.sim", "aiopdbp.device.simmem", "difflib", "uuid")) == []
+
+
+def test_the_runtime_loads_no_cluster_sgp_or_stats() -> None:
+    assert _loaded_after("import aiopdbp.runtime.job, aiopdbp.runtime.node",
+                         ("aiopdbp.runtime.cluster", "aiopdbp.runtime.sgp", "aiopdbp.runtime.stats")) == []
+
+
+def test_the_runtime_package_still_gives_its_names_on_first_use() -> None:
+    assert _loaded_after("import aiopdbp.runtime as r; r.SGP, r.NodeStats, r.open_cluster",
+                         ("aiopdbp.runtime.cluster", "aiopdbp.runtime.sgp", "aiopdbp.runtime.stats")) == [
+        "aiopdbp.runtime.cluster", "aiopdbp.runtime.sgp", "aiopdbp.runtime.stats"]
 
 
 def test_the_scale_rank_program_loads_no_bench_cli() -> None:

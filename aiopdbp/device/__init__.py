@@ -25,7 +25,7 @@ others.
   names a transport.
 
 Importing this package imports neither CuPy nor MPI.  Imports: only
-:mod:`aiopdbp.errors`, :mod:`aiopdbp.env` and this package (streams/ above
+:mod:`aiopdbp.errors`, :mod:`aiopdbp.env`, :mod:`aiopdbp.records` and this package (streams/ above
 uses it; wire/, pool/ and transport/ beside it are not imported).
 """
 

@@ -40,13 +40,13 @@ import abc
 import importlib
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from aiopdbp.env import LOCAL_RANK_VARS, local_rank
+from aiopdbp.records import FrozenRecord, init_field
 
 __all__ = [
     "ArrayInfo", "DeviceBackend", "Event", "HostBuffer", "LOCAL_RANK_VARS", "Order",
@@ -81,10 +81,10 @@ class Stream(Protocol):
     def device(self) -> int: ...
 
 
-@dataclass(frozen=True)
-class ArrayInfo:
+class ArrayInfo(FrozenRecord):
     """What the staging machinery needs to know about a device array."""
 
+    __slots__ = ("array", "device", "dtype", "shape", "strides", "nbytes", "order", "stream")
     array: Any  #: the backend's own array object (the source of copies)
     device: int  #: device id
     dtype: np.dtype[Any]
@@ -93,6 +93,23 @@ class ArrayInfo:
     nbytes: int
     order: Order | None  #: memory order, None when not contiguous
     stream: Stream  #: the stream the array's pending producer work is on
+
+    def __init__(self, array: Any,
+                 device: int,
+                 dtype: np.dtype[Any],
+                 shape: tuple[int, ...],
+                 strides: tuple[int, ...],
+                 nbytes: int,
+                 order: Order | None,
+                 stream: Stream) -> None:
+        init_field(self, "array", array)
+        init_field(self, "device", device)
+        init_field(self, "dtype", dtype)
+        init_field(self, "shape", shape)
+        init_field(self, "strides", strides)
+        init_field(self, "nbytes", nbytes)
+        init_field(self, "order", order)
+        init_field(self, "stream", stream)
 
 
 class DeviceBackend(abc.ABC):

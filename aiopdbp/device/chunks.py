@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import collections
 import enum
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,6 +38,7 @@ import numpy as np
 from aiopdbp.arrays import parse_name, wire_name
 from aiopdbp.errors import ClosedResourceError, ProtocolError
 from aiopdbp.device.backend import DeviceBackend, HostBuffer, Order
+from aiopdbp.records import FrozenRecord, init_field
 
 __all__ = [
     "ArrayMeta", "Chunk", "ChunkPlan", "DEFAULT_CHUNK_SIZE", "DEFAULT_POOL_BYTES", "MAX_CHUNK_SIZE",
@@ -51,37 +51,57 @@ MAX_CHUNK_SIZE = 16 * 1024 * 1024
 DEFAULT_POOL_BYTES = 64 * 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class Piece:
+class Piece(FrozenRecord):
     """One chunk-sized piece of an array: bytes ``[offset, offset + nbytes)``."""
 
+    __slots__ = ("index", "offset", "nbytes", "segment")
     index: int
     offset: int
     nbytes: int
     segment: int
 
+    def __init__(self, index: int, offset: int, nbytes: int, segment: int) -> None:
+        init_field(self, "index", index)
+        init_field(self, "offset", offset)
+        init_field(self, "nbytes", nbytes)
+        init_field(self, "segment", segment)
 
-@dataclass(frozen=True, slots=True)
-class Segment:
+
+class Segment(FrozenRecord):
     """Rows ``[start, stop)`` of the outer axis, bytes ``[offset, offset + nbytes)``."""
 
+    __slots__ = ("index", "start", "stop", "offset", "nbytes")
     index: int
     start: int
     stop: int
     offset: int
     nbytes: int
 
+    def __init__(self, index: int, start: int, stop: int, offset: int, nbytes: int) -> None:
+        init_field(self, "index", index)
+        init_field(self, "start", start)
+        init_field(self, "stop", stop)
+        init_field(self, "offset", offset)
+        init_field(self, "nbytes", nbytes)
 
-@dataclass(frozen=True)
-class ArrayMeta:
+
+class ArrayMeta(FrozenRecord):
     """What a receiver needs to rebuild a staged array (goes in the stream header)."""
 
+    __slots__ = ("dtype", "shape", "order", "piece_size")
     dtype: np.dtype[Any]
     shape: tuple[int, ...]
     order: Order
     piece_size: int
 
-    def __post_init__(self) -> None:
+    def __init__(self, dtype: np.dtype[Any], shape: tuple[int, ...], order: Order, piece_size: int) -> None:
+        init_field(self, "dtype", dtype)
+        init_field(self, "shape", shape)
+        init_field(self, "order", order)
+        init_field(self, "piece_size", piece_size)
+        self._check()
+
+    def _check(self) -> None:
         if self.dtype.hasobject:
             raise TypeError("device arrays cannot hold Python objects")
         if self.order not in ("C", "F") or self.piece_size < 1 or any(n < 0 for n in self.shape):

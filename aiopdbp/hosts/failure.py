@@ -67,6 +67,7 @@ from aiopdbp.hosts.channel import ControlChannel
 from aiopdbp.stall import StallWatch, WaitEdge
 from aiopdbp.transport.backoff import Backoff
 from aiopdbp.wire.control import DeadlockMsg, LostMsg, StallMsg, StopAckMsg, StopMsg
+from aiopdbp.records import FrozenRecord, init_field
 
 log = logging.getLogger("aiopdbp.hosts.failure")
 
@@ -82,16 +83,29 @@ class StopKind(enum.Enum):
     HOST_LOST = "host lost"          # a host went silent (liveness)
 
 
-@dataclasses.dataclass(frozen=True)
-class Stop:
+class Stop(FrozenRecord):
     """One reason to stop: ``rank`` is where it happened."""
 
+    __slots__ = ("kind", "rank", "signal", "message", "gp", "by")
     kind: StopKind
     rank: int
-    signal: int = 0
-    message: str = ""
-    gp: str = ""          # the GP the failure left, when known
-    by: int = -1          # the rank that failed ``rank`` for a protocol error (-1: it failed itself)
+    signal: int
+    message: str
+    gp: str  # the GP the failure left, when known
+    by: int  # the rank that failed ``rank`` for a protocol error (-1: it failed itself)
+
+    def __init__(self, kind: StopKind,
+                 rank: int,
+                 signal: int = 0,
+                 message: str = "",
+                 gp: str = "",
+                 by: int = -1) -> None:
+        init_field(self, "kind", kind)
+        init_field(self, "rank", rank)
+        init_field(self, "signal", signal)
+        init_field(self, "message", message)
+        init_field(self, "gp", gp)
+        init_field(self, "by", by)
 
     def describe(self) -> str:
         if self.kind is StopKind.INTERRUPTED:

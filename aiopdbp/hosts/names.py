@@ -60,7 +60,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import zlib
-from dataclasses import dataclass, field
 from typing import Any
 
 from aiopdbp.errors import (
@@ -86,6 +85,7 @@ from aiopdbp.wire.control import (
     TableMsg,
     TableReqMsg,
 )
+from aiopdbp.records import Record
 
 log = logging.getLogger("aiopdbp.hosts.names")
 
@@ -109,13 +109,18 @@ def pid_home(pid: int, size: int) -> int:
     return (pid - 1) % size
 
 
-@dataclass(slots=True)
-class _Record:
+class _Record(Record):
     """A home's record of one name."""
 
-    subs: set[int] = field(default_factory=set)   # hosts sent every update of it
-    reg: ProcReg | None = None      # its last registration, its pipe kept current
-    live: bool = False              # registered now (reg is kept after its free)
+    __slots__ = ("subs", "reg", "live")
+    subs: set[int]  # hosts sent every update of it
+    reg: ProcReg | None  # its last registration, its pipe kept current
+    live: bool  # registered now (reg is kept after its free)
+
+    def __init__(self, subs: set[int] | None = None, reg: ProcReg | None = None, live: bool = False) -> None:
+        self.subs = set() if subs is None else subs
+        self.reg = reg
+        self.live = live
 
 
 class NameService:

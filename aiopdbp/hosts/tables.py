@@ -33,10 +33,10 @@ from __future__ import annotations
 import enum
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from aiopdbp.errors import DuplicateProcessError, PDBPError, UnknownProcessError
+from aiopdbp.records import Record
 
 
 class NodeType(enum.IntEnum):
@@ -57,32 +57,60 @@ class PType(enum.IntEnum):
     COMM = 2
 
 
-@dataclass(slots=True)
-class NodeEntry:
+class NodeEntry(Record):
+    __slots__ = ("nid", "name", "ip", "ntype")
     nid: int
     name: str
     ip: str
     ntype: NodeType
 
+    def __init__(self, nid: int, name: str, ip: str, ntype: NodeType) -> None:
+        self.nid = nid
+        self.name = name
+        self.ip = ip
+        self.ntype = ntype
 
-@dataclass(slots=True)
-class ProcessEntry:
+
+class ProcessEntry(Record):
+    __slots__ = ("pid", "name", "ptype", "node", "pipe")
     pid: int
     name: str
     ptype: PType
     node: int
-    pipe: int | None = None  # PN: bound private pipe id
+    pipe: int | None  # PN: bound private pipe id
+
+    def __init__(self, pid: int, name: str, ptype: PType, node: int, pipe: int | None = None) -> None:
+        self.pid = pid
+        self.name = name
+        self.ptype = ptype
+        self.node = node
+        self.pipe = pipe
 
 
-@dataclass(slots=True)
-class StreamEntry:
-    pid: int          # destination GP
-    group: int        # source GP (the stream group)
-    sno: int          # stream number, unique per sending node
-    node: int         # sending node (sno is unique per node)
-    pipe_a: int       # public pipe on the sending host
-    pipe_b: int       # private pipe on the receiving host (-1 until bound there)
-    busy: bool = True
+class StreamEntry(Record):
+    __slots__ = ("pid", "group", "sno", "node", "pipe_a", "pipe_b", "busy")
+    pid: int  # destination GP
+    group: int  # source GP (the stream group)
+    sno: int  # stream number, unique per sending node
+    node: int  # sending node (sno is unique per node)
+    pipe_a: int  # public pipe on the sending host
+    pipe_b: int  # private pipe on the receiving host (-1 until bound there)
+    busy: bool
+
+    def __init__(self, pid: int,
+                 group: int,
+                 sno: int,
+                 node: int,
+                 pipe_a: int,
+                 pipe_b: int,
+                 busy: bool = True) -> None:
+        self.pid = pid
+        self.group = group
+        self.sno = sno
+        self.node = node
+        self.pipe_a = pipe_a
+        self.pipe_b = pipe_b
+        self.busy = busy
 
 
 # -- the updates, typed: what ``Tables.apply`` hands its listeners ------------

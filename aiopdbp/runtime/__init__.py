@@ -16,10 +16,39 @@ Imports: everything below (streams, routing, hosts, wire, pool, transport,
 device, the foundation); nothing above (sync, the tools).
 """
 
-from aiopdbp.runtime.cluster import open_cluster
-from aiopdbp.runtime.node import Node, open_node, run
-from aiopdbp.runtime.process import GP
-from aiopdbp.runtime.sgp import SGP
-from aiopdbp.runtime.stats import LinkStats, NodeStats
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Loaded on first use (PEP 562): a rank that imports aiopdbp.runtime.job (as
+# aiopdbp.run does) need not make the in-process cluster, SGPs or the stats.
+_EXPORTS: dict[str, str] = {
+    "open_cluster": "aiopdbp.runtime.cluster",
+    **dict.fromkeys(["Node", "open_node", "run"], "aiopdbp.runtime.node"),
+    "GP": "aiopdbp.runtime.process",
+    "SGP": "aiopdbp.runtime.sgp",
+    **dict.fromkeys(["LinkStats", "NodeStats"], "aiopdbp.runtime.stats"),
+}
 
 __all__ = ["GP", "SGP", "LinkStats", "Node", "NodeStats", "open_cluster", "open_node", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'aiopdbp.runtime' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from aiopdbp.runtime.cluster import open_cluster as open_cluster
+    from aiopdbp.runtime.node import Node as Node
+    from aiopdbp.runtime.node import open_node as open_node
+    from aiopdbp.runtime.node import run as run
+    from aiopdbp.runtime.process import GP as GP
+    from aiopdbp.runtime.sgp import SGP as SGP
+    from aiopdbp.runtime.stats import LinkStats as LinkStats
+    from aiopdbp.runtime.stats import NodeStats as NodeStats

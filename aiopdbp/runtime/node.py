@@ -38,7 +38,7 @@ import dataclasses
 import contextlib
 import socket
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiopdbp.arrays import KINDS
 from aiopdbp.device.backend import DeviceBackend
@@ -54,12 +54,13 @@ from aiopdbp.runtime.process import GP
 from aiopdbp.hosts.remote import Remote, RemoteConfig
 from aiopdbp.routing.arrivals import Arrivals
 from aiopdbp.routing.router import Router, Target
-from aiopdbp.runtime.sgp import SGP
 from aiopdbp.stall import DEFAULT_STALL_TIMEOUT, StallWatch, WaitEdge
-from aiopdbp.runtime.stats import NodeStats
 from aiopdbp.streams.table import StreamTable
 from aiopdbp.hosts.tables import NodeType, PType, Tables
 from aiopdbp.transport.base import Transport
+
+if TYPE_CHECKING:   # made on first use: a rank may never open an SGP or ask for stats
+    from aiopdbp.runtime.stats import NodeStats
 
 __all__ = ["DEFAULT_NAME_TIMEOUT", "Node", "open_node", "run"]
 
@@ -432,6 +433,8 @@ class Node:
                 self.devices.sgps.unbind(name)
             raise
         if bound is not None:
+            from aiopdbp.runtime.sgp import SGP
+
             sgp = SGP(self, name, pid, device=bound[0], stream=bound[1], to_device=to_device)
             self.devices.sgps.add(sgp)
             gp: GP = sgp
@@ -572,6 +575,8 @@ class Node:
     # -- diagnostics ---------------------------------------------------------------
     def stats(self) -> NodeStats:
         """A typed snapshot of the node's counters (see :class:`NodeStats`)."""
+        from aiopdbp.runtime.stats import NodeStats
+
         r = self._remote
         sent, received = r.message_counts() if r is not None else ({}, {})
         return NodeStats(

@@ -57,7 +57,6 @@ stream without synchronising.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import importlib.util
 import logging
 from collections.abc import AsyncGenerator, Callable
@@ -346,7 +345,7 @@ class DevicePath:
         info = backend.inspect(data, user)
         dt = device_dtype(data, info.dtype)
         if dt is not info.dtype:  # a tensor: its receivers get a tensor back (the wire name says so)
-            info = dataclasses.replace(info, dtype=dt)
+            info = info.replace(dtype=dt)
         after = [backend.record_event(info.stream)]
         own = self.sgps.get(gp.pid)
         if own is not None:

@@ -92,11 +92,11 @@ nothing is early and no END came) and :meth:`ReceiverProtocol.consumed`
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, fields
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 from aiopdbp.errors import ProtocolError
+from aiopdbp.records import Record
 
 __all__ = [
     "Aborted", "Action", "Break", "Cancel", "Close", "Consumed", "Credit", "Deliver", "Done",
@@ -143,197 +143,251 @@ _OPENING, _OPEN, _ENDING = StreamState.OPENING, StreamState.OPEN, StreamState.EN
 
 
 # ---------------------------------------------------------------- events
-class Event:
+class Event(Record):
     """Something that happened to a stream side (or, as an action, what to do).
 
-    Each kind is a dataclass that makes only its ``__init__``: equality and
-    repr are these, written once here, because every rank makes all the
-    kinds at import and each generated method is compiled there, one at a
-    time."""
+    Each kind is a mutable record (:mod:`aiopdbp.records`): its fields are
+    its ``__slots__``, its ``__init__`` is written out, equality and repr
+    are a dataclass's -- without the methods a dataclass compiles at import,
+    on every rank."""
 
     __slots__ = ()
-
-    def _values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, f.name) for f in fields(self))  # type: ignore[arg-type]
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._values() == other._values()
-
-    __hash__ = None  # type: ignore[assignment]  # (mutable records, as dataclasses with eq)
-
-    def __repr__(self) -> str:
-        values = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))  # type: ignore[arg-type]
-        return f"{type(self).__qualname__}({values})"
 
 
 Action = Event  # actions are plain records too
 
 
-@dataclass(slots=True, repr=False, eq=False)
 class Opened(Event):
     """Sender: the OPEN is routed; every segment goes after it."""
 
+    __slots__ = ()
 
-@dataclass(slots=True, repr=False, eq=False)
+
 class SendSegment(Event):
     """Sender: the next segment of ``nbytes`` (``staged``: carried outside
     the stream's CDUs, e.g. by device staging; it takes no credit)."""
 
+    __slots__ = ("nbytes", "staged")
     nbytes: int
-    staged: bool = False
+    staged: bool
+
+    def __init__(self, nbytes: int, staged: bool = False) -> None:
+        self.nbytes = nbytes
+        self.staged = staged
 
 
-@dataclass(slots=True, repr=False, eq=False)
 class SendWhole(Event):
     """Sender: the routed OPEN carried the whole stream, ``nbytes`` in one
     segment, and its END (``Opened``, a staged ``SendSegment``, ``End``)."""
 
+    __slots__ = ("nbytes",)
     nbytes: int
 
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
 
-@dataclass(slots=True, repr=False, eq=False)
+
 class Credit(Event):
     """Sender: the receiver consumed ``n`` segments."""
 
+    __slots__ = ("n",)
     n: int
 
+    def __init__(self, n: int) -> None:
+        self.n = n
 
-@dataclass(slots=True, repr=False, eq=False)
+
 class Done(Event):
     """Sender: the receiver took the whole stream (``error`` None) or gave up."""
 
-    error: str | None = None
+    __slots__ = ("error",)
+    error: str | None
+
+    def __init__(self, error: str | None = None) -> None:
+        self.error = error
 
 
-@dataclass(slots=True, repr=False, eq=False)
 class Cancel(Event):
     """Sender: this side gives up (cancelled, failed)."""
 
+    __slots__ = ("why",)
     why: str
 
+    def __init__(self, why: str) -> None:
+        self.why = why
 
-@dataclass(slots=True, repr=False, eq=False)
+
 class Open(Event):
     """Receiver: the stream's OPEN arrived."""
 
+    __slots__ = ()
 
-@dataclass(slots=True, repr=False, eq=False)
+
 class Segment(Event):
     """Receiver: segment ``segno`` arrived (``data`` is opaque here)."""
 
+    __slots__ = ("segno", "data", "nbytes")
     segno: int
     data: Any
     nbytes: int
 
+    def __init__(self, segno: int, data: Any, nbytes: int) -> None:
+        self.segno = segno
+        self.data = data
+        self.nbytes = nbytes
 
-@dataclass(slots=True, repr=False, eq=False)
+
 class Whole(Event):
     """Receiver: the OPEN carried the whole stream: segment 0 (``data``,
     ``nbytes``) and an END of one segment of ``nbytes``."""
 
+    __slots__ = ("data", "nbytes")
     data: Any
     nbytes: int
 
+    def __init__(self, data: Any, nbytes: int) -> None:
+        self.data = data
+        self.nbytes = nbytes
 
-@dataclass(slots=True, repr=False, eq=False)
+
 class End(Event):
     """Sender: emit the END.  Receiver: the END arrived (``nseg``
     segments, ``nbytes`` bytes were sent)."""
 
-    nseg: int = -1
-    nbytes: int = -1
-
-
-@dataclass(slots=True, repr=False, eq=False)
-class Abort(Event):
-    """Receiver: the sender's ABORT arrived."""
-
-    why: str
-
-
-@dataclass(slots=True, repr=False, eq=False)
-class Consumed(Event):
-    """Receiver: the GP took one delivered segment."""
-
-
-@dataclass(slots=True, repr=False, eq=False)
-class Close(Event):
-    """Receiver: this side gives up (``aclose()``, its GP left, a device error)."""
-
-    why: str
-
-
-@dataclass(slots=True, repr=False, eq=False)
-class Break(Event):
-    """Either side: the peer's host is gone or the node closes (nobody to tell)."""
-
-    why: str
-
-
-# --------------------------------------------------------------- actions
-@dataclass(slots=True, repr=False, eq=False)
-class EmitSegment(Event):
-    """Sender: put segment ``segno`` on the wire."""
-
-    segno: int
-
-
-@dataclass(slots=True, repr=False, eq=False)
-class EmitEnd(Event):
-    """Sender: put the END on the wire."""
-
+    __slots__ = ("nseg", "nbytes")
     nseg: int
     nbytes: int
 
+    def __init__(self, nseg: int = -1, nbytes: int = -1) -> None:
+        self.nseg = nseg
+        self.nbytes = nbytes
 
-@dataclass(slots=True, repr=False, eq=False)
+
+class Abort(Event):
+    """Receiver: the sender's ABORT arrived."""
+
+    __slots__ = ("why",)
+    why: str
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+class Consumed(Event):
+    """Receiver: the GP took one delivered segment."""
+
+    __slots__ = ()
+
+
+class Close(Event):
+    """Receiver: this side gives up (``aclose()``, its GP left, a device error)."""
+
+    __slots__ = ("why",)
+    why: str
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+class Break(Event):
+    """Either side: the peer's host is gone or the node closes (nobody to tell)."""
+
+    __slots__ = ("why",)
+    why: str
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+# --------------------------------------------------------------- actions
+class EmitSegment(Event):
+    """Sender: put segment ``segno`` on the wire."""
+
+    __slots__ = ("segno",)
+    segno: int
+
+    def __init__(self, segno: int) -> None:
+        self.segno = segno
+
+
+class EmitEnd(Event):
+    """Sender: put the END on the wire."""
+
+    __slots__ = ("nseg", "nbytes")
+    nseg: int
+    nbytes: int
+
+    def __init__(self, nseg: int, nbytes: int) -> None:
+        self.nseg = nseg
+        self.nbytes = nbytes
+
+
 class EmitAbort(Event):
     """Sender: put an ABORT on the wire (after segment ``segno`` - 1)."""
 
+    __slots__ = ("segno", "why")
     segno: int
     why: str
 
+    def __init__(self, segno: int, why: str) -> None:
+        self.segno = segno
+        self.why = why
 
-@dataclass(slots=True, repr=False, eq=False)
+
 class Finished(Event):
     """Either side: the stream was delivered whole."""
 
+    __slots__ = ()
 
-@dataclass(slots=True, repr=False, eq=False)
+
 class Fail(Event):
     """Sender: the stream failed at the receiver (or its host): report ``why``."""
 
+    __slots__ = ("why",)
     why: str
 
+    def __init__(self, why: str) -> None:
+        self.why = why
 
-@dataclass(slots=True, repr=False, eq=False)
+
 class Deliver(Event):
     """Receiver: hand ``data`` (the next segment in order) to the GP."""
 
+    __slots__ = ("data",)
     data: Any
 
+    def __init__(self, data: Any) -> None:
+        self.data = data
 
-@dataclass(slots=True, repr=False, eq=False)
+
 class Aborted(Event):
     """Receiver: the sender gave up (``why``)."""
 
+    __slots__ = ("why",)
     why: str
 
+    def __init__(self, why: str) -> None:
+        self.why = why
 
-@dataclass(slots=True, repr=False, eq=False)
+
 class SendDone(Event):
     """Receiver: tell the sender the stream is over (``error`` None: whole)."""
 
+    __slots__ = ("error",)
     error: str | None
 
+    def __init__(self, error: str | None) -> None:
+        self.error = error
 
-@dataclass(slots=True, repr=False, eq=False)
+
 class SendCredit(Event):
     """Receiver: give the sender ``n`` credits back."""
 
+    __slots__ = ("n",)
     n: int
+
+    def __init__(self, n: int) -> None:
+        self.n = n
 
 
 _NONE: tuple[Event, ...] = ()

@@ -18,7 +18,6 @@ no receiver ever holds a view of memory the sender may change after
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -29,6 +28,7 @@ from aiopdbp.routing.pipes import Pipe
 from aiopdbp.streams import protocol as sp
 from aiopdbp.streams.protocol import StreamState
 from aiopdbp.wire.mesp import CDU, StreamOp
+from aiopdbp.records import Record
 
 __all__ = ["DEFAULT_SEGMENT", "EAGER_LIMIT", "LAND_MAX", "IncomingStream", "StreamMeta", "StreamOwner", "StreamState",
            "describe", "is_array"]
@@ -49,18 +49,35 @@ class StreamOwner(Protocol):
     def give_credit(self, stream: IncomingStream, segments: int) -> None: ...
 
 
-@dataclass(slots=True)
-class StreamMeta:
+class StreamMeta(Record):
     """What the OPEN of a stream announces."""
 
-    kind: str = "bytes"                    # "bytes" or "ndarray"
-    nbytes: int | None = None              # total bytes; None: unknown (an iterable source)
-    dtype: np.dtype[Any] | None = None     # array and device streams: the element type; None: bytes
-    shape: tuple[int | None, ...] = ()     # ndarray streams: first axis None when unknown
-    com: int = 0
-    borrowed: bool = False                 # segments are views of sender memory that may change
-    extra: dict[str, Any] = field(default_factory=dict)
-    window: int = 0                        # remote sender's credit window (segments), 0: none
+    __slots__ = ("kind", "nbytes", "dtype", "shape", "com", "borrowed", "extra", "window")
+    kind: str  # "bytes" or "ndarray"
+    nbytes: int | None  # total bytes; None: unknown (an iterable source)
+    dtype: np.dtype[Any] | None  # array and device streams: the element type; None: bytes
+    shape: tuple[int | None, ...]  # ndarray streams: first axis None when unknown
+    com: int
+    borrowed: bool  # segments are views of sender memory that may change
+    extra: dict[str, Any]
+    window: int  # remote sender's credit window (segments), 0: none
+
+    def __init__(self, kind: str = "bytes",
+                 nbytes: int | None = None,
+                 dtype: np.dtype[Any] | None = None,
+                 shape: tuple[int | None, ...] = (),
+                 com: int = 0,
+                 borrowed: bool = False,
+                 extra: dict[str, Any] | None = None,
+                 window: int = 0) -> None:
+        self.kind = kind
+        self.nbytes = nbytes
+        self.dtype = dtype
+        self.shape = shape
+        self.com = com
+        self.borrowed = borrowed
+        self.extra = {} if extra is None else extra
+        self.window = window
 
     def to_wire(self) -> dict[str, Any]:
         # on the wire an unknown size is -1 and an unknown length 0

@@ -35,12 +35,12 @@ spreads a lost host's name from the rank that noticed it.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, ClassVar, Protocol
 
 from aiopdbp.wire.codec import decode, encode_control
 from aiopdbp.wire.mesp import Buffer, Control, MsgType
 from aiopdbp.errors import ProtocolError
+from aiopdbp.records import FrozenRecord, init_field
 
 __all__ = [
     "AAPMsg", "APipeMsg", "ARMsg", "ByeMsg", "CancelMsg", "ControlHandler", "CreditAskMsg", "CreditMsg",
@@ -80,25 +80,17 @@ class ControlHandler(Protocol):
     def on_lost(self, src: int, msg: LostMsg) -> None: ...
 
 
-class CtrlMsg:
+class CtrlMsg(FrozenRecord):
     """Base of the control message classes: frame in, frame out, one handler.
 
-    Each kind is a frozen dataclass that makes only its ``__init__``: the
-    equality, hash and repr of a dataclass are these, written once here,
-    because every rank makes all the kinds at import and each generated
-    method is compiled there, one at a time."""
+    Each kind is a frozen record (:mod:`aiopdbp.records`): its fields are
+    its ``__slots__``, its ``__init__`` is written out, and equality, hash
+    and repr are a frozen dataclass's -- without the methods a dataclass
+    compiles at import, on every rank."""
 
     TYPE: ClassVar[MsgType]
     HANDLER: ClassVar[str]
     __slots__ = ()
-
-    @classmethod
-    def field_names(cls) -> tuple[str, ...]:
-        """The body's keys: the dataclass fields, in order."""
-        names = _FIELD_NAMES.get(cls)
-        if names is None:
-            names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
-        return names
 
     def body(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.field_names()}
@@ -110,28 +102,10 @@ class CtrlMsg:
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
         """Build from a body the codec checked against the schema."""
-        return cls(**{name: body[name] for name in cls.field_names()})
+        return cls(*[body[name] for name in cls.field_names()])
 
     def handle(self, handler: ControlHandler, src: int) -> None:
         getattr(handler, self.HANDLER)(src, self)
-
-    def _values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in self.field_names())
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._values() == other._values()
-
-    def __hash__(self) -> int:
-        return hash(self._values())
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.field_names())
-        return f"{type(self).__qualname__}({fields})"
-
-
-_FIELD_NAMES: dict[type[CtrlMsg], tuple[str, ...]] = {}
 
 
 _CLASSES: dict[MsgType, type[CtrlMsg]] = {}
@@ -154,84 +128,123 @@ def _pairs(value: Any, what: str) -> list[tuple[int, int]]:
 
 # --------------------------------------------------------- paper kinds (CMP)
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class RegMsg(CtrlMsg):
     """Register GP ``name`` living on host ``node`` (``pipe`` -1: none yet)."""
 
     TYPE: ClassVar[MsgType] = MsgType.REG
     HANDLER: ClassVar[str] = "on_reg"
+
+    __slots__ = ("req", "name", "ptype", "node", "pipe")
     req: int
     name: str
     ptype: int
     node: int
     pipe: int
 
+    def __init__(self, req: int, name: str, ptype: int, node: int, pipe: int) -> None:
+        init_field(self, "req", req)
+        init_field(self, "name", name)
+        init_field(self, "ptype", ptype)
+        init_field(self, "node", node)
+        init_field(self, "pipe", pipe)
+
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class ARMsg(CtrlMsg):
     """Answer to :class:`RegMsg`: the pid, or why not (``etype``: error class)."""
 
     TYPE: ClassVar[MsgType] = MsgType.AR
     HANDLER: ClassVar[str] = "on_ar"
+
+    __slots__ = ("req", "ok", "pid", "error", "etype")
     req: int
     ok: bool
     pid: int
     error: str
     etype: str
 
+    def __init__(self, req: int, ok: bool, pid: int, error: str, etype: str) -> None:
+        init_field(self, "req", req)
+        init_field(self, "ok", ok)
+        init_field(self, "pid", pid)
+        init_field(self, "error", error)
+        init_field(self, "etype", etype)
+
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class APipeMsg(CtrlMsg):
     """Bind pipe ``pipe`` of the GP's host to GP ``pid``."""
 
     TYPE: ClassVar[MsgType] = MsgType.APIPE
     HANDLER: ClassVar[str] = "on_apipe"
+
+    __slots__ = ("req", "pid", "pipe")
     req: int
     pid: int
     pipe: int
 
+    def __init__(self, req: int, pid: int, pipe: int) -> None:
+        init_field(self, "req", req)
+        init_field(self, "pid", pid)
+        init_field(self, "pipe", pipe)
+
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class ReleaseMsg(CtrlMsg):
     """Release GP ``pid``'s pipe; with ``free`` also unregister the GP."""
 
     TYPE: ClassVar[MsgType] = MsgType.RELEASE
     HANDLER: ClassVar[str] = "on_release"
+
+    __slots__ = ("req", "pid", "free")
     req: int
     pid: int
     free: bool
 
+    def __init__(self, req: int, pid: int, free: bool) -> None:
+        init_field(self, "req", req)
+        init_field(self, "pid", pid)
+        init_field(self, "free", free)
+
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class AAPMsg(CtrlMsg):
     """Answer to :class:`APipeMsg` and :class:`ReleaseMsg`."""
 
     TYPE: ClassVar[MsgType] = MsgType.AAP
     HANDLER: ClassVar[str] = "on_aap"
+
+    __slots__ = ("req", "ok", "pipe", "error")
     req: int
     ok: bool
     pipe: int
     error: str
 
+    def __init__(self, req: int, ok: bool, pipe: int, error: str) -> None:
+        init_field(self, "req", req)
+        init_field(self, "ok", ok)
+        init_field(self, "pipe", pipe)
+        init_field(self, "error", error)
+
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class CancelMsg(CtrlMsg):
     """The requester of ``req`` gave up: undo what it did to GP ``pid``
     (free a GP registered for it, release a pipe bound for it)."""
 
     TYPE: ClassVar[MsgType] = MsgType.CANCEL
     HANDLER: ClassVar[str] = "on_cancel"
+
+    __slots__ = ("req", "pid")
     req: int
     pid: int
 
+    def __init__(self, req: int, pid: int) -> None:
+        init_field(self, "req", req)
+        init_field(self, "pid", pid)
+
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class HInfoMsg(CtrlMsg):
     """Hosts' info ``[nid, name, ip, ntype]``: one entry from a host to rank
     0 (S-HOSTInfo), every host's from rank 0 (ALL-HOSTInfo); ``gp_window``:
@@ -239,8 +252,14 @@ class HInfoMsg(CtrlMsg):
 
     TYPE: ClassVar[MsgType] = MsgType.HINFO
     HANDLER: ClassVar[str] = "on_hinfo"
+
+    __slots__ = ("hosts", "gp_window")
     hosts: list[list[Any]]
     gp_window: int
+
+    def __init__(self, hosts: list[list[Any]], gp_window: int) -> None:
+        init_field(self, "hosts", hosts)
+        init_field(self, "gp_window", gp_window)
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
@@ -256,62 +275,88 @@ class HInfoMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class MBInfoMsg(CtrlMsg):
     """All GP-pipe bindings (ALL-MBInfo): ``[pid, name, ptype, node, pipe]``."""
 
     TYPE: ClassVar[MsgType] = MsgType.MBINFO
     HANDLER: ClassVar[str] = "on_mbinfo"
+
+    __slots__ = ("bindings",)
     bindings: list[list[Any]]
+
+    def __init__(self, bindings: list[list[Any]]) -> None:
+        init_field(self, "bindings", bindings)
 
 
 # ---------------------------------------------------------- runtime kinds
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class TableMsg(CtrlMsg):
     """A table update from the home host of the name it changes (``seq`` 0)
     or from rank 0."""
 
     TYPE: ClassVar[MsgType] = MsgType.TABLE
     HANDLER: ClassVar[str] = "on_table"
+
+    __slots__ = ("seq", "op", "args")
     seq: int
     op: str
     args: list[Any]
 
+    def __init__(self, seq: int, op: str, args: list[Any]) -> None:
+        init_field(self, "seq", seq)
+        init_field(self, "op", op)
+        init_field(self, "args", args)
+
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class TableReqMsg(CtrlMsg):
     """A table update asked of rank 0 that has no paper message of its own
     (and the updates a host asks for without waiting: ``commit_nowait``)."""
 
     TYPE: ClassVar[MsgType] = MsgType.TABLE_REQ
     HANDLER: ClassVar[str] = "on_table_req"
+
+    __slots__ = ("req", "op", "args")
     req: int
     op: str
     args: list[Any]
 
+    def __init__(self, req: int, op: str, args: list[Any]) -> None:
+        init_field(self, "req", req)
+        init_field(self, "op", op)
+        init_field(self, "args", args)
+
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class TableAckMsg(CtrlMsg):
     """Rank 0's answer to :class:`TableReqMsg` (after its broadcast)."""
 
     TYPE: ClassVar[MsgType] = MsgType.TABLE_ACK
     HANDLER: ClassVar[str] = "on_table_ack"
+
+    __slots__ = ("req", "ok", "error")
     req: int
     ok: bool
     error: str
 
+    def __init__(self, req: int, ok: bool, error: str) -> None:
+        init_field(self, "req", req)
+        init_field(self, "ok", ok)
+        init_field(self, "error", error)
+
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class CreditMsg(CtrlMsg):
     """Per-destination credit: ``(pid, bytes)`` the sender may send again."""
 
     TYPE: ClassVar[MsgType] = MsgType.CREDIT
     HANDLER: ClassVar[str] = "on_credit"
+
+    __slots__ = ("grants",)
     grants: list[tuple[int, int]]
+
+    def __init__(self, grants: list[tuple[int, int]]) -> None:
+        init_field(self, "grants", grants)
 
     def body(self) -> dict[str, Any]:
         return {"grants": [list(g) for g in self.grants]}
@@ -340,14 +385,18 @@ def credit_frame(grants: list[tuple[int, int]]) -> bytes:
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class CreditAskMsg(CtrlMsg):
     """Senders are parked for credit towards ``pids``: return what is owed
     below the threshold once those GPs have taken what waits for them."""
 
     TYPE: ClassVar[MsgType] = MsgType.CREDIT_ASK
     HANDLER: ClassVar[str] = "on_credit_ask"
+
+    __slots__ = ("pids",)
     pids: list[int]
+
+    def __init__(self, pids: list[int]) -> None:
+        init_field(self, "pids", pids)
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
@@ -370,15 +419,20 @@ def _edges(value: Any, what: str) -> list[list[Any]]:
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class StallMsg(CtrlMsg):
     """A rank's view for rank 0's deadlock detector: its stale waits
     (``edges``) and its GPs that hold data and do not read (``idle``)."""
 
     TYPE: ClassVar[MsgType] = MsgType.STALL
     HANDLER: ClassVar[str] = "on_stall"
+
+    __slots__ = ("edges", "idle")
     edges: list[list[Any]]
     idle: list[str]
+
+    def __init__(self, edges: list[list[Any]], idle: list[str]) -> None:
+        init_field(self, "edges", edges)
+        init_field(self, "idle", idle)
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
@@ -389,13 +443,17 @@ class StallMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class DeadlockMsg(CtrlMsg):
     """Rank 0 found this cycle of waits (edges as in :class:`StallMsg`)."""
 
     TYPE: ClassVar[MsgType] = MsgType.DEADLOCK
     HANDLER: ClassVar[str] = "on_deadlock"
+
+    __slots__ = ("cycle",)
     cycle: list[list[Any]]
+
+    def __init__(self, cycle: list[list[Any]]) -> None:
+        init_field(self, "cycle", cycle)
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
@@ -406,28 +464,41 @@ class DeadlockMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class StreamDoneMsg(CtrlMsg):
     """Stream ``(node, sno)``'s receiver took it all (``ok``) or gave up."""
 
     TYPE: ClassVar[MsgType] = MsgType.STREAM_DONE
     HANDLER: ClassVar[str] = "on_stream_done"
+
+    __slots__ = ("node", "sno", "ok", "error")
     node: int
     sno: int
     ok: bool
     error: str
 
+    def __init__(self, node: int, sno: int, ok: bool, error: str) -> None:
+        init_field(self, "node", node)
+        init_field(self, "sno", sno)
+        init_field(self, "ok", ok)
+        init_field(self, "error", error)
+
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class StreamCreditMsg(CtrlMsg):
     """Stream ``(node, sno)``'s receiver consumed ``segments`` segments."""
 
     TYPE: ClassVar[MsgType] = MsgType.STREAM_CREDIT
     HANDLER: ClassVar[str] = "on_stream_credit"
+
+    __slots__ = ("node", "sno", "segments")
     node: int
     sno: int
     segments: int
+
+    def __init__(self, node: int, sno: int, segments: int) -> None:
+        init_field(self, "node", node)
+        init_field(self, "sno", sno)
+        init_field(self, "segments", segments)
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
@@ -437,7 +508,6 @@ class StreamCreditMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class StreamDonesMsg(CtrlMsg):
     """Streams ``(node, sno)``, one per ``sno`` of ``snos``: their receivers
     took them whole.  The DONEs of one loop iteration to one host travel in
@@ -445,8 +515,14 @@ class StreamDonesMsg(CtrlMsg):
 
     TYPE: ClassVar[MsgType] = MsgType.STREAM_DONES
     HANDLER: ClassVar[str] = "on_stream_dones"
+
+    __slots__ = ("node", "snos")
     node: int
     snos: list[int]
+
+    def __init__(self, node: int, snos: list[int]) -> None:
+        init_field(self, "node", node)
+        init_field(self, "snos", snos)
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
@@ -457,28 +533,40 @@ class StreamDonesMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class ByeMsg(CtrlMsg):
     """Graceful close: the sender sent ``sent`` data messages to this host."""
 
     TYPE: ClassVar[MsgType] = MsgType.BYE
     HANDLER: ClassVar[str] = "on_bye"
+
+    __slots__ = ("sent",)
     sent: int
+
+    def __init__(self, sent: int) -> None:
+        init_field(self, "sent", sent)
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class StopMsg(CtrlMsg):
     """Rank ``rank`` stops the job: ``kind`` "failed" or "interrupted";
     ``gp`` names the GP a failure left ("" when not known)."""
 
     TYPE: ClassVar[MsgType] = MsgType.ERROR
     HANDLER: ClassVar[str] = "on_stop"
+
+    __slots__ = ("kind", "rank", "signal", "message", "gp")
     kind: str
     rank: int
     signal: int
     message: str
-    gp: str = ""
+    gp: str
+
+    def __init__(self, kind: str, rank: int, signal: int, message: str, gp: str = "") -> None:
+        init_field(self, "kind", kind)
+        init_field(self, "rank", rank)
+        init_field(self, "signal", signal)
+        init_field(self, "message", message)
+        init_field(self, "gp", gp)
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
@@ -488,17 +576,20 @@ class StopMsg(CtrlMsg):
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class StopAckMsg(CtrlMsg):
     """Rank ``rank`` heard of a failure and stops."""
 
     TYPE: ClassVar[MsgType] = MsgType.STOP_ACK
     HANDLER: ClassVar[str] = "on_stop_ack"
+
+    __slots__ = ("rank",)
     rank: int
+
+    def __init__(self, rank: int) -> None:
+        init_field(self, "rank", rank)
 
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class RelayMsg(CtrlMsg):
     """A control frame from host ``origin`` for host ``dest``, passed hop by
     hop along the hosts' tree (:mod:`aiopdbp.hosts.sequencer`) so that rank 0
@@ -506,13 +597,19 @@ class RelayMsg(CtrlMsg):
 
     TYPE: ClassVar[MsgType] = MsgType.RELAY
     HANDLER: ClassVar[str] = "on_relay"
+
+    __slots__ = ("origin", "dest", "frame")
     origin: int
     dest: int
     frame: bytes
 
+    def __init__(self, origin: int, dest: int, frame: bytes) -> None:
+        init_field(self, "origin", origin)
+        init_field(self, "dest", dest)
+        init_field(self, "frame", frame)
+
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class LookupMsg(CtrlMsg):
     """To a name's home host: send this host GP ``name``'s registration and
     every later update of it (``pid`` 0); or, ``name`` empty, the name of GP
@@ -520,12 +617,17 @@ class LookupMsg(CtrlMsg):
 
     TYPE: ClassVar[MsgType] = MsgType.LOOKUP
     HANDLER: ClassVar[str] = "on_lookup"
+
+    __slots__ = ("name", "pid")
     name: str
     pid: int
 
+    def __init__(self, name: str, pid: int) -> None:
+        init_field(self, "name", name)
+        init_field(self, "pid", pid)
+
 
 @_register
-@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class LostMsg(CtrlMsg):
     """Rank ``origin`` noticed that rank ``rank`` is lost (``message``: its
     error); the receiver passes it on to the ``span`` ring positions that
@@ -533,10 +635,18 @@ class LostMsg(CtrlMsg):
 
     TYPE: ClassVar[MsgType] = MsgType.LOST
     HANDLER: ClassVar[str] = "on_lost"
+
+    __slots__ = ("rank", "origin", "span", "message")
     rank: int
     origin: int
     span: int
     message: str
+
+    def __init__(self, rank: int, origin: int, span: int, message: str) -> None:
+        init_field(self, "rank", rank)
+        init_field(self, "origin", origin)
+        init_field(self, "span", span)
+        init_field(self, "message", message)
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> CtrlMsg:

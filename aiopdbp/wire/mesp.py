@@ -42,13 +42,13 @@ its :class:`Kind` and stream :class:`StreamOp`), the level-1 message types
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import struct
 from collections.abc import Sequence
 from typing import Any, Union
 
 from aiopdbp.errors import ProtocolError
+from aiopdbp.records import FrozenRecord, Record, init_field
 
 # What the runtime passes around as frames and frame parts.  Any C-contiguous
 # buffer (an ndarray, array.array, mmap) also works at run time; the alias is
@@ -133,42 +133,81 @@ class Payload(enum.IntEnum):
     PICKLE = 3
 
 
-@dataclasses.dataclass(slots=True)
-class CDU:
+class CDU(Record):
     """The patent's 10-tuple plus the stream sub-op."""
 
+    __slots__ = ("kind", "source_p", "dest_ps", "data", "com", "id", "sno", "segno", "source_n", "dest_ns", "op")
     kind: Kind
     source_p: int  # Pid of the sending GP (u32)
     dest_ps: tuple[int, ...]  # Pids of the destination GPs, a set for multicast
-    data: Any = None  # None, bytes-like, numpy.ndarray, or (opt-in) picklable
-    com: int = 0  # command code (u32)
-    id: int = 0  # u64
-    sno: int = 0  # stream number (u32)
-    segno: int = 0  # segment number (u32)
-    source_n: int = 0  # source node (u32)
-    dest_ns: tuple[int, ...] = ()  # destination nodes set (u32 each)
-    op: StreamOp = StreamOp.SEGMENT
+    data: Any  # None, bytes-like, numpy.ndarray, or (opt-in) picklable
+    com: int  # command code (u32)
+    id: int  # u64
+    sno: int  # stream number (u32)
+    segno: int  # segment number (u32)
+    source_n: int  # source node (u32)
+    dest_ns: tuple[int, ...]  # destination nodes set (u32 each)
+    op: StreamOp
+
+    def __init__(self, kind: Kind,
+                 source_p: int,
+                 dest_ps: tuple[int, ...],
+                 data: Any = None,
+                 com: int = 0,
+                 id: int = 0,
+                 sno: int = 0,
+                 segno: int = 0,
+                 source_n: int = 0,
+                 dest_ns: tuple[int, ...] = (),
+                 op: StreamOp = StreamOp.SEGMENT) -> None:
+        self.kind = kind
+        self.source_p = source_p
+        self.dest_ps = dest_ps
+        self.data = data
+        self.com = com
+        self.id = id
+        self.sno = sno
+        self.segno = segno
+        self.source_n = source_n
+        self.dest_ns = dest_ns
+        self.op = op
 
 
-@dataclasses.dataclass(slots=True, frozen=True)
-class Control:
+class Control(FrozenRecord):
     """One CMP message: a type and a msgpack-able body."""
 
+    __slots__ = ("type", "body")
     type: MsgType
     body: dict[str, Any]
 
+    def __init__(self, type: MsgType, body: dict[str, Any]) -> None:
+        init_field(self, "type", type)
+        init_field(self, "body", body)
 
-@dataclasses.dataclass(slots=True, frozen=True)
-class Limits:
+
+class Limits(FrozenRecord):
     """Caps that bound what a decoder accepts (and an encoder produces)."""
 
-    max_frame: int = 1 << 30  # body bytes of one frame
-    max_dests: int = 4096  # entries in each of dest_ns / dest_ps
-    max_ndim: int = 32
-    max_pickle_buffers: int = 256
-    max_control: int = 1 << 20  # body bytes of a control frame
+    __slots__ = ("max_frame", "max_dests", "max_ndim", "max_pickle_buffers", "max_control")
+    max_frame: int  # body bytes of one frame
+    max_dests: int  # entries in each of dest_ns / dest_ps
+    max_ndim: int
+    max_pickle_buffers: int
+    max_control: int  # body bytes of a control frame
 
-    def __post_init__(self) -> None:
+    def __init__(self, max_frame: int = 1 << 30,
+                 max_dests: int = 4096,
+                 max_ndim: int = 32,
+                 max_pickle_buffers: int = 256,
+                 max_control: int = 1 << 20) -> None:
+        init_field(self, "max_frame", max_frame)
+        init_field(self, "max_dests", max_dests)
+        init_field(self, "max_ndim", max_ndim)
+        init_field(self, "max_pickle_buffers", max_pickle_buffers)
+        init_field(self, "max_control", max_control)
+        self._check()
+
+    def _check(self) -> None:
         # Each cap must fit the wire field that carries the value.
         for name, top in (("max_frame", 0xFFFFFFFF), ("max_dests", 0xFFFF), ("max_ndim", 64),
                           ("max_pickle_buffers", 0xFFFF), ("max_control", 0xFFFFFFFF)):
