@@ -165,7 +165,7 @@ class Remote:
                                cfg.threshold, local=rank)
         self.channel = ControlChannel(transport)
         self.sequencer = Sequencer(rank, size, tables, self.channel, gp_window=cfg.gp_window,
-                                   reply_timeout=cfg.close_timeout)
+                                   reply_timeout=cfg.close_timeout, deliver=arrivals.deliver_carried)
         self.credit = Credit(rank, size, transport, self.pool.send, self.channel, arrivals, streams,
                              window=self.sequencer.window, block_size=cfg.block_size, large=cfg.large,
                              max_inflight=cfg.max_inflight, allow_pickle=allow_pickle,
@@ -255,6 +255,7 @@ class Remote:
 
     def _break_host(self, host: int, exc: BaseException) -> None:
         self.credit.fail(host, exc)
+        self.sequencer.names.break_host(host, exc)
         self._streams.break_host(host, exc)
 
     # ------------------------- what the node, the router and the arrivals use

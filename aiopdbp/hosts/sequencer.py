@@ -35,7 +35,7 @@ from typing import Any
 
 from aiopdbp.errors import HandshakeError, PDBPError, ProtocolError
 from aiopdbp.hosts.channel import ControlChannel
-from aiopdbp.hosts.names import NameService
+from aiopdbp.hosts.names import DeliverFn, NameService
 from aiopdbp.hosts.tables import NodeType, Tables
 from aiopdbp.wire.control import CtrlMsg, HInfoMsg, MBInfoMsg, RelayMsg, decode_control
 
@@ -79,7 +79,7 @@ class Sequencer:
     """This host's replica of the tables, kept in rank 0's order."""
 
     def __init__(self, rank: int, size: int, tables: Tables, channel: ControlChannel, *,
-                 gp_window: int, reply_timeout: float = 60.0) -> None:
+                 gp_window: int, reply_timeout: float = 60.0, deliver: DeliverFn | None = None) -> None:
         self.rank = rank
         self.reply_timeout = reply_timeout
         self.size = size
@@ -87,7 +87,7 @@ class Sequencer:
         self._channel = channel
         self._gp_window = gp_window
         #: the GP names: homed by hash, not sequenced here (aiopdbp.hosts.names)
-        self.names = NameService(rank, size, tables, channel, reply_timeout=reply_timeout)
+        self.names = NameService(rank, size, tables, channel, reply_timeout=reply_timeout, deliver=deliver)
         self._hinfo: dict[int, list[Any]] = {}    # host -> its info, of this host's subtree
         self._kids = children(rank, size)
         self._reported: set[int] = set()          # the children whose subtree's info came

@@ -60,6 +60,7 @@ from aiopdbp.runtime.stats import NodeStats
 from aiopdbp.streams.table import StreamTable
 from aiopdbp.hosts.tables import NodeType, PType, Tables
 from aiopdbp.transport.base import Transport
+from aiopdbp.wire.mesp import Kind
 
 __all__ = ["DEFAULT_NAME_TIMEOUT", "Node", "open_node", "run"]
 
@@ -195,7 +196,8 @@ class Node:
                              submit=self.manager.submit, offer=self.manager.offer,
                              queued=self.manager.queued, links=self._link if multi else None,
                              want=self._want if multi else None,
-                             want_pid=self._want_pid if multi else None)
+                             want_pid=self._want_pid if multi else None,
+                             carry=self._carry if multi else None)
         #: what other hosts send, into the GPs' pipes, and the credit it owes them
         self.arrivals = Arrivals(self.tables, self.router.targets, self.rank, window=cfg.gp_window,
                                  bind_timeout=cfg.bind_timeout, grant=self._grant if multi else None,
@@ -240,6 +242,11 @@ class Node:
     def _want(self, name: str) -> None:
         if self._remote is not None:
             self._remote.sequencer.names.want(name)
+
+    async def _carry(self, name: str, fields: tuple[str, Kind, int, Any, int]) -> bool:
+        if self._remote is None:
+            return False
+        return await self._remote.sequencer.names.carry(name, fields)
 
     def _want_pid(self, pid: int) -> None:
         if self._remote is not None:

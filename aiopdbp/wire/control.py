@@ -29,7 +29,8 @@ to the hosts that use the name), ``TableReqMsg``/``TableAckMsg`` (any other tabl
 and ``DeadlockMsg`` (:mod:`aiopdbp.stall`), ``StreamDoneMsg``,
 ``StreamDonesMsg``, ``StreamCreditMsg``, ``ByeMsg``, ``StopMsg`` and ``StopAckMsg``;
 ``RelayMsg`` carries a host's info up the hosts' tree; ``LookupMsg`` asks
-a name's home host for the name (:mod:`aiopdbp.hosts.names`); ``LostMsg``
+a name's home host for the name (:mod:`aiopdbp.hosts.names`), and ``CarryMsg``
+does so carrying a first message to it; ``LostMsg``
 spreads a lost host's name from the rank that noticed it.
 """
 
@@ -45,7 +46,7 @@ from aiopdbp.errors import ProtocolError
 __all__ = [
     "AAPMsg", "APipeMsg", "ARMsg", "ByeMsg", "CancelMsg", "ControlHandler", "CreditAskMsg", "CreditMsg",
     "CtrlMsg", "DeadlockMsg", "StallMsg",
-    "HInfoMsg", "LookupMsg", "LostMsg", "MBInfoMsg", "RegMsg", "RelayMsg", "ReleaseMsg", "StopAckMsg",
+    "CarryMsg", "HInfoMsg", "LookupMsg", "LostMsg", "MBInfoMsg", "RegMsg", "RelayMsg", "ReleaseMsg", "StopAckMsg",
     "StopMsg", "StreamCreditMsg",
     "StreamDoneMsg", "StreamDonesMsg", "TableAckMsg", "TableMsg", "TableReqMsg", "credit_frame", "decode_control",
 ]
@@ -77,6 +78,7 @@ class ControlHandler(Protocol):
     def on_stop_ack(self, src: int, msg: StopAckMsg) -> None: ...
     def on_relay(self, src: int, msg: RelayMsg) -> None: ...
     def on_lookup(self, src: int, msg: LookupMsg) -> None: ...
+    def on_carry(self, src: int, msg: CarryMsg) -> None: ...
     def on_lost(self, src: int, msg: LostMsg) -> None: ...
 
 
@@ -522,6 +524,32 @@ class LookupMsg(CtrlMsg):
     HANDLER: ClassVar[str] = "on_lookup"
     name: str
     pid: int
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
+class CarryMsg(CtrlMsg):
+    """A lookup of GP ``name`` that carries the first message to it
+    (:mod:`aiopdbp.hosts.names`, "Carried first messages"): to the name's
+    home (``pid`` 0), which subscribes the sender's host as ``LookupMsg``
+    does; then from the home to the GP's host (``pid``: the GP, ``origin``:
+    the sender's host), which delivers it and answers ``origin`` with
+    ``TableAckMsg(req)``.  The message: ``source``/``spid`` (the sending
+    GP), ``kind``, ``com``, ``data``; ``rows``: the sending GP's
+    registration, as a ``proc_names`` announcement carries it."""
+
+    TYPE: ClassVar[MsgType] = MsgType.CARRY
+    HANDLER: ClassVar[str] = "on_carry"
+    req: int
+    origin: int
+    name: str
+    pid: int
+    source: str
+    spid: int
+    kind: int
+    com: int
+    data: bytes
+    rows: list[Any]
 
 
 @_register
