@@ -356,7 +356,7 @@ async def test_a_first_message_goes_with_the_lookup_of_its_name_and_is_passed_on
             sent = [{h: kinds for h, kinds in s.items() if kinds} for s in sent]
             assert sent[sender] == {home: {"CarryMsg": 1}}
             assert sent[home] == {sender: {"TableMsg": 1}, receiver: {"CarryMsg": 1}}
-            assert sent[receiver] == {sender: {"TableAckMsg": 1}}
+            assert sent[receiver] == {sender: {"CarriedMsg": 1}}
 
 
 @pytest.mark.timeout(60)
@@ -370,7 +370,7 @@ async def test_a_first_message_to_a_name_not_registered_yet_arrives_once_after_i
         async with nodes[sender].process("late-src") as a:
             send = asyncio.create_task(a.send(dst_name, b"once", timeout=20))
             # the home said no (nothing to pass it on to): the send waits for the name
-            await _until(lambda: nodes[sender].stats().messages_received.get(home, {}).get("TableAckMsg") == 1,
+            await _until(lambda: nodes[sender].stats().messages_received.get(home, {}).get("CarriedMsg") == 1,
                          "the home's answer to the carried lookup")
             assert not send.done()
             async with nodes[receiver].process(dst_name) as b:

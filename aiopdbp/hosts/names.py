@@ -48,23 +48,11 @@ free since frees it).  A freed name so fails there once the free has
 reached the host, as before: an announced row stands only for the one round
 trip that a lookup would have waited.
 
-*Carried first messages* (so that a first message to a name this host
-does not know takes two hops, not a lookup's round trip and then one).  A
-send that would wait for a name this host has not asked for yet, of a
-``bytes`` payload of at most :data:`CARRY_MAX` bytes, carries the message
-with the lookup (:meth:`NameService.carry`, ``CarryMsg``): the home
-subscribes the host as for ``LookupMsg`` and, when the name is registered
-with a pipe on a third host (or on the home), passes the message on to it
-(``CarryMsg`` with the GP's pid), which puts it in the GP's pipe and answers
-the sender's host (``TableAckMsg``); else the home answers no, and the
-sender sends it as any other once the name's answer has come.  The send
-returns when the answer comes, so nothing the sending GP sends next (to
-the GP's host, directly) can overtake it: per-pair order holds.  A carried
-message travels outside credit -- the GP's host takes it past its pipe's
-capacity -- bounded by one per sending task and :data:`CARRY_MAX`.  It also
-carries its sender's registration row (as an announcement does), so that an
-answer need not look the sender up.  A host lost on the way fails the send
-as every pending request fails (the job stops), or after ``reply_timeout``.
+*Carried first messages.*  A first send to a name this host has not asked
+for may carry its message with the lookup (:mod:`aiopdbp.hosts.carry`):
+:meth:`NameService.want` sends that ``CarryMsg`` instead of ``LookupMsg``,
+and the home, having subscribed the host as for any lookup, passes the
+message on (:meth:`NameService.homed` says to where).
 
 *Bounded waits.*  A request unanswered for ``reply_timeout`` seconds fails
 with :class:`~aiopdbp.errors.BrokenResourceError`; a name never registered is
@@ -91,14 +79,12 @@ from aiopdbp.errors import (
     UnknownProcessError,
 )
 from aiopdbp.hosts.channel import ControlChannel
-from aiopdbp.wire.mesp import Kind
 from aiopdbp.hosts.tables import ProcGone, ProcReg, Tables
 from aiopdbp.wire.control import (
     AAPMsg,
     APipeMsg,
     ARMsg,
     CancelMsg,
-    CarryMsg,
     CtrlMsg,
     LookupMsg,
     RegMsg,
@@ -116,18 +102,8 @@ __all__ = ["NameService", "home_of", "pid_home"]
 #: these; the receiver asks the homes of the others, as before)
 ANNOUNCE_MAX = 256
 
-#: the largest payload a first message may carry with its lookup (bytes)
-CARRY_MAX = 4096
-
-#: deliver(pid, fields): put a carried message into GP ``pid``'s pipe here
-#: (past its capacity); False when the GP has no pipe here
-DeliverFn = Callable[[int, tuple[str, Kind, int, Any, int]], bool]
-
 #: the updates a home applies to a registered GP (by pid)
 _PID_OPS = ("pipe_bind", "pipe_release", "proc_free")
-
-#: the message kinds a carried message may have
-_KINDS = {int(Kind.SHORT): Kind.SHORT, int(Kind.COMMAND): Kind.COMMAND}
 
 
 def home_of(name: str, size: int) -> int:
@@ -153,9 +129,8 @@ class NameService:
     """This host's part of the names: the home of some, a subscriber of others."""
 
     def __init__(self, rank: int, size: int, tables: Tables, channel: ControlChannel, *,
-                 reply_timeout: float = 60.0, deliver: DeliverFn | None = None) -> None:
+                 reply_timeout: float = 60.0) -> None:
         self.rank = rank
-        self._deliver = deliver                   # carried messages into the pipes here
         self.size = size
         self.tables = tables
         self.reply_timeout = reply_timeout
@@ -171,26 +146,33 @@ class NameService:
         self._waiting: dict[int, asyncio.Future[Any]] = {}
         self._cancelled: set[int] = set()
         self._req_names: dict[int, str] = {}      # pending registrations: req -> name
-        self._carries: dict[int, tuple[int, str]] = {}   # pending carried messages: req -> (home, name)
         self._closing = False
         self._stopping = False
 
     # ------------------------------------------------------------ subscribing
-    def want(self, name: str) -> None:
+    def want(self, name: str, carry: CtrlMsg | None = None,
+             on_fail: Callable[[BaseException], None] | None = None) -> bool:
         """Subscribe to ``name`` at its home (once): its registration, if
-        any, and every later update of it will be applied here."""
+        any, and every later update of it will be applied here.  ``carry``:
+        a ``CarryMsg`` (:mod:`aiopdbp.hosts.carry`) to send as the lookup,
+        ``on_fail`` called if it cannot be sent; True when it was sent --
+        not when the home is here or an announced row serves at once."""
         if name in self._wanted or self._closing or self._stopping:
-            return
+            return False
         self._wanted.add(name)
         home = home_of(name, self.size)
         row = self._announced.pop(name, None)
         if home == self.rank:
             self._subscribe(self.rank, name)
-            return
+            return False
         if row is not None and name not in self.tables.by_name:
             self._apply("proc_reg", list(row))   # the home's answer confirms it (on_table)
             self._provisional.add(name)
+        elif carry is not None:
+            self._channel.send(home, carry, on_fail)
+            return True
         self._channel.send(home, LookupMsg(name, 0))
+        return False
 
     def want_pid(self, pid: int) -> None:
         """Ask (once) the home of ``pid`` for its name (``proc_name``)."""
@@ -212,44 +194,6 @@ class NameService:
         rows = [[p.pid, p.name, int(p.ptype), p.pipe] for p in self.tables.processes_on(self.rank)[:ANNOUNCE_MAX]]
         if rows:
             self._channel.send(host, TableMsg(0, "proc_names", rows))
-
-    async def carry(self, name: str, fields: tuple[str, Kind, int, Any, int]) -> bool:
-        """Send a first message (``fields``: source name, kind, com, data,
-        source pid) to GP ``name`` with this host's lookup of the name (see
-        "Carried first messages").  True once it is in the GP's pipe; False
-        when it was not sent (not carried here: a name asked for already, a
-        payload too large, ...; or the home could not pass it on): then the
-        caller sends it as any other.
-
-        Cancellation: the message may still be delivered.  A host lost on
-        the way fails the wait (:meth:`stop_waiting`, or ``reply_timeout``:
-        :class:`~aiopdbp.errors.BrokenResourceError`).
-        """
-        source, kind, com, data, spid = fields
-        home = home_of(name, self.size)
-        if (type(data) is not bytes or len(data) > CARRY_MAX or home == self.rank or self._deliver is None
-                or name in self._wanted or name in self._announced or self._closing or self._stopping):
-            return False
-        entry = self.tables.pta.get(spid)
-        rows = [] if entry is None else [[spid, source, int(entry.ptype), entry.pipe]]
-        self._wanted.add(name)   # the home subscribes this host, as for a lookup
-        req = next(self._reqs)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting[req] = fut
-        self._carries[req] = (home, name)
-        self._channel.send(home, CarryMsg(req, 0, name, 0, source, spid, int(kind), com, data, rows),
-                           lambda exc: self._resolve(
-                               req, None, BrokenResourceError(f"host {home} is unreachable: {exc}")))
-        try:
-            async with asyncio.timeout(self.reply_timeout):
-                return bool(await fut)
-        except TimeoutError:
-            raise BrokenResourceError(
-                f"no answer to a message carried to {name!r} by way of host {home} "
-                f"within {self.reply_timeout} s") from None
-        finally:
-            self._waiting.pop(req, None)
-            self._carries.pop(req, None)
 
     # ----------------------------------------------------------------- client
     async def commit(self, op: str, args: tuple[Any, ...]) -> Any:
@@ -356,17 +300,17 @@ class NameService:
         self._push(rec, "proc_reg", list(rec.reg))
         return pid
 
-    def _record(self, pid: int) -> _Record:
+    def homed(self, name: str) -> ProcReg | None:
+        """Home: the registration of ``name`` (homed here) when it is registered now."""
+        rec = self._homed.get(name)
+        return rec.reg if rec is not None and rec.live else None
+
+    def _update(self, op: str, pid: int, pipe: int | None) -> Any:
+        """Home: apply one update of a registered GP and send it to its subscribers."""
         name = self._homed_pids.get(pid)
         rec = None if name is None else self._homed.get(name)
         if rec is None or not rec.live or rec.reg is None or rec.reg.pid != pid:
             raise UnknownProcessError(f"pid {pid}")
-        return rec
-
-    def _update(self, op: str, pid: int, pipe: int | None) -> Any:
-        """Home: apply one update of a registered GP and send it to its subscribers."""
-        rec = self._record(pid)
-        assert rec.reg is not None
         if op == "pipe_bind":
             rec.reg = rec.reg._replace(pipe=pipe)
             self._push(rec, op, [pid, pipe])
@@ -457,39 +401,6 @@ class NameService:
         else:
             self._channel.send(src, TableMsg(0, "proc_name", [msg.pid, name]))
 
-    def on_carry(self, src: int, msg: CarryMsg) -> None:
-        if msg.pid:   # at the GP's host, from the name's home
-            self._take_carried(src, msg)
-            return
-        if home_of(msg.name, self.size) != self.rank:
-            raise ProtocolError(f"a carried lookup of {msg.name!r} from host {src}, not its home")
-        self._subscribe(src, msg.name)   # its answer goes first: the sender learns the name
-        rec = self._homed[msg.name]
-        reg = rec.reg
-        if (not rec.live or reg is None or reg.pid is None or reg.pipe is None or reg.node == src
-                or self._closing or self._stopping):
-            # not registered (or bound) yet: the sender sends it once the name comes
-            self._channel.send(src, TableAckMsg(msg.req, False, ""))
-            return
-        on = CarryMsg(msg.req, src, msg.name, reg.pid, msg.source, msg.spid, msg.kind, msg.com,
-                      msg.data, msg.rows)
-        if reg.node == self.rank:
-            self._take_carried(self.rank, on)
-        else:
-            req = msg.req
-            self._channel.send(reg.node, on, lambda exc: self._channel.send(
-                src, TableAckMsg(req, False, f"host {reg.node} is unreachable: {exc}")))
-
-    def _take_carried(self, src: int, msg: CarryMsg) -> None:
-        """The GP's host: deliver a message its name's home passed on, and
-        answer the sender's host."""
-        if src != home_of(msg.name, self.size) or msg.origin == self.rank or msg.kind not in _KINDS:
-            raise ProtocolError(f"a carried message for {msg.name!r} from host {src}, not its home")
-        self._take_rows(msg.origin, msg.rows)
-        ok = (self._deliver is not None and self.tables.by_name.get(msg.name) == msg.pid
-              and self._deliver(msg.pid, (msg.source, _KINDS[msg.kind], msg.com, msg.data, msg.spid)))
-        self._channel.send(msg.origin, TableAckMsg(msg.req, ok, ""))
-
     # ------------------------------------------------------------ subscriber
     def _apply(self, op: str, args: list[Any]) -> None:
         try:
@@ -504,7 +415,11 @@ class NameService:
     def on_table(self, src: int, msg: TableMsg) -> None:
         args = msg.args
         if msg.op == "proc_names":   # from the GPs' own host (announce), not a home
-            self._take_rows(src, args)
+            for pid, name, ptype, pipe in _announced_rows(args):
+                if pid not in self.tables.names:
+                    self._apply("proc_name", [pid, name])
+                if name not in self.tables.by_name and name not in self._wanted:
+                    self._announced[name] = ProcReg(name, ptype, src, pipe, pid)
             return
         key = args[0] if args else None
         # only a name's home sends its updates (the order every holder follows)
@@ -519,14 +434,6 @@ class NameService:
         if msg.op in ("proc_reg", "proc_gone") and self._confirm(msg.op, args):
             return
         self._apply(msg.op, args)
-
-    def _take_rows(self, src: int, rows: list[Any]) -> None:
-        """Keep the registrations of GPs on host ``src`` that it announced."""
-        for pid, name, ptype, pipe in _announced_rows(rows):
-            if pid not in self.tables.names:
-                self._apply("proc_name", [pid, name])
-            if name not in self.tables.by_name and name not in self._wanted:
-                self._announced[name] = ProcReg(name, ptype, src, pipe, pid)
 
     def _confirm(self, op: str, args: list[Any]) -> bool:
         """The home's answer to our lookup of a name whose announced row is
@@ -569,9 +476,6 @@ class NameService:
         self._resolve(msg.req, msg.pipe, None if msg.ok else PDBPError(msg.error))
 
     def on_table_ack(self, src: int, msg: TableAckMsg) -> None:
-        if msg.req in self._carries:   # a carried message: delivered, or to be sent as any other
-            self._resolve(msg.req, msg.ok, None)
-            return
         self._resolve(msg.req, None, None if msg.ok else PDBPError(msg.error))
 
     def _resolve(self, req: int, result: Any, exc: BaseException | None) -> None:
@@ -584,14 +488,6 @@ class NameService:
             fut.set_result(result)
 
     # -------------------------------------------------------------- stopping
-    def break_host(self, host: int, exc: BaseException) -> None:
-        """Host ``host`` is lost: a message carried by way of it, or to a GP
-        on it, fails with ``exc`` (its answer would never come)."""
-        for req, (home, name) in list(self._carries.items()):
-            entry = self.tables.pta.get(self.tables.by_name.get(name, 0))
-            if home == host or (entry is not None and entry.node == host):
-                self._resolve(req, None, exc)
-
     def stop_waiting(self, exc: BaseException) -> None:
         """The job stops: no request will be answered any more; every
         pending one fails with ``exc``."""

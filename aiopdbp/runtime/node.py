@@ -246,7 +246,7 @@ class Node:
     async def _carry(self, name: str, fields: tuple[str, Kind, int, Any, int]) -> bool:
         if self._remote is None:
             return False
-        return await self._remote.sequencer.names.carry(name, fields)
+        return await self._remote.sequencer.carrier.carry(name, fields)
 
     def _want_pid(self, pid: int) -> None:
         if self._remote is not None:

@@ -30,7 +30,8 @@ and ``DeadlockMsg`` (:mod:`aiopdbp.stall`), ``StreamDoneMsg``,
 ``StreamDonesMsg``, ``StreamCreditMsg``, ``ByeMsg``, ``StopMsg`` and ``StopAckMsg``;
 ``RelayMsg`` carries a host's info up the hosts' tree; ``LookupMsg`` asks
 a name's home host for the name (:mod:`aiopdbp.hosts.names`), and ``CarryMsg``
-does so carrying a first message to it; ``LostMsg``
+does so carrying a first message to it, answered by ``CarriedMsg``
+(:mod:`aiopdbp.hosts.carry`); ``LostMsg``
 spreads a lost host's name from the rank that noticed it.
 """
 
@@ -46,7 +47,7 @@ from aiopdbp.errors import ProtocolError
 __all__ = [
     "AAPMsg", "APipeMsg", "ARMsg", "ByeMsg", "CancelMsg", "ControlHandler", "CreditAskMsg", "CreditMsg",
     "CtrlMsg", "DeadlockMsg", "StallMsg",
-    "CarryMsg", "HInfoMsg", "LookupMsg", "LostMsg", "MBInfoMsg", "RegMsg", "RelayMsg", "ReleaseMsg", "StopAckMsg",
+    "CarriedMsg", "CarryMsg", "HInfoMsg", "LookupMsg", "LostMsg", "MBInfoMsg", "RegMsg", "RelayMsg", "ReleaseMsg", "StopAckMsg",
     "StopMsg", "StreamCreditMsg",
     "StreamDoneMsg", "StreamDonesMsg", "TableAckMsg", "TableMsg", "TableReqMsg", "credit_frame", "decode_control",
 ]
@@ -79,6 +80,7 @@ class ControlHandler(Protocol):
     def on_relay(self, src: int, msg: RelayMsg) -> None: ...
     def on_lookup(self, src: int, msg: LookupMsg) -> None: ...
     def on_carry(self, src: int, msg: CarryMsg) -> None: ...
+    def on_carried(self, src: int, msg: CarriedMsg) -> None: ...
     def on_lost(self, src: int, msg: LostMsg) -> None: ...
 
 
@@ -530,11 +532,10 @@ class LookupMsg(CtrlMsg):
 @dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
 class CarryMsg(CtrlMsg):
     """A lookup of GP ``name`` that carries the first message to it
-    (:mod:`aiopdbp.hosts.names`, "Carried first messages"): to the name's
-    home (``pid`` 0), which subscribes the sender's host as ``LookupMsg``
-    does; then from the home to the GP's host (``pid``: the GP, ``origin``:
-    the sender's host), which delivers it and answers ``origin`` with
-    ``TableAckMsg(req)``.  The message: ``source``/``spid`` (the sending
+    (:mod:`aiopdbp.hosts.carry`): to the name's home (``pid`` 0), which
+    subscribes the sender's host as ``LookupMsg`` does; then from the home to
+    the GP's host (``pid``: the GP, ``origin``: the sender's host), which
+    delivers it and answers ``origin`` with ``CarriedMsg(req)``.  The message: ``source``/``spid`` (the sending
     GP), ``kind``, ``com``, ``data``; ``rows``: the sending GP's
     registration, as a ``proc_names`` announcement carries it."""
 
@@ -550,6 +551,18 @@ class CarryMsg(CtrlMsg):
     com: int
     data: bytes
     rows: list[Any]
+
+
+@_register
+@dataclasses.dataclass(frozen=True, slots=True, repr=False, eq=False)
+class CarriedMsg(CtrlMsg):
+    """The answer to carried message ``req`` (``CarryMsg``): delivered
+    (``ok``), or not -- its sender sends it as any other."""
+
+    TYPE: ClassVar[MsgType] = MsgType.CARRIED
+    HANDLER: ClassVar[str] = "on_carried"
+    req: int
+    ok: bool
 
 
 @_register
