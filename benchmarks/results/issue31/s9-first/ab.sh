@@ -1,12 +1,13 @@
 #!/bin/bash
-# Alternated before/after of a first round trip (issue 31, s9-first): s8-first's cold_parts.py
+# Alternated before/after of a first round trip (issue 31, s9-first): s8-first's cold_parts.py (copied here,
+# its hook of NameService.want taking want's new argument, and stamping a carried lookup at the home)
 # run on main (BASE) and wt/first12 (NEW), each under `aiopdbp launch -n N`, R rounds.
 #   ab.sh OUT [ROUNDS] [SIZES]      e.g. ab.sh /tmp/first12-bench 3 "16 32"
 set -u
 OUT=$1; ROUNDS=${2:-3}; SIZES=${3:-"16 32"}
 PY=${PY:-/work/main/.venv/bin/python}
 BASE=${BASE:-/tmp/first12-base}; NEW=${NEW:-/work/wt/first12}
-PROBE=$NEW/benchmarks/results/issue31/s8-first/cold_parts.py
+PROBE=$NEW/benchmarks/results/issue31/s9-first/cold_parts.py   # s8-first's, its want hook taking the carry
 mkdir -p "$OUT"
 for r in $(seq 1 "$ROUNDS"); do
   for n in $SIZES; do
