@@ -28,17 +28,18 @@ one, so per-pair order holds.  The first message takes two hops, the answer
 a third, which a request/response overlaps with the response.
 
 *Credit.*  A carried message travels outside credit: the GP's host takes it
-past its pipe's capacity, as a control item.  Bounded: one per sending task
-in flight, of at most :data:`CARRY_MAX` bytes.
+past its pipe's capacity, as a control item.  Bounded: only the first send
+to a name this host has never asked for carries its message, so at most one
+per sending host and name, of at most :data:`CARRY_MAX` bytes.
 
 *Names.*  It carries its sender's registration row (as a link's
 announcement does), so the receiver names it and answers it without a
 lookup of its own.
 
 *Failure.*  A lost host on the way -- the home, or the GP's host once the
-name's registration has come -- fails the send (:meth:`Carrier.break_host`);
-so do the job stopping and the node closing (:meth:`Carrier.fail`), and no
-answer within ``reply_timeout``.
+name's registration has come here -- fails the send (:meth:`Carrier.break_host`);
+so do the job stopping and the node closing (:meth:`Carrier.fail`), and, in
+any other case, no answer within ``reply_timeout``.
 """
 
 from __future__ import annotations

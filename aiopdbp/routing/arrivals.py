@@ -197,8 +197,8 @@ class Arrivals:
     def deliver_carried(self, pid: int, fields: tuple[Any, ...]) -> bool:
         """Put a first message that came with its name's lookup
         (:mod:`aiopdbp.hosts.names`, "Carried first messages") into GP
-        ``pid``'s pipe, past its capacity and outside credit (its sender
-        waits for it to land: one per sending task, a few KiB); False when
+        ``pid``'s pipe, past its capacity and outside credit (at most one per
+        sending host and name, a few KiB); False when
         the GP has no open pipe here (its sender then sends it as any other)."""
         tgt: Any = self.targets.get(pid)
         if type(tgt) is not Pipe or tgt.closed:
