@@ -36,10 +36,12 @@ per sending host and name, of at most :data:`CARRY_MAX` bytes.
 announcement does), so the receiver names it and answers it without a
 lookup of its own.
 
-*Failure.*  A lost host on the way -- the home, or the GP's host once the
-name's registration has come here -- fails the send (:meth:`Carrier.break_host`);
-so do the job stopping and the node closing (:meth:`Carrier.fail`), and, in
-any other case, no answer within ``reply_timeout``.
+*Failure.*  A lost host on the way -- the home, or the GP's host (known here
+from the name's registration, which the home sends before it passes the
+message on) -- fails the send (:meth:`Carrier.break_host`); so do the job
+stopping and the node closing (:meth:`Carrier.fail`).  There is no timeout
+besides: the answer comes when the GP's host's loop runs, as a queued message
+would be taken then (a rank busy for long in an import is not lost).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from typing import Any
 from aiopdbp.errors import BrokenResourceError, ProtocolError
 from aiopdbp.hosts.channel import ControlChannel
 from aiopdbp.hosts.names import NameService, home_of
+from aiopdbp.hosts.tables import ProcReg, Update
 from aiopdbp.wire.control import CarriedMsg, CarryMsg, LookupMsg, TableMsg
 from aiopdbp.wire.mesp import Kind
 
@@ -71,16 +74,17 @@ class Carrier:
     home that passes them on, and as the GP's host that delivers them."""
 
     def __init__(self, rank: int, size: int, names: NameService, channel: ControlChannel, *,
-                 deliver: DeliverFn | None, reply_timeout: float = 60.0) -> None:
+                 deliver: DeliverFn | None) -> None:
         self.rank = rank
         self.size = size
-        self.reply_timeout = reply_timeout
         self._names = names
         self._channel = channel
         self._deliver = deliver
         self._reqs = iter(range(1, 1 << 62))
         self._waiting: dict[int, tuple[asyncio.Future[bool], int, str]] = {}   # req -> (answer, home, name)
         self._failed: BaseException | None = None
+        self._lost: dict[int, BaseException] = {}   # hosts lost -> why
+        names.tables.subscribe(self._on_update)
 
     async def carry(self, name: str, fields: tuple[str, Kind, int, Any, int]) -> bool:
         """Send a first message (``fields``: source name, kind, com, data,
@@ -106,11 +110,7 @@ class Carrier:
                                     lambda exc: self._answer(req, BrokenResourceError(
                                         f"host {home} is unreachable: {exc}"))):
                 return False
-            async with asyncio.timeout(self.reply_timeout):
-                return await fut
-        except TimeoutError:
-            raise BrokenResourceError(f"no answer to a message carried to {name!r} by way of host {home} "
-                                      f"within {self.reply_timeout} s") from None
+            return await fut
         finally:
             self._waiting.pop(req, None)
 
@@ -162,11 +162,20 @@ class Carrier:
     def break_host(self, host: int, exc: BaseException) -> None:
         """Host ``host`` is lost: a message carried by way of it, or to a GP
         on it, fails with ``exc`` (its answer would never come)."""
+        self._lost.setdefault(host, exc)
         tables = self._names.tables
         for req, (_, home, name) in list(self._waiting.items()):
             entry = tables.pta.get(tables.by_name.get(name, 0))
             if home == host or (entry is not None and entry.node == host):
                 self._answer(req, exc)
+
+    def _on_update(self, op: str, update: Update, result: Any) -> None:
+        """The tables: a name registered on a host lost already fails the
+        message carried to it (its answer would never come)."""
+        if type(update) is ProcReg and update.node in self._lost:
+            for req, (_, _, name) in list(self._waiting.items()):
+                if name == update.name:
+                    self._answer(req, self._lost[update.node])
 
     def fail(self, exc: BaseException) -> None:
         """The job stops or the node closes: every carried message waiting

@@ -90,7 +90,7 @@ class Sequencer:
         #: the GP names: homed by hash, not sequenced here (aiopdbp.hosts.names)
         self.names = NameService(rank, size, tables, channel, reply_timeout=reply_timeout)
         #: first messages carried with their name's lookup (aiopdbp.hosts.carry)
-        self.carrier = Carrier(rank, size, self.names, channel, deliver=deliver, reply_timeout=reply_timeout)
+        self.carrier = Carrier(rank, size, self.names, channel, deliver=deliver)
         self._hinfo: dict[int, list[Any]] = {}    # host -> its info, of this host's subtree
         self._kids = children(rank, size)
         self._reported: set[int] = set()          # the children whose subtree's info came
