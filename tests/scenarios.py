@@ -469,6 +469,54 @@ async def messages_in_order(ctx: Ctx) -> None:
     assert_empty(me)
 
 
+@scenario()
+async def first_messages_carried_keep_order(ctx: Ctx) -> None:
+    """Every host's GP sends 30 messages to the next host's GP without looking
+    it up first: the first travels with the lookup of its name (by way of the
+    name's home, which passes it on), the others directly to the GP's host;
+    they arrive in order, each once."""
+    from aiopdbp.hosts.names import home_of
+
+    n = 30
+    # two barriers: the second makes the links to rank 0 (a first message goes
+    # with its lookup), which announce the GPs there were -- not these
+    await ctx.barrier("start")
+    await ctx.barrier("links")
+    me = await ctx.process("first", ctx.rank)
+    await ctx.barrier("registered")
+    dest = ctx.name("first", (ctx.rank + 1) % ctx.size)
+
+    def carried() -> int:
+        return sum(kinds.get("CarryMsg", 0) for kinds in ctx.node.stats().messages_sent.values())
+
+    before = carried()
+
+    async def produce() -> None:
+        for seq in range(n):
+            await me.send(dest, header(ctx.rank, seq), timeout=ctx.timeout)
+
+    async def consume() -> None:
+        src = (ctx.rank - 1) % ctx.size
+        for seq in range(n):
+            msg = await me.recv(timeout=ctx.timeout)
+            assert isinstance(msg, Message), msg
+            assert msg.source == ctx.name("first", src), msg
+            assert parse_header(msg.data)[:2] == (src, seq), (msg.data, seq)
+
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(produce())
+        tg.create_task(consume())
+    # only the first message went with the lookup (none when its home is here),
+    # and a home passed it on unless it is the GP's host
+    size = ctx.size
+    homes = [home_of(ctx.name("first", (r + 1) % size), size) for r in range(size)]
+    mine = int(homes[ctx.rank] != ctx.rank)
+    passed = sum(homes[r] == ctx.rank not in (r, (r + 1) % size) for r in range(size))
+    assert carried() - before == (mine + passed if size > 1 else 0), (carried() - before, mine, passed)
+    await ctx.barrier("done")
+    assert_empty(me)
+
+
 @scenario(remote=RemoteConfig(reclaim_after=0.005, gp_window=2048))
 async def pool_rows_given_back_after_idle_keep_order_and_credit(ctx: Ctx) -> None:
     """Each host's GP sends 3 rounds of 60 x 256 B to the next host's, with

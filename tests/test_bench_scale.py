@@ -33,6 +33,13 @@ def test_summarise_job_gives_rank_0_and_the_maximum_over_the_others() -> None:
     assert row["wall_s"] == 2.0
 
 
+def test_summarise_job_keeps_the_idle_round_trip_beside_the_cold_and_warm_ones() -> None:
+    recs = [{"rank": 0, "first_rtt_s": 0.004, "warm_rtt_s": 0.0004, "idle_rtt_s": 0.002},
+            {"rank": 1, "first_rtt_s": 0.0, "warm_rtt_s": 0.0}]
+    row = summarise_job(recs, wall=2.0)
+    assert (row["first_rtt_s"], row["warm_rtt_s"], row["idle_rtt_s"]) == (0.004, 0.0004, 0.002)
+
+
 def test_median_summary_takes_each_figures_median_over_the_repeats() -> None:
     rows = [{"wall_s": w, "rss_peak_kib": (r0, mx)} for w, r0, mx in
             ((3.0, 500, 310), (1.0, 900, 300), (2.0, 510, 400))]
@@ -93,3 +100,15 @@ def test_bench_scale_runs_aiopdbp_and_the_raw_twin_in_the_same_run(tmp_path: Pat
             ends = [end for end, _ in rec["phases"].values()]
             assert list(rec["phases"])[0] == first and list(rec["phases"])[-1] == last
             assert 0 < ends[0] and ends == sorted(ends), rec["phases"]
+
+
+@requires_mpi
+@pytest.mark.timeout(120)
+def test_bench_scale_idle_times_the_pairs_round_trip_after_silence_beside_cold_and_warm(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "aiopdbp", "bench", "scale", "-n", "2", "--idle", "0.05",
+                        "--patterns", "ring", "--cluster", "", "--out", str(tmp_path)],
+                       cwd=REPO_ROOT, capture_output=True, text=True, timeout=110)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (row,) = json.loads((tmp_path / "scale.json").read_text(encoding="utf-8"))["mpi"]
+    assert row["aiopdbp"]["idle_rtt_s"] > 0 and "x idle)" in r.stdout
+    assert "idle" in row["ranks"]["aiopdbp"][0]["phases"]

@@ -20,6 +20,8 @@ from aiopdbp.wire.control import (
     ARMsg,
     ByeMsg,
     CancelMsg,
+    CarriedMsg,
+    CarryMsg,
     CreditAskMsg,
     CreditMsg,
     CtrlMsg,
@@ -61,6 +63,9 @@ EXAMPLES: list[CtrlMsg] = [
     StopMsg("failed", 1, 0, "ValueError: boom"), StopMsg("interrupted", 2, 2, ""), StopAckMsg(0),
     RelayMsg(5, 0, RegMsg(3, "gp-1", 1, 5, -1).encode()),
     LookupMsg("gp-1", 0), LookupMsg("", 11),
+    CarryMsg(3, 0, "gp-1", 0, "src", 12, 3, 0, b"first", [[12, "src", 0, 4]]),
+    CarryMsg(3, 5, "gp-1", 11, "src", 12, 2, 7, b"", [[12, "src", 0, None]]),
+    CarriedMsg(3, True), CarriedMsg(4, False),
     LostMsg(17, 16, 32, "rank 17 (host 'vm') has not been heard of for 4.0 s"),
 ]
 

@@ -160,10 +160,12 @@ async def test_a_closing_host_talks_only_to_the_peers_it_talked_to() -> None:
     async with open_cluster(n) as nodes:
         async with contextlib.AsyncExitStack() as stack:
             gps = [await stack.enter_async_context(nodes[r].process(names[r])) for r in range(n)]
-            for r in range(n):
+            for r in range(n):   # twice: a first message may travel by way of its name's home
+                await gps[r].send(names[(r + 1) % n], b"hop", timeout=20)
                 await gps[r].send(names[(r + 1) % n], b"hop", timeout=20)
             for r in range(n):
-                assert (await gps[r].recv(timeout=20)).data == b"hop"  # type: ignore[union-attr]
+                for _ in range(2):
+                    assert (await gps[r].recv(timeout=20)).data == b"hop"  # type: ignore[union-attr]
         before = [node.stats().messages_sent for node in nodes]
     for r, node in enumerate(nodes):
         sent = node.stats().messages_sent
@@ -175,7 +177,7 @@ async def test_a_closing_host_talks_only_to_the_peers_it_talked_to() -> None:
 
 #: the behaviour scenarios of the name rule (tests/scenarios.py), run again at more hosts
 NAME_SCENARIOS = ["table_consistency", "unknown_name_error", "send_before_bind",
-                  "source_name_after_sender_left", "multicast_across_hosts"]
+                  "source_name_after_sender_left", "multicast_across_hosts", "first_messages_carried_keep_order"]
 
 
 @pytest.mark.timeout(150)
@@ -328,3 +330,79 @@ async def test_start_up_gathers_the_hosts_info_up_the_tree_one_message_per_host(
     got = stats[0].messages_received
     assert {h: kinds.get("HInfoMsg", 0) + kinds.get("RelayMsg", 0) for h, kinds in got.items()} \
         == dict.fromkeys(children(0, n), 1)
+
+
+def _carries(sent: dict[int, dict[str, int]]) -> dict[int, int]:
+    return {h: kinds["CarryMsg"] for h, kinds in sent.items() if kinds.get("CarryMsg")}
+
+
+@pytest.mark.timeout(60)
+async def test_a_first_message_goes_with_the_lookup_of_its_name_and_is_passed_on_by_its_home() -> None:
+    from aiopdbp.runtime.cluster import open_cluster
+
+    # before: a lookup to the home and back, then the message (and an
+    # announcement) to the GP's host -- three hops; now two, and nothing else
+    n, sender, receiver, home = 8, 5, 6, 3
+    src_name, dst_name = _homed_name("two-src", 2, n), _homed_name("two-dst", home, n)
+    async with open_cluster(n) as nodes:
+        async with nodes[sender].process(src_name) as a, nodes[receiver].process(dst_name) as b:
+            before = [node.stats().messages_sent for node in nodes]
+            await a.send(dst_name, b"first", timeout=10)
+            msg = await b.recv(timeout=10)
+            assert (msg.source, msg.data) == (src_name, b"first")  # type: ignore[union-attr]
+            sent = [{h: {k: v - before[r].get(h, {}).get(k, 0) for k, v in kinds.items()
+                         if v != before[r].get(h, {}).get(k, 0)}
+                     for h, kinds in node.stats().messages_sent.items()} for r, node in enumerate(nodes)]
+            sent = [{h: kinds for h, kinds in s.items() if kinds} for s in sent]
+            assert sent[sender] == {home: {"CarryMsg": 1}}
+            assert sent[home] == {sender: {"TableMsg": 1}, receiver: {"CarryMsg": 1}}
+            assert sent[receiver] == {sender: {"CarriedMsg": 1}}
+
+
+@pytest.mark.timeout(60)
+async def test_a_first_message_to_a_name_not_registered_yet_arrives_once_after_its_registration() -> None:
+    from aiopdbp.errors import WouldBlock
+    from aiopdbp.runtime.cluster import open_cluster
+
+    n, sender, receiver, home = 8, 5, 6, 3
+    dst_name = _homed_name("late-dst", home, n)
+    async with open_cluster(n) as nodes:
+        async with nodes[sender].process("late-src") as a:
+            send = asyncio.create_task(a.send(dst_name, b"once", timeout=20))
+            # the home said no (nothing to pass it on to): the send waits for the name
+            await _until(lambda: nodes[sender].stats().messages_received.get(home, {}).get("CarriedMsg") == 1,
+                         "the home's answer to the carried lookup")
+            assert not send.done()
+            async with nodes[receiver].process(dst_name) as b:
+                await send
+                assert (await b.recv(timeout=10)).data == b"once"  # type: ignore[union-attr]
+                assert _carries(nodes[sender].stats().messages_sent) == {home: 1}
+                await a.send(dst_name, b"next", timeout=10)
+                assert (await b.recv(timeout=10)).data == b"next"  # not a second "once" first
+                with pytest.raises(WouldBlock):
+                    b.recv_nowait()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("dies", ["home", "owner"])
+async def test_a_first_message_whose_home_or_gp_host_is_lost_on_the_way_fails_the_send(dies: str) -> None:
+    from aiopdbp.errors import HostLostError
+    from aiopdbp.runtime.cluster import open_cluster
+
+    n, sender, receiver, home = 8, 5, 6, 3
+    lost = home if dies == "home" else receiver
+    dst_name = _homed_name("lost-dst", home, n)
+    async with open_cluster(n) as nodes:
+        async with nodes[sender].process("lost-src") as a, nodes[receiver].process(dst_name):
+            held = asyncio.Event()
+            remote = nodes[lost]._remote
+            assert remote is not None
+            remote._dispatch._handlers["on_carry"] = lambda src, msg: held.set()  # it dies holding it
+            send = asyncio.create_task(a.send(dst_name, b"lost", timeout=20))
+            await asyncio.wait_for(held.wait(), 10)
+            assert not send.done()
+            sender_remote = nodes[sender]._remote
+            assert sender_remote is not None
+            sender_remote.failures.host_lost(lost)   # its heartbeat would say so
+            with pytest.raises(HostLostError):
+                await asyncio.wait_for(send, 10)

@@ -10,7 +10,9 @@ a fresh interpreter.  It prints, per row, rank 0's figure and the maximum
 over the other ranks (``r0/max``): open time (``open_node``; raw: MPI init +
 ``Barrier``), peak RSS, job wall time, registration control messages (sent
 at rank 0 / the most any other rank sent), the cold and warm round trip of
-a pair, and then each figure's slope per peer (least squares over N-1) and
+a pair (``--idle S``: and its round trip after S s of silence, the base
+that shows what first contact adds beyond waking a sleeping peer), and then
+each figure's slope per peer (least squares over N-1) and
 the aiopdbp minus raw slope of peak RSS (``--repeat K``: each job K times,
 aiopdbp and raw alternated, each figure the median).  Then where each job's
 time went: every rank stamps its phases (wall since the launch, CPU seconds;
@@ -72,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--repeat", type=int, default=1, metavar="K",
       help="run each MPI job K times, aiopdbp and raw alternated, and report the median "
            "of each figure (1; peak RSS varies by a few MiB from run to run)")
+    a("--idle", type=float, default=0.0, metavar="S",
+      help="also time the cold pair's round trip after S s of silence (after the pattern; the "
+           "aiopdbp job's wall then includes S): a first message against a peer that is asleep, "
+           "beside one against a warm peer whose engine spins (0: not measured)")
     a("--timeout", type=float, default=300.0, help="seconds one job may take (300)")
     a("--out", default="", help="output folder (default ./aiopdbp-bench-scale-YYYYmmdd-HHMMSS)")
     return p
@@ -121,6 +127,8 @@ def summarise_job(recs: Sequence[dict[str, Any]], wall: float) -> dict[str, Any]
     rtt = [r for r in recs if r.get("first_rtt_s")]
     if rtt:
         row["first_rtt_s"], row["warm_rtt_s"] = rtt[0]["first_rtt_s"], rtt[0]["warm_rtt_s"]
+        if rtt[0].get("idle_rtt_s"):
+            row["idle_rtt_s"] = rtt[0]["idle_rtt_s"]
     return row
 
 
@@ -171,16 +179,19 @@ def _fmt_pair(v: tuple[float, float], scale: float = 1.0, fmt: str = "{:.2f}") -
 
 def _mpi_table(rows: list[dict[str, Any]], say: Callable[[str], None]) -> None:
     say(f"{'pattern':9} {'N':>4} {'impl':8} {'open s r0/max':>14} {'RSS MiB r0/max':>15} "
-        f"{'wall s':>7} {'reg msgs r0/max':>15} {'rtt cold/warm ms':>17}")
+        f"{'wall s':>7} {'reg msgs r0/max':>15} {'rtt cold/warm[/idle] ms':>23}")
     for r in rows:
         for impl in ("aiopdbp", "raw"):
             x = r[impl]
             reg = _fmt_pair(x["registration_msgs"], fmt="{:.0f}") if "registration_msgs" in x else "-"
             rtt = (f"{x['first_rtt_s'] * 1e3:.2f}/{x['warm_rtt_s'] * 1e3:.2f}"
                    if "first_rtt_s" in x else "-")
+            if "idle_rtt_s" in x:
+                rtt += (f"/{x['idle_rtt_s'] * 1e3:.2f} (cold {x['first_rtt_s'] / x['warm_rtt_s']:.1f}x warm, "
+                        f"{x['first_rtt_s'] / x['idle_rtt_s']:.1f}x idle)")
             say(f"{r['pattern']:9} {r['n']:>4} {impl:8} {_fmt_pair(x['open_s']):>14} "
                 f"{_fmt_pair(x['rss_peak_kib'], 1 / MIB, '{:.1f}'):>15} {x['wall_s']:>7.2f} "
-                f"{reg:>15} {rtt:>17}")
+                f"{reg:>15} {rtt:>23}")
 
 
 def phase_rows(recs: Sequence[dict[str, Any]]) -> list[tuple[str, float, float, float, float]]:
@@ -291,7 +302,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     job.mkdir(exist_ok=True)
                     common = ["--pattern", pattern, "--units", str(ns.units), "--unit", str(ns.unit),
                               "--out", str(job)]
-                    w_a = _run_mpi(n, ["-m", "aiopdbp.bench.scale_job", "rank", *common], ns.timeout)
+                    idle = ["--idle", str(ns.idle)] if ns.idle > 0 else []
+                    w_a = _run_mpi(n, ["-m", "aiopdbp.bench.scale_job", "rank", *common, *idle], ns.timeout)
                     w_r = _run_mpi(n, [raw_prog, *common], ns.timeout)
                     ra, rr = _read(job, "aiopdbp", n), _read(job, "raw", n)
                     runs.append({"aiopdbp": summarise_job(ra, w_a), "raw": summarise_job(rr, w_r),

@@ -140,6 +140,23 @@ async def _round_trips(inbox: _Inbox, rank: int, names: list[str], unit: bytes,
     return times[0], statistics.median(times[1:])
 
 
+async def _idle_round_trip(inbox: _Inbox, rank: int, names: list[str], unit: bytes, idle: float) -> float:
+    """One more round trip of the same pair after ``idle`` s of silence:
+    everything is made, but both engines have gone to sleep (the base a first
+    message is measured against besides a warm one, which finds both spinning)."""
+    a, b = 0, cold_pair(len(names))
+    if rank == a:
+        await asyncio.sleep(idle)
+        t = time.perf_counter()
+        await inbox.gp.send(names[b], unit, com=COM_PING, timeout=TIMEOUT)
+        await inbox.take(COM_PONG)
+        return time.perf_counter() - t
+    if rank == b:
+        await inbox.take(COM_PING)
+        await inbox.gp.send(names[a], unit, com=COM_PONG, timeout=TIMEOUT)
+    return 0.0
+
+
 async def _pattern(inbox: _Inbox, rank: int, names: list[str], pattern: str, units: int,
                    unit: bytes) -> None:
     size = len(names)
@@ -165,8 +182,10 @@ async def _pattern(inbox: _Inbox, rank: int, names: list[str], pattern: str, uni
 
 
 async def rank_main(pattern: str, units: int, unit_size: int, warm: int, out: Path,
-                    t_start: float, launched: float = 0.0) -> int:
-    """One rank of the job; writes ``out/aiopdbp-RANK.json``."""
+                    t_start: float, launched: float = 0.0, idle: float = 0.0) -> int:
+    """One rank of the job; writes ``out/aiopdbp-RANK.json``.  ``idle`` > 0:
+    after the pattern, the cold pair's round trip once more after that many
+    seconds of silence (``idle_rtt_s``), then a barrier."""
     unit = bytes(unit_size)
     launched = launched or time.time() - (time.perf_counter() - t_start)
     phases = {"main": stamp(launched)}
@@ -195,6 +214,11 @@ async def rank_main(pattern: str, units: int, unit_size: int, warm: int, out: Pa
             await _barrier(inbox, rank, names, 1)
             t_pattern = time.perf_counter() - t2
             phases["pattern"] = stamp(launched)
+            idle_rtt = 0.0
+            if idle > 0:
+                idle_rtt = await _idle_round_trip(inbox, rank, names, unit, idle)
+                await _barrier(inbox, rank, names, 2)
+                phases["idle"] = stamp(launched)
             engine_after = node.stats().transport
             engine = {k: engine_after[k] - engine_before.get(k, 0) for k in ENGINE_COUNTERS
                       if k in engine_after}
@@ -208,6 +232,8 @@ async def rank_main(pattern: str, units: int, unit_size: int, warm: int, out: Pa
         "total_s": time.perf_counter() - t_start, "rss_open_kib": rss_open,
         "rss_peak_kib": _peak_kib(), "links": links, "phases": phases,
         "pattern_engine": engine}
+    if idle_rtt:
+        rec["idle_rtt_s"] = idle_rtt
     (out / f"aiopdbp-{rank}.json").write_text(json.dumps(rec), encoding="utf-8")
     return 0
 
@@ -266,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--units", type=int, default=20)
     r.add_argument("--unit", type=int, default=256)
     r.add_argument("--warm", type=int, default=20, help="warm round trips after the cold one")
+    r.add_argument("--idle", type=float, default=0.0,
+                   help="after the pattern, the pair's round trip once more after this many s of silence")
     r.add_argument("--out", required=True)
     r.add_argument("--launched", type=float, default=0.0,
                    help="the launcher's time.time() at launch (phases are stamped from it)")
@@ -274,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--out", required=True)
     a = p.parse_args(argv)
     if a.what == "rank":
-        return run(rank_main(a.pattern, a.units, a.unit, a.warm, Path(a.out), t_start, a.launched))
+        return run(rank_main(a.pattern, a.units, a.unit, a.warm, Path(a.out), t_start, a.launched, a.idle))
     return run(cluster_main(a.nodes, Path(a.out)))
 
 

@@ -48,6 +48,12 @@ free since frees it).  A freed name so fails there once the free has
 reached the host, as before: an announced row stands only for the one round
 trip that a lookup would have waited.
 
+*Carried first messages.*  A first send to a name this host has not asked
+for may carry its message with the lookup (:mod:`aiopdbp.hosts.carry`):
+:meth:`NameService.want` sends that ``CarryMsg`` instead of ``LookupMsg``,
+and the home, having subscribed the host as for any lookup, passes the
+message on (:meth:`NameService.homed` says to where).
+
 *Bounded waits.*  A request unanswered for ``reply_timeout`` seconds fails
 with :class:`~aiopdbp.errors.BrokenResourceError`; a name never registered is
 waited for by the router up to its name timeout, as before.  When the job
@@ -60,6 +66,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from aiopdbp.errors import (
@@ -148,21 +155,29 @@ class NameService:
         self._stopping = False
 
     # ------------------------------------------------------------ subscribing
-    def want(self, name: str) -> None:
+    def want(self, name: str, carry: CtrlMsg | None = None,
+             on_fail: Callable[[BaseException], None] | None = None) -> bool:
         """Subscribe to ``name`` at its home (once): its registration, if
-        any, and every later update of it will be applied here."""
+        any, and every later update of it will be applied here.  ``carry``:
+        a ``CarryMsg`` (:mod:`aiopdbp.hosts.carry`) to send as the lookup,
+        ``on_fail`` called if it cannot be sent; True when it was sent --
+        not when the home is here or an announced row serves at once."""
         if name in self._wanted or self._closing or self._stopping:
-            return
+            return False
         self._wanted.add(name)
         home = home_of(name, self.size)
         row = self._announced.pop(name, None)
         if home == self.rank:
             self._subscribe(self.rank, name)
-            return
+            return False
         if row is not None and name not in self.tables.by_name:
             self._apply("proc_reg", list(row))   # the home's answer confirms it (on_table)
             self._provisional.add(name)
+        elif carry is not None:
+            self._channel.send(home, carry, on_fail)
+            return True
         self._channel.send(home, LookupMsg(name, 0))
+        return False
 
     def want_pid(self, pid: int) -> None:
         """Ask (once) the home of ``pid`` for its name (``proc_name``)."""
@@ -290,17 +305,17 @@ class NameService:
         self._push(rec, "proc_reg", list(rec.reg))
         return pid
 
-    def _record(self, pid: int) -> _Record:
+    def homed(self, name: str) -> ProcReg | None:
+        """Home: the registration of ``name`` (homed here) when it is registered now."""
+        rec = self._homed.get(name)
+        return rec.reg if rec is not None and rec.live else None
+
+    def _update(self, op: str, pid: int, pipe: int | None) -> Any:
+        """Home: apply one update of a registered GP and send it to its subscribers."""
         name = self._homed_pids.get(pid)
         rec = None if name is None else self._homed.get(name)
         if rec is None or not rec.live or rec.reg is None or rec.reg.pid != pid:
             raise UnknownProcessError(f"pid {pid}")
-        return rec
-
-    def _update(self, op: str, pid: int, pipe: int | None) -> Any:
-        """Home: apply one update of a registered GP and send it to its subscribers."""
-        rec = self._record(pid)
-        assert rec.reg is not None
         if op == "pipe_bind":
             rec.reg = rec.reg._replace(pipe=pipe)
             self._push(rec, op, [pid, pipe])

@@ -165,7 +165,7 @@ class Remote:
                                cfg.threshold, local=rank)
         self.channel = ControlChannel(transport)
         self.sequencer = Sequencer(rank, size, tables, self.channel, gp_window=cfg.gp_window,
-                                   reply_timeout=cfg.close_timeout)
+                                   reply_timeout=cfg.close_timeout, deliver=arrivals.deliver_carried)
         self.credit = Credit(rank, size, transport, self.pool.send, self.channel, arrivals, streams,
                              window=self.sequencer.window, block_size=cfg.block_size, large=cfg.large,
                              max_inflight=cfg.max_inflight, allow_pickle=allow_pickle,
@@ -181,8 +181,8 @@ class Remote:
                                # grants ride on split headers only where payloads travel apart (bulk tags)
                                on_credit=self.credit.on_credit if getattr(transport, "bulk_tags", 0) else None)
         self.stalls = StallRelay(rank, size, self.channel, stall, lambda h: h in self.failures.failed)
-        self._dispatch = Dispatch(self.sequencer, self.sequencer.names, self.inbound, self.credit,
-                                  self.failures, self.stalls)
+        self._dispatch = Dispatch(self.sequencer, self.sequencer.names, self.sequencer.carrier, self.inbound,
+                                  self.credit, self.failures, self.stalls)
         self._closing_wait = Closing(rank, size, transport, self.channel, self.inbound, self.failures)
         self._closing = False
         self._reclaim: asyncio.TimerHandle | None = None
@@ -255,6 +255,7 @@ class Remote:
 
     def _break_host(self, host: int, exc: BaseException) -> None:
         self.credit.fail(host, exc)
+        self.sequencer.carrier.break_host(host, exc)
         self._streams.break_host(host, exc)
 
     # ------------------------- what the node, the router and the arrivals use

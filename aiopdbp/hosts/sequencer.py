@@ -33,8 +33,9 @@ import logging
 import socket
 from typing import Any
 
-from aiopdbp.errors import HandshakeError, PDBPError, ProtocolError
+from aiopdbp.errors import BrokenResourceError, HandshakeError, PDBPError, ProtocolError
 from aiopdbp.hosts.channel import ControlChannel
+from aiopdbp.hosts.carry import Carrier, DeliverFn
 from aiopdbp.hosts.names import NameService
 from aiopdbp.hosts.tables import NodeType, Tables
 from aiopdbp.wire.control import CtrlMsg, HInfoMsg, MBInfoMsg, RelayMsg, decode_control
@@ -79,7 +80,7 @@ class Sequencer:
     """This host's replica of the tables, kept in rank 0's order."""
 
     def __init__(self, rank: int, size: int, tables: Tables, channel: ControlChannel, *,
-                 gp_window: int, reply_timeout: float = 60.0) -> None:
+                 gp_window: int, reply_timeout: float = 60.0, deliver: DeliverFn | None = None) -> None:
         self.rank = rank
         self.reply_timeout = reply_timeout
         self.size = size
@@ -88,6 +89,8 @@ class Sequencer:
         self._gp_window = gp_window
         #: the GP names: homed by hash, not sequenced here (aiopdbp.hosts.names)
         self.names = NameService(rank, size, tables, channel, reply_timeout=reply_timeout)
+        #: first messages carried with their name's lookup (aiopdbp.hosts.carry)
+        self.carrier = Carrier(rank, size, self.names, channel, deliver=deliver)
         self._hinfo: dict[int, list[Any]] = {}    # host -> its info, of this host's subtree
         self._kids = children(rank, size)
         self._reported: set[int] = set()          # the children whose subtree's info came
@@ -214,6 +217,7 @@ class Sequencer:
         """The job stops: no table request will be answered any more; every
         pending one fails with ``exc``."""
         self.names.stop_waiting(exc)
+        self.carrier.fail(exc)
 
     def mark_closing(self) -> None:
         """The node is closing: updates asked from now on are applied here only."""
@@ -222,6 +226,7 @@ class Sequencer:
     def close(self) -> None:
         """The node closed: every pending request fails."""
         self.names.close()
+        self.carrier.fail(BrokenResourceError("node closed"))
 
 
 def _host_ip() -> str:

@@ -194,6 +194,18 @@ class Arrivals:
         self._due(self.book.owe(host, pid, cost))
         return False
 
+    def deliver_carried(self, pid: int, fields: tuple[Any, ...]) -> bool:
+        """Put a first message that came with its name's lookup
+        (:mod:`aiopdbp.hosts.names`, "Carried first messages") into GP
+        ``pid``'s pipe, past its capacity and outside credit (at most one per
+        sending host and name, a few KiB); False when
+        the GP has no open pipe here (its sender then sends it as any other)."""
+        tgt: Any = self.targets.get(pid)
+        if type(tgt) is not Pipe or tgt.closed:
+            return False
+        tgt.force_put(Message(fields))
+        return True
+
     def _unpark(self, pid: int) -> None:
         q = self._parked.pop(pid, None)
         while q:

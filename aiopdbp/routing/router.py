@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sized
+from collections.abc import Awaitable, Callable, Sized
 from typing import Any, Protocol
 
 from aiopdbp.wire.mesp import CDU, Kind
@@ -129,7 +129,8 @@ class Router:
                  queued: Sized = (),
                  links: Callable[[int], Target] | None = None,
                  want: Callable[[str], None] | None = None,
-                 want_pid: Callable[[int], None] | None = None) -> None:
+                 want_pid: Callable[[int], None] | None = None,
+                 carry: Callable[[str, tuple[str, Kind, int, Any, int]], Awaitable[bool]] | None = None) -> None:
         self._submit = submit    # the PipeManager's: queue an item for a target
         self._offer = offer      # ... and its no-wait path (False: take the waiting one)
         self._queued = queued    # ... and what it holds queued (try_send's check, inline)
@@ -149,6 +150,10 @@ class Router:
         self.want: Callable[[str], None] = want or _nothing
         #: ``want_pid(pid)``: this host learns the name of GP ``pid`` (a sender)
         self.want_pid: Callable[[int], None] = want_pid or _nothing
+        #: ``carry(name, fields)``: send a first message with the lookup of
+        #: its name (aiopdbp.hosts.names, "Carried first messages"); True when
+        #: delivered, False: send it as any other
+        self._carry = carry
         self._left: dict[str, int] = {}           # names registered once and freed since -> rank
         self._home: dict[int, int] = {}           # pid -> the rank of its GP
         self._released: set[int] = set()          # GPs whose pipe was released (and not bound again)
@@ -412,9 +417,18 @@ class Router:
         the name, the binding, room at the target, or entries queued ahead in
         the public pipe, then route.
 
+        A first message to a name this host has not asked for may travel
+        with the lookup of the name (``carry``); the send then returns once
+        it is delivered, so the next one cannot overtake it.
+
         Cancellation: a cancelled send has queued nothing (a reservation
-        already taken is given back).
+        already taken is given back) -- but a first message carried with its
+        name's lookup may still be delivered.
         """
+        if (self._carry is not None and dest not in self.pids and dest not in self._left
+                and self._closed is None and (timeout is None or timeout > 0)
+                and await self._carry(dest, fields)):
+            return
         pid, tgt = await self._routed(dest, timeout)
         await self.reserve(tgt, pid, cost, timeout, f"GP {dest!r}", fields[0])
         self._submit(tgt, pid, Message(fields))

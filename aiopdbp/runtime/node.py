@@ -58,6 +58,7 @@ from aiopdbp.stall import DEFAULT_STALL_TIMEOUT, StallWatch, WaitEdge
 from aiopdbp.streams.table import StreamTable
 from aiopdbp.hosts.tables import NodeType, PType, Tables
 from aiopdbp.transport.base import Transport
+from aiopdbp.wire.mesp import Kind
 
 if TYPE_CHECKING:   # made on first use: a rank may never open an SGP or ask for stats
     from aiopdbp.runtime.stats import NodeStats
@@ -198,7 +199,8 @@ class Node:
                              submit=self.manager.submit, offer=self.manager.offer,
                              queued=self.manager.queued, links=self._link if multi else None,
                              want=self._want if multi else None,
-                             want_pid=self._want_pid if multi else None)
+                             want_pid=self._want_pid if multi else None,
+                             carry=self._carry if multi else None)
         #: what other hosts send, into the GPs' pipes, and the credit it owes them
         self.arrivals = Arrivals(self.tables, self.router.targets, self.rank, window=cfg.gp_window,
                                  bind_timeout=cfg.bind_timeout, grant=self._grant if multi else None,
@@ -244,6 +246,11 @@ class Node:
     def _want(self, name: str) -> None:
         if self._remote is not None:
             self._remote.sequencer.names.want(name)
+
+    async def _carry(self, name: str, fields: tuple[str, Kind, int, Any, int]) -> bool:
+        if self._remote is None:
+            return False
+        return await self._remote.sequencer.carrier.carry(name, fields)
 
     def _want_pid(self, pid: int) -> None:
         if self._remote is not None:

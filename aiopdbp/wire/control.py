@@ -29,7 +29,9 @@ to the hosts that use the name), ``TableReqMsg``/``TableAckMsg`` (any other tabl
 and ``DeadlockMsg`` (:mod:`aiopdbp.stall`), ``StreamDoneMsg``,
 ``StreamDonesMsg``, ``StreamCreditMsg``, ``ByeMsg``, ``StopMsg`` and ``StopAckMsg``;
 ``RelayMsg`` carries a host's info up the hosts' tree; ``LookupMsg`` asks
-a name's home host for the name (:mod:`aiopdbp.hosts.names`); ``LostMsg``
+a name's home host for the name (:mod:`aiopdbp.hosts.names`), and ``CarryMsg``
+does so carrying a first message to it, answered by ``CarriedMsg``
+(:mod:`aiopdbp.hosts.carry`); ``LostMsg``
 spreads a lost host's name from the rank that noticed it.
 """
 
@@ -45,7 +47,7 @@ from aiopdbp.records import FrozenRecord, init_field
 __all__ = [
     "AAPMsg", "APipeMsg", "ARMsg", "ByeMsg", "CancelMsg", "ControlHandler", "CreditAskMsg", "CreditMsg",
     "CtrlMsg", "DeadlockMsg", "StallMsg",
-    "HInfoMsg", "LookupMsg", "LostMsg", "MBInfoMsg", "RegMsg", "RelayMsg", "ReleaseMsg", "StopAckMsg",
+    "CarriedMsg", "CarryMsg", "HInfoMsg", "LookupMsg", "LostMsg", "MBInfoMsg", "RegMsg", "RelayMsg", "ReleaseMsg", "StopAckMsg",
     "StopMsg", "StreamCreditMsg",
     "StreamDoneMsg", "StreamDonesMsg", "TableAckMsg", "TableMsg", "TableReqMsg", "credit_frame", "decode_control",
 ]
@@ -77,6 +79,8 @@ class ControlHandler(Protocol):
     def on_stop_ack(self, src: int, msg: StopAckMsg) -> None: ...
     def on_relay(self, src: int, msg: RelayMsg) -> None: ...
     def on_lookup(self, src: int, msg: LookupMsg) -> None: ...
+    def on_carry(self, src: int, msg: CarryMsg) -> None: ...
+    def on_carried(self, src: int, msg: CarriedMsg) -> None: ...
     def on_lost(self, src: int, msg: LostMsg) -> None: ...
 
 
@@ -625,6 +629,62 @@ class LookupMsg(CtrlMsg):
     def __init__(self, name: str, pid: int) -> None:
         init_field(self, "name", name)
         init_field(self, "pid", pid)
+
+
+@_register
+class CarryMsg(CtrlMsg):
+    """A lookup of GP ``name`` that carries the first message to it
+    (:mod:`aiopdbp.hosts.carry`): to the name's home (``pid`` 0), which
+    subscribes the sender's host as ``LookupMsg`` does; then from the home to
+    the GP's host (``pid``: the GP, ``origin``: the sender's host), which
+    delivers it and answers ``origin`` with ``CarriedMsg(req)``.  The message: ``source``/``spid`` (the sending
+    GP), ``kind``, ``com``, ``data``; ``rows``: the sending GP's
+    registration, as a ``proc_names`` announcement carries it."""
+
+    TYPE: ClassVar[MsgType] = MsgType.CARRY
+    HANDLER: ClassVar[str] = "on_carry"
+
+    __slots__ = ("req", "origin", "name", "pid", "source", "spid", "kind", "com", "data", "rows")
+    req: int
+    origin: int
+    name: str
+    pid: int
+    source: str
+    spid: int
+    kind: int
+    com: int
+    data: bytes
+    rows: list[Any]
+
+    def __init__(self, req: int, origin: int, name: str, pid: int, source: str, spid: int, kind: int,
+                 com: int, data: bytes, rows: list[Any]) -> None:
+        init_field(self, "req", req)
+        init_field(self, "origin", origin)
+        init_field(self, "name", name)
+        init_field(self, "pid", pid)
+        init_field(self, "source", source)
+        init_field(self, "spid", spid)
+        init_field(self, "kind", kind)
+        init_field(self, "com", com)
+        init_field(self, "data", data)
+        init_field(self, "rows", rows)
+
+
+@_register
+class CarriedMsg(CtrlMsg):
+    """The answer to carried message ``req`` (``CarryMsg``): delivered
+    (``ok``), or not -- its sender sends it as any other."""
+
+    TYPE: ClassVar[MsgType] = MsgType.CARRIED
+    HANDLER: ClassVar[str] = "on_carried"
+
+    __slots__ = ("req", "ok")
+    req: int
+    ok: bool
+
+    def __init__(self, req: int, ok: bool) -> None:
+        init_field(self, "req", req)
+        init_field(self, "ok", ok)
 
 
 @_register

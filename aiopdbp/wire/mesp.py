@@ -115,6 +115,8 @@ class MsgType(enum.IntEnum):
     STREAM_DONES = 0x25   # many streams' receivers took them whole (one message per loop iteration)
     RELAY = 0x26          # a table message on its way along the tree to or from rank 0
     LOOKUP = 0x27         # a host asks a name's home for it (and its updates), or a pid's name
+    CARRY = 0x28          # a lookup carrying a first message, and that message passed on to its GP's host
+    CARRIED = 0x29        # a carried first message was delivered (or not: send it as any other)
     LOST = 0x2E           # a host was lost (liveness): passed on along a spread tree
     # DMP, data channel (paper section 4.3)
     UDATA = 0x10
@@ -242,6 +244,9 @@ CONTROL_SCHEMAS: dict[MsgType, dict[str, type | tuple[type, ...]]] = {
     MsgType.DEADLOCK: {"cycle": list},
     MsgType.RELAY: {"origin": int, "dest": int, "frame": bytes},
     MsgType.LOOKUP: {"name": str, "pid": int},
+    MsgType.CARRY: {"req": int, "origin": int, "name": str, "pid": int, "source": str, "spid": int,
+                    "kind": int, "com": int, "data": bytes, "rows": list},
+    MsgType.CARRIED: {"req": int, "ok": bool},
     MsgType.LOST: {"rank": int, "origin": int, "span": int, "message": str},
 }
 
