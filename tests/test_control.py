@@ -18,11 +18,13 @@ from aiopdbp.wire.control import (
     ARMsg,
     ByeMsg,
     CancelMsg,
+    ClosingMsg,
     CreditAskMsg,
     CreditMsg,
     CtrlMsg,
     DeadlockMsg,
     HInfoMsg,
+    LastOpenMsg,
     LookupMsg,
     LostMsg,
     MBInfoMsg,
@@ -60,6 +62,7 @@ EXAMPLES: list[CtrlMsg] = [
     RelayMsg(5, 0, RegMsg(3, "gp-1", 1, 5, -1).encode()),
     LookupMsg("gp-1", 0), LookupMsg("", 11),
     LostMsg(17, 16, 32, "rank 17 (host 'vm') has not been heard of for 4.0 s"),
+    ClosingMsg(5), LastOpenMsg(7),
 ]
 
 
@@ -107,7 +110,8 @@ def test_control_message_handle_calls_its_own_handler(msg: CtrlMsg) -> None:
 
 
 @pytest.mark.parametrize("msg", [CreditMsg([(1, 0)]), StreamCreditMsg(1, 2, 0),
-                                 StopMsg("paused", 1, 0, ""), LostMsg(3, 2, 0, ""), LostMsg(-1, 2, 4, "")],
+                                 StopMsg("paused", 1, 0, ""), LostMsg(3, 2, 0, ""), LostMsg(-1, 2, 4, ""),
+                                 ClosingMsg(-1), LastOpenMsg(-2)],
                          ids=str)
 def test_control_message_with_a_bad_value_is_a_protocol_error(msg: CtrlMsg) -> None:
     with pytest.raises(ProtocolError):
