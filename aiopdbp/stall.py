@@ -232,7 +232,8 @@ class StallWatch:
         self._taken: dict[str, tuple[int, float]] = {}   # name -> (taken, since)
         self._idle_reported: set[str] = set()
         self._views: dict[int, tuple[list[WaitEdge], set[str]]] = {}
-        self._last_sent: tuple[frozenset[tuple[str, str]], frozenset[str]] | None = None
+        # what rank 0 was last sent: nothing stale, at first -- a healthy job sends no report
+        self._last_sent: tuple[frozenset[tuple[str, str]], frozenset[str]] = (frozenset(), frozenset())
         self.stalls = 0                 # waits reported
         self.deadlocks = 0              # cycles found (rank 0) or received
         #: since when every other rank has closed its node (None: not so, or not known)
