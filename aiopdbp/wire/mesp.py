@@ -115,8 +115,8 @@ class MsgType(enum.IntEnum):
     STREAM_DONES = 0x25   # many streams' receivers took them whole (one message per loop iteration)
     RELAY = 0x26          # a table message on its way along the tree to or from rank 0
     LOOKUP = 0x27         # a host asks a name's home for it (and its updates), or a pid's name
-    CLOSING = 0x28        # a rank closes its node, to rank 0 (which learns the last open rank)
-    LAST_OPEN = 0x29      # rank 0 to the one rank whose node is still open
+    CLOSING = 0x2A        # a rank closes its node, to rank 0 (which learns the last open rank)
+    LAST_OPEN = 0x2B      # rank 0 to the one rank whose node is still open
     LOST = 0x2E           # a host was lost (liveness): passed on along a spread tree
     # DMP, data channel (paper section 4.3)
     UDATA = 0x10
