@@ -31,6 +31,16 @@ nothing runs while no one waits):
   graph (a tuple of :class:`WaitEdge`), so ``send`` raises it in the user's
   task and the job fails the usual way (the first traceback is the cause).
 
+* **The last open rank.**  When every other rank has closed its node
+  (rank 0 tells this one, :mod:`aiopdbp.hosts.closing`), only a GP of this
+  rank can still send to a GP here.  From then on a GP that waits in
+  ``recv()`` with nothing queued for ``stall_timeout`` is reported once
+  (the reply that never comes: the hang MPI leaves silent), and so is the
+  case where every GP here waits so, with no send under way.  Reported, not
+  failed: code outside the GPs -- a timer, another task that holds a GP, a
+  thread -- may still send, and aiopdbp cannot see it; a send waits only
+  for a reader, which is why a cycle of sends is provably stuck and this is not.
+
 Reports go to rank 0 only when what a rank sees changes, so a healthy job
 sends none.  The detector is deliberately conservative: a GP that reads,
 however slowly, breaks every cycle through it.
@@ -179,8 +189,26 @@ def find_cycle(edges: list[WaitEdge], idle: set[str]) -> tuple[WaitEdge, ...] | 
     return None
 
 
+def _recv_line(rank: int, new: list[tuple[str, float]], every: bool) -> str:
+    """What the last open rank says of its GPs ``new`` (name, seconds) that
+    wait in ``recv()``, and (``every``) that all its GPs do."""
+    parts = []
+    if new:
+        one = len(new) == 1
+        names = ", ".join(repr(name) for name, _ in new[:8]) + (f" and {len(new) - 8} more" if len(new) > 8 else "")
+        parts.append(f"{'GP' if one else 'GPs'} {names} {'has' if one else 'have'} waited in recv() for "
+                     f"{min(secs for _, secs in new):.1f} s{'' if one else ' or longer'} since every other "
+                     f"rank closed its node: only a GP of rank {rank} can still send to {'it' if one else 'them'}")
+    if every:
+        parts.append(f"every GP of rank {rank} waits in recv() with nothing queued and no send under way: "
+                     f"unless code outside them (a timer, another task, a thread) sends, rank {rank} waits forever")
+    return "; ".join(parts)
+
+
 #: (name, items queued, items ever taken) of each local GP's private pipe
 Readers = Callable[[], list[tuple[str, int, int]]]
+#: (name, waits in recv() now, items queued, items ever taken) of each local GP
+Receivers = Callable[[], list[tuple[str, bool, int, int]]]
 #: send (edges, idle) to rank 0
 Report = Callable[[list[WaitEdge], list[str]], None]
 #: tell every rank the cycle
@@ -191,20 +219,28 @@ class StallWatch:
     """Watches one rank's waits; at rank 0 also finds deadlocks."""
 
     def __init__(self, rank: int, waits: Waits, readers: Readers, *, timeout: float,
-                 report: Report | None = None, broadcast: Broadcast | None = None) -> None:
+                 report: Report | None = None, broadcast: Broadcast | None = None,
+                 receivers: Receivers | None = None) -> None:
         self.rank = rank
         self.waits = waits
         self.timeout = timeout
         self._readers = readers
+        self._receivers = receivers
         self._report = report           # None at rank 0: its own view is used directly
         self._broadcast = broadcast
         self._handle: asyncio.TimerHandle | None = None
         self._taken: dict[str, tuple[int, float]] = {}   # name -> (taken, since)
         self._idle_reported: set[str] = set()
         self._views: dict[int, tuple[list[WaitEdge], set[str]]] = {}
-        self._last_sent: tuple[frozenset[tuple[str, str]], frozenset[str]] | None = None
+        # what rank 0 was last sent: nothing stale, at first -- a healthy job sends no report
+        self._last_sent: tuple[frozenset[tuple[str, str]], frozenset[str]] = (frozenset(), frozenset())
         self.stalls = 0                 # waits reported
         self.deadlocks = 0              # cycles found (rank 0) or received
+        #: since when every other rank has closed its node (None: not so, or not known)
+        self.last_open_since: float | None = None
+        self._recv_since: dict[str, tuple[int, float]] = {}   # name -> (taken, waits since)
+        self._recv_reported: set[str] = set()
+        self._all_reported = False
 
     def start(self) -> None:
         if self.timeout and self.timeout > 0 and self._handle is None:
@@ -218,6 +254,22 @@ class StallWatch:
     def _schedule(self) -> None:
         loop = asyncio.get_running_loop()
         self._handle = loop.call_later(max(self.timeout / 2, 0.01), self._tick)
+
+    def last_open(self, now: float | None = None) -> None:
+        """Every other rank has closed its node: from now on, report the GPs
+        here that wait in ``recv()`` for ``timeout`` (see "The last open rank")."""
+        if self.last_open_since is not None:
+            return
+        now = time.monotonic() if now is None else now
+        self.last_open_since = now
+        log.debug("rank %d: every other rank has closed its node", self.rank)
+        if self._receivers is None or not self.timeout or self.timeout <= 0:
+            return
+        self._check_receivers(now)          # the GPs that wait now, wait since now
+        if self._handle is not None:
+            # look again when they can be reported, not up to timeout/2 later
+            self._handle.cancel()
+            self._handle = asyncio.get_running_loop().call_later(self.timeout, self._tick)
 
     def _tick(self) -> None:
         self._handle = None
@@ -252,6 +304,8 @@ class StallWatch:
                                 "for %.1f s", self.rank, name, queued, now - since)
         self._taken = seen
         self._idle_reported &= idle
+        if self.last_open_since is not None and self._receivers is not None and self.timeout > 0:
+            self._check_receivers(now)
         if self._report is not None:
             key = (frozenset((e.gp, e.waits_for) for e in stale), frozenset(idle))
             if key != self._last_sent:
@@ -260,6 +314,34 @@ class StallWatch:
         else:
             self.on_report(self.rank, stale, sorted(idle))
         return stale, idle
+
+    def _check_receivers(self, now: float) -> None:
+        """The last open rank: report its GPs that wait in ``recv()`` with
+        nothing queued and have taken nothing for ``timeout``."""
+        assert self._receivers is not None
+        seen: dict[str, tuple[int, float]] = {}
+        stuck: list[tuple[str, float]] = []
+        gps = 0
+        for name, waiting, queued, taken in self._receivers():
+            gps += 1
+            if not waiting or queued:
+                continue
+            prev = self._recv_since.get(name)
+            since = prev[1] if prev is not None and prev[0] == taken else now
+            seen[name] = (taken, since)
+            if now - since >= self.timeout:
+                stuck.append((name, now - since))
+        self._recv_since = seen
+        new = [(name, secs) for name, secs in stuck if name not in self._recv_reported]
+        self._recv_reported = {name for name, _ in stuck}
+        every = gps > 0 and len(stuck) == gps and not self.waits.live()
+        if not every:
+            self._all_reported = False
+        said = every and not self._all_reported
+        if said:
+            self._all_reported = True
+        if new or said:
+            log.warning("rank %d: %s", self.rank, _recv_line(self.rank, new, said))
 
     def on_report(self, rank: int, edges: list[WaitEdge], idle: list[str]) -> None:
         """Rank 0: ``rank`` sees these stale waits and GPs that do not read."""

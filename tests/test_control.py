@@ -22,11 +22,13 @@ from aiopdbp.wire.control import (
     CancelMsg,
     CarriedMsg,
     CarryMsg,
+    ClosingMsg,
     CreditAskMsg,
     CreditMsg,
     CtrlMsg,
     DeadlockMsg,
     HInfoMsg,
+    LastOpenMsg,
     LookupMsg,
     LostMsg,
     MBInfoMsg,
@@ -67,6 +69,7 @@ EXAMPLES: list[CtrlMsg] = [
     CarryMsg(3, 5, "gp-1", 11, "src", 12, 2, 7, b"", [[12, "src", 0, None]]),
     CarriedMsg(3, True), CarriedMsg(4, False),
     LostMsg(17, 16, 32, "rank 17 (host 'vm') has not been heard of for 4.0 s"),
+    ClosingMsg(5), LastOpenMsg(7),
 ]
 
 
@@ -114,7 +117,8 @@ def test_control_message_handle_calls_its_own_handler(msg: CtrlMsg) -> None:
 
 
 @pytest.mark.parametrize("msg", [CreditMsg([(1, 0)]), StreamCreditMsg(1, 2, 0),
-                                 StopMsg("paused", 1, 0, ""), LostMsg(3, 2, 0, ""), LostMsg(-1, 2, 4, "")],
+                                 StopMsg("paused", 1, 0, ""), LostMsg(3, 2, 0, ""), LostMsg(-1, 2, 4, ""),
+                                 ClosingMsg(-1), LastOpenMsg(-2)],
                          ids=str)
 def test_control_message_with_a_bad_value_is_a_protocol_error(msg: CtrlMsg) -> None:
     with pytest.raises(ProtocolError):

@@ -167,12 +167,24 @@ async def test_a_closing_host_talks_only_to_the_peers_it_talked_to() -> None:
                 for _ in range(2):
                     assert (await gps[r].recv(timeout=20)).data == b"hop"  # type: ignore[union-attr]
         before = [node.stats().messages_sent for node in nodes]
+    told = _TALLY                  # a close's O(1) word to rank 0, and rank 0's to the last open rank
     for r, node in enumerate(nodes):
         sent = node.stats().messages_sent
-        closing = {h for h, kinds in sent.items() if kinds != before[r].get(h)}
+        closing = {h for h, kinds in sent.items()
+                   if {k: v for k, v in kinds.items() if k not in told} !=
+                   {k: v for k, v in before[r].get(h, {}).items() if k not in told}}
         # nothing to the hosts it never talked to (a BYE to every host, before)
         assert closing <= {(r - 1) % n, (r + 1) % n}, (r, closing, sent)
         assert "data" in sent[(r + 1) % n]
+        tally = {h: {k: v for k, v in kinds.items() if k in told} for h, kinds in sent.items()}
+        tally = {h: kinds for h, kinds in tally.items() if kinds}
+        if r:
+            assert tally == {0: {"ClosingMsg": 1}}, (r, sent)
+        else:
+            assert sum(kinds.get("LastOpenMsg", 0) for kinds in tally.values()) <= 1, sent
+
+
+_TALLY = ("ClosingMsg", "LastOpenMsg")
 
 
 #: the behaviour scenarios of the name rule (tests/scenarios.py), run again at more hosts

@@ -141,6 +141,17 @@ async def test_slow_receiver_is_reported_and_not_failed(caplog: pytest.LogCaptur
     assert "GP 'slow' has 4 item(s) queued and has not called recv" in text
 
 
+def test_a_rank_with_nothing_stale_sends_rank_0_no_report() -> None:
+    from aiopdbp.stall import StallWatch, Waits
+
+    sent: list[object] = []
+    watch = StallWatch(1, Waits(), lambda: [("g", 0, 5)], timeout=1.0,
+                       report=lambda edges, idle: sent.append((edges, idle)))
+    watch.check(now=100.0)
+    watch.check(now=200.0)
+    assert sent == []
+
+
 @pytest.mark.timeout(20)
 async def test_stall_watch_off_reports_nothing() -> None:
     async with aiopdbp.open_node(pipe_capacity=1, stall_timeout=None) as node:

@@ -456,6 +456,11 @@ class Inbound:
                 return False
         return True
 
+    def without_bye(self, failed: Collection[int]) -> list[int]:
+        """The hosts not in ``failed`` that have not said BYE."""
+        return [h for h in range(self.size) if h != self.rank and h not in failed
+                and ((s := self._sources.get(h)) is None or s.bye is None)]
+
     def arrived(self, total: int) -> bool:
         """Whether ``total`` data messages, from all hosts together, were taken
         off the network and nothing of them is still landing."""

@@ -40,7 +40,8 @@ built after both, since it serves them).
 
 *Closing.*  :meth:`close` flushes every link and waits until everything the
 other hosts sent here has arrived (:class:`~aiopdbp.hosts.closing.Closing`: the
-transport's count exchange, or BYE to every host), bounded by ``close_timeout``.
+transport's count exchange, or BYE to every host), bounded by ``close_timeout``;
+rank 0 learns from it which ranks closed, and tells the last one open.
 """
 
 from __future__ import annotations
@@ -142,6 +143,10 @@ def _no_job() -> JobControl | None:
     return None
 
 
+def _nothing() -> None:
+    return None
+
+
 class Remote:
     """The multi-host half of a :class:`~aiopdbp.runtime.node.Node`.
 
@@ -181,9 +186,11 @@ class Remote:
                                # grants ride on split headers only where payloads travel apart (bulk tags)
                                on_credit=self.credit.on_credit if getattr(transport, "bulk_tags", 0) else None)
         self.stalls = StallRelay(rank, size, self.channel, stall, lambda h: h in self.failures.failed)
+        self._closing_wait = Closing(rank, size, transport, self.channel, self.inbound, self.failures,
+                                     last_open=stall.last_open if stall is not None else _nothing,
+                                     close_timeout=cfg.close_timeout)
         self._dispatch = Dispatch(self.sequencer, self.sequencer.names, self.sequencer.carrier, self.inbound,
-                                  self.credit, self.failures, self.stalls)
-        self._closing_wait = Closing(rank, size, transport, self.channel, self.inbound, self.failures)
+                                  self.credit, self.failures, self.stalls, self._closing_wait)
         self._closing = False
         self._reclaim: asyncio.TimerHandle | None = None
 
@@ -340,7 +347,8 @@ class Remote:
         try:
             await self.flush(timeout)
             self.credit.flush_grants()
-            await self._closing_wait.wait(self.credit.sent(), deadline)
+            self._closing_wait.begin()   # rank 0 learns which rank is the last one open
+            await self._closing_wait.wait(self.credit.sent(), deadline, timeout)
         finally:
             self.failures.stop_heartbeat()  # before the transport frees the communicator it uses
             self.stop()
@@ -357,6 +365,7 @@ class Remote:
         """Fail every pending request; release the pool."""
         self._mark_closing()
         self.failures.stop_heartbeat(0.2)
+        self._closing_wait.stop()
         self.sequencer.close()
         self.pool.close()
 

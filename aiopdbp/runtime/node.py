@@ -229,7 +229,8 @@ class Node:
         self.stall = StallWatch(
             self.rank, self.router.waits, self.router.readers, timeout=stall_timeout or 0.0,
             report=self._send_stall if multi and self.rank != 0 else None,
-            broadcast=self._send_deadlock if multi else None)
+            broadcast=self._send_deadlock if multi else None,
+            receivers=self._receivers if multi else None)
         if transport is not None and self.size > 1:
             self._remote = Remote(transport, cfg, self.tables, self.arrivals, self.streams,
                                   allow_pickle=allow_pickle, stall=self.stall,
@@ -275,6 +276,16 @@ class Node:
     def _send_deadlock(self, cycle: tuple[WaitEdge, ...]) -> None:
         if self._remote is not None:
             self._remote.send_deadlock(cycle)
+
+    def _receivers(self) -> list[tuple[str, bool, int, int]]:
+        """(name, waits in recv, queued, taken) of every GP here (the stall
+        watch, once this is the last rank open)."""
+        out = []
+        for gp in self._gps.values():
+            pipe = gp.pipe
+            out.append((gp.name, gp.receiving > 0, len(pipe), pipe.taken) if pipe is not None else
+                       (gp.name, False, 0, 0))
+        return out
 
     # -- lifecycle --------------------------------------------------------------
     async def start(self) -> None:

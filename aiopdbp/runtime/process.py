@@ -125,7 +125,8 @@ class GP:
         self._stepped: deque[Message | IncomingStream] = deque()
         self._router = node.router
         self._into_task: asyncio.Task[Any] | None = None   # the task in recv_into, if any
-        self._waiting = 0                               # recv calls waiting for an item now
+        #: ``recv`` (and ``recv_into``) calls of this GP waiting for an item now
+        self.receiving = 0
         self._drive = node.drive   # a receiver waiting for a reply steps MPI itself
         self._try_send = node.router.try_send  # hot path: one call, no coroutine, when nothing waits
         self._burst = BURST_BYTES   # credit left before a run of sends that never suspended yields
@@ -568,7 +569,7 @@ class GP:
         if len(pipe):  # the common case under load: no coroutine, no exception
             item = pipe.receive_nowait()
         else:
-            self._waiting += 1
+            self.receiving += 1
             self._burst = BURST_BYTES   # this task suspends: a send run starts afresh
             try:
                 if timeout is None:
@@ -586,7 +587,7 @@ class GP:
                     except TimeoutError:
                         raise TimeoutError(f"GP {self.name!r} received nothing within {timeout:g} s") from None
             finally:
-                self._waiting -= 1
+                self.receiving -= 1
         kind = arrays or self.node.arrays
         if type(item) is Message:
             if type(item[0]) is str:
@@ -686,7 +687,7 @@ class GP:
         else:
             return arrived(self._into(flat, item if named_now(item) else await self._named(item)),
                             self.node.arrays)
-        if self._into_task is not None or self._waiting:
+        if self._into_task is not None or self.receiving:
             # Another receiver could take the message that lands in ``out``
             # (and this call would wait for it forever).
             raise RuntimeError(f"GP {self.name!r}: recv_into while another receive waits on this GP "

@@ -28,6 +28,8 @@ to the hosts that use the name), ``TableReqMsg``/``TableAckMsg`` (any other tabl
 ``CreditMsg`` and ``CreditAskMsg`` (per-destination flow control), ``StallMsg``
 and ``DeadlockMsg`` (:mod:`aiopdbp.stall`), ``StreamDoneMsg``,
 ``StreamDonesMsg``, ``StreamCreditMsg``, ``ByeMsg``, ``StopMsg`` and ``StopAckMsg``;
+``ClosingMsg`` and ``LastOpenMsg`` tell rank 0 which ranks closed their node and
+the one rank left open that it is (:mod:`aiopdbp.hosts.closing`);
 ``RelayMsg`` carries a host's info up the hosts' tree; ``LookupMsg`` asks
 a name's home host for the name (:mod:`aiopdbp.hosts.names`), and ``CarryMsg``
 does so carrying a first message to it, answered by ``CarriedMsg``
@@ -45,9 +47,9 @@ from aiopdbp.errors import ProtocolError
 from aiopdbp.records import FrozenRecord, init_field
 
 __all__ = [
-    "AAPMsg", "APipeMsg", "ARMsg", "ByeMsg", "CancelMsg", "ControlHandler", "CreditAskMsg", "CreditMsg",
+    "AAPMsg", "APipeMsg", "ARMsg", "ByeMsg", "CancelMsg", "ClosingMsg", "ControlHandler", "CreditAskMsg", "CreditMsg",
     "CtrlMsg", "DeadlockMsg", "StallMsg",
-    "CarriedMsg", "CarryMsg", "HInfoMsg", "LookupMsg", "LostMsg", "MBInfoMsg", "RegMsg", "RelayMsg", "ReleaseMsg", "StopAckMsg",
+    "CarriedMsg", "CarryMsg", "HInfoMsg", "LastOpenMsg", "LookupMsg", "LostMsg", "MBInfoMsg", "RegMsg", "RelayMsg", "ReleaseMsg", "StopAckMsg",
     "StopMsg", "StreamCreditMsg",
     "StreamDoneMsg", "StreamDonesMsg", "TableAckMsg", "TableMsg", "TableReqMsg", "credit_frame", "decode_control",
 ]
@@ -75,6 +77,8 @@ class ControlHandler(Protocol):
     def on_stream_credit(self, src: int, msg: StreamCreditMsg) -> None: ...
     def on_stream_dones(self, src: int, msg: StreamDonesMsg) -> None: ...
     def on_bye(self, src: int, msg: ByeMsg) -> None: ...
+    def on_closing(self, src: int, msg: ClosingMsg) -> None: ...
+    def on_last_open(self, src: int, msg: LastOpenMsg) -> None: ...
     def on_stop(self, src: int, msg: StopMsg) -> None: ...
     def on_stop_ack(self, src: int, msg: StopAckMsg) -> None: ...
     def on_relay(self, src: int, msg: RelayMsg) -> None: ...
@@ -548,6 +552,47 @@ class ByeMsg(CtrlMsg):
 
     def __init__(self, sent: int) -> None:
         init_field(self, "sent", sent)
+
+
+@_register
+class ClosingMsg(CtrlMsg):
+    """To rank 0: rank ``rank`` (the sender) closes its node and has sent
+    everything it will send."""
+
+    TYPE: ClassVar[MsgType] = MsgType.CLOSING
+    HANDLER: ClassVar[str] = "on_closing"
+
+    __slots__ = ("rank",)
+    rank: int
+
+    def __init__(self, rank: int) -> None:
+        init_field(self, "rank", rank)
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
+        if body["rank"] < 0:
+            raise ProtocolError(f"CLOSING names rank {body['rank']}")
+        return cls(body["rank"])
+
+
+@_register
+class LastOpenMsg(CtrlMsg):
+    """From rank 0: every rank but ``rank`` (the receiver) has closed its node."""
+
+    TYPE: ClassVar[MsgType] = MsgType.LAST_OPEN
+    HANDLER: ClassVar[str] = "on_last_open"
+
+    __slots__ = ("rank",)
+    rank: int
+
+    def __init__(self, rank: int) -> None:
+        init_field(self, "rank", rank)
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
+        if body["rank"] < 0:
+            raise ProtocolError(f"LAST_OPEN names rank {body['rank']}")
+        return cls(body["rank"])
 
 
 @_register

@@ -117,6 +117,8 @@ class MsgType(enum.IntEnum):
     LOOKUP = 0x27         # a host asks a name's home for it (and its updates), or a pid's name
     CARRY = 0x28          # a lookup carrying a first message, and that message passed on to its GP's host
     CARRIED = 0x29        # a carried first message was delivered (or not: send it as any other)
+    CLOSING = 0x2A        # a rank closes its node, to rank 0 (which learns the last open rank)
+    LAST_OPEN = 0x2B      # rank 0 to the one rank whose node is still open
     LOST = 0x2E           # a host was lost (liveness): passed on along a spread tree
     # DMP, data channel (paper section 4.3)
     UDATA = 0x10
@@ -247,6 +249,8 @@ CONTROL_SCHEMAS: dict[MsgType, dict[str, type | tuple[type, ...]]] = {
     MsgType.CARRY: {"req": int, "origin": int, "name": str, "pid": int, "source": str, "spid": int,
                     "kind": int, "com": int, "data": bytes, "rows": list},
     MsgType.CARRIED: {"req": int, "ok": bool},
+    MsgType.CLOSING: {"rank": int},
+    MsgType.LAST_OPEN: {"rank": int},
     MsgType.LOST: {"rank": int, "origin": int, "span": int, "message": str},
 }
 
