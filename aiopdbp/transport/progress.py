@@ -374,8 +374,9 @@ class ProgressEngine:
         in one call of the compiled kernel.  ``refuse()`` raises why a send
         cannot be posted (the transport is closed); the engine shuts the lane
         itself when it fails."""
+        bulk = self._bulk if channel == 1 else None  # the data lane posts split frames too (post_pair)
         lane = kernel_core.SendLane(self._comms[channel], dest, self._tag, self._last_to, RING_AFTER_S,
-                                    self._bell, self._lane_pending, refuse)
+                                    self._bell, self._lane_pending, refuse, bulk, self._lane_pending_bulk)
         if self._stopping and self._failure is not None:
             lane.open = False
         self._lanes.append(lane)
@@ -390,6 +391,15 @@ class ProgressEngine:
         """A lane's send that did not complete at once: tracked as post_send's are."""
         assert self._loop is not None
         fut: asyncio.Future[None] = self._loop.create_future()
+        self._sends.append((req, _SendOp(fut, 1, (buf,))))
+        self.kick()
+        return fut
+
+    def _lane_pending_bulk(self, req: Any, buf: Any, done: asyncio.Future[None] | None) -> asyncio.Future[None]:
+        """A lane's payload send that did not complete at once: tracked as
+        :meth:`post_bulk_send`'s is (``done`` resolved by the step that sees it)."""
+        assert self._loop is not None
+        fut: asyncio.Future[None] = self._loop.create_future() if done is None else done
         self._sends.append((req, _SendOp(fut, 1, (buf,))))
         self.kick()
         return fut
@@ -701,7 +711,7 @@ class ProgressEngine:
             "drives": self.n_drives, "driven_steps": self.n_driven,
             "idle_sleeps": self.n_idle_sleeps, "wakeups": self.n_wakeups,
             "inflight": len(self._sends) + self._rx.inflight(),
-            "bulk_sends": self.n_bulk_sends,
+            "bulk_sends": self.n_bulk_sends + sum(lane.bulk_sends for lane in lanes),
             "deliver_errors": self.n_deliver_errors, "rings_heard": self.n_rings,
             "doorbell": self._bell is not None and self._bell.everyone_rings,
             "rings_sent": self._bell.rung if self._bell is not None else 0,
