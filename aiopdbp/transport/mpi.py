@@ -372,6 +372,18 @@ class MPITransport(Transport):
             self._refuse(source, Channel.DATA)
         self._engine.post_bulk_recv(source, tag, nbytes, out, done)
 
+    def recv_bulk_now(self, source: int, tag: int, nbytes: int, out: Buffer | None) -> tuple[Any, Any]:
+        """:meth:`recv_bulk` for a caller that delivers at once what lands at
+        once: ``(buffer, None)`` when the payload landed in this call, else
+        ``(buffer, handle)`` for :meth:`track_bulk` (before the loop turns)."""
+        if self._closed or not self._started or not 0 <= source < self.size:
+            self._refuse(source, Channel.DATA)
+        return self._engine.post_bulk_now(source, tag, nbytes, out)
+
+    def track_bulk(self, handle: Any, buf: Any, done: Callable[[Any], None]) -> None:
+        """``done(buf)`` once the payload of ``handle`` (:meth:`recv_bulk_now`) has landed."""
+        self._engine.track_bulk(handle, buf, done)
+
     def add_poller(self, poller: Callable[[], bool]) -> Callable[[], None]:
         """Call ``poller()`` at every progress step (see the engine)."""
         return self._engine.add_poller(poller)

@@ -202,6 +202,11 @@ class ProgressEngine:
         self._post_one = kernel_core.post_one
         self._lanes: list[Any] = []   # every SendLane made (see send_lane)
         self._rx = Receives(self._comms, tag, inline_recv_limit, cache, bulk, self._report)
+        #: ``(src, tag, nbytes, out) -> (buffer, handle)``: :meth:`post_bulk_recv`
+        #: without a callback for a payload that lands at once (the commonest over
+        #: shared memory): handle None then, else :meth:`track_bulk` must be told
+        #: it and the callback before the next step (the receives' own method: no frame here)
+        self.post_bulk_now: Callable[[int, int, int, Any], tuple[Any, Any]] = self._rx.post_bulk_now
         # sends: (request, op) oldest first
         self._sends: collections.deque[tuple[Any, _SendOp]] = collections.deque()
         self._pollers: list[Callable[[], bool]] = []
@@ -459,6 +464,11 @@ class ProgressEngine:
         rendezvous copies there), else from a later step."""
         if self._rx.post_bulk(src, tag, nbytes, out, done):
             self.kick()
+
+    def track_bulk(self, handle: Any, buf: Any, done: Callable[[Any], None]) -> None:
+        """``done(buf)`` once the payload of ``handle`` (from ``post_bulk_now``) has landed."""
+        self._rx.bulk_recvs.append((handle, buf, done))
+        self.kick()
 
     def _complete_sends(self) -> bool:
         sends = self._sends

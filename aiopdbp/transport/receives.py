@@ -125,17 +125,23 @@ class Receives:
         """Post the receive of a large payload (see
         :meth:`~aiopdbp.transport.progress.ProgressEngine.post_bulk_recv`);
         True while it is still landing (a later step completes it)."""
-        assert self._bulk is not None
-        buf = self._cache.alloc(nbytes) if out is None else out
-        self.n_bulk_recvs += 1
-        self.n_bulk_user += out is not None
-        self.bytes_recv += nbytes
-        req = self._recv_one(self._bulk, buf, nbytes, src, tag)
+        buf, req = self.post_bulk_now(src, tag, nbytes, out)
         if req is None:  # already here (eager, or a single-copy rendezvous done in Irecv)
             done(buf)
             return False
         self.bulk_recvs.append((req, buf, done))
         return True
+
+    def post_bulk_now(self, src: int, tag: int, nbytes: int, out: Any) -> tuple[Any, Any]:
+        """Post the receive of a large payload (as :meth:`post_bulk`) without
+        a callback: ``(buffer, None)`` when it landed at once, else ``(buffer,
+        request)`` for the caller to hand to :attr:`bulk_recvs` with its callback."""
+        assert self._bulk is not None
+        buf = self._cache.alloc(nbytes) if out is None else out
+        self.n_bulk_recvs += 1
+        self.n_bulk_user += out is not None
+        self.bytes_recv += nbytes
+        return buf, self._recv_one(self._bulk, buf, nbytes, src, tag)
 
     def complete_bulk(self, landed: list[tuple[Callable[[Any], None], Any]]) -> bool:
         """Large payloads that landed, as ``(done, buffer)`` into ``landed``; True if any."""
