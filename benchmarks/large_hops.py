@@ -14,8 +14,9 @@ for both ranks of a host), and each one-way hop is cut at:
 * ``payload post``: 0 (it is in ``send``: one cut for both forms of the post);
 * ``to header``: -> the receiver's step that received the header began
   (MPI transit plus the receiver's polling);
-* ``header in``: -> the payload's receive called (``post_bulk_recv``, or
-  the inbound's ``recv_bulk_now`` of a cached header; probe, receive, inbound, admission);
+* ``header in``: -> the payload's receive called (the inbound's
+  ``recv_bulk_now``; before the eleventh session the engine's
+  ``post_bulk_recv``; probe, receive, inbound, admission);
 * ``payload recv``: -> it returned (the receive cache, ``Irecv``, ``Test``:
   the single-copy rendezvous copies there);
 * ``deliver``: -> the step ended (landed callback, ``Message``, pipe, credit marks);
@@ -79,7 +80,7 @@ class Stamps:
         self.rin: list[tuple[int, int]] = []     # the payload's receive (called, returned)
         ns = time.perf_counter_ns
         E, L = ProgressEngine, HostLink
-        o_put, o_rbulk, o_step = L.put_to, E.post_bulk_recv, E.step
+        o_put, o_rbulk, o_step = L.put_to, getattr(E, "post_bulk_recv", None), E.step
         st = self
 
         def put_to(self: Any, pid: int, item: Any) -> Any:
@@ -92,7 +93,7 @@ class Stamps:
 
         def post_bulk_recv(self: Any, *a: Any) -> Any:
             t = ns()
-            out = o_rbulk(self, *a)
+            out = o_rbulk(self, *a)  # type: ignore[misc]
             st.rin.append((t, ns()))
             return out
 
@@ -112,8 +113,9 @@ class Stamps:
                 st.steps.append((t, ns()))
             return busy
 
-        self._patches = [(L, "put_to", put_to, o_put), (E, "post_bulk_recv", post_bulk_recv, o_rbulk),
-                         (E, "step", step, o_step)]
+        self._patches: list[tuple[Any, str, Any, Any]] = [(L, "put_to", put_to, o_put), (E, "step", step, o_step)]
+        if o_rbulk is not None:   # (before the eleventh session)
+            self._patches.append((E, "post_bulk_recv", post_bulk_recv, o_rbulk))
         if o_now is not None:
             self._patches.append((inbound, "_now", now, o_now))
 

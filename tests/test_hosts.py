@@ -437,7 +437,7 @@ class _NowBulk:
 
         self.hold = hold
         self.now: list[tuple[int, int, int]] = []       # recv_bulk_now: (source, tag, nbytes)
-        self.tracked: list[tuple[Any, Any, Any]] = []   # track_bulk: (handle, buffer, done)
+        self.tracked: list[tuple[Any, Any, Any]] = []   # what was tracked: (tag, buffer, done)
         self.np = np
 
     def recv_bulk(self, source: int, tag: int, nbytes: int, out: object, done: Any) -> None:
@@ -446,10 +446,9 @@ class _NowBulk:
     def recv_bulk_now(self, source: int, tag: int, nbytes: int, out: object) -> tuple[Any, Any]:
         self.now.append((source, tag, nbytes))
         buf = self.np.full(nbytes, tag + 1, self.np.uint8)
-        return buf, ("handle", tag) if self.hold else None
-
-    def track_bulk(self, handle: Any, buf: Any, done: Any) -> None:
-        self.tracked.append((handle, buf, done))
+        if not self.hold:
+            return buf, None
+        return buf, lambda done: self.tracked.append((tag, buf, done))
 
 
 class _Arrivals:
@@ -498,8 +497,8 @@ def test_a_cached_split_header_still_landing_holds_the_next_messages_of_its_host
     shorts = L1.pack(1, int(MsgType.BPS), 1, 8) + bytes(8)   # (its records are the arrivals' to check)
     inbound.on_data(1, memoryview(shorts))            # behind the payload still landing
     assert [g[0] for g in arrivals.got] == ["message"] and len(bulk.tracked) == 1
-    handle, buf, done = bulk.tracked[0]
-    assert handle == ("handle", 1) and inbound._sources[1].announced
+    tag, buf, done = bulk.tracked[0]
+    assert tag == 1 and inbound._sources[1].announced
     done(buf)                                         # it lands: then the shorts behind it
     assert [g[:4] for g in arrivals.got] == [("message", 1, (2,), 9), ("message", 1, (2,), 2), ("shorts", 1)]
     assert not inbound._sources[1].queue and not inbound._sources[1].announced

@@ -144,11 +144,8 @@ class Inbound:
         self._book = book  # what this host granted each sender (admission by grant)
         self._bulk = bulk if getattr(bulk, "bulk_tags", 0) else None
         # a bulk transport that hands back a payload landed at once (no
-        # callback, no _Landing): MPI's ``recv_bulk_now`` / ``track_bulk``
+        # callback, no _Landing): MPI's (see Transport.recv_bulk)
         self._now = getattr(self._bulk, "recv_bulk_now", None)
-        self._track = getattr(self._bulk, "track_bulk", None)
-        if self._track is None:
-            self._now = None
         self._landing = landing  # (pid, nbytes) -> a GP's own buffer (recv_into) or None
         self._pool = pool
         self._deliver = deliver
@@ -360,25 +357,25 @@ class Inbound:
         and then, without a :class:`_Landing` in the queue or a callback;
         one still landing takes the queue as in :meth:`_land`."""
         bulk = self._bulk
-        assert bulk is not None and self._now is not None and self._track is not None
+        assert bulk is not None and self._now is not None
         nbytes, pid = arr.nbytes, arr.pid
         out = self._landing(pid, nbytes) if self._landing is not None else None
         cost = self._admissible(s.host, pid, nbytes, 0)   # (nothing queued: nothing announced)
         tag = s.bulk_seq
         s.bulk_seq = (tag + 1) % bulk.bulk_tags
         try:
-            buf, handle = self._now(s.host, tag, nbytes, out)
+            buf, track = self._now(s.host, tag, nbytes, out)
         except MemoryError:
             raise ProtocolError(f"no memory for the {nbytes}-byte payload announced by host {s.host}") \
                 from None
-        if handle is None:  # landed: what _landed would deliver
+        if track is None:  # landed: what _landed would deliver
             msg = Message((self._name_of(arr.source_p), arr.kind, arr.com, arr.array(buf), arr.source_p))
             self._deliver.place_messages(s.host, (pid,), msg, cost)
             return
         entry = _Landing(head, arr, pid, cost)
         s.queue.append(entry)
         s.announced[pid] = cost
-        self._track(handle, buf, functools.partial(self._landed, s, entry))
+        track(functools.partial(self._landed, s, entry))
 
     def _admissible(self, host: int, pid: int, nbytes: int, ahead: int) -> int:
         """The credit a payload of ``nbytes`` for GP ``pid`` takes, checked

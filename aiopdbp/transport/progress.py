@@ -25,8 +25,9 @@ One step (:meth:`ProgressEngine.step`):
    until one is not done (one ``Test`` costs a tenth of a ``Testsome`` over
    a window); every 32nd step, ``Testsome`` over all of them.
 3. *Bulk payloads* (the transport's third communicator, never probed): a
-   large payload's ``Irecv`` is posted by :meth:`ProgressEngine.post_bulk_recv`
-   when its header has arrived, into the buffer it is delivered in, and
+   large payload's ``Irecv`` is posted by ``ProgressEngine.post_bulk_now``
+   when its header has arrived, into the buffer it is delivered in; one that
+   did not land at once is tracked (:meth:`ProgressEngine.track_bulk`) and
    tested every step; its ``Isend`` (:meth:`ProgressEngine.post_bulk_send`)
    completes like any send, resolving the waiting sender's future from the
    step (see :mod:`aiopdbp.transport.mpi`, "Bulk payloads").
@@ -202,10 +203,13 @@ class ProgressEngine:
         self._post_one = kernel_core.post_one
         self._lanes: list[Any] = []   # every SendLane made (see send_lane)
         self._rx = Receives(self._comms, tag, inline_recv_limit, cache, bulk, self._report)
-        #: ``(src, tag, nbytes, out) -> (buffer, handle)``: :meth:`post_bulk_recv`
-        #: without a callback for a payload that lands at once (the commonest over
-        #: shared memory): handle None then, else :meth:`track_bulk` must be told
-        #: it and the callback before the next step (the receives' own method: no frame here)
+        #: ``(src, tag, nbytes, out) -> (buffer, handle)``: post the receive of
+        #: the payload ``src`` sent with ``tag`` into ``out`` (a writable buffer
+        #: of at least ``nbytes``; None: a buffer of exactly ``nbytes`` from the
+        #: receive cache, recycled and so already faulted in after warm-up).
+        #: ``handle`` is None when it landed at once (MPICH's single-copy
+        #: rendezvous copies in the first ``Test``), else :meth:`track_bulk`
+        #: must be told it before the next step (the receives' own method: no frame here)
         self.post_bulk_now: Callable[[int, int, int, Any], tuple[Any, Any]] = self._rx.post_bulk_now
         # sends: (request, op) oldest first
         self._sends: collections.deque[tuple[Any, _SendOp]] = collections.deque()
@@ -416,7 +420,7 @@ class ProgressEngine:
                        head: Any = None) -> asyncio.Future[None] | None:
         """``Isend`` of one large payload on the bulk communicator with
         ``tag`` (its receiver posts the matching receive when the payload's
-        header arrives, see :meth:`post_bulk_recv`); None when it completed at
+        header arrives, see ``post_bulk_now``); None when it completed at
         once, else a future that completes when ``buf`` may be reused --
         ``done`` itself when given (resolved by the step that sees the
         completion: no callback hop for a caller waiting on it).  The
@@ -453,17 +457,6 @@ class ProgressEngine:
         self._sends.append((req, _SendOp(fut, 1, (buf,))))
         self.kick()
         return fut
-
-    def post_bulk_recv(self, src: int, tag: int, nbytes: int, out: Any,
-                       done: Callable[[Any], None]) -> None:
-        """Receive the payload ``src`` sent with ``tag`` into ``out`` (a
-        writable buffer of at least ``nbytes``; None: a buffer of exactly
-        ``nbytes`` from the receive cache, recycled and so already faulted
-        in after warm-up); ``done(buf)`` is called once it has landed: at
-        once when the first ``Test`` completes it (MPICH's single-copy
-        rendezvous copies there), else from a later step."""
-        if self._rx.post_bulk(src, tag, nbytes, out, done):
-            self.kick()
 
     def track_bulk(self, handle: Any, buf: Any, done: Callable[[Any], None]) -> None:
         """``done(buf)`` once the payload of ``handle`` (from ``post_bulk_now``) has landed."""
