@@ -9,13 +9,13 @@ for both ranks of a host), and each one-way hop is cut at:
 
 * ``send``: ``gp.send`` called -> the link's ``put_to`` that posted the
   split frame returned (routing, credit, the cached split header, both
-  ``Isend``\ s: in one call since the eleventh session, the lane's
+  ``Isend``\ s: in one call since the ninth session, the lane's
   ``post_pair``; before, ``post_bulk_send`` with the header);
 * ``payload post``: 0 (it is in ``send``: one cut for both forms of the post);
 * ``to header``: -> the receiver's step that received the header began
   (MPI transit plus the receiver's polling);
 * ``header in``: -> the payload's receive called (the inbound's
-  ``recv_bulk_now``; before the eleventh session the engine's
+  ``recv_bulk_now``; before the ninth session the engine's
   ``post_bulk_recv``; probe, receive, inbound, admission);
 * ``payload recv``: -> it returned (the receive cache, ``Irecv``, ``Test``:
   the single-copy rendezvous copies there);
@@ -98,7 +98,7 @@ class Stamps:
             return out
 
         inbound = node._remote.inbound
-        o_now = getattr(inbound, "_now", None)   # the cached header's receive (eleventh session)
+        o_now = getattr(inbound, "_now", None)   # the cached header's receive (ninth session)
 
         def now(*a: Any) -> Any:
             t = ns()
@@ -114,7 +114,7 @@ class Stamps:
             return busy
 
         self._patches: list[tuple[Any, str, Any, Any]] = [(L, "put_to", put_to, o_put), (E, "step", step, o_step)]
-        if o_rbulk is not None:   # (before the eleventh session)
+        if o_rbulk is not None:   # (before the ninth session)
             self._patches.append((E, "post_bulk_recv", post_bulk_recv, o_rbulk))
         if o_now is not None:
             self._patches.append((inbound, "_now", now, o_now))
