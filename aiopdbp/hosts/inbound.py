@@ -353,8 +353,8 @@ class Inbound:
     def _land_now(self, s: _Source, head: bytes, arr: SplitArray) -> None:
         """:meth:`_land` for a split header seen before when nothing of host
         ``s`` waits (the commonest large message): a payload that lands in
-        the receive's first ``Test`` (MPICH's single copy) is delivered here
-        and then, without a :class:`_Landing` in the queue or a callback;
+        the receive's first ``Test`` (MPICH's single copy) is delivered in
+        this call, without a :class:`_Landing` in the queue or a callback;
         one still landing takes the queue as in :meth:`_land`."""
         bulk = self._bulk
         assert bulk is not None and self._now is not None
