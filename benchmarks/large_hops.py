@@ -7,13 +7,16 @@ Rank 0 sends a writable numpy array to rank 1's GP, which echoes what it got
 inbound side are wrapped for this run (``time.perf_counter_ns``, one clock
 for both ranks of a host), and each one-way hop is cut at:
 
-* ``send``: ``gp.send`` called -> the header's ``post_send`` returned
-  (routing, credit, the cached split header, the header's ``Isend``), or
-  ``post_bulk_send`` with the header (both posts in one call) returned;
-* ``payload post``: -> the payload's ``post_bulk_send`` returned (0 when it took the header);
+* ``send``: ``gp.send`` called -> the link's ``put_to`` that posted the
+  split frame returned (routing, credit, the cached split header, both
+  ``Isend``\ s: in one call since the ninth session, the lane's
+  ``post_pair``; before, ``post_bulk_send`` with the header);
+* ``payload post``: 0 (it is in ``send``: one cut for both forms of the post);
 * ``to header``: -> the receiver's step that received the header began
   (MPI transit plus the receiver's polling);
-* ``header in``: -> ``post_bulk_recv`` called (probe, receive, inbound, admission);
+* ``header in``: -> the payload's receive called (the inbound's
+  ``recv_bulk_now``; before the ninth session the engine's
+  ``post_bulk_recv``; probe, receive, inbound, admission);
 * ``payload recv``: -> it returned (the receive cache, ``Irecv``, ``Test``:
   the single-copy rendezvous copies there);
 * ``deliver``: -> the step ended (landed callback, ``Message``, pipe, credit marks);
@@ -68,34 +71,38 @@ def _counts(node: Any) -> tuple[int, dict[str, int]]:
 class Stamps:
     """Wraps the engine and the inbound side; lists of perf_counter_ns stamps."""
 
-    def __init__(self) -> None:
-        from aiopdbp.hosts.inbound import Inbound
+    def __init__(self, node: Any) -> None:
+        from aiopdbp.hosts.link import HostLink
         from aiopdbp.transport.progress import ProgressEngine
-        self.hdr: list[int] = []      # header post_send returned (data channel, one block)
-        self.bulk: list[int] = []     # post_bulk_send returned
+        self.hdr: list[int] = []      # the put_to that posted a split frame returned
+        self.bulk: list[int] = []     # the same (both posts are in it)
         self.steps: list[tuple[int, int]] = []   # steps that received something: (begin, end)
-        self.rin: list[tuple[int, int]] = []     # post_bulk_recv (called, returned)
+        self.rin: list[tuple[int, int]] = []     # the payload's receive (called, returned)
         ns = time.perf_counter_ns
-        E, I = ProgressEngine, Inbound
-        o_post, o_bulk, o_rbulk, o_step = E.post_send, E.post_bulk_send, E.post_bulk_recv, E.step
+        E, L = ProgressEngine, HostLink
+        o_put, o_rbulk, o_step = L.put_to, getattr(E, "post_bulk_recv", None), E.step
         st = self
 
-        def post_send(self: Any, channel: int, dest: int, blocks: Any) -> Any:
-            out = o_post(self, channel, dest, blocks)
-            if channel == 1:
-                st.hdr.append(ns())
-            return out
-
-        def post_bulk_send(self: Any, *a: Any) -> Any:
-            out = o_bulk(self, *a)
-            st.bulk.append(ns())
-            if len(a) > 4 and a[4] is not None:  # its header too, in the same call
+        def put_to(self: Any, pid: int, item: Any) -> Any:
+            n = self.sender.splits
+            out = o_put(self, pid, item)
+            if self.sender.splits != n:
+                st.bulk.append(ns())
                 st.hdr.append(st.bulk[-1])
             return out
 
         def post_bulk_recv(self: Any, *a: Any) -> Any:
             t = ns()
-            out = o_rbulk(self, *a)
+            out = o_rbulk(self, *a)  # type: ignore[misc]
+            st.rin.append((t, ns()))
+            return out
+
+        inbound = node._remote.inbound
+        o_now = getattr(inbound, "_now", None)   # the cached header's receive (ninth session)
+
+        def now(*a: Any) -> Any:
+            t = ns()
+            out = o_now(*a)  # type: ignore[misc]
             st.rin.append((t, ns()))
             return out
 
@@ -106,9 +113,11 @@ class Stamps:
                 st.steps.append((t, ns()))
             return busy
 
-        self._patches = [(E, "post_send", post_send, o_post), (E, "post_bulk_send", post_bulk_send, o_bulk),
-                         (E, "post_bulk_recv", post_bulk_recv, o_rbulk), (E, "step", step, o_step)]
-        del I
+        self._patches: list[tuple[Any, str, Any, Any]] = [(L, "put_to", put_to, o_put), (E, "step", step, o_step)]
+        if o_rbulk is not None:   # (before the ninth session)
+            self._patches.append((E, "post_bulk_recv", post_bulk_recv, o_rbulk))
+        if o_now is not None:
+            self._patches.append((inbound, "_now", now, o_now))
 
     def __enter__(self) -> "Stamps":
         for obj, name, new, _ in self._patches:
@@ -189,7 +198,7 @@ async def main(ns: argparse.Namespace) -> None:
                             await gp.send(peer, msg.data)
                             done.append(pc())
 
-                with Stamps() as st:
+                with Stamps(node) as st:
                     await rts(warm + n)
                 mine = {"sends": sends, "recvs": recvs, "done": done, "hdr": st.hdr, "bulk": st.bulk,
                         "steps": st.steps, "rin": st.rin}

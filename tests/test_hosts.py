@@ -215,7 +215,11 @@ def _admitting_inbound(book: Any, failed: list[tuple[int, BaseException]]) -> tu
         def recv_bulk(self, source: int, tag: int, nbytes: int, out: object, done: Any) -> None:
             posted.append((source, nbytes))
 
-    inbound = Inbound(0, 2, None, None, None, name_of=str,  # type: ignore[arg-type]
+    class Taken:  # a fuzzed frame that reads as short messages is taken (their decoding is not this test's)
+        def place_shorts(self, host: int, buf: Any) -> None:
+            pass
+
+    inbound = Inbound(0, 2, None, Taken(), None, name_of=str,  # type: ignore[arg-type]
                       fail_host=lambda h, e: failed.append((h, e)), block_size=1 << 16, allow_pickle=False,
                       bulk=Held(), book=book)  # type: ignore[arg-type]
     return inbound, posted
@@ -425,3 +429,98 @@ def test_garbage_behind_or_inside_a_carried_credit_frame_is_only_ever_a_protocol
         assert all(type(e).__name__ == "ProtocolError" for _, e in failed), failed
 
     check()
+
+
+class _NowBulk:
+    """A bulk transport with ``recv_bulk_now``: payloads land at once unless ``hold``."""
+
+    bulk_tags = 4
+
+    def __init__(self, hold: bool = False) -> None:
+        import numpy as np
+
+        self.hold = hold
+        self.now: list[tuple[int, int, int]] = []       # recv_bulk_now: (source, tag, nbytes)
+        self.tracked: list[tuple[Any, Any, Any]] = []   # what was tracked: (tag, buffer, done)
+        self.np = np
+
+    def recv_bulk(self, source: int, tag: int, nbytes: int, out: object, done: Any) -> None:
+        done(self.np.full(nbytes, 9, self.np.uint8))
+
+    def recv_bulk_now(self, source: int, tag: int, nbytes: int, out: object) -> tuple[Any, Any]:
+        self.now.append((source, tag, nbytes))
+        buf = self.np.full(nbytes, tag + 1, self.np.uint8)
+        if not self.hold:
+            return buf, None
+        return buf, lambda done: self.tracked.append((tag, buf, done))
+
+
+class _Arrivals:
+    def __init__(self) -> None:
+        self.got: list[Any] = []
+
+    def place_messages(self, host: int, pids: tuple[int, ...], item: Any, cost: int) -> None:
+        self.got.append(("message", host, pids, int(item.data[0]), cost))
+
+    def place_shorts(self, host: int, buf: Any) -> None:
+        self.got.append(("shorts", host))
+
+
+def _now_inbound(bulk: _NowBulk, book: Any = None,
+                 failed: list[tuple[int, BaseException]] | None = None) -> tuple[Any, _Arrivals]:
+    from aiopdbp.hosts.inbound import Inbound
+
+    arrivals = _Arrivals()
+    sink = failed if failed is not None else []
+    inbound = Inbound(0, 2, None, arrivals, None, name_of=str,  # type: ignore[arg-type]
+                      fail_host=lambda h, e: sink.append((h, e)), block_size=1 << 16, allow_pickle=False,
+                      bulk=bulk, book=book)  # type: ignore[arg-type]
+    return inbound, arrivals
+
+
+def test_a_cached_split_header_whose_payload_lands_at_once_is_delivered_in_the_call() -> None:
+    bulk = _NowBulk()
+    inbound, arrivals = _now_inbound(bulk)
+    head = _split_head(1 << 16)
+    inbound.on_data(1, memoryview(head))   # first: checked and kept, the general path
+    inbound.on_data(1, memoryview(head))   # again: the cached header's receive, delivered at once
+    assert bulk.now == [(1, 1, 1 << 16)] and bulk.tracked == []
+    assert [g[:4] for g in arrivals.got] == [("message", 1, (2,), 9), ("message", 1, (2,), 2)]
+    s = inbound._sources[1]
+    assert not s.queue and not s.announced and s.bulk_seq == 2
+
+
+def test_a_cached_split_header_still_landing_holds_the_next_messages_of_its_host() -> None:
+    from aiopdbp.wire.mesp import L1, MsgType
+
+    bulk = _NowBulk(hold=True)
+    inbound, arrivals = _now_inbound(bulk)
+    head = _split_head(1 << 16)
+    inbound.on_data(1, memoryview(head))
+    inbound.on_data(1, memoryview(head))
+    shorts = L1.pack(1, int(MsgType.BPS), 1, 8) + bytes(8)   # (its records are the arrivals' to check)
+    inbound.on_data(1, memoryview(shorts))            # behind the payload still landing
+    assert [g[0] for g in arrivals.got] == ["message"] and len(bulk.tracked) == 1
+    tag, buf, done = bulk.tracked[0]
+    assert tag == 1 and inbound._sources[1].announced
+    done(buf)                                         # it lands: then the shorts behind it
+    assert [g[:4] for g in arrivals.got] == [("message", 1, (2,), 9), ("message", 1, (2,), 2), ("shorts", 1)]
+    assert not inbound._sources[1].queue and not inbound._sources[1].announced
+
+
+def test_a_cached_split_header_beyond_the_credit_granted_posts_no_receive() -> None:
+    from aiopdbp.errors import ProtocolError
+    from aiopdbp.hosts.gate import CreditBook
+    from aiopdbp.wire.message import CREDIT_OVERHEAD
+
+    book = CreditBook(1 << 20)
+    failed: list[tuple[int, BaseException]] = []
+    bulk = _NowBulk()
+    inbound, arrivals = _now_inbound(bulk, book, failed)
+    head = _split_head(600 << 10)
+    inbound.on_data(1, memoryview(head))
+    book.delivered(1, 2, (600 << 10) + CREDIT_OVERHEAD)   # delivered, not granted back yet
+    inbound.on_data(1, memoryview(head))
+    assert bulk.now == [] and len(arrivals.got) == 1
+    assert len(failed) == 1 and isinstance(failed[0][1], ProtocolError)
+    assert "beyond the credit granted" in str(failed[0][1])

@@ -118,10 +118,25 @@ def test_the_pure_send_lane_posts_counts_rings_once_and_refuses_once_shut() -> N
 
 
 @pytest.mark.timeout(90)
+def test_the_pure_send_lane_posts_a_header_and_its_payload_in_one_call() -> None:
+    forms = _forms()
+    outs, sends, fast, bulk_sends, nbytes, rings, stamped = forms[("pure", "pair")]
+    # eager payloads complete at once; the 70000 B one is handed to ``pending_bulk`` with its ``done``
+    assert outs == [None] * 8 + ["pending 70000 done8", None, "lane shut"]
+    heads = [i + 1 for i in range(len(SIZES))]
+    assert (sends, fast, bulk_sends, nbytes) == (len(SIZES), len(SIZES), len(SIZES), sum(SIZES) + sum(heads))
+    assert rings == [1] and stamped
+    got_heads, payloads = forms[("pure", "paired")]
+    assert got_heads == [(n, zlib.crc32(bytes([i]) * n)) for i, n in enumerate(heads)]
+    assert payloads == [(n, zlib.crc32(bytes([i]) * n)) for i, n in enumerate(SIZES)]
+
+
+@pytest.mark.timeout(90)
 @pytest.mark.skipif(compiled is None, reason="the compiled kernel is not built")
 def test_both_forms_post_receive_and_match_alike_over_mpi() -> None:
     forms = _forms()
-    for case in ("batch", "fifo", "budget", "raise", "post", "posted", "received", "lane", "laned"):
+    for case in ("batch", "fifo", "budget", "raise", "post", "posted", "received", "lane", "laned", "pair",
+                 "paired"):
         assert forms[("compiled", case)] == forms[("pure", case)], case
 
 

@@ -159,6 +159,45 @@ async def test_a_large_array_goes_as_a_split_frame_carrying_the_grants_owed(form
     assert done.done() and out.splits == 1
 
 
+class _PairLane:
+    """A transport's data lane that also posts split frames (the kernel's ``post_pair``)."""
+
+    bulk = object()
+
+    def __init__(self, tr: _Transport) -> None:
+        self.tr = tr
+
+    def post(self, buf: Any) -> None:
+        self.tr.posts.append(("data", bytes(buf)))
+
+    def post_pair(self, head: Any, buf: Any, tag: int, done: Any) -> Any:
+        self.tr.posts.append(("pair", (tag, bytes(head), memoryview(buf).nbytes)))
+        self.tr.inflight.append(done)
+        return done
+
+
+class _LaneTransport(_Transport):
+    def send_lane(self, dest: int, channel: Any) -> _PairLane:
+        return _PairLane(self)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_a_split_frame_goes_through_the_lane_in_one_call_when_the_lane_posts_pairs(form: Any) -> None:
+    tr = _LaneTransport(bulk=True)
+    out = _sender(form, tr)
+    arr = np.arange(10_000.0)
+    done = OwnedDone(loop=asyncio.get_running_loop())
+    out.message(PID, _msg(arr), done)
+    ((kind, (tag, head, nbytes)),) = tr.posts
+    assert kind == "pair" and tag == 0 and nbytes == arr.nbytes
+    assert split_target(head) == (arr.nbytes, PID, False)
+    assert out.sent_msgs == 1 and out.splits == 1 and not done.done()
+    tr.complete()
+    await asyncio.sleep(0)
+    assert done.done() and out.idle
+
+
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.timeout(10)
 async def test_a_refused_post_is_reported_once_and_fails_owned_sends(form: Any) -> None:

@@ -58,7 +58,7 @@ cdef class LinkSender:
     cdef public bint carries, carry_missed
     cdef object _transport, _pool, _on_error, _slot, _block, _units, _lane, _owned, _admit, _refund
     cdef Py_ssize_t _block_size, _max_inflight, _bulk_tags, _bulk_seq
-    cdef bint _allow_pickle, _flush_scheduled, _bulk_heads
+    cdef bint _allow_pickle, _flush_scheduled, _bulk_heads, _pairs
     cdef object _tick
 
     def __init__(self, host, transport, pool, *, block_size, large, max_inflight, allow_pickle, on_error,
@@ -90,6 +90,7 @@ cdef class LinkSender:
         self._owned = set()
         self.carries = bool(self._bulk_tags)
         self._bulk_heads = bool(self._bulk_tags) and getattr(transport, "bulk_heads", False)
+        self._pairs = self._bulk_heads and getattr(self._lane, "bulk", None) is not None
         self.carried = []
         self.carry_missed = True
         self.n_carried = 0
@@ -207,7 +208,10 @@ cdef class LinkSender:
             self.nbytes += nbytes
             try:
                 if with_head:
-                    fut = self._transport.post_bulk(self.host, tag, payload, done, head)
+                    if self._pairs:
+                        fut = self._lane.post_pair(head, payload, tag, done)
+                    else:
+                        fut = self._transport.post_bulk(self.host, tag, payload, done, head)
                 else:
                     fut = self._transport.post_bulk(self.host, tag, payload, done)
             except Exception as exc:

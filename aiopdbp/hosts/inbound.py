@@ -144,6 +144,9 @@ class Inbound:
         self._grant_frames: dict[bytes, CreditMsg] = {}  # CREDIT frames seen -> what they say
         self._book = book  # what this host granted each sender (admission by grant)
         self._bulk = bulk if getattr(bulk, "bulk_tags", 0) else None
+        # a bulk transport that hands back a payload landed at once (no
+        # callback, no _Landing): MPI's (see Transport.recv_bulk)
+        self._now = getattr(self._bulk, "recv_bulk_now", None)
         self._landing = landing  # (pid, nbytes) -> a GP's own buffer (recv_into) or None
         self._pool = pool
         self._deliver = deliver
@@ -217,7 +220,10 @@ class Inbound:
                 arr = self._arrays.get(head)
                 if arr is not None:  # a split header seen before: post its receive now
                     try:
-                        self._land(s, head, arr)
+                        if self._now is not None and not s.queue and arr.pid:
+                            self._land_now(s, head, arr)
+                        else:
+                            self._land(s, head, arr)
                     except ProtocolError as exc:
                         self._malformed(src, exc)
                     return
@@ -345,6 +351,46 @@ class Inbound:
             raise ProtocolError(f"no memory for the {nbytes}-byte payload announced by host {s.host}") \
                 from None
 
+    def _land_now(self, s: _Source, head: bytes, arr: SplitArray) -> None:
+        """:meth:`_land` for a split header seen before when nothing of host
+        ``s`` waits (the commonest large message): a payload that lands in
+        the receive's first ``Test`` (MPICH's single copy) is delivered in
+        this call, without a :class:`_Landing` in the queue or a callback;
+        one still landing takes the queue as in :meth:`_land`."""
+        bulk = self._bulk
+        assert bulk is not None and self._now is not None
+        nbytes, pid = arr.nbytes, arr.pid
+        out = self._landing(pid, nbytes) if self._landing is not None else None
+        cost = self._admissible(s.host, pid, nbytes, 0)   # (nothing queued: nothing announced)
+        tag = s.bulk_seq
+        s.bulk_seq = (tag + 1) % bulk.bulk_tags
+        try:
+            buf, track = self._now(s.host, tag, nbytes, out)
+        except MemoryError:
+            raise ProtocolError(f"no memory for the {nbytes}-byte payload announced by host {s.host}") \
+                from None
+        if track is None:  # landed: what _landed would deliver
+            msg = Message((self._name_of(arr.source_p), arr.kind, arr.com, arr.array(buf), arr.source_p))
+            self._deliver.place_messages(s.host, (pid,), msg, cost)
+            return
+        entry = _Landing(head, arr, pid, cost)
+        s.queue.append(entry)
+        s.announced[pid] = cost
+        track(functools.partial(self._landed, s, entry))
+
+    def _admissible(self, host: int, pid: int, nbytes: int, ahead: int) -> int:
+        """The credit a payload of ``nbytes`` for GP ``pid`` takes, checked
+        against what this host granted ``host`` (see :meth:`admit`; ``ahead``:
+        the credit of its payloads admitted and not delivered yet)."""
+        cost = nbytes + CREDIT_OVERHEAD
+        book = self._book
+        if book is not None:
+            out = book.outstanding(host, pid) + ahead
+            if out > 0 and out + cost > book.window:
+                raise ProtocolError(f"host {host} announced a {nbytes}-byte payload for GP {pid} beyond the "
+                                    f"credit granted to it ({max(0, book.window - out)} bytes left)")
+        return cost
+
     def admit(self, s: _Source, pid: int, nbytes: int) -> int:
         """Admission by grant, before a payload's receive is posted: the
         credit (``nbytes`` + the per-message overhead) a split header asks
@@ -354,14 +400,8 @@ class Inbound:
         payloads admitted and not delivered yet).  Raises
         :class:`~aiopdbp.errors.ProtocolError` otherwise: no receive of a
         size nobody granted is ever posted."""
-        cost = nbytes + CREDIT_OVERHEAD
         ahead = s.announced.get(pid, 0)
-        book = self._book
-        if book is not None:
-            out = book.outstanding(s.host, pid) + ahead
-            if out > 0 and out + cost > book.window:
-                raise ProtocolError(f"host {s.host} announced a {nbytes}-byte payload for GP {pid} beyond the "
-                                    f"credit granted to it ({max(0, book.window - out)} bytes left)")
+        cost = self._admissible(s.host, pid, nbytes, ahead)
         s.announced[pid] = ahead + cost
         return cost
 

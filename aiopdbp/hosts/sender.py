@@ -129,6 +129,8 @@ class LinkSender:
         # window's grant found no reply to ride since h last got a split header
         self.carries = bool(self._bulk_tags)
         self._bulk_heads = bool(self._bulk_tags) and getattr(transport, "bulk_heads", False)
+        # the lane posts a split frame's header and payload in one call too (the kernel's post_pair)
+        self._pairs = self._bulk_heads and getattr(self._lane, "bulk", None) is not None
         self.carried: list[tuple[int, int]] = []
         self.carry_missed = True
         self.n_carried = 0        # split headers that carried grants
@@ -274,7 +276,10 @@ class LinkSender:
                 # the transport resolves ``done`` itself: no callback hop
                 # between MPI's completion and the waiting sender
                 if with_head:
-                    fut = self._transport.post_bulk(self.host, tag, payload, done, head)
+                    if self._pairs:
+                        fut = self._lane.post_pair(head, payload, tag, done)
+                    else:
+                        fut = self._transport.post_bulk(self.host, tag, payload, done, head)
                 else:
                     fut = self._transport.post_bulk(self.host, tag, payload, done)
             except Exception as exc:  # the transport is closed or broken

@@ -239,8 +239,19 @@ class Transport(abc.ABC):
     def recv_bulk(self, source: int, tag: int, nbytes: int, out: Buffer | None,
                   done: Callable[[Any], None]) -> None:
         """Receive host ``source``'s payload ``tag`` into ``out`` (None: a
-        pooled buffer of ``nbytes``); ``done(buffer)`` once it landed."""
-        raise NotImplementedError(f"the {self.name} transport has no bulk payloads")
+        pooled buffer of ``nbytes``); ``done(buffer)`` once it landed (maybe
+        in this call).  The default is a transport's ``recv_bulk_now(source,
+        tag, nbytes, out) -> (buffer, track)`` (track None: it landed in the
+        call; else ``track(done)`` has ``done`` called once it lands), which
+        a caller that delivers at once may use itself."""
+        now = getattr(self, "recv_bulk_now", None)
+        if now is None:
+            raise NotImplementedError(f"the {self.name} transport has no bulk payloads")
+        buf, track = now(source, tag, nbytes, out)
+        if track is None:
+            done(buf)
+        else:
+            track(done)
 
     def exchange_counts(self, counts: Sequence[int]) -> Callable[[], int | None] | None:
         """Start a sum over every rank of ``counts`` (one number per rank:

@@ -61,16 +61,16 @@ def post_one(MPI.Comm comm, object buf, int dest, int tag):
 cdef class SendLane:
     """See :class:`aiopdbp.transport.kernel.SendLane`."""
 
-    cdef public MPI.Comm comm
+    cdef public MPI.Comm comm, bulk
     cdef public int dest, tag
     cdef public list last
     cdef public double after
-    cdef public object bell, pending, refuse
+    cdef public object bell, pending, refuse, pending_bulk
     cdef public bint open
-    cdef public Py_ssize_t sends, fast, nbytes
+    cdef public Py_ssize_t sends, fast, nbytes, bulk_sends
 
     def __init__(self, MPI.Comm comm, int dest, int tag, list last, double after, object bell,
-                 object pending, object refuse):
+                 object pending, object refuse, MPI.Comm bulk=None, object pending_bulk=None):
         self.comm = comm
         self.dest = dest
         self.tag = tag
@@ -79,8 +79,48 @@ cdef class SendLane:
         self.bell = bell
         self.pending = pending
         self.refuse = refuse
+        self.bulk = bulk
+        self.pending_bulk = pending_bulk
         self.open = True
-        self.sends = self.fast = self.nbytes = 0
+        self.sends = self.fast = self.nbytes = self.bulk_sends = 0
+
+    cdef inline object _isend(self, MPI.Comm comm, object buf, int tag, Py_ssize_t *n):
+        """``Isend`` of ``buf`` to ``dest`` on ``comm`` and one ``Test`` (see post_one); its length in ``n``."""
+        cdef Py_buffer view
+        cdef MPI_Request req
+        cdef int ierr
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        n[0] = view.len
+        if view.len > INT_MAX:
+            PyBuffer_Release(&view)
+            return post_one(comm, buf, self.dest, tag)
+        # the caller keeps buf alive until the request completes (see post_one)
+        ierr = MPI_Isend(view.buf, <int>view.len, MPI_BYTE, self.dest, tag, comm.ob_mpi, &req)
+        PyBuffer_Release(&view)
+        return _tested(ierr, req)
+
+    def post_pair(self, object head, object buf, int tag, object done):
+        cdef Py_ssize_t nh = 0, nb = 0
+        cdef double now
+        if not self.open:
+            self.refuse()
+        hr = self._isend(self.comm, head, self.tag, &nh)
+        self.sends += 1
+        if self.bell is not None:
+            now = perf_counter()
+            if now - <double>self.last[self.dest] > self.after:
+                self.bell.ring(self.dest)
+            self.last[self.dest] = now
+        if hr is None:
+            self.fast += 1
+        else:
+            self.pending(hr, head)
+        r = self._isend(self.bulk, buf, tag, &nb)
+        self.bulk_sends += 1
+        self.nbytes += nh + nb
+        if r is None:
+            return None
+        return self.pending_bulk(r, buf, done)
 
     def post(self, object buf):
         cdef Py_buffer view

@@ -62,13 +62,20 @@ class SendLane:
     completed).  The engine adds the counters to its own and shuts the lane
     (``open = False``) when it fails or its transport closes; ``bell`` is
     None when there is no doorbell (or it was closed).
+
+    With ``bulk`` (the large payloads' communicator), ``post_pair(head, buf,
+    tag, done)`` is a split frame's two posts in one call: ``head`` as
+    ``post`` posts it (one that does not complete at once is handed to
+    ``pending`` and its future dropped: nobody waits for a header), then
+    ``buf`` on ``bulk`` with ``tag``; None when the payload's send
+    completed at once, else ``pending_bulk(request, buf, done)``'s future.
     """
 
-    __slots__ = ("after", "bell", "comm", "dest", "fast", "last", "nbytes", "open", "pending", "refuse",
-                 "sends", "tag")
+    __slots__ = ("after", "bell", "bulk", "bulk_sends", "comm", "dest", "fast", "last", "nbytes", "open",
+                 "pending", "pending_bulk", "refuse", "sends", "tag")
 
     def __init__(self, comm: MPI.Comm, dest: int, tag: int, last: list[float], after: float, bell: Any,
-                 pending: Any, refuse: Any) -> None:
+                 pending: Any, refuse: Any, bulk: MPI.Comm | None = None, pending_bulk: Any = None) -> None:
         self.comm = comm
         self.dest = dest
         self.tag = tag
@@ -77,8 +84,10 @@ class SendLane:
         self.bell = bell
         self.pending = pending
         self.refuse = refuse
+        self.bulk = bulk
+        self.pending_bulk = pending_bulk
         self.open = True
-        self.sends = self.fast = self.nbytes = 0
+        self.sends = self.fast = self.nbytes = self.bulk_sends = 0
 
     def post(self, buf: Any) -> Any:
         if not self.open:
@@ -97,6 +106,29 @@ class SendLane:
             self.fast += 1
             return None
         return self.pending(req, buf)
+
+    def post_pair(self, head: Any, buf: Any, tag: int, done: Any) -> Any:
+        if not self.open:
+            self.refuse()
+        hreq = post_one(self.comm, head, self.dest, self.tag)
+        self.sends += 1
+        bell = self.bell
+        if bell is not None:
+            now = perf_counter()
+            last = self.last
+            if now - last[self.dest] > self.after:
+                bell.ring(self.dest)
+            last[self.dest] = now
+        if hreq is None:
+            self.fast += 1
+        else:
+            self.pending(hreq, head)
+        req = post_one(self.bulk, buf, self.dest, tag)  # type: ignore[arg-type]
+        self.bulk_sends += 1
+        self.nbytes += len(head) + memoryview(buf).nbytes
+        if req is None:
+            return None
+        return self.pending_bulk(req, buf, done)
 
 
 def recv_one(comm: MPI.Comm, buf: Any, nbytes: int, source: int, tag: int) -> MPI.Request | None:

@@ -364,13 +364,18 @@ class MPITransport(Transport):
             self._refuse(dest, Channel.DATA)
         return self._engine.post_bulk_send(dest, tag, buf, done, head)
 
-    def recv_bulk(self, source: int, tag: int, nbytes: int, out: Buffer | None,
-                  done: Callable[[Any], None]) -> None:
+    def recv_bulk_now(self, source: int, tag: int, nbytes: int, out: Buffer | None) -> tuple[Any, Any]:
         """Receive the payload rank ``source`` posted with ``tag`` into ``out``
-        (None: a pooled buffer of ``nbytes``); ``done(buffer)`` once it landed."""
+        (None: a pooled buffer of ``nbytes``): ``(buffer, None)`` when it
+        landed in this call, else ``(buffer, track)``: ``track(done)`` has
+        ``done(buffer)`` called once it landed (before the loop turns).
+        (:meth:`recv_bulk`, the callback form, is this plus that.)"""
         if self._closed or not self._started or not 0 <= source < self.size:
             self._refuse(source, Channel.DATA)
-        self._engine.post_bulk_recv(source, tag, nbytes, out, done)
+        buf, req = self._engine.post_bulk_now(source, tag, nbytes, out)
+        if req is None:
+            return buf, None
+        return buf, functools.partial(self._engine.track_bulk, req, buf)
 
     def add_poller(self, poller: Callable[[], bool]) -> Callable[[], None]:
         """Call ``poller()`` at every progress step (see the engine)."""

@@ -25,8 +25,9 @@ One step (:meth:`ProgressEngine.step`):
    until one is not done (one ``Test`` costs a tenth of a ``Testsome`` over
    a window); every 32nd step, ``Testsome`` over all of them.
 3. *Bulk payloads* (the transport's third communicator, never probed): a
-   large payload's ``Irecv`` is posted by :meth:`ProgressEngine.post_bulk_recv`
-   when its header has arrived, into the buffer it is delivered in, and
+   large payload's ``Irecv`` is posted by ``ProgressEngine.post_bulk_now``
+   when its header has arrived, into the buffer it is delivered in; one that
+   did not land at once is tracked (:meth:`ProgressEngine.track_bulk`) and
    tested every step; its ``Isend`` (:meth:`ProgressEngine.post_bulk_send`)
    completes like any send, resolving the waiting sender's future from the
    step (see :mod:`aiopdbp.transport.mpi`, "Bulk payloads").
@@ -202,6 +203,14 @@ class ProgressEngine:
         self._post_one = kernel_core.post_one
         self._lanes: list[Any] = []   # every SendLane made (see send_lane)
         self._rx = Receives(self._comms, tag, inline_recv_limit, cache, bulk, self._report)
+        #: ``(src, tag, nbytes, out) -> (buffer, handle)``: post the receive of
+        #: the payload ``src`` sent with ``tag`` into ``out`` (a writable buffer
+        #: of at least ``nbytes``; None: a buffer of exactly ``nbytes`` from the
+        #: receive cache, recycled and so already faulted in after warm-up).
+        #: ``handle`` is None when it landed at once (MPICH's single-copy
+        #: rendezvous copies in the first ``Test``), else :meth:`track_bulk`
+        #: must be told it before the next step (the receives' own method: no frame here)
+        self.post_bulk_now: Callable[[int, int, int, Any], tuple[Any, Any]] = self._rx.post_bulk_now
         # sends: (request, op) oldest first
         self._sends: collections.deque[tuple[Any, _SendOp]] = collections.deque()
         self._pollers: list[Callable[[], bool]] = []
@@ -374,8 +383,9 @@ class ProgressEngine:
         in one call of the compiled kernel.  ``refuse()`` raises why a send
         cannot be posted (the transport is closed); the engine shuts the lane
         itself when it fails."""
+        bulk = self._bulk if channel == 1 else None  # the data lane posts split frames too (post_pair)
         lane = kernel_core.SendLane(self._comms[channel], dest, self._tag, self._last_to, RING_AFTER_S,
-                                    self._bell, self._lane_pending, refuse)
+                                    self._bell, self._lane_pending, refuse, bulk, self._lane_pending_bulk)
         if self._stopping and self._failure is not None:
             lane.open = False
         self._lanes.append(lane)
@@ -394,6 +404,15 @@ class ProgressEngine:
         self.kick()
         return fut
 
+    def _lane_pending_bulk(self, req: Any, buf: Any, done: asyncio.Future[None] | None) -> asyncio.Future[None]:
+        """A lane's payload send that did not complete at once: tracked as
+        :meth:`post_bulk_send`'s is (``done`` resolved by the step that sees it)."""
+        assert self._loop is not None
+        fut: asyncio.Future[None] = self._loop.create_future() if done is None else done
+        self._sends.append((req, _SendOp(fut, 1, (buf,))))
+        self.kick()
+        return fut
+
     def _lane_refuse(self) -> None:
         raise TransportError(f"MPI progress failed: {self._failure!r}")
 
@@ -401,7 +420,7 @@ class ProgressEngine:
                        head: Any = None) -> asyncio.Future[None] | None:
         """``Isend`` of one large payload on the bulk communicator with
         ``tag`` (its receiver posts the matching receive when the payload's
-        header arrives, see :meth:`post_bulk_recv`); None when it completed at
+        header arrives, see ``post_bulk_now``); None when it completed at
         once, else a future that completes when ``buf`` may be reused --
         ``done`` itself when given (resolved by the step that sees the
         completion: no callback hop for a caller waiting on it).  The
@@ -439,16 +458,10 @@ class ProgressEngine:
         self.kick()
         return fut
 
-    def post_bulk_recv(self, src: int, tag: int, nbytes: int, out: Any,
-                       done: Callable[[Any], None]) -> None:
-        """Receive the payload ``src`` sent with ``tag`` into ``out`` (a
-        writable buffer of at least ``nbytes``; None: a buffer of exactly
-        ``nbytes`` from the receive cache, recycled and so already faulted
-        in after warm-up); ``done(buf)`` is called once it has landed: at
-        once when the first ``Test`` completes it (MPICH's single-copy
-        rendezvous copies there), else from a later step."""
-        if self._rx.post_bulk(src, tag, nbytes, out, done):
-            self.kick()
+    def track_bulk(self, handle: Any, buf: Any, done: Callable[[Any], None]) -> None:
+        """``done(buf)`` once the payload of ``handle`` (from ``post_bulk_now``) has landed."""
+        self._rx.bulk_recvs.append((handle, buf, done))
+        self.kick()
 
     def _complete_sends(self) -> bool:
         sends = self._sends
@@ -701,7 +714,7 @@ class ProgressEngine:
             "drives": self.n_drives, "driven_steps": self.n_driven,
             "idle_sleeps": self.n_idle_sleeps, "wakeups": self.n_wakeups,
             "inflight": len(self._sends) + self._rx.inflight(),
-            "bulk_sends": self.n_bulk_sends,
+            "bulk_sends": self.n_bulk_sends + sum(lane.bulk_sends for lane in lanes),
             "deliver_errors": self.n_deliver_errors, "rings_heard": self.n_rings,
             "doorbell": self._bell is not None and self._bell.everyone_rings,
             "rings_sent": self._bell.rung if self._bell is not None else 0,

@@ -121,21 +121,17 @@ class Receives:
                 "user_allocs": self.n_user_allocs, "recv_cache_hits": self._cache.hits,
                 "recv_cache_misses": self._cache.misses}
 
-    def post_bulk(self, src: int, tag: int, nbytes: int, out: Any, done: Callable[[Any], None]) -> bool:
-        """Post the receive of a large payload (see
-        :meth:`~aiopdbp.transport.progress.ProgressEngine.post_bulk_recv`);
-        True while it is still landing (a later step completes it)."""
+    def post_bulk_now(self, src: int, tag: int, nbytes: int, out: Any) -> tuple[Any, Any]:
+        """Post the receive of a large payload (see the engine's
+        ``post_bulk_now``): ``(buffer, None)`` when it landed at once, else
+        ``(buffer, request)`` for the caller to put in :attr:`bulk_recvs` with
+        its callback."""
         assert self._bulk is not None
         buf = self._cache.alloc(nbytes) if out is None else out
         self.n_bulk_recvs += 1
         self.n_bulk_user += out is not None
         self.bytes_recv += nbytes
-        req = self._recv_one(self._bulk, buf, nbytes, src, tag)
-        if req is None:  # already here (eager, or a single-copy rendezvous done in Irecv)
-            done(buf)
-            return False
-        self.bulk_recvs.append((req, buf, done))
-        return True
+        return buf, self._recv_one(self._bulk, buf, nbytes, src, tag)
 
     def complete_bulk(self, landed: list[tuple[Callable[[Any], None], Any]]) -> bool:
         """Large payloads that landed, as ``(done, buffer)`` into ``landed``; True if any."""

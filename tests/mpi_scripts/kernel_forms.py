@@ -7,7 +7,8 @@ batch with each form (printing which calls returned a request), rank 1
 receives it plainly.  recv_one: rank 1 receives a plain batch with each form
 (each into a buffer 5 bytes longer).  SendLane: rank 0 posts the batch
 through a lane of each form (printing its returns, counters and rings),
-rank 1 receives it plainly.  The test compares the forms.  Prints ``FORM <name> <repr>`` lines and ``rank N OK``."""
+rank 1 receives it plainly; post_pair likewise, a header and a payload per size on two
+communicators.  The test compares the forms.  Prints ``FORM <name> <repr>`` lines and ``rank N OK``."""
 
 from __future__ import annotations
 
@@ -139,6 +140,50 @@ def main() -> None:
             print(f"FORM {name} lane {world.recv(source=0, tag=99)!r}", flush=True)
             print(f"FORM {name} laned {got!r}", flush=True)
         world.Barrier()
+    bulk = world.Dup()
+    for name, form in forms:  # post_pair: a header on comm, its payload on bulk (tag: its number)
+        if rank == 0:
+            rings, held = [], []
+
+            class Bell:  # noqa: F811
+                def ring(self, dest: int) -> None:
+                    rings.append(dest)
+
+            def pending(req: object, buf: object) -> str:
+                held.append(req)
+                return f"pending head {len(buf)}"  # type: ignore[arg-type]
+
+            def pending_bulk(req: object, buf: object, done: object) -> str:
+                held.append(req)
+                return f"pending {len(buf)} {done}"  # type: ignore[arg-type]
+
+            def refuse() -> None:
+                raise RuntimeError("lane shut")
+
+            last = [-1e9, -1e9]
+            lane = form.SendLane(comm, 1, TAG, last, 1e9, Bell(), pending, refuse, bulk, pending_bulk)
+            outs = [lane.post_pair(bytes([i % 251]) * (i + 1), bytes([i % 251]) * n, i, f"done{i}")
+                    for i, n in enumerate(SIZES)]
+            lane.open = False
+            try:
+                lane.post_pair(b"h", b"x", 0, None)
+                outs.append("posted after shut")
+            except RuntimeError as exc:
+                outs.append(str(exc))
+            report = (outs, lane.sends, lane.fast, lane.bulk_sends, lane.nbytes, rings, last[1] > 0)
+            world.send(report, 1, 99)
+            MPI.Request.Waitall(held)  # type: ignore[arg-type]
+        else:
+            heads = _received(comm)
+            payloads = []
+            for i, n in enumerate(SIZES):
+                buf = bytearray(n)
+                bulk.Recv([buf, MPI.BYTE], 0, i)
+                payloads.append((n, zlib.crc32(buf)))
+            print(f"FORM {name} pair {world.recv(source=0, tag=99)!r}", flush=True)
+            print(f"FORM {name} paired {(heads, payloads)!r}", flush=True)
+        world.Barrier()
+    bulk.Free()
     for name, form in forms:  # recv_one: rank 0 sends plainly, rank 1 receives each into a larger buffer
         if rank == 0:
             reqs = [comm.Isend([bytes([i % 251]) * n, MPI.BYTE], 1, TAG) for i, n in enumerate(SIZES)]
