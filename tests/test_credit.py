@@ -423,6 +423,66 @@ def test_book_returns_a_whole_window_at_once(form: Any) -> None:
     assert book.grants() == {2: [(PID, 3 * WINDOW)]}
 
 
+# ------------------------------------ the book's accounts (CreditAccount)
+@pytest.mark.parametrize("form", FORMS)
+def test_book_keeps_one_account_per_host_and_gp(form: Any) -> None:
+    book = form.CreditBook(WINDOW)
+    acct = book.account(1, PID)
+    assert book.account(1, PID) is acct
+    assert book.account(2, PID) is not acct and book.account(1, PID + 1) is not acct
+    assert (acct.host, acct.pid) == (1, PID)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_credit_marked_on_an_account_is_the_books(form: Any) -> None:
+    """What a holder of the account marks is what the book answers for
+    (host, GP): the same outstanding bytes, the same grant."""
+    book = form.CreditBook(WINDOW)
+    acct = book.account(1, PID)
+    book.deliver(acct, 300)
+    assert book.outstanding(1, PID) == 300
+    assert book.take(acct, 300) == SOON
+    assert book.grants() == {1: [(PID, 300)]} and book.outstanding(1, PID) == 0
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_account_shows_what_is_pending_owed_and_asked(form: Any) -> None:
+    book = form.CreditBook(WINDOW)
+    acct = book.account(1, PID)
+    book.deliver(acct, 12)
+    assert book.take(acct, 8) == LATER
+    assert book.ask(1, PID) == LATER
+    assert (acct.pending, acct.owed, acct.asked) == (4, 8, True)
+    assert book.take(acct, 4) == SOON                # caught up: the ask is answered
+    assert (acct.pending, acct.owed, acct.asked) == (0, 0, False)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_marks_of_two_gps_from_one_host_go_to_each_gps_account(form: Any) -> None:
+    """A pipe's marks hold one account per host; marks for another GP from
+    the same host still owe that GP's credit (the held account follows)."""
+    book, dues = form.CreditBook(WINDOW), []
+    marks = form.PipeMarks(book, dues.append)
+    marks.mark(1, PID, 300, 2)
+    marks.mark(1, PID + 1, 260, 4)
+    marks.mark(1, PID, 5, 5)
+    assert (book.outstanding(1, PID), book.outstanding(1, PID + 1)) == (305, 260)
+    assert marks.settle(None, 5, 1) == 1 << 62 and dues == [SOON, SOON]
+    assert book.grants(everything=True) == {1: [(PID, 300), (PID + 1, 260), (PID, 5)]}
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_book_flushes_owed_credit_in_the_order_it_came_to_be_owed(form: Any) -> None:
+    """At close, what is owed goes in the order it came to be owed: an
+    account granted since owes again behind the others."""
+    book = form.CreditBook(WINDOW)
+    book.owe(1, PID, 10)
+    book.owe(1, PID + 1, 10)
+    assert book.owe(1, PID, 300) == SOON             # PID's debt is paid...
+    book.owe(1, PID, 5)                              # ... and it owes again, last
+    assert book.grants(everything=True) == {1: [(PID, 310), (PID + 1, 10), (PID, 5)]}
+
+
 _FLOW = st.lists(st.tuples(st.sampled_from(["send", "arrive", "take", "flush", "grant", "ask"]),
                            st.integers(1, 3 * WINDOW // 2)), max_size=80)
 
@@ -566,7 +626,7 @@ def test_marks_owe_a_hosts_credit_once_the_reader_has_passed_them(form: Any) -> 
     assert marks.drain() == [(2, PID, 300)] and marks.settle(None, 99, 2) == 1 << 62
 
 
-_MARKS = st.lists(st.tuples(st.sampled_from(["mark", "settle", "drain"]), st.integers(0, 2),
+_MARKS = st.lists(st.tuples(st.sampled_from(["mark", "settle", "drain", "ask", "flush"]), st.integers(0, 2),
                             st.integers(0, 3), st.integers(1, 600)), max_size=80)
 
 
@@ -574,8 +634,9 @@ _MARKS = st.lists(st.tuples(st.sampled_from(["mark", "settle", "drain"]), st.int
 @settings(max_examples=300, deadline=None)
 @given(_MARKS)
 def test_both_forms_of_the_marks_answer_alike(events: list[tuple[str, int, int, int]]) -> None:
-    """The compiled marks (a C ring per host, grown as marks queue) give the
-    pure form's watches, dues, drained marks and grants for any sequence."""
+    """The compiled marks (a C ring per host, grown as marks queue, and the
+    account held per host) give the pure form's watches, dues, drained
+    marks and grants for any sequence, asks and flushes among them."""
     def run(form: Any) -> list[Any]:
         book, dues = form.CreditBook(WINDOW), []
         marks = form.PipeMarks(book, dues.append)
@@ -589,6 +650,10 @@ def test_both_forms_of_the_marks_answer_alike(events: list[tuple[str, int, int, 
             elif op == "settle":
                 taken[host] = min(appended, taken[host] + n % 7)
                 out.append(marks.settle(None, taken[host], host))
+            elif op == "ask":   # the book's (host, GP) events meet the accounts the marks hold
+                out.append(book.ask(host, pid))
+            elif op == "flush":
+                out.append(book.grants(everything=True))
             else:
                 out.append(marks.drain())
             out.append((list(dues), book.grants(), book.owed()))

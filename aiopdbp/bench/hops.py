@@ -176,7 +176,7 @@ PER_RT = {"calls": "Python calls into aiopdbp (progress polling excluded)",
           "ctl_msgs": "control messages sent (credit grants and asks, table updates)"}
 #: functions that run while a rank polls for its next message: their calls
 #: count waiting, not work per message
-_POLLING = {("progress.py", "step"), ("receives.py", "receive"), ("kernel.py", "probe_all"),
+_POLLING = {("progress.py", "step"), ("receives.py", "receive"), ("kernel.py", "probe"),
             ("progress.py", "drive"), ("mpi.py", "drive"), ("pipes.py", "ready")}
 
 

@@ -1,10 +1,12 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """The compiled twin of :mod:`aiopdbp.hosts.gate` (read its docstring): the
-same :class:`CreditGate`, :class:`CreditBook` and :class:`PipeMarks`, their
+same :class:`CreditGate`, :class:`CreditBook` (its :class:`CreditAccount`) and :class:`PipeMarks`, their
 state in C fields, typed dicts and (the marks) C rings.  The wait queue and the records they return are the pure
 module's own (:class:`ParkingLot`, :class:`Wake`, :class:`GateWait`)."""
 
 import time
+
+cimport cython
 
 from libc.stdlib cimport free, malloc
 
@@ -22,7 +24,7 @@ cdef extern from *:
 __sources__ = ("gate.py", "cgate.pyx")
 __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
-__all__ = ["LATER", "NOW", "SOON", "CreditBook", "CreditGate", "GateWait", "ParkingLot", "PipeMarks", "Wake"]
+__all__ = ["LATER", "NOW", "SOON", "CreditAccount", "CreditBook", "CreditGate", "GateWait", "ParkingLot", "PipeMarks", "Wake"]
 
 cdef int _LATER = LATER, _SOON = SOON, _NOW = NOW, _ASK_STEP = ASK_STEP
 cdef object _NOTHING = Wake([], False)
@@ -164,79 +166,109 @@ cdef class CreditGate:
         return Wake(woken, ask) if woken or ask else _NOTHING
 
 
+@cython.final
+cdef class CreditAccount:
+    """See :class:`aiopdbp.hosts.gate.CreditAccount`."""
+
+    cdef readonly long long host, pid, pending, owed
+    cdef readonly bint asked, holding, owing
+
+    def __init__(self, host, pid):
+        self.host = host
+        self.pid = pid
+
+
+@cython.final
 cdef class CreditBook:
     """See :class:`aiopdbp.hosts.gate.CreditBook`."""
 
     cdef public object window
     cdef long long _window, _quarter, _ask_at
-    cdef dict _pending, _owed, _grants
-    cdef set _asked
+    cdef dict _accounts, _owing, _grants
 
     def __init__(self, window):
         self.window = window
         self._window = window
         self._quarter = (window - 1) // 4   # owed * 4 < window, without the product (no overflow)
         self._ask_at = (window - 1) // _ASK_STEP   # owed * ASK_STEP >= window: owed > this
-        self._pending = {}
-        self._owed = {}
-        self._asked = set()
+        self._accounts = {}
+        self._owing = {}
         self._grants = {}
 
-    cpdef void delivered(self, object host, object pid, long long cost):
+    cpdef CreditAccount account(self, object host, object pid):
         key = (host, pid)
-        got = self._pending.get(key)
-        self._pending[key] = (0 if got is None else <long long>got) + cost
+        got = self._accounts.get(key)
+        if got is None:
+            got = self._accounts[key] = CreditAccount(host, pid)
+        return <CreditAccount>got
 
-    cpdef int taken(self, object host, object pid, long long cost):
-        cdef long long left
-        key = (host, pid)
-        got = self._pending.get(key)
-        left = (0 if got is None else <long long>got) - cost
+    cpdef void deliver(self, CreditAccount acct, long long cost):
+        acct.pending += cost
+        acct.holding = True
+
+    cpdef int take(self, CreditAccount acct, long long cost) except -1:
+        cdef long long left = acct.pending - cost
         if left > 0:
-            self._pending[key] = left
+            acct.pending = left
         else:
-            self._pending.pop(key, None)
-        return self.owe(host, pid, cost)
+            acct.pending = 0
+            acct.holding = False
+        return self._owe(acct, cost)
 
-    cpdef int ask(self, object host, object pid):
-        key = (host, pid)
-        self._asked.add(key)
-        got = self._owed.get(key)
-        if got and (key not in self._pending or <long long>got > self._ask_at):
-            return self.owe(host, pid, 0)
+    cpdef void delivered(self, object host, object pid, long long cost):
+        self.deliver(self.account(host, pid), cost)
+
+    cpdef int taken(self, object host, object pid, long long cost) except -1:
+        return self.take(self.account(host, pid), cost)
+
+    cpdef int ask(self, object host, object pid) except -1:
+        cdef CreditAccount acct = self.account(host, pid)
+        acct.asked = True
+        if acct.owed and (not acct.holding or acct.owed > self._ask_at):
+            return self._owe(acct, 0)
         return _LATER
 
-    cpdef int owe(self, object host, object pid, long long cost):
-        cdef long long owed
-        key = (host, pid)
-        got = self._owed.get(key)
-        owed = (0 if got is None else <long long>got) + cost
-        if owed <= self._quarter and not (owed and key in self._asked and (
-                key not in self._pending or owed > self._ask_at)):
-            self._owed[key] = owed
+    cpdef int owe(self, object host, object pid, long long cost) except -1:
+        return self._owe(self.account(host, pid), cost)
+
+    cdef int _owe(self, CreditAccount acct, long long cost) except -1:
+        cdef long long owed = acct.owed + cost
+        if owed <= self._quarter and not (owed and acct.asked and (
+                not acct.holding or owed > self._ask_at)):
+            acct.owed = owed
+            if not acct.owing:
+                acct.owing = True
+                self._owing[acct] = None
             return _LATER
-        self._owed.pop(key, None)
-        self._asked.discard(key)
-        grants = self._grants.get(host)
+        acct.owed = 0
+        if acct.owing:
+            acct.owing = False
+            del self._owing[acct]
+        acct.asked = False
+        grants = self._grants.get(acct.host)
         if grants is None:
-            grants = self._grants[host] = []
-        grants.append((pid, owed))
+            grants = self._grants[acct.host] = []
+        (<list>grants).append((acct.pid, owed))
         return _NOW if owed >= self._window else _SOON
 
     def grants(self, bint everything=False):
+        cdef CreditAccount acct
         if everything:
-            for (host, pid), owed in self._owed.items():
-                self._grants.setdefault(host, []).append((pid, owed))
-            self._owed.clear()
+            for got in self._owing:
+                acct = <CreditAccount>got
+                self._grants.setdefault(acct.host, []).append((acct.pid, acct.owed))
+                acct.owed = 0
+                acct.owing = False
+            self._owing.clear()
         grants, self._grants = self._grants, {}
         return grants
 
     def owed(self):
-        return sum(self._owed.values())
+        return sum((<CreditAccount>a).owed for a in self._owing)
 
     def outstanding(self, host, pid):
-        key = (host, pid)
-        return self._pending.get(key, 0) + self._owed.get(key, 0)
+        got = self._accounts.get((host, pid))
+        return 0 if got is None else (<CreditAccount>got).pending + (<CreditAccount>got).owed
 
     def admits(self, host, pid, nbytes):
         out = self.outstanding(host, pid)
@@ -247,10 +279,12 @@ cdef long long _NO_WATCH = 1LL << 62
 
 
 cdef class _Ring:
-    """One host's marks: ``[end, pid, cost]`` triples in a C ring."""
+    """One host's marks: ``[end, pid, cost]`` triples in a C ring, and the
+    account of the GP it marked last."""
 
     cdef long long* m
     cdef Py_ssize_t head, n, cap
+    cdef CreditAccount acct
 
     def __cinit__(self):
         self.m = <long long*>malloc(3 * 4 * sizeof(long long))
@@ -286,6 +320,7 @@ cdef class _Ring:
         return 0
 
 
+@cython.final
 cdef class PipeMarks:
     """See :class:`aiopdbp.hosts.gate.PipeMarks`."""
 
@@ -302,16 +337,20 @@ cdef class PipeMarks:
         cdef _Ring r
         cdef Py_ssize_t j
         cdef long long p = pid
-        self.book.delivered(host, pid, cost)
+        cdef CreditBook book = self.book
         got = self._hosts.get(host)
         if got is None:
             r = _Ring()
+            r.acct = book.account(host, pid)
             self._hosts[host] = r
         else:
             r = <_Ring>got
+            if r.acct.pid != p:
+                r.acct = book.account(host, pid)
+        book.deliver(r.acct, cost)
         if r.n:
             j = 3 * ((r.head + r.n - 1) % r.cap)
-            if r.m[j + 1] == p and r.m[j + 2] * _ASK_STEP < self.book._window:
+            if r.m[j + 1] == p and r.m[j + 2] * _ASK_STEP < book._window:
                 # extend the last mark (see the pure form)
                 r.m[j] = end
                 r.m[j + 2] += cost
@@ -324,6 +363,7 @@ cdef class PipeMarks:
         cdef Py_ssize_t j
         cdef long long pid, cost
         cdef int due
+        cdef CreditBook book = self.book
         got = self._hosts.get(host)
         if got is None:
             return _NO_WATCH
@@ -334,7 +374,9 @@ cdef class PipeMarks:
             cost = r.m[j + 2]
             r.head = (r.head + 1) % r.cap
             r.n -= 1
-            due = self.book.taken(host, pid, cost)
+            if r.acct.pid != pid:
+                r.acct = book.account(host, pid)
+            due = book.take(r.acct, cost)
             if due != _LATER:
                 self._due(due)
         return r.m[3 * r.head] if r.n else _NO_WATCH

@@ -14,6 +14,8 @@ whether to ask for credit).  The shell does the waking and the sending.
   has delivered and not had back, what is owed, the asks, and the grants to
   send (``delivered``, ``taken``, ``owe``, ``ask`` -> when to send;
   ``grants`` -> what).  The router (:mod:`aiopdbp.routing.router`) feeds it.
+  It keeps one :class:`CreditAccount` per (host, GP), made once and held
+  by the marks, so a message's credit is an attribute update.
 * :class:`PipeMarks` -- one pipe's marks: which of the items other hosts
   put in it owe which credit, turned into credit owed in the book as the
   reader takes them (the pipe's ``on_watch``; :mod:`aiopdbp.routing.arrivals`).
@@ -36,8 +38,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple, TypeVar
 
-__all__ = ["ASK_STEP", "LATER", "NOW", "SOON", "CreditBook", "CreditGate", "GateWait", "ParkingLot", "PipeMarks",
-           "Wake"]
+__all__ = ["ASK_STEP", "LATER", "NOW", "SOON", "CreditAccount", "CreditBook", "CreditGate", "GateWait", "ParkingLot",
+           "PipeMarks", "Wake"]
 
 W = TypeVar("W")
 
@@ -253,11 +255,36 @@ ASK_STEP = 64
 LATER, SOON, NOW = 0, 1, 2
 
 
+class CreditAccount:
+    """What one sending host has in flight to one GP here, as the
+    :class:`CreditBook` keeps it: ``pending`` bytes delivered into the GP's
+    pipe and not taken yet, ``owed`` bytes taken and not granted back yet,
+    ``asked`` (a sender there is parked for credit).  ``holding``: something
+    was delivered since the pipe last held nothing of the host's; ``owing``:
+    the book lists the account among those with credit owed.
+
+    The book makes one per (host, GP) (:meth:`CreditBook.account`) and
+    changes it; whoever marks a pipe's items (:class:`PipeMarks`) holds it,
+    so that a message's credit is two attribute updates, not a look-up."""
+
+    __slots__ = ("host", "pid", "pending", "owed", "asked", "holding", "owing")
+
+    def __init__(self, host: int, pid: int) -> None:
+        self.host = host
+        self.pid = pid
+        self.pending = 0
+        self.owed = 0
+        self.asked = False
+        self.holding = False
+        self.owing = False
+
+
 class CreditBook:
     """The receiving host's credit towards the senders of each of its GPs.
 
-    Per (sending host, GP): ``pending`` bytes delivered into the GP's pipe
-    and not taken yet, ``owed`` bytes taken and not granted back yet.  Owed
+    Per (sending host, GP), a :class:`CreditAccount`: ``pending`` bytes
+    delivered into the GP's pipe and not taken yet, ``owed`` bytes taken and
+    not granted back yet.  Owed
     credit goes back in steps of at least ``window / 4`` (one control message
     per quarter window, not per message); below that only when the sender
     asked, and then once ``window / ASK_STEP`` (a 64th) is owed or the GP
@@ -269,75 +296,109 @@ class CreditBook:
     turns within a few of them, not once a coarser step or a quarter window
     has been taken); a whole window (a large message) at once.  See
     :mod:`aiopdbp.hosts.link`, "Credit".
+
+    The events come per account (:meth:`deliver`, :meth:`take`: the marks,
+    one per message) or per (host, GP) (the rest, which look the account up).
+    An account lives as long as the book: a GP's owed credit below the
+    threshold waits for the close (``grants(everything=True)``) anyway.
     """
 
-    __slots__ = ("window", "_pending", "_owed", "_asked", "_grants")
+    __slots__ = ("window", "_accounts", "_owing", "_grants")
 
     def __init__(self, window: int) -> None:
         self.window = window
-        self._pending: dict[tuple[int, int], int] = {}
-        self._owed: dict[tuple[int, int], int] = {}
-        self._asked: set[tuple[int, int]] = set()
+        self._accounts: dict[tuple[int, int], CreditAccount] = {}
+        # the accounts with credit owed, in the order they came to owe it
+        self._owing: dict[CreditAccount, None] = {}
         self._grants: dict[int, list[tuple[int, int]]] = {}
 
-    def delivered(self, host: int, pid: int, cost: int) -> None:
-        """``cost`` bytes from ``host`` went into GP ``pid``'s pipe."""
+    def account(self, host: int, pid: int) -> CreditAccount:
+        """The account of ``host``'s credit towards GP ``pid`` (made on first use)."""
         key = (host, pid)
-        self._pending[key] = self._pending.get(key, 0) + cost
+        acct = self._accounts.get(key)
+        if acct is None:
+            acct = self._accounts[key] = CreditAccount(host, pid)
+        return acct
+
+    def deliver(self, acct: CreditAccount, cost: int) -> None:
+        """``cost`` bytes from ``acct.host`` went into GP ``acct.pid``'s pipe."""
+        acct.pending += cost
+        acct.holding = True
+
+    def take(self, acct: CreditAccount, cost: int) -> int:
+        """GP ``acct.pid`` took (or dropped) ``cost`` bytes ``acct.host``
+        delivered: they are owed.  Returns when grants are due."""
+        left = acct.pending - cost
+        if left > 0:
+            acct.pending = left
+        else:
+            acct.pending = 0
+            acct.holding = False
+        return self._owe(acct, cost)
+
+    def delivered(self, host: int, pid: int, cost: int) -> None:
+        """:meth:`deliver` to ``host``'s account for ``pid``."""
+        self.deliver(self.account(host, pid), cost)
 
     def taken(self, host: int, pid: int, cost: int) -> int:
-        """GP ``pid`` took (or dropped) ``cost`` bytes ``host`` delivered:
-        they are owed.  Returns when grants are due."""
-        key = (host, pid)
-        left = self._pending.get(key, 0) - cost
-        if left > 0:
-            self._pending[key] = left
-        else:
-            self._pending.pop(key, None)
-        return self.owe(host, pid, cost)
+        """:meth:`take` from ``host``'s account for ``pid``."""
+        return self.take(self.account(host, pid), cost)
 
     def ask(self, host: int, pid: int) -> int:
         """A sender on ``host`` is parked for ``pid``'s credit."""
-        key = (host, pid)
-        self._asked.add(key)
-        owed = self._owed.get(key, 0)
-        if owed and (key not in self._pending or owed * ASK_STEP >= self.window):
-            return self.owe(host, pid, 0)
+        acct = self.account(host, pid)
+        acct.asked = True
+        owed = acct.owed
+        if owed and (not acct.holding or owed * ASK_STEP >= self.window):
+            return self._owe(acct, 0)
         return LATER
 
     def owe(self, host: int, pid: int, cost: int) -> int:
         """``cost`` more bytes are owed to ``host`` for ``pid`` (something it
         sent will never reach the pipe, or was taken)."""
-        key = (host, pid)
-        owed = self._owed.get(key, 0) + cost
-        if owed * 4 < self.window and not (owed and key in self._asked and (
-                key not in self._pending or owed * ASK_STEP >= self.window)):
-            self._owed[key] = owed
+        return self._owe(self.account(host, pid), cost)
+
+    def _owe(self, acct: CreditAccount, cost: int) -> int:
+        owed = acct.owed + cost
+        if owed * 4 < self.window and not (owed and acct.asked and (
+                not acct.holding or owed * ASK_STEP >= self.window)):
+            acct.owed = owed
+            if not acct.owing:
+                acct.owing = True
+                self._owing[acct] = None
             return LATER
-        self._owed.pop(key, None)
-        self._asked.discard(key)   # the grant answers the ask; a sender still parked asks again
-        self._grants.setdefault(host, []).append((pid, owed))
+        acct.owed = 0
+        if acct.owing:
+            acct.owing = False
+            del self._owing[acct]
+        acct.asked = False   # the grant answers the ask; a sender still parked asks again
+        grants = self._grants.get(acct.host)
+        if grants is None:
+            grants = self._grants[acct.host] = []
+        grants.append((acct.pid, owed))
         return NOW if owed >= self.window else SOON
 
     def grants(self, everything: bool = False) -> dict[int, list[tuple[int, int]]]:
         """The grants due, per host, and forget them (``everything``: also
         what is owed below the threshold, e.g. at close)."""
         if everything:
-            for (host, pid), owed in self._owed.items():
-                self._grants.setdefault(host, []).append((pid, owed))
-            self._owed.clear()
+            for acct in self._owing:
+                self._grants.setdefault(acct.host, []).append((acct.pid, acct.owed))
+                acct.owed = 0
+                acct.owing = False
+            self._owing.clear()
         grants, self._grants = self._grants, {}
         return grants
 
     def owed(self) -> int:
-        return sum(self._owed.values())
+        return sum(acct.owed for acct in self._owing)
 
     def outstanding(self, host: int, pid: int) -> int:
         """Bytes ``host`` has delivered to ``pid`` that were not granted back
         yet: at most what its credit let it send (``window``, or one larger
         message alone)."""
-        key = (host, pid)
-        return self._pending.get(key, 0) + self._owed.get(key, 0)
+        acct = self._accounts.get((host, pid))
+        return 0 if acct is None else acct.pending + acct.owed
 
     def admits(self, host: int, pid: int, nbytes: int) -> bool:
         """Whether ``host``'s credit can cover a message of ``nbytes`` for
@@ -348,6 +409,17 @@ class CreditBook:
         return out <= 0 or out + nbytes <= self.window
 
 
+class _HostMarks(deque[list[int]]):
+    """One host's marks in a pipe, and the account of the GP its last marks
+    were for (a pipe's items are one GP's: the look-up is made once)."""
+
+    __slots__ = ("acct",)
+
+    def __init__(self, acct: CreditAccount) -> None:
+        super().__init__()
+        self.acct = acct
+
+
 class PipeMarks:
     """One pipe's credit marks (see :mod:`aiopdbp.routing.arrivals`,
     "Placing"): per sending host, a FIFO of marks ``[end, pid, cost]`` --
@@ -356,6 +428,8 @@ class PipeMarks:
     (the book hears it was delivered); :meth:`settle`, the pipe's
     ``on_watch``, turns the marks the reader has passed into credit owed,
     and calls ``due(when)`` for each of the book's answers but ``LATER``.
+    Per host it holds the book's :class:`CreditAccount` of the GP it marked
+    last, so a mark and its settling reach the book without a look-up.
     Its compiled twin keeps the marks in a C ring per host: no object per
     mark, and the book called C to C.
     """
@@ -365,19 +439,23 @@ class PipeMarks:
     def __init__(self, book: CreditBook, due: Callable[[int], None]) -> None:
         self.book = book
         self._due = due
-        self._hosts: dict[int, deque[list[int]]] = {}
+        self._hosts: dict[int, _HostMarks] = {}
 
     def mark(self, host: int, pid: int, cost: int, end: int) -> int:
         """``host``'s items for ``pid`` up to ``end`` owe ``cost`` more bytes.
         Returns ``end`` when this is the host's only mark (the pipe's
         watch moves there), else -1."""
-        self.book.delivered(host, pid, cost)
+        book = self.book
         marks = self._hosts.get(host)
         if marks is None:
-            marks = self._hosts[host] = deque()
-        elif marks:
+            marks = self._hosts[host] = _HostMarks(book.account(host, pid))
+        acct = marks.acct
+        if acct.pid != pid:
+            acct = marks.acct = book.account(host, pid)
+        book.deliver(acct, cost)
+        if marks:
             last = marks[-1]
-            if last[1] == pid and last[2] * ASK_STEP < self.book.window:
+            if last[1] == pid and last[2] * ASK_STEP < book.window:
                 # Extend the last mark rather than add one per batch: credit
                 # then comes back in steps no coarser than an asking sender's.
                 last[0] = end
@@ -396,7 +474,10 @@ class PipeMarks:
         book = self.book
         while marks and marks[0][0] <= taken:
             _, pid, cost = marks.popleft()
-            due = book.taken(host, pid, cost)
+            acct = marks.acct
+            if acct.pid != pid:
+                acct = marks.acct = book.account(host, pid)
+            due = book.take(acct, cost)
             if due != LATER:
                 self._due(due)
         return marks[0][0] if marks else 1 << 62

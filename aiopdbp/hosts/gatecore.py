@@ -14,8 +14,9 @@ from aiopdbp.hosts import gate as _pure
 gate: ModuleType = ext.twin("gate", _pure, "aiopdbp.hosts.cgate")
 CreditGate: type[_pure.CreditGate] = gate.CreditGate
 CreditBook: type[_pure.CreditBook] = gate.CreditBook
+CreditAccount: type[_pure.CreditAccount] = gate.CreditAccount
 PipeMarks: type[_pure.PipeMarks] = gate.PipeMarks
 #: whether the compiled form runs
 COMPILED: bool = gate is not _pure
 
-__all__ = ["COMPILED", "CreditBook", "CreditGate", "PipeMarks", "gate"]
+__all__ = ["COMPILED", "CreditAccount", "CreditBook", "CreditGate", "PipeMarks", "gate"]

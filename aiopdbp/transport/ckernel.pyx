@@ -2,6 +2,7 @@
 """The compiled twin of :mod:`aiopdbp.transport.kernel` (read its docstring):
 the same functions, calling MPI's C API instead of mpi4py's methods."""
 
+cimport cython
 from libc.limits cimport INT_MAX
 from mpi4py.libmpi cimport (MPI_ANY_SOURCE, MPI_BYTE, MPI_Get_count, MPI_Improbe, MPI_Irecv, MPI_Isend,
                             MPI_Message, MPI_Mrecv, MPI_Request, MPI_STATUS_IGNORE, MPI_SUCCESS, MPI_Test)
@@ -203,17 +204,38 @@ cdef tuple _probe(MPI.Comm comm, int tag, MPI.Status status, Py_ssize_t small, i
     return n, got, None
 
 
-def probe_all(list comms, int start, int tag, MPI.Status status, Py_ssize_t small, tuple sinks,
-              dict fifo, object fail, Py_ssize_t budget):
-    """See :func:`aiopdbp.transport.kernel.probe_all`."""
-    cdef Py_ssize_t n = 0, got = 0, k, b
-    cdef int ch
-    for ch in range(start, len(comms)):
-        if got >= budget:
-            break
-        k, b, msg = _probe(<MPI.Comm>comms[ch], tag, status, small, ch, sinks[ch], fifo, fail, budget - got)
-        n += k
-        got += b
-        if msg is not None:
-            return n, got, ch, msg
-    return n, got, -1, None
+@cython.final
+cdef class Prober:
+    """See :class:`aiopdbp.transport.kernel.Prober`."""
+
+    cdef public list comms
+    cdef public int tag
+    cdef public MPI.Status status
+    cdef public Py_ssize_t small
+    cdef public tuple sinks
+    cdef public dict fifo
+    cdef public object fail
+
+    def __init__(self, list comms, int tag, MPI.Status status, Py_ssize_t small, tuple sinks, dict fifo,
+                 object fail):
+        self.comms = comms
+        self.tag = tag
+        self.status = status
+        self.small = small
+        self.sinks = sinks
+        self.fifo = fifo
+        self.fail = fail
+
+    def probe(self, int start, Py_ssize_t budget):
+        cdef Py_ssize_t n = 0, got = 0, k, b
+        cdef int ch
+        for ch in range(start, len(self.comms)):
+            if got >= budget:
+                break
+            k, b, msg = _probe(<MPI.Comm>self.comms[ch], self.tag, self.status, self.small, ch, self.sinks[ch],
+                               self.fifo, self.fail, budget - got)
+            n += k
+            got += b
+            if msg is not None:
+                return n, got, ch, msg
+        return n, got, -1, None

@@ -1,8 +1,8 @@
 """The per-message MPI calls of a progress engine: posting a send or a
 receive, and matching and receiving a small message.
 
-Three functions, :func:`post_one`, :func:`recv_one` and :func:`probe_all`,
-and one class, :class:`SendLane`, in two forms with one interface (as :mod:`aiopdbp.wire.blocks` has): this Python source,
+Two functions, :func:`post_one` and :func:`recv_one`, and two classes,
+:class:`Prober` and :class:`SendLane`, in two forms with one interface (as :mod:`aiopdbp.wire.blocks` has): this Python source,
 always present, and a twin compiled by Cython, ``aiopdbp.transport.ckernel``,
 which calls MPI's C API directly (``MPI_Isend``, ``MPI_Irecv``,
 ``MPI_Test``, ``MPI_Improbe``, ``MPI_Mrecv``) and so makes no Python object per message
@@ -11,7 +11,7 @@ but what it returns.  :mod:`aiopdbp.transport.receives` asks
 MPICH's ``mpi.h`` and linked to its library by soname (``libmpi.so.12``):
 under an MPI of another ABI (Open MPI) it does not import and this form runs.
 
-The common message is small and in order: :func:`probe_all` receives it
+The common message is small and in order: :meth:`Prober.probe` receives it
 into a fresh ``bytearray`` and hands it to its channel's sink at once (the
 inbound side's ``on_data`` for a data message: no tuple, list or Python
 dispatch between ``Mrecv`` and the code that reads it).  Anything else
@@ -34,7 +34,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-__all__ = ["SendLane", "post_one", "probe_all", "recv_one"]
+__all__ = ["Prober", "SendLane", "post_one", "recv_one"]
 
 _ANY_SOURCE = MPI.ANY_SOURCE
 _BYTE = MPI.BYTE
@@ -141,42 +141,60 @@ def recv_one(comm: MPI.Comm, buf: Any, nbytes: int, source: int, tag: int) -> MP
     return req
 
 
-def probe_all(comms: list[MPI.Comm], start: int, tag: int, status: MPI.Status, small: int,
-              sinks: tuple[Any, ...], fifo: dict[tuple[int, int], Any], fail: Any,
-              budget: int) -> tuple[int, int, int, MPI.Message | None]:
-    """Receive the messages of ``tag`` waiting on ``comms[start]``, then
-    ``comms[start + 1]``, ... (channel number ``i``) that are shorter than
-    ``small`` and not queued behind a large one of their source (a
-    non-empty ``fifo[(i, source)]``), handing each to its channel's sink
-    as soon as it is received, ``sinks[i](source, memoryview)``, until none
-    is waiting or ``budget`` bytes were received: the whole probe of a step
-    in one call, and no record per message between the receive and its
-    sink.  A sink that raises does not stop the probe: ``fail(exc)`` is
-    told and the next message is received.
+class Prober:
+    """The probe of a step: receive the messages of ``tag`` waiting on
+    ``comms[start]``, then ``comms[start + 1]``, ... (channel number ``i``)
+    that are shorter than ``small`` and not queued behind a large one of
+    their source (a non-empty ``fifo[(i, source)]``), handing each to its
+    channel's sink as soon as it is received, ``sinks[i](source,
+    memoryview)``, until none is waiting or ``budget`` bytes were received:
+    the whole probe of a step in one call, and no record per message
+    between the receive and its sink.  A sink that raises does not stop the
+    probe: ``fail(exc)`` is told and the next message is received.
 
-    Returns ``(messages, bytes, ch, matched)``: ``matched`` is the first
-    message this function does not receive (matched, its envelope in
-    ``status``) and ``ch`` its channel number, for the caller to handle (and
-    to probe on from), or -1 and None.  MPI errors raise ``MPI.Exception``.
+    What does not change from step to step is set once, here (the engine
+    makes a prober when its sinks are set); :meth:`probe` takes the rest.
     """
-    n = got = 0
-    for ch in range(start, len(comms)):
-        improbe = comms[ch].Improbe
-        sink = sinks[ch]
-        while got < budget:
-            msg = improbe(_ANY_SOURCE, tag, status)
-            if msg is None:
-                break
-            size = status.Get_count(_BYTE)
-            src = status.Get_source()
-            if size >= small or (fifo and fifo.get((ch, src))):
-                return n, got, ch, msg
-            buf = bytearray(size)
-            msg.Recv([buf, _BYTE])
-            n += 1
-            got += size
-            try:
-                sink(src, memoryview(buf))
-            except Exception as exc:  # a broken sink must not stop progress
-                fail(exc)
-    return n, got, -1, None
+
+    __slots__ = ("comms", "tag", "status", "small", "sinks", "fifo", "fail")
+
+    def __init__(self, comms: list[MPI.Comm], tag: int, status: MPI.Status, small: int,
+                 sinks: tuple[Any, ...], fifo: dict[tuple[int, int], Any], fail: Any) -> None:
+        self.comms = comms
+        self.tag = tag
+        self.status = status
+        self.small = small
+        self.sinks = sinks
+        self.fifo = fifo
+        self.fail = fail
+
+    def probe(self, start: int, budget: int) -> tuple[int, int, int, MPI.Message | None]:
+        """Probe from channel ``start`` on, receiving up to ``budget`` bytes.
+
+        Returns ``(messages, bytes, ch, matched)``: ``matched`` is the first
+        message this does not receive (matched, its envelope in ``status``)
+        and ``ch`` its channel number, for the caller to handle (and to
+        probe on from), or -1 and None.  MPI errors raise ``MPI.Exception``.
+        """
+        comms, tag, status, small, fifo = self.comms, self.tag, self.status, self.small, self.fifo
+        n = got = 0
+        for ch in range(start, len(comms)):
+            improbe = comms[ch].Improbe
+            sink = self.sinks[ch]
+            while got < budget:
+                msg = improbe(_ANY_SOURCE, tag, status)
+                if msg is None:
+                    break
+                size = status.Get_count(_BYTE)
+                src = status.Get_source()
+                if size >= small or (fifo and fifo.get((ch, src))):
+                    return n, got, ch, msg
+                buf = bytearray(size)
+                msg.Recv([buf, _BYTE])
+                n += 1
+                got += size
+                try:
+                    sink(src, memoryview(buf))
+                except Exception as exc:  # a broken sink must not stop progress
+                    self.fail(exc)
+        return n, got, -1, None

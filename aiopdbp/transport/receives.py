@@ -4,7 +4,7 @@ messages, delivered in arrival order per (channel, source).
 :class:`Receives` does step 1 and step 3 of a progress step (see
 :mod:`aiopdbp.transport.progress`): it probes the control communicator, then
 the data one; the common message -- small, in order -- is matched and
-received by the kernel (:func:`aiopdbp.transport.kernel.probe_all`,
+received by the kernel (:class:`aiopdbp.transport.kernel.Prober`,
 compiled where it is built) and handed to its channel's sink there, and what the kernel leaves matched is received here,
 inline (``Mrecv``) up to ``inline_limit`` or with an ``Imrecv`` posted a byte
 budget per step, so that a control message behind a data backlog is found
@@ -24,6 +24,7 @@ from mpi4py import MPI
 
 from aiopdbp.transport.base import AllocFn, Channel, SinkFn
 from aiopdbp.transport.core import kernel_core
+from aiopdbp.transport.kernel import Prober
 from aiopdbp.transport.recvcache import RECV_CACHE_MIN_SIZE, RecvBufferCache
 
 __all__ = ["KERNEL_RECV_MAX", "Receives", "STEP_RECV_BYTES"]
@@ -79,10 +80,10 @@ class Receives:
         self._alloc_min = 0           # messages below this skip the alloc hook
         self._sinks: tuple[SinkFn, ...] = ()
         self._fail: Callable[[Exception], None] = _unstarted
-        self._probe_all = kernel_core.probe_all
         self._nmatched = 0            # messages in _matched
         self._recv_one = kernel_core.recv_one
         self._small_limit = self._small()
+        self._prober = self._make_prober()
         self.n_recvs = self.bytes_recv = 0
         self.n_alloc_errors = self.n_user_allocs = 0
         self.n_bulk_recvs = self.n_bulk_user = 0
@@ -96,6 +97,14 @@ class Receives:
         self._alloc = alloc
         self._alloc_min = alloc_min
         self._small_limit = self._small()
+        self._prober = self._make_prober()
+
+    def _make_prober(self) -> Prober:
+        """The kernel's prober, holding what the probe of every step needs
+        but where it starts and its budget (made again when the sinks change)."""
+        prober: Prober = kernel_core.Prober(self._comms, self._tag, self._status, self._small_limit,
+                                            self._sinks, self._fifo, self._fail)
+        return prober
 
     def pending(self) -> bool:
         """True while a receive of ours is matched or landing."""
@@ -183,13 +192,13 @@ class Receives:
         busy = False
         inline = self._inline_limit
         fifo = self._fifo
+        probe = self._prober.probe
         ch = 0
         while True:
             # the common message (small, in order) in the kernel, every
             # channel in one call, each handed to its sink there; what it
             # leaves matched comes here, its envelope in `status`
-            n, nbytes, ch, msg = self._probe_all(self._comms, ch, self._tag, status, self._small_limit,
-                                                 self._sinks, fifo, self._fail, STEP_RECV_BYTES - got)
+            n, nbytes, ch, msg = probe(ch, STEP_RECV_BYTES - got)
             if n:
                 busy = True
                 self.n_recvs += n

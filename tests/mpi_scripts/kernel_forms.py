@@ -1,5 +1,5 @@
 """Both forms of the per-message MPI calls (aiopdbp.transport.kernel and its
-compiled twin) over real MPI.  probe_all: rank 0 sends the same batch once
+compiled twin) over real MPI.  Prober: rank 0 sends the same batch once
 per form and case, rank 1 receives each batch with one form and prints what its
 sinks got (each delivery as source, channel, length and CRC-32; in the case
 "raise" the data sink raises at its third message, and what ``fail`` was told).  post_one: rank 0 posts the
@@ -77,10 +77,10 @@ def main() -> None:
                 budget = 10 if case == "budget" else 1 << 20
                 left = len(SIZES)
                 ch = 0
+                prober = form.Prober([quiet, comm], TAG, status, SMALL, sinks, fifo, failed.append)
                 while left:
                     # channel 0 (quiet) is probed first, the batch is on channel 1
-                    n, nbytes, ch, msg = form.probe_all([quiet, comm], max(ch, 0), TAG, status, SMALL,
-                                                        sinks, fifo, failed.append, budget)
+                    n, nbytes, ch, msg = prober.probe(max(ch, 0), budget)
                     if not n and msg is None:
                         raise AssertionError(f"{name} {case}: nothing received, {left} messages left")
                     out.append(("got", n, nbytes, [(s, c, len(v), zlib.crc32(v)) for s, c, v in deliveries],
