@@ -294,3 +294,21 @@ def test_a_rank_whose_close_timeout_passes_says_it_still_waits_for_rank_0() -> N
     assert "[1] host 1: rank 0 has not closed its node within the close timeout (1 s); still waiting " \
            "for it" in r.stderr, out
     assert "gave up" not in out, out
+
+
+LATE_HOME = SCRIPTS_DIR / "late_home.py"
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(90)
+def test_a_rank_late_past_the_close_timeout_frees_gps_homed_on_a_rank_that_closed() -> None:
+    # the names are homed on rank 1, which closed 3 close timeouts before
+    r = run_mpi(LATE_HOME, n=2, timeout=75)
+    out = check_mpi(r) + unprefixed(r.stderr)
+    assert sorted(_results_ranks(out)) == [0, 1], out
+    assert "Error" not in out and "Traceback" not in out and "did not answer" not in out, out
+
+
+def _results_ranks(out: str) -> list[int]:
+    return [int(json.loads(line.split("RESULT ", 1)[1])["rank"]) for line in out.splitlines() if "RESULT " in line]
