@@ -381,5 +381,15 @@ def test_a_rank_late_past_the_close_timeout_frees_gps_homed_on_a_rank_that_close
     assert "Error" not in out and "Traceback" not in out and "did not answer" not in out, out
 
 
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(90)
+def test_a_rank_holding_on_past_its_close_timeout_prints_the_late_ranks_failure() -> None:
+    r = run_mpi(LATE_HOME, n=2, args=["fails"], timeout=75)
+    check_mpi(r, expect_rc=1)
+    out = r.stdout + r.stderr
+    assert "[1] aiopdbp: rank 0 (GP gp-a) failed: KeyError: 'late'" in out, out
+
+
 def _results_ranks(out: str) -> list[int]:
     return [int(json.loads(line.split("RESULT ", 1)[1])["rank"]) for line in out.splitlines() if "RESULT " in line]
