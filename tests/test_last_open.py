@@ -125,6 +125,34 @@ class _Exchange:
 class _NoFailures:
     failed: tuple[int, ...] = ()
 
+    def left(self) -> frozenset[int] | None:
+        return None   # no heartbeat
+
+
+class _Heartbeat(_NoFailures):
+    """Failures with a heartbeat that saw ``gone`` leave."""
+
+    def __init__(self) -> None:
+        self.gone: frozenset[int] = frozenset()
+
+    def left(self) -> frozenset[int] | None:
+        return self.gone
+
+
+class _Later:
+    """A transport whose count exchange completes when ``total`` is set."""
+
+    def __init__(self) -> None:
+        self.total: int | None = None
+
+    def exchange_counts(self, counts: list[int]) -> Any:
+        return lambda: self.total
+
+
+class _Arrived:
+    def arrived(self, total: int) -> bool:
+        return True
+
 
 def _closing(rank: int, size: int, channel: _Channel | None = None, told: _Told | None = None,
              close_timeout: float = 0.0) -> Closing:
@@ -187,6 +215,49 @@ async def test_close_timeout_says_which_ranks_it_still_waits_for_not_that_it_gav
     await closing.wait({}, time.monotonic() - 1, 3.0)
     [record] = [r for r in caplog.records if r.name == "aiopdbp.hosts.closing"]
     assert record.levelno == logging.WARNING and record.getMessage().startswith(want), record.getMessage()
+
+
+@pytest.mark.timeout(10)
+async def test_a_rank_past_its_close_timeout_holds_on_serving_until_the_late_rank_closes(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # it keeps the names homed on it: the late rank may still ask them
+    caplog.set_level(logging.WARNING, logger="aiopdbp.hosts.closing")
+    exchange = _Later()
+    closing = Closing(1, 2, exchange, _Channel(), _Arrived(), _Heartbeat(),  # type: ignore[arg-type]
+                      last_open=_Told(), close_timeout=0.0)
+    closing.begin()
+    waiting = asyncio.create_task(closing.wait({}, time.monotonic() - 1, 3.0))
+    await asyncio.sleep(0.2)
+    assert not waiting.done() and "still waiting for it" in caplog.text
+    exchange.total = 0           # rank 0 reached its close
+    await asyncio.wait_for(waiting, 5)
+
+
+@pytest.mark.timeout(10)
+async def test_a_rank_holding_on_stops_a_close_timeout_after_the_heartbeat_saw_a_rank_leave() -> None:
+    # a node closed without waiting (graceful=False) never takes part in the exchange
+    failures = _Heartbeat()
+    closing = Closing(1, 2, _Later(), _Channel(), _Arrived(), failures,  # type: ignore[arg-type]
+                      last_open=_Told(), close_timeout=0.0)
+    closing.begin()
+    waiting = asyncio.create_task(closing.wait({}, time.monotonic() - 1, 0.1))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    failures.gone = frozenset({0})
+    await asyncio.wait_for(waiting, 5)
+
+
+@pytest.mark.timeout(10)
+async def test_rank_0_holding_on_past_its_close_timeout_still_tells_the_last_open_rank() -> None:
+    channel = _Channel()
+    closing = Closing(0, 3, _Later(), channel, _Arrived(), _Heartbeat(),  # type: ignore[arg-type]
+                      last_open=_Told(), close_timeout=0.0)
+    closing.begin()
+    waiting = asyncio.create_task(closing.wait({}, time.monotonic() - 1, 3.0))
+    await asyncio.sleep(0.1)
+    closing.on_closing(1, ClosingMsg(1))
+    assert channel.sent == [(2, LastOpenMsg(2))] and not waiting.done()
+    waiting.cancel()
 
 
 class _Seen(logging.Handler):
@@ -294,3 +365,31 @@ def test_a_rank_whose_close_timeout_passes_says_it_still_waits_for_rank_0() -> N
     assert "[1] host 1: rank 0 has not closed its node within the close timeout (1 s); still waiting " \
            "for it" in r.stderr, out
     assert "gave up" not in out, out
+
+
+LATE_HOME = SCRIPTS_DIR / "late_home.py"
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(90)
+def test_a_rank_late_past_the_close_timeout_frees_gps_homed_on_a_rank_that_closed() -> None:
+    # the names are homed on rank 1, which closed 3 close timeouts before
+    r = run_mpi(LATE_HOME, n=2, timeout=75)
+    out = check_mpi(r) + unprefixed(r.stderr)
+    assert sorted(_results_ranks(out)) == [0, 1], out
+    assert "Error" not in out and "Traceback" not in out and "did not answer" not in out, out
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(90)
+def test_a_rank_holding_on_past_its_close_timeout_prints_the_late_ranks_failure() -> None:
+    r = run_mpi(LATE_HOME, n=2, args=["fails"], timeout=75)
+    check_mpi(r, expect_rc=1)
+    out = r.stdout + r.stderr
+    assert "[1] aiopdbp: rank 0 (GP gp-a) failed: KeyError: 'late'" in out, out
+
+
+def _results_ranks(out: str) -> list[int]:
+    return [int(json.loads(line.split("RESULT ", 1)[1])["rank"]) for line in out.splitlines() if "RESULT " in line]

@@ -13,11 +13,25 @@ have arrived (:meth:`~aiopdbp.hosts.inbound.Inbound.arrived`).
 Without the exchange (a transport that has none), or when it cannot complete
 (a failed host, a peer gone without taking part), the host closes by BYE
 instead: it tells every host how many data messages it sent it, and waits
-until every host not failed said as much and it all arrived.  Both waits
-end at the close deadline, with a warning that names the ranks still open
-where this rank knows them (rank 0 does; in a job of two ranks the other
-one): ranks may finish at different times, and this one goes on waiting
-for them (in MPI's own close) after it.
+until every host not failed said as much and it all arrived.  When the
+close deadline passes first, a warning names the ranks still open where
+this rank knows them (rank 0 does; in a job of two ranks the other one):
+ranks may finish at different times, and this one goes on waiting for them.
+
+*Holding on.*  A rank that closed early still keeps the names homed on it
+(:mod:`aiopdbp.hosts.names`): a rank still open registers, releases, frees
+and looks up such names there, and waits for each answer for at most its
+reply timeout (the close timeout).  So the early rank waits for the late
+ones here, serving its control channel, rather than in the transport's
+close (whose closing barrier answers nothing, and discards what comes):
+past the deadline its count exchange waits on, unbounded as MPI's own
+close would be, until every rank has reached its close (the exchange
+completes; what it counts then gets one more close timeout to arrive), a
+host fails (a job stop also cancels the close), or the heartbeat saw a
+rank leave without closing its node gracefully, or go silent (one more
+close timeout, then on as before).  Without a heartbeat
+(``host_timeout=0``, a transport without one) the wait ends at the
+deadline, as does the BYE wait always.
 
 *The last open rank.*  A rank whose node closes tells rank 0, once it has
 sent everything (``ClosingMsg``: one message per rank, nothing on rank 0's
@@ -54,6 +68,7 @@ __all__ = ["Closing"]
 class _Failed(Protocol):
     @property
     def failed(self) -> Collection[int]: ...
+    def left(self) -> Collection[int] | None: ...
 
 
 def ranks(hosts: Collection[int]) -> str:
@@ -86,6 +101,7 @@ class Closing:
         self._named: asyncio.TimerHandle | None = None  # rank 0: its line about the ranks open
         self._timeout = close_timeout                  # of the close under way
         self._stopped = False
+        self._warned = False                           # the close timeout's line was said
 
     # ---------------------------------------------------- the last open rank
     def begin(self) -> None:
@@ -163,7 +179,15 @@ class Closing:
             await self._by_bye(sent, deadline)
 
     async def _by_counts(self, sent: dict[int, int], deadline: float) -> bool:
-        """The count exchange; False: close by BYE instead."""
+        """The count exchange; False: close by BYE instead.
+
+        A rank that has not reached its close by ``deadline`` is waited for
+        here, not in the transport's close (see "Holding on"): past the
+        deadline the wait goes on until the exchange completes -- then what
+        it counts gets a close timeout of its own to arrive -- or until the
+        heartbeat saw a rank leave or go silent (a node closed without
+        waiting, a program that never closed its node; then one more close
+        timeout).  Without a heartbeat the wait ends at the deadline."""
         # every rank starts the exchange, failures or not: MPI's collectives
         # must be called in one order on every rank (the transport's closing
         # barrier follows)
@@ -172,6 +196,8 @@ class Closing:
             return False
         backoff = Backoff(100e-6, 2e-3)
         total: int | None = None
+        holding = False     # past the deadline, waiting for the ranks still open
+        may_hold = True
         while True:
             if total is None:
                 try:
@@ -182,12 +208,22 @@ class Closing:
                 return True
             if self._failures.failed:
                 return False
-            if time.monotonic() > deadline:
-                if total is None:   # a rank has not reached its close
-                    self._still_open(self.open_ranks())
-                else:
+            if holding and (total is not None or self._failures.left()):
+                holding = may_hold = False
+                deadline = time.monotonic() + self._timeout
+                backoff = Backoff(100e-6, 2e-3)
+            if not holding and time.monotonic() > deadline:
+                if total is not None:
                     self._not_arrived()
-                return True
+                    return True
+                if not self._warned:
+                    self._still_open(self.open_ranks())   # a rank has not reached its close
+                left = self._failures.left()
+                if not may_hold or left is None or len(left):
+                    return True
+                holding = True
+                # nothing to hurry for: the rank still open comes when it comes
+                backoff = Backoff(2e-3, 50e-3)
             await backoff.sleep()
 
     async def _by_bye(self, sent: dict[int, int], deadline: float) -> None:
@@ -209,8 +245,12 @@ class Closing:
     def _still_open(self, still: list[int] | None) -> None:
         """The close timeout passed before ``still`` (None: ranks not known
         here) closed: ranks may finish at different times -- a warning, not
-        an error, and the rank goes on waiting for them in the transport's close."""
-        self.stop()
+        an error, and the rank goes on waiting for them (see "Holding on"):
+        rank 0 still tells the last open rank."""
+        self._warned = True
+        if self._named is not None:   # (this line names them)
+            self._named.cancel()
+            self._named = None
         timeout = self._timeout
         if still:
             log.warning("host %d: %s within the close timeout (%g s); still waiting for %s (ranks may "

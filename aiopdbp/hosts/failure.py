@@ -164,6 +164,10 @@ class Beat(Protocol):
 
     def error(self, rank: int) -> HostLostError: ...
     def stop(self, timeout: float = 1.0) -> None: ...
+    @property
+    def lost(self) -> frozenset[int]: ...
+    @property
+    def departed(self) -> frozenset[int]: ...
     def stats(self) -> dict[str, Any]: ...
 
 
@@ -301,6 +305,12 @@ class HostFailures:
         fut: asyncio.Future[tuple[int, BaseException]] = asyncio.get_running_loop().create_future()
         self._lost_waiters.append(fut)
         return await fut
+
+    def left(self) -> frozenset[int] | None:
+        """The peers the heartbeat saw leave (a goodbye) or go silent, also
+        while this node closes; None without a heartbeat (no such view)."""
+        hb = self._heartbeat
+        return None if hb is None else hb.departed | hb.lost
 
     def stop_heartbeat(self, timeout: float = 1.0) -> None:
         hb, self._heartbeat = self._heartbeat, None

@@ -40,8 +40,10 @@ built after both, since it serves them).
 
 *Closing.*  :meth:`close` flushes every link and waits until everything the
 other hosts sent here has arrived (:class:`~aiopdbp.hosts.closing.Closing`: the
-transport's count exchange, or BYE to every host), bounded by ``close_timeout``;
-rank 0 learns from it which ranks closed, and tells the last one open.
+transport's count exchange, or BYE to every host), bounded by ``close_timeout``
+-- past it, a rank waiting for ranks still open holds on, still dispatching
+their control messages (see "Holding on" there); rank 0 learns from it which
+ranks closed, and tells the last one open.
 """
 
 from __future__ import annotations
