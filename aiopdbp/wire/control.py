@@ -554,45 +554,41 @@ class ByeMsg(CtrlMsg):
         init_field(self, "sent", sent)
 
 
+class _RankMsg(CtrlMsg):
+    """A control message that names one rank, ``rank`` (never negative)."""
+
+    __slots__ = ("rank",)
+    rank: int
+
+    def __init__(self, rank: int) -> None:
+        init_field(self, "rank", rank)
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
+        if body["rank"] < 0:
+            raise ProtocolError(f"{cls.TYPE.name} names rank {body['rank']}")
+        return cls(body["rank"])
+
+
 @_register
-class ClosingMsg(CtrlMsg):
+class ClosingMsg(_RankMsg):
     """To rank 0: rank ``rank`` (the sender) closes its node and has sent
     everything it will send."""
 
     TYPE: ClassVar[MsgType] = MsgType.CLOSING
     HANDLER: ClassVar[str] = "on_closing"
 
-    __slots__ = ("rank",)
-    rank: int
-
-    def __init__(self, rank: int) -> None:
-        init_field(self, "rank", rank)
-
-    @classmethod
-    def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
-        if body["rank"] < 0:
-            raise ProtocolError(f"CLOSING names rank {body['rank']}")
-        return cls(body["rank"])
+    __slots__ = ()
 
 
 @_register
-class LastOpenMsg(CtrlMsg):
+class LastOpenMsg(_RankMsg):
     """From rank 0: every rank but ``rank`` (the receiver) has closed its node."""
 
     TYPE: ClassVar[MsgType] = MsgType.LAST_OPEN
     HANDLER: ClassVar[str] = "on_last_open"
 
-    __slots__ = ("rank",)
-    rank: int
-
-    def __init__(self, rank: int) -> None:
-        init_field(self, "rank", rank)
-
-    @classmethod
-    def from_body(cls, body: dict[str, Any]) -> CtrlMsg:
-        if body["rank"] < 0:
-            raise ProtocolError(f"LAST_OPEN names rank {body['rank']}")
-        return cls(body["rank"])
+    __slots__ = ()
 
 
 @_register
