@@ -36,8 +36,9 @@ LARGE = 32 << 10
 class _Transport:
     """Records what is posted; sends stay in flight until :meth:`complete`."""
 
-    def __init__(self, *, bulk: bool = False, pending: bool = False) -> None:
+    def __init__(self, *, bulk: bool = False, pending: bool = False, hold: bool = False) -> None:
         self.tick = 0
+        self.holds_blocks = hold
         self.posts: list[tuple[str, Any]] = []   # ("data", bytes) or ("bulk", (tag, head or None, nbytes))
         self.pending = pending
         self.inflight: list[asyncio.Future[None]] = []
@@ -139,6 +140,44 @@ async def test_sends_beyond_max_inflight_wait_in_order_and_go_as_earlier_ones_co
         tr.complete()
         await asyncio.sleep(0)
     assert out.idle and [p[-1:] for _, p in tr.posts] == [b"0", b"1", b"2", b"3"]
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_a_held_block_waits_for_the_send_in_flight_and_gathers_the_turns_after_it(form: Any) -> None:
+    # ranks outnumber cores (transport.holds_blocks): while a send to the host
+    # is in flight, what follows is one block, sent when that send completes
+    tr = _Transport(pending=True, hold=True)
+    out = _sender(form, tr)
+    out.short(PID, _msg(b"message-0"))
+    assert len(tr.posts) == 1 and out.lone == 1 and out.inflight == 1
+    for k in range(1, 4):
+        tr.tick += 1                                      # each its own iteration: no lone frame now
+        out.short(PID, _msg(b"message-%d" % k))
+        await _turn()
+    assert len(tr.posts) == 1 and out.lone == 1 and not out.idle   # held, not sent at each turn's end
+    tr.complete()
+    await asyncio.sleep(0)
+    assert len(tr.posts) == 2 and out.blocks == 1        # the three in one block, in order
+    body = tr.posts[1][1]
+    assert body.index(b"message-1") < body.index(b"message-2") < body.index(b"message-3")
+    tr.complete()
+    await asyncio.sleep(0)
+    assert out.idle and out.sent_msgs == 2
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_a_held_block_leaves_at_once_when_it_fills(form: Any) -> None:
+    tr = _Transport(pending=True, hold=True)
+    out = _sender(form, tr)
+    out.short(PID, _msg(b"0"))
+    tr.tick += 1
+    k = 0
+    while out.blocks == 0:                                # 4 KiB blocks: the 14th of 300 B fills one
+        out.short(PID, _msg(bytes(300)))
+        k += 1
+    assert k < 20 and len(tr.posts) == 2 and out.inflight == 2   # sent though a send is in flight
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -283,10 +322,11 @@ _ITEMS = st.lists(st.tuples(st.sampled_from(["bytes", "none", "array", "cdu", "l
                             st.integers(0, 6000), st.booleans(), st.integers(0, 2)), max_size=40)
 
 
-async def _replay(form: Any, items: list[tuple[str, int, bool, int]], bulk: bool) -> tuple[Any, ...]:
+async def _replay(form: Any, items: list[tuple[str, int, bool, int]], bulk: bool,
+                  hold: bool = False) -> tuple[Any, ...]:
     from aiopdbp.wire.shorts import ShortStream
 
-    tr = _Transport(bulk=bulk, pending=True)
+    tr = _Transport(bulk=bulk, pending=True, hold=hold)
     credit = _Credit(20000)
     out = _sender(form, tr, max_inflight=3, admit=credit.admit, refund=credit.refund)
     offers: list[Any] = []
@@ -335,12 +375,14 @@ async def _replay(form: Any, items: list[tuple[str, int, bool, int]], bulk: bool
 
 @pytest.mark.skipif(compiled_sender is None, reason="the compiled sender is not built")
 @pytest.mark.parametrize("bulk", [False, True], ids=["in-order", "bulk"])
+@pytest.mark.parametrize("hold", [False, True], ids=["no-hold", "hold"])
 @settings(max_examples=150, deadline=None)
 @given(_ITEMS)
-def test_both_forms_post_the_same_messages_for_any_items(bulk: bool, items: list[tuple[str, int, bool, int]]) -> None:
+def test_both_forms_post_the_same_messages_for_any_items(bulk: bool, hold: bool,
+                                                         items: list[tuple[str, int, bool, int]]) -> None:
     # a first run fills the codec's caches (an array's meta goes short once
     # its dtype and shape have been checked), so both forms meet them warm
-    asyncio.run(_replay(pure_sender, items, bulk))
-    pure = asyncio.run(_replay(pure_sender, items, bulk))
-    compiled = asyncio.run(_replay(compiled_sender, items, bulk))
+    asyncio.run(_replay(pure_sender, items, bulk, hold))
+    pure = asyncio.run(_replay(pure_sender, items, bulk, hold))
+    compiled = asyncio.run(_replay(compiled_sender, items, bulk, hold))
     assert pure == compiled

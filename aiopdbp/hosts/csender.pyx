@@ -58,7 +58,7 @@ cdef class LinkSender:
     cdef public bint carries, carry_missed
     cdef object _transport, _pool, _on_error, _slot, _block, _units, _lane, _owned, _admit, _refund
     cdef Py_ssize_t _block_size, _max_inflight, _bulk_tags, _bulk_seq
-    cdef bint _allow_pickle, _flush_scheduled, _bulk_heads, _pairs
+    cdef bint _allow_pickle, _flush_scheduled, _bulk_heads, _pairs, _hold
     cdef object _tick
 
     def __init__(self, host, transport, pool, *, block_size, large, max_inflight, allow_pickle, on_error,
@@ -90,6 +90,7 @@ cdef class LinkSender:
         self._owned = set()
         self.carries = bool(self._bulk_tags)
         self._bulk_heads = bool(self._bulk_tags) and getattr(transport, "bulk_heads", False)
+        self._hold = getattr(transport, "holds_blocks", False)
         self._pairs = self._bulk_heads and getattr(self._lane, "bulk", None) is not None
         self.carried = []
         self.carry_missed = True
@@ -118,7 +119,7 @@ cdef class LinkSender:
     cdef bint _short(self, pid, fields, bytes head) except -1:
         w = self.writer
         tick = self._transport.tick
-        if not w.kind and not self._units and tick != self._tick:
+        if not w.kind and not self._units and tick != self._tick and not (self._hold and self.inflight):
             frame = w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, True)
             if frame is None:
                 return False
@@ -155,7 +156,7 @@ cdef class LinkSender:
             resolve_owned(done)
         w = self.writer
         tick = self._transport.tick
-        if not w.kind and not self._units and tick != self._tick:
+        if not w.kind and not self._units and tick != self._tick and not (self._hold and self.inflight):
             self._tick = tick
             parts = encode_cdu(cdu, allow_pickle=self._allow_pickle)
             frame = b"".join(parts) if len(parts) > 1 else bytes(parts[0])
@@ -255,6 +256,8 @@ cdef class LinkSender:
 
     def _flush_soon(self):
         self._flush_scheduled = False
+        if self._hold and self.inflight:
+            return  # held: it leaves when the send in flight completes (_sent), or when full
         self.flush()
 
     def flush(self):
@@ -322,6 +325,8 @@ cdef class LinkSender:
         while units and self.inflight < self._max_inflight:
             blocks, nbytes, slot = units.popleft()
             self._send(blocks, nbytes, slot)
+        if self._hold and not self.inflight and self.writer.kind and not self._flush_scheduled:
+            self.flush()  # the block held while that send was in flight
 
     cdef _release(self, slot):
         if slot is not None:

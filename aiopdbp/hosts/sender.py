@@ -129,6 +129,9 @@ class LinkSender:
         # window's grant found no reply to ride since h last got a split header
         self.carries = bool(self._bulk_tags)
         self._bulk_heads = bool(self._bulk_tags) and getattr(transport, "bulk_heads", False)
+        # ranks outnumber cores: a partly filled block waits for the send in
+        # flight to this host (link.py, "Coalescing")
+        self._hold: bool = bool(getattr(transport, "holds_blocks", False))
         # the lane posts a split frame's header and payload in one call too (the kernel's post_pair)
         self._pairs = self._bulk_heads and getattr(self._lane, "bulk", None) is not None
         self.carried: list[tuple[int, int]] = []
@@ -168,7 +171,8 @@ class LinkSender:
         (:meth:`cdu`).  A :class:`ShortStream` too, its ``head`` (sno,
         window) first."""
         w = self.writer
-        if not w.kind and not self._units and self._transport.tick != self._tick:
+        if (not w.kind and not self._units and self._transport.tick != self._tick
+                and not (self._hold and self.inflight)):
             frame = w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, True)
             if frame is None:
                 return False
@@ -214,7 +218,8 @@ class LinkSender:
         if done is not None:  # not large after all (an owner's mistake): it is copied below
             resolve_owned(done)
         w = self.writer
-        if not w.kind and not self._units and self._transport.tick != self._tick:
+        if (not w.kind and not self._units and self._transport.tick != self._tick
+                and not (self._hold and self.inflight)):
             self._tick = self._transport.tick
             parts = encode_cdu(cdu, allow_pickle=self._allow_pickle)
             frame = b"".join(parts) if len(parts) > 1 else bytes(parts[0])
@@ -323,6 +328,8 @@ class LinkSender:
 
     def _flush_soon(self) -> None:
         self._flush_scheduled = False
+        if self._hold and self.inflight:
+            return  # held: it leaves when the send in flight completes (_sent), or when full
         self.flush()
 
     def flush(self) -> None:
@@ -398,6 +405,8 @@ class LinkSender:
         units = self._units
         while units and self.inflight < self._max_inflight:
             self._send(*units.popleft())
+        if self._hold and not self.inflight and self.writer.kind and not self._flush_scheduled:
+            self.flush()  # the block held while that send was in flight
 
     def _release(self, slot: Slot | None) -> None:
         if slot is not None:

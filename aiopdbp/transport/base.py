@@ -227,6 +227,13 @@ class Transport(abc.ABC):
     #: :meth:`post_bulk` also takes the payload's header (``head``)
     bulk_heads: bool = False
 
+    #: a host link keeps a partly filled block open while a send of its to
+    #: that host is in flight, and sends it when that send completes (or the
+    #: block fills), instead of a frame of its own per loop turn: where a send
+    #: that does not complete at once waits for a receiver with no core of its
+    #: own (:mod:`aiopdbp.hosts.link`, "Coalescing")
+    holds_blocks: bool = False
+
     def post_bulk(self, dest: int, tag: int, buf: Buffer, done: asyncio.Future[None] | None = None,
                   head: Buffer | None = None) -> asyncio.Future[None] | None:
         """Post one large payload (zero copy) for host ``dest`` under ``tag``;

@@ -184,6 +184,8 @@ class MPITransport(Transport):
             max_backoff_s=None if max_backoff_us is None else max_backoff_us * 1e-6,
             bulk=self._bulk,
         )
+        # ranks outnumber cores: links hold their blocks behind a send in flight
+        self.holds_blocks = self._engine.oversubscribed
         self._quiescing: asyncio.Future[None] | None = None
         self._raw_limit: int | None = None
 

@@ -234,6 +234,12 @@ class ProgressEngine:
         self.n_bulk_sends = 0
 
     @property
+    def oversubscribed(self) -> bool:
+        """True when this host runs more ranks than this process may use cores
+        (the engine then never spins and gives the core up between empty steps)."""
+        return self._oversubscribed
+
+    @property
     def n_recvs(self) -> int:
         """Messages received so far (probed ones; bulk payloads not counted)."""
         return self._rx.n_recvs
