@@ -17,7 +17,7 @@ from collections import deque
 from aiopdbp.errors import WouldBlock
 from aiopdbp.hosts.inbound import RBP_MIN
 from aiopdbp.hosts.owned import fail_owned, resolve_owned
-from aiopdbp.hosts.sender import large_enough, send_lane
+from aiopdbp.hosts.sender import HOLD_BELOW, large_enough, send_lane
 from aiopdbp.transport.base import Channel
 from aiopdbp.wire.codec import encode_cdu, encode_record, encode_split, encode_split_array
 from aiopdbp.wire.control import credit_frame
@@ -57,8 +57,8 @@ cdef class LinkSender:
     cdef public Py_ssize_t inflight, sent_msgs, lone, blocks, splits, nbytes, fallbacks, n_carried, offered
     cdef public bint carries, carry_missed
     cdef object _transport, _pool, _on_error, _slot, _block, _units, _lane, _owned, _admit, _refund
-    cdef Py_ssize_t _block_size, _max_inflight, _bulk_tags, _bulk_seq
-    cdef bint _allow_pickle, _flush_scheduled, _bulk_heads, _pairs, _hold
+    cdef Py_ssize_t _block_size, _max_inflight, _bulk_tags, _bulk_seq, _hold_below, _starved
+    cdef bint _allow_pickle, _flush_scheduled, _bulk_heads, _pairs
     cdef object _tick
 
     def __init__(self, host, transport, pool, *, block_size, large, max_inflight, allow_pickle, on_error,
@@ -90,7 +90,8 @@ cdef class LinkSender:
         self._owned = set()
         self.carries = bool(self._bulk_tags)
         self._bulk_heads = bool(self._bulk_tags) and getattr(transport, "bulk_heads", False)
-        self._hold = getattr(transport, "holds_blocks", False)
+        self._hold_below = HOLD_BELOW if getattr(transport, "holds_blocks", False) else 0
+        self._starved = 0
         self._pairs = self._bulk_heads and getattr(self._lane, "bulk", None) is not None
         self.carried = []
         self.carry_missed = True
@@ -119,7 +120,7 @@ cdef class LinkSender:
     cdef bint _short(self, pid, fields, bytes head) except -1:
         w = self.writer
         tick = self._transport.tick
-        if not w.kind and not self._units and tick != self._tick and not (self._hold and self.inflight):
+        if not w.kind and not self._units and tick != self._tick and not self._starved:
             frame = w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, True)
             if frame is None:
                 return False
@@ -156,7 +157,7 @@ cdef class LinkSender:
             resolve_owned(done)
         w = self.writer
         tick = self._transport.tick
-        if not w.kind and not self._units and tick != self._tick and not (self._hold and self.inflight):
+        if not w.kind and not self._units and tick != self._tick and not self._starved:
             self._tick = tick
             parts = encode_cdu(cdu, allow_pickle=self._allow_pickle)
             frame = b"".join(parts) if len(parts) > 1 else bytes(parts[0])
@@ -256,8 +257,8 @@ cdef class LinkSender:
 
     def _flush_soon(self):
         self._flush_scheduled = False
-        if self._hold and self.inflight:
-            return  # held: it leaves when the send in flight completes (_sent), or when full
+        if self._starved:
+            return  # held: it leaves when the small sends in flight complete (_sent), or when full
         self.flush()
 
     def flush(self):
@@ -306,13 +307,16 @@ cdef class LinkSender:
                 self._release(slot)
             else:
                 self.inflight += 1
-                fut.add_done_callback(functools.partial(self._sent, slot))
+                small = nbytes <= self._hold_below
+                self._starved += small
+                fut.add_done_callback(functools.partial(self._sent, slot, small))
         if stamp is not None:
             stamp(True)
         return fut
 
-    def _sent(self, slot, fut):
+    def _sent(self, slot, small, fut):
         self.inflight -= 1
+        self._starved -= small
         self._release(slot)
         if not fut.cancelled() and fut.exception() is not None and self.error is None:
             # news to no one: the engine reported its own failure through the
@@ -325,8 +329,8 @@ cdef class LinkSender:
         while units and self.inflight < self._max_inflight:
             blocks, nbytes, slot = units.popleft()
             self._send(blocks, nbytes, slot)
-        if self._hold and not self.inflight and self.writer.kind and not self._flush_scheduled:
-            self.flush()  # the block held while that send was in flight
+        if small and not self._starved and self.writer.kind and not self._flush_scheduled:
+            self.flush()  # the block held while small sends were in flight
 
     cdef _release(self, slot):
         if slot is not None:

@@ -50,12 +50,20 @@ from aiopdbp.wire.shorts import STREAM_HEAD, ShortStream
 
 log = logging.getLogger("aiopdbp.hosts.link")
 
-__all__ = ["LinkSender", "large_enough", "send_lane"]
+__all__ = ["HOLD_BELOW", "LinkSender", "large_enough", "send_lane"]
 
 _BPS = int(MsgType.BPS)
 _BP = int(MsgType.BP)
 _DATA = Channel.DATA
 _STREAM_HEAD = STREAM_HEAD.pack
+
+#: where the transport ``holds_blocks``: a send of at most this many bytes
+#: that did not complete at once holds the link's next block back until it
+#: completes.  MPI takes a message this small eagerly (a shared-memory cell of
+#: the bundled MPICH is 8 KiB), so it is waiting for the rank's cells, all
+#: taken, and so would the next one; a larger send waits for its receiver
+#: (rendezvous), and holding the small items behind it would starve them
+HOLD_BELOW = 8 << 10
 
 
 def send_lane(transport: Transport, host: int) -> Any:
@@ -129,9 +137,10 @@ class LinkSender:
         # window's grant found no reply to ride since h last got a split header
         self.carries = bool(self._bulk_tags)
         self._bulk_heads = bool(self._bulk_tags) and getattr(transport, "bulk_heads", False)
-        # ranks outnumber cores: a partly filled block waits for the send in
-        # flight to this host (link.py, "Coalescing")
-        self._hold: bool = bool(getattr(transport, "holds_blocks", False))
+        # ranks outnumber cores: a partly filled block waits while small sends
+        # to this host are in flight (link.py, "Coalescing")
+        self._hold_below = HOLD_BELOW if getattr(transport, "holds_blocks", False) else 0
+        self._starved = 0   # sends of at most _hold_below bytes in flight
         # the lane posts a split frame's header and payload in one call too (the kernel's post_pair)
         self._pairs = self._bulk_heads and getattr(self._lane, "bulk", None) is not None
         self.carried: list[tuple[int, int]] = []
@@ -172,7 +181,7 @@ class LinkSender:
         window) first."""
         w = self.writer
         if (not w.kind and not self._units and self._transport.tick != self._tick
-                and not (self._hold and self.inflight)):
+                and not self._starved):
             frame = w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, True)
             if frame is None:
                 return False
@@ -219,7 +228,7 @@ class LinkSender:
             resolve_owned(done)
         w = self.writer
         if (not w.kind and not self._units and self._transport.tick != self._tick
-                and not (self._hold and self.inflight)):
+                and not self._starved):
             self._tick = self._transport.tick
             parts = encode_cdu(cdu, allow_pickle=self._allow_pickle)
             frame = b"".join(parts) if len(parts) > 1 else bytes(parts[0])
@@ -328,8 +337,8 @@ class LinkSender:
 
     def _flush_soon(self) -> None:
         self._flush_scheduled = False
-        if self._hold and self.inflight:
-            return  # held: it leaves when the send in flight completes (_sent), or when full
+        if self._starved:
+            return  # held: it leaves when the small sends in flight complete (_sent), or when full
         self.flush()
 
     def flush(self) -> None:
@@ -387,13 +396,16 @@ class LinkSender:
                 self._release(slot)
             else:
                 self.inflight += 1
-                fut.add_done_callback(functools.partial(self._sent, slot))
+                small = nbytes <= self._hold_below
+                self._starved += small
+                fut.add_done_callback(functools.partial(self._sent, slot, small))
         if stamp is not None:
             stamp(True)
         return fut
 
-    def _sent(self, slot: Slot | None, fut: asyncio.Future[None]) -> None:
+    def _sent(self, slot: Slot | None, small: bool, fut: asyncio.Future[None]) -> None:
         self.inflight -= 1
+        self._starved -= small
         self._release(slot)
         if not fut.cancelled() and fut.exception() is not None and self.error is None:
             # news to no one: the engine reported its own failure through the
@@ -405,8 +417,8 @@ class LinkSender:
         units = self._units
         while units and self.inflight < self._max_inflight:
             self._send(*units.popleft())
-        if self._hold and not self.inflight and self.writer.kind and not self._flush_scheduled:
-            self.flush()  # the block held while that send was in flight
+        if small and not self._starved and self.writer.kind and not self._flush_scheduled:
+            self.flush()  # the block held while small sends were in flight
 
     def _release(self, slot: Slot | None) -> None:
         if slot is not None:
