@@ -21,7 +21,14 @@ admits each item by credit (below) and hands it to its
   (:class:`~aiopdbp.wire.shorts.ShortStream`), in the 15-byte compact
   record of a BPS block, anything else as a full record of a BP block -- and the block is sent when it is
   full or at the end of the iteration (``call_soon``): a burst becomes one
-  MPI message per 64 KiB, whatever the number of senders.
+  MPI message per 64 KiB, whatever the number of senders.  Where ranks
+  outnumber cores (the transport's ``holds_blocks``), a small send to ``h``
+  that did not complete at once (:data:`~aiopdbp.hosts.sender.HOLD_BELOW`:
+  MPI is waiting for one of the rank's shared-memory cells, all taken) holds
+  the next items back: no lone frame, and the open block is not sent at the
+  iteration's end but when those sends complete (or when it is full), so the
+  items of several iterations share one MPI message and one cell instead of
+  queueing one each behind receivers that have no core.
 * **Large payloads** (``>= large``: stream segments, big messages) are not
   copied: a split frame, its header on the data channel and the payload as
   ONE more MPI message straight from the caller's buffer (see "Large
