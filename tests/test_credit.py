@@ -660,3 +660,104 @@ def test_both_forms_of_the_marks_answer_alike(events: list[tuple[str, int, int, 
         return out
 
     assert run(compiled_gate) == run(pure_gate)
+
+
+# ------------------------------------------------- placing arrivals (Placer)
+from aiopdbp.wire.message import CREDIT_OVERHEAD  # noqa: E402
+
+class _Pipe:
+    """What the placer sees of a pipe: ``put_many``, ``appended``, the watch."""
+
+    def __init__(self, closed: bool = False) -> None:
+        self.closed = closed
+        self.appended = 0
+        self.got: list[Any] = []
+        self.watch_at = 1 << 62
+        self.on_watch: Any = None
+
+    def put_many(self, items: list[Any], host: int) -> bool:
+        if self.closed:
+            return False
+        self.got.append((host, items))
+        self.appended += len(items)
+        return True
+
+
+class _Reader:
+    """A reader whose frames say what ``read_one`` gives: ``("one", pid, n)`` or ``("runs",)``."""
+
+    def read_one(self, buf: Any) -> Any:
+        return None if buf[0] == "runs" else (buf[1], ("msg", buf[1], buf[2]), buf[2])
+
+
+def _placer(form: Any, targets: dict[int, Any]) -> tuple[Any, list[Any]]:
+    calls: list[Any] = []
+    book = form.CreditBook(WINDOW)
+    placer = form.Placer(_Reader(), targets, _Pipe, book, lambda due: calls.append(("due", due)),
+                         lambda *a: calls.append(("other", *a)), lambda *a: calls.append(("runs", *a)))
+    return placer, calls
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_placer_puts_a_lone_message_into_its_pipe_and_marks_it(form: Any) -> None:
+    pipe = _Pipe()
+    placer, calls = _placer(form, {PID: pipe})
+    placer.place(1, ("one", PID, 8))
+    assert pipe.got == [(1, [("msg", PID, 8)])] and calls == []
+    assert pipe.watch_at == 1 and pipe.on_watch == placer.marks[pipe].settle
+    assert placer.book.outstanding(1, PID) == 8 + CREDIT_OVERHEAD
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_placer_hands_a_message_with_no_open_pipe_on(form: Any) -> None:
+    closed = _Pipe(closed=True)
+    placer, calls = _placer(form, {PID: closed, PID + 1: object()})
+    placer.place(1, ("one", PID, 8))
+    placer.place(2, ("one", PID + 1, 3))
+    placer.place(2, ("one", PID + 2, 0))
+    assert calls == [("other", 1, PID, [("msg", PID, 8)], 8 + CREDIT_OVERHEAD),
+                     ("other", 2, PID + 1, [("msg", PID + 1, 3)], 3 + CREDIT_OVERHEAD),
+                     ("other", 2, PID + 2, [("msg", PID + 2, 0)], CREDIT_OVERHEAD)]
+    assert placer.marks == {} and placer.book.outstanding(1, PID) == 0
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_placer_hands_a_frame_of_several_records_to_its_runs(form: Any) -> None:
+    placer, calls = _placer(form, {PID: _Pipe()})
+    placer.place(1, ("runs",))
+    assert calls == [("runs", 1, ("runs",))]
+
+
+_PLACES = st.lists(st.tuples(st.sampled_from(["one", "runs", "take", "mark"]), st.integers(0, 2),
+                             st.integers(0, 3), st.integers(0, 5000)), max_size=80)
+
+
+@pytest.mark.skipif(compiled_gate is None, reason="the compiled gate is not built")
+@settings(max_examples=300, deadline=None)
+@given(_PLACES)
+def test_both_forms_of_the_placer_place_and_mark_alike(events: list[tuple[str, int, int, int]]) -> None:
+    """Lone messages to open, closed and missing pipes, frames for the runs,
+    marks of batches and the reader's takes (the pipe's ``on_watch``): the
+    same puts, hand-offs, watches, dues and grants from both forms."""
+    def run(form: Any) -> list[Any]:
+        pipes = {0: _Pipe(), 1: _Pipe(), 2: _Pipe(closed=True)}   # GP 3: no pipe here
+        placer, calls = _placer(form, dict(pipes))
+        taken = {0: 0, 1: 0}
+        out: list[Any] = []
+        for op, host, pid, n in events:
+            if op == "one":
+                placer.place(host, ("one", pid, n))
+            elif op == "runs":
+                placer.place(host, ("runs",))
+            elif op == "mark" and pid < 2:   # a batch the runs put
+                pipes[pid].put_many([n], host)
+                placer.mark(pipes[pid], host, pid, n)
+            elif op == "take" and pid < 2 and pipes[pid].on_watch is not None:
+                taken[pid] = min(pipes[pid].appended, taken[pid] + 1 + n % 4)
+                if taken[pid] >= pipes[pid].watch_at:
+                    pipes[pid].watch_at = pipes[pid].on_watch(pipes[pid], taken[pid], host)
+            out.append((list(calls), [(p.got, p.watch_at) for p in pipes.values()],
+                        placer.book.grants(), placer.book.owed()))
+        return out
+
+    assert run(compiled_gate) == run(pure_gate)

@@ -11,6 +11,7 @@ cimport cython
 from libc.stdlib cimport free, malloc
 
 from aiopdbp.hosts.gate import ASK_STEP, LATER, NOW, SOON, GateWait, ParkingLot, Wake
+from aiopdbp.wire.message import CREDIT_OVERHEAD
 
 cdef extern from *:
     """
@@ -24,8 +25,9 @@ cdef extern from *:
 __sources__ = ("gate.py", "cgate.pyx")
 __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
-__all__ = ["LATER", "NOW", "SOON", "CreditAccount", "CreditBook", "CreditGate", "GateWait", "ParkingLot", "PipeMarks", "Wake"]
+__all__ = ["LATER", "NOW", "SOON", "CreditAccount", "CreditBook", "CreditGate", "GateWait", "ParkingLot", "PipeMarks", "Placer", "Wake"]
 
+cdef long long _OVERHEAD = CREDIT_OVERHEAD
 cdef int _LATER = LATER, _SOON = SOON, _NOW = NOW, _ASK_STEP = ASK_STEP
 cdef object _NOTHING = Wake([], False)
 
@@ -392,3 +394,56 @@ cdef class PipeMarks:
                 out.append((host, r.m[j + 1], r.m[j + 2]))
         self._hosts.clear()
         return out
+
+
+@cython.final
+cdef class Placer:
+    """See :class:`aiopdbp.hosts.gate.Placer`."""
+
+    cdef public object reader
+    cdef public dict targets
+    cdef public object pipe_type
+    cdef public CreditBook book
+    cdef public dict marks
+    cdef object _due, _other, _runs
+
+    def __init__(self, reader, dict targets, pipe_type, CreditBook book, due, other, runs):
+        self.reader = reader
+        self.targets = targets
+        self.pipe_type = pipe_type
+        self.book = book
+        self.marks = {}
+        self._due = due
+        self._other = other
+        self._runs = runs
+
+    cpdef place(self, object host, object buf):
+        cdef tuple t
+        cdef long long cost
+        one = self.reader.read_one(buf)
+        if one is None:
+            self._runs(host, buf)
+            return
+        t = <tuple>one
+        pid = t[0]
+        msg = t[1]
+        cost = <long long>t[2] + _OVERHEAD
+        pipe = self.targets.get(pid)
+        if type(pipe) is self.pipe_type and pipe.put_many([msg], host):
+            self.mark(pipe, host, pid, cost)
+        else:
+            self._other(host, pid, [msg], cost)
+
+    cpdef mark(self, object pipe, object host, object pid, long long cost):
+        cdef PipeMarks marks
+        cdef long long watch
+        got = self.marks.get(pipe)
+        if got is None:
+            marks = PipeMarks(self.book, self._due)
+            self.marks[pipe] = marks
+            pipe.on_watch = marks.settle
+        else:
+            marks = <PipeMarks>got
+        watch = marks.mark(host, pid, cost, pipe.appended)
+        if watch >= 0:
+            pipe.watch_at = watch

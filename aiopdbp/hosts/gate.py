@@ -36,10 +36,12 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
+
+from aiopdbp.wire.message import CREDIT_OVERHEAD
 
 __all__ = ["ASK_STEP", "LATER", "NOW", "SOON", "CreditAccount", "CreditBook", "CreditGate", "GateWait", "ParkingLot",
-           "PipeMarks", "Wake"]
+           "PipeMarks", "Placer", "Wake"]
 
 W = TypeVar("W")
 
@@ -488,3 +490,56 @@ class PipeMarks:
         out = [(host, pid, cost) for host, marks in self._hosts.items() for _, pid, cost in marks]
         self._hosts.clear()
         return out
+
+
+class Placer:
+    """Short messages from other hosts into the pipes of the GPs here, and
+    their marks (:mod:`aiopdbp.routing.arrivals`, "Placing"): per pipe, its
+    :class:`PipeMarks` (``marks``, made at the pipe's first arrival, whose
+    ``settle`` becomes the pipe's ``on_watch``).
+
+    :meth:`place` takes the commonest arrival, a frame of one short
+    message, from the read to the reader's wake-up: ``reader.read_one``,
+    ``targets[pid].put_many`` when that is a ``pipe_type``, the mark.
+    Where the GP has no open pipe it goes to ``other(host, pid, items,
+    cost)``; a frame of several records to ``runs(host, buf)``.  The
+    compiled twin does it in one C call (the pipe's ``put_many`` is the
+    one Python call left in it)."""
+
+    __slots__ = ("reader", "targets", "pipe_type", "book", "marks", "_due", "_other", "_runs")
+
+    def __init__(self, reader: Any, targets: dict[int, Any], pipe_type: type, book: CreditBook,
+                 due: Callable[[int], None], other: Callable[[int, int, list[Any], int], object],
+                 runs: Callable[[int, Any], None]) -> None:
+        self.reader = reader
+        self.targets = targets
+        self.pipe_type: Any = pipe_type
+        self.book = book
+        self.marks: dict[Any, PipeMarks] = {}   # kept, even empty, until the pipe is released
+        self._due = due
+        self._other = other
+        self._runs = runs
+
+    def place(self, host: int, buf: Any) -> None:
+        """A short-message frame from ``host`` (raises only ``ProtocolError``)."""
+        one = self.reader.read_one(buf)
+        if one is None:
+            self._runs(host, buf)
+            return
+        pid, msg, nbytes = one
+        cost = nbytes + CREDIT_OVERHEAD
+        pipe: Any = self.targets.get(pid)
+        if type(pipe) is self.pipe_type and pipe.put_many([msg], host):  # (False: closed, took nothing)
+            self.mark(pipe, host, pid, cost)
+        else:  # (a message, not a stream: nothing for the stream table to hear)
+            self._other(host, pid, [msg], cost)
+
+    def mark(self, pipe: Any, host: int, pid: int, cost: int) -> None:
+        """Remember that ``pipe``'s items up to its ``appended`` owe ``cost`` to ``host``."""
+        marks = self.marks.get(pipe)
+        if marks is None:
+            marks = self.marks[pipe] = PipeMarks(self.book, self._due)
+            pipe.on_watch = marks.settle
+        watch = marks.mark(host, pid, cost, pipe.appended)
+        if watch >= 0:
+            pipe.watch_at = watch

@@ -16,7 +16,8 @@ CreditGate: type[_pure.CreditGate] = gate.CreditGate
 CreditBook: type[_pure.CreditBook] = gate.CreditBook
 CreditAccount: type[_pure.CreditAccount] = gate.CreditAccount
 PipeMarks: type[_pure.PipeMarks] = gate.PipeMarks
+Placer: type[_pure.Placer] = gate.Placer
 #: whether the compiled form runs
 COMPILED: bool = gate is not _pure
 
-__all__ = ["COMPILED", "CreditAccount", "CreditBook", "CreditGate", "PipeMarks", "gate"]
+__all__ = ["COMPILED", "CreditAccount", "CreditBook", "CreditGate", "PipeMarks", "Placer", "gate"]

@@ -11,11 +11,14 @@ send goes; this class only ever delivers here, into the targets the
 router keeps.
 
 *Placing.*  The messages of one block for one GP
-(:meth:`place_shorts`; a stream carried whole in a short record becomes
+(:attr:`place_shorts`; a stream carried whole in a short record becomes
 its incoming stream in the stream table, handed in as ``streams``, and
 takes its place among the messages) go into its pipe in one batch, past
 its capacity -- the sender's credit bounded them -- and a mark remembers,
-per sending host, where the batch ends (:meth:`_mark`).
+per sending host, where the batch ends.  The core's
+:class:`~aiopdbp.hosts.gate.Placer` does both and keeps the marks; a
+frame of one message (the commonest) goes from the read to the reader's
+wake-up in one call of it.
 
 *Returning credit.*  When the GP has taken every item of that host's up
 to a mark (the pipe's watch, which counts each host's items apart: a long
@@ -42,9 +45,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from aiopdbp.hosts import gate
 from aiopdbp.hosts.gate import LATER, NOW
-from aiopdbp.hosts.gatecore import CreditBook, PipeMarks
+from aiopdbp.hosts.gatecore import CreditBook, Placer
 from aiopdbp.hosts.tables import PipeBind, PipeRelease, ProcFree, ProcReg, Tables, Update
 from aiopdbp.routing.pipes import Pipe
 from aiopdbp.wire.core import BlockReader
@@ -97,13 +99,20 @@ class Arrivals:
                                   tables.name_of if want_pid is None else _asking(tables.name_of, want_pid))
         #: the credit this host owes each (sending host, GP): the rule is the book's
         self.book = CreditBook(window)
+        #: places arrivals into pipes and keeps each pipe's marks (see "Placing")
+        self.placer = Placer(self.reader, targets, Pipe, self.book, self._due, self.deliver_remote,
+                             self._place_runs)
+        #: ``place_shorts(host, buf)``: deliver a BPS frame of short messages
+        #: from ``host``, decoded straight into :class:`Message` records (raises
+        #: only ``ProtocolError``); a lone message, the commonest frame, in one
+        #: call of the placer's (compiled: one C call), the others by
+        #: :meth:`_place_runs`
+        self.place_shorts: Callable[[int, Any], None] = self.placer.place
         #: the grant sink batches per loop iteration itself (it carries grants
         #: on the host's next split header, :mod:`aiopdbp.hosts.credit`): due
         #: grants go to it at once, so the reply that follows can carry them
         self.grants_at_once = False
         self._flush_scheduled = False
-        # per pipe: its marks per sending host (see "Placing")
-        self._marks: dict[Pipe[Any], gate.PipeMarks] = {}  # (either form)
         self._parked: dict[int, deque[tuple[int, list[Any], int]]] = {}
         self._ever_bound: set[int] = set()
         self._closed = False
@@ -136,28 +145,16 @@ class Arrivals:
                     self._unpark(pid)
 
     # ------------------------------------------------------------- placing
-    def place_shorts(self, host: int, buf: Any) -> None:
-        """Deliver a BPS frame of short messages from ``host``: decoded
-        straight into :class:`Message` records, one pipe operation per run
-        of records for the same GP (raises only ``ProtocolError``).  A
-        lone message (the commonest frame) is read in one step, without the
-        runs (``BlockReader.read_one``)."""
-        one = self.reader.read_one(buf)
-        if one is not None:
-            pid, msg, nbytes = one
-            tgt: Any = self.targets.get(pid)
-            if type(tgt) is Pipe and tgt.put_many([msg], host):  # (False: closed, took nothing)
-                self._mark(tgt, host, pid, nbytes + CREDIT_OVERHEAD)
-            else:  # (a message, not a stream: nothing for the stream table to hear)
-                self.deliver_remote(host, pid, [msg], nbytes + CREDIT_OVERHEAD)
-            return
+    def _place_runs(self, host: int, buf: Any) -> None:
+        """:attr:`place_shorts` for a frame of several records: one pipe
+        operation per run of records for the same GP."""
         streams = self._streams
         whole = None if streams is None else functools.partial(streams.open_whole, host)
         for pid, msgs, nbytes in self.reader.read(buf, whole):
             cost = nbytes + CREDIT_OVERHEAD * len(msgs)
             tgt = self.targets.get(pid)
             if type(tgt) is Pipe and tgt.put_many(msgs, host):  # deliver_remote's common case
-                self._mark(tgt, host, pid, cost)
+                self.placer.mark(tgt, host, pid, cost)
             elif not self.deliver_remote(host, pid, msgs, cost) and streams is not None:
                 streams.undelivered(msgs)  # a stream among them: its sender must hear
 
@@ -175,7 +172,7 @@ class Arrivals:
         they were dropped (the GP is gone)."""
         tgt: Any = self.targets.get(pid)
         if type(tgt) is Pipe and tgt.put_many(items, host):
-            self._mark(tgt, host, pid, cost)
+            self.placer.mark(tgt, host, pid, cost)
             return True
         entry = self.tables.pta.get(pid)
         waiting = (entry is None and pid not in self.tables.names) or (
@@ -226,28 +223,18 @@ class Arrivals:
                 self._streams.undelivered(items)  # a stream among them: its sender must hear
 
     # ---------------------------------------------------------- credit out
-    def _mark(self, pipe: Pipe[Any], host: int, pid: int, cost: int) -> None:
-        """Remember that the items up to ``pipe.appended`` owe ``cost`` to ``host``."""
-        marks = self._marks.get(pipe)
-        if marks is None:  # kept, even empty, until the pipe is released
-            marks = self._marks[pipe] = PipeMarks(self.book, self._due)
-            pipe.on_watch = marks.settle
-        watch = marks.mark(host, pid, cost, pipe.appended)
-        if watch >= 0:
-            pipe.watch_at = watch
-
     def settle(self, pipe: Pipe[Any], taken: int, host: int) -> int:
         """The reader took items: what it took from ``host`` (every one
         numbered below ``taken``: :attr:`Pipe.on_watch`) is credit owed.
         Returns where ``host``'s next mark ends (the pipe's next watch).
         (The pipe calls its :class:`~aiopdbp.hosts.gate.PipeMarks` itself.)"""
-        marks = self._marks.get(pipe)
+        marks = self.placer.marks.get(pipe)
         return 1 << 62 if marks is None else marks.settle(pipe, taken, host)
 
     def forget_pipe(self, pipe: Pipe[Any]) -> None:
         """A pipe is released: its queued remote items are discarded, their
         credit goes back to their senders."""
-        marks = self._marks.pop(pipe, None)
+        marks = self.placer.marks.pop(pipe, None)
         if marks is not None:
             for host, pid, cost in marks.drain():
                 self._taken(host, pid, cost)
