@@ -351,6 +351,10 @@ class HostLink:
         #: rule: the commonest send's step here is one call (into C where the
         #: sender is compiled); a refused item's credit comes back (``grant``).
         self.offer: Callable[[int, int, tuple[str, Kind, int, Any, int]], bool] = self.sender.offer
+        #: an owned send's entry (Router.send_owned): the credit, then the
+        #: message from the caller's buffer, in one call (the sender's); its
+        #: :class:`OwnedDone`, or None (nothing taken: the caller's long way)
+        self.owned: Callable[[int, int, tuple[str, Kind, int, Any, int]], OwnedDone | None] = self.sender.owned
 
     # --------------------------------------------------------------- credit
     # The rule is the gate's (aiopdbp.hosts.gate, "Credit" above); the link
