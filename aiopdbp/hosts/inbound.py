@@ -54,7 +54,7 @@ import functools
 import logging
 from collections import deque
 from collections.abc import Callable, Collection, Sized
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -166,7 +166,7 @@ class Inbound:
         now = getattr(self._bulk, "recv_bulk_now", None) if place is not None else None
         self._in = ArraysIn(self._arrays, now, getattr(self._bulk, "bulk_tags", 0), book, landing,
                             (1,) if waiting is None else waiting, {} if names is None else names, name_of,
-                            place)
+                            cast(Callable[[int, tuple[int, ...], Any, int], None], place))  # (None: never called)
         self.protocol_errors = 0   # malformed data messages
         self.fallback_allocs = 0   # receives that found the pool row full
 

@@ -269,7 +269,7 @@ from typing import Any
 from aiopdbp.errors import WouldBlock
 from aiopdbp.hosts.gate import GateWait, Wake
 from aiopdbp.hosts.gatecore import CreditGate
-from aiopdbp.hosts.owned import OwnedSend, fail_owned
+from aiopdbp.hosts.owned import OwnedDone, OwnedSend, fail_owned
 from aiopdbp.hosts import sendercore
 from aiopdbp.hosts.sender import LinkSender
 from aiopdbp.pool import SendPool

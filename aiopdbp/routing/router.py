@@ -467,7 +467,7 @@ class Router:
             tgt = self.targets.get(pid)
             if tgt is not None and tgt.remote:
                 owned = getattr(tgt, "owned", None)
-                done = owned(pid, cost, fields) if owned is not None else None
+                done: OwnedDone | None = owned(pid, cost, fields) if owned is not None else None
                 if done is not None:
                     return done
         return self._send_owned(dest, fields, cost, timeout, copy)
