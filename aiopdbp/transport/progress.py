@@ -385,23 +385,14 @@ class ProgressEngine:
         return lane
 
     def shut_lanes(self) -> None:
-        """No lane posts again, nor the bulk receiver receives: each calls its
-        ``refuse`` (the transport closes)."""
-        for lane in self._lanes:
+        """No lane posts again, nor the bulk receiver: each calls its ``refuse`` (the transport closes)."""
+        for lane in (*self._lanes, self._bulk_in) if self._bulk_in is not None else self._lanes:
             lane.open = False
-        if self._bulk_in is not None:
-            self._bulk_in.open = False
 
     def bulk_receiver(self, size: int, refuse: Callable[[int], None]) -> Any:
-        """The receives of large payloads from ranks below ``size``: the
-        kernel's :class:`~aiopdbp.transport.kernel.BulkRecv`, whose
-        ``post(src, tag, nbytes, out)`` receives the payload ``src`` sent
-        with ``tag`` into ``out`` (None: a buffer of ``nbytes`` from the
-        receive cache, recycled and so already faulted in after warm-up) in
-        one call -- ``(buffer, None)`` when it landed at once (MPICH's
-        single-copy rendezvous copies in the first ``Test``), else ``(buffer,
-        track)``, :meth:`track_bulk` bound to it.  Shut (``open``) until the
-        transport opens it; ``refuse(src)`` raises why it cannot receive."""
+        """The receives of large payloads from ranks below ``size`` in one call
+        each (the kernel's :class:`~aiopdbp.transport.kernel.BulkRecv`; one not
+        landed at once goes to :meth:`track_bulk`), shut until the transport opens it."""
         self._bulk_in = self._rx.bulk(size, self.track_bulk, refuse)
         return self._bulk_in
 
@@ -422,7 +413,7 @@ class ProgressEngine:
         self.kick()
         return fut
 
-    def _lane_refuse(self) -> None:
+    def _lane_refuse(self, *_: Any) -> None:
         raise TransportError(f"MPI progress failed: {self._failure!r}")
 
     def post_bulk_send(self, dest: int, tag: int, buf: Any, done: asyncio.Future[None] | None = None,
@@ -684,12 +675,9 @@ class ProgressEngine:
     def _fail(self, exc: BaseException) -> None:
         self._failure = exc
         self._stopping = True
-        for lane in self._lanes:
+        for lane in (*self._lanes, self._bulk_in) if self._bulk_in is not None else self._lanes:
             lane.open = False
             lane.refuse = self._lane_refuse
-        if self._bulk_in is not None:
-            self._bulk_in.open = False
-            self._bulk_in.refuse = lambda source: self._lane_refuse()
         self._abandon()
         self._report("aiopdbp: MPI progress failed; the transport is unusable", exc)
 
