@@ -118,7 +118,7 @@ def _core_info() -> str:
     """Which form of the data-path core runs (compiled or pure Python) and why:
     one form for all its modules, or each module's."""
     from aiopdbp import ext
-    from aiopdbp.hosts import gatecore, sendercore  # noqa: F401  (importing them makes the choice)
+    from aiopdbp.hosts import gatecore, sendercore, splitincore  # noqa: F401  (importing them makes the choice)
     from aiopdbp.wire import core  # noqa: F401
 
     try:

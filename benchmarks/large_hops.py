@@ -10,12 +10,13 @@ for both ranks of a host), and each one-way hop is cut at:
 * ``send``: ``gp.send`` called -> the link's ``put_to`` that posted the
   split frame returned (routing, credit, the cached split header, both
   ``Isend``\ s: in one call since the ninth session, the lane's
-  ``post_pair``; before, ``post_bulk_send`` with the header);
+  ``post_pair``; before, ``post_bulk_send`` with the header); since the
+  tenth session the link's ``owned`` (credit and both posts in one call);
 * ``payload post``: 0 (it is in ``send``: one cut for both forms of the post);
 * ``to header``: -> the receiver's step that received the header began
   (MPI transit plus the receiver's polling);
 * ``header in``: -> the payload's receive called (the inbound's
-  ``recv_bulk_now``; before the ninth session the engine's
+  ``recv_bulk_now``, from ``ArraysIn.take`` since the tenth session; before the ninth session the engine's
   ``post_bulk_recv``; probe, receive, inbound, admission);
 * ``payload recv``: -> it returned (the receive cache, ``Irecv``, ``Test``:
   the single-copy rendezvous copies there);
@@ -98,7 +99,8 @@ class Stamps:
             return out
 
         inbound = node._remote.inbound
-        o_now = getattr(inbound, "_now", None)   # the cached header's receive (ninth session)
+        fast = getattr(inbound, "_in", None)     # the tenth session's ArraysIn holds the receive
+        o_now = getattr(inbound, "_now", None) if fast is None else fast.post   # (ninth session: _now)
 
         def now(*a: Any) -> Any:
             t = ns()
@@ -117,7 +119,20 @@ class Stamps:
         if o_rbulk is not None:   # (before the ninth session)
             self._patches.append((E, "post_bulk_recv", post_bulk_recv, o_rbulk))
         if o_now is not None:
-            self._patches.append((inbound, "_now", now, o_now))
+            self._patches.append((inbound, "_now", now, o_now) if fast is None else (fast, "post", now, o_now))
+        # the tenth session's owned-send entry: the link's `owned`, an instance attribute
+        credit = node._remote.credit
+        for link in [credit.link(h) for h in (0, 1) if h != node.rank]:   # (made now if need be)
+            o_owned = getattr(link, "owned", None)
+            if o_owned is not None:
+                def owned(pid: int, nbytes: int, fields: Any, _o: Any = o_owned, _l: Any = link) -> Any:
+                    n = _l.sender.splits
+                    out = _o(pid, nbytes, fields)
+                    if _l.sender.splits != n:
+                        st.bulk.append(ns())
+                        st.hdr.append(st.bulk[-1])
+                    return out
+                self._patches.append((link, "owned", owned, o_owned))
 
     def __enter__(self) -> "Stamps":
         for obj, name, new, _ in self._patches:

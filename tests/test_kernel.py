@@ -132,11 +132,22 @@ def test_the_pure_send_lane_posts_a_header_and_its_payload_in_one_call() -> None
 
 
 @pytest.mark.timeout(90)
+def test_the_pure_bulk_receiver_lands_each_payload_in_the_buffer_of_the_caches_rule() -> None:
+    outs, made, recvs, user, nbytes = _forms()[("pure", "bulkin")]
+    assert outs[:2] == ["refused 0", "refused 2"]    # shut until opened; a source outside the job
+    landed = [o for o in outs[2:] if type(o) is tuple]
+    assert landed == [(n, zlib.crc32(bytes([i % 251]) * n), i == 2) for i, n in enumerate(SIZES)]
+    # 4096 <= n < 65536 from empty(), the rest from alloc(); the third into the caller's own buffer
+    assert made == [f"{'empty' if 4096 <= n < 65536 else 'alloc'} {n}" for i, n in enumerate(SIZES) if i != 2]
+    assert (recvs, user, nbytes) == (len(SIZES), 1, sum(SIZES))
+
+
+@pytest.mark.timeout(90)
 @pytest.mark.skipif(compiled is None, reason="the compiled kernel is not built")
 def test_both_forms_post_receive_and_match_alike_over_mpi() -> None:
     forms = _forms()
     for case in ("batch", "fifo", "budget", "raise", "post", "posted", "received", "lane", "laned", "pair",
-                 "paired"):
+                 "paired", "bulkin"):
         assert forms[("compiled", case)] == forms[("pure", case)], case
 
 

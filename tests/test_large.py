@@ -171,11 +171,11 @@ class _Link:
         return False
 
 
-def _router(target: Any) -> Router:
+def _router(target: Any, queued: Any = ()) -> Router:
     tables = Tables()
     router = Router(tables, PipePool(4, 4), 0, name_timeout=1.0,
                     submit=lambda tgt, pid, item: tgt.put_to(pid, item),
-                    offer=lambda tgt, pid, cost, fields: tgt.offer(pid, cost, fields))
+                    offer=lambda tgt, pid, cost, fields: tgt.offer(pid, cost, fields), queued=queued)
     router.pids["dst"] = PID          # as the table update registering "dst" makes it
     router.targets[PID] = target
     return router
@@ -225,6 +225,53 @@ async def test_owned_send_fails_with_the_link_error() -> None:
     link.items[0].done.set_exception(BrokenResourceError("host 1 is gone"))
     with pytest.raises(BrokenResourceError, match="host 1 is gone"):
         await asyncio.wait_for(task, 5)
+
+
+class _OwnedLink(_Link):
+    """A link with the owned-send entry (``HostLink.owned``): takes every message."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.owned_calls: list[tuple[int, int]] = []
+
+    def owned(self, pid: int, nbytes: int, fields: Any) -> OwnedDone:
+        self.owned_calls.append((pid, nbytes))
+        done = OwnedDone(loop=asyncio.get_running_loop())
+        done.hold()                   # posted
+        return done
+
+
+@pytest.mark.timeout(10)
+async def test_owned_send_with_credit_at_hand_is_the_links_one_call_and_awaits_its_future() -> None:
+    link = _OwnedLink()
+    arr = np.arange(1000.0)
+    cost = arr.nbytes + CREDIT_OVERHEAD
+    got = _router(link).send_owned("dst", ("src", Kind.SHORT, 0, arr, 1), cost, None, np.copy)
+    assert type(got) is OwnedDone and link.owned_calls == [(PID, cost)] and not link.items   # no coroutine
+
+    async def sender() -> None:
+        await got
+
+    task = asyncio.ensure_future(sender())
+    await _spin()
+    task.cancel()
+    await _spin()
+    assert not task.done()            # MPI still reads the buffer: the cancel waits
+    got.set_result(None)
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+
+
+@pytest.mark.timeout(10)
+async def test_owned_send_behind_entries_queued_in_the_public_pipes_takes_the_long_way() -> None:
+    link = _OwnedLink()
+    arr = np.arange(1000.0)
+    task = asyncio.ensure_future(_router(link, queued=[object()]).send_owned(
+        "dst", ("src", Kind.SHORT, 0, arr, 1), arr.nbytes + CREDIT_OVERHEAD, None, np.copy))
+    await _spin()
+    assert link.owned_calls == [] and len(link.items) == 1 and type(link.items[0]) is OwnedSend
+    link.items[0].done.set_result(None)
+    await asyncio.wait_for(task, 5)
 
 
 @pytest.mark.timeout(10)

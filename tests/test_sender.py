@@ -316,6 +316,70 @@ async def test_offer_takes_nothing_once_the_host_is_gone(form: Any) -> None:
     assert credit.left == 1000 and not tr.posts
 
 
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_owned_takes_credit_then_posts_the_split_frame_and_returns_its_future(form: Any) -> None:
+    tr = _LaneTransport(bulk=True)
+    arr = np.arange(10_000.0)
+    cost = arr.nbytes + 64
+    credit = _Credit(cost + 10)
+    out = _sender(form, tr, admit=credit.admit, refund=credit.refund)
+    done = out.owned(PID, cost, _msg(arr))
+    assert isinstance(done, OwnedDone) and not done.done() and not done.cancel()   # posted: held
+    ((kind, (tag, head, nbytes)),) = tr.posts
+    assert kind == "pair" and nbytes == arr.nbytes and split_target(head) == (arr.nbytes, PID, False)
+    assert credit.left == 10 and out.offered == 1
+    assert out.owned(PID, cost, _msg(arr)) is None       # the credit says wait: nothing taken
+    assert len(tr.posts) == 1 and credit.left == 10 and out.offered == 1
+    tr.complete()
+    await asyncio.sleep(0)
+    assert done.done() and done.result() is None
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_owned_leaves_a_payload_below_large_and_a_lost_host_to_the_long_way(form: Any) -> None:
+    tr = _LaneTransport(bulk=True)
+    credit = _Credit(1 << 20)
+    out = _sender(form, tr, admit=credit.admit, refund=credit.refund)
+    small = np.arange(100.0)
+    assert out.owned(PID, small.nbytes + 64, _msg(small)) is None   # copied, by the router's long way
+    out.fail(BrokenResourceError("host 1 lost"))
+    big = np.arange(10_000.0)
+    assert out.owned(PID, big.nbytes + 64, _msg(big)) is None
+    assert credit.left == 1 << 20 and not tr.posts and out.offered == 0
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_owned_gives_back_the_credit_of_a_message_refused_before_its_post(form: Any) -> None:
+    tr = _LaneTransport(bulk=True)
+    credit = _Credit(1 << 20)
+    out = _sender(form, tr, admit=credit.admit, refund=credit.refund)
+    bad = np.zeros(10_000, dtype=object)   # no pickles here: the encoder refuses it
+    with pytest.raises(TypeError):
+        out.owned(PID, 80_064, _msg(bad))
+    assert credit.refunds == [(PID, 80_064)] and credit.left == 1 << 20 and not tr.posts and out.offered == 0
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_completed_owned_sends_are_let_go_without_a_callback_each(form: Any) -> None:
+    tr = _LaneTransport(bulk=True)
+    out = _sender(form, tr)
+    arr = np.arange(10_000.0)
+    dones = []
+    for _ in range(200):
+        done = OwnedDone(loop=asyncio.get_running_loop())
+        out.message(PID, _msg(arr), done)
+        assert not done._callbacks           # nothing for the loop to run when it completes
+        dones.append(done)
+        tr.complete()
+    assert all(d.done() for d in dones)
+    out.fail(BrokenResourceError("host 1 lost"))    # fails only what is still in flight: none
+    assert all(d.exception() is None for d in dones)
+
+
 # One item per event: (what, size, tick advance, completions)
 _ITEMS = st.lists(st.tuples(st.sampled_from(["bytes", "none", "array", "cdu", "large", "shared", "strided", "stream",
                                              "offer", "offer-refused"]),

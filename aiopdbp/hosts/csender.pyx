@@ -16,8 +16,9 @@ from collections import deque
 
 from aiopdbp.errors import WouldBlock
 from aiopdbp.hosts.inbound import RBP_MIN
-from aiopdbp.hosts.owned import fail_owned, resolve_owned
-from aiopdbp.hosts.sender import HOLD_BELOW, large_enough, send_lane
+from aiopdbp.hosts.owned import OwnedDone, fail_owned, resolve_owned
+from aiopdbp.hosts.sender import _OWNED_PRUNE, HOLD_BELOW, large_enough, send_lane
+from aiopdbp.wire.message import CREDIT_OVERHEAD
 from aiopdbp.transport.base import Channel
 from aiopdbp.wire.codec import encode_cdu, encode_record, encode_split, encode_split_array
 from aiopdbp.wire.control import credit_frame
@@ -48,6 +49,9 @@ cdef object _DATA = Channel.DATA
 cdef object _STREAM_HEAD = STREAM_HEAD.pack
 cdef object _ndarray = np.ndarray
 cdef object _ShortStream = ShortStream
+cdef object _OwnedDone = OwnedDone
+cdef object _running_loop = asyncio.get_running_loop
+cdef Py_ssize_t _OVERHEAD = CREDIT_OVERHEAD
 
 
 cdef class LinkSender:
@@ -57,7 +61,7 @@ cdef class LinkSender:
     cdef public Py_ssize_t inflight, sent_msgs, lone, blocks, splits, nbytes, fallbacks, n_carried, offered
     cdef public bint carries, carry_missed
     cdef object _transport, _pool, _on_error, _slot, _block, _units, _lane, _owned, _admit, _refund
-    cdef Py_ssize_t _block_size, _max_inflight, _bulk_tags, _bulk_seq, _hold_below, _starved
+    cdef Py_ssize_t _block_size, _max_inflight, _bulk_tags, _bulk_seq, _hold_below, _starved, _owned_cap
     cdef bint _allow_pickle, _flush_scheduled, _bulk_heads, _pairs
     cdef object _tick
 
@@ -88,6 +92,7 @@ cdef class LinkSender:
         self._lane = send_lane(transport, host)
         self._bulk_seq = 0
         self._owned = set()
+        self._owned_cap = _OWNED_PRUNE
         self.carries = bool(self._bulk_tags)
         self._bulk_heads = bool(self._bulk_tags) and getattr(transport, "bulk_heads", False)
         self._hold_below = HOLD_BELOW if getattr(transport, "holds_blocks", False) else 0
@@ -113,6 +118,21 @@ cdef class LinkSender:
             raise
         self.offered += 1
         return True
+
+    def owned(self, pid, nbytes, fields):
+        if self.error is not None or nbytes - _OVERHEAD < self.large or (
+                self._admit is not None and not self._admit(pid, nbytes)):
+            return None
+        done = _OwnedDone(loop=_running_loop())
+        try:
+            self.message(pid, fields, done)
+        except BaseException as exc:
+            if self._refund is not None:
+                self._refund(pid, nbytes)
+            fail_owned(done, exc)
+            raise
+        self.offered += 1
+        return done
 
     def short(self, pid, fields, head=b""):
         return self._short(pid, fields, head)
@@ -226,8 +246,11 @@ cdef class LinkSender:
         elif fut is None:
             resolve_owned(done)
         elif fut is done:
+            # kept for fail(); pruned here, not by a done callback (see sender.py)
+            if len(self._owned) >= self._owned_cap:
+                self._owned = {d for d in self._owned if not d.done()}
+                self._owned_cap = max(_OWNED_PRUNE, 2 * len(self._owned))
             self._owned.add(done)
-            done.add_done_callback(self._owned.discard)
         else:
             self._owned.add(done)
             fut.add_done_callback(functools.partial(self._owned_sent, done))

@@ -276,7 +276,7 @@ from typing import Any
 from aiopdbp.errors import WouldBlock
 from aiopdbp.hosts.gate import GateWait, Wake
 from aiopdbp.hosts.gatecore import CreditGate
-from aiopdbp.hosts.owned import OwnedSend, fail_owned
+from aiopdbp.hosts.owned import OwnedDone, OwnedSend, fail_owned
 from aiopdbp.hosts import sendercore
 from aiopdbp.hosts.sender import LinkSender
 from aiopdbp.pool import SendPool
@@ -358,6 +358,10 @@ class HostLink:
         #: rule: the commonest send's step here is one call (into C where the
         #: sender is compiled); a refused item's credit comes back (``grant``).
         self.offer: Callable[[int, int, tuple[str, Kind, int, Any, int]], bool] = self.sender.offer
+        #: an owned send's entry (Router.send_owned): the credit, then the
+        #: message from the caller's buffer, in one call (the sender's); its
+        #: :class:`OwnedDone`, or None (nothing taken: the caller's long way)
+        self.owned: Callable[[int, int, tuple[str, Kind, int, Any, int]], OwnedDone | None] = self.sender.owned
 
     # --------------------------------------------------------------- credit
     # The rule is the gate's (aiopdbp.hosts.gate, "Credit" above); the link

@@ -184,6 +184,8 @@ class Remote:
                                fail_host=self.failures.protocol_error, block_size=cfg.block_size,
                                allow_pickle=allow_pickle, bulk=transport,
                                landing=getattr(getattr(arrivals, "landings", None), "take", None),
+                               waiting=getattr(getattr(arrivals, "landings", None), "posted", None),
+                               names=tables.names,
                                book=getattr(arrivals, "book", None),
                                # grants ride on split headers only where payloads travel apart (bulk tags)
                                on_credit=self.credit.on_credit if getattr(transport, "bulk_tags", 0) else None)

@@ -45,6 +45,7 @@ from aiopdbp.transport.base import Channel, Transport
 from aiopdbp.wire.codec import encode_cdu, encode_record, encode_split, encode_split_array
 from aiopdbp.wire.control import credit_frame
 from aiopdbp.wire.core import BlockWriter
+from aiopdbp.wire.message import CREDIT_OVERHEAD
 from aiopdbp.wire.mesp import CDU, L1, MsgType
 from aiopdbp.wire.shorts import STREAM_HEAD, ShortStream
 
@@ -56,6 +57,8 @@ _BPS = int(MsgType.BPS)
 _BP = int(MsgType.BP)
 _DATA = Channel.DATA
 _STREAM_HEAD = STREAM_HEAD.pack
+#: owned sends kept for fail() are pruned of the completed ones at this many
+_OWNED_PRUNE = 64
 
 #: where the transport ``holds_blocks``: a send of at most this many bytes
 #: that did not complete at once holds the link's next block back until it
@@ -131,7 +134,10 @@ class LinkSender:
         self._bulk_tags: int = getattr(transport, "bulk_tags", 0)  # 0: payloads follow their header
         self._lane = send_lane(transport, host)
         self._bulk_seq = 0                      # the next split frame's number (its bulk tag)
-        self._owned: set[asyncio.Future[None]] = set()  # owned sends whose payload is not done yet
+        # owned sends whose payload may not be done yet (fail() fails them);
+        # the completed ones are pruned once there are _owned_cap
+        self._owned: set[asyncio.Future[None]] = set()
+        self._owned_cap = _OWNED_PRUNE
         # Credit this host owes host h's senders, carried by the next split
         # header to h (hosts.credit, "Grants carried"); whether a whole
         # window's grant found no reply to ride since h last got a split header
@@ -171,6 +177,31 @@ class LinkSender:
             raise
         self.offered += 1
         return True
+
+    def owned(self, pid: int, nbytes: int, fields: tuple[Any, ...]) -> OwnedDone | None:
+        """An owned send's entry (``HostLink.owned`` is this method; see
+        :meth:`~aiopdbp.routing.router.Router.send_owned`) in one call: admit
+        ``nbytes`` of GP ``pid``'s credit by the link's rule, then send the
+        message ``fields`` (its payload a large array, sent from its own
+        memory) as :meth:`message` does with a new :class:`OwnedDone`, and
+        return that future.  None, nothing taken, when the host is gone, the
+        payload is below ``large`` (it is copied: the caller's long way) or
+        the credit says wait.  A message refused before it was posted gives
+        its credit back (``refund``) and fails the future before the error
+        propagates."""
+        if self.error is not None or nbytes - CREDIT_OVERHEAD < self.large or (
+                self._admit is not None and not self._admit(pid, nbytes)):
+            return None
+        done = OwnedDone(loop=asyncio.get_running_loop())
+        try:
+            self.message(pid, fields, done)
+        except BaseException as exc:
+            if self._refund is not None:
+                self._refund(pid, nbytes)
+            fail_owned(done, exc)
+            raise
+        self.offered += 1
+        return done
 
     def short(self, pid: int, fields: tuple[Any, ...], head: bytes = b"") -> bool:
         """A message ``(source, kind, com, data, source_pid)`` for GP ``pid``
@@ -306,8 +337,12 @@ class LinkSender:
         elif fut is None:
             resolve_owned(done)
         elif fut is done:
+            # kept for fail(); pruned here, not by a done callback (a loop
+            # handle per message when the send completes)
+            if len(self._owned) >= self._owned_cap:
+                self._owned = {d for d in self._owned if not d.done()}
+                self._owned_cap = max(_OWNED_PRUNE, 2 * len(self._owned))
             self._owned.add(done)
-            done.add_done_callback(self._owned.discard)
         else:
             self._owned.add(done)
             fut.add_done_callback(functools.partial(self._owned_sent, done))

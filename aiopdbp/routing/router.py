@@ -93,15 +93,16 @@ class Landings:
 
     def __init__(self, targets: dict[int, Target]) -> None:
         self._targets = targets
-        self._posted: dict[int, list[Any]] = {}  # pid -> [buffer, taken]
+        #: pid -> [buffer, taken] (the inbound side asks take() only while this holds any)
+        self.posted: dict[int, list[Any]] = {}
 
     def post(self, pid: int, buf: memoryview) -> None:
         """GP ``pid`` waits in ``recv_into(buf)``."""
-        self._posted[pid] = [buf, False]
+        self.posted[pid] = [buf, False]
 
     def withdraw(self, pid: int) -> bool:
         """The wait ended; True when a payload was sent to the buffer meanwhile."""
-        entry = self._posted.pop(pid, None)
+        entry = self.posted.pop(pid, None)
         return entry is not None and bool(entry[1])
 
     def take(self, pid: int, nbytes: int) -> Any:
@@ -109,7 +110,7 @@ class Landings:
         inbound path asks when its header arrives): the GP's own buffer when
         it waits with nothing in its pipe and the payload fits (once), else
         None (a pooled buffer)."""
-        entry = self._posted.get(pid)
+        entry = self.posted.get(pid)
         if entry is None or entry[1]:
             return None
         buf: memoryview = entry[0]
@@ -442,14 +443,17 @@ class Router:
         tgt.reserve_nowait(pid, cost)
         self._submit(tgt, pid, Message(fields))
 
-    async def send_owned(self, dest: str, fields: tuple[str, Kind, int, Any, int], cost: int,
-                         timeout: float | None, copy: Callable[[Any], Any]) -> None:
-        """Send a large payload with ``MPI_Send`` ownership: return once the
-        caller's buffer ``fields[3]`` may be reused.  To a GP on another host
-        whose link sends it from the buffer itself (``owns``), the call waits
-        for credit, then for the MPI send of the payload to complete; to a
-        local GP (whose pipe would keep the buffer) the payload is
-        ``copy(data)`` and the send is a plain one.
+    def send_owned(self, dest: str, fields: tuple[str, Kind, int, Any, int], cost: int,
+                   timeout: float | None, copy: Callable[[Any], Any]) -> Awaitable[None]:
+        """Send a large payload with ``MPI_Send`` ownership; the awaitable
+        returns once the caller's buffer ``fields[3]`` may be reused.  To a GP
+        on another host whose link sends it from the buffer itself (``owns``),
+        it waits for credit, then for the MPI send of the payload to
+        complete; to a local GP (whose pipe would keep the buffer) the
+        payload is ``copy(data)`` and the send is a plain one.  The
+        commonest -- a known remote GP, credit at hand, nothing queued ahead
+        -- is the link's ``owned`` at this call, and the awaitable is the
+        payload's :class:`~aiopdbp.hosts.owned.OwnedDone` itself (no coroutine).
 
         Cancellation: before the message is handed to the link, nothing is
         queued and no credit is held.  After, the message goes: the wait
@@ -458,6 +462,19 @@ class Router:
         the link, which fails the wait if host ``h`` is lost -- and the
         caller never regains a buffer MPI still reads.
         """
+        pid = self.pids.get(dest)
+        if pid is not None and not self._queued:
+            tgt = self.targets.get(pid)
+            if tgt is not None and tgt.remote:
+                owned = getattr(tgt, "owned", None)
+                done: OwnedDone | None = owned(pid, cost, fields) if owned is not None else None
+                if done is not None:
+                    return done
+        return self._send_owned(dest, fields, cost, timeout, copy)
+
+    async def _send_owned(self, dest: str, fields: tuple[str, Kind, int, Any, int], cost: int,
+                          timeout: float | None, copy: Callable[[Any], Any]) -> None:
+        """:meth:`send_owned` when its link's ``owned`` did not take the message."""
         pid = self.pids.get(dest)
         tgt = self.targets.get(pid) if pid is not None else None
         if pid is None or tgt is None:  # (the commonest: both known, no coroutine to wait on)

@@ -10,6 +10,7 @@ cimport mpi4py.MPI as MPI
 from mpi4py import MPI as _MPI
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
+from functools import partial
 from time import perf_counter
 
 cdef extern from *:
@@ -168,6 +169,55 @@ def recv_one(MPI.Comm comm, object buf, Py_ssize_t nbytes, int source, int tag):
     ierr = MPI_Irecv(view.buf, <int>nbytes, MPI_BYTE, source, tag, comm.ob_mpi, &req)
     PyBuffer_Release(&view)
     return _tested(ierr, req)
+
+
+cdef class BulkRecv:
+    """See :class:`aiopdbp.transport.kernel.BulkRecv`."""
+
+    cdef public MPI.Comm comm
+    cdef public int size
+    cdef public Py_ssize_t lo, hi, recvs, user, nbytes
+    cdef public object empty, alloc, later, refuse
+    cdef public bint open
+
+    def __init__(self, MPI.Comm comm, int size, Py_ssize_t lo, Py_ssize_t hi, object empty, object alloc,
+                 object later, object refuse):
+        self.comm = comm
+        self.size = size
+        self.lo = lo
+        self.hi = hi
+        self.empty = empty
+        self.alloc = alloc
+        self.later = later
+        self.refuse = refuse
+        self.open = False
+        self.recvs = self.user = self.nbytes = 0
+
+    def post(self, int source, int tag, Py_ssize_t nbytes, object out):
+        cdef Py_buffer view
+        cdef MPI_Request req
+        cdef int ierr
+        if not self.open or not 0 <= source < self.size:
+            self.refuse(source)
+        if out is None:
+            buf = self.empty(nbytes) if self.lo <= nbytes < self.hi else self.alloc(nbytes)
+        else:
+            buf = out
+            self.user += 1
+        self.recvs += 1
+        self.nbytes += nbytes
+        PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
+        if nbytes > INT_MAX or nbytes > view.len or nbytes < 0:  # (recv_one's checks)
+            PyBuffer_Release(&view)
+            r = recv_one(self.comm, buf, nbytes, source, tag)
+        else:
+            # the caller keeps buf alive until the request completes (see post_one)
+            ierr = MPI_Irecv(view.buf, <int>nbytes, MPI_BYTE, source, tag, self.comm.ob_mpi, &req)
+            PyBuffer_Release(&view)
+            r = _tested(ierr, req)
+        if r is None:
+            return buf, None
+        return buf, partial(self.later, r, buf)
 
 
 cdef tuple _probe(MPI.Comm comm, int tag, MPI.Status status, Py_ssize_t small, int ch, object sink,

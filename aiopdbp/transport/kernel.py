@@ -1,8 +1,8 @@
 """The per-message MPI calls of a progress engine: posting a send or a
 receive, and matching and receiving a small message.
 
-Two functions, :func:`post_one` and :func:`recv_one`, and two classes,
-:class:`Prober` and :class:`SendLane`, in two forms with one interface (as :mod:`aiopdbp.wire.blocks` has): this Python source,
+Two functions, :func:`post_one` and :func:`recv_one`, and three classes,
+:class:`Prober`, :class:`SendLane` and :class:`BulkRecv`, in two forms with one interface (as :mod:`aiopdbp.wire.blocks` has): this Python source,
 always present, and a twin compiled by Cython, ``aiopdbp.transport.ckernel``,
 which calls MPI's C API directly (``MPI_Isend``, ``MPI_Irecv``,
 ``MPI_Test``, ``MPI_Improbe``, ``MPI_Mrecv``) and so makes no Python object per message
@@ -24,17 +24,20 @@ The common send is one frame to one host, completed at once (eager): a
 :class:`SendLane` per (host, channel) does it in one call -- the ``Isend``,
 its ``Test``, the engine's counters and the doorbell's rule -- where the
 general path (:meth:`~aiopdbp.transport.progress.ProgressEngine.post_send`)
-crosses the transport and the engine in Python.
+crosses the transport and the engine in Python.  A large payload's receive,
+posted when its header arrived, is one call of the engine's
+:class:`BulkRecv`: its buffer, the ``Irecv``, its ``Test`` and the counters.
 """
 
 from __future__ import annotations
 
+import functools
 from time import perf_counter
 from typing import Any
 
 from mpi4py import MPI
 
-__all__ = ["Prober", "SendLane", "post_one", "recv_one"]
+__all__ = ["BulkRecv", "Prober", "SendLane", "post_one", "recv_one"]
 
 _ANY_SOURCE = MPI.ANY_SOURCE
 _BYTE = MPI.BYTE
@@ -139,6 +142,54 @@ def recv_one(comm: MPI.Comm, buf: Any, nbytes: int, source: int, tag: int) -> MP
     if req.Test():
         return None
     return req
+
+
+class BulkRecv:
+    """Large payloads' receives on ``comm`` (the bulk communicator: matched
+    by source and tag, never probed), counted.
+
+    ``post(source, tag, nbytes, out)`` receives the payload of ``nbytes``
+    that rank ``source`` sent with ``tag`` into ``out`` -- or, when None,
+    into a buffer of its own, ``empty(nbytes)`` for ``lo <= nbytes < hi``
+    and ``alloc(nbytes)`` otherwise (the receive cache's rule, see
+    :mod:`aiopdbp.transport.recvcache`) -- and tests it once: ``(buffer,
+    None)`` when it landed, else ``(buffer, track)``, where ``track(done)``
+    has ``later(request, buffer, done)`` call ``done(buffer)`` once it
+    has landed (the engine's ``track_bulk``).  A source outside ``size`` or
+    a shut receiver (``open`` False: the transport is not started, closed or
+    failed) is ``refuse(source)``'s to raise.
+    """
+
+    __slots__ = ("comm", "size", "lo", "hi", "empty", "alloc", "later", "refuse", "open", "recvs", "user",
+                 "nbytes")
+
+    def __init__(self, comm: MPI.Comm, size: int, lo: int, hi: int, empty: Any, alloc: Any, later: Any,
+                 refuse: Any) -> None:
+        self.comm = comm
+        self.size = size
+        self.lo = lo
+        self.hi = hi
+        self.empty = empty
+        self.alloc = alloc
+        self.later = later
+        self.refuse = refuse
+        self.open = False
+        self.recvs = self.user = self.nbytes = 0
+
+    def post(self, source: int, tag: int, nbytes: int, out: Any) -> tuple[Any, Any]:
+        if not self.open or not 0 <= source < self.size:
+            self.refuse(source)
+        if out is None:
+            buf = self.empty(nbytes) if self.lo <= nbytes < self.hi else self.alloc(nbytes)
+        else:
+            buf = out
+            self.user += 1
+        self.recvs += 1
+        self.nbytes += nbytes
+        req = recv_one(self.comm, buf, nbytes, source, tag)
+        if req is None:
+            return buf, None
+        return buf, functools.partial(self.later, req, buf)
 
 
 class Prober:

@@ -188,6 +188,7 @@ class MPITransport(Transport):
         self.holds_blocks = self._engine.oversubscribed
         self._quiescing: asyncio.Future[None] | None = None
         self._raw_limit: int | None = None
+        self._bulk_in = self._engine.bulk_receiver(self.size, functools.partial(self._refuse, channel=Channel.DATA))
 
     # ------------------------------------------------------------- helpers
 
@@ -232,6 +233,7 @@ class MPITransport(Transport):
         self._engine.start(deliver, asyncio.get_running_loop(), alloc, self._doorbells(), alloc_min=alloc_min,
                            on_data=on_data)
         self._started = True
+        self._bulk_in.open = True
 
     async def _join(self) -> None:
         """Wait until every rank has created its transport (the Idups)."""
@@ -366,18 +368,18 @@ class MPITransport(Transport):
             self._refuse(dest, Channel.DATA)
         return self._engine.post_bulk_send(dest, tag, buf, done, head)
 
-    def recv_bulk_now(self, source: int, tag: int, nbytes: int, out: Buffer | None) -> tuple[Any, Any]:
-        """Receive the payload rank ``source`` posted with ``tag`` into ``out``
-        (None: a pooled buffer of ``nbytes``): ``(buffer, None)`` when it
-        landed in this call, else ``(buffer, track)``: ``track(done)`` has
-        ``done(buffer)`` called once it landed (before the loop turns).
+    @property
+    def recv_bulk_now(self) -> Callable[[int, int, int, Buffer | None], tuple[Any, Any]]:
+        """``recv_bulk_now(source, tag, nbytes, out)``: receive the payload
+        rank ``source`` posted with ``tag`` into ``out`` (None: a pooled
+        buffer of ``nbytes``): ``(buffer, None)`` when it landed in this call,
+        else ``(buffer, track)``: ``track(done)`` has ``done(buffer)`` called
+        once it landed (before the loop turns).  One call of the kernel (its
+        :class:`~aiopdbp.transport.kernel.BulkRecv`); before ``start``, after
+        ``aclose`` or a failure it raises as ``post_nowait`` would.
         (:meth:`recv_bulk`, the callback form, is this plus that.)"""
-        if self._closed or not self._started or not 0 <= source < self.size:
-            self._refuse(source, Channel.DATA)
-        buf, req = self._engine.post_bulk_now(source, tag, nbytes, out)
-        if req is None:
-            return buf, None
-        return buf, functools.partial(self._engine.track_bulk, req, buf)
+        post: Callable[[int, int, int, Buffer | None], tuple[Any, Any]] = self._bulk_in.post
+        return post
 
     def add_poller(self, poller: Callable[[], bool]) -> Callable[[], None]:
         """Call ``poller()`` at every progress step (see the engine)."""

@@ -25,7 +25,7 @@ One step (:meth:`ProgressEngine.step`):
    until one is not done (one ``Test`` costs a tenth of a ``Testsome`` over
    a window); every 32nd step, ``Testsome`` over all of them.
 3. *Bulk payloads* (the transport's third communicator, never probed): a
-   large payload's ``Irecv`` is posted by ``ProgressEngine.post_bulk_now``
+   large payload's ``Irecv`` is posted by ``ProgressEngine.bulk_receiver``'s ``post``
    when its header has arrived, into the buffer it is delivered in; one that
    did not land at once is tracked (:meth:`ProgressEngine.track_bulk`) and
    tested every step; its ``Isend`` (:meth:`ProgressEngine.post_bulk_send`)
@@ -203,14 +203,7 @@ class ProgressEngine:
         self._post_one = kernel_core.post_one
         self._lanes: list[Any] = []   # every SendLane made (see send_lane)
         self._rx = Receives(self._comms, tag, inline_recv_limit, cache, bulk, self._report)
-        #: ``(src, tag, nbytes, out) -> (buffer, handle)``: post the receive of
-        #: the payload ``src`` sent with ``tag`` into ``out`` (a writable buffer
-        #: of at least ``nbytes``; None: a buffer of exactly ``nbytes`` from the
-        #: receive cache, recycled and so already faulted in after warm-up).
-        #: ``handle`` is None when it landed at once (MPICH's single-copy
-        #: rendezvous copies in the first ``Test``), else :meth:`track_bulk`
-        #: must be told it before the next step (the receives' own method: no frame here)
-        self.post_bulk_now: Callable[[int, int, int, Any], tuple[Any, Any]] = self._rx.post_bulk_now
+        self._bulk_in: Any = None     # the kernel's BulkRecv (bulk_receiver)
         # sends: (request, op) oldest first
         self._sends: collections.deque[tuple[Any, _SendOp]] = collections.deque()
         self._pollers: list[Callable[[], bool]] = []
@@ -398,9 +391,16 @@ class ProgressEngine:
         return lane
 
     def shut_lanes(self) -> None:
-        """No lane posts again: each calls its ``refuse`` (the transport closes)."""
-        for lane in self._lanes:
+        """No lane posts again, nor the bulk receiver: each calls its ``refuse`` (the transport closes)."""
+        for lane in (*self._lanes, self._bulk_in) if self._bulk_in is not None else self._lanes:
             lane.open = False
+
+    def bulk_receiver(self, size: int, refuse: Callable[[int], None]) -> Any:
+        """The receives of large payloads from ranks below ``size`` in one call
+        each (the kernel's :class:`~aiopdbp.transport.kernel.BulkRecv`; one not
+        landed at once goes to :meth:`track_bulk`), shut until the transport opens it."""
+        self._bulk_in = self._rx.bulk(size, self.track_bulk, refuse)
+        return self._bulk_in
 
     def _lane_pending(self, req: Any, buf: Any) -> asyncio.Future[None]:
         """A lane's send that did not complete at once: tracked as post_send's are."""
@@ -419,14 +419,14 @@ class ProgressEngine:
         self.kick()
         return fut
 
-    def _lane_refuse(self) -> None:
+    def _lane_refuse(self, *_: Any) -> None:
         raise TransportError(f"MPI progress failed: {self._failure!r}")
 
     def post_bulk_send(self, dest: int, tag: int, buf: Any, done: asyncio.Future[None] | None = None,
                        head: Any = None) -> asyncio.Future[None] | None:
         """``Isend`` of one large payload on the bulk communicator with
         ``tag`` (its receiver posts the matching receive when the payload's
-        header arrives, see ``post_bulk_now``); None when it completed at
+        header arrives, see ``bulk_receiver``); None when it completed at
         once, else a future that completes when ``buf`` may be reused --
         ``done`` itself when given (resolved by the step that sees the
         completion: no callback hop for a caller waiting on it).  The
@@ -465,7 +465,7 @@ class ProgressEngine:
         return fut
 
     def track_bulk(self, handle: Any, buf: Any, done: Callable[[Any], None]) -> None:
-        """``done(buf)`` once the payload of ``handle`` (from ``post_bulk_now``) has landed."""
+        """``done(buf)`` once the payload of ``handle`` (from ``bulk_receiver``) has landed."""
         self._rx.bulk_recvs.append((handle, buf, done))
         self.kick()
 
@@ -681,7 +681,7 @@ class ProgressEngine:
     def _fail(self, exc: BaseException) -> None:
         self._failure = exc
         self._stopping = True
-        for lane in self._lanes:
+        for lane in (*self._lanes, self._bulk_in) if self._bulk_in is not None else self._lanes:
             lane.open = False
             lane.refuse = self._lane_refuse
         self._abandon()

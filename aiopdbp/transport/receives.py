@@ -11,21 +11,24 @@ budget per step, so that a control message behind a data backlog is found
 after one probe per backlog message.  Every message goes to its channel's
 sink the moment it is received (or, behind a large one of its source still
 landing, the moment that one has landed).  Large payloads announced by a header (the bulk
-communicator, never probed) land in buffers posted by :meth:`Receives.post_bulk`.
+communicator, never probed) land in buffers posted by :attr:`Receives.bulk_in`
+(the kernel's :class:`~aiopdbp.transport.kernel.BulkRecv`).
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+import numpy as np
 from mpi4py import MPI
 
 from aiopdbp.transport.base import AllocFn, Channel, SinkFn
 from aiopdbp.transport.core import kernel_core
 from aiopdbp.transport.kernel import Prober
-from aiopdbp.transport.recvcache import RECV_CACHE_MIN_SIZE, RecvBufferCache
+from aiopdbp.transport.recvcache import NUMPY_ALLOC_THRESHOLD, RECV_CACHE_MIN_SIZE, RecvBufferCache
 
 __all__ = ["KERNEL_RECV_MAX", "Receives", "STEP_RECV_BYTES"]
 
@@ -81,12 +84,12 @@ class Receives:
         self._sinks: tuple[SinkFn, ...] = ()
         self._fail: Callable[[Exception], None] = _unstarted
         self._nmatched = 0            # messages in _matched
-        self._recv_one = kernel_core.recv_one
+        #: large payloads' receives (the kernel's BulkRecv), made by bulk()
+        self.bulk_in: Any = None
         self._small_limit = self._small()
         self._prober = self._make_prober()
         self.n_recvs = self.bytes_recv = 0
         self.n_alloc_errors = self.n_user_allocs = 0
-        self.n_bulk_recvs = self.n_bulk_user = 0
 
     def start(self, sinks: tuple[SinkFn, SinkFn], fail: Callable[[Exception], None], alloc: AllocFn | None,
               alloc_min: int) -> None:
@@ -125,22 +128,26 @@ class Receives:
         return kept
 
     def stats(self) -> dict[str, int]:
-        return {"recvs": self.n_recvs, "bytes_recv": self.bytes_recv, "bulk_recvs": self.n_bulk_recvs,
-                "bulk_recvs_user": self.n_bulk_user, "alloc_errors": self.n_alloc_errors,
+        bulk = self.bulk_in
+        return {"recvs": self.n_recvs, "bytes_recv": self.bytes_recv + (bulk.nbytes if bulk is not None else 0),
+                "bulk_recvs": bulk.recvs if bulk is not None else 0,
+                "bulk_recvs_user": bulk.user if bulk is not None else 0, "alloc_errors": self.n_alloc_errors,
                 "user_allocs": self.n_user_allocs, "recv_cache_hits": self._cache.hits,
                 "recv_cache_misses": self._cache.misses}
 
-    def post_bulk_now(self, src: int, tag: int, nbytes: int, out: Any) -> tuple[Any, Any]:
-        """Post the receive of a large payload (see the engine's
-        ``post_bulk_now``): ``(buffer, None)`` when it landed at once, else
-        ``(buffer, request)`` for the caller to put in :attr:`bulk_recvs` with
-        its callback."""
+    def bulk(self, size: int, later: Callable[[Any, Any, Callable[[Any], None]], None],
+             refuse: Callable[[int], None]) -> Any:
+        """The receives of large payloads from ranks below ``size`` (the
+        kernel's :class:`~aiopdbp.transport.kernel.BulkRecv`: shut until
+        opened), into buffers of the receive cache's rule; one that does not
+        land at once goes to ``later(request, buffer, done)``."""
         assert self._bulk is not None
-        buf = self._cache.alloc(nbytes) if out is None else out
-        self.n_bulk_recvs += 1
-        self.n_bulk_user += out is not None
-        self.bytes_recv += nbytes
-        return buf, self._recv_one(self._bulk, buf, nbytes, src, tag)
+        cache = self._cache
+        # below the cache's sizes a plain numpy buffer, without the cache's frame
+        hi = cache.min_size if cache.capacity > 0 else 1 << 62
+        self.bulk_in = kernel_core.BulkRecv(self._bulk, size, NUMPY_ALLOC_THRESHOLD, hi,
+                                            functools.partial(np.empty, dtype=np.uint8), cache.alloc, later, refuse)
+        return self.bulk_in
 
     def complete_bulk(self, landed: list[tuple[Callable[[Any], None], Any]]) -> bool:
         """Large payloads that landed, as ``(done, buffer)`` into ``landed``; True if any."""

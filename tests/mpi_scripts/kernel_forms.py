@@ -183,6 +183,50 @@ def main() -> None:
             print(f"FORM {name} pair {world.recv(source=0, tag=99)!r}", flush=True)
             print(f"FORM {name} paired {(heads, payloads)!r}", flush=True)
         world.Barrier()
+    for name, form in forms:  # BulkRecv: rank 0 sends each payload on bulk (tag: its number), rank 1 posts
+        if rank == 0:
+            reqs = [bulk.Isend([bytes([i % 251]) * n, MPI.BYTE], 1, i) for i, n in enumerate(SIZES)]
+            world.Barrier()
+            MPI.Request.Waitall(reqs)
+        else:
+            world.Barrier()
+            made: list[str] = []
+            later: list[object] = []
+
+            def empty(n: int) -> bytearray:
+                made.append(f"empty {n}")
+                return bytearray(n)
+
+            def alloc(n: int) -> bytearray:
+                made.append(f"alloc {n}")
+                return bytearray(n)
+
+            def refuse(source: int) -> None:
+                raise RuntimeError(f"refused {source}")
+
+            rx = form.BulkRecv(bulk, 2, 4096, 65536, empty, alloc, lambda req, buf, done: later.append((req, done)),
+                               refuse)
+            outs: list[object] = []
+            try:
+                rx.post(0, 0, 1, None)
+            except RuntimeError as exc:
+                outs.append(str(exc))          # shut until opened
+            rx.open = True
+            try:
+                rx.post(2, 0, 1, None)
+            except RuntimeError as exc:
+                outs.append(str(exc))          # not a rank of the job
+            for i, n in enumerate(SIZES):
+                own = bytearray(n) if i == 2 else None
+                buf, track = rx.post(0, i, n, own)
+                if track is not None:
+                    track(f"done{i}")
+                    req, done = later.pop()
+                    req.Wait()  # type: ignore[attr-defined]
+                    outs.append(done)
+                outs.append((n, zlib.crc32(buf), buf is own))
+            print(f"FORM {name} bulkin {(outs, made, rx.recvs, rx.user, rx.nbytes)!r}", flush=True)
+        world.Barrier()
     bulk.Free()
     for name, form in forms:  # recv_one: rank 0 sends plainly, rank 1 receives each into a larger buffer
         if rank == 0:
