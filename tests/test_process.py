@@ -10,7 +10,7 @@ import pytest
 
 import aiopdbp
 from aiopdbp.runtime.node import DEFAULT_NAME_TIMEOUT
-from aiopdbp.runtime.process import BURST_BYTES
+from aiopdbp.runtime.sending import BURST_BYTES
 from aiopdbp.wire.message import credit_cost
 from aiopdbp.hosts.tables import PendingName
 from aiopdbp import (

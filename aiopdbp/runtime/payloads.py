@@ -104,7 +104,7 @@ def ownable(arr: np.ndarray[Any, Any]) -> bool:
 
 
 def named_now(item: Message | IncomingStream) -> bool:
-    """Whether ``item`` names its sender already (else :meth:`GP._named` waits for it)."""
+    """Whether ``item`` names its sender already (else :meth:`~aiopdbp.runtime.receiving.GPReceiver.named` waits for it)."""
     return type(item[0] if type(item) is Message else item.source) is str
 
 

@@ -20,14 +20,21 @@ paper (CPI)          aiopdbp
 release + free on exit.  NGP (``PType.CPU``) and SGP (``PType.GPU``,
 :mod:`aiopdbp.runtime.sgp`) have the same interface; device arrays given to
 ``send``/``send_stream`` take the device path (:mod:`aiopdbp.streams.devicepath`).
+
+Where each part of a GP lives: this module holds its name, its pipe and its
+lifecycle (apply, release, free, what it owns: :class:`Owned`), and the
+CPI's methods.  Those do at the call what cannot wait, and the whole of
+``recv``, ``recv_nowait`` and ``send_nowait``: every message passes there,
+and a call more would cost each one.  What an awaited ``send`` does is the
+sending side's (:class:`~aiopdbp.runtime.sending.GPSender`); what a receive
+holds back, a sender's name awaited and ``recv_into``'s buffer are the
+receiving side's (:class:`~aiopdbp.runtime.receiving.GPReceiver`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
-from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -36,35 +43,26 @@ import numpy as np
 from aiopdbp.wire.mesp import Kind
 from aiopdbp.device.backend import is_device_array
 from aiopdbp.errors import ClosedResourceError, NoPipeError, PDBPError, WouldBlock
-from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost
-from aiopdbp.arrays import KINDS, arrival, cpu_tensor_array, host_array, plain_snapshot
+from aiopdbp.wire.message import Message, credit_cost
+from aiopdbp.arrays import KINDS, arrival, cpu_tensor_array, host_array
 from aiopdbp.routing.pipes import Pipe
 from aiopdbp.streams.receiver import DEFAULT_SEGMENT, IncomingStream
 from aiopdbp.streams.sender import send_stream
-from aiopdbp.streams.devicebind import Captured
 from aiopdbp.hosts.tables import PType, Tables
 from aiopdbp.runtime.payloads import (
-    MAX_NDIM, arrive, arrived, check_com, check_dest, check_timeout, flat_writable, host_data, named_now,
-    ownable, payload_size, raising, snapshot, views_start)
+    arrive, arrived, check_com, check_timeout, flat_writable, named_now, raising, snapshot)
+from aiopdbp.runtime.receiving import GPReceiver
+from aiopdbp.runtime.sending import BURST_BYTES, GPSender
 
 if TYPE_CHECKING:
     from aiopdbp.routing.router import Router
     from aiopdbp.streams.devicepath import DevicePath
     from aiopdbp.streams.table import StreamTable
 
-__all__ = ["FAILED_CLOSE_TIMEOUT", "GP", "GPHost"]
+__all__ = ["FAILED_CLOSE_TIMEOUT", "GP", "GPHost", "Owned"]
 
 #: how long a GP leaving with an exception tries to close what it owns
 FAILED_CLOSE_TIMEOUT = 1.0
-#: a GP's run of sends that complete without suspending yields once every
-#: this many bytes of credit (``credit_cost``): k looping senders then fill an
-#: empty window (1 MiB by default) in turns of this much each -- fair from the
-#: first message -- at one loop turn per 16 KiB (15 messages of 1 KiB, 128 of
-#: 64 B: few enough to keep a block's coalescing)
-BURST_BYTES = 16 << 10
-
-
-_SHORT, _COMMAND = Kind.SHORT, Kind.COMMAND
 
 
 class GPHost(Protocol):
@@ -98,6 +96,45 @@ class GPHost(Protocol):
     async def free(self, gp: GP, *, wait: bool = True) -> None: ...
 
 
+class Closable(Protocol):
+    """What a GP can own: anything with an idempotent ``async aclose()``."""
+
+    def aclose(self) -> Awaitable[None]: ...
+
+
+class Owned:
+    """What a GP closes when it is freed, if still open then (a Barrier or
+    Neighbours its program did not close): :meth:`GP.own` and
+    :meth:`GP.disown` keep the list, :meth:`GP.free` closes it."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self) -> None:
+        self._items: list[Closable] = []
+
+    def add(self, resource: Closable) -> None:
+        if resource not in self._items:
+            self._items.append(resource)
+
+    def discard(self, resource: Closable) -> None:
+        if resource in self._items:
+            self._items.remove(resource)
+
+    async def aclose(self) -> None:
+        """Close everything still owned, concurrently, the last owned first;
+        :class:`~aiopdbp.errors.PDBPError` of peers that went away is ignored.
+
+        Cancellation: the closes are cancelled.
+        """
+        owned, self._items = self._items[::-1], []
+        if not owned:
+            return
+        results = await asyncio.gather(*(r.aclose() for r in owned), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, PDBPError):
+                raise r
+
+
 class GP:
     """A generalized process: a name unique in the job, an inbox (its
     private pipe), send and receive.
@@ -117,21 +154,14 @@ class GP:
         #: ``PType.CPU``, or ``PType.GPU`` for an :class:`SGP`
         self.ptype = ptype
         self._pipe: Pipe[Any] | None = None
-        self._freed = False
-        self._owned: list[Any] = []       # closed when the GP is freed (own())
-        #: taken from the pipe, then a wait for its sender's name was cancelled
-        self._unnamed: Message | IncomingStream | None = None
-        #: more items taken out of arrival order's way by recv_into (after _unnamed)
-        self._stepped: deque[Message | IncomingStream] = deque()
+        self._freed = False   # set with self._tx.closed: mark_freed() and free() only
+        self._owned = Owned()
+        self._tx = GPSender(node, name, pid)              # what an awaited send does
+        self._rx = GPReceiver(node.router, name, pid)     # what a receive holds back; recv_into's buffer
         self._router = node.router
-        self._into_task: asyncio.Task[Any] | None = None   # the task in recv_into, if any
         #: ``recv`` (and ``recv_into``) calls of this GP waiting for an item now
         self.receiving = 0
         self._drive = node.drive   # a receiver waiting for a reply steps MPI itself
-        self._try_send = node.router.try_send  # hot path: one call, no coroutine, when nothing waits
-        self._burst = BURST_BYTES   # credit left before a run of sends that never suspended yields
-        # arrays this large take send_owned (MPI_Send ownership); smaller ones the copy path
-        self._owned_min = node.owned_min if node.owned_min is not None else sys.maxsize
 
     def __repr__(self) -> str:
         return f"<GP {self.name!r} pid={self.pid} {self.ptype.name} on node {self.node.rank}>"
@@ -155,7 +185,7 @@ class GP:
         """The node freed this GP (its node closed).  Internal: the node
         calls it; a program calls :meth:`free`."""
         self._pipe = None
-        self._freed = True
+        self._freed = self._tx.closed = True
 
     # -- CPI: pipes --------------------------------------------------------------
     async def apply_pipe(self, timeout: float | None = None) -> None:
@@ -223,7 +253,7 @@ class GP:
                     async with asyncio.timeout(FAILED_CLOSE_TIMEOUT):
                         await self.aclose_owned()
         finally:
-            self._freed = True
+            self._freed = self._tx.closed = True
             await self.node.free(self, wait=reason is None)
 
     def own(self, resource: Any) -> None:
@@ -232,14 +262,12 @@ class GP:
         without closing its Barrier still ends cleanly.  Barriers and
         Neighbours call this when they open; ``resource.aclose()`` must be
         idempotent and call :meth:`disown`.  Internal."""
-        if resource not in self._owned:
-            self._owned.append(resource)
+        self._owned.add(resource)
 
     def disown(self, resource: Any) -> None:
         """``resource`` was closed by its user: the GP no longer closes it.
         Internal (see :meth:`own`)."""
-        if resource in self._owned:
-            self._owned.remove(resource)
+        self._owned.discard(resource)
 
     async def aclose_owned(self) -> None:
         """Close everything this GP still owns, concurrently (a barrier's
@@ -250,13 +278,7 @@ class GP:
         Cancellation: the closes are cancelled; what they hold is freed when
         the node closes.
         """
-        owned, self._owned = self._owned[::-1], []
-        if not owned:
-            return
-        results = await asyncio.gather(*(r.aclose() for r in owned), return_exceptions=True)
-        for r in results:
-            if isinstance(r, BaseException) and not isinstance(r, PDBPError):
-                raise r
+        await self._owned.aclose()
 
     async def __aenter__(self) -> GP:
         """``async with gp``: apply a pipe on entry.
@@ -358,83 +380,7 @@ class GP:
                 return raising(exc)
         if stream is not None:
             return raising(TypeError("stream= is for device arrays"))
-        return self._send(dest, data, com, kind, timeout, copy)
-
-    async def _send(self, dest: str | Iterable[str], data: Any, com: int, kind: Kind, timeout: float | None,
-                    copy: bool) -> None:
-        """Body of :meth:`send` (``data`` a :class:`Captured` device array or host data).
-
-        Cancellation: as for :meth:`send`.
-        """
-        if self._freed:
-            raise ClosedResourceError(f"GP {self.name!r} was freed")
-        if type(com) is not int or not 0 <= com <= 0xFFFFFFFF:
-            check_com(com)
-        if kind is not _SHORT and kind is not _COMMAND:
-            raise ValueError(f"send() carries Kind.SHORT or Kind.COMMAND messages, not {kind!r} "
-                             "(streams go with send_stream)")
-        if timeout is not None:
-            check_timeout(timeout)
-        if not isinstance(dest, str):
-            check_dest(dest)
-            names = list(dest)
-            for n in names:
-                if not isinstance(n, str):
-                    raise TypeError(f"dest: GP names are strings, not {type(n).__name__} ({n!r})")
-            await self._multicast(names, data, com, kind, timeout)
-            return
-        # Snapshot first: a refused payload must not hold a reservation.
-        if type(data) is bytes:
-            cost = len(data) + CREDIT_OVERHEAD
-        elif (type(data) is np.ndarray and (nbytes := data.nbytes) < self._owned_min
-              and (plain := plain_snapshot(data, MAX_NDIM)) is not None):
-            # the commonest array (a plain dtype, copied or shared): snapshot's rule in one call
-            data = plain
-            cost = nbytes + CREDIT_OVERHEAD
-        else:
-            if data is not None:
-                if type(data) is not np.ndarray and (arr := host_array(data)) is not None:
-                    data = arr  # a tensor's memory as an ndarray (no copy): the paths numpy takes
-                if type(data) is np.ndarray and data.nbytes >= self._owned_min and ownable(data):
-                    # large: sent from this very buffer, the call returns once it may be reused
-                    await self._router.send_owned(dest, (self.name, kind, com, data, self.pid),
-                                                  data.nbytes + CREDIT_OVERHEAD, timeout,
-                                                  lambda d: snapshot(d, self.node.allow_pickle, False))
-                    return
-                if type(data) is Captured:
-                    await self.node.devices.send(self, self.node.streams, dest, data, com=com, kind=kind,
-                                                 timeout=timeout, copy=copy)
-                    return
-                data = snapshot(data, self.node.allow_pickle, False)
-            cost = credit_cost(data)
-        # A run of sends that never suspend yields once per BURST_BYTES of
-        # credit, so that a looping sender cannot fill an empty window before
-        # the other senders have run (aiopdbp.hosts.link, "From the first
-        # message").  Before anything is queued: a cancel here has sent nothing.
-        self._burst -= cost
-        if self._burst <= 0:
-            self._burst = BURST_BYTES
-            await asyncio.sleep(0)
-            self._check()
-        fields = (self.name, kind, com, data, self.pid)
-        if not self._try_send(dest, fields, cost):  # the router routed it: nothing to wait for
-            self._burst = BURST_BYTES
-            await self._router.send_waiting(dest, fields, cost, timeout)
-
-    async def _multicast(self, names: list[str], data: Any, com: int, kind: Kind,
-                         timeout: float | None) -> None:
-        node = self.node
-        router = self._router
-        if not names:
-            raise ValueError("multicast to an empty set of names")
-        if type(data) is Captured:  # one device transfer per receiver
-            for name in dict.fromkeys(names):
-                await node.devices.send(self, node.streams, name, data, com=com, kind=kind, timeout=timeout, copy=True)
-            return
-        pids = tuple(dict.fromkeys([await router.resolve(n, timeout) for n in names]))
-        data = snapshot(data, node.allow_pickle, len(pids) > 1)
-        await router.multicast(f"the multicast group {names!r}", pids, (self.name, kind, com, data, self.pid),
-                               credit_cost(data), timeout)
+        return self._tx.send(dest, data, com, kind, timeout, copy)
 
     def send_nowait(self, dest: str, data: Any = None, *, com: int = 0, kind: Kind = Kind.SHORT) -> None:
         """Send a message to one GP without waiting: ``WouldBlock`` when
@@ -557,20 +503,21 @@ class GP:
         if arrays is not None and arrays not in KINDS:
             raise ValueError(f"arrays is one of {KINDS}, not {arrays!r}")
         pipe = self._pipe
+        rx = self._rx
         item: Message | IncomingStream
-        if pipe is None or self._freed or self._unnamed is not None or self._into_task is not None:
-            if self._into_task is not None and self._into_task is not asyncio.current_task():
+        if pipe is None or self._freed or rx.held is not None or rx.into_task is not None:
+            if rx.into_task is not None and rx.into_task is not asyncio.current_task():
                 raise RuntimeError(f"GP {self.name!r}: recv while recv_into waits: the message "
                                    "meant for its buffer could go to either (one receiver at a time)")
-            if self._unnamed is not None:
-                item = self._take_held()
-                return arrive(await self._named(item), arrays or self.node.arrays)
+            if rx.held is not None:
+                item = rx.take()
+                return arrive(await rx.named(item), arrays or self.node.arrays)
             pipe = self._inbox()
         if len(pipe):  # the common case under load: no coroutine, no exception
             item = pipe.receive_nowait()
         else:
             self.receiving += 1
-            self._burst = BURST_BYTES   # this task suspends: a send run starts afresh
+            self._tx.burst = BURST_BYTES   # this task suspends: a send run starts afresh
             try:
                 if timeout is None:
                     if self._drive is not None:
@@ -600,50 +547,22 @@ class GP:
             if kind != "auto":  # (arrive's, for a stream, without the call)
                 item.arrays = kind
             return item
-        if self._into_task is not None:
+        if rx.into_task is not None:
             # recv_into's own wait: it names the item once its buffer is no
             # longer offered -- waiting for the name here would let the next
             # payload land in that buffer and be taken ahead of this item
             return item
-        return arrive(await self._named(item), kind)
-
-    async def _named(self, item: Message | IncomingStream) -> Message | IncomingStream:
-        """``item`` with its sender's name: its data overtook the table update
-        that registers the sender (:class:`~aiopdbp.hosts.tables.PendingName`)."""
-        try:
-            name = await self._router.source_name(item.source_pid)
-        except asyncio.CancelledError:
-            self._hold(item, front=True)  # the next recv returns it: nothing is lost
-            raise
-        if type(item) is Message:
-            return Message((name, item[1], item[2], item[3], item[4]))
-        item.source = name
-        return item
+        return arrive(await rx.named(item), kind)
 
     def recv_nowait(self) -> Message | IncomingStream:
         """The next item, or ``WouldBlock`` when the pipe is empty.  (An item
         whose sender's registration has not reached this host yet names it
         ``"<pid N>"``; :meth:`recv` waits for the name.)"""
-        if self._unnamed is not None:
-            return arrive(self._take_held(), self.node.arrays)
+        rx = self._rx
+        if rx.held is not None:
+            return arrive(rx.take(), self.node.arrays)
         item: Message | IncomingStream = self._inbox().receive_nowait()
         return arrive(item, self.node.arrays)
-
-    def _take_held(self) -> Message | IncomingStream:
-        item = self._unnamed
-        assert item is not None
-        self._unnamed = self._stepped.popleft() if self._stepped else None
-        return item
-
-    def _hold(self, item: Message | IncomingStream, *, front: bool = False) -> None:
-        """Keep ``item`` for the next receive (``front``: before those held)."""
-        if self._unnamed is None:
-            self._unnamed = item
-        elif front:
-            self._stepped.appendleft(self._unnamed)
-            self._unnamed = item
-        else:
-            self._stepped.append(item)
 
     async def recv_into(self, out: Any, timeout: float | None = None) -> Message:
         """Receive the next message into ``out``, a writable C-contiguous
@@ -676,73 +595,23 @@ class GP:
         """
         flat = flat_writable(out)
         check_timeout(timeout)
-        router = self._router
-        if self._unnamed is not None:
-            return arrived(self._into(flat, await self.recv(timeout)), self.node.arrays)
+        rx = self._rx
+        if rx.held is not None:
+            return arrived(rx.into(flat, await self.recv(timeout)), self.node.arrays)
         pipe = self._inbox()
         try:
             item = pipe.receive_nowait()
         except WouldBlock:
             pass
         else:
-            return arrived(self._into(flat, item if named_now(item) else await self._named(item)),
-                            self.node.arrays)
-        if self._into_task is not None or self.receiving:
+            return arrived(rx.into(flat, item if named_now(item) else await rx.named(item)), self.node.arrays)
+        if rx.into_task is not None or self.receiving:
             # Another receiver could take the message that lands in ``out``
             # (and this call would wait for it forever).
             raise RuntimeError(f"GP {self.name!r}: recv_into while another receive waits on this GP "
                                "(one receiver at a time)")
-        self._into_task = asyncio.current_task()
-        router.landings.post(self.pid, flat)
-        taken = False
-        try:
-            async with asyncio.timeout(timeout):
-                item = await self.recv()
-                taken = router.landings.withdraw(self.pid)
-                if taken:
-                    # Our buffer was chosen for a payload whose header came
-                    # while the pipe was empty: that message is ours, even if
-                    # other items got into the pipe before its bytes landed.
-                    while not views_start(item, flat):
-                        self._hold(item)
-                        item = await pipe.receive()
-        except BaseException as exc:
-            if not taken:
-                router.landings.withdraw(self.pid)
-            if type(exc) is TimeoutError and not exc.args:
-                raise TimeoutError(f"GP {self.name!r} received nothing into its buffer within "
-                                   f"{timeout:g} s") from None
-            raise
-        finally:
-            self._into_task = None
-        return arrived(self._into(flat, item if named_now(item) else await self._named(item)), self.node.arrays)
-
-    def _into(self, flat: memoryview, item: Message | IncomingStream) -> Message:
-        """``item``'s payload in ``flat`` (copied unless it landed there)."""
-        data: Any = host_data(item.data) if type(item) is Message else None
-        err: Exception | None = None
-        if type(item) is not Message:
-            err = TypeError("recv_into: the next item is a stream, not a message")
-        elif data is None or not (type(data) is bytes or (isinstance(data, np.ndarray)
-                                                          and not data.dtype.hasobject)):
-            err = TypeError(f"recv_into: the next message carries {type(data).__name__}, "
-                            "not bytes or a numeric array")
-        elif payload_size(data) > flat.nbytes:
-            err = ValueError(f"recv_into: the next message ({payload_size(data)} bytes) does not fit "
-                             f"in the buffer ({flat.nbytes} bytes)")
-        if err is not None:
-            self._hold(item, front=True)
-            raise err
-        assert type(item) is Message
-        if type(data) is bytes:
-            n = len(data)
-            flat[:n] = data
-            return Message((item[0], item[1], item[2], flat[:n], item[4]))
-        if views_start(item, flat):
-            return item
-        view = np.frombuffer(flat, dtype=data.dtype, count=data.size).reshape(data.shape)
-        view[...] = data
-        return Message((item[0], item[1], item[2], view, item[4]))
+        item = await rx.landing(pipe, flat, timeout, self.recv)
+        return arrived(rx.into(flat, item if named_now(item) else await rx.named(item)), self.node.arrays)
 
     def __aiter__(self) -> GP:
         return self

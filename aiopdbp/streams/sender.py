@@ -173,7 +173,7 @@ def check_chunk(chunk: Any, first: StreamMeta | None, k: int) -> StreamMeta:
 _NO_CHUNK = object()
 #: a sender's run of segments that go without waiting (credit left) yields
 #: once per this many bytes, each segment counted with ``CREDIT_OVERHEAD``
-#: (as a GP's run of sends does, ``aiopdbp.runtime.process.BURST_BYTES``)
+#: (as a GP's run of sends does, ``aiopdbp.runtime.sending.BURST_BYTES``)
 BURST_BYTES = 16 << 10
 
 
