@@ -188,9 +188,11 @@ class ProgressEngine:
         self._comms = list(comms)
         self._bulk = bulk  # large payloads, matched by (source, tag): never probed
         self._tag = tag
-        self._oversubscribed = oversubscribed()
+        #: this host runs more ranks than this process may use cores: the
+        #: engine never spins and gives the core up between empty steps
+        self.oversubscribed = oversubscribed()
         spin = spin_seconds(DEFAULT_SPIN_S) if spin_s is None else spin_s
-        self._spin = 0.0 if self._oversubscribed else spin
+        self._spin = 0.0 if self.oversubscribed else spin
         self._spin_window = DEFAULT_SPIN_WINDOW_S if spin_window_s is None else spin_window_s
         most = max_backoff_seconds(DEFAULT_MAX_BACKOFF_S) if max_backoff_s is None else max_backoff_s
         self._backoff = Backoff(50e-6, most)
@@ -225,12 +227,6 @@ class ProgressEngine:
         self.n_rings = 0
         self.n_drives = self.n_driven = 0
         self.n_bulk_sends = 0
-
-    @property
-    def oversubscribed(self) -> bool:
-        """True when this host runs more ranks than this process may use cores
-        (the engine then never spins and gives the core up between empty steps)."""
-        return self._oversubscribed
 
     @property
     def n_recvs(self) -> int:
@@ -598,7 +594,7 @@ class ProgressEngine:
         sleep = asyncio.sleep
         spin = self._spin
         window = self._spin_window
-        yield_cpu = os.sched_yield if self._oversubscribed and hasattr(os, "sched_yield") else None
+        yield_cpu = os.sched_yield if self.oversubscribed and hasattr(os, "sched_yield") else None
         self._last_active = t_yield = perf()
         try:
             while True:
@@ -710,7 +706,7 @@ class ProgressEngine:
         lanes = self._lanes
         lane_sends = sum(lane.sends for lane in lanes)
         return {
-            "progress": self.mode, "oversubscribed": self._oversubscribed,
+            "progress": self.mode, "oversubscribed": self.oversubscribed,
             "spin_us": self._spin * 1e6,
             "send_calls": self.n_send_calls + lane_sends, "sends": self.n_sends + lane_sends,
             "fast_sends": self.n_fast_sends + sum(lane.fast for lane in lanes),
