@@ -43,6 +43,8 @@ from aiopdbp.streams.receiver import DEFAULT_SEGMENT, IncomingStream
 from aiopdbp.streams.sender import send_stream
 from aiopdbp.streams.devicebind import Captured
 from aiopdbp.hosts.tables import PType, Tables
+from aiopdbp.runtime.sendcore import SendPath
+from aiopdbp.runtime.sendpath import BURST_BYTES
 from aiopdbp.runtime.payloads import (
     MAX_NDIM, arrive, arrived, check_com, check_dest, check_timeout, flat_writable, host_data, named_now,
     ownable, payload_size, raising, snapshot, views_start)
@@ -52,16 +54,10 @@ if TYPE_CHECKING:
     from aiopdbp.streams.devicepath import DevicePath
     from aiopdbp.streams.table import StreamTable
 
-__all__ = ["FAILED_CLOSE_TIMEOUT", "GP", "GPHost"]
+__all__ = ["BURST_BYTES", "FAILED_CLOSE_TIMEOUT", "GP", "GPHost"]
 
 #: how long a GP leaving with an exception tries to close what it owns
 FAILED_CLOSE_TIMEOUT = 1.0
-#: a GP's run of sends that complete without suspending yields once every
-#: this many bytes of credit (``credit_cost``): k looping senders then fill an
-#: empty window (1 MiB by default) in turns of this much each -- fair from the
-#: first message -- at one loop turn per 16 KiB (15 messages of 1 KiB, 128 of
-#: 64 B: few enough to keep a block's coalescing)
-BURST_BYTES = 16 << 10
 
 
 _SHORT, _COMMAND = Kind.SHORT, Kind.COMMAND
@@ -128,10 +124,11 @@ class GP:
         #: ``recv`` (and ``recv_into``) calls of this GP waiting for an item now
         self.receiving = 0
         self._drive = node.drive   # a receiver waiting for a reply steps MPI itself
-        self._try_send = node.router.try_send  # hot path: one call, no coroutine, when nothing waits
-        self._burst = BURST_BYTES   # credit left before a run of sends that never suspended yields
         # arrays this large take send_owned (MPI_Send ownership); smaller ones the copy path
         self._owned_min = node.owned_min if node.owned_min is not None else sys.maxsize
+        # send's common case in one step (the rest is _send), with the burst's credit
+        self._tx = SendPath(name, pid, node.router, self._send, owned_min=self._owned_min,
+                            snapshot=plain_snapshot, max_ndim=MAX_NDIM)
 
     def __repr__(self) -> str:
         return f"<GP {self.name!r} pid={self.pid} {self.ptype.name} on node {self.node.rank}>"
@@ -155,7 +152,7 @@ class GP:
         """The node freed this GP (its node closed).  Internal: the node
         calls it; a program calls :meth:`free`."""
         self._pipe = None
-        self._freed = True
+        self._freed = self._tx.freed = True
 
     # -- CPI: pipes --------------------------------------------------------------
     async def apply_pipe(self, timeout: float | None = None) -> None:
@@ -223,7 +220,7 @@ class GP:
                     async with asyncio.timeout(FAILED_CLOSE_TIMEOUT):
                         await self.aclose_owned()
         finally:
-            self._freed = True
+            self._freed = self._tx.freed = True
             await self.node.free(self, wait=reason is None)
 
     def own(self, resource: Any) -> None:
@@ -358,11 +355,12 @@ class GP:
                 return raising(exc)
         if stream is not None:
             return raising(TypeError("stream= is for device arrays"))
-        return self._send(dest, data, com, kind, timeout, copy)
+        return self._tx.send(dest, data, com, kind, timeout, copy)
 
     async def _send(self, dest: str | Iterable[str], data: Any, com: int, kind: Kind, timeout: float | None,
                     copy: bool) -> None:
-        """Body of :meth:`send` (``data`` a :class:`Captured` device array or host data).
+        """Body of :meth:`send` (``data`` a :class:`Captured` device array or host data)
+        when it is not the common case (:mod:`aiopdbp.runtime.sendpath`).
 
         Cancellation: as for :meth:`send`.
         """
@@ -411,14 +409,15 @@ class GP:
         # credit, so that a looping sender cannot fill an empty window before
         # the other senders have run (aiopdbp.hosts.link, "From the first
         # message").  Before anything is queued: a cancel here has sent nothing.
-        self._burst -= cost
-        if self._burst <= 0:
-            self._burst = BURST_BYTES
+        tx = self._tx
+        tx.burst -= cost
+        if tx.burst <= 0:
+            tx.burst = BURST_BYTES
             await asyncio.sleep(0)
             self._check()
         fields = (self.name, kind, com, data, self.pid)
-        if not self._try_send(dest, fields, cost):  # the router routed it: nothing to wait for
-            self._burst = BURST_BYTES
+        if not self._router.try_send(dest, fields, cost):  # the router routed it: nothing to wait for
+            tx.burst = BURST_BYTES
             await self._router.send_waiting(dest, fields, cost, timeout)
 
     async def _multicast(self, names: list[str], data: Any, com: int, kind: Kind,
@@ -570,7 +569,7 @@ class GP:
             item = pipe.receive_nowait()
         else:
             self.receiving += 1
-            self._burst = BURST_BYTES   # this task suspends: a send run starts afresh
+            self._tx.burst = BURST_BYTES   # this task suspends: a send run starts afresh
             try:
                 if timeout is None:
                     if self._drive is not None:
