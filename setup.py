@@ -29,7 +29,8 @@ TWINS = [("aiopdbp.wire.cblocks", "aiopdbp/wire/cblocks.pyx", ("blocks.py", "cbl
          ("aiopdbp.hosts.cgate", "aiopdbp/hosts/cgate.pyx", ("gate.py", "cgate.pyx"), False),
          ("aiopdbp.hosts.csender", "aiopdbp/hosts/csender.pyx", ("sender.py", "csender.pyx"), False),
          ("aiopdbp.hosts.csplitin", "aiopdbp/hosts/csplitin.pyx", ("splitin.py", "csplitin.pyx"), False),
-         ("aiopdbp.tensormem.cview", "aiopdbp/tensormem/cview.pyx", ("view.py", "cview.pyx"), False)]
+         ("aiopdbp.tensormem.cview", "aiopdbp/tensormem/cview.pyx", ("view.py", "cview.pyx"), False),
+         ("aiopdbp.runtime.csendpath", "aiopdbp/runtime/csendpath.pyx", ("sendpath.py", "csendpath.pyx"), False)]
 #: the twins that call numpy's C API (its headers: numpy is a build requirement)
 NUMPY_TWINS = {"aiopdbp.tensormem.cview", "aiopdbp.wire.cblocks"}
 

@@ -120,6 +120,38 @@ async def test_first_message_of_an_iteration_leaves_alone_the_rest_in_one_block(
     assert out.sent_msgs == 2 and out.idle
 
 
+class _CountedTicks(_Transport):
+    """A transport whose tick counts its reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    @property  # type: ignore[override]
+    def tick(self) -> int:
+        self.reads += 1
+        return 0
+
+    @tick.setter
+    def tick(self, value: int) -> None:
+        pass
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_a_message_into_an_open_block_reads_no_tick(form: Any) -> None:
+    tr = _CountedTicks()
+    out = _sender(form, tr)
+    assert out.short(PID, _msg(b"lone")) and out.short(PID, _msg(b"opens a block"))
+    reads = tr.reads
+    for k in range(10):
+        assert out.short(PID, _msg(b"m%d" % k))
+        assert out.offer(PID, 8, _msg(b"o%d" % k))
+    assert tr.reads == reads and out.lone == 1   # the block was open: the tick is the lone frame's question
+    await _turn()
+    assert out.blocks == 1
+
+
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.timeout(10)
 async def test_sends_beyond_max_inflight_wait_in_order_and_go_as_earlier_ones_complete(form: Any) -> None:

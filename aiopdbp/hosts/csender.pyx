@@ -139,8 +139,9 @@ cdef class LinkSender:
 
     cdef bint _short(self, pid, fields, bytes head) except -1:
         w = self.writer
-        tick = self._transport.tick
-        if not w.kind and not self._units and tick != self._tick and not self._starved:
+        # the tick only when no block is open (as the pure form reads it): the
+        # coalesced message of a burst reads no property of the transport
+        if not w.kind and not self._units and not self._starved and (tick := self._transport.tick) != self._tick:
             frame = w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, True)
             if frame is None:
                 return False
@@ -176,8 +177,7 @@ cdef class LinkSender:
         if done is not None:
             resolve_owned(done)
         w = self.writer
-        tick = self._transport.tick
-        if not w.kind and not self._units and tick != self._tick and not self._starved:
+        if not w.kind and not self._units and not self._starved and (tick := self._transport.tick) != self._tick:
             self._tick = tick
             parts = encode_cdu(cdu, allow_pickle=self._allow_pickle)
             frame = b"".join(parts) if len(parts) > 1 else bytes(parts[0])

@@ -154,7 +154,7 @@ class GP:
         #: ``PType.CPU``, or ``PType.GPU`` for an :class:`SGP`
         self.ptype = ptype
         self._pipe: Pipe[Any] | None = None
-        self._freed = False   # set with self._tx.closed: mark_freed() and free() only
+        self._freed = False   # set with self._path.freed: mark_freed() and free() only
         self._owned = Owned()
         self._tx = GPSender(node, name, pid)              # what an awaited send does
         self._rx = GPReceiver(node.router, name, pid)     # what a receive holds back; recv_into's buffer
@@ -162,6 +162,7 @@ class GP:
         #: ``recv`` (and ``recv_into``) calls of this GP waiting for an item now
         self.receiving = 0
         self._drive = node.drive   # a receiver waiting for a reply steps MPI itself
+        self._path = self._tx.path   # send's common case in one step (the rest is the sender's)
 
     def __repr__(self) -> str:
         return f"<GP {self.name!r} pid={self.pid} {self.ptype.name} on node {self.node.rank}>"
@@ -185,7 +186,7 @@ class GP:
         """The node freed this GP (its node closed).  Internal: the node
         calls it; a program calls :meth:`free`."""
         self._pipe = None
-        self._freed = self._tx.closed = True
+        self._freed = self._path.freed = True
 
     # -- CPI: pipes --------------------------------------------------------------
     async def apply_pipe(self, timeout: float | None = None) -> None:
@@ -253,7 +254,7 @@ class GP:
                     async with asyncio.timeout(FAILED_CLOSE_TIMEOUT):
                         await self.aclose_owned()
         finally:
-            self._freed = self._tx.closed = True
+            self._freed = self._path.freed = True
             await self.node.free(self, wait=reason is None)
 
     def own(self, resource: Any) -> None:
@@ -380,7 +381,7 @@ class GP:
                 return raising(exc)
         if stream is not None:
             return raising(TypeError("stream= is for device arrays"))
-        return self._tx.send(dest, data, com, kind, timeout, copy)
+        return self._path.send(dest, data, com, kind, timeout, copy)
 
     def send_nowait(self, dest: str, data: Any = None, *, com: int = 0, kind: Kind = Kind.SHORT) -> None:
         """Send a message to one GP without waiting: ``WouldBlock`` when
@@ -517,7 +518,7 @@ class GP:
             item = pipe.receive_nowait()
         else:
             self.receiving += 1
-            self._tx.burst = BURST_BYTES   # this task suspends: a send run starts afresh
+            self._path.burst = BURST_BYTES   # this task suspends: a send run starts afresh
             try:
                 if timeout is None:
                     if self._drive is not None:

@@ -23,6 +23,8 @@ from aiopdbp.wire.message import CREDIT_OVERHEAD, credit_cost
 from aiopdbp.arrays import host_array, plain_snapshot
 from aiopdbp.streams.devicebind import Captured
 from aiopdbp.runtime.payloads import MAX_NDIM, check_com, check_dest, check_timeout, ownable, snapshot
+from aiopdbp.runtime.sendcore import SendPath
+from aiopdbp.runtime.sendpath import BURST_BYTES
 
 if TYPE_CHECKING:
     from aiopdbp.routing.router import Router
@@ -30,13 +32,6 @@ if TYPE_CHECKING:
     from aiopdbp.streams.table import StreamTable
 
 __all__ = ["BURST_BYTES", "GPSender", "SenderHost"]
-
-#: a GP's run of sends that complete without suspending yields once every
-#: this many bytes of credit (``credit_cost``): k looping senders then fill an
-#: empty window (1 MiB by default) in turns of this much each -- fair from the
-#: first message -- at one loop turn per 16 KiB (15 messages of 1 KiB, 128 of
-#: 64 B: few enough to keep a block's coalescing)
-BURST_BYTES = 16 << 10
 
 _SHORT, _COMMAND = Kind.SHORT, Kind.COMMAND
 
@@ -59,25 +54,28 @@ class SenderHost(Protocol):
 class GPSender:
     """The sending side of one GP (its ``Sender``, as the device path sees it).
 
-    The GP closes it when it is freed; its receives reset :attr:`burst` when
-    they suspend.
+    Its :attr:`path` (:class:`~aiopdbp.runtime.sendpath.SendPath`, compiled
+    where built) takes the common case and holds the state every send
+    shares -- whether the GP was freed, the credit left in a run of sends --
+    and hands anything else to :meth:`send`.  The GP marks the path freed
+    when it is freed; its receives reset the path's ``burst`` when they
+    suspend.
     """
 
-    __slots__ = ("_node", "_owned_min", "_router", "_try_send", "burst", "closed", "name", "pid")
+    __slots__ = ("_node", "_owned_min", "_router", "_try_send", "name", "path", "pid")
 
     def __init__(self, node: SenderHost, name: str, pid: int) -> None:
         #: the sending GP's name and pid (what every message carries)
         self.name = name
         self.pid = pid
-        #: the GP was freed: every send raises ``ClosedResourceError``
-        self.closed = False
-        #: credit left before a run of sends that never suspended yields
-        self.burst = BURST_BYTES
         self._node = node
         self._router = node.router
         self._try_send = node.router.try_send  # hot path: one call, no coroutine, when nothing waits
         # arrays this large take send_owned (MPI_Send ownership); smaller ones the copy path
         self._owned_min = node.owned_min if node.owned_min is not None else sys.maxsize
+        #: send's common case in one step; this sender's :meth:`send` is its slow path
+        self.path = SendPath(name, pid, node.router, self.send, owned_min=self._owned_min,
+                             snapshot=plain_snapshot, max_ndim=MAX_NDIM)
 
     async def send(self, dest: str | Iterable[str], data: Any, com: int, kind: Kind, timeout: float | None,
                    copy: bool) -> None:
@@ -86,7 +84,8 @@ class GPSender:
 
         Cancellation: as for ``GP.send``.
         """
-        if self.closed:
+        path = self.path
+        if path.freed:
             raise ClosedResourceError(f"GP {self.name!r} was freed")
         if type(com) is not int or not 0 <= com <= 0xFFFFFFFF:
             check_com(com)
@@ -132,15 +131,15 @@ class GPSender:
         # credit, so that a looping sender cannot fill an empty window before
         # the other senders have run (aiopdbp.hosts.link, "From the first
         # message").  Before anything is queued: a cancel here has sent nothing.
-        self.burst -= cost
-        if self.burst <= 0:
-            self.burst = BURST_BYTES
+        path.burst -= cost
+        if path.burst <= 0:
+            path.burst = BURST_BYTES
             await asyncio.sleep(0)
-            if self.closed:
+            if path.freed:
                 raise ClosedResourceError(f"GP {self.name!r} was freed")
         fields = (self.name, kind, com, data, self.pid)
         if not self._try_send(dest, fields, cost):  # the router routed it: nothing to wait for
-            self.burst = BURST_BYTES
+            path.burst = BURST_BYTES
             await self._router.send_waiting(dest, fields, cost, timeout)
 
     async def _multicast(self, names: list[str], data: Any, com: int, kind: Kind,

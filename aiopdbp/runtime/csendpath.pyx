@@ -1,0 +1,104 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The compiled twin of :mod:`aiopdbp.runtime.sendpath` (read its docstring):
+the same :class:`SendPath`, its state in C fields, its ``send`` a compiled
+coroutine -- which ``asyncio`` takes wherever it takes a coroutine -- and the
+router's ``try_send`` inline (the same four steps: name -> pid -> target,
+nothing queued ahead, the target's ``offer``), so that no Python frame runs
+between ``GP.send`` and the host link's compiled ``offer``.  Everything else
+is the GP's coroutine and the router's ``send_waiting``, as in the pure form
+(``tests/test_sendpath.py`` runs both)."""
+
+import asyncio
+
+import numpy as np
+
+from cpython.float cimport PyFloat_AS_DOUBLE
+
+from aiopdbp.errors import ClosedResourceError
+from aiopdbp.runtime.sendpath import BURST_BYTES
+from aiopdbp.wire.mesp import Kind
+from aiopdbp.wire.message import CREDIT_OVERHEAD
+
+cdef extern from *:
+    """
+    #ifndef AIOPDBP_SOURCE_HASH
+    #define AIOPDBP_SOURCE_HASH ""
+    #endif
+    """
+    const char *AIOPDBP_SOURCE_HASH
+
+#: the files this twin was built from, and their hash then (aiopdbp.ext checks it)
+__sources__ = ("sendpath.py", "csendpath.pyx")
+__source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
+
+__all__ = ["BURST_BYTES", "SendPath"]
+
+cdef object _SHORT = Kind.SHORT
+cdef object _COMMAND = Kind.COMMAND
+cdef object _ndarray = np.ndarray
+cdef object _sleep = asyncio.sleep
+cdef Py_ssize_t _OVERHEAD = CREDIT_OVERHEAD
+cdef Py_ssize_t _BURST = BURST_BYTES
+
+
+cdef class SendPath:
+    """See :class:`aiopdbp.runtime.sendpath.SendPath`."""
+
+    cdef public object name, pid
+    cdef public bint freed
+    cdef public Py_ssize_t burst
+    cdef dict _pids, _targets
+    cdef object _router, _queued, _slow, _snapshot
+    cdef Py_ssize_t _owned_min
+    cdef object _max_ndim
+
+    def __init__(self, name, pid, router, slow, *, owned_min, snapshot, max_ndim):
+        self.name = name
+        self.pid = pid
+        self.freed = False
+        self.burst = _BURST
+        self._router = router
+        self._pids = router.pids
+        self._targets = router.targets
+        self._queued = router._queued
+        self._slow = slow
+        self._owned_min = owned_min
+        self._snapshot = snapshot
+        self._max_ndim = max_ndim
+
+    async def send(self, dest, data, com, kind, timeout, copy):
+        cdef Py_ssize_t cost
+        if (self.freed or type(com) is not int or not 0 <= com <= 0xFFFFFFFF
+                or (kind is not _SHORT and kind is not _COMMAND) or type(dest) is not str
+                or (timeout is not None and (type(timeout) is not float
+                                             or not PyFloat_AS_DOUBLE(timeout) >= 0))):
+            await self._slow(dest, data, com, kind, timeout, copy)
+            return
+        if type(data) is bytes:
+            cost = len(<bytes>data) + _OVERHEAD
+        elif type(data) is _ndarray and data.nbytes < self._owned_min:
+            plain = self._snapshot(data, self._max_ndim)
+            if plain is None:
+                await self._slow(dest, data, com, kind, timeout, copy)
+                return
+            cost = data.nbytes + _OVERHEAD
+            data = plain
+        else:
+            await self._slow(dest, data, com, kind, timeout, copy)
+            return
+        self.burst -= cost
+        if self.burst <= 0:
+            self.burst = _BURST
+            await _sleep(0)
+            if self.freed:
+                raise ClosedResourceError(f"GP {self.name!r} was freed")
+        fields = (self.name, kind, com, data, self.pid)
+        # Router.try_send, inline
+        pid = self._pids.get(dest)
+        if pid is not None:
+            tgt = self._targets.get(pid)
+            if tgt is not None and not self._queued and tgt.offer(pid, cost, fields):
+                self._router.offered += 1
+                return
+        self.burst = _BURST
+        await self._router.send_waiting(dest, fields, cost, timeout)

@@ -1,0 +1,226 @@
+"""A GP's send path (:mod:`aiopdbp.runtime.sendpath`) and its compiled twin
+(``aiopdbp.runtime.csendpath``): every test runs against both forms, with a
+stand-in router and target, then once through a real GP."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+import numpy as np
+import pytest
+
+from aiopdbp.errors import ClosedResourceError
+from aiopdbp.runtime import sendpath as pure_path
+from aiopdbp.runtime.cluster import open_cluster
+from aiopdbp.tensormem.view import plain_snapshot
+from aiopdbp.wire.mesp import Kind
+from aiopdbp.wire.message import CREDIT_OVERHEAD
+
+try:
+    from aiopdbp.runtime import csendpath as compiled_path  # type: ignore[attr-defined, unused-ignore]
+except ImportError:
+    compiled_path = None
+
+FORMS = [pytest.param(pure_path, id="pure"),
+         pytest.param(compiled_path, id="compiled",
+                      marks=pytest.mark.skipif(compiled_path is None, reason="the compiled send path is not built"))]
+
+PID, DEST_PID = 5, 9
+
+
+class _Target:
+    """Takes what ``room`` allows; records every offer."""
+
+    def __init__(self, room: int = 1 << 30) -> None:
+        self.room = room
+        self.offers: list[tuple[int, int, tuple[Any, ...]]] = []
+
+    def offer(self, pid: int, cost: int, fields: tuple[Any, ...]) -> bool:
+        if cost > self.room:
+            return False
+        self.room -= cost
+        self.offers.append((pid, cost, fields))
+        return True
+
+
+class _Router:
+    """The router's parts the send path reads, and a recording ``send_waiting``."""
+
+    def __init__(self, target: _Target) -> None:
+        self.pids = {"b": DEST_PID}
+        self.targets: dict[int, Any] = {DEST_PID: target}
+        self._queued: deque[Any] = deque()
+        self.offered = 0
+        self.waited: list[tuple[str, tuple[Any, ...], int, float | None]] = []
+
+    def try_send(self, dest: str, fields: tuple[Any, ...], cost: int) -> bool:
+        pid = self.pids.get(dest)
+        if pid is None:
+            return False
+        tgt = self.targets.get(pid)
+        if tgt is None or self._queued or not tgt.offer(pid, cost, fields):
+            return False
+        self.offered += 1
+        return True
+
+    async def send_waiting(self, dest: str, fields: tuple[Any, ...], cost: int, timeout: float | None) -> None:
+        self.waited.append((dest, fields, cost, timeout))
+
+
+class _Slow:
+    """The GP's own coroutine: records what it was given."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    async def __call__(self, dest: Any, data: Any, com: int, kind: Kind, timeout: float | None,
+                       copy: bool) -> None:
+        self.calls.append((dest, data, com, kind, timeout, copy))
+
+
+def _path(form: Any, router: _Router, slow: _Slow, owned_min: int = 1 << 15) -> Any:
+    return form.SendPath("a", PID, router, slow, owned_min=owned_min, snapshot=plain_snapshot, max_ndim=32)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_bytes_to_a_name_go_to_its_target_in_one_offer(form: Any) -> None:
+    tgt = _Target()
+    router, slow = _Router(tgt), _Slow()
+    await _path(form, router, slow).send("b", b"x" * 64, 3, Kind.COMMAND, 300.0, True)
+    assert tgt.offers == [(DEST_PID, 64 + CREDIT_OVERHEAD, ("a", Kind.COMMAND, 3, b"x" * 64, PID))]
+    assert router.offered == 1 and not router.waited and not slow.calls
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_a_small_plain_array_goes_as_its_snapshot(form: Any) -> None:
+    tgt = _Target()
+    arr = np.arange(4, dtype=np.float32)
+    await _path(form, _Router(tgt), _Slow()).send("b", arr, 0, Kind.SHORT, None, True)
+    (pid, cost, fields), = tgt.offers
+    assert cost == arr.nbytes + CREDIT_OVERHEAD
+    assert fields[3] is not arr and np.array_equal(fields[3], arr)   # a writable array is copied
+    arr[0] = 99
+    assert fields[3][0] == 0
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("case", ["multicast", "str payload", "large array", "bad com", "bad kind",
+                                  "int timeout", "negative timeout"])
+async def test_everything_else_is_the_gps_own_coroutine(form: Any, case: str) -> None:
+    dest: Any = "b"
+    data: Any = b"x"
+    com, kind, timeout = 0, Kind.SHORT, None
+    if case == "multicast":
+        dest = ["b", "c"]
+    elif case == "str payload":
+        data = "text"
+    elif case == "large array":
+        data = np.zeros(1 << 15, dtype=np.uint8)
+    elif case == "bad com":
+        com = -1
+    elif case == "bad kind":
+        kind = Kind.STREAM
+    elif case == "int timeout":
+        timeout = 5
+    else:
+        timeout = -1.0
+    tgt, slow = _Target(), _Slow()
+    await _path(form, _Router(tgt), slow).send(dest, data, com, kind, timeout, False)
+    assert slow.calls == [(dest, data, com, kind, timeout, False)] and not tgt.offers
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_a_target_without_room_makes_the_send_wait_at_the_router(form: Any) -> None:
+    router = _Router(_Target(room=0))
+    path = _path(form, router, _Slow())
+    path.burst = 1000
+    await path.send("b", b"y", 0, Kind.SHORT, 2.0, True)
+    assert router.waited == [("b", ("a", Kind.SHORT, 0, b"y", PID), 1 + CREDIT_OVERHEAD, 2.0)]
+    assert path.burst == pure_path.BURST_BYTES   # the run of sends that never suspended is over
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_an_unknown_name_waits_at_the_router(form: Any) -> None:
+    router = _Router(_Target())
+    await _path(form, router, _Slow()).send("nobody", b"y", 0, Kind.SHORT, None, True)
+    assert [w[0] for w in router.waited] == ["nobody"]
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_a_run_of_sends_yields_once_its_burst_is_spent(form: Any) -> None:
+    tgt = _Target()
+    path = _path(form, _Router(tgt), _Slow())
+    cost = 100 + CREDIT_OVERHEAD
+    quiet = (pure_path.BURST_BYTES - 1) // cost
+    ran = 0
+
+    async def other() -> None:
+        nonlocal ran
+        ran += 1
+
+    task = asyncio.ensure_future(other())
+    for _ in range(quiet):
+        await path.send("b", b"z" * 100, 0, Kind.SHORT, None, True)
+    assert ran == 0                       # no send suspended yet
+    await path.send("b", b"z" * 100, 0, Kind.SHORT, None, True)
+    assert ran == 1 and len(tgt.offers) == quiet + 1
+    await task
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_a_freed_gp_sends_nothing(form: Any) -> None:
+    tgt, slow = _Target(), _Slow()
+    path = _path(form, _Router(tgt), slow)
+    path.freed = True
+    await path.send("b", b"x", 0, Kind.SHORT, None, True)
+    assert slow.calls and not tgt.offers   # the GP's coroutine raises ClosedResourceError
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_a_gp_freed_while_its_send_yields_raises(form: Any) -> None:
+    tgt = _Target()
+    path = _path(form, _Router(tgt), _Slow())
+    path.burst = 1
+    coro = path.send("b", b"x", 0, Kind.SHORT, None, True)
+    task = asyncio.ensure_future(coro)
+    await asyncio.sleep(0)       # the send yields (its burst is spent) ...
+    path.freed = True            # ... and its GP is freed meanwhile
+    with pytest.raises(ClosedResourceError):
+        await task
+    assert not tgt.offers
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_the_send_is_a_coroutine_a_task_can_run(form: Any) -> None:
+    tgt = _Target()
+    coro = _path(form, _Router(tgt), _Slow()).send("b", b"x", 0, Kind.SHORT, None, True)
+    assert asyncio.iscoroutine(coro) and not tgt.offers   # nothing is sent before it runs
+    await asyncio.create_task(coro)
+    assert len(tgt.offers) == 1
+
+
+@pytest.mark.timeout(20)
+async def test_a_gp_sends_through_its_path() -> None:
+    async with open_cluster(2) as nodes:
+        async with nodes[0].process("a") as a, nodes[1].process("b") as b:
+            await a.send("b", b"first")          # (a first message waits for the name)
+            await b.recv(timeout=5.0)
+            routed = nodes[0].router.offered
+            await a.send("b", b"hello", com=4, timeout=5.0)
+            msg = await b.recv(timeout=5.0)
+            assert (msg.source, msg.com, msg.data) == ("a", 4, b"hello")
+            assert nodes[0].router.offered == routed + 1
+            await a.free()
+            with pytest.raises(ClosedResourceError):
+                await a.send("b", b"late")
