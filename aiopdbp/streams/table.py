@@ -231,7 +231,9 @@ class StreamTable:
         """
         if self._offer is None:
             return False
-        await self.router.reserve(tgt, pid, cost, None, f"<pid {pid}>", self.tables.name_of(src_pid))
+        # (the sender's name, for a stall report: a GP here is always named)
+        await self.router.reserve(tgt, pid, cost, None, f"<pid {pid}>",
+                                  self.tables.names.get(src_pid) or self.tables.name_of(src_pid))
         put = None if self._route_now is None else self._route_now(tgt, pid, record)
         if put is not None:  # nothing was queued ahead: routed now (WholeRoute's answer, without one)
             if put is False:
