@@ -205,14 +205,17 @@ async def device_data_to_ngp_is_numpy(ctx: Ctx) -> None:
 @scenario()
 async def host_data_to_sgp_is_numpy_unless_to_device(ctx: Ctx) -> None:
     """An SGP receives host arrays as numpy; opened with to_device=True, as
-    device arrays on its device (messages and streams)."""
+    device arrays on its device (messages, streams, and short streams: one
+    record that arrived whole)."""
     host = np.random.default_rng(2).integers(0, 1 << 30, (300, 257), dtype=np.int32)
+    short = host[:4]   # 4 KiB: carried whole by its OPEN
     async def sender() -> None:
         src = await ctx.process("src")
         for name in ("plain", "todev"):
             await ctx.lookup(ctx.name(name))
             await src.send(ctx.name(name), host, timeout=ctx.timeout)
             await src.send_stream(ctx.name(name), host, timeout=ctx.timeout)
+            await src.send_stream(ctx.name(name), short, timeout=ctx.timeout)
     async def receiver() -> None:
         plain = await ctx.process("plain", ptype=PType.GPU)
         todev = await ctx.node.register(ctx.name("todev"), PType.GPU, bind=True, to_device=True)
@@ -224,6 +227,9 @@ async def host_data_to_sgp_is_numpy_unless_to_device(ctx: Ctx) -> None:
                 s = await gp.recv(timeout=ctx.timeout)
                 assert isinstance(s, IncomingStream)
                 check(await s.read(), host, f"{gp.name} stream", device=device)
+                s = await gp.recv(timeout=ctx.timeout)
+                assert isinstance(s, IncomingStream)
+                check(await s.read(), short, f"{gp.name} short stream", device=device)
         finally:
             await todev.free()
     await both(ctx, sender, receiver)

@@ -81,6 +81,20 @@ class PipeManager:
         else:
             self.public.force_put((target, pid, item))
 
+    def route_now(self, target: Any, pid: int, item: Any) -> bool | None:
+        """Route a message-path entry (its room was reserved) at once when
+        nothing is queued ahead of it: the target's answer (False: it
+        refused it, its GP or its host gone).  None, having done nothing,
+        when entries are queued: the caller submits it behind them (and
+        hears of it from its own target wrapper)."""
+        if self._ready:
+            return None
+        put: bool | None = target.put_to(pid, item)
+        if put is False:
+            self.dropped += 1
+        self.routed += 1
+        return put
+
     def put(self, pipe: Pipe[Any], target: Any, pid: int, item: Any) -> None:
         """Route an entry of the public pipe ``pipe`` (a stream's PipeA; its
         room was reserved): at once when nothing is queued ahead of it -- no

@@ -215,7 +215,7 @@ class Node:
                                    watch=self.manager.watch,
                                    device=self.devices, peers=_StreamPeers(self._send_done, self._send_credit) if multi else None,
                                    large=cfg.large if multi else None, offer=self.manager.offer,
-                                   route=self.manager.put)
+                                   route=self.manager.put, route_now=self.manager.route_now)
         #: arrays at least this large may travel from the sender's own buffer
         #: (``RemoteConfig.large``; None on one host: a local send always copies)
         self.owned_min: int | None = cfg.large if multi else None

@@ -462,7 +462,8 @@ class GP:
                 check_timeout(timeout)
             if type(dest) is not str and not isinstance(dest, str):
                 raise TypeError(f"send_stream sends to one GP: dest is its name (a str), not {type(dest).__name__}")
-            if segment_size is not None and (not isinstance(segment_size, int) or isinstance(segment_size, bool)):
+            if segment_size is not None and type(segment_size) is not int and (
+                    not isinstance(segment_size, int) or isinstance(segment_size, bool)):
                 raise TypeError(f"segment_size is a number of bytes (an int), not {segment_size!r}")
             if type(data) is not np.ndarray and (arr := host_array(data)) is not None:
                 data = arr  # a tensor's memory as an ndarray: one buffer, not an iterable of rows

@@ -102,6 +102,9 @@ class DeviceBindings:
         # name -> (device, to_device) from before the registration is applied,
         # so a transfer that arrives before register() resumes lands right
         self._by_name: dict[str, tuple[int, bool]] = {}
+        #: True while some SGP of this node was opened with ``to_device=True``
+        #: (kept as they change: asked for every incoming array stream)
+        self.any_to_device = False
         self._streams: dict[str, Stream] = {}  # name -> the SGP's stream (received arrays' pool)
 
     def __len__(self) -> int:
@@ -118,12 +121,14 @@ class DeviceBindings:
         stream = backend.create_stream(dev)
         self._by_name[name] = (dev, bool(to_device))
         self._streams[name] = stream
+        self.any_to_device = any(td for _, td in self._by_name.values())
         return dev, stream
 
     def unbind(self, name: str) -> None:
         """SGP ``name`` was not registered after all, or is gone."""
         self._by_name.pop(name, None)
         self._streams.pop(name, None)
+        self.any_to_device = any(td for _, td in self._by_name.values())
 
     def add(self, gp: DeviceGP) -> None:
         """SGP ``gp`` is registered."""
@@ -167,7 +172,3 @@ class DeviceBindings:
         b = self.binding(pid)
         return b is not None and b[1]
 
-    def any_to_device(self) -> bool:
-        """True if some SGP of this node was opened with ``to_device=True``."""
-        # (asked for every incoming array stream: most nodes have no SGP at all)
-        return bool(self._by_name) and any(td for _, td in self._by_name.values())

@@ -562,11 +562,12 @@ class DevicePath:
                 log.debug("no terminator to host %d: %s", sent.host, err)
 
     # ------------------------------------------------------------ receiving
-    def stream_class(self, meta: StreamMeta, dest_pid: int) -> type[IncomingStream]:
-        """The incoming stream class for ``meta`` arriving at GP ``dest_pid``."""
-        if meta.kind == "device":
+    def stream_class(self, kind: str, dest_pid: int) -> type[IncomingStream]:
+        """The incoming stream class for a stream of ``kind`` (its meta's)
+        arriving at GP ``dest_pid``."""
+        if kind == "device":
             return DeviceIncomingStream
-        if meta.kind == "ndarray" and self.sgps.any_to_device():
+        if kind == "ndarray" and self.sgps.any_to_device:
             # decided when it is read: its GP may not be known here yet
             return self.h2d_stream_class
         return IncomingStream

@@ -25,7 +25,7 @@ from aiopdbp.streams.protocol import StreamState
 from aiopdbp.stall import Waits
 from aiopdbp.streams.receiver import IncomingStream
 
-__all__ = ["OpenRoute", "OutgoingStream", "WholeRoute"]
+__all__ = ["OpenRoute", "OutgoingStream", "WholeRoute", "host_gone"]
 
 # events without fields, made once (a short stream feels every allocation)
 _OPENED, _DONE_WHOLE = sp.Opened(), sp.Done()  # (DONE of a stream taken whole)
@@ -311,6 +311,13 @@ class OpenRoute:
         return put
 
 
+def host_gone(target: Target) -> BrokenResourceError:
+    """Why a short stream's record routed to ``target``, a host's link that
+    refused it (failed), was not received: for its sender, who sent
+    nothing after it and must not hear "sent"."""
+    return BrokenResourceError(f"the stream was not received: host {getattr(target, 'host', '?')} is gone")
+
+
 class WholeRoute:
     """The target of a short stream's record sent without a handle
     (:meth:`~aiopdbp.streams.table.StreamTable.send_whole`): routes it to
@@ -342,8 +349,7 @@ class WholeRoute:
         # stream that binds nothing later, and its sender must not hear "sent".
         self.routed = True
         if put is False:
-            self.error = BrokenResourceError(
-                f"the stream was not received: host {getattr(self.target, 'host', '?')} is gone")
+            self.error = host_gone(self.target)
         if fut is not None:
             fut.set_result(None)
         return put

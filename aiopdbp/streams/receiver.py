@@ -4,7 +4,9 @@ The receiver gets the stream object from ``gp.recv()`` in arrival order with
 its messages.  It yields segments in ``segno`` order even when they arrive
 out of order (a bounded reorder window), checks the END's counts, and turns
 an ABORT, a gap or a lost sender into :class:`~aiopdbp.errors.StreamError` --
-never a hang or truncated data.  Device sinks subclass it in
+never a hang or truncated data.  A short stream from another host, which
+its OPEN carried whole, is a :class:`WholeStream`: the same reader, made
+and read in one call each.  Device sinks subclass it in
 :mod:`aiopdbp.streams.devicestreams`; the sending side is
 :mod:`aiopdbp.streams.sender`, the protocol both obey
 :mod:`aiopdbp.streams.protocol` (sans-I/O).
@@ -31,7 +33,7 @@ from aiopdbp.wire.mesp import CDU, StreamOp
 from aiopdbp.records import Record
 
 __all__ = ["DEFAULT_SEGMENT", "EAGER_LIMIT", "LAND_MAX", "IncomingStream", "StreamMeta", "StreamOwner", "StreamState",
-           "describe", "is_array"]
+           "WholeStream", "describe", "is_array", "whole_meta"]
 
 DEFAULT_SEGMENT = 1 << 20
 #: streams of known size up to this land their large segments in place (IncomingStream.landing),
@@ -104,6 +106,24 @@ class StreamMeta(Record):
                    int(d.get("com", 0)), extra=extra, window=int(d.get("window", 0)))
 
 
+def whole_meta(data: Any, com: int, window: Any) -> StreamMeta:
+    """The meta of a stream its OPEN carried whole: its one segment
+    ``data``, its ``com`` and the sender's credit ``window`` (a CDU record's
+    or a short stream record's) -- an array gives an array stream of its
+    dtype and shape, a buffer a bytes stream.  ``ProtocolError`` for what
+    no sender sends: a window out of range, an empty or 0-d array, an empty
+    buffer, anything else."""
+    if type(window) is not int or not 0 < window <= 0xFFFFFFFF:
+        raise ProtocolError(f"a stream OPEN announces a credit window of {window!r}")
+    if isinstance(data, np.ndarray):
+        if data.ndim == 0 or not data.nbytes:
+            raise ProtocolError("a stream OPEN carries an empty or 0-d array as its whole data")
+        return StreamMeta("ndarray", data.nbytes, data.dtype, data.shape, com, window=window)
+    if isinstance(data, (bytes, bytearray, memoryview)) and len(data):
+        return StreamMeta("bytes", memoryview(data).nbytes, com=com, window=window)
+    raise ProtocolError(f"a stream OPEN carries {type(data).__name__} as its whole data")
+
+
 # --------------------------------------------------------------------- cutting
 def is_array(obj: Any) -> bool:
     return isinstance(obj, np.ndarray) or hasattr(obj, "__cuda_array_interface__")
@@ -133,6 +153,23 @@ def _as_u8(seg: Any) -> np.ndarray[Any, np.dtype[np.uint8]]:
     if isinstance(seg, np.ndarray):
         return np.ascontiguousarray(seg).reshape(-1).view(np.uint8)
     return np.frombuffer(seg, dtype=np.uint8)
+
+
+def _whole_read(data: Any, array: bool, owned: bool, kind: str) -> Any:
+    """What ``read()`` returns for a stream its OPEN carried whole, from its
+    one segment ``data`` (``owned``: a writable copy of its own, handed over
+    as it is; else copied once): an array stream's array as ``kind`` asks
+    (``array``: the meta's kind), a bytes stream's writable memoryview."""
+    if array and type(data) is np.ndarray:
+        # the OPEN's record gave it the stream's dtype and shape
+        if not owned:
+            data = data.copy()
+        if kind != "auto" or data.dtype.metadata is not None:
+            return arrival(data, kind)
+        return data
+    if owned and type(data) is bytearray:
+        return memoryview(data)
+    return _as_u8(data).copy().data
 
 
 def _flat_bytes(out: Any, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
@@ -403,17 +440,8 @@ class IncomingStream:
             # The OPEN carried it all and nothing was read: one copy at most.
             self._whole = False
             # (no Consumed: the stream is DONE, and a DONE stream gives no credit back)
-            data = self._ready.popleft()
-            if self.meta.kind == "ndarray" and type(data) is np.ndarray:
-                # the OPEN's record gave it the stream's dtype and shape
-                if not self._owned:
-                    data = data.copy()
-            elif self._owned and type(data) is bytearray:
-                return memoryview(data)
-            else:
-                return _as_u8(data).copy().data
-        else:
-            data = await self._read(out)
+            return _whole_read(self._ready.popleft(), self.meta.kind == "ndarray", self._owned, kind)
+        data = await self._read(out)
         if type(data) is np.ndarray and (kind != "auto" or data.dtype.metadata is not None):
             return arrival(data, kind)
         return data
@@ -501,6 +529,108 @@ class IncomingStream:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+class WholeStream(IncomingStream):
+    """A stream from another host whose OPEN carried it whole (its one
+    segment and its END, in a short record): complete on arrival -- DONE,
+    and the reader's like a message.  Made in one call by the arrivals'
+    decode (:meth:`~aiopdbp.streams.table.StreamTable.open_whole`) and read
+    in one: what :class:`IncomingStream` holds beside the segment -- the
+    :class:`StreamMeta`, the protocol's state and the queue of segments --
+    is made when something asks for it (``meta``, ``async for``,
+    ``read(out=...)``, ``aclose()``), as it would have been at the start (a
+    short stream feels each object and call)."""
+
+    pipe: Pipe[CDU] | None = None
+    _error: BaseException | None = None
+    _whole = True
+    _landed: np.ndarray[Any, np.dtype[np.uint8]] | None = None
+    _land_at = 0
+    arrays = "auto"
+    _m: StreamMeta | None = None
+    _p: sp.ReceiverProtocol | None = None
+    _q: collections.deque[Any] | None = None
+
+    def __init__(self, owner: StreamOwner, key: tuple[int, int], source: str, source_pid: int, dest_pid: int,
+                 data: Any, com: int, window: int, owned: bool = True) -> None:
+        # (IncomingStream.__init__ is not run: the properties below make what it would)
+        if (type(window) is not int or not 0 < window <= 0xFFFFFFFF or not (
+                type(data) is np.ndarray and data.ndim and data.nbytes or type(data) is bytearray and data)):
+            # not the commonest record: whole_meta refuses it, saying why, or accepts it
+            self._m = whole_meta(data, com, window)
+        self._owner = owner
+        self.key = key
+        self.sno = key[1]
+        self.source_pid = source_pid
+        self.dest_pid = dest_pid
+        self.source = source
+        self._data = data       # the one segment (kept: the meta is made of it)
+        self._com = com
+        self._window = window
+        self._owned = owned
+
+    @property
+    def meta(self) -> StreamMeta:
+        """As :attr:`IncomingStream.meta`: the segment's kind, dtype and
+        shape, the ``com`` and window of its record."""
+        m = self._m
+        if m is None:
+            m = self._m = whole_meta(self._data, self._com, self._window)
+        return m
+
+    @meta.setter
+    def meta(self, meta: StreamMeta) -> None:
+        self._m = meta
+
+    @property
+    def _proto(self) -> sp.ReceiverProtocol:
+        """The protocol as ``take_whole`` leaves it: DONE."""
+        p = self._p
+        if p is None:
+            meta = self.meta
+            p = self._p = sp.ReceiverProtocol(meta.window, meta.window)
+            p.take_whole(int(meta.nbytes or 0))
+        return p
+
+    @_proto.setter
+    def _proto(self, proto: sp.ReceiverProtocol) -> None:
+        self._p = proto
+
+    @property
+    def _ready(self) -> collections.deque[Any]:
+        """The segments not read: the one, until it is read."""
+        q = self._q
+        if q is None:
+            q = self._q = collections.deque((self._data,) if self._whole else ())
+        return q
+
+    @_ready.setter
+    def _ready(self, ready: collections.deque[Any]) -> None:
+        self._q = ready
+
+    @property
+    def state(self) -> StreamState:
+        """DONE: it arrived complete (nothing can break it after)."""
+        return StreamState.DONE
+
+    @property
+    def finished(self) -> bool:
+        return True
+
+    async def read(self, out: Any = None, *, arrays: str | None = None) -> Any:
+        """As :meth:`IncomingStream.read`; the commonest, the whole stream
+        unread and no ``out``, in this one call."""
+        if out is None and self._whole and self._q is None:
+            kind = arrays or self.arrays
+            if kind not in KINDS:
+                raise ValueError(f"arrays is one of {KINDS}, not {arrays!r}")
+            self._whole = False
+            data = self._data
+            if type(data) is np.ndarray and kind == "auto" and self._owned and data.dtype.metadata is None:
+                return data  # the commonest: _whole_read's first answer, without the call
+            return _whole_read(data, isinstance(data, np.ndarray), self._owned, kind)
+        return await IncomingStream.read(self, out, arrays=arrays)
 
 
 # ------------------------------------------------------------------- sending

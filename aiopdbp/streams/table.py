@@ -75,8 +75,8 @@ from aiopdbp.routing.pipes import Pipe, PipePool
 from aiopdbp.routing.arrivals import Arrivals
 from aiopdbp.routing.router import Router, Target
 from aiopdbp.streams.protocol import Registry, StreamState
-from aiopdbp.streams.outgoing import OpenRoute, OutgoingStream, WholeRoute
-from aiopdbp.streams.receiver import LAND_MAX, IncomingStream, StreamMeta
+from aiopdbp.streams.outgoing import OpenRoute, OutgoingStream, WholeRoute, host_gone
+from aiopdbp.streams.receiver import LAND_MAX, IncomingStream, StreamMeta, WholeStream, whole_meta
 from aiopdbp.hosts.tables import StreamEntry, Tables
 from aiopdbp.transport.recvcache import DEFAULT_RECV_CACHE_BYTES, RECV_CACHE_MIN_SIZE, RecvBufferCache
 
@@ -102,7 +102,7 @@ class StreamPeers(Protocol):
 class StreamDevices(Protocol):
     """What the table asks of the device path (:class:`aiopdbp.streams.devicepath.DevicePath`)."""
 
-    def stream_class(self, meta: StreamMeta, dest_pid: int) -> type[IncomingStream]: ...
+    def stream_class(self, kind: str, dest_pid: int) -> type[IncomingStream]: ...
     def start_incoming(self, host: int, stream: IncomingStream) -> bool: ...
     def refuse_incoming(self, host: int, key: tuple[int, int], meta: StreamMeta) -> None: ...
     def break_host(self, host: int, exc: BaseException) -> None: ...
@@ -127,23 +127,8 @@ def eager_meta(cdu: CDU) -> StreamMeta:
     """The meta of an OPEN that carries its whole stream (``segno``
     :data:`EAGER_OPEN`): its record is the meta -- an array payload gives an
     array stream of its dtype and shape, a bytes payload a bytes stream; the
-    sender's credit window is the record's ``id``."""
-    return _whole_meta(cdu.data, cdu.com, cdu.id)
-
-
-def _whole_meta(data: Any, com: int, window: Any) -> StreamMeta:
-    """The meta of a stream carried whole: its one segment ``data``, its
-    ``com`` and the sender's credit ``window`` (a CDU record's or a short
-    stream record's)."""
-    if type(window) is not int or not 0 < window <= 0xFFFFFFFF:
-        raise ProtocolError(f"a stream OPEN announces a credit window of {window!r}")
-    if isinstance(data, np.ndarray):
-        if data.ndim == 0 or not data.nbytes:
-            raise ProtocolError("a stream OPEN carries an empty or 0-d array as its whole data")
-        return StreamMeta("ndarray", data.nbytes, data.dtype, data.shape, com, window=window)
-    if isinstance(data, (bytes, bytearray, memoryview)) and len(data):
-        return StreamMeta("bytes", memoryview(data).nbytes, com=com, window=window)
-    raise ProtocolError(f"a stream OPEN carries {type(data).__name__} as its whole data")
+    sender's credit window is the record's ``id`` (:func:`whole_meta`)."""
+    return whole_meta(cdu.data, cdu.com, cdu.id)
 
 
 def _own_copy(data: Any) -> Any:
@@ -168,7 +153,8 @@ class StreamTable:
                  watch: Callable[[Pipe[Any]], None], device: StreamDevices | None = None,
                  peers: StreamPeers | None = None, large: int | None = None,
                  offer: Callable[[Target, int, int, Any], bool] | None = None,
-                 route: Callable[[Pipe[Any], Target, int, Any], None] | None = None) -> None:
+                 route: Callable[[Pipe[Any], Target, int, Any], None] | None = None,
+                 route_now: Callable[[Target, int, Any], bool | None] | None = None) -> None:
         self.rank = rank
         #: payloads at least this large leave from the sender's own buffer
         #: (``RemoteConfig.large``; None on one host)
@@ -186,6 +172,7 @@ class StreamTable:
         self._submit = submit
         self._offer = offer   # the PipeManager's no-wait path (send_whole_nowait)
         self._route = route   # the PipeManager's put: a segment at once when nothing is queued
+        self._route_now = route_now  # ... and a record at once, or None when something is (send_whole)
         self._watch = watch
         self._snos = itertools.count(1)
         self._out: dict[tuple[int, int], OutgoingStream] = {}
@@ -231,7 +218,9 @@ class StreamTable:
     async def send_whole(self, src_pid: int, tgt: Target, pid: int, record: ShortStream, cost: int) -> bool:
         """The rest of :meth:`send_whole_nowait` when it said no: wait, as a
         message does, for credit at GP ``pid``'s host (registered with the
-        stall watch), then route the record; True once it is routed.  False,
+        stall watch), then route the record -- at once when nothing is
+        queued ahead of it, else behind what is (a :class:`WholeRoute`
+        tells it when) -- True once it is routed.  False,
         having done nothing, where there is no no-wait path to pair it
         with: then :meth:`open_outgoing`.
         The protocol's ``SendWhole`` again, with no handle, no protocol
@@ -242,7 +231,14 @@ class StreamTable:
         """
         if self._offer is None:
             return False
-        await self.router.reserve(tgt, pid, cost, None, f"<pid {pid}>", self.tables.name_of(src_pid))
+        # (the sender's name, for a stall report: a GP here is always named)
+        await self.router.reserve(tgt, pid, cost, None, f"<pid {pid}>",
+                                  self.tables.names.get(src_pid) or self.tables.name_of(src_pid))
+        put = None if self._route_now is None else self._route_now(tgt, pid, record)
+        if put is not None:  # nothing was queued ahead: routed now (WholeRoute's answer, without one)
+            if put is False:
+                raise host_gone(tgt)
+            return True
         route = WholeRoute(tgt, cost)
         self._submit(route, pid, record)
         if not route.routed:  # it queued behind others in the PipeManager
@@ -392,7 +388,7 @@ class StreamTable:
             pipe_b = self.pps.apply_nowait()
         if pipe_b is not None:
             pipe_b.capacity = window
-        cls = IncomingStream if self.device is None else self.device.stream_class(meta, dest_pid)
+        cls = IncomingStream if self.device is None else self.device.stream_class(meta.kind, dest_pid)
         stream = cls(self, key, self.tables.name_of(src_pid) if source is None else source, pipe_b, window,
                      src_pid, dest_pid, meta, whole=whole, owned=owned)
         if whole is not None:
@@ -460,15 +456,23 @@ class StreamTable:
         incoming stream, for the arrivals to put in GP ``dest``'s pipe among
         the messages around it -- or None when its record is malformed
         (dropped and counted: its sender, done once it sent it, waits for
-        nothing).  ``data`` is the segment, a copy of its own."""
+        nothing).  ``data`` is the segment, a copy of its own.  The stream is
+        a :class:`~aiopdbp.streams.receiver.WholeStream` (made in one call)
+        unless the device path takes arrays for GP ``dest`` (an SGP that
+        receives to its device)."""
         try:
-            stream = self._new_incoming((host, sno), src_pid, dest, _whole_meta(data, com, window), whole=data,
-                                        source=source if type(source) is str else None, owned=True)
+            if type(source) is not str:
+                source = self.tables.name_of(src_pid)
+            device = self.device
+            if type(data) is np.ndarray and device is not None and \
+                    device.stream_class("ndarray", dest) is not IncomingStream:
+                return self._new_incoming((host, sno), src_pid, dest, whole_meta(data, com, window), whole=data,
+                                          source=source, owned=True)
+            return WholeStream(self, (host, sno), source, src_pid, dest, data, com, window)
         except ProtocolError as exc:
             self.dropped += 1
             log.debug("host %d: a stream record dropped: %s", host, exc)
             return None
-        return stream
 
     def undelivered(self, items: list[Any]) -> None:
         """Items the arrivals could not deliver (their GP is gone): the
