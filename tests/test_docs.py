@@ -44,6 +44,20 @@ def _run(cmd: list[str], cwd: Path) -> list[str]:
     return sorted(unprefixed(proc.stdout).splitlines())
 
 
+@pytest.fixture(scope="module")
+def docs_one_process(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``lines(prog)``: what ``prog`` prints in one process, run once per module
+    (the one-process test and the two-rank comparison read the same run)."""
+    printed: dict[Path, list[str]] = {}
+
+    def lines(prog: Path) -> list[str]:
+        if prog not in printed:
+            printed[prog] = _run([sys.executable, str(prog)], tmp_path_factory.mktemp(prog.stem))
+        return printed[prog]
+
+    return lines
+
+
 def test_every_tutorial_program_is_shown_on_a_page() -> None:
     pages = "".join(p.read_text() for p in (DOCS / "tutorial").glob("*.md"))
     assert TUTORIAL
@@ -53,16 +67,17 @@ def test_every_tutorial_program_is_shown_on_a_page() -> None:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("prog", _progs())
-def test_tutorial_program_runs_in_one_process(prog: Path, tmp_path: Path) -> None:
-    assert _run([sys.executable, str(prog)], tmp_path), "the program printed nothing"
+def test_tutorial_program_runs_in_one_process(prog: Path, docs_one_process: Any) -> None:
+    assert docs_one_process(prog), "the program printed nothing"
 
 
 @requires_mpi
 @pytest.mark.mpi
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("prog", _progs())
-def test_tutorial_program_prints_the_same_on_two_ranks(prog: Path, tmp_path: Path) -> None:
-    one = _run([sys.executable, str(prog)], tmp_path)
+def test_tutorial_program_prints_the_same_on_two_ranks(prog: Path, tmp_path: Path,
+                                                      docs_one_process: Any) -> None:
+    one = docs_one_process(prog)
     two = _run([sys.executable, "-m", "aiopdbp", "launch", "-n", "2", str(prog)], tmp_path)
     assert two == one
 
@@ -272,7 +287,7 @@ def test_code_lines_in_the_docs_fit_88_columns() -> None:
 
 
 @pytest.mark.timeout(120)
-def test_the_home_page_shows_install_and_the_first_program_with_its_output(tmp_path: Path) -> None:
+def test_the_home_page_shows_install_and_the_first_program_with_its_output(docs_one_process: Any) -> None:
     """A newcomer's first page: how to install, the first program, how to
     run it, and what it prints (the program's real output)."""
     home = (DOCS / "index.md").read_text()
@@ -281,7 +296,7 @@ def test_the_home_page_shows_install_and_the_first_program_with_its_output(tmp_p
     assert "aiopdbp launch -n 2 first.py" in home
     shown = re.search(r"```text\n(.*?)```", home, re.S)
     assert shown, "the home page shows no output"
-    printed = _run([sys.executable, str(DOCS / "tutorial" / "first.py")], tmp_path)
+    printed = docs_one_process(DOCS / "tutorial" / "first.py")
     assert sorted(shown[1].splitlines()) == printed
 
 

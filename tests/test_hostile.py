@@ -26,7 +26,17 @@ _BOUND = 45
 _LAUNCHER_VARS = ("PMI_FD", "PMI_RANK", "PMI_SIZE", "PMI_PORT", "MPI_LOCALNRANKS", "MPI_LOCALRANKID")
 
 
+#: mode -> (exit status, output) of its job: the tests that read the same job run it once
+_RUNS: dict[str, tuple[int, str]] = {}
+
+
 def _run(mode: str) -> tuple[int, str]:
+    if mode not in _RUNS:
+        _RUNS[mode] = _launch(mode)
+    return _RUNS[mode]
+
+
+def _launch(mode: str) -> tuple[int, str]:
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARS}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
     env["PYTHONUNBUFFERED"] = "1"

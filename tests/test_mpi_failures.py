@@ -9,6 +9,7 @@ How long it took is a figure of ``benchmarks/faults.py``, not a test.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -456,8 +457,14 @@ def test_program_returning_with_unfreed_gp_and_barrier_exits_without_noise() -> 
     assert proc.stderr == "", out
 
 
+@functools.cache
+def _handshake_timeout_job() -> subprocess.CompletedProcess[str]:
+    """handshake_timeout.py on 2 ranks, run once for the two tests that read it."""
+    return run_mpi(SCRIPTS_DIR / "handshake_timeout.py", n=2, timeout=90)
+
+
 def test_handshake_timeout_raises_handshake_error_on_waiting_rank() -> None:
-    proc = run_mpi(SCRIPTS_DIR / "handshake_timeout.py", n=2, timeout=90)
+    proc = _handshake_timeout_job()
     out = proc.stdout + proc.stderr
     assert "HANDSHAKE ERROR" in out and "within 1.0 s" in out, out
     assert "UNEXPECTED" not in out
@@ -527,7 +534,7 @@ def test_rank_that_never_opens_its_node_gives_handshake_error() -> None:
 
 def test_rank_that_never_opens_its_node_after_mpi_init_gives_handshake_error() -> None:
     # rank 1 initialised MPI (it made a transport) but never opens the node
-    proc = run_mpi(SCRIPTS_DIR / "handshake_timeout.py", n=2, timeout=90)
+    proc = _handshake_timeout_job()
     out = proc.stdout + proc.stderr
     assert "HANDSHAKE ERROR" in out and "within 1.0 s" in out, out
 
