@@ -3,7 +3,9 @@ the network replaced by memory copies) for deterministic counts.
 
     N=K KIND=numpy|torch SIZE=8 [PROF=1] python rt_ir.py
 
-Under callgrind, run N=0 and N=K: (instructions(K) - instructions(0)) / K is
+Under callgrind (``--instr-atstart=no``: imports run uninstrumented), with
+CG=1 and ``cgctl`` (a two-line extension: CALLGRIND_START/STOP_INSTRUMENTATION)
+importable, instrumentation covers the measured round trips only.  Run N=0 and N=K: (instructions(K) - instructions(0)) / K is
 instructions per round trip (two hops: a send and an arrival on each side).
 PROF=1 prints cProfile's calls per round trip instead (functions by calls)."""
 import asyncio
@@ -62,6 +64,11 @@ async def main() -> None:
                 for (f, line, name), v in rows:
                     if v[1] >= N // 2:
                         print(f"{v[1] / N:6.2f}  {os.path.basename(f)}:{line}({name})")
+            elif os.environ.get("CG"):
+                import cgctl
+                cgctl.start()
+                await rts(N)
+                cgctl.stop()
             else:
                 await rts(N)
             gc.enable()
