@@ -33,6 +33,7 @@ from aiopdbp.tensormem import view as _pure_memory
 _memory: ModuleType = ext.twin("tensormem", _pure_memory, "aiopdbp.tensormem.cview")
 _tensor_array: Callable[[Any, np.dtype[Any], Any, bool], np.ndarray[Any, Any] | None] = _memory.tensor_array
 _tensor_of: Callable[[Any, dict[int, np.dtype[Any]], Any], Any] = _memory.tensor_of
+_bind: Callable[[type], bool] = _memory.bind
 #: whether anyone can change an array's memory (:func:`aiopdbp.tensormem.view.frozen`)
 frozen: Callable[[np.ndarray[Any, Any]], bool] = _memory.frozen
 #: a send's snapshot of an array of a plain dtype, or None
@@ -224,6 +225,7 @@ def host_array(obj: Any) -> np.ndarray[Any, Any] | None:
         torch = sys.modules.get("torch")
         if torch is not None and (cls is torch.Tensor or isinstance(obj, torch.Tensor)):
             _tensor = torch.Tensor
+            _bind(_tensor)
             return _torch_array(obj)
     probe = getattr(obj, "__dlpack_device__", None)
     if probe is None or getattr(obj, "__cuda_array_interface__", None) is not None:
@@ -284,6 +286,7 @@ def _torch() -> Any:
         else:
             _torch_module = torch
             _from_numpy = torch.from_numpy
+            _bind(torch.Tensor)
     return _torch_module
 
 

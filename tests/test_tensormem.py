@@ -145,3 +145,74 @@ def test_the_built_twin_is_current_and_chosen() -> None:
     if compiled_memory is None or not ext.core().get("tensormem", "").startswith("compiled"):
         pytest.skip("tensormem.cview is not built here (or AIOPDBP_NO_EXTENSIONS is set)")
     assert arrays._tensor_array is compiled_memory.tensor_array and arrays._tensor_of is compiled_memory.tensor_of
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_bind_says_whether_the_form_uses_dlpacks_c_exchange_api(form: Any) -> None:
+    # the compiled form where torch has the API (2.9 and later); the pure form never
+    has_api = "__dlpack_c_exchange_api__" in torch.Tensor.__dict__
+    assert form.bind(torch.Tensor) is (form is compiled_memory and has_api)
+    assert form.bind(int) is False  # a type without the API changes nothing
+
+
+def _bound_compiled() -> Any:
+    if compiled_memory is None or not compiled_memory.bind(torch.Tensor):
+        pytest.skip("the compiled form is not built, or this torch has no __dlpack_c_exchange_api__")
+    return compiled_memory
+
+
+def test_a_bound_tensor_is_described_by_dlpack_not_by_attribute_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    form = _bound_compiled()
+
+    def no_read(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("read by attribute")
+
+    t = torch.arange(12, dtype=torch.int32).reshape(3, 4)
+    for name in ("is_contiguous", "data_ptr"):
+        monkeypatch.setattr(torch.Tensor, name, no_read)
+    arr = _view(form, t, np.dtype("<i4"))
+    assert arr.shape == (3, 4) and arr.tolist() == t.tolist() and arr.base is t
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_tensor_subclass_is_viewed_by_its_attributes(form: Any) -> None:
+    class Sub(torch.Tensor):  # (the exchange API is for exactly the type it was found on)
+        pass
+
+    form.bind(torch.Tensor)
+    t = torch.arange(6, dtype=torch.float32).as_subclass(Sub)
+    arr = _view(form, t, np.dtype("<f4"))
+    assert arr.tolist() == [0, 1, 2, 3, 4, 5] and arr.ctypes.data == t.data_ptr()
+    assert _view(form, t[::2], np.dtype("<f4")) is None  # and its non-contiguous views left to the general path
+
+
+def test_a_bound_arrival_is_made_by_dlpack_and_holds_the_array() -> None:
+    form = _bound_compiled()
+    tagged = np.dtype("<i8", metadata={"aiopdbp": ("torch", "<i8")})
+    known = {id(tagged): tagged}
+
+    def no_from_numpy(arr: Any) -> Any:
+        raise AssertionError("from_numpy called")
+
+    base = np.arange(12, dtype=np.int64)
+    gone = weakref.ref(base)
+    t = form.tensor_of(base.reshape(3, 4).view(tagged), known, no_from_numpy)
+    assert type(t) is torch.Tensor and t.dtype is torch.int64 and t.shape == (3, 4) and t.is_contiguous()
+    assert t.data_ptr() == base.ctypes.data and t[2, 3].item() == 11
+    del base
+    gc.collect()
+    assert gone() is not None  # the tensor holds the array's memory
+    del t
+    gc.collect()
+    assert gone() is None  # and lets it go with itself
+
+
+@pytest.mark.parametrize("tdtype", [torch.float32, torch.float16, torch.float64, torch.complex64, torch.bool,
+                                    torch.int8, torch.uint8, torch.int16, torch.int64])
+def test_a_bound_arrival_keeps_the_dtype(tdtype: Any) -> None:
+    form = _bound_compiled()
+    src = torch.arange(6).reshape(2, 3).to(tdtype)
+    dt = src.numpy().dtype
+    tagged = np.dtype(dt.str, metadata={"aiopdbp": ("torch", dt.str)})
+    got = form.tensor_of(src.numpy().copy().view(tagged), {id(tagged): tagged}, torch.from_numpy)
+    assert got.dtype is tdtype and torch.equal(got, src)

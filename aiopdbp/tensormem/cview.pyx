@@ -3,14 +3,26 @@
 same :func:`tensor_array`, the ndarray made by one numpy C call over the
 tensor's memory, with the tensor as its base; :func:`tensor_of`,
 :func:`frozen` and :func:`plain_snapshot` without the Python-level reads
-of the dtype and the flags."""
+of the dtype and the flags.
+
+For the tensor type handed to :func:`bind` (``torch.Tensor``), exactly, both
+ways go through DLPack's C exchange API (``__dlpack_c_exchange_api__``, DLPack
+1.2): one C call describes a tensor's memory (pointer, device, shape,
+strides) where five attribute reads did, and one makes a tensor over an
+array's memory where ``torch.from_numpy`` parsed its argument and the
+array's layout.  The flags DLPack does not carry (requires grad, the
+negative and conjugate bits) are still read.  Other types, and a framework
+without the API, take the attribute reads and ``from_numpy``."""
 
 cimport numpy as cnp
 from cpython.dict cimport PyDict_GetItem
+from cpython.exc cimport PyErr_Clear
 from cpython.long cimport PyLong_FromVoidPtr
 from cpython.object cimport PyObject, PyTypeObject
-from cpython.ref cimport Py_INCREF
-from libc.stdint cimport uintptr_t
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
+from cpython.ref cimport Py_DECREF, Py_INCREF
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
+from libc.stdlib cimport free, malloc
 
 import numpy as np
 
@@ -29,11 +41,67 @@ cdef extern from "numpy/arrayobject.h":
     object PyArray_NewFromDescr(PyTypeObject *subtype, cnp.PyArray_Descr *descr, int nd, cnp.npy_intp *dims,
                                 cnp.npy_intp *strides, void *data, int flags, object obj)
 
+# DLPack's ABI (dlpack.h 1.2+, the parts read here), written out so that the
+# build needs no framework's headers; the prefix keeps clear of a dlpack.h
+cdef extern from *:
+    """
+    typedef struct { uint32_t major; uint32_t minor; } aiopdbp_DLPackVersion;
+    typedef struct { int32_t device_type; int32_t device_id; } aiopdbp_DLDevice;
+    typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } aiopdbp_DLDataType;
+    typedef struct { void *data; aiopdbp_DLDevice device; int32_t ndim; aiopdbp_DLDataType dtype;
+                     int64_t *shape; int64_t *strides; uint64_t byte_offset; } aiopdbp_DLTensor;
+    typedef struct aiopdbp_DLManagedTensorVersioned {
+        aiopdbp_DLPackVersion version; void *manager_ctx;
+        void (*deleter)(struct aiopdbp_DLManagedTensorVersioned *self);
+        uint64_t flags; aiopdbp_DLTensor dl_tensor; } aiopdbp_DLManagedTensorVersioned;
+    typedef struct aiopdbp_DLPackExchangeAPIHeader {
+        aiopdbp_DLPackVersion version; struct aiopdbp_DLPackExchangeAPIHeader *prev_api; } aiopdbp_DLPackExchangeAPIHeader;
+    typedef struct {
+        aiopdbp_DLPackExchangeAPIHeader header;
+        void *managed_tensor_allocator;
+        void *managed_tensor_from_py_object_no_sync;
+        int (*managed_tensor_to_py_object_no_sync)(aiopdbp_DLManagedTensorVersioned *, void **);
+        int (*dltensor_from_py_object_no_sync)(void *, aiopdbp_DLTensor *);
+        void *current_work_stream; } aiopdbp_DLPackExchangeAPI;
+    """
+    ctypedef struct aiopdbp_DLPackVersion:
+        uint32_t major
+        uint32_t minor
+    ctypedef struct aiopdbp_DLDevice:
+        int32_t device_type
+        int32_t device_id
+    ctypedef struct aiopdbp_DLDataType:
+        uint8_t code
+        uint8_t bits
+        uint16_t lanes
+    ctypedef struct aiopdbp_DLTensor:
+        void *data
+        aiopdbp_DLDevice device
+        int32_t ndim
+        aiopdbp_DLDataType dtype
+        int64_t *shape
+        int64_t *strides
+        uint64_t byte_offset
+    ctypedef struct aiopdbp_DLManagedTensorVersioned:
+        aiopdbp_DLPackVersion version
+        void *manager_ctx
+        void (*deleter)(aiopdbp_DLManagedTensorVersioned *self) noexcept
+        uint64_t flags
+        aiopdbp_DLTensor dl_tensor
+    ctypedef struct aiopdbp_DLPackExchangeAPIHeader:
+        aiopdbp_DLPackVersion version
+    ctypedef struct aiopdbp_DLPackExchangeAPI:
+        aiopdbp_DLPackExchangeAPIHeader header
+        int (*managed_tensor_to_py_object_no_sync)(aiopdbp_DLManagedTensorVersioned *, void **) noexcept
+        int (*dltensor_from_py_object_no_sync)(void *, aiopdbp_DLTensor *) noexcept
+
+DEF _kDLCPU = 1
+
 #: the files this twin was built from, and their hash then (aiopdbp.ext checks it)
 __sources__ = ("view.py", "cview.pyx")
 __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
-__all__ = ["PLAIN_NUMS", "frozen", "plain_snapshot", "tensor_array", "tensor_of"]
+__all__ = ["PLAIN_NUMS", "bind", "frozen", "plain_snapshot", "tensor_array", "tensor_of"]
 
 #: as :data:`aiopdbp.tensormem.view.PLAIN_NUMS`
 PLAIN_NUMS = frozenset(range(17)) | {21, 22, 23}
@@ -42,34 +110,138 @@ PLAIN_NUMS = frozenset(range(17)) | {21, 22, 23}
 DEF _MAX_DIMS = 64
 
 
+# the type bind() took, and its exchange API (NULL: none)
+cdef object _bound = None
+cdef const aiopdbp_DLPackExchangeAPI *_api = NULL
+
+
+def bind(cls):
+    """As :func:`aiopdbp.tensormem.view.bind`: here, use ``cls``'s DLPack C
+    exchange API for instances of exactly ``cls`` (the API is only for the
+    type it was found on); True when it has a usable one."""
+    global _bound, _api
+    cap = cls.__dict__.get("__dlpack_c_exchange_api__")
+    if cap is None or not PyCapsule_IsValid(cap, b"dlpack_exchange_api"):
+        return False
+    api = <const aiopdbp_DLPackExchangeAPI *>PyCapsule_GetPointer(cap, b"dlpack_exchange_api")
+    if (api.header.version.major != 1 or api.header.version.minor < 2
+            or api.dltensor_from_py_object_no_sync == NULL or api.managed_tensor_to_py_object_no_sync == NULL):
+        return False
+    _api, _bound = api, cls
+    return True
+
+
 cpdef object tensor_array(t, cnp.dtype dt, strided, bint complex_):
     """As :func:`aiopdbp.tensormem.view.tensor_array`."""
     cdef cnp.npy_intp dims[_MAX_DIMS]
     cdef Py_ssize_t nd, i
     cdef cnp.npy_intp n = 1
-    cdef uintptr_t ptr
+    cdef void *ptr
+    cdef aiopdbp_DLTensor d
     cdef cnp.ndarray arr
-    if (not t.is_cpu or t.layout is not strided or t.requires_grad or t.is_neg()
-            or complex_ and t.is_conj() or not t.is_contiguous()):
-        return None
-    try:
-        shape = t.shape
-    except RuntimeError:  # a nested tensor has none
-        return None
-    nd = len(shape)
-    if nd > _MAX_DIMS:
-        return None
-    for i in range(nd):
-        dims[i] = shape[i]
-        n *= dims[i]
-    if n == 0:
-        return None
-    ptr = t.data_ptr()
+    if type(t) is _bound:
+        # (a sparse, nested or quantized tensor: DLPack refuses it, as the reads below would)
+        if _api.dltensor_from_py_object_no_sync(<void *>t, &d) != 0:
+            PyErr_Clear()
+            return None
+        if d.device.device_type != _kDLCPU or d.ndim > _MAX_DIMS:
+            return None
+        nd = d.ndim
+        for i in range(nd - 1, -1, -1):  # C-contiguous: each stride the product of the sizes after it
+            dims[i] = d.shape[i]
+            if dims[i] != 1 and d.strides[i] != n:
+                return None
+            n *= dims[i]
+        if n == 0 or t.requires_grad or t.is_neg() or complex_ and t.is_conj():
+            return None
+        ptr = <char *>d.data + d.byte_offset
+    else:
+        if (not t.is_cpu or t.layout is not strided or t.requires_grad or t.is_neg()
+                or complex_ and t.is_conj() or not t.is_contiguous()):
+            return None
+        try:
+            shape = t.shape
+        except RuntimeError:  # a nested tensor has none
+            return None
+        nd = len(shape)
+        if nd > _MAX_DIMS:
+            return None
+        for i in range(nd):
+            dims[i] = shape[i]
+            n *= dims[i]
+        if n == 0:
+            return None
+        ptr = <void *><uintptr_t>t.data_ptr()
     Py_INCREF(dt)  # PyArray_NewFromDescr steals a reference to the dtype
     arr = PyArray_NewFromDescr(<PyTypeObject *>np.ndarray, <cnp.PyArray_Descr *>dt, <int>nd, dims, NULL,
-                               <void *>ptr, cnp.NPY_ARRAY_C_CONTIGUOUS | cnp.NPY_ARRAY_WRITEABLE, None)
+                               ptr, cnp.NPY_ARRAY_C_CONTIGUOUS | cnp.NPY_ARRAY_WRITEABLE, None)
     cnp.set_array_base(arr, t)  # the array holds the tensor, and so its memory, alive
     return arr
+
+
+cdef void _release(aiopdbp_DLManagedTensorVersioned *m) noexcept with gil:
+    # (the tensor's storage calls this when it goes, from whichever thread)
+    Py_DECREF(<object>m.manager_ctx)
+    free(m)
+
+
+cdef object _dlpack_tensor(cnp.ndarray a):
+    """A tensor of the bound type over ``a``'s memory (C-contiguous, of a
+    native dtype the framework has), holding ``a``; None where DLPack has
+    no code for the dtype or the framework refused it."""
+    cdef cnp.dtype descr = <cnp.dtype><object><PyObject *>cnp.PyArray_DESCR(a)
+    cdef int nd = cnp.PyArray_NDIM(a), i
+    cdef int64_t step = 1
+    cdef uint8_t code
+    cdef void *out = NULL
+    cdef aiopdbp_DLManagedTensorVersioned *m
+    cdef int64_t *sizes
+    cdef char kind = descr.kind
+    if kind == b'f':
+        code = 2  # kDLFloat
+    elif kind == b'i':
+        code = 0  # kDLInt
+    elif kind == b'u':
+        code = 1  # kDLUInt
+    elif kind == b'b':
+        code = 6  # kDLBool
+    elif kind == b'c':
+        code = 5  # kDLComplex
+    else:
+        return None
+    # one block: the struct, then the sizes and the strides (in items)
+    m = <aiopdbp_DLManagedTensorVersioned *>malloc(sizeof(aiopdbp_DLManagedTensorVersioned) + 2 * nd * sizeof(int64_t))
+    if m == NULL:
+        raise MemoryError()
+    sizes = <int64_t *>(m + 1)
+    for i in range(nd):
+        sizes[i] = cnp.PyArray_DIMS(a)[i]
+    for i in range(nd - 1, -1, -1):
+        sizes[nd + i] = step
+        step *= sizes[i]
+    m.version.major = 1
+    m.version.minor = 2
+    Py_INCREF(a)
+    m.manager_ctx = <void *>a
+    m.deleter = _release
+    m.flags = 0
+    m.dl_tensor.data = cnp.PyArray_DATA(a)
+    m.dl_tensor.device.device_type = _kDLCPU
+    m.dl_tensor.device.device_id = 0
+    m.dl_tensor.ndim = nd
+    m.dl_tensor.dtype.code = code
+    m.dl_tensor.dtype.bits = <uint8_t>(8 * cnp.PyArray_ITEMSIZE(a))
+    m.dl_tensor.dtype.lanes = 1
+    m.dl_tensor.shape = sizes
+    m.dl_tensor.strides = sizes + nd
+    m.dl_tensor.byte_offset = 0
+    if _api.managed_tensor_to_py_object_no_sync(m, &out) != 0:
+        # (m is the framework's now, whatever it did with it: from_numpy tries)
+        PyErr_Clear()
+        return None
+    t = <object>out
+    Py_DECREF(t)  # out was a new reference, and <object> took another
+    return t
 
 
 def tensor_of(arr, dict known, from_numpy):
@@ -83,6 +255,10 @@ def tensor_of(arr, dict known, from_numpy):
     hit = PyDict_GetItem(known, PyLong_FromVoidPtr(descr))
     if hit != descr or not cnp.PyArray_ISWRITEABLE(a):
         return None
+    if _api != NULL and cnp.PyArray_IS_C_CONTIGUOUS(a):
+        t = _dlpack_tensor(a)
+        if t is not None:
+            return t
     return from_numpy(a)
 
 

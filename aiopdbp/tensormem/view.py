@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PLAIN_NUMS", "frozen", "plain_snapshot", "tensor_array", "tensor_of"]
+__all__ = ["PLAIN_NUMS", "bind", "frozen", "plain_snapshot", "tensor_array", "tensor_of"]
 
 #: ``dtype.num`` of numpy's builtin fixed-size dtypes that travel as raw
 #: bytes whatever their byte order or metadata: bool, the integers, the
@@ -36,6 +36,15 @@ __all__ = ["PLAIN_NUMS", "frozen", "plain_snapshot", "tensor_array", "tensor_of"
 #: and timedelta64 -- not objects, bytes and str (sized per dtype), void
 #: (fields, sub-arrays) or user dtypes (ml_dtypes): those take the general path
 PLAIN_NUMS = frozenset(range(17)) | {21, 22, 23}
+
+
+def bind(cls: type) -> bool:
+    """Name the tensor type (``torch.Tensor``) whose exact instances the
+    compiled form reads and makes through DLPack's C exchange API (its
+    ``__dlpack_c_exchange_api__``); True when it does.  This form has no
+    C calls to make: it reads attributes and calls ``from_numpy`` for every
+    tensor, and says False."""
+    return False
 
 
 def tensor_array(t: Any, dt: np.dtype[Any], strided: Any, complex_: bool) -> np.ndarray[Any, Any] | None:
