@@ -615,6 +615,21 @@ def test_pingpong_quick_checks_the_echo_of_every_impl() -> None:
     assert "echo checked for aiopdbp, aiopdbp-ro, mpi4py, floor, floor-lib" in r.stdout
 
 
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.timeout(200)
+def test_pingpong_hops_times_every_hop_of_the_running_core() -> None:
+    # the hop table wraps the data path's entry points; a path that moves
+    # (a compiled placer reading the block, say) must not leave it unstamped
+    r = _run_cli(["pingpong", "--sizes", "8", "--impls", "aiopdbp", "--iters", "300", "--repeat", "1",
+                  "--hops"], timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| ") and "->" not in line
+            and line.split("|")[1].strip() in {"send path", "encoding", "decoding", "delivery", "one way"}]
+    assert len(rows) == 5, r.stdout
+    assert "nan" not in "".join(rows), r.stdout
+
+
 def test_tests_latency_is_an_alias_of_pingpong() -> None:
     got = bench_cli.latency_alias(["-n", "2", "--tests", "latency", "--lat-sizes", "8,64", "--tcp"])
     assert got == ["-n", "2", "--sizes", "8,64", "--tcp"]

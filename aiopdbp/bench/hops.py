@@ -137,6 +137,9 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
                (link, "offer", offer, orig_offer), (inbound, "decode", timed(orig_dec), orig_dec),
                (rt, "reader", _TimedReader(timed(orig_reader.read), timed(orig_reader.read_one)),
                 orig_reader)]
+    placer = getattr(rt, "placer", None)   # a lone message's read is the placer's own call
+    if placer is not None:
+        patches.append((placer, "reader", patches[-1][2], orig_reader))
     patches = [p for p in patches if p[0] is not None]
     for obj, name, new, _ in patches:
         setattr(obj, name, new)
