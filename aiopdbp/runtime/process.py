@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -52,12 +52,7 @@ from aiopdbp.hosts.tables import PType, Tables
 from aiopdbp.runtime.payloads import (
     arrive, arrived, check_com, check_timeout, flat_writable, named_now, raising, snapshot)
 from aiopdbp.runtime.receiving import GPReceiver
-from aiopdbp.runtime.sending import BURST_BYTES, GPSender
-
-if TYPE_CHECKING:
-    from aiopdbp.routing.router import Router
-    from aiopdbp.streams.devicepath import DevicePath
-    from aiopdbp.streams.table import StreamTable
+from aiopdbp.runtime.sending import BURST_BYTES, GPSender, SenderHost
 
 __all__ = ["FAILED_CLOSE_TIMEOUT", "GP", "GPHost", "Owned"]
 
@@ -65,29 +60,19 @@ __all__ = ["FAILED_CLOSE_TIMEOUT", "GP", "GPHost", "Owned"]
 FAILED_CLOSE_TIMEOUT = 1.0
 
 
-class GPHost(Protocol):
+class GPHost(SenderHost, Protocol):
     """What a GP needs of its node (:class:`aiopdbp.runtime.node.Node`, which
-    creates it): the node's parts, and the table operations it carries out."""
+    creates it): what its sending side needs (:class:`SenderHost`), the
+    node's other parts, and the table operations it carries out."""
 
     @property
     def rank(self) -> int: ...
     @property
-    def allow_pickle(self) -> bool: ...
-
-    @property
     def arrays(self) -> str: ...
-    @property
-    def router(self) -> Router: ...
-    @property
-    def streams(self) -> StreamTable: ...
-    @property
-    def devices(self) -> DevicePath: ...
     @property
     def tables(self) -> Tables: ...
     @property
     def drive(self) -> Callable[[Callable[[], bool]], Awaitable[None]] | None: ...
-    @property
-    def owned_min(self) -> int | None: ...
     async def register(self, name: str, ptype: PType = PType.CPU, *, bind: bool = False,
                        device: int | None = None, to_device: bool = False) -> GP: ...
     async def lookup(self, name: str, timeout: float | None = None) -> int: ...
