@@ -111,6 +111,7 @@ def main() -> None:
         if rank == 0:
             rings: list[int] = []
             held: list = []
+            kept: list = []   # a pending send's buffer lives until its request completes, as the engine's do
 
             class Bell:
                 def ring(self, dest: int) -> None:
@@ -118,6 +119,7 @@ def main() -> None:
 
             def pending(req: object, buf: object) -> str:
                 held.append(req)
+                kept.append(buf)
                 return f"pending {len(buf)}"  # type: ignore[arg-type]
 
             def refuse() -> None:
@@ -143,7 +145,7 @@ def main() -> None:
     bulk = world.Dup()
     for name, form in forms:  # post_pair: a header on comm, its payload on bulk (tag: its number)
         if rank == 0:
-            rings, held = [], []
+            rings, held, kept = [], [], []
 
             class Bell:  # noqa: F811
                 def ring(self, dest: int) -> None:
@@ -151,10 +153,12 @@ def main() -> None:
 
             def pending(req: object, buf: object) -> str:
                 held.append(req)
+                kept.append(buf)
                 return f"pending head {len(buf)}"  # type: ignore[arg-type]
 
             def pending_bulk(req: object, buf: object, done: object) -> str:
                 held.append(req)
+                kept.append(buf)
                 return f"pending {len(buf)} {done}"  # type: ignore[arg-type]
 
             def refuse() -> None:
