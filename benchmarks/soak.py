@@ -91,7 +91,7 @@ async def sender(gp: aiopdbp.GP, me: int, dests: list[tuple[int, str]], units: i
 
 
 async def receiver(gp: aiopdbp.GP, me: int, nsrc: int, units: int, args: argparse.Namespace,
-                   stats: dict[str, int]) -> None:
+                   stats: dict[str, int], phantoms: list[list[int]]) -> None:
     got: dict[int, bytearray] = {}
     last: dict[int, int] = {}
     ended = 0
@@ -126,6 +126,8 @@ async def receiver(gp: aiopdbp.GP, me: int, nsrc: int, units: int, args: argpars
                             stats["streams_completed_after_cancel"] += 1
                         else:
                             stats["phantom"] += 1
+                            if len(phantoms) < 8:
+                                phantoms.append([src, i])
                 ended += 1
                 continue
             if item.data != payload(src, dst, seq):
@@ -148,6 +150,7 @@ async def main(args: argparse.Namespace) -> None:
                            "out_of_order", "streams_completed_after_cancel", "cancel_attempts"), 0)
     # Small queues, so that senders often wait (backpressure) and a
     # cancellation finds them waiting.
+    phantoms: list[list[int]] = []  # (source GP, unit) of the first few phantoms
     remote = aiopdbp.hosts.remote.RemoteConfig(gp_window=args.gp_window)
     async with aiopdbp.open_node(pipe_capacity=args.pipe_capacity, remote=remote) as node:
         n, k = node.size, args.gps
@@ -161,7 +164,7 @@ async def main(args: argparse.Namespace) -> None:
                 me = node.rank * k + i
                 dests = [(r * k + j, f"soak-{r}-{j}") for r in range(n) if r != node.rank for j in range(k)]
                 tg.create_task(sender(gp, me, dests, units, args, stats))
-                tg.create_task(receiver(gp, me, len(dests), units, args, stats))
+                tg.create_task(receiver(gp, me, len(dests), units, args, stats, phantoms))
         elapsed = time.perf_counter() - t0
         await node.flush()
         oversubscribed = bool(node.stats().transport.get("oversubscribed"))
@@ -170,7 +173,8 @@ async def main(args: argparse.Namespace) -> None:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print("SOAK " + json.dumps({"rank": node.rank, "ranks": n, "units_per_flow": units,
                                 "oversubscribed": oversubscribed,
-                                "seconds": round(elapsed, 3), "peak_rss_kib": rss, **stats}), flush=True)
+                                "seconds": round(elapsed, 3), "peak_rss_kib": rss, **stats,
+                                "phantom_units": phantoms}), flush=True)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import contextlib
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -418,3 +419,104 @@ async def test_a_first_message_whose_home_or_gp_host_is_lost_on_the_way_fails_th
             sender_remote.failures.host_lost(lost)   # its heartbeat would say so
             with pytest.raises(HostLostError):
                 await asyncio.wait_for(send, 10)
+
+
+def _hold_carries(node: Any) -> tuple[list[tuple[int, Any]], asyncio.Event, Callable[[], None]]:
+    """Hold the carried messages reaching ``node``; returns what it holds, an
+    event set on the first, and a function that hands them on as they would
+    have gone."""
+    remote = node._remote
+    assert remote is not None
+    handlers = remote._dispatch._handlers
+    take = handlers["on_carry"]
+    held: list[tuple[int, Any]] = []
+    arrived = asyncio.Event()
+
+    def hold(src: int, msg: Any) -> None:
+        held.append((src, msg))
+        arrived.set()
+
+    def release() -> None:
+        handlers["on_carry"] = take
+        for src, msg in held:
+            take(src, msg)
+
+    handlers["on_carry"] = hold
+    return held, arrived, release
+
+
+async def _cancel_delivered(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and let the cancel reach the send it waits in."""
+    task.cancel()
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+@pytest.mark.timeout(60)
+async def test_a_carried_first_message_cancelled_on_the_way_but_delivered_ends_its_send_normally() -> None:
+    from aiopdbp.errors import WouldBlock
+    from aiopdbp.runtime.cluster import open_cluster
+
+    n, sender, receiver, home = 8, 5, 6, 3
+    dst_name = _homed_name("cancelled-dst", home, n)
+    async with open_cluster(n) as nodes:
+        async with nodes[sender].process("cancelled-src") as a, nodes[receiver].process(dst_name) as b:
+            _, arrived, release = _hold_carries(nodes[receiver])
+            send = asyncio.create_task(a.send(dst_name, b"carried", timeout=20))
+            await asyncio.wait_for(arrived.wait(), 10)
+            await _cancel_delivered(send)
+            assert not send.done()       # it cannot say "nothing sent": it waits for the answer
+            release()
+            await asyncio.wait_for(send, 10)   # the message went: the send is not cancelled
+            assert (await b.recv(timeout=10)).data == b"carried"  # type: ignore[union-attr]
+            with pytest.raises(WouldBlock):
+                b.recv_nowait()
+
+
+@pytest.mark.timeout(60)
+async def test_a_task_cancelled_in_a_carried_send_that_was_delivered_is_cancelled_at_its_next_await() -> None:
+    from aiopdbp.runtime.cluster import open_cluster
+
+    n, sender, receiver, home = 8, 5, 6, 3
+    dst_name = _homed_name("next-await-dst", home, n)
+    sent = asyncio.Event()
+
+    async def sending(a: Any) -> None:
+        await a.send(dst_name, b"carried", timeout=20)
+        sent.set()
+        await asyncio.Event().wait()   # only the cancel ends this
+
+    async with open_cluster(n) as nodes:
+        async with nodes[sender].process("next-await-src") as a, nodes[receiver].process(dst_name) as b:
+            _, arrived, release = _hold_carries(nodes[receiver])
+            task = asyncio.create_task(sending(a))
+            await asyncio.wait_for(arrived.wait(), 10)
+            await _cancel_delivered(task)
+            release()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, 10)
+            assert sent.is_set() and task.cancelled()
+            assert (await b.recv(timeout=10)).data == b"carried"  # type: ignore[union-attr]
+
+
+@pytest.mark.timeout(60)
+async def test_a_carried_first_message_cancelled_on_the_way_and_not_delivered_is_never_sent() -> None:
+    from aiopdbp.errors import WouldBlock
+    from aiopdbp.runtime.cluster import open_cluster
+
+    n, sender, receiver, home = 8, 5, 6, 3
+    dst_name = _homed_name("never-dst", home, n)
+    async with open_cluster(n) as nodes:
+        async with nodes[sender].process("never-src") as a:
+            _, arrived, release = _hold_carries(nodes[home])   # the name is not registered yet
+            send = asyncio.create_task(a.send(dst_name, b"never", timeout=20))
+            await asyncio.wait_for(arrived.wait(), 10)
+            await _cancel_delivered(send)
+            release()                    # the home answers no: nothing was queued
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(send, 10)
+            async with nodes[receiver].process(dst_name) as b:
+                await a.send(dst_name, b"next", timeout=10)
+                assert (await b.recv(timeout=10)).data == b"next"  # type: ignore[union-attr]
+                with pytest.raises(WouldBlock):
+                    b.recv_nowait()

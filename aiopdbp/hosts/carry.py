@@ -69,6 +69,32 @@ DeliverFn = Callable[[int, tuple[str, Kind, int, Any, int]], bool]
 _KINDS = {int(Kind.SHORT): Kind.SHORT, int(Kind.COMMAND): Kind.COMMAND}
 
 
+async def _answer_despite_cancel(fut: asyncio.Future[bool]) -> bool:
+    """After a cancel in a carried send: wait for its answer (cancels that
+    come meanwhile are taken too).  True when the message was delivered: the
+    cancels taken are withdrawn from the task and one is requested again for
+    after this call, so that the send is seen to have happened and the
+    caller is still cancelled at its next suspension.  False when it was not
+    delivered (or its host was lost): the caller raises ``CancelledError``."""
+    task = asyncio.current_task()
+    taken = 1
+    while not fut.done():
+        try:
+            await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            taken += 1
+    if fut.exception() is not None or not fut.result():
+        return False
+    if task is not None:
+        for _ in range(taken):
+            task.uncancel()
+        # Not task.cancel() now: a task that is this send alone would end
+        # cancelled, as if nothing had been sent.  Soon: the task has then
+        # finished (nothing to cancel) or waits at its next suspension.
+        asyncio.get_running_loop().call_soon(task.cancel)
+    return True
+
+
 class Carrier:
     """This host's carried first messages: as their sender, as a name's
     home that passes them on, and as the GP's host that delivers them."""
@@ -93,7 +119,14 @@ class Carrier:
         asked for already, a payload too large, ...) or could not be
         delivered: then the caller sends it as any other.
 
-        Cancellation: the message may still be delivered.
+        Cancellation: the message has left with the lookup and cannot be
+        recalled, so a cancel waits for its answer (bounded: a host lost on
+        the way, the job stopping or the node closing answers it): not
+        delivered -- ``CancelledError``, nothing was queued; delivered --
+        the send happened and returns ``True``, and the cancel is raised at
+        the calling task's next suspension instead (as trio delivers a
+        cancel that came too late for an operation at its next checkpoint).
+        A cancelled send therefore never delivers its message.
         """
         source, kind, com, data, spid = fields
         if (type(data) is not bytes or len(data) > CARRY_MAX or self._deliver is None
@@ -110,7 +143,12 @@ class Carrier:
                                     lambda exc: self._answer(req, BrokenResourceError(
                                         f"host {home} is unreachable: {exc}"))):
                 return False
-            return await fut
+            try:
+                return await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                if not await _answer_despite_cancel(fut):
+                    raise
+                return True
         finally:
             self._waiting.pop(req, None)
 

@@ -423,8 +423,10 @@ class Router:
         it is delivered, so the next one cannot overtake it.
 
         Cancellation: a cancelled send has queued nothing (a reservation
-        already taken is given back) -- but a first message carried with its
-        name's lookup may still be delivered.
+        already taken is given back).  A first message carried with its
+        name's lookup cannot be recalled: a cancel waits for its answer and,
+        when it was delivered, the send returns and the cancel comes at the
+        caller's next suspension (:meth:`~aiopdbp.hosts.carry.Carrier.carry`).
         """
         if (self._carry is not None and dest not in self.pids and dest not in self._left
                 and self._closed is None and (timeout is None or timeout > 0)

@@ -353,7 +353,11 @@ class GP:
         taken are given back) -- except a large array whose payload was
         already handed to MPI: that message is sent, and the call waits until
         MPI no longer reads the array before it raises ``CancelledError``
-        (:meth:`~aiopdbp.routing.router.Router.send_owned`).
+        (:meth:`~aiopdbp.routing.router.Router.send_owned`).  A first
+        message to a name this host has not looked up yet travels with the
+        lookup and cannot be recalled: a cancel then waits for its answer
+        (one round trip) and, if it was delivered, the send returns normally
+        and the cancel is raised at the caller's next ``await``.
         """
         if data is not None and type(data) is not bytes and type(data) is not np.ndarray:
             try:
