@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.util
 import os
 import sys
 import time
@@ -128,6 +129,13 @@ class Run:
         # Not ``async with open_node()``: an error leaving that block fails
         # the whole job (aiopdbp.runtime.job), and this runner must go on with the
         # next scenario, so it closes the node itself.
+        # The modules a scenario needs (torch: seconds on a loaded machine)
+        # are imported before the node opens: imported inside the scenario,
+        # one rank's import stalls its loop while its peers wait for its
+        # answers under the scenario's short name and reply timeouts.
+        for mod in self.sc.requires:
+            if importlib.util.find_spec(mod) is not None:
+                importlib.import_module(mod)
         node = aiopdbp.open_node(**self.sc.node_options())
         await node.start()
         try:
