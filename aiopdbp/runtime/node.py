@@ -37,7 +37,7 @@ import asyncio
 import dataclasses
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from aiopdbp.arrays import KINDS
@@ -51,14 +51,14 @@ from aiopdbp.runtime.job import run as run
 from aiopdbp.routing.manager import PipeManager
 from aiopdbp.routing.pipes import PipePool
 from aiopdbp.runtime.process import GP
+from aiopdbp.runtime.remoteside import RemoteSide
 from aiopdbp.hosts.remote import Remote, RemoteConfig
 from aiopdbp.routing.arrivals import Arrivals
-from aiopdbp.routing.router import Router, Target
-from aiopdbp.stall import DEFAULT_STALL_TIMEOUT, StallWatch, WaitEdge
+from aiopdbp.routing.router import Router
+from aiopdbp.stall import DEFAULT_STALL_TIMEOUT, StallWatch
 from aiopdbp.streams.table import StreamTable
 from aiopdbp.hosts.tables import NodeType, PType, Tables
 from aiopdbp.transport.base import Transport
-from aiopdbp.wire.mesp import Kind
 
 if TYPE_CHECKING:   # made on first use: a rank may never open an SGP or ask for stats
     from aiopdbp.runtime.stats import NodeStats
@@ -68,19 +68,6 @@ __all__ = ["DEFAULT_NAME_TIMEOUT", "Node", "open_node", "run"]
 #: the name rule's default wait (seconds); also the handshake's and the
 #: liveness timeout's default: one answer to "is it there (still)?"
 DEFAULT_NAME_TIMEOUT = 30.0
-
-
-class _StreamPeers:
-    """The stream table's way to the other hosts (:class:`~aiopdbp.streams.table.StreamPeers`):
-    two callables of the node that forward to its Remote, which is built
-    after the table it serves."""
-
-    __slots__ = ("send_done", "send_credit")
-
-    def __init__(self, send_done: Callable[[int, tuple[int, int], str | None], None],
-                 send_credit: Callable[[int, tuple[int, int], int], None]) -> None:
-        self.send_done = send_done
-        self.send_credit = send_credit
 
 
 class _WholeStreams:
@@ -191,29 +178,31 @@ class Node:
         self.pps = PipePool(pipe_capacity, max_pipes, label="pps", max_bytes=cfg.gp_window)
         self.cps_streams = PipePool(1 << 30, stream_pipes, first_id=1 << 20, label="cps")
         self.manager = PipeManager()
-        # With other hosts, the Remote is built last: it serves the router and the
-        # stream table built before it, and they reach it through the node's
-        # forwarders below (a callable handed in, never an attribute set later).
-        multi = transport is not None and self.size > 1
+        # With other hosts, the Remote is built last: it serves the router, the
+        # arrivals, the stream table and the stall watch built before it, and
+        # they reach it through the methods of a RemoteSide, which gets the
+        # Remote once it is built (a callable handed in, never an attribute set later).
+        side = RemoteSide() if transport is not None and self.size > 1 else None
+        multi = side is not None
         self.router = Router(self.tables, self.pps, self.rank, name_timeout=name_timeout,
                              submit=self.manager.submit, offer=self.manager.offer,
-                             queued=self.manager.queued, links=self._link if multi else None,
-                             want=self._want if multi else None,
-                             want_pid=self._want_pid if multi else None,
-                             carry=self._carry if multi else None)
+                             queued=self.manager.queued, links=side.link if side else None,
+                             want=side.want if side else None,
+                             want_pid=side.want_pid if side else None,
+                             carry=side.carry if side else None)
         #: what other hosts send, into the GPs' pipes, and the credit it owes them
         self.arrivals = Arrivals(self.tables, self.router.targets, self.rank, window=cfg.gp_window,
-                                 bind_timeout=cfg.bind_timeout, grant=self._grant if multi else None,
+                                 bind_timeout=cfg.bind_timeout, grant=side.grant if side else None,
                                  streams=_WholeStreams(self) if multi else None,
                                  landings=self.router.landings,
-                                 want_pid=self._want_pid if multi else None)
+                                 want_pid=side.want_pid if side else None)
         self.devices = DevicePath(device, rank=self.rank, tables=self.tables, router=self.router,
                                   arrivals=self.arrivals,
                                   submit=self.manager.submit, transport=transport)
         self.streams = StreamTable(self.rank, stream_window, self.tables, self.pps, self.cps_streams,
                                    self.router, self.arrivals, submit=self.manager.submit,
                                    watch=self.manager.watch,
-                                   device=self.devices, peers=_StreamPeers(self._send_done, self._send_credit) if multi else None,
+                                   device=self.devices, peers=side,
                                    large=cfg.large if multi else None, offer=self.manager.offer,
                                    route=self.manager.put, route_now=self.manager.route_now)
         #: arrays at least this large may travel from the sender's own buffer
@@ -228,54 +217,18 @@ class Node:
         self.host_timeout = max(name_timeout, DEFAULT_NAME_TIMEOUT) if host_timeout is None else host_timeout
         self.stall = StallWatch(
             self.rank, self.router.waits, self.router.readers, timeout=stall_timeout or 0.0,
-            report=self._send_stall if multi and self.rank != 0 else None,
-            broadcast=self._send_deadlock if multi else None,
+            report=side.send_stall if side and self.rank != 0 else None,
+            broadcast=side.send_deadlock if side else None,
             receivers=self._receivers if multi else None)
-        if transport is not None and self.size > 1:
+        if side is not None:
+            assert transport is not None
             self._remote = Remote(transport, cfg, self.tables, self.arrivals, self.streams,
                                   allow_pickle=allow_pickle, stall=self.stall,
                                   host_timeout=self.host_timeout, job=current_job)
+            side.attach(self._remote)
 
     def __repr__(self) -> str:
         return f"<Node {self.rank}/{self.size} gps={len(self._gps)}>"
-
-    # -- forwarders to the Remote, handed to the parts built before it ------------
-    def _link(self, host: int) -> Target:
-        assert self._remote is not None
-        return self._remote.link(host)
-
-    def _want(self, name: str) -> None:
-        if self._remote is not None:
-            self._remote.sequencer.names.want(name)
-
-    async def _carry(self, name: str, fields: tuple[str, Kind, int, Any, int]) -> bool:
-        if self._remote is None:
-            return False
-        return await self._remote.sequencer.carrier.carry(name, fields)
-
-    def _want_pid(self, pid: int) -> None:
-        if self._remote is not None:
-            self._remote.sequencer.names.want_pid(pid)
-
-    def _grant(self, host: int, grants: list[tuple[int, int]]) -> None:
-        if self._remote is not None:
-            self._remote.grant(host, grants)
-
-    def _send_done(self, host: int, key: tuple[int, int], error: str | None) -> None:
-        if self._remote is not None:
-            self._remote.send_done(host, key, error)
-
-    def _send_credit(self, host: int, key: tuple[int, int], segments: int) -> None:
-        if self._remote is not None:
-            self._remote.send_credit(host, key, segments)
-
-    def _send_stall(self, edges: list[WaitEdge], idle: list[str]) -> None:
-        if self._remote is not None:
-            self._remote.send_stall(edges, idle)
-
-    def _send_deadlock(self, cycle: tuple[WaitEdge, ...]) -> None:
-        if self._remote is not None:
-            self._remote.send_deadlock(cycle)
 
     def _receivers(self) -> list[tuple[str, bool, int, int]]:
         """(name, waits in recv, queued, taken) of every GP here (the stall
