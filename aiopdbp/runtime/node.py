@@ -21,8 +21,13 @@ lives in its own module and the node only calls their public methods:
 ``node.streams``    live streams and their bindings (:mod:`aiopdbp.streams.table`)
 ``node.devices``    device support: backend, pinned pool, SGPs
                     (:mod:`aiopdbp.streams.devicepath`)
+GPs                 the GPs living here: registration, their pipes, release
+                    (:mod:`aiopdbp.runtime.localgps`, behind :meth:`Node.register`,
+                    ``apply_pipe``, ``release_pipe``, ``free``)
 ``Remote``          links, RBP, control messages, handshake, liveness
-                    (:mod:`aiopdbp.hosts.remote`), on more than one host
+                    (:mod:`aiopdbp.hosts.remote`), on more than one host; the
+                    parts built before it reach it through a RemoteSide
+                    (:mod:`aiopdbp.runtime.remoteside`)
 ==================  ============================================================
 
 Leaving the ``async with`` drains what was sent, frees the GPs that are still
@@ -46,10 +51,11 @@ from aiopdbp.streams.devicebind import DeviceConfig
 from aiopdbp.streams.devicepath import DevicePath
 from aiopdbp.env import local_transport_forced
 from aiopdbp.errors import ClosedResourceError
-from aiopdbp.runtime.job import adopt_loop, current_job, end_adopted, root_cause, summary
+from aiopdbp.runtime.job import adopt_loop, current_job, end_adopted
 from aiopdbp.runtime.job import run as run
 from aiopdbp.routing.manager import PipeManager
 from aiopdbp.routing.pipes import PipePool
+from aiopdbp.runtime.localgps import LocalGPs
 from aiopdbp.runtime.process import GP
 from aiopdbp.runtime.remoteside import RemoteSide
 from aiopdbp.hosts.remote import Remote, RemoteConfig
@@ -210,16 +216,18 @@ class Node:
         self.owned_min: int | None = cfg.large if multi else None
         #: what a GP waiting in ``recv`` calls to step the transport itself (None: nothing to drive)
         self.drive = transport.drive if multi and transport is not None and transport.drives else None
-        self._gps: dict[int, GP] = {}
         self._started = False
         self._closed = False
         self._remote: Remote | None = None
+        self._gps = LocalGPs(self, tables=self.tables, pps=self.pps, arrivals=self.arrivals,
+                             streams=self.streams, sgps=self.devices.sgps, commit=self.commit,
+                             commit_nowait=self.commit_nowait)
         self.host_timeout = max(name_timeout, DEFAULT_NAME_TIMEOUT) if host_timeout is None else host_timeout
         self.stall = StallWatch(
             self.rank, self.router.waits, self.router.readers, timeout=stall_timeout or 0.0,
             report=side.send_stall if side and self.rank != 0 else None,
             broadcast=side.send_deadlock if side else None,
-            receivers=self._receivers if multi else None)
+            receivers=self._gps.receivers if multi else None)
         if side is not None:
             assert transport is not None
             self._remote = Remote(transport, cfg, self.tables, self.arrivals, self.streams,
@@ -229,16 +237,6 @@ class Node:
 
     def __repr__(self) -> str:
         return f"<Node {self.rank}/{self.size} gps={len(self._gps)}>"
-
-    def _receivers(self) -> list[tuple[str, bool, int, int]]:
-        """(name, waits in recv, queued, taken) of every GP here (the stall
-        watch, once this is the last rank open)."""
-        out = []
-        for gp in self._gps.values():
-            pipe = gp.pipe
-            out.append((gp.name, gp.receiving > 0, len(pipe), pipe.taken) if pipe is not None else
-                       (gp.name, False, 0, 0))
-        return out
 
     # -- lifecycle --------------------------------------------------------------
     async def start(self) -> None:
@@ -274,12 +272,13 @@ class Node:
         if self._closed:
             return
         self._closed = True
+        self._gps.close()
         self.stall.stop()
         try:
             if self._started and graceful:
                 # what the program left open (a Barrier of a GP not freed)
                 # closes while the peers can still hear it
-                await asyncio.gather(*(gp.aclose_owned() for gp in list(self._gps.values())))
+                await self._gps.aclose_owned()
                 await self.manager.drain()
                 if self._remote is not None:
                     await self._remote.close()
@@ -294,8 +293,7 @@ class Node:
                 self._remote.stop()
             self.streams.close(gone)
             self.devices.close()
-            for gp in list(self._gps.values()):
-                self._drop_gp(gp)
+            self._gps.drop_all()
             self.pps.close()
             self.cps_streams.close()
             await self.manager.stop()
@@ -379,42 +377,7 @@ class Node:
         Cancellation: a registration that completes after its caller was
         cancelled is undone.
         """
-        if self._closed:
-            raise ClosedResourceError(f"node {self.rank} is closed")
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"a GP name is a non-empty str, not {name!r}")
-        if ptype is not PType.GPU and (device is not None or to_device):
-            raise ValueError("device= and to_device= are for SGPs (ptype=PType.GPU)")
-        # an SGP's device is known before the registration is, so data that
-        # arrives before this call resumes lands on it
-        bound = self.devices.sgps.bind(name, device, to_device) if ptype is PType.GPU else None
-        try:
-            pipe = self.pps.apply_nowait() if bind else None
-            if pipe is not None:  # its errors name the GP ("pipe pps3 of GP 'x' was closed ...")
-                pipe.label = f"{pipe.label} of GP {name!r}"
-            try:
-                pid = await self.commit("proc_reg", name, int(ptype), self.rank,
-                                        pipe.pipe_id if pipe is not None else None)
-            except BaseException:
-                if pipe is not None:
-                    self.pps.release(pipe)
-                raise
-        except BaseException:
-            if bound is not None:
-                self.devices.sgps.unbind(name)
-            raise
-        if bound is not None:
-            from aiopdbp.runtime.sgp import SGP
-
-            sgp = SGP(self, name, pid, device=bound[0], stream=bound[1], to_device=to_device)
-            self.devices.sgps.add(sgp)
-            gp: GP = sgp
-        else:
-            gp = GP(self, name, pid, ptype)
-        if pipe is not None:
-            gp.bound(pipe)
-        self._gps[pid] = gp
-        return gp
+        return await self._gps.register(name, ptype, bind=bind, device=device, to_device=to_device)
 
     @contextlib.asynccontextmanager
     async def process(self, name: str, ptype: PType = PType.CPU, *, device: int | None = None,
@@ -446,16 +409,7 @@ class Node:
         Cancellation: the pipe goes back to the pool and ``gp`` stays unbound
         on this host.
         """
-        if self._closed:
-            raise ClosedResourceError(f"node {self.rank} is closed")
-        pipe = await self.pps.apply(timeout)
-        pipe.label = f"{pipe.label} of GP {gp.name!r}"
-        try:
-            await self.commit("pipe_bind", gp.pid, pipe.pipe_id)
-        except BaseException:
-            self.pps.release(pipe)
-            raise
-        gp.bound(pipe)
+        await self._gps.apply_pipe(gp, timeout)
 
     async def release_pipe(self, gp: GP, reason: BaseException | None = None) -> None:
         """Unbind ``gp``'s pipe.  Internal: call :meth:`GP.release_pipe`.
@@ -464,24 +418,7 @@ class Node:
         suspension; only the table update to the other hosts may still be on
         its way.
         """
-        pipe = gp.pipe
-        if pipe is None:
-            return
-        gp.bound(None)
-        why = (f"GP {gp.name!r} on rank {self.rank} released its pipe" if reason is None else
-               f"GP {gp.name!r} on rank {self.rank} left with {summary(root_cause(reason, self.rank))}")
-        self.streams.abort_to(gp.pid, why)
-        self.arrivals.forget_pipe(pipe)
-        self.pps.release(pipe)
-        if self._closed:
-            return
-        if reason is not None:
-            # A GP leaving with an exception does not wait for rank 0: its
-            # loop may be blocked (a raw MPI call), and this rank must go on
-            # to report the failure.  Rank 0 gets the request in order.
-            self.commit_nowait("pipe_release", gp.pid)
-        else:
-            await self.commit("pipe_release", gp.pid)
+        await self._gps.release_pipe(gp, reason)
 
     async def free(self, gp: GP, *, wait: bool = True) -> None:
         """Unregister ``gp``.  Internal: call :meth:`GP.free`.  ``wait=False``: ask for
@@ -490,27 +427,7 @@ class Node:
         Cancellation: this host forgets ``gp`` before the first suspension; the
         table update that frees its name everywhere may still be on its way.
         """
-        self._gps.pop(gp.pid, None)
-        self.devices.sgps.remove(gp.pid)
-        if gp.pid in self.tables.pta and not self._closed:
-            if wait:
-                await self.commit("proc_free", gp.pid)
-            else:
-                self.commit_nowait("proc_free", gp.pid)
-
-    def _drop_gp(self, gp: GP) -> None:
-        """Free a GP synchronously (node shutdown)."""
-        pipe = gp.pipe
-        gp.mark_freed()
-        if pipe is not None:
-            self.arrivals.forget_pipe(pipe)
-            self.pps.release(pipe)
-            if gp.pid in self.tables.pta:
-                self.commit_nowait("pipe_release", gp.pid)
-        self._gps.pop(gp.pid, None)
-        self.devices.sgps.remove(gp.pid)
-        if gp.pid in self.tables.pta:
-            self.commit_nowait("proc_free", gp.pid)
+        await self._gps.free(gp, wait=wait)
 
     async def lookup(self, name: str, timeout: float | None = None) -> int:
         """The pid of ``name``, waiting for it to be registered by the name
