@@ -186,8 +186,8 @@ class Node:
         self.manager = PipeManager()
         # With other hosts, the Remote is built last: it serves the router, the
         # arrivals, the stream table and the stall watch built before it, and
-        # they reach it through the methods of a RemoteSide, which gets the
-        # Remote once it is built (a callable handed in, never an attribute set later).
+        # they are handed the methods of a RemoteSide, which gets the Remote once
+        # it is built (those parts get callables, never an attribute set later).
         side = RemoteSide() if transport is not None and self.size > 1 else None
         multi = side is not None
         self.router = Router(self.tables, self.pps, self.rank, name_timeout=name_timeout,
