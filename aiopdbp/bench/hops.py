@@ -93,7 +93,8 @@ def hop_table(side: AioSide, ctl: Any, rank: int, pl: Any, iters: int) -> dict[s
     orig_reader = rt.reader
 
     # the link to the other rank takes the message (its offer, an attribute: the sender's)
-    link: Any = side.node._link(1 - rank) if rank <= 1 else None
+    remote = side.node._remote
+    link: Any = remote.link(1 - rank) if remote is not None and rank <= 1 else None
     orig_offer: Callable[..., bool] | None = link.offer if link is not None else None
 
     def offer(*a: Any) -> bool:

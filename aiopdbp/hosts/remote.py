@@ -33,10 +33,12 @@ kind.
 *Upwards.*  ``hosts/`` imports nothing above it: the routing layer's
 arrivals and the stream table are reached through the small protocols :class:`ArrivalsPort` and
 :class:`StreamPort`, the running job through the ``job`` callable, all handed
-in by the node.  The node in turn gives the router a forwarder to
-:meth:`Remote.link`, the arrivals one to :meth:`Remote.grant`, and the stream table forwarders
-to :meth:`Remote.send_done` and :meth:`Remote.send_credit` (the Remote is
-built after both, since it serves them).
+in by the node.  The node in turn reaches the Remote from the parts built
+before it (it serves them) through one
+:class:`~aiopdbp.runtime.remoteside.RemoteSide`: the router gets its
+forwarder to :meth:`Remote.link`, the arrivals its one to
+:meth:`Remote.grant`, and the stream table the RemoteSide itself, for
+:meth:`Remote.send_done` and :meth:`Remote.send_credit`.
 
 *Closing.*  :meth:`close` flushes every link and waits until everything the
 other hosts sent here has arrived (:class:`~aiopdbp.hosts.closing.Closing`: the

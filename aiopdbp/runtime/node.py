@@ -21,8 +21,13 @@ lives in its own module and the node only calls their public methods:
 ``node.streams``    live streams and their bindings (:mod:`aiopdbp.streams.table`)
 ``node.devices``    device support: backend, pinned pool, SGPs
                     (:mod:`aiopdbp.streams.devicepath`)
+GPs                 the GPs living here: registration, their pipes, release
+                    (:mod:`aiopdbp.runtime.localgps`, behind :meth:`Node.register`,
+                    ``apply_pipe``, ``release_pipe``, ``free``)
 ``Remote``          links, RBP, control messages, handshake, liveness
-                    (:mod:`aiopdbp.hosts.remote`), on more than one host
+                    (:mod:`aiopdbp.hosts.remote`), on more than one host; the
+                    parts built before it reach it through a RemoteSide
+                    (:mod:`aiopdbp.runtime.remoteside`)
 ==================  ============================================================
 
 Leaving the ``async with`` drains what was sent, frees the GPs that are still
@@ -37,7 +42,7 @@ import asyncio
 import dataclasses
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from aiopdbp.arrays import KINDS
@@ -46,19 +51,20 @@ from aiopdbp.streams.devicebind import DeviceConfig
 from aiopdbp.streams.devicepath import DevicePath
 from aiopdbp.env import local_transport_forced
 from aiopdbp.errors import ClosedResourceError
-from aiopdbp.runtime.job import adopt_loop, current_job, end_adopted, root_cause, summary
+from aiopdbp.runtime.job import adopt_loop, current_job, end_adopted
 from aiopdbp.runtime.job import run as run
 from aiopdbp.routing.manager import PipeManager
 from aiopdbp.routing.pipes import PipePool
+from aiopdbp.runtime.localgps import LocalGPs
 from aiopdbp.runtime.process import GP
+from aiopdbp.runtime.remoteside import RemoteSide
 from aiopdbp.hosts.remote import Remote, RemoteConfig
 from aiopdbp.routing.arrivals import Arrivals
-from aiopdbp.routing.router import Router, Target
-from aiopdbp.stall import DEFAULT_STALL_TIMEOUT, StallWatch, WaitEdge
+from aiopdbp.routing.router import Router
+from aiopdbp.stall import DEFAULT_STALL_TIMEOUT, StallWatch
 from aiopdbp.streams.table import StreamTable
 from aiopdbp.hosts.tables import NodeType, PType, Tables
 from aiopdbp.transport.base import Transport
-from aiopdbp.wire.mesp import Kind
 
 if TYPE_CHECKING:   # made on first use: a rank may never open an SGP or ask for stats
     from aiopdbp.runtime.stats import NodeStats
@@ -68,19 +74,6 @@ __all__ = ["DEFAULT_NAME_TIMEOUT", "Node", "open_node", "run"]
 #: the name rule's default wait (seconds); also the handshake's and the
 #: liveness timeout's default: one answer to "is it there (still)?"
 DEFAULT_NAME_TIMEOUT = 30.0
-
-
-class _StreamPeers:
-    """The stream table's way to the other hosts (:class:`~aiopdbp.streams.table.StreamPeers`):
-    two callables of the node that forward to its Remote, which is built
-    after the table it serves."""
-
-    __slots__ = ("send_done", "send_credit")
-
-    def __init__(self, send_done: Callable[[int, tuple[int, int], str | None], None],
-                 send_credit: Callable[[int, tuple[int, int], int], None]) -> None:
-        self.send_done = send_done
-        self.send_credit = send_credit
 
 
 class _WholeStreams:
@@ -191,29 +184,31 @@ class Node:
         self.pps = PipePool(pipe_capacity, max_pipes, label="pps", max_bytes=cfg.gp_window)
         self.cps_streams = PipePool(1 << 30, stream_pipes, first_id=1 << 20, label="cps")
         self.manager = PipeManager()
-        # With other hosts, the Remote is built last: it serves the router and the
-        # stream table built before it, and they reach it through the node's
-        # forwarders below (a callable handed in, never an attribute set later).
-        multi = transport is not None and self.size > 1
+        # With other hosts, the Remote is built last: it serves the router, the
+        # arrivals, the stream table and the stall watch built before it, and
+        # they are handed the methods of a RemoteSide, which gets the Remote once
+        # it is built (those parts get callables, never an attribute set later).
+        side = RemoteSide() if transport is not None and self.size > 1 else None
+        multi = side is not None
         self.router = Router(self.tables, self.pps, self.rank, name_timeout=name_timeout,
                              submit=self.manager.submit, offer=self.manager.offer,
-                             queued=self.manager.queued, links=self._link if multi else None,
-                             want=self._want if multi else None,
-                             want_pid=self._want_pid if multi else None,
-                             carry=self._carry if multi else None)
+                             queued=self.manager.queued, links=side.link if side else None,
+                             want=side.want if side else None,
+                             want_pid=side.want_pid if side else None,
+                             carry=side.carry if side else None)
         #: what other hosts send, into the GPs' pipes, and the credit it owes them
         self.arrivals = Arrivals(self.tables, self.router.targets, self.rank, window=cfg.gp_window,
-                                 bind_timeout=cfg.bind_timeout, grant=self._grant if multi else None,
+                                 bind_timeout=cfg.bind_timeout, grant=side.grant if side else None,
                                  streams=_WholeStreams(self) if multi else None,
                                  landings=self.router.landings,
-                                 want_pid=self._want_pid if multi else None)
+                                 want_pid=side.want_pid if side else None)
         self.devices = DevicePath(device, rank=self.rank, tables=self.tables, router=self.router,
                                   arrivals=self.arrivals,
                                   submit=self.manager.submit, transport=transport)
         self.streams = StreamTable(self.rank, stream_window, self.tables, self.pps, self.cps_streams,
                                    self.router, self.arrivals, submit=self.manager.submit,
                                    watch=self.manager.watch,
-                                   device=self.devices, peers=_StreamPeers(self._send_done, self._send_credit) if multi else None,
+                                   device=self.devices, peers=side,
                                    large=cfg.large if multi else None, offer=self.manager.offer,
                                    route=self.manager.put, route_now=self.manager.route_now)
         #: arrays at least this large may travel from the sender's own buffer
@@ -221,71 +216,27 @@ class Node:
         self.owned_min: int | None = cfg.large if multi else None
         #: what a GP waiting in ``recv`` calls to step the transport itself (None: nothing to drive)
         self.drive = transport.drive if multi and transport is not None and transport.drives else None
-        self._gps: dict[int, GP] = {}
         self._started = False
         self._closed = False
         self._remote: Remote | None = None
+        self._gps = LocalGPs(self, tables=self.tables, pps=self.pps, arrivals=self.arrivals,
+                             streams=self.streams, sgps=self.devices.sgps, commit=self.commit,
+                             commit_nowait=self.commit_nowait)
         self.host_timeout = max(name_timeout, DEFAULT_NAME_TIMEOUT) if host_timeout is None else host_timeout
         self.stall = StallWatch(
             self.rank, self.router.waits, self.router.readers, timeout=stall_timeout or 0.0,
-            report=self._send_stall if multi and self.rank != 0 else None,
-            broadcast=self._send_deadlock if multi else None,
-            receivers=self._receivers if multi else None)
-        if transport is not None and self.size > 1:
+            report=side.send_stall if side and self.rank != 0 else None,
+            broadcast=side.send_deadlock if side else None,
+            receivers=self._gps.receivers if multi else None)
+        if side is not None:
+            assert transport is not None
             self._remote = Remote(transport, cfg, self.tables, self.arrivals, self.streams,
                                   allow_pickle=allow_pickle, stall=self.stall,
                                   host_timeout=self.host_timeout, job=current_job)
+            side.attach(self._remote)
 
     def __repr__(self) -> str:
         return f"<Node {self.rank}/{self.size} gps={len(self._gps)}>"
-
-    # -- forwarders to the Remote, handed to the parts built before it ------------
-    def _link(self, host: int) -> Target:
-        assert self._remote is not None
-        return self._remote.link(host)
-
-    def _want(self, name: str) -> None:
-        if self._remote is not None:
-            self._remote.sequencer.names.want(name)
-
-    async def _carry(self, name: str, fields: tuple[str, Kind, int, Any, int]) -> bool:
-        if self._remote is None:
-            return False
-        return await self._remote.sequencer.carrier.carry(name, fields)
-
-    def _want_pid(self, pid: int) -> None:
-        if self._remote is not None:
-            self._remote.sequencer.names.want_pid(pid)
-
-    def _grant(self, host: int, grants: list[tuple[int, int]]) -> None:
-        if self._remote is not None:
-            self._remote.grant(host, grants)
-
-    def _send_done(self, host: int, key: tuple[int, int], error: str | None) -> None:
-        if self._remote is not None:
-            self._remote.send_done(host, key, error)
-
-    def _send_credit(self, host: int, key: tuple[int, int], segments: int) -> None:
-        if self._remote is not None:
-            self._remote.send_credit(host, key, segments)
-
-    def _send_stall(self, edges: list[WaitEdge], idle: list[str]) -> None:
-        if self._remote is not None:
-            self._remote.send_stall(edges, idle)
-
-    def _send_deadlock(self, cycle: tuple[WaitEdge, ...]) -> None:
-        if self._remote is not None:
-            self._remote.send_deadlock(cycle)
-
-    def _receivers(self) -> list[tuple[str, bool, int, int]]:
-        """(name, waits in recv, queued, taken) of every GP here (the stall
-        watch, once this is the last rank open)."""
-        out = []
-        for gp in self._gps.values():
-            pipe = gp.pipe
-            out.append((gp.name, gp.receiving > 0, len(pipe), pipe.taken) if pipe is not None else
-                       (gp.name, False, 0, 0))
-        return out
 
     # -- lifecycle --------------------------------------------------------------
     async def start(self) -> None:
@@ -321,12 +272,13 @@ class Node:
         if self._closed:
             return
         self._closed = True
+        self._gps.close()
         self.stall.stop()
         try:
             if self._started and graceful:
                 # what the program left open (a Barrier of a GP not freed)
                 # closes while the peers can still hear it
-                await asyncio.gather(*(gp.aclose_owned() for gp in list(self._gps.values())))
+                await self._gps.aclose_owned()
                 await self.manager.drain()
                 if self._remote is not None:
                     await self._remote.close()
@@ -341,8 +293,7 @@ class Node:
                 self._remote.stop()
             self.streams.close(gone)
             self.devices.close()
-            for gp in list(self._gps.values()):
-                self._drop_gp(gp)
+            self._gps.drop_all()
             self.pps.close()
             self.cps_streams.close()
             await self.manager.stop()
@@ -426,42 +377,7 @@ class Node:
         Cancellation: a registration that completes after its caller was
         cancelled is undone.
         """
-        if self._closed:
-            raise ClosedResourceError(f"node {self.rank} is closed")
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"a GP name is a non-empty str, not {name!r}")
-        if ptype is not PType.GPU and (device is not None or to_device):
-            raise ValueError("device= and to_device= are for SGPs (ptype=PType.GPU)")
-        # an SGP's device is known before the registration is, so data that
-        # arrives before this call resumes lands on it
-        bound = self.devices.sgps.bind(name, device, to_device) if ptype is PType.GPU else None
-        try:
-            pipe = self.pps.apply_nowait() if bind else None
-            if pipe is not None:  # its errors name the GP ("pipe pps3 of GP 'x' was closed ...")
-                pipe.label = f"{pipe.label} of GP {name!r}"
-            try:
-                pid = await self.commit("proc_reg", name, int(ptype), self.rank,
-                                        pipe.pipe_id if pipe is not None else None)
-            except BaseException:
-                if pipe is not None:
-                    self.pps.release(pipe)
-                raise
-        except BaseException:
-            if bound is not None:
-                self.devices.sgps.unbind(name)
-            raise
-        if bound is not None:
-            from aiopdbp.runtime.sgp import SGP
-
-            sgp = SGP(self, name, pid, device=bound[0], stream=bound[1], to_device=to_device)
-            self.devices.sgps.add(sgp)
-            gp: GP = sgp
-        else:
-            gp = GP(self, name, pid, ptype)
-        if pipe is not None:
-            gp.bound(pipe)
-        self._gps[pid] = gp
-        return gp
+        return await self._gps.register(name, ptype, bind=bind, device=device, to_device=to_device)
 
     @contextlib.asynccontextmanager
     async def process(self, name: str, ptype: PType = PType.CPU, *, device: int | None = None,
@@ -493,16 +409,7 @@ class Node:
         Cancellation: the pipe goes back to the pool and ``gp`` stays unbound
         on this host.
         """
-        if self._closed:
-            raise ClosedResourceError(f"node {self.rank} is closed")
-        pipe = await self.pps.apply(timeout)
-        pipe.label = f"{pipe.label} of GP {gp.name!r}"
-        try:
-            await self.commit("pipe_bind", gp.pid, pipe.pipe_id)
-        except BaseException:
-            self.pps.release(pipe)
-            raise
-        gp.bound(pipe)
+        await self._gps.apply_pipe(gp, timeout)
 
     async def release_pipe(self, gp: GP, reason: BaseException | None = None) -> None:
         """Unbind ``gp``'s pipe.  Internal: call :meth:`GP.release_pipe`.
@@ -511,24 +418,7 @@ class Node:
         suspension; only the table update to the other hosts may still be on
         its way.
         """
-        pipe = gp.pipe
-        if pipe is None:
-            return
-        gp.bound(None)
-        why = (f"GP {gp.name!r} on rank {self.rank} released its pipe" if reason is None else
-               f"GP {gp.name!r} on rank {self.rank} left with {summary(root_cause(reason, self.rank))}")
-        self.streams.abort_to(gp.pid, why)
-        self.arrivals.forget_pipe(pipe)
-        self.pps.release(pipe)
-        if self._closed:
-            return
-        if reason is not None:
-            # A GP leaving with an exception does not wait for rank 0: its
-            # loop may be blocked (a raw MPI call), and this rank must go on
-            # to report the failure.  Rank 0 gets the request in order.
-            self.commit_nowait("pipe_release", gp.pid)
-        else:
-            await self.commit("pipe_release", gp.pid)
+        await self._gps.release_pipe(gp, reason)
 
     async def free(self, gp: GP, *, wait: bool = True) -> None:
         """Unregister ``gp``.  Internal: call :meth:`GP.free`.  ``wait=False``: ask for
@@ -537,27 +427,7 @@ class Node:
         Cancellation: this host forgets ``gp`` before the first suspension; the
         table update that frees its name everywhere may still be on its way.
         """
-        self._gps.pop(gp.pid, None)
-        self.devices.sgps.remove(gp.pid)
-        if gp.pid in self.tables.pta and not self._closed:
-            if wait:
-                await self.commit("proc_free", gp.pid)
-            else:
-                self.commit_nowait("proc_free", gp.pid)
-
-    def _drop_gp(self, gp: GP) -> None:
-        """Free a GP synchronously (node shutdown)."""
-        pipe = gp.pipe
-        gp.mark_freed()
-        if pipe is not None:
-            self.arrivals.forget_pipe(pipe)
-            self.pps.release(pipe)
-            if gp.pid in self.tables.pta:
-                self.commit_nowait("pipe_release", gp.pid)
-        self._gps.pop(gp.pid, None)
-        self.devices.sgps.remove(gp.pid)
-        if gp.pid in self.tables.pta:
-            self.commit_nowait("proc_free", gp.pid)
+        await self._gps.free(gp, wait=wait)
 
     async def lookup(self, name: str, timeout: float | None = None) -> int:
         """The pid of ``name``, waiting for it to be registered by the name

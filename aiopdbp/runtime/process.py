@@ -61,9 +61,10 @@ FAILED_CLOSE_TIMEOUT = 1.0
 
 
 class GPHost(SenderHost, Protocol):
-    """What a GP needs of its node (:class:`aiopdbp.runtime.node.Node`, which
-    creates it): what its sending side needs (:class:`SenderHost`), the
-    node's other parts, and the table operations it carries out."""
+    """What a GP needs of its node (:class:`aiopdbp.runtime.node.Node`, whose
+    :class:`~aiopdbp.runtime.localgps.LocalGPs` creates it): what its
+    sending side needs (:class:`SenderHost`), the node's other parts, and
+    the table operations it carries out."""
 
     @property
     def rank(self) -> int: ...
