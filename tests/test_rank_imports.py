@@ -56,3 +56,16 @@ def test_the_scale_rank_program_loads_no_bench_cli() -> None:
 def test_the_lazy_names_still_load_on_first_use() -> None:
     assert _loaded_after("import aiopdbp.device, aiopdbp.bench; aiopdbp.device.SimBackend; aiopdbp.bench.main",
                          ("aiopdbp.device.sim", "aiopdbp.bench.cli")) == ["aiopdbp.bench.cli", "aiopdbp.device.sim"]
+
+
+def test_a_rank_loads_neither_the_link_counters_nor_the_in_process_transport() -> None:
+    assert _loaded_after("import aiopdbp.rankout, aiopdbp.bench.scale_job; import aiopdbp; aiopdbp.run, aiopdbp.open_node",
+                         ("aiopdbp.hosts.linkstats", "aiopdbp.transport.inproc")) == []
+
+
+def test_every_public_name_still_loads_from_its_package() -> None:
+    code = ("import aiopdbp, aiopdbp.hosts, aiopdbp.hosts.link, aiopdbp.transport, aiopdbp.transport.inproc; "
+            "[getattr(p, n) for p in (aiopdbp, aiopdbp.hosts, aiopdbp.transport) for n in p.__all__]; "
+            "assert aiopdbp.LinkStats is aiopdbp.hosts.LinkStats is aiopdbp.hosts.link.LinkStats")
+    assert _loaded_after(code, ("aiopdbp.hosts.linkstats", "aiopdbp.transport.inproc")) == [
+        "aiopdbp.hosts.linkstats", "aiopdbp.transport.inproc"]

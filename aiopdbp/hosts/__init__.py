@@ -33,17 +33,30 @@ construction: the routing layer's arrivals as an :class:`ArrivalsPort`, the stre
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from aiopdbp.hosts.channel import ControlChannel, Dispatch
 from aiopdbp.hosts.credit import Credit
 from aiopdbp.hosts.failure import HostFailures, JobControl, StallRelay, Stop, StopKind, where
 from aiopdbp.hosts.inbound import Inbound
-from aiopdbp.hosts.link import HostLink, LinkStats
+from aiopdbp.hosts.link import HostLink
 from aiopdbp.hosts.remote import Remote, RemoteConfig, ArrivalsPort, StreamPort
 from aiopdbp.hosts.sequencer import Sequencer
 from aiopdbp.hosts.tables import NodeType, PType, Tables
+
+if TYPE_CHECKING:
+    from aiopdbp.hosts.linkstats import LinkStats as LinkStats
 
 __all__ = [
     "ControlChannel", "Credit", "Dispatch", "HostFailures", "HostLink", "Inbound", "JobControl",
     "LinkStats", "NodeType", "PType", "Remote", "RemoteConfig", "ArrivalsPort", "Sequencer",
     "StallRelay", "Stop", "StopKind", "StreamPort", "Tables", "where",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # LinkStats: loaded on first use (see aiopdbp.hosts.linkstats)
+    if name == "LinkStats":
+        from aiopdbp.hosts.linkstats import LinkStats
+        return LinkStats
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

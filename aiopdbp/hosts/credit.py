@@ -48,15 +48,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from aiopdbp.errors import BrokenResourceError
 from aiopdbp.hosts.channel import ControlChannel
-from aiopdbp.hosts.link import HostLink, LinkStats
+from aiopdbp.hosts.link import HostLink
 from aiopdbp.pool import SendPool
 from aiopdbp.transport.backoff import Backoff
 from aiopdbp.transport.base import Transport
 from aiopdbp.wire.control import CreditAskMsg, CreditMsg, StreamCreditMsg, StreamDoneMsg, StreamDonesMsg
+
+if TYPE_CHECKING:
+    from aiopdbp.hosts.linkstats import LinkStats
 
 __all__ = ["Credit", "CreditLedger", "StreamControl"]
 

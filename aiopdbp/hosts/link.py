@@ -269,9 +269,8 @@ tasks.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiopdbp.errors import WouldBlock
 from aiopdbp.hosts.gate import GateWait, Wake
@@ -285,47 +284,18 @@ from aiopdbp.wire.mesp import Kind
 from aiopdbp.wire.message import Message, credit_cost
 from aiopdbp.wire.shorts import ShortStream
 
+if TYPE_CHECKING:
+    from aiopdbp.hosts.linkstats import LinkStats
+
 __all__ = ["HostLink", "LinkStats"]
 
 
-@dataclass(frozen=True)
-class LinkStats:
-    """Counters of the link to one other host (``node.stats().links[h]``):
-    what this host sent it, and how its senders waited for credit (what
-    the other host lets them have in flight).
-
-    ``host`` the other host's rank; ``cdus`` items handed to the link
-    (messages, stream segments), ``lone`` of them sent at once in a frame of
-    their own, ``blocks`` coalesced blocks sent, ``splits`` large payloads
-    sent from their own buffer; ``messages`` / ``bytes`` MPI messages and
-    bytes posted, ``inflight`` MPI sends not complete yet, ``queued`` blocks
-    waiting for an in-flight slot; ``credit_waits`` times a sender waited
-    for a receiver's credit, ``credit_short`` receivers whose credit is below
-    their window now, ``credit_min`` the least credit left towards any
-    receiver (bytes), ``credit_parked`` senders parked for credit now,
-    ``credit_asks`` asks for more credit sent, ``credit_out`` bytes sent to
-    the host's GPs and not credited back yet; ``pool_fallbacks`` blocks taken outside the send pool (its
-    row was full); ``credit_carried`` split headers that carried this
-    host's credit grants to the other (instead of a ``CreditMsg``).
-    """
-
-    host: int
-    cdus: int            # CDUs handed to the link
-    lone: int            # CDUs sent at once, in a frame of their own
-    blocks: int          # coalesced blocks sent (BPS + BP)
-    splits: int          # large payloads sent as split frames
-    messages: int        # MPI messages posted
-    bytes: int           # bytes posted
-    inflight: int        # MPI sends not complete yet
-    queued: int          # blocks waiting for an in-flight slot
-    credit_waits: int    # times a sender waited for a destination's credit
-    credit_short: int    # destinations whose credit is below their window now
-    credit_min: int      # the least credit left towards any destination (bytes)
-    pool_fallbacks: int  # blocks taken outside the pool (its row was full)
-    credit_parked: int = 0  # senders parked for credit now
-    credit_asks: int = 0    # CreditAskMsg sent (a sender parked, see "Credit")
-    credit_out: int = 0     # bytes of credit outstanding towards all GPs of h (window - credit)
-    credit_carried: int = 0  # split headers that carried this host's grants to h (no CreditMsg)
+def __getattr__(name: str) -> Any:
+    # LinkStats lives in its own module, loaded when first asked for
+    if name == "LinkStats":
+        from aiopdbp.hosts.linkstats import LinkStats
+        return LinkStats
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class HostLink:
@@ -502,6 +472,8 @@ class HostLink:
         self.sender.flush()
 
     def stats(self) -> LinkStats:
+        from aiopdbp.hosts.linkstats import LinkStats  # (only node.stats() asks: see linkstats)
+
         gate, out = self._gate, self.sender
         return LinkStats(self.host, self._cdus + out.offered, out.lone, out.blocks, out.splits, out.sent_msgs,
                          out.nbytes, out.inflight, out.queued, gate.waits,

@@ -55,7 +55,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiopdbp.env import unlink_own_shm
 from aiopdbp.errors import ProtocolError, TransportError
@@ -64,12 +64,15 @@ from aiopdbp.hosts.closing import Closing
 from aiopdbp.hosts.credit import Credit, CreditLedger, StreamControl
 from aiopdbp.hosts.failure import Beat, HostFailures, JobControl, LostCallback, StallRelay, Stop
 from aiopdbp.hosts.inbound import RBP_MIN, Deliver, Inbound, StreamSink
-from aiopdbp.hosts.link import HostLink, LinkStats
+from aiopdbp.hosts.link import HostLink
 from aiopdbp.hosts.sequencer import Sequencer
 from aiopdbp.hosts.tables import Tables
 from aiopdbp.pool import BufferPool
 from aiopdbp.stall import StallWatch, WaitEdge
 from aiopdbp.transport.base import Channel, Transport
+
+if TYPE_CHECKING:
+    from aiopdbp.hosts.linkstats import LinkStats
 
 log = logging.getLogger("aiopdbp.hosts.remote")
 

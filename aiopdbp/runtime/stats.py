@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiopdbp.hosts.link import LinkStats
+from aiopdbp.hosts.linkstats import LinkStats
 
 __all__ = ["LinkStats", "NodeStats"]
 

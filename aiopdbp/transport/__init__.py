@@ -32,15 +32,46 @@ Imports: only :mod:`aiopdbp.errors`, :mod:`aiopdbp.env` and this package
 
 from __future__ import annotations
 
-from aiopdbp.transport.backoff import Backoff
-from aiopdbp.transport.base import AllocFn, Buffer, Channel, DeliverFn, LoopPoller, RawRequest, Transport
-from aiopdbp.transport.doorbell import Doorbell
-from aiopdbp.transport.inproc import InProcFabric, InProcTransport
-from aiopdbp.transport.mpi import MPITransport
-from aiopdbp.transport.mpiload import load_mpi, mpi_world_size
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "AllocFn", "Backoff", "Buffer", "Channel", "DeliverFn", "Doorbell", "InProcFabric",
-    "InProcTransport", "LoopPoller", "MPITransport", "RawRequest", "Transport", "load_mpi",
-    "mpi_world_size",
-]
+# Loaded on first use (PEP 562): a rank of an MPI job, which imports
+# transport.base, transport.mpi and what they need, does not load the
+# in-process transport it never uses.
+_EXPORTS: dict[str, str] = {
+    "Backoff": "aiopdbp.transport.backoff",
+    **dict.fromkeys(["AllocFn", "Buffer", "Channel", "DeliverFn", "LoopPoller", "RawRequest", "Transport"],
+                    "aiopdbp.transport.base"),
+    "Doorbell": "aiopdbp.transport.doorbell",
+    **dict.fromkeys(["InProcFabric", "InProcTransport"], "aiopdbp.transport.inproc"),
+    "MPITransport": "aiopdbp.transport.mpi",
+    **dict.fromkeys(["load_mpi", "mpi_world_size"], "aiopdbp.transport.mpiload"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'aiopdbp.transport' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from aiopdbp.transport.backoff import Backoff as Backoff
+    from aiopdbp.transport.base import AllocFn as AllocFn
+    from aiopdbp.transport.base import Buffer as Buffer
+    from aiopdbp.transport.base import Channel as Channel
+    from aiopdbp.transport.base import DeliverFn as DeliverFn
+    from aiopdbp.transport.base import LoopPoller as LoopPoller
+    from aiopdbp.transport.base import RawRequest as RawRequest
+    from aiopdbp.transport.base import Transport as Transport
+    from aiopdbp.transport.doorbell import Doorbell as Doorbell
+    from aiopdbp.transport.inproc import InProcFabric as InProcFabric
+    from aiopdbp.transport.inproc import InProcTransport as InProcTransport
+    from aiopdbp.transport.mpi import MPITransport as MPITransport
+    from aiopdbp.transport.mpiload import load_mpi as load_mpi
+    from aiopdbp.transport.mpiload import mpi_world_size as mpi_world_size
