@@ -39,13 +39,14 @@ frozen: Callable[[np.ndarray[Any, Any]], bool] = _memory.frozen
 #: (:func:`aiopdbp.tensormem.view.plain_snapshot`)
 plain_snapshot: Callable[[np.ndarray[Any, Any], int], np.ndarray[Any, Any] | None] = _memory.plain_snapshot
 
-__all__ = ["KINDS", "ML_DTYPES", "arrival", "cpu_tensor_array", "device_dtype", "frozen", "host_array", "parse_name",
+__all__ = ["KINDS", "ML_DTYPES", "TAG", "arrival", "cpu_tensor_array", "device_dtype", "frozen", "host_array", "parse_name",
            "plain_snapshot", "tag_of", "tensor_wanted", "wire_name"]
 
 #: what a receiver may ask arrays to arrive as
 KINDS = ("auto", "numpy", "torch")
 
-_TAG = "aiopdbp"
+#: the key of a tagged dtype's tag in its metadata (see :func:`tag_of`)
+TAG = _TAG = "aiopdbp"
 # The ml_dtypes family (numpy knows them only once ml_dtypes is imported):
 # name -> item size, for the unsigned view a receiver without it falls back to.
 _ML_SIZES = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1,
@@ -93,7 +94,8 @@ def tag_of(dt: np.dtype[Any]) -> Any:
     """What tells ``dt``'s wire name apart from that of the dtypes it
     compares equal to (a tagged dtype equals its untagged base): its tag
     ``(origin, name)``, or None for an untagged dtype (whatever other
-    metadata it holds).  For caches keyed by dtype."""
+    metadata it holds).  For caches keyed by dtype (a hot one reads
+    ``dt.metadata.get(TAG)`` itself: the same, without the call)."""
     md = dt.metadata
     return None if md is None else md.get(_TAG)
 
