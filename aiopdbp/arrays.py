@@ -32,7 +32,6 @@ from aiopdbp.tensormem import view as _pure_memory
 # a tensor's memory as an ndarray: the compiled twin of aiopdbp.tensormem.view where built and current
 _memory: ModuleType = ext.twin("tensormem", _pure_memory, "aiopdbp.tensormem.cview")
 _tensor_array: Callable[[Any, np.dtype[Any], Any, bool], np.ndarray[Any, Any] | None] = _memory.tensor_array
-_tensor_of: Callable[[Any, dict[int, np.dtype[Any]], Any], Any] = _memory.tensor_of
 _bind: Callable[[type], bool] = _memory.bind
 #: whether anyone can change an array's memory (:func:`aiopdbp.tensormem.view.frozen`)
 frozen: Callable[[np.ndarray[Any, Any]], bool] = _memory.frozen
@@ -40,13 +39,14 @@ frozen: Callable[[np.ndarray[Any, Any]], bool] = _memory.frozen
 #: (:func:`aiopdbp.tensormem.view.plain_snapshot`)
 plain_snapshot: Callable[[np.ndarray[Any, Any], int], np.ndarray[Any, Any] | None] = _memory.plain_snapshot
 
-__all__ = ["KINDS", "ML_DTYPES", "arrival", "cpu_tensor_array", "device_dtype", "frozen", "host_array", "parse_name",
+__all__ = ["KINDS", "ML_DTYPES", "TAG", "arrival", "cpu_tensor_array", "device_dtype", "frozen", "host_array", "parse_name",
            "plain_snapshot", "tag_of", "tensor_wanted", "wire_name"]
 
 #: what a receiver may ask arrays to arrive as
 KINDS = ("auto", "numpy", "torch")
 
-_TAG = "aiopdbp"
+#: the key of a tagged dtype's tag in its metadata (see :func:`tag_of`)
+TAG = _TAG = "aiopdbp"
 # The ml_dtypes family (numpy knows them only once ml_dtypes is imported):
 # name -> item size, for the unsigned view a receiver without it falls back to.
 _ML_SIZES = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1,
@@ -64,8 +64,6 @@ _tagged: dict[tuple[str, str, str], np.dtype[Any]] = {}
 # Per torch dtype seen: its _TorchPlan (the tagged dtype built from names
 # per send cost more than the rest of a small tensor's send).
 _TORCH_PLANS: dict[Any, _TorchPlan] = {}
-# torch.strided once a tensor was sent
-_strided: Any = None
 # torch.Tensor once a tensor was sent (torch is not imported for it)
 _tensor: type | None = None
 _UNSET = object()
@@ -74,7 +72,6 @@ _UNSET = object()
 # arrays arrive by that one call.  Filled once torch imported.
 _as_is: dict[int, np.dtype[Any]] = {}
 _torch_module: Any = _UNSET
-_from_numpy: Any = None  # torch.from_numpy, once torch imported
 _parsed: dict[str, np.dtype[Any]] = {}
 _plain: dict[str, np.dtype[Any]] = {}  # the wire names of the tags above: their untagged dtypes
 _warned: set[str] = set()
@@ -97,7 +94,8 @@ def tag_of(dt: np.dtype[Any]) -> Any:
     """What tells ``dt``'s wire name apart from that of the dtypes it
     compares equal to (a tagged dtype equals its untagged base): its tag
     ``(origin, name)``, or None for an untagged dtype (whatever other
-    metadata it holds).  For caches keyed by dtype."""
+    metadata it holds).  For caches keyed by dtype (a hot one reads
+    ``dt.metadata.get(TAG)`` itself: the same, without the call)."""
     md = dt.metadata
     return None if md is None else md.get(_TAG)
 
@@ -182,6 +180,7 @@ def _torch_plan(t: Any, torch: Any) -> _TorchPlan:
     else:
         plan = _TorchPlan(_tag(base, "torch", base.str), bool(t.dtype.is_complex), None)
     _TORCH_PLANS[t.dtype] = plan
+    _paths.add_plan(t, plan.dtype, plan.complex_)
     return plan
 
 
@@ -189,17 +188,15 @@ def _torch_array(t: Any) -> np.ndarray[Any, Any] | None:
     """A CPU tensor as a tagged ndarray over its memory; None for a device
     tensor (the device path takes it); ``TypeError`` for one that cannot
     travel, saying what to send instead."""
-    global _strided
     if not t.is_cpu:
         if t.is_meta:
             raise TypeError("cannot send a tensor on the meta device: it has no data")
         return None
     torch = sys.modules["torch"]
-    _strided = torch.strided
     if t.layout is not torch.strided:
         raise TypeError(f"cannot send a {t.layout} tensor: send t.to_dense() (or its indices and values)")
     plan = _TORCH_PLANS.get(t.dtype)
-    if plan is not None and (arr := _tensor_array(t, plan.dtype, _strided, plan.complex_)) is not None:
+    if plan is not None and (arr := _tensor_array(t, plan.dtype, torch.strided, plan.complex_)) is not None:
         return arr
     if (refusal := _torch_refusal(t)) is not None:
         raise refusal
@@ -226,6 +223,7 @@ def host_array(obj: Any) -> np.ndarray[Any, Any] | None:
         if torch is not None and (cls is torch.Tensor or isinstance(obj, torch.Tensor)):
             _tensor = torch.Tensor
             _bind(_tensor)
+            _paths.track(_tensor, torch.strided)
             return _torch_array(obj)
     probe = getattr(obj, "__dlpack_device__", None)
     if probe is None or getattr(obj, "__cuda_array_interface__", None) is not None:
@@ -241,20 +239,6 @@ def host_array(obj: Any) -> np.ndarray[Any, Any] | None:
         return arr
     except (BufferError, TypeError, RuntimeError) as exc:
         raise TypeError(f"cannot send {type(obj).__name__}: DLPack refused it ({exc})") from None
-
-
-def cpu_tensor_array(obj: Any) -> np.ndarray[Any, Any] | None:
-    """``obj`` as :func:`host_array` has it if it is a plain ``torch.Tensor``
-    seen before; None for anything else (which then takes the general
-    checks): the send path's first look, before it asks whether ``obj`` is
-    a device array."""
-    if type(obj) is not _tensor:
-        return None
-    t: Any = obj
-    plan = _TORCH_PLANS.get(t.dtype)
-    if plan is not None and (arr := _tensor_array(t, plan.dtype, _strided, plan.complex_)) is not None:
-        return arr  # the common case: no torch operation (tensormem's doc)
-    return _torch_array(t)
 
 
 def device_dtype(obj: Any, dt: np.dtype[Any]) -> np.dtype[Any]:
@@ -277,7 +261,7 @@ def device_dtype(obj: Any, dt: np.dtype[Any]) -> np.dtype[Any]:
 def _torch() -> Any:
     """The torch module, or None where it does not import (asked once:
     a failed import costs a search of sys.path)."""
-    global _torch_module, _from_numpy
+    global _torch_module
     if _torch_module is _UNSET:
         try:
             import torch
@@ -285,7 +269,7 @@ def _torch() -> Any:
             _torch_module = None
         else:
             _torch_module = torch
-            _from_numpy = torch.from_numpy
+            _paths.from_numpy = torch.from_numpy
             _bind(torch.Tensor)
     return _torch_module
 
@@ -325,13 +309,8 @@ def _as_numpy(arr: np.ndarray[Any, Any], name: str) -> np.ndarray[Any, Any]:
     return arr.view(dt)
 
 
-def arrival(arr: np.ndarray[Any, Any], kind: str) -> Any:
-    """A received ``arr`` as the receiver asked: ``"auto"`` as it was sent
-    (a tensor as a tensor when torch imports here, else numpy), ``"numpy"``,
-    ``"torch"``.  No copy (but a tensor of a read-only or non-native-endian
-    array)."""
-    if kind != "numpy" and (t := _tensor_of(arr, _as_is, _from_numpy)) is not None:
-        return t  # the common case: one torch call
+def _arrival(arr: np.ndarray[Any, Any], kind: str) -> Any:
+    """:func:`arrival` but its common case (a tensor of a dtype in ``_as_is``)."""
     dt = arr.dtype
     md = dt.metadata
     tag = md.get(_TAG) if md is not None else None
@@ -352,6 +331,25 @@ def arrival(arr: np.ndarray[Any, Any], kind: str) -> Any:
         if arr.flags.writeable:
             return torch.from_numpy(arr)  # torch ignores the dtype's tag
     return _as_torch(arr, name)
+
+
+# A tensor's send and arrival, their common cases each in one call
+# (aiopdbp.tensormem.view.TensorPaths: compiled, one C call)
+_paths: Any = _memory.TensorPaths(_torch_array, _arrival, _as_is)
+
+#: ``cpu_tensor_array(obj)``: ``obj`` as :func:`host_array` has it if it is a
+#: plain ``torch.Tensor`` and tensors were sent before; None for anything
+#: else (which then takes the general checks): the send path's first look,
+#: before it asks whether ``obj`` is a device array.  The common case makes
+#: no torch operation (tensormem's doc).
+cpu_tensor_array: Callable[[Any], np.ndarray[Any, Any] | None] = _paths.send
+
+#: ``arrival(arr, kind)``: a received ``arr`` as the receiver asked:
+#: ``"auto"`` as it was sent (a tensor as a tensor when torch imports here,
+#: else numpy), ``"numpy"``, ``"torch"``.  No copy (but a tensor of a
+#: read-only or non-native-endian array).  The common case (a tensor of a
+#: plain dtype seen before) is one torch call.
+arrival: Callable[[np.ndarray[Any, Any], str], Any] = _paths.arrive
 
 
 def tensor_wanted(name: str) -> bool:

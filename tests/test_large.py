@@ -84,6 +84,17 @@ def test_cached_split_header_differs_by_shape_and_destination() -> None:
     assert len(heads) == 4
 
 
+def test_cached_split_header_differs_by_the_dtypes_tag() -> None:
+    # a tagged dtype (a tensor's, aiopdbp.arrays) equals its base: only the tag tells their headers apart
+    base = np.dtype("<f4")
+    tagged = [np.dtype("<f4", metadata={"aiopdbp": ("torch", "<f4")}), np.dtype("<f4", metadata={"other": 1})]
+    arrs = [np.zeros(8192, dtype=dt) for dt in (base, *tagged)]
+    heads = [encode_split_array(Kind.SHORT, 7, 42, 0, x)[0] for x in arrs + arrs]  # each twice: the cache's answer too
+    assert heads[:3] == heads[3:] and heads[0] != heads[1] and heads[0] == heads[2]  # (other metadata: no tag)
+    assert split_array(heads[1]).dtype.metadata == {"aiopdbp": ("torch", "<f4")}  # type: ignore[union-attr]
+    assert split_array(heads[0]).dtype.metadata is None  # type: ignore[union-attr]
+
+
 def test_split_array_says_what_decode_split_decodes() -> None:
     arr = np.arange(10_000, dtype=np.float32).reshape(100, 100)
     head, payload = encode_split(CDU(Kind.COMMAND, 7, (42,), arr, 3))

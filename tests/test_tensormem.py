@@ -144,7 +144,8 @@ def test_the_built_twin_is_current_and_chosen() -> None:
     from aiopdbp import ext
     if compiled_memory is None or not ext.core().get("tensormem", "").startswith("compiled"):
         pytest.skip("tensormem.cview is not built here (or AIOPDBP_NO_EXTENSIONS is set)")
-    assert arrays._tensor_array is compiled_memory.tensor_array and arrays._tensor_of is compiled_memory.tensor_of
+    assert arrays._tensor_array is compiled_memory.tensor_array
+    assert type(arrays._paths) is compiled_memory.TensorPaths
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -216,3 +217,116 @@ def test_a_bound_arrival_keeps_the_dtype(tdtype: Any) -> None:
     tagged = np.dtype(dt.str, metadata={"aiopdbp": ("torch", dt.str)})
     got = form.tensor_of(src.numpy().copy().view(tagged), {id(tagged): tagged}, torch.from_numpy)
     assert got.dtype is tdtype and torch.equal(got, src)
+
+
+# ---------------------------------------------------------------- TensorPaths
+
+
+class _General:
+    """A TensorPaths' general paths, recording what reached them."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+        self.arrived: list[tuple[Any, str]] = []
+
+    def send(self, t: Any) -> Any:
+        self.sent.append(t)
+        return "general"
+
+    def arrive(self, arr: Any, kind: str) -> Any:
+        self.arrived.append((arr, kind))
+        return "general"
+
+
+def _paths(form: Any, known: dict[int, np.dtype[Any]] | None = None) -> tuple[Any, _General]:
+    general = _General()
+    form.bind(torch.Tensor)
+    paths = form.TensorPaths(general.send, general.arrive, {} if known is None else known)
+    paths.track(torch.Tensor, torch.strided)
+    return paths, general
+
+
+def _tagged(dt: np.dtype[Any]) -> np.dtype[Any]:
+    return np.dtype(dt.str, metadata={"aiopdbp": ("torch", dt.str)})
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("tdtype, dt", DTYPES, ids=[str(d) for d, _ in DTYPES])
+def test_paths_send_views_a_tensor_of_a_planned_dtype(form: Any, tdtype: Any, dt: np.dtype[Any]) -> None:
+    paths, general = _paths(form)
+    t = torch.arange(12).reshape(3, 4).to(tdtype)
+    tagged = _tagged(dt)
+    paths.add_plan(t, tagged, t.dtype.is_complex)
+    arr = paths.send(torch.arange(12).reshape(3, 4).to(tdtype))  # another tensor of that dtype
+    assert type(arr) is np.ndarray and arr.dtype is tagged and arr.shape == (3, 4) and not general.sent
+    assert arr.tobytes() == t.view(torch.uint8).numpy().tobytes()
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_paths_send_leaves_other_types_and_unplanned_dtypes(form: Any) -> None:
+    paths, general = _paths(form)
+    assert paths.send(np.arange(3)) is None and paths.send(b"x") is None and not general.sent
+    t = torch.arange(3, dtype=torch.int16)  # no plan for int16
+    assert paths.send(t) == "general" and general.sent == [t]
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("make", [
+    lambda: torch.ones(3, requires_grad=True),
+    lambda: torch._neg_view(torch.ones(3)),
+    lambda: torch.arange(12.).reshape(3, 4).T,
+    lambda: torch.ones(0),
+    lambda: torch.ones(3).to_sparse(),
+    lambda: torch.ones(3, device="meta"),
+], ids=["requires_grad", "neg", "non-contiguous", "empty", "sparse", "meta"])
+def test_paths_send_leaves_what_it_cannot_view_to_the_general_path(form: Any, make: Any) -> None:
+    paths, general = _paths(form)
+    paths.add_plan(torch.ones(1), _tagged(np.dtype("<f4")), False)
+    t = make()
+    assert paths.send(t) == "general" and general.sent == [t]
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_paths_send_leaves_a_conjugate_view_to_the_general_path(form: Any) -> None:
+    paths, general = _paths(form)
+    paths.add_plan(torch.ones(1, dtype=torch.complex64), _tagged(np.dtype("<c8")), True)
+    t = torch.ones(3, dtype=torch.complex64).conj()
+    assert paths.send(t) == "general" and general.sent == [t]
+    assert type(paths.send(t.resolve_conj())) is np.ndarray
+
+
+def test_paths_send_finds_a_bound_tensors_plan_by_its_dlpack_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    form = _bound_compiled()
+    paths, general = _paths(form)
+    tagged = _tagged(np.dtype("<u2"))
+    paths.add_plan(torch.ones(1, dtype=torch.bfloat16), tagged, False)
+
+    def no_read(self: Any) -> Any:
+        raise AssertionError("t.dtype read")
+
+    t = torch.arange(4, dtype=torch.bfloat16)
+    monkeypatch.setattr(torch.Tensor, "dtype", property(no_read))
+    arr = paths.send(t)
+    monkeypatch.undo()
+    assert arr.dtype is tagged and arr.tobytes() == t.view(torch.int16).numpy().tobytes() and not general.sent
+    assert paths.send(torch.arange(4, dtype=torch.float16)) == "general"  # same bits, another code
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_paths_arrive_makes_a_tensor_of_a_known_dtype(form: Any) -> None:
+    tagged = _tagged(np.dtype("<f4"))
+    paths, general = _paths(form, {id(tagged): tagged})
+    paths.from_numpy = torch.from_numpy
+    t = paths.arrive(np.arange(4, dtype=np.float32).view(tagged), "auto")
+    assert type(t) is torch.Tensor and t.tolist() == [0, 1, 2, 3] and not general.arrived
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_paths_arrive_leaves_the_rest_to_the_general_path(form: Any) -> None:
+    tagged = _tagged(np.dtype("<f4"))
+    paths, general = _paths(form, {id(tagged): tagged})
+    paths.from_numpy = torch.from_numpy
+    known = np.arange(4, dtype=np.float32).view(tagged)
+    plain = np.arange(4, dtype=np.float32)
+    assert paths.arrive(known, "numpy") == "general" and paths.arrive(plain, "torch") == "general"
+    assert general.arrived == [(known, "numpy"), (plain, "torch")]

@@ -96,12 +96,15 @@ cdef extern from *:
         int (*dltensor_from_py_object_no_sync)(void *, aiopdbp_DLTensor *) noexcept
 
 DEF _kDLCPU = 1
+DEF _kDLComplex = 5
+# DLPack's type codes below this have a slot in a TensorPaths' plan table
+DEF _CODES = 32
 
 #: the files this twin was built from, and their hash then (aiopdbp.ext checks it)
 __sources__ = ("view.py", "cview.pyx")
 __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
-__all__ = ["PLAIN_NUMS", "bind", "frozen", "plain_snapshot", "tensor_array", "tensor_of"]
+__all__ = ["PLAIN_NUMS", "TensorPaths", "bind", "frozen", "plain_snapshot", "tensor_array", "tensor_of"]
 
 #: as :data:`aiopdbp.tensormem.view.PLAIN_NUMS`
 PLAIN_NUMS = frozenset(range(17)) | {21, 22, 23}
@@ -138,23 +141,14 @@ cpdef object tensor_array(t, cnp.dtype dt, strided, bint complex_):
     cdef cnp.npy_intp n = 1
     cdef void *ptr
     cdef aiopdbp_DLTensor d
-    cdef cnp.ndarray arr
     if type(t) is _bound:
         # (a sparse, nested or quantized tensor: DLPack refuses it, as the reads below would)
         if _api.dltensor_from_py_object_no_sync(<void *>t, &d) != 0:
             PyErr_Clear()
             return None
-        if d.device.device_type != _kDLCPU or d.ndim > _MAX_DIMS:
+        if not _plain_cpu(t, &d, dims, complex_):
             return None
-        nd = d.ndim
-        for i in range(nd - 1, -1, -1):  # C-contiguous: each stride the product of the sizes after it
-            dims[i] = d.shape[i]
-            if dims[i] != 1 and d.strides[i] != n:
-                return None
-            n *= dims[i]
-        if n == 0 or t.requires_grad or t.is_neg() or complex_ and t.is_conj():
-            return None
-        ptr = <char *>d.data + d.byte_offset
+        return _over(t, dt, d.ndim, dims, <char *>d.data + d.byte_offset)
     else:
         if (not t.is_cpu or t.layout is not strided or t.requires_grad or t.is_neg()
                 or complex_ and t.is_conj() or not t.is_contiguous()):
@@ -172,8 +166,30 @@ cpdef object tensor_array(t, cnp.dtype dt, strided, bint complex_):
         if n == 0:
             return None
         ptr = <void *><uintptr_t>t.data_ptr()
+    return _over(t, dt, nd, dims, ptr)
+
+
+cdef bint _plain_cpu(t, aiopdbp_DLTensor *d, cnp.npy_intp *dims, bint complex_) except -1:
+    # Whether the tensor t that DLPack described as d is one tensor_array views as it is
+    # (on the CPU, C-contiguous, not empty, no grad, no negative or conjugate bit); its
+    # sizes into dims (_MAX_DIMS of them)
+    cdef Py_ssize_t i
+    cdef cnp.npy_intp n = 1
+    if d.device.device_type != _kDLCPU or d.ndim > _MAX_DIMS:
+        return False
+    for i in range(d.ndim - 1, -1, -1):  # C-contiguous: each stride the product of the sizes after it
+        dims[i] = d.shape[i]
+        if dims[i] != 1 and d.strides[i] != n:
+            return False
+        n *= dims[i]
+    return not (n == 0 or t.requires_grad or t.is_neg() or complex_ and t.is_conj())
+
+
+cdef object _over(t, dt, int nd, cnp.npy_intp *dims, void *ptr):
+    # an ndarray of dt over ptr, holding t
+    cdef cnp.ndarray arr
     Py_INCREF(dt)  # PyArray_NewFromDescr steals a reference to the dtype
-    arr = PyArray_NewFromDescr(<PyTypeObject *>np.ndarray, <cnp.PyArray_Descr *>dt, <int>nd, dims, NULL,
+    arr = PyArray_NewFromDescr(<PyTypeObject *>np.ndarray, <cnp.PyArray_Descr *>dt, nd, dims, NULL,
                                ptr, cnp.NPY_ARRAY_C_CONTIGUOUS | cnp.NPY_ARRAY_WRITEABLE, None)
     cnp.set_array_base(arr, t)  # the array holds the tensor, and so its memory, alive
     return arr
@@ -246,6 +262,10 @@ cdef object _dlpack_tensor(cnp.ndarray a):
 
 def tensor_of(arr, dict known, from_numpy):
     """As :func:`aiopdbp.tensormem.view.tensor_of`."""
+    return _tensor_of(arr, known, from_numpy)
+
+
+cdef object _tensor_of(arr, dict known, from_numpy):
     cdef cnp.ndarray a
     cdef PyObject *hit
     if not cnp.PyArray_CheckExact(arr):
@@ -260,6 +280,74 @@ def tensor_of(arr, dict known, from_numpy):
         if t is not None:
             return t
     return from_numpy(a)
+
+
+cdef class TensorPaths:
+    """As :class:`aiopdbp.tensormem.view.TensorPaths`.  Here a bound tensor
+    (:func:`bind`) finds its plan by the DLPack type code and bits of the
+    one call that describes it."""
+
+    cdef public object tracked, strided, from_numpy, general_send, general_arrival
+    cdef public dict plans, known
+    # (DLPack code, bits / 8) -> the plan's tagged dtype, held by held
+    cdef PyObject *by_code[_CODES][17]
+    cdef list held
+
+    def __init__(self, general_send, general_arrival, dict known):
+        self.tracked = self.strided = self.from_numpy = None
+        self.general_send = general_send
+        self.general_arrival = general_arrival
+        self.plans = {}
+        self.known = known
+        self.held = []
+
+    def track(self, cls, strided):
+        """As :meth:`aiopdbp.tensormem.view.TensorPaths.track`."""
+        self.tracked, self.strided = cls, strided
+
+    def add_plan(self, t, cnp.dtype dt, bint complex_):
+        """As :meth:`aiopdbp.tensormem.view.TensorPaths.add_plan`."""
+        cdef aiopdbp_DLTensor d
+        self.plans[t.dtype] = (dt, complex_)
+        if _bound is None or type(t) is not _bound:
+            return
+        if _api.dltensor_from_py_object_no_sync(<void *>t, &d) != 0:
+            PyErr_Clear()
+            return
+        if (d.dtype.lanes == 1 and d.dtype.code < _CODES and d.dtype.bits % 8 == 0 and d.dtype.bits <= 128
+                and (d.dtype.code == _kDLComplex) == complex_):
+            self.held.append(dt)
+            self.by_code[d.dtype.code][d.dtype.bits >> 3] = <PyObject *>dt
+
+    def send(self, obj):
+        """As :meth:`aiopdbp.tensormem.view.TensorPaths.send`."""
+        cdef aiopdbp_DLTensor d
+        cdef cnp.npy_intp dims[_MAX_DIMS]
+        cdef PyObject *dt
+        if type(obj) is not self.tracked:
+            return None
+        if type(obj) is _bound:
+            if _api.dltensor_from_py_object_no_sync(<void *>obj, &d) != 0:
+                PyErr_Clear()  # (what DLPack refuses, the general path refuses with its reason)
+            elif d.dtype.lanes == 1 and d.dtype.code < _CODES and d.dtype.bits % 8 == 0 and d.dtype.bits <= 128:
+                dt = self.by_code[d.dtype.code][d.dtype.bits >> 3]
+                if dt != NULL and _plain_cpu(obj, &d, dims, d.dtype.code == _kDLComplex):
+                    return _over(obj, <object>dt, d.ndim, dims, <char *>d.data + d.byte_offset)
+        else:
+            plan = self.plans.get(obj.dtype)
+            if plan is not None:
+                arr = tensor_array(obj, plan[0], self.strided, plan[1])
+                if arr is not None:
+                    return arr
+        return self.general_send(obj)
+
+    def arrive(self, arr, kind):
+        """As :meth:`aiopdbp.tensormem.view.TensorPaths.arrive`."""
+        if kind != "numpy":
+            t = _tensor_of(arr, self.known, self.from_numpy)
+            if t is not None:
+                return t
+        return self.general_arrival(arr, kind)
 
 
 cdef inline bint _plain(int num):

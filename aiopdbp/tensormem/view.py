@@ -24,11 +24,12 @@ torch: the caller hands over what it needs from it.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["PLAIN_NUMS", "bind", "frozen", "plain_snapshot", "tensor_array", "tensor_of"]
+__all__ = ["PLAIN_NUMS", "TensorPaths", "bind", "frozen", "plain_snapshot", "tensor_array", "tensor_of"]
 
 #: ``dtype.num`` of numpy's builtin fixed-size dtypes that travel as raw
 #: bytes whatever their byte order or metadata: bool, the integers, the
@@ -83,6 +84,64 @@ def tensor_of(arr: Any, known: dict[int, np.dtype[Any]], from_numpy: Any) -> Any
     if known.get(id(dt)) is not dt or not arr.flags.writeable:
         return None
     return from_numpy(arr)
+
+
+class TensorPaths:
+    """A send's and an arrival's common case of a tensor, each whole in one
+    call (one C call in the compiled form, no Python frame between the GP
+    and torch): :meth:`send` is :func:`aiopdbp.arrays.cpu_tensor_array`,
+    :meth:`arrive` is :func:`aiopdbp.arrays.arrival`.  What they leave goes
+    to the caller's general paths, ``general_send(t)`` and
+    ``general_arrival(arr, kind)``, which give the same results.
+
+    The per-dtype decisions are made once, by :meth:`add_plan`; the
+    compiled form also keys them by the dtype's DLPack code, which the one
+    call that describes a bound tensor gives (no ``t.dtype`` read)."""
+
+    __slots__ = ("tracked", "strided", "plans", "known", "from_numpy", "general_send", "general_arrival")
+
+    def __init__(self, general_send: Callable[[Any], np.ndarray[Any, Any] | None],
+                 general_arrival: Callable[[Any, str], Any], known: dict[int, np.dtype[Any]]) -> None:
+        #: the tensor type whose exact instances :meth:`send` takes (None: none yet)
+        self.tracked: type | None = None
+        self.strided: Any = None
+        #: torch dtype -> (the tagged dtype of its tensors' arrays, whether complex)
+        self.plans: dict[Any, tuple[np.dtype[Any], bool]] = {}
+        #: :meth:`arrive`'s dtypes, as :func:`tensor_of`'s ``known`` (the caller fills it)
+        self.known = known
+        #: ``torch.from_numpy`` once torch is imported (the caller sets it)
+        self.from_numpy: Any = None
+        self.general_send = general_send
+        self.general_arrival = general_arrival
+
+    def track(self, cls: type, strided: Any) -> None:
+        """:meth:`send` takes exact instances of ``cls`` (``torch.Tensor``;
+        ``strided`` is ``torch.strided``)."""
+        self.tracked, self.strided = cls, strided
+
+    def add_plan(self, t: Any, dt: np.dtype[Any], complex_: bool) -> None:
+        """Tensors of ``t``'s dtype are viewed as arrays of ``dt`` (complex:
+        their conjugate bit is checked too)."""
+        self.plans[t.dtype] = (dt, complex_)
+
+    def send(self, obj: Any) -> np.ndarray[Any, Any] | None:
+        """None when ``obj`` is not exactly of the tracked type; else its
+        memory as an ndarray of its plan's dtype (:func:`tensor_array`)
+        where a plan and the tensor allow, or ``general_send(obj)``."""
+        if type(obj) is not self.tracked:
+            return None
+        t: Any = obj
+        plan = self.plans.get(t.dtype)
+        if plan is not None and (arr := tensor_array(t, plan[0], self.strided, plan[1])) is not None:
+            return arr
+        return self.general_send(t)
+
+    def arrive(self, arr: Any, kind: str) -> Any:
+        """:func:`tensor_of` ``arr`` unless ``kind`` is ``"numpy"``; else,
+        or when it says None, ``general_arrival(arr, kind)``."""
+        if kind != "numpy" and (t := tensor_of(arr, self.known, self.from_numpy)) is not None:
+            return t
+        return self.general_arrival(arr, kind)
 
 
 def frozen(arr: np.ndarray[Any, Any]) -> bool:

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import msgpack
 import numpy as np
 
-from aiopdbp.arrays import tag_of
+from aiopdbp.arrays import TAG
 from aiopdbp.errors import ProtocolError
 from aiopdbp.wire.mesp import (
     ALIGN,
@@ -383,9 +383,10 @@ def encode_split_array(kind: Kind, source_p: int, pid: int, com: int,
     """``encode_split(CDU(kind, source_p, (pid,), data, com))`` for a
     C-contiguous numpy array, its header from a cache (see above)."""
     dt = data.dtype
-    # (a tensor's tagged dtype equals its base: its tag tells their headers apart)
-    key = (kind, source_p, pid, com, dt, data.shape) if dt.metadata is None else \
-        (kind, source_p, pid, com, dt, data.shape, tag_of(dt))
+    # (a tensor's tagged dtype equals its base: its tag tells their headers apart; arrays.tag_of inline)
+    md = dt.metadata
+    key = (kind, source_p, pid, com, dt, data.shape) if md is None else \
+        (kind, source_p, pid, com, dt, data.shape, md.get(TAG))
     head = _SPLIT_HEADS.get(key)
     if head is None:
         head, payload = encode_split(CDU(kind, source_p, (pid,), data, com))
