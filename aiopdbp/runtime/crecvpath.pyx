@@ -43,10 +43,19 @@ cdef class RecvPath:
         self._node = node
         self._slow = slow
 
-    async def recv(self, timeout=None, *, arrays=None):
+    def recv(self, timeout=None, *, arrays=None):
+        # Decided at the call: an item first in the one FIFO now, this path's
+        # coroutine (which checks again when it runs); else the GP's own, with
+        # no second coroutine around it (a receive that waits pays one)
+        pipe = self.pipe
+        if pipe is not None and arrays is None and pipe._turns is None and pipe._items:
+            return self._take(timeout)
+        return self._slow(timeout, arrays, None)
+
+    async def _take(self, timeout):
         pipe = self.pipe
         rx = self._rx
-        if (pipe is not None and arrays is None and rx.held is None and rx.into_task is None
+        if (pipe is not None and rx.held is None and rx.into_task is None
                 and pipe._turns is None):
             items = pipe._items
             if items:
@@ -66,4 +75,4 @@ cdef class RecvPath:
                         if taken >= pipe.watch_at and pipe.on_watch is not None:
                             pipe.watch_at = pipe.on_watch(pipe, taken, pipe._host)
                         return item
-        return await self._slow(timeout, arrays, None)
+        return await self._slow(timeout, None, None)

@@ -52,7 +52,7 @@ from aiopdbp.hosts.tables import PType, Tables
 from aiopdbp.runtime.payloads import (
     arrive, arrived, check_com, check_timeout, flat_writable, named_now, raising, snapshot)
 from aiopdbp.runtime.receiving import GPReceiver
-from aiopdbp.runtime.recvcore import RecvPath
+from aiopdbp.runtime.recvcore import COMPILED as RECV_COMPILED, RecvPath
 from aiopdbp.runtime.sending import BURST_BYTES, GPSender, SenderHost
 
 __all__ = ["FAILED_CLOSE_TIMEOUT", "GP", "GPHost", "Owned"]
@@ -153,8 +153,11 @@ class GP:
         #: this GP's while it has one and is not freed
         self._in = RecvPath(self._rx, node, self._recv)
         if type(self).recv is GP.recv:
-            # ``await gp.recv()`` runs the path's coroutine itself: no frame between
-            self.recv = self._in.recv  # type: ignore[method-assign]
+            # ``gp.recv()`` is the compiled path's own call: no frame between.  The
+            # pure form runs the GP's coroutine alone (one coroutine, as before:
+            # the pure path would add one to a receive that waits; it stays the
+            # twin the compiled one is tested against)
+            self.recv = self._in.recv if RECV_COMPILED else self._recv  # type: ignore[method-assign]
 
     def __repr__(self) -> str:
         return f"<GP {self.name!r} pid={self.pid} {self.ptype.name} on node {self.node.rank}>"
@@ -500,11 +503,11 @@ class GP:
 
         Cancellation: a cancelled receive takes nothing from the pipe.
         """
-        # (the GP's own class: ``gp.recv`` is the path's ``recv`` itself; see __init__)
-        return self._in.recv(timeout, arrays=arrays)
+        # (the GP's own class: ``gp.recv`` is this call itself; see __init__)
+        return self._in.recv(timeout, arrays=arrays) if RECV_COMPILED else self._recv(timeout, arrays)
 
-    async def _recv(self, timeout: float | None, arrays: str | None,
-                    taken: Message | IncomingStream | None) -> Message | IncomingStream:
+    async def _recv(self, timeout: float | None = None, arrays: str | None = None,
+                    taken: Message | IncomingStream | None = None) -> Message | IncomingStream:
         """:meth:`recv` but for its common case (:mod:`aiopdbp.runtime.recvpath`);
         ``taken``: the item the path took from the pipe (None: none)."""
         if arrays is not None and arrays not in KINDS:
