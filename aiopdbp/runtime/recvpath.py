@@ -1,5 +1,5 @@
-"""A GP's receive, the common case in one step: :meth:`RecvPath.recv` is
-the coroutine ``await gp.recv()`` runs.
+"""A GP's receive, the common case in one step: in the compiled form
+``gp.recv()`` is :meth:`RecvPath.recv` itself.
 
 The common case is a call without ``arrays``, an item already in the GP's
 pipe, nothing held back by an earlier receive, no ``recv_into`` waiting, and a
@@ -12,11 +12,15 @@ to convert, a freed GP -- is the GP's coroutine (``slow``:
 could not return as it is.
 
 This module has a compiled twin (``aiopdbp.runtime.crecvpath``, chosen by
-:mod:`aiopdbp.runtime.recvcore`): its ``recv`` looks at the pipe's first
-item and takes it from the pipe's one FIFO in C (the one-FIFO case of
-:meth:`Pipe.receive_nowait <aiopdbp.routing.pipes.Pipe.receive_nowait>`,
-inline), so no Python frame runs for a message taken there.
-``tests/test_recvpath.py`` runs both forms.
+:mod:`aiopdbp.runtime.recvcore`): its ``recv`` decides at the call -- its
+own coroutine when an item is first in the pipe's one FIFO (which takes it
+in C: the one-FIFO case of :meth:`Pipe.receive_nowait
+<aiopdbp.routing.pipes.Pipe.receive_nowait>`, inline), else the GP's
+coroutine itself -- so no Python frame runs for a message taken there, and
+a receive that waits runs one coroutine.  Where the compiled form is not
+built, the GP runs its own coroutine alone (this form would put a second
+one around a receive that waits); this one is the twin the compiled one is
+held to (``tests/test_recvpath.py`` runs both).
 """
 
 from __future__ import annotations
