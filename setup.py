@@ -30,7 +30,8 @@ TWINS = [("aiopdbp.wire.cblocks", "aiopdbp/wire/cblocks.pyx", ("blocks.py", "cbl
          ("aiopdbp.hosts.csender", "aiopdbp/hosts/csender.pyx", ("sender.py", "csender.pyx"), False),
          ("aiopdbp.hosts.csplitin", "aiopdbp/hosts/csplitin.pyx", ("splitin.py", "csplitin.pyx"), False),
          ("aiopdbp.tensormem.cview", "aiopdbp/tensormem/cview.pyx", ("view.py", "cview.pyx"), False),
-         ("aiopdbp.runtime.csendpath", "aiopdbp/runtime/csendpath.pyx", ("sendpath.py", "csendpath.pyx"), False)]
+         ("aiopdbp.runtime.csendpath", "aiopdbp/runtime/csendpath.pyx", ("sendpath.py", "csendpath.pyx"), False),
+         ("aiopdbp.runtime.crecvpath", "aiopdbp/runtime/crecvpath.pyx", ("recvpath.py", "crecvpath.pyx"), False)]
 #: the twins that call numpy's C API (its headers: numpy is a build requirement)
 NUMPY_TWINS = {"aiopdbp.tensormem.cview", "aiopdbp.wire.cblocks"}
 

@@ -52,6 +52,7 @@ from aiopdbp.hosts.tables import PType, Tables
 from aiopdbp.runtime.payloads import (
     arrive, arrived, check_com, check_timeout, flat_writable, named_now, raising, snapshot)
 from aiopdbp.runtime.receiving import GPReceiver
+from aiopdbp.runtime.recvcore import COMPILED as RECV_COMPILED, RecvPath
 from aiopdbp.runtime.sending import BURST_BYTES, GPSender, SenderHost
 
 __all__ = ["FAILED_CLOSE_TIMEOUT", "GP", "GPHost", "Owned"]
@@ -149,6 +150,15 @@ class GP:
         self.receiving = 0
         self._drive = node.drive   # a receiver waiting for a reply steps MPI itself
         self._path = self._tx.path   # send's common case in one step (the rest is the sender's)
+        #: receive's common case in one step (the rest is :meth:`_recv`); its pipe is
+        #: this GP's while it has one and is not freed
+        self._in = RecvPath(self._rx, node, self._recv)
+        if type(self).recv is GP.recv:
+            # ``gp.recv()`` is the compiled path's own call: no frame between.  The
+            # pure form runs the GP's coroutine alone (one coroutine, as before:
+            # the pure path would add one to a receive that waits; it stays the
+            # twin the compiled one is tested against)
+            self.recv = self._in.recv if RECV_COMPILED else self._recv  # type: ignore[method-assign]
 
     def __repr__(self) -> str:
         return f"<GP {self.name!r} pid={self.pid} {self.ptype.name} on node {self.node.rank}>"
@@ -167,11 +177,12 @@ class GP:
         """The node bound (or, with None, released) this GP's private pipe.
         Internal: the node calls it; a program calls :meth:`apply_pipe`."""
         self._pipe = pipe
+        self._in.pipe = None if self._freed else pipe
 
     def mark_freed(self) -> None:
         """The node freed this GP (its node closed).  Internal: the node
         calls it; a program calls :meth:`free`."""
-        self._pipe = None
+        self._pipe = self._in.pipe = None
         self._freed = self._path.freed = True
 
     # -- CPI: pipes --------------------------------------------------------------
@@ -241,6 +252,7 @@ class GP:
                         await self.aclose_owned()
         finally:
             self._freed = self._path.freed = True
+            self._in.pipe = None
             await self.node.free(self, wait=reason is None)
 
     def own(self, resource: Any) -> None:
@@ -476,8 +488,8 @@ class GP:
             raise NoPipeError(f"GP {self.name!r} has no private pipe: call apply_pipe() first")
         return pipe
 
-    async def recv(self, timeout: float | None = None, *,
-                   arrays: str | None = None) -> Message | IncomingStream:
+    def recv(self, timeout: float | None = None, *,
+             arrays: str | None = None) -> Coroutine[Any, Any, Message | IncomingStream]:
         """The next item in arrival order: a :class:`Message` (what
         :meth:`send` sent) or an
         :class:`~aiopdbp.streams.receiver.IncomingStream` (what
@@ -492,41 +504,51 @@ class GP:
 
         Cancellation: a cancelled receive takes nothing from the pipe.
         """
+        # (the GP's own class: ``gp.recv`` is this call itself; see __init__)
+        return self._in.recv(timeout, arrays=arrays) if RECV_COMPILED else self._recv(timeout, arrays)
+
+    async def _recv(self, timeout: float | None = None, arrays: str | None = None,
+                    taken: Message | IncomingStream | None = None) -> Message | IncomingStream:
+        """:meth:`recv` but for its common case (:mod:`aiopdbp.runtime.recvpath`);
+        ``taken``: the item the path took from the pipe (None: none)."""
         if arrays is not None and arrays not in KINDS:
             raise ValueError(f"arrays is one of {KINDS}, not {arrays!r}")
         pipe = self._pipe
         rx = self._rx
         item: Message | IncomingStream
-        if pipe is None or self._freed or rx.held is not None or rx.into_task is not None:
-            if rx.into_task is not None and rx.into_task is not asyncio.current_task():
-                raise RuntimeError(f"GP {self.name!r}: recv while recv_into waits: the message "
-                                   "meant for its buffer could go to either (one receiver at a time)")
-            if rx.held is not None:
-                item = rx.take()
-                return arrive(await rx.named(item), arrays or self.node.arrays)
-            pipe = self._inbox()
-        if len(pipe):  # the common case under load: no coroutine, no exception
-            item = pipe.receive_nowait()
+        if taken is not None:
+            item = taken
         else:
-            self.receiving += 1
-            self._path.burst = BURST_BYTES   # this task suspends: a send run starts afresh
-            try:
-                if timeout is None:
-                    if self._drive is not None:
-                        await self._drive(pipe.ready)
-                    # (the driver usually ends with an item there: no coroutine for it)
-                    item = pipe.receive_nowait() if len(pipe) else await pipe.receive()
-                else:
-                    check_timeout(timeout)
-                    try:
-                        async with asyncio.timeout(timeout):
-                            if self._drive is not None:
-                                await self._drive(pipe.ready)
-                            item = await pipe.receive()
-                    except TimeoutError:
-                        raise TimeoutError(f"GP {self.name!r} received nothing within {timeout:g} s") from None
-            finally:
-                self.receiving -= 1
+            if pipe is None or self._freed or rx.held is not None or rx.into_task is not None:
+                if rx.into_task is not None and rx.into_task is not asyncio.current_task():
+                    raise RuntimeError(f"GP {self.name!r}: recv while recv_into waits: the message "
+                                       "meant for its buffer could go to either (one receiver at a time)")
+                if rx.held is not None:
+                    item = rx.take()
+                    return arrive(await rx.named(item), arrays or self.node.arrays)
+                pipe = self._inbox()
+            if len(pipe):  # the common case under load: no coroutine, no exception
+                item = pipe.receive_nowait()
+            else:
+                self.receiving += 1
+                self._path.burst = BURST_BYTES   # this task suspends: a send run starts afresh
+                try:
+                    if timeout is None:
+                        if self._drive is not None:
+                            await self._drive(pipe.ready)
+                        # (the driver usually ends with an item there: no coroutine for it)
+                        item = pipe.receive_nowait() if len(pipe) else await pipe.receive()
+                    else:
+                        check_timeout(timeout)
+                        try:
+                            async with asyncio.timeout(timeout):
+                                if self._drive is not None:
+                                    await self._drive(pipe.ready)
+                                item = await pipe.receive()
+                        except TimeoutError:
+                            raise TimeoutError(f"GP {self.name!r} received nothing within {timeout:g} s") from None
+                finally:
+                    self.receiving -= 1
         kind = arrays or self.node.arrays
         if type(item) is Message:
             if type(item[0]) is str:

@@ -61,6 +61,36 @@ cdef enum:
     KNOWN_NDIM = 4      # the largest array rank the writer remembers a meta for
 
 
+cdef extern from *:
+    """
+    /* make((a, b, c, d, e)) for a make that is tuple or a subclass adding no
+       __new__ or __init__ (Message): the tuple filled in place, as tuple's own
+       new does for a subclass (tp_alloc, then the items), without the
+       argument tuple and the type call */
+    static int aiopdbp_plain_tuple_type(PyObject *make) {
+        PyTypeObject *t;
+        if (!PyType_Check(make)) return 0;
+        t = (PyTypeObject *)make;
+        return t == &PyTuple_Type || (PyType_IsSubtype(t, &PyTuple_Type)
+            && t->tp_new == PyTuple_Type.tp_new && t->tp_init == PyBaseObject_Type.tp_init);
+    }
+    static PyObject *aiopdbp_tuple5(PyObject *make, PyObject *a, PyObject *b, PyObject *c,
+                                    PyObject *d, PyObject *e) {
+        PyTypeObject *t = (PyTypeObject *)make;
+        PyObject *o = t == &PyTuple_Type ? PyTuple_New(5) : t->tp_alloc(t, 5);
+        if (o == NULL) return NULL;
+        Py_INCREF(a); PyTuple_SET_ITEM(o, 0, a);
+        Py_INCREF(b); PyTuple_SET_ITEM(o, 1, b);
+        Py_INCREF(c); PyTuple_SET_ITEM(o, 2, c);
+        Py_INCREF(d); PyTuple_SET_ITEM(o, 3, d);
+        Py_INCREF(e); PyTuple_SET_ITEM(o, 4, e);
+        return o;
+    }
+    """
+    bint aiopdbp_plain_tuple_type(object make) noexcept
+    object aiopdbp_tuple5(object make, object a, object b, object c, object d, object e)
+
+
 cdef inline uint32_t _rd32(const uint8_t* p) noexcept nogil:
     return p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
 
@@ -300,7 +330,8 @@ cdef class BlockReader:
     :class:`aiopdbp.wire.blocks.BlockReader`)."""
 
     cdef public object names
-    cdef public object make
+    cdef object _make
+    cdef bint _plain    # make is tuple or Message-like: records are filled in place
     cdef public object unknown
     cdef public object limits
     # a lone array's meta bytes -> (dtype, shape, data bytes), as read before
@@ -313,6 +344,20 @@ cdef class BlockReader:
         self.unknown = unknown
         self.limits = limits
         self._arrays = {}
+
+    @property
+    def make(self):
+        return self._make
+
+    @make.setter
+    def make(self, make):
+        self._make = make
+        self._plain = aiopdbp_plain_tuple_type(make)
+
+    cdef inline object _record(self, object source, object kind, uint32_t com, object data, uint32_t src):
+        if self._plain:
+            return aiopdbp_tuple5(self._make, source, kind, com, data, src)
+        return self._make((source, kind, com, data, src))
 
     cpdef list read(self, object buf, object stream=None):
         cdef bytes b = bytes(buf)
@@ -397,7 +442,7 @@ cdef class BlockReader:
             source = self.names.get(src)
             if source is None:
                 source = f"<pid {src}>" if self.unknown is None else self.unknown(src)
-        return dest, self.make((source, kind, com, data, src)), n
+        return dest, self._record(source, kind, com, data, src), n
 
     cdef bytes _meta(self, const uint8_t* p, Py_ssize_t end):
         """A lone array record's meta bytes (None: they run past the frame)."""
@@ -457,7 +502,6 @@ cdef class BlockReader:
         cdef list runs = []
         cdef list run = []
         cdef object names = self.names
-        cdef object make = self.make
         cdef object limits = self.limits
         cdef object source = None
         cdef object data, kind, item
@@ -523,7 +567,7 @@ cdef class BlockReader:
                 run_dest = dest
                 run_bytes = 0
             if sno < 0:
-                run.append(make((source, kind, com, data, src)))
+                run.append(self._record(source, kind, com, data, src))
             else:
                 item = stream(dest, src, source, com, sno, window, data)
                 if item is not None:

@@ -1,0 +1,71 @@
+"""A GP's receive, the common case in one step: in the compiled form
+``gp.recv()`` is :meth:`RecvPath.recv` itself.
+
+The common case is a call without ``arrays``, an item already in the GP's
+pipe, nothing held back by an earlier receive, no ``recv_into`` waiting, and a
+:class:`~aiopdbp.wire.message.Message` whose sender's name is known and
+whose payload needs no conversion (``bytes``, or an array that arrives as
+it came): it is taken and returned.  Everything else -- an empty pipe (the
+wait), items held, ``recv_into``, streams, a name not known yet, an array
+to convert, a freed GP -- is the GP's coroutine (``slow``:
+``GP._recv``), unchanged, which also takes the item this path took and
+could not return as it is.
+
+This module has a compiled twin (``aiopdbp.runtime.crecvpath``, chosen by
+:mod:`aiopdbp.runtime.recvcore`): its ``recv`` decides at the call -- its
+own coroutine when an item is first in the pipe's one FIFO (which takes it
+in C: the one-FIFO case of :meth:`Pipe.receive_nowait
+<aiopdbp.routing.pipes.Pipe.receive_nowait>`, inline), else the GP's
+coroutine itself -- so no Python frame runs for a message taken there, and
+a receive that waits runs one coroutine.  Where the compiled form is not
+built, the GP runs its own coroutine alone (this form would put a second
+one around a receive that waits); this one is the twin the compiled one is
+held to (``tests/test_recvpath.py`` runs both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from aiopdbp.wire.message import Message
+
+if TYPE_CHECKING:
+    from aiopdbp.routing.pipes import Pipe
+    from aiopdbp.runtime.receiving import GPReceiver
+    from aiopdbp.streams.receiver import IncomingStream
+
+__all__ = ["RecvPath"]
+
+#: the GP's coroutine for everything else: (timeout, arrays, the item this path took or None)
+Slow = Callable[["float | None", "str | None", Any], Coroutine[Any, Any, "Message | IncomingStream"]]
+
+
+class RecvPath:
+    """One GP's receive state the common case reads: its pipe (``None``
+    when it has none or was freed: the GP sets it), its receiving side's
+    held items and ``recv_into`` task (``rx``), and its node's ``arrays``."""
+
+    def __init__(self, rx: GPReceiver, node: Any, slow: Slow) -> None:
+        #: the GP's pipe while it has one and is not freed (else None: ``slow`` says why)
+        self.pipe: Pipe[Any] | None = None
+        self._rx = rx
+        self._node = node     # (its ``arrays``: read at each array, it may change)
+        self._slow = slow
+
+    async def recv(self, timeout: float | None = None, *,
+                   arrays: str | None = None) -> Message | IncomingStream:
+        """The GP's next item (see ``GP.recv``)."""
+        pipe = self.pipe
+        rx = self._rx
+        if (pipe is None or arrays is not None or rx.held is not None or rx.into_task is not None
+                or not len(pipe)):
+            return await self._slow(timeout, arrays, None)
+        item = pipe.receive_nowait()
+        if type(item) is Message and type(item[0]) is str:
+            data = item[3]
+            if type(data) is not np.ndarray or (self._node.arrays == "auto" and data.dtype.metadata is None):
+                return item  # the commonest
+        return await self._slow(timeout, arrays, item)
