@@ -283,6 +283,10 @@ async def run_on_node(sc: Scenario | str, node: aiopdbp.Node,
         raise
 
 
+#: hosts in one process that a scenario's timeout is sized for (run_inproc)
+INPROC_HOSTS = 4
+
+
 async def run_inproc(name: str | Scenario, n: int) -> None:
     """Run scenario ``name`` (or a :class:`Scenario` of another registry) on
     ``n`` in-process hosts, all concurrently.
@@ -290,8 +294,14 @@ async def run_inproc(name: str | Scenario, n: int) -> None:
     Like one MPI rank each, every host closes its own node as soon as its
     part of the scenario is done (a closing node waits for the others' BYE).
     The first host that fails cancels the others (TaskGroup); the failure is
-    re-raised (an ExceptionGroup holding the host's exception)."""
+    re-raised (an ExceptionGroup holding the host's exception).
+
+    The scenarios' timeouts are sized for a host per process (at most
+    :data:`INPROC_HOSTS` here); more hosts share this one process, so its
+    timeouts grow with them -- they bound a hang, not the speed."""
     sc = SCENARIOS[name] if isinstance(name, str) else name
+    if n > INPROC_HOSTS:
+        sc = dataclasses.replace(sc, timeout=sc.timeout * n / INPROC_HOSTS)
     close_timeout = DEFAULT_NODE_OPTIONS["close_timeout"]
 
     async def host(node: aiopdbp.Node) -> None:

@@ -362,7 +362,7 @@ def test_the_built_twin_is_current_and_chosen() -> None:
         assert chosen.COMPILED and chosen.BlockReader is compiled.BlockReader
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(360)   # Cython still translates the .pyx: over 100 s at load 25-30
 def test_a_build_without_a_compiler_succeeds_with_the_pure_core(tmp_path: Path) -> None:
     for rel in ("setup.py", "pyproject.toml", "README.md", "aiopdbp/ext.py", "aiopdbp/wire/blocks.py",
                 "aiopdbp/wire/cblocks.pyx", "aiopdbp/transport/kernel.py", "aiopdbp/transport/ckernel.pyx"):
@@ -370,7 +370,7 @@ def test_a_build_without_a_compiler_succeeds_with_the_pure_core(tmp_path: Path) 
         shutil.copy(REPO / rel, tmp_path / rel)
     env = {**os.environ, "CC": "/bin/false", "LDSHARED": "/bin/false"}
     proc = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=100)
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "the pure-Python core will run" in proc.stderr
     assert not list((tmp_path / "aiopdbp").glob("*/c*.so"))

@@ -27,6 +27,11 @@ from aiopdbp.wire.message import CREDIT_OVERHEAD
 from aiopdbp.wire.shorts import encode_shorts
 from aiopdbp.errors import ProtocolError
 
+# A hang bound, not a speed limit: the property tests below run 60-300
+# examples each, CPU-bound, 15-50 s apiece on a 2-core machine at load 25-30
+# (where three of them passed pytest's default 60 s).
+pytestmark = pytest.mark.timeout(300)
+
 FAST = settings(max_examples=200, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 SLOW = settings(max_examples=60, deadline=None,

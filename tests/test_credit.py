@@ -293,6 +293,7 @@ _EVENTS = st.lists(st.tuples(st.sampled_from(["send", "grant", "run", "cancel"])
                              st.integers(1, 2 * WINDOW), st.integers(0, 10)), max_size=60)
 
 
+@pytest.mark.timeout(300)   # a hang bound: 300 examples, CPU-bound (over 60 s at load 25-30)
 @pytest.mark.parametrize("form", FORMS)
 @settings(max_examples=300, deadline=None)
 @given(_EVENTS)

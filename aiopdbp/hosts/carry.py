@@ -72,27 +72,34 @@ _KINDS = {int(Kind.SHORT): Kind.SHORT, int(Kind.COMMAND): Kind.COMMAND}
 async def _answer_despite_cancel(fut: asyncio.Future[bool]) -> bool:
     """After a cancel in a carried send: wait for its answer (cancels that
     come meanwhile are taken too).  True when the message was delivered: the
-    cancels taken are withdrawn from the task and one is requested again for
-    after this call, so that the send is seen to have happened and the
-    caller is still cancelled at its next suspension.  False when it was not
-    delivered (or its host was lost): the caller raises ``CancelledError``."""
+    send is seen to have happened, and the cancel is raised again at the
+    caller's next suspension -- if it is still wanted then.  False when it
+    was not delivered (or its host was lost): the caller raises
+    ``CancelledError``."""
     task = asyncio.current_task()
-    taken = 1
     while not fut.done():
         try:
             await asyncio.shield(fut)
         except asyncio.CancelledError:
-            taken += 1
+            pass
     if fut.exception() is not None or not fut.result():
         return False
     if task is not None:
-        for _ in range(taken):
-            task.uncancel()
         # Not task.cancel() now: a task that is this send alone would end
         # cancelled, as if nothing had been sent.  Soon: the task has then
-        # finished (nothing to cancel) or waits at its next suspension.
-        asyncio.get_running_loop().call_soon(task.cancel)
+        # finished (nothing to cancel) or waits at its next suspension.  The
+        # cancels taken stay counted (``cancelling()``) until then, so that
+        # a scope that asked for one -- ``asyncio.timeout`` -- and has ended
+        # since withdraws it (``uncancel``): that cancel is not raised.
+        asyncio.get_running_loop().call_soon(_cancel_again, task)
     return True
+
+
+def _cancel_again(task: asyncio.Task[Any]) -> None:
+    """Raise the cancels a delivered carried send took, if still wanted."""
+    if not task.done() and task.cancelling():
+        task.uncancel()   # one request, counted already: cancel() counts it again
+        task.cancel()
 
 
 class Carrier:
@@ -125,7 +132,9 @@ class Carrier:
         delivered -- ``CancelledError``, nothing was queued; delivered --
         the send happened and returns ``True``, and the cancel is raised at
         the calling task's next suspension instead (as trio delivers a
-        cancel that came too late for an operation at its next checkpoint).
+        cancel that came too late for an operation at its next checkpoint)
+        -- unless the scope that asked for it has ended meanwhile (an
+        expired ``asyncio.timeout`` around the send withdraws its cancel).
         A cancelled send therefore never delivers its message.
         """
         source, kind, com, data, spid = fields
