@@ -64,8 +64,8 @@ class RecvPath:
                 or not len(pipe)):
             return await self._slow(timeout, arrays, None)
         item = pipe.receive_nowait()
-        if type(item) is Message and type(item[0]) is str:
-            data = item[3]
+        if type(item) is Message and type(item.source) is str:
+            data = item.data
             if type(data) is not np.ndarray or (self._node.arrays == "auto" and data.dtype.metadata is None):
                 return item  # the commonest
         return await self._slow(timeout, arrays, item)
