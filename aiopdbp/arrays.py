@@ -46,7 +46,7 @@ __all__ = ["KINDS", "ML_DTYPES", "TAG", "arrival", "cpu_tensor_array", "device_d
 KINDS = ("auto", "numpy", "torch")
 
 #: the key of a tagged dtype's tag in its metadata (see :func:`tag_of`)
-TAG = _TAG = "aiopdbp"
+TAG = "aiopdbp"
 # The ml_dtypes family (numpy knows them only once ml_dtypes is imported):
 # name -> item size, for the unsigned view a receiver without it falls back to.
 _ML_SIZES = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1,
@@ -81,12 +81,12 @@ def _tag(base: np.dtype[Any], origin: str, name: str) -> np.dtype[Any]:
     key = (base.str, origin, name)
     dt = _tagged.get(key)
     if dt is None:  # building a dtype costs ~1 us: one per (base, origin, name)
-        dt = _tagged[key] = np.dtype(base.str, metadata={_TAG: (origin, name)})
+        dt = _tagged[key] = np.dtype(base.str, metadata={TAG: (origin, name)})
     return dt
 
 
 def _tag_of(dt: np.dtype[Any]) -> tuple[str, str]:
-    origin, name = dt.metadata[_TAG]  # type: ignore[index]
+    origin, name = dt.metadata[TAG]  # type: ignore[index]
     return str(origin), str(name)
 
 
@@ -97,7 +97,7 @@ def tag_of(dt: np.dtype[Any]) -> Any:
     metadata it holds).  For caches keyed by dtype (a hot one reads
     ``dt.metadata.get(TAG)`` itself: the same, without the call)."""
     md = dt.metadata
-    return None if md is None else md.get(_TAG)
+    return None if md is None else md.get(TAG)
 
 
 def _ml_dtype(name: str) -> np.dtype[Any] | None:
@@ -112,7 +112,7 @@ def _ml_dtype(name: str) -> np.dtype[Any] | None:
 def wire_name(dt: np.dtype[Any]) -> str:
     """The name ``dt`` travels by (see the module's doc)."""
     md = dt.metadata
-    if md is not None and _TAG in md:
+    if md is not None and TAG in md:
         origin, name = _tag_of(dt)
         return f"{name};{origin}" if origin else name
     if dt.isbuiltin == 2 and dt.type.__name__ in _ML_SIZES:  # a user-defined (ml_dtypes) dtype:
@@ -313,7 +313,7 @@ def _arrival(arr: np.ndarray[Any, Any], kind: str) -> Any:
     """:func:`arrival` but its common case (a tensor of a dtype in ``_as_is``)."""
     dt = arr.dtype
     md = dt.metadata
-    tag = md.get(_TAG) if md is not None else None
+    tag = md.get(TAG) if md is not None else None
     if tag is None:
         if kind == "torch" and isinstance(arr, np.ndarray):
             return _as_torch(arr, wire_name(dt))
