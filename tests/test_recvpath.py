@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from aiopdbp import arrays
 from aiopdbp.errors import ClosedResourceError
 from aiopdbp.routing.pipes import Pipe
 from aiopdbp.runtime import recvpath as pure_path
@@ -68,7 +69,7 @@ def _path(form: Any, pipe: Pipe[Any], node: _Node | None = None, *,
           bound: bool = True) -> tuple[Any, _Rx, _Slow]:
     rx = _Rx()
     slow = _Slow(pipe)
-    path = form.RecvPath(rx, node or _Node(), slow)
+    path = form.RecvPath(rx, node or _Node(), slow, arrays.arrival)
     if bound:   # (the GP's pipe, not freed)
         path.pipe = pipe
     return path, rx, slow
@@ -132,20 +133,13 @@ async def test_everything_else_is_the_gps_coroutine_and_takes_nothing_first(form
 
 
 @pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("case", ["unnamed source", "stream", "array to convert"])
+@pytest.mark.parametrize("case", ["unnamed source", "stream"])
 async def test_an_item_returned_otherwise_goes_to_the_gps_coroutine(form: Any, case: str) -> None:
     """Either form hands it on: taken (pure) or left first in the pipe (compiled)."""
-    item: Any = _msg()
-    node = _Node()
-    if case == "unnamed source":
-        item = _msg(source=5)
-    elif case == "stream":
-        item = ("not a Message", 5)
-    else:
-        item, node = _msg(np.arange(3)), _Node("numpy")
+    item: Any = _msg(source=5) if case == "unnamed source" else ("not a Message", 5)
     pipe: Pipe[Any] = Pipe(8)
     pipe.put_many([item], 1)
-    path, _, slow = _path(form, pipe, node)
+    path, _, slow = _path(form, pipe)
     assert await path.recv() == ("slow", item)
     assert slow.calls == [(None, None)] and pipe.taken == 1
 
@@ -157,6 +151,27 @@ async def test_an_array_that_arrives_as_it_came_is_returned(form: Any) -> None:
     pipe.put_many([_msg(arr)], 1)
     path, _, slow = _path(form, pipe)
     assert (await path.recv()).data is arr and not slow.calls
+
+
+@pytest.mark.parametrize("form", FORMS)
+async def test_an_array_to_convert_is_converted_and_taken_by_the_path(form: Any) -> None:
+    arr = np.arange(3, dtype=np.int32)
+    pipe: Pipe[Any] = Pipe(8)
+    sent = _msg(arr, pid=7)
+    pipe.put_many([sent], 1)
+    path, _, slow = _path(form, pipe, _Node("numpy"))
+    got = await path.recv()
+    assert type(got) is Message and got[:3] == sent[:3] and got.source_pid == 7
+    assert got.data is arr and not slow.calls and pipe.taken == 1 and not len(pipe)
+
+
+@pytest.mark.parametrize("form", FORMS)
+async def test_arrive_rebuilds_the_message_around_the_converted_array(form: Any) -> None:
+    path, _, _ = _path(form, Pipe(8))
+    sent = Message(("a", Kind.COMMAND, 9, np.arange(2, dtype=np.int8), 4))
+    got = path.arrive(sent, "numpy")
+    assert type(got) is Message and got is not sent
+    assert got[:3] == sent[:3] and got.data is sent.data and got.source_pid == 4
 
 
 @pytest.mark.parametrize("form", FORMS)

@@ -287,6 +287,29 @@ def test_paths_send_leaves_what_it_cannot_view_to_the_general_path(form: Any, ma
 
 
 @pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("name, base", [("bfloat16", "<u2"), ("float16", "<f2"), ("float8_e4m3fn", "|u1"),
+                                        ("complex64", "<c8")])
+def test_paths_send_leaves_a_tensor_of_each_float_kind_that_requires_grad_to_the_general_path(
+        form: Any, name: str, base: str) -> None:
+    paths, general = _paths(form)
+    tdt = getattr(torch, name)
+    paths.add_plan(torch.zeros(1).to(tdt), _tagged(np.dtype(base)), tdt.is_complex)
+    t = torch.zeros(3).to(tdt).requires_grad_()
+    assert paths.send(t) == "general" and general.sent == [t]
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("name", ["uint8", "int64", "bool"])
+def test_paths_send_leaves_a_negative_view_of_an_integer_or_bool_tensor_to_the_general_path(
+        form: Any, name: str) -> None:
+    paths, general = _paths(form)
+    tdt = getattr(torch, name)
+    paths.add_plan(torch.zeros(1, dtype=tdt), _tagged(np.dtype(str(torch.zeros(1, dtype=tdt).numpy().dtype))), False)
+    t = torch._neg_view(torch.zeros(3, dtype=tdt))
+    assert paths.send(t) == "general" and general.sent == [t]
+
+
+@pytest.mark.parametrize("form", FORMS)
 def test_paths_send_leaves_a_conjugate_view_to_the_general_path(form: Any) -> None:
     paths, general = _paths(form)
     paths.add_plan(torch.ones(1, dtype=torch.complex64), _tagged(np.dtype("<c8")), True)

@@ -152,7 +152,7 @@ class GP:
         self._path = self._tx.path   # send's common case in one step (the rest is the sender's)
         #: receive's common case in one step (the rest is :meth:`_recv`); its pipe is
         #: this GP's while it has one and is not freed
-        self._in = RecvPath(self._rx, node, self._recv)
+        self._in = RecvPath(self._rx, node, self._recv, arrival)
         if type(self).recv is GP.recv:
             # ``gp.recv()`` is the compiled path's own call: no frame between.  The
             # pure form runs the GP's coroutine alone (one coroutine, as before:
@@ -555,8 +555,8 @@ class GP:
                 data = item[3]
                 if type(data) is not np.ndarray or (kind == "auto" and data.dtype.metadata is None):
                     return item  # the commonest
-                # a tensor's array (or a kind asked for): converted here, not through arrive()/arrived()
-                return Message((item[0], item[1], item[2], arrival(data, kind), item[4]))
+                # a tensor's array (or a kind asked for): the path's conversion (compiled: one C call)
+                return self._in.arrive(item, kind)
         elif type(item.source) is str and isinstance(item, IncomingStream):
             if kind != "auto":  # (arrive's, for a stream, without the call)
                 item.arrays = kind

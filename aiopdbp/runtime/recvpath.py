@@ -3,13 +3,13 @@
 
 The common case is a call without ``arrays``, an item already in the GP's
 pipe, nothing held back by an earlier receive, no ``recv_into`` waiting, and a
-:class:`~aiopdbp.wire.message.Message` whose sender's name is known and
-whose payload needs no conversion (``bytes``, or an array that arrives as
-it came): it is taken and returned.  Everything else -- an empty pipe (the
-wait), items held, ``recv_into``, streams, a name not known yet, an array
-to convert, a freed GP -- is the GP's coroutine (``slow``:
-``GP._recv``), unchanged, which also takes the item this path took and
-could not return as it is.
+:class:`~aiopdbp.wire.message.Message` whose sender's name is known: it is
+taken and returned, its array as the node's ``arrays`` asks (a tensor's
+array as a tensor: :meth:`RecvPath.arrive`, which the GP's coroutine also
+calls).  Everything else -- an empty pipe (the wait), items held,
+``recv_into``, streams, a name not known yet, a freed GP -- is the GP's
+coroutine (``slow``: ``GP._recv``), unchanged, which also takes the item
+this path took and could not return as it is.
 
 This module has a compiled twin (``aiopdbp.runtime.crecvpath``, chosen by
 :mod:`aiopdbp.runtime.recvcore`): its ``recv`` decides at the call -- its
@@ -41,19 +41,23 @@ __all__ = ["RecvPath"]
 
 #: the GP's coroutine for everything else: (timeout, arrays, the item this path took or None)
 Slow = Callable[["float | None", "str | None", Any], Coroutine[Any, Any, "Message | IncomingStream"]]
+#: a received array as the receiver asked, ``(arr, kind)``: :data:`aiopdbp.arrays.arrival`
+Arrival = Callable[[np.ndarray[Any, Any], str], Any]
 
 
 class RecvPath:
     """One GP's receive state the common case reads: its pipe (``None``
     when it has none or was freed: the GP sets it), its receiving side's
-    held items and ``recv_into`` task (``rx``), and its node's ``arrays``."""
+    held items and ``recv_into`` task (``rx``), and its node's ``arrays``;
+    ``arrival`` converts an array."""
 
-    def __init__(self, rx: GPReceiver, node: Any, slow: Slow) -> None:
+    def __init__(self, rx: GPReceiver, node: Any, slow: Slow, arrival: Arrival) -> None:
         #: the GP's pipe while it has one and is not freed (else None: ``slow`` says why)
         self.pipe: Pipe[Any] | None = None
         self._rx = rx
         self._node = node     # (its ``arrays``: read at each array, it may change)
         self._slow = slow
+        self._arrival = arrival
 
     async def recv(self, timeout: float | None = None, *,
                    arrays: str | None = None) -> Message | IncomingStream:
@@ -66,6 +70,15 @@ class RecvPath:
         item = pipe.receive_nowait()
         if type(item) is Message and type(item.source) is str:
             data = item.data
-            if type(data) is not np.ndarray or (self._node.arrays == "auto" and data.dtype.metadata is None):
+            if type(data) is not np.ndarray:
                 return item  # the commonest
+            kind = self._node.arrays
+            if kind == "auto" and data.dtype.metadata is None:
+                return item  # an array that arrives as it came
+            return self.arrive(item, kind)
         return await self._slow(timeout, arrays, item)
+
+    def arrive(self, item: Message, kind: str) -> Message:
+        """``item`` (from a named sender, its payload an ndarray) with its
+        array as ``kind`` asks (a tensor's array as a tensor: ``arrival``)."""
+        return Message((item.source, item.kind, item.com, self._arrival(item.data, kind), item.source_pid))

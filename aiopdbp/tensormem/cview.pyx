@@ -96,7 +96,10 @@ cdef extern from *:
         int (*dltensor_from_py_object_no_sync)(void *, aiopdbp_DLTensor *) noexcept
 
 DEF _kDLCPU = 1
+DEF _kDLInt = 0
+DEF _kDLUInt = 1
 DEF _kDLComplex = 5
+DEF _kDLBool = 6
 # DLPack's type codes below this have a slot in a TensorPaths' plan table
 DEF _CODES = 32
 
@@ -175,6 +178,7 @@ cdef bint _plain_cpu(t, aiopdbp_DLTensor *d, cnp.npy_intp *dims, bint complex_) 
     # sizes into dims (_MAX_DIMS of them)
     cdef Py_ssize_t i
     cdef cnp.npy_intp n = 1
+    cdef uint8_t code = d.dtype.code
     if d.device.device_type != _kDLCPU or d.ndim > _MAX_DIMS:
         return False
     for i in range(d.ndim - 1, -1, -1):  # C-contiguous: each stride the product of the sizes after it
@@ -182,7 +186,9 @@ cdef bint _plain_cpu(t, aiopdbp_DLTensor *d, cnp.npy_intp *dims, bint complex_) 
         if dims[i] != 1 and d.strides[i] != n:
             return False
         n *= dims[i]
-    return not (n == 0 or t.requires_grad or t.is_neg() or complex_ and t.is_conj())
+    # (an integer or bool tensor cannot require grad: torch refuses it, so its flag is not read)
+    return not (n == 0 or code != _kDLInt and code != _kDLUInt and code != _kDLBool and t.requires_grad
+                or t.is_neg() or complex_ and t.is_conj())
 
 
 cdef object _over(t, dt, int nd, cnp.npy_intp *dims, void *ptr):
