@@ -108,6 +108,14 @@ class LoopPoller:
         self._stop = True
 
 
+#: the longest split frame a sender sends whole -- its header and payload as
+#: one MPI message on the data channel -- when it is longer than a block (see
+#: :mod:`aiopdbp.hosts.sender`, "whole frames"); an MPI receiver takes a data
+#: message of more than its inline limit and up to this long in one kernel
+#: call.  Above it a payload travels alone, into a recycled receive buffer.
+WHOLE_MAX = 128 * 1024
+
+
 class Channel(enum.IntEnum):
     """The two channels of the dual-channel device layer."""
 

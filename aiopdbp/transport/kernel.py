@@ -72,6 +72,12 @@ class SendLane:
     ``pending`` and its future dropped: nobody waits for a header), then
     ``buf`` on ``bulk`` with ``tag``; None when the payload's send
     completed at once, else ``pending_bulk(request, buf, done)``'s future.
+
+    ``post_joined(head, buf, done)`` sends a split frame whole instead: ``head``
+    and ``buf`` as one MPI message on ``comm`` (a two-block datatype over both
+    buffers: no copy of ours), None when it completed at once, else
+    ``pending_bulk(request, (head, buf), done)``'s future (see
+    :mod:`aiopdbp.hosts.sender`, "whole frames").
     """
 
     __slots__ = ("after", "bell", "bulk", "bulk_sends", "comm", "dest", "fast", "last", "nbytes", "open",
@@ -132,6 +138,29 @@ class SendLane:
         if req is None:
             return None
         return self.pending_bulk(req, buf, done)
+
+    def post_joined(self, head: Any, buf: Any, done: Any) -> Any:
+        if not self.open:
+            self.refuse()
+        nh, nb = len(head), memoryview(buf).nbytes
+        dt = _BYTE.Create_hindexed([nh, nb], [MPI.Get_address(head), MPI.Get_address(buf)]).Commit()
+        try:
+            req = self.comm.Isend([MPI.BOTTOM, 1, dt], self.dest, self.tag)
+        finally:
+            dt.Free()   # (MPI keeps it while the send needs it)
+        self.sends += 1
+        self.nbytes += nh + nb
+        bell = self.bell
+        if bell is not None:
+            now = perf_counter()
+            last = self.last
+            if now - last[self.dest] > self.after:
+                bell.ring(self.dest)
+            last[self.dest] = now
+        if req.Test():
+            self.fast += 1
+            return None
+        return self.pending_bulk(req, (head, buf), done)
 
 
 def recv_one(comm: MPI.Comm, buf: Any, nbytes: int, source: int, tag: int) -> MPI.Request | None:
@@ -203,14 +232,21 @@ class Prober:
     between the receive and its sink.  A sink that raises does not stop the
     probe: ``fail(exc)`` is told and the next message is received.
 
+    A message on channel ``whole_ch`` of more than ``whole_lo`` and at most
+    ``whole_hi`` bytes (a split frame sent whole: its header and payload in
+    one message) is received here too, into a ``bytearray`` of its own, with
+    ``Imrecv`` and one ``Test``: handed to the sink when it landed, else
+    returned as ``(request, buffer)`` for the engine to complete in order.
+
     What does not change from step to step is set once, here (the engine
     makes a prober when its sinks are set); :meth:`probe` takes the rest.
     """
 
-    __slots__ = ("comms", "tag", "status", "small", "sinks", "fifo", "fail")
+    __slots__ = ("comms", "tag", "status", "small", "sinks", "fifo", "fail", "whole_ch", "whole_lo", "whole_hi")
 
     def __init__(self, comms: list[MPI.Comm], tag: int, status: MPI.Status, small: int,
-                 sinks: tuple[Any, ...], fifo: dict[tuple[int, int], Any], fail: Any) -> None:
+                 sinks: tuple[Any, ...], fifo: dict[tuple[int, int], Any], fail: Any, whole_ch: int = -1,
+                 whole_lo: int = 0, whole_hi: int = 0) -> None:
         self.comms = comms
         self.tag = tag
         self.status = status
@@ -218,14 +254,19 @@ class Prober:
         self.sinks = sinks
         self.fifo = fifo
         self.fail = fail
+        self.whole_ch = whole_ch
+        self.whole_lo = whole_lo
+        self.whole_hi = whole_hi
 
-    def probe(self, start: int, budget: int) -> tuple[int, int, int, MPI.Message | None]:
+    def probe(self, start: int, budget: int) -> tuple[int, int, int, Any]:
         """Probe from channel ``start`` on, receiving up to ``budget`` bytes.
 
         Returns ``(messages, bytes, ch, matched)``: ``matched`` is the first
-        message this does not receive (matched, its envelope in ``status``)
-        and ``ch`` its channel number, for the caller to handle (and to
-        probe on from), or -1 and None.  MPI errors raise ``MPI.Exception``.
+        message this does not receive (matched, its envelope in ``status``),
+        or a whole frame still landing (``(request, buffer)``, counted in
+        ``messages`` and ``bytes``), and ``ch`` its channel number, for the
+        caller to handle (and to probe on from), or -1 and None.  MPI errors
+        raise ``MPI.Exception``.
         """
         comms, tag, status, small, fifo = self.comms, self.tag, self.status, self.small, self.fifo
         n = got = 0
@@ -238,8 +279,22 @@ class Prober:
                     break
                 size = status.Get_count(_BYTE)
                 src = status.Get_source()
-                if size >= small or (fifo and fifo.get((ch, src))):
+                if fifo and fifo.get((ch, src)):
                     return n, got, ch, msg
+                if size >= small:
+                    if ch != self.whole_ch or not self.whole_lo < size <= self.whole_hi:
+                        return n, got, ch, msg
+                    buf = bytearray(size)
+                    req = msg.Irecv([buf, _BYTE])
+                    n += 1
+                    got += size
+                    if not req.Test():
+                        return n, got, ch, (req, buf)
+                    try:
+                        sink(src, memoryview(buf))
+                    except Exception as exc:  # a broken sink must not stop progress
+                        self.fail(exc)
+                    continue
                 buf = bytearray(size)
                 msg.Recv([buf, _BYTE])
                 n += 1

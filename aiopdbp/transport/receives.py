@@ -7,7 +7,8 @@ the data one; the common message -- small, in order -- is matched and
 received by the kernel (:class:`aiopdbp.transport.kernel.Prober`,
 compiled where it is built) and handed to its channel's sink there, and what the kernel leaves matched is received here,
 inline (``Mrecv``) up to ``inline_limit`` or with an ``Imrecv`` posted a byte
-budget per step, so that a control message behind a data backlog is found
+budget per step (but a data message of up to :data:`~aiopdbp.transport.base.WHOLE_MAX`
+bytes, a split frame sent whole, which the kernel receives too), so that a control message behind a data backlog is found
 after one probe per backlog message.  Every message goes to its channel's
 sink the moment it is received (or, behind a large one of its source still
 landing, the moment that one has landed).  Large payloads announced by a header (the bulk
@@ -25,7 +26,7 @@ from typing import Any, Final
 import numpy as np
 from mpi4py import MPI
 
-from aiopdbp.transport.base import AllocFn, Channel, SinkFn
+from aiopdbp.transport.base import WHOLE_MAX, AllocFn, Channel, SinkFn
 from aiopdbp.transport.core import kernel_core
 from aiopdbp.transport.kernel import Prober
 from aiopdbp.transport.recvcache import NUMPY_ALLOC_THRESHOLD, RECV_CACHE_MIN_SIZE, RecvBufferCache
@@ -106,7 +107,8 @@ class Receives:
         """The kernel's prober, holding what the probe of every step needs
         but where it starts and its budget (made again when the sinks change)."""
         prober: Prober = kernel_core.Prober(self._comms, self._tag, self._status, self._small_limit,
-                                            self._sinks, self._fifo, self._fail)
+                                            self._sinks, self._fifo, self._fail, int(Channel.DATA),
+                                            max(self._inline_limit, self._small_limit - 1), WHOLE_MAX)
         return prober
 
     def pending(self) -> bool:
@@ -214,6 +216,16 @@ class Receives:
             if msg is None:
                 break
             busy = True
+            if type(msg) is tuple:   # a whole frame still landing (the prober counted it)
+                req, buf = msg
+                src = status.Get_source()
+                op = _RecvOp(ch, src, memoryview(buf))
+                q = fifo.get((ch, src))
+                if q is None:
+                    q = fifo[(ch, src)] = collections.deque()
+                q.append(op)
+                self._recvs.append((req, op))
+                continue
             src = status.Get_source()
             size = status.Get_count(_BYTE)
             self.n_recvs += 1
