@@ -217,7 +217,8 @@ cdef class LinkSender:
             self.sent_msgs += 1
             self.nbytes += len(head) + nbytes
             try:
-                fut = self._lane.post_joined(head, payload, done)
+                self._lane.post_joined(head, payload)   # (copied: the payload may be reused now)
+                fut = None
             except Exception as exc:
                 self._on_error(exc)
                 fut = None

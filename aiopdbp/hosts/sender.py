@@ -15,10 +15,10 @@ credit into MPI messages towards one host (the rules are written in
   carried");
 * whole frames: an array's split frame longer than a block and at most
   :data:`~aiopdbp.transport.base.WHOLE_MAX` goes as *one* MPI message on the
-  data channel, its header and payload joined by the send lane's
-  ``post_joined`` (a two-block datatype over both: no copy of ours), when it
-  would leave at once and carries no grants -- one message to match and
-  receive instead of two, and no bulk tag;
+  data channel, its header and payload copied into one buffer by the send
+  lane's ``post_joined``, when it would leave at once and carries no grants
+  -- one message to match and receive instead of two, no bulk tag, and an
+  owned send complete when it returns (the copy is MPI's to read);
 * the sends in flight: at most ``max_inflight``, the rest queued in order,
   a pool block returned once its send has completed.
 
@@ -309,7 +309,8 @@ class LinkSender:
             self.sent_msgs += 1
             self.nbytes += len(head) + nbytes
             try:
-                fut = self._lane.post_joined(head, payload, done)
+                self._lane.post_joined(head, payload)   # (copied: the payload may be reused now)
+                fut = None
             except Exception as exc:  # the transport is closed or broken
                 self._on_error(exc)
                 fut = None

@@ -4,10 +4,9 @@ the same functions, calling MPI's C API instead of mpi4py's methods."""
 
 cimport cython
 from libc.limits cimport INT_MAX
-from mpi4py.libmpi cimport (MPI_Aint, MPI_ANY_SOURCE, MPI_BOTTOM, MPI_BYTE, MPI_Datatype, MPI_Get_address,
-                            MPI_Get_count, MPI_Improbe, MPI_Imrecv, MPI_Irecv, MPI_Isend, MPI_Message, MPI_Mrecv,
-                            MPI_Request, MPI_STATUS_IGNORE, MPI_SUCCESS, MPI_Test, MPI_Type_commit,
-                            MPI_Type_create_hindexed, MPI_Type_free)
+from libc.string cimport memcpy
+from mpi4py.libmpi cimport (MPI_ANY_SOURCE, MPI_BYTE, MPI_Get_count, MPI_Improbe, MPI_Imrecv, MPI_Irecv, MPI_Isend,
+                            MPI_Message, MPI_Mrecv, MPI_Request, MPI_STATUS_IGNORE, MPI_SUCCESS, MPI_Test)
 cimport mpi4py.MPI as MPI
 from mpi4py import MPI as _MPI
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
@@ -126,15 +125,11 @@ cdef class SendLane:
             return None
         return self.pending_bulk(r, buf, done)
 
-    def post_joined(self, object head, object buf, object done):
+    def post_joined(self, object head, object buf):
         cdef Py_buffer hv, bv
-        cdef MPI_Request req
-        cdef MPI_Datatype dt
-        cdef MPI_Aint disp[2]
-        cdef int lens[2]
-        cdef int ierr
+        cdef bytearray frame
+        cdef char *out
         cdef Py_ssize_t n
-        cdef double now
         if not self.open:
             self.refuse()
         PyObject_GetBuffer(head, &hv, PyBUF_SIMPLE)
@@ -144,37 +139,18 @@ cdef class SendLane:
             PyBuffer_Release(&hv)
             raise
         n = hv.len + bv.len
-        if n > INT_MAX:  # (the sender joins frames far below this)
+        try:
+            frame = PyByteArray_FromStringAndSize(NULL, n)
+        except BaseException:
             PyBuffer_Release(&hv)
             PyBuffer_Release(&bv)
-            raise ValueError(f"a {n}-byte frame cannot be sent whole")
-        lens[0] = <int>hv.len
-        lens[1] = <int>bv.len
-        ierr = MPI_Get_address(hv.buf, &disp[0])
-        if ierr == MPI_SUCCESS:
-            ierr = MPI_Get_address(bv.buf, &disp[1])
-        if ierr == MPI_SUCCESS:
-            ierr = MPI_Type_create_hindexed(2, lens, disp, MPI_BYTE, &dt)
-        if ierr == MPI_SUCCESS:
-            ierr = MPI_Type_commit(&dt)
-            if ierr == MPI_SUCCESS:
-                # the caller keeps head and buf alive until the request completes (see post_one)
-                ierr = MPI_Isend(MPI_BOTTOM, 1, dt, self.dest, self.tag, self.comm.ob_mpi, &req)
-            MPI_Type_free(&dt)   # (MPI keeps it while the send needs it)
+            raise
+        out = PyByteArray_AS_STRING(frame)
+        memcpy(out, hv.buf, hv.len)
+        memcpy(out + hv.len, bv.buf, bv.len)
         PyBuffer_Release(&hv)
         PyBuffer_Release(&bv)
-        r = _tested(ierr, req)
-        self.sends += 1
-        self.nbytes += n
-        if self.bell is not None:
-            now = perf_counter()
-            if now - <double>self.last[self.dest] > self.after:
-                self.bell.ring(self.dest)
-            self.last[self.dest] = now
-        if r is None:
-            self.fast += 1
-            return None
-        return self.pending_bulk(r, (head, buf), done)
+        self.post(frame)   # (its future, if any, is nobody's: buf was copied, the caller may reuse it)
 
     def post(self, object buf):
         cdef Py_buffer view
@@ -273,7 +249,8 @@ cdef class BulkRecv:
 
 
 cdef tuple _probe(MPI.Comm comm, int tag, MPI.Status status, Py_ssize_t small, int ch, object sink,
-                  dict fifo, object fail, Py_ssize_t budget, Py_ssize_t whole_lo, Py_ssize_t whole_hi):
+                  dict fifo, object fail, Py_ssize_t budget, Py_ssize_t whole_lo, Py_ssize_t whole_hi,
+                  double whole_spin):
     cdef MPI_Message m
     cdef MPI_Request req
     cdef int flag = 0, count = 0, src, ierr
@@ -281,6 +258,7 @@ cdef tuple _probe(MPI.Comm comm, int tag, MPI.Status status, Py_ssize_t small, i
     cdef MPI.Message matched
     cdef MPI.Request landing
     cdef bytearray buf
+    cdef double until
     while got < budget:
         ierr = MPI_Improbe(MPI_ANY_SOURCE, tag, comm.ob_mpi, &flag, &m, &status.ob_mpi)
         if ierr != MPI_SUCCESS:
@@ -305,6 +283,14 @@ cdef tuple _probe(MPI.Comm comm, int tag, MPI.Status status, Py_ssize_t small, i
             ierr = MPI_Test(&req, &flag, MPI_STATUS_IGNORE)
             if ierr != MPI_SUCCESS:
                 raise _MPI.Exception(ierr)
+            if not flag:   # still being copied in: Tests for up to whole_spin seconds (see kernel.Prober)
+                until = perf_counter() + whole_spin
+                while not flag:
+                    ierr = MPI_Test(&req, &flag, MPI_STATUS_IGNORE)
+                    if ierr != MPI_SUCCESS:
+                        raise _MPI.Exception(ierr)
+                    if not flag and perf_counter() >= until:
+                        break
             if not flag:
                 landing = MPI.Request.__new__(MPI.Request)
                 landing.ob_mpi = req
@@ -333,9 +319,11 @@ cdef class Prober:
     cdef public object fail
     cdef public int whole_ch
     cdef public Py_ssize_t whole_lo, whole_hi
+    cdef public double whole_spin
 
     def __init__(self, list comms, int tag, MPI.Status status, Py_ssize_t small, tuple sinks, dict fifo,
-                 object fail, int whole_ch=-1, Py_ssize_t whole_lo=0, Py_ssize_t whole_hi=0):
+                 object fail, int whole_ch=-1, Py_ssize_t whole_lo=0, Py_ssize_t whole_hi=0,
+                 double whole_spin=0.0):
         self.comms = comms
         self.tag = tag
         self.status = status
@@ -346,6 +334,7 @@ cdef class Prober:
         self.whole_ch = whole_ch
         self.whole_lo = whole_lo
         self.whole_hi = whole_hi
+        self.whole_spin = whole_spin
 
     def probe(self, int start, Py_ssize_t budget):
         cdef Py_ssize_t n = 0, got = 0, k, b
@@ -356,10 +345,10 @@ cdef class Prober:
             if ch == self.whole_ch:
                 k, b, msg = _probe(<MPI.Comm>self.comms[ch], self.tag, self.status, self.small, ch,
                                    self.sinks[ch], self.fifo, self.fail, budget - got, self.whole_lo,
-                                   self.whole_hi)
+                                   self.whole_hi, self.whole_spin)
             else:
                 k, b, msg = _probe(<MPI.Comm>self.comms[ch], self.tag, self.status, self.small, ch,
-                                   self.sinks[ch], self.fifo, self.fail, budget - got, 0, 0)
+                                   self.sinks[ch], self.fifo, self.fail, budget - got, 0, 0, 0.0)
             n += k
             got += b
             if msg is not None:

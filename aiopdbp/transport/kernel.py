@@ -73,11 +73,13 @@ class SendLane:
     ``buf`` on ``bulk`` with ``tag``; None when the payload's send
     completed at once, else ``pending_bulk(request, buf, done)``'s future.
 
-    ``post_joined(head, buf, done)`` sends a split frame whole instead: ``head``
-    and ``buf`` as one MPI message on ``comm`` (a two-block datatype over both
-    buffers: no copy of ours), None when it completed at once, else
-    ``pending_bulk(request, (head, buf), done)``'s future (see
-    :mod:`aiopdbp.hosts.sender`, "whole frames").
+    ``post_joined(head, buf)`` sends a split frame whole instead: ``head`` and
+    ``buf`` copied into one buffer, posted as ``post`` posts it (one that does
+    not complete at once is handed to ``pending`` and its future dropped), so
+    ``buf`` may be reused when it returns (see :mod:`aiopdbp.hosts.sender`,
+    "whole frames": a contiguous message, which MPICH's receiver copies
+    itself, where a two-block datatype over both buffers waited for the
+    sender's progress).
     """
 
     __slots__ = ("after", "bell", "bulk", "bulk_sends", "comm", "dest", "fast", "last", "nbytes", "open",
@@ -139,28 +141,14 @@ class SendLane:
             return None
         return self.pending_bulk(req, buf, done)
 
-    def post_joined(self, head: Any, buf: Any, done: Any) -> Any:
+    def post_joined(self, head: Any, buf: Any) -> None:
         if not self.open:
             self.refuse()
-        nh, nb = len(head), memoryview(buf).nbytes
-        dt = _BYTE.Create_hindexed([nh, nb], [MPI.Get_address(head), MPI.Get_address(buf)]).Commit()
-        try:
-            req = self.comm.Isend([MPI.BOTTOM, 1, dt], self.dest, self.tag)
-        finally:
-            dt.Free()   # (MPI keeps it while the send needs it)
-        self.sends += 1
-        self.nbytes += nh + nb
-        bell = self.bell
-        if bell is not None:
-            now = perf_counter()
-            last = self.last
-            if now - last[self.dest] > self.after:
-                bell.ring(self.dest)
-            last[self.dest] = now
-        if req.Test():
-            self.fast += 1
-            return None
-        return self.pending_bulk(req, (head, buf), done)
+        nh = len(head)
+        frame = bytearray(nh + memoryview(buf).nbytes)
+        frame[:nh] = head
+        frame[nh:] = memoryview(buf).cast("B")
+        self.post(frame)   # (its future, if any, is nobody's: buf was copied, the caller may reuse it)
 
 
 def recv_one(comm: MPI.Comm, buf: Any, nbytes: int, source: int, tag: int) -> MPI.Request | None:
@@ -235,18 +223,21 @@ class Prober:
     A message on channel ``whole_ch`` of more than ``whole_lo`` and at most
     ``whole_hi`` bytes (a split frame sent whole: its header and payload in
     one message) is received here too, into a ``bytearray`` of its own, with
-    ``Imrecv`` and one ``Test``: handed to the sink when it landed, else
+    ``Imrecv`` and ``Test`` calls for up to ``whole_spin`` seconds (its sender is
+    still copying it in: matched as soon as its first bytes arrive, it lands
+    a few microseconds later): handed to the sink when it landed, else
     returned as ``(request, buffer)`` for the engine to complete in order.
 
     What does not change from step to step is set once, here (the engine
     makes a prober when its sinks are set); :meth:`probe` takes the rest.
     """
 
-    __slots__ = ("comms", "tag", "status", "small", "sinks", "fifo", "fail", "whole_ch", "whole_lo", "whole_hi")
+    __slots__ = ("comms", "tag", "status", "small", "sinks", "fifo", "fail", "whole_ch", "whole_lo", "whole_hi",
+                 "whole_spin")
 
     def __init__(self, comms: list[MPI.Comm], tag: int, status: MPI.Status, small: int,
                  sinks: tuple[Any, ...], fifo: dict[tuple[int, int], Any], fail: Any, whole_ch: int = -1,
-                 whole_lo: int = 0, whole_hi: int = 0) -> None:
+                 whole_lo: int = 0, whole_hi: int = 0, whole_spin: float = 0.0) -> None:
         self.comms = comms
         self.tag = tag
         self.status = status
@@ -257,6 +248,7 @@ class Prober:
         self.whole_ch = whole_ch
         self.whole_lo = whole_lo
         self.whole_hi = whole_hi
+        self.whole_spin = whole_spin
 
     def probe(self, start: int, budget: int) -> tuple[int, int, int, Any]:
         """Probe from channel ``start`` on, receiving up to ``budget`` bytes.
@@ -289,7 +281,10 @@ class Prober:
                     n += 1
                     got += size
                     if not req.Test():
-                        return n, got, ch, (req, buf)
+                        until = perf_counter() + self.whole_spin
+                        while not req.Test():
+                            if perf_counter() >= until:
+                                return n, got, ch, (req, buf)
                     try:
                         sink(src, memoryview(buf))
                     except Exception as exc:  # a broken sink must not stop progress

@@ -204,7 +204,8 @@ class ProgressEngine:
         cache = DEFAULT_RECV_CACHE_BYTES if recv_cache_bytes is None else recv_cache_bytes
         self._post_one = kernel_core.post_one
         self._lanes: list[Any] = []   # every SendLane made (see send_lane)
-        self._rx = Receives(self._comms, tag, inline_recv_limit, cache, bulk, self._report)
+        # (a whole frame matched while its sender still copies it in waits for it as an empty step spins)
+        self._rx = Receives(self._comms, tag, inline_recv_limit, cache, bulk, self._report, self._spin)
         self._bulk_in: Any = None     # the kernel's BulkRecv (bulk_receiver)
         # sends: (request, op) oldest first
         self._sends: collections.deque[tuple[Any, _SendOp]] = collections.deque()

@@ -64,10 +64,12 @@ class Receives:
     ``Channel(i)``, ``fail(exc)`` when a sink raised."""
 
     def __init__(self, comms: Sequence[MPI.Comm], tag: int, inline_limit: int, cache_bytes: int,
-                 bulk: MPI.Comm | None, report: Callable[[str, BaseException], None]) -> None:
+                 bulk: MPI.Comm | None, report: Callable[[str, BaseException], None],
+                 whole_spin: float = 0.0) -> None:
         self._comms = list(comms)
         self._tag = tag
         self._inline_limit = inline_limit
+        self._whole_spin = whole_spin   # a whole frame still being copied in is waited for this long
         self._bulk = bulk
         self._report = report
         self._cache = RecvBufferCache(cache_bytes, RECV_CACHE_MIN_SIZE)
@@ -108,7 +110,8 @@ class Receives:
         but where it starts and its budget (made again when the sinks change)."""
         prober: Prober = kernel_core.Prober(self._comms, self._tag, self._status, self._small_limit,
                                             self._sinks, self._fifo, self._fail, int(Channel.DATA),
-                                            max(self._inline_limit, self._small_limit - 1), WHOLE_MAX)
+                                            max(self._inline_limit, self._small_limit - 1), WHOLE_MAX,
+                                            self._whole_spin)
         return prober
 
     def pending(self) -> bool:
