@@ -142,14 +142,17 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     async def start(self, deliver: DeliverFn, alloc: AllocFn | None = None, *, alloc_min: int = 0,
-                    on_data: SinkFn | None = None) -> None:
+                    on_data: SinkFn | None = None, alloc_max: int | None = None) -> None:
         """Begin receiving; every incoming block goes to ``deliver`` -- or,
         given ``on_data``, every data-channel block to ``on_data(source,
         block)`` (the commonest message then costs no dispatch on its
         channel); ``alloc``
         (if given) provides the buffer a message of ``nbytes`` lands in, for
         messages of at least ``alloc_min`` bytes (smaller ones, the lone
-        short messages, skip the call: the transport's own buffer is cheaper).
+        short messages, skip the call: the transport's own buffer is cheaper)
+        and at most ``alloc_max`` (None: no bound; larger ones skip it too:
+        the hook would decline them, and MPI's receive kernel takes a whole
+        frame itself).
 
         Cancellation: safe; a cancelled start leaves the transport unstarted
         and ``aclose()`` still releases whatever was set up.

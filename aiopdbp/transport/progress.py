@@ -237,7 +237,7 @@ class ProgressEngine:
     # ------------------------------------------------------------- lifecycle
     def start(self, deliver: DeliverFn, loop: asyncio.AbstractEventLoop,
               alloc: AllocFn | None = None, doorbell: DoorbellJoin | None = None, *,
-              alloc_min: int = 0, on_data: SinkFn | None = None) -> None:
+              alloc_min: int = 0, on_data: SinkFn | None = None, alloc_max: int | None = None) -> None:
         """Begin stepping in ``loop``, every message to ``deliver`` (a data
         one to ``on_data`` when given); once ``doorbell``'s address exchange
         completes, an idle engine waits on it (see :mod:`aiopdbp.transport.doorbell`)."""
@@ -247,7 +247,8 @@ class ProgressEngine:
         def data(src: int, view: Any) -> None:
             deliver(src, _DATA, view)
 
-        self._rx.start((control, data if on_data is None else on_data), self._sink_failed, alloc, alloc_min)
+        self._rx.start((control, data if on_data is None else on_data), self._sink_failed, alloc, alloc_min,
+                       alloc_max)
         self._loop = loop
         self._joining = doorbell
         self._task = loop.create_task(self._run(), name="aiopdbp-progress")

@@ -84,6 +84,7 @@ class Receives:
         self._fifo: dict[tuple[int, int], collections.deque[_RecvOp]] = {}
         self._alloc: AllocFn | None = None
         self._alloc_min = 0           # messages below this skip the alloc hook
+        self._alloc_max: int | None = None   # and above this (None: no bound)
         self._sinks: tuple[SinkFn, ...] = ()
         self._fail: Callable[[Exception], None] = _unstarted
         self._nmatched = 0            # messages in _matched
@@ -95,22 +96,27 @@ class Receives:
         self.n_alloc_errors = self.n_user_allocs = 0
 
     def start(self, sinks: tuple[SinkFn, SinkFn], fail: Callable[[Exception], None], alloc: AllocFn | None,
-              alloc_min: int) -> None:
+              alloc_min: int, alloc_max: int | None = None) -> None:
         """Messages go to ``sinks`` (one per channel); those of at least
-        ``alloc_min`` bytes land in buffers ``alloc`` gives."""
+        ``alloc_min`` and at most ``alloc_max`` bytes (None: no bound) land
+        in buffers ``alloc`` gives."""
         self._sinks = sinks
         self._fail = fail
         self._alloc = alloc
         self._alloc_min = alloc_min
+        self._alloc_max = alloc_max
         self._small_limit = self._small()
         self._prober = self._make_prober()
 
     def _make_prober(self) -> Prober:
         """The kernel's prober, holding what the probe of every step needs
         but where it starts and its budget (made again when the sinks change)."""
+        # whole frames: the data messages above the inline limit (and above what the hook wants)
+        lo = max(self._inline_limit, self._small_limit - 1)
+        if self._alloc is not None:
+            lo = WHOLE_MAX if self._alloc_max is None else max(lo, self._alloc_max)
         prober: Prober = kernel_core.Prober(self._comms, self._tag, self._status, self._small_limit,
-                                            self._sinks, self._fifo, self._fail, int(Channel.DATA),
-                                            max(self._inline_limit, self._small_limit - 1), WHOLE_MAX,
+                                            self._sinks, self._fifo, self._fail, int(Channel.DATA), lo, WHOLE_MAX,
                                             self._whole_spin)
         return prober
 
@@ -170,7 +176,8 @@ class Receives:
     def _buffer(self, src: int, ch: int, size: int) -> tuple[Any, Any]:
         """(buffer to receive into, object to deliver): the alloc hook's
         buffer is delivered as it is, our own as a memoryview."""
-        if self._alloc is not None and size >= self._alloc_min:
+        if self._alloc is not None and size >= self._alloc_min and (self._alloc_max is None
+                                                                  or size <= self._alloc_max):
             try:
                 buf = self._alloc(src, _CHANNELS[ch], size)
                 if buf is not None:
