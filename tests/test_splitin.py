@@ -212,3 +212,92 @@ def test_both_forms_give_the_same_results_for_any_header(dtype: str, shape: list
         msgs = [(h, p, tuple(m[:3]) + (m[4], m[3].dtype, m[3].shape, m[3].tobytes()), c) for h, p, m, c in placed]
         results.append((got, bulk.posts, s.bulk_seq, msgs))
     assert results[0] == results[1]
+
+
+def _frame(arr: np.ndarray[Any, Any], pid: int = PID) -> tuple[bytes, Any, bytearray]:
+    """A split frame sent whole: its header, what the header says, and the frame (a buffer of its own)."""
+    head, payload = encode_split_array(Kind.COMMAND, SRC, pid, 9, arr)
+    return head, split_array(head), bytearray(head) + bytearray(memoryview(payload).cast("B"))
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+def test_a_whole_frame_whose_header_was_seen_is_delivered_as_a_view_of_its_buffer(form: Any) -> None:
+    arr = np.arange(8192, dtype=np.float64).reshape(16, 512)
+    head, said, frame = _frame(arr)
+    bulk = _Bulk()
+    fast, placed = _fast(form, bulk)
+    fast.arrays[head] = said
+    s = _Source()
+    assert fast.whole(s, memoryview(frame)) is True
+    assert not bulk.posts and s.bulk_seq == TAGS - 1   # no payload receive, no bulk tag
+    ((host, pids, msg, cost),) = placed
+    assert (host, pids, cost) == (HOST, (PID,), arr.nbytes + CREDIT_OVERHEAD)
+    assert msg[:3] == ("src", Kind.COMMAND, 9) and msg.source_pid == SRC
+    assert np.array_equal(msg.data, arr) and msg.data.flags.writeable and msg.data.flags.aligned
+    frame[len(head)] ^= 1   # not copied: the array is the frame's memory
+    assert msg.data.reshape(-1).view(np.uint8)[0] == frame[len(head)] == 1
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+def test_a_whole_frame_whose_header_was_not_seen_is_left_to_the_caller(form: Any) -> None:
+    _, _, frame = _frame(np.zeros(70_000, np.uint8))
+    fast, placed = _fast(form, _Bulk())
+    assert fast.whole(_Source(), memoryview(frame)) is False and not placed
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+def test_a_whole_frame_beyond_the_credit_granted_is_refused(form: Any) -> None:
+    arr = np.zeros(70_000, np.uint8)
+    head, said, frame = _frame(arr)
+    book = CreditBook(1 << 16)
+    book.deliver(book.account(HOST, PID), 1)
+    fast, placed = _fast(form, _Bulk(), book=book)
+    fast.arrays[head] = said
+    with pytest.raises(ProtocolError, match="beyond the credit"):
+        fast.whole(_Source(), memoryview(frame))
+    assert not placed
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+def test_a_whole_frame_is_left_to_the_caller_while_a_gp_waits_in_recv_into(form: Any) -> None:
+    head, said, frame = _frame(np.zeros(70_000, np.uint8))
+    fast, placed = _fast(form, _Bulk(), landing=lambda pid, n: None, waiting=(1,))
+    fast.arrays[head] = said
+    assert fast.whole(_Source(), memoryview(frame)) is False and not placed
+
+
+@pytest.mark.skipif(compiled_splitin is None, reason="the compiled form is not built")
+@settings(max_examples=150, deadline=None)
+@given(dtype=st.sampled_from(["u1", "<f8", ">i4", "<U3", "|S5", "?"]),
+       shape=st.lists(st.integers(1, 40), min_size=1, max_size=3),
+       outstanding=st.integers(0, 1 << 17), pid=st.sampled_from([0, PID]), known=st.booleans(),
+       cut=st.integers(0, 60), plen=st.one_of(st.none(), st.integers(0, 1 << 20)))
+def test_both_forms_take_the_same_whole_frames(dtype: str, shape: list[int], outstanding: int, pid: int,
+                                                known: bool, cut: int, plen: int | None) -> None:
+    arr = np.zeros(shape, dtype)
+    if arr.dtype.kind == "U":
+        arr = np.full(shape, "ab", dtype)
+    head, said, frame = _frame(arr, pid)
+    if cut:   # a frame cut short, or one whose record says another payload length
+        frame = frame[:max(0, len(frame) - cut)]
+    if plen is not None and len(frame) >= 51:
+        frame[43:51] = plen.to_bytes(8, "little")
+    results = []
+    for form in (pure_splitin, compiled_splitin):
+        book = CreditBook(1 << 16)
+        if outstanding:
+            book.deliver(book.account(HOST, pid), outstanding)
+        fast, placed = _fast(form, _Bulk(), book=book, names={SRC: "src"} if known else {})
+        if said is not None:
+            fast.arrays[head] = said
+        try:
+            got: Any = fast.whole(_Source(), memoryview(bytearray(frame)))
+        except ProtocolError as exc:
+            got = ("ProtocolError", str(exc))
+        msgs = [(h, p, tuple(m[:3]) + (m[4], m[3].dtype, m[3].shape, m[3].tobytes()), c) for h, p, m, c in placed]
+        results.append((got, msgs))
+    assert results[0] == results[1]
