@@ -24,16 +24,17 @@ _hash = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_hash)
 
 #: (module, its .pyx, the sources whose hash it records, whether it calls MPI's C API)
-TWINS = [("aiopdbp.wire.cblocks", "aiopdbp/wire/cblocks.pyx", ("blocks.py", "cblocks.pyx"), False),
+TWINS = [("aiopdbp.wire.cblocks", "aiopdbp/wire/cblocks.pyx", ("blocks.py", "cblocks.pyx", "cblocks.pxd"), False),
          ("aiopdbp.transport.ckernel", "aiopdbp/transport/ckernel.pyx", ("kernel.py", "ckernel.pyx"), True),
-         ("aiopdbp.hosts.cgate", "aiopdbp/hosts/cgate.pyx", ("gate.py", "cgate.pyx"), False),
-         ("aiopdbp.hosts.csender", "aiopdbp/hosts/csender.pyx", ("sender.py", "csender.pyx"), False),
+         ("aiopdbp.hosts.cgate", "aiopdbp/hosts/cgate.pyx", ("gate.py", "cgate.pyx", "cgate.pxd"), False),
+         ("aiopdbp.hosts.csender", "aiopdbp/hosts/csender.pyx",
+          ("sender.py", "csender.pyx", "cgate.pxd", "../wire/cblocks.pxd"), False),
          ("aiopdbp.hosts.csplitin", "aiopdbp/hosts/csplitin.pyx", ("splitin.py", "csplitin.pyx"), False),
          ("aiopdbp.tensormem.cview", "aiopdbp/tensormem/cview.pyx", ("view.py", "cview.pyx"), False),
          ("aiopdbp.runtime.csendpath", "aiopdbp/runtime/csendpath.pyx", ("sendpath.py", "csendpath.pyx"), False),
          ("aiopdbp.runtime.crecvpath", "aiopdbp/runtime/crecvpath.pyx", ("recvpath.py", "crecvpath.pyx"), False)]
 #: the twins that call numpy's C API (its headers: numpy is a build requirement)
-NUMPY_TWINS = {"aiopdbp.tensormem.cview", "aiopdbp.wire.cblocks"}
+NUMPY_TWINS = {"aiopdbp.tensormem.cview", "aiopdbp.wire.cblocks", "aiopdbp.hosts.csender"}
 
 
 def _numpy_include() -> list[str] | None:

@@ -365,7 +365,8 @@ def test_the_built_twin_is_current_and_chosen() -> None:
 @pytest.mark.timeout(360)   # Cython still translates the .pyx: over 100 s at load 25-30
 def test_a_build_without_a_compiler_succeeds_with_the_pure_core(tmp_path: Path) -> None:
     for rel in ("setup.py", "pyproject.toml", "README.md", "aiopdbp/ext.py", "aiopdbp/wire/blocks.py",
-                "aiopdbp/wire/cblocks.pyx", "aiopdbp/transport/kernel.py", "aiopdbp/transport/ckernel.pyx"):
+                "aiopdbp/wire/cblocks.pyx", "aiopdbp/wire/cblocks.pxd", "aiopdbp/transport/kernel.py",
+                "aiopdbp/transport/ckernel.pyx"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / rel, tmp_path / rel)
     env = {**os.environ, "CC": "/bin/false", "LDSHARED": "/bin/false"}

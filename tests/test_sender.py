@@ -513,3 +513,31 @@ def test_both_forms_post_the_same_messages_for_any_items(bulk: bool, hold: bool,
     pure = asyncio.run(_replay(pure_sender, items, bulk, hold))
     compiled = asyncio.run(_replay(compiled_sender, items, bulk, hold))
     assert pure == compiled
+
+
+def _gate_forms() -> list[Any]:
+    from aiopdbp.hosts import gate as pure_gate
+    try:
+        from aiopdbp.hosts import cgate as compiled_gate  # type: ignore[attr-defined, unused-ignore]
+    except ImportError:
+        compiled_gate = None
+    return [pytest.param(pure_gate, id="pure-gate"),
+            pytest.param(compiled_gate, id="compiled-gate",
+                         marks=pytest.mark.skipif(compiled_gate is None, reason="the compiled gate is not built"))]
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("gates", _gate_forms())
+@pytest.mark.timeout(10)
+async def test_offer_admits_by_a_real_gates_rule_in_either_form(form: Any, gates: Any) -> None:
+    # (a compiled sender calls a compiled gate's own admit in C: the same rule)
+    tr = _Transport()
+    gate = gates.CreditGate(200)
+    out = _sender(form, tr, admit=gate.admit, refund=gate.grant)
+    assert out.offer(PID, 150, _msg(b"x" * 8)) is True and gate.credit(PID) == 50
+    assert out.offer(PID, 100, _msg(b"y" * 8)) is False and gate.credit(PID) == 50   # not covered
+    assert out.offer(PID + 1, 100, _msg(b"z" * 8)) is True and gate.credit(PID + 1) == 100
+    gate.park(PID, 100, object())                                # PID contended: its waiter first
+    assert out.offer(PID, 10, _msg(b"w" * 8)) is False and gate.credit(PID) == 50
+    assert out.offered == 2 and len(tr.posts) >= 1
+    await _turn()

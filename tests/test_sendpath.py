@@ -224,3 +224,91 @@ async def test_a_gp_sends_through_its_path() -> None:
             await a.free()
             with pytest.raises(ClosedResourceError):
                 await a.send("b", b"late")
+
+
+class _Whole:
+    """The GP's own ``send``: records its arguments, returns a coroutine."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, Any, dict[str, Any]]] = []
+
+    def __call__(self, dest: Any, data: Any, **kw: Any) -> Any:
+        self.calls.append((dest, data, kw))
+        return asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("data", [b"x" * 64, np.arange(3, dtype=np.int16), None])
+async def test_call_takes_host_data_to_the_paths_send(form: Any, data: Any) -> None:
+    tgt, slow, whole = _Target(), _Slow(), _Whole()
+    path = _path(form, _Router(tgt), slow)
+    path.whole = whole
+    await path.call("b", data, com=3, kind=Kind.COMMAND, timeout=300.0)
+    assert not whole.calls
+    if data is None:   # (not a fast payload: the sending side's coroutine, as from GP.send)
+        assert slow.calls == [("b", None, 3, Kind.COMMAND, 300.0, True)] and not tgt.offers
+    else:
+        (pid, cost, fields), = tgt.offers
+        assert (pid, fields[:3], fields[4]) == (DEST_PID, ("a", Kind.COMMAND, 3), PID)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("case", ["bytearray", "str", "stream"])
+async def test_call_hands_anything_else_to_the_gps_own_send(form: Any, case: str) -> None:
+    tgt, slow, whole = _Target(), _Slow(), _Whole()
+    path = _path(form, _Router(tgt), slow)
+    path.whole = whole
+    data: Any = {"bytearray": bytearray(b"x"), "str": "text", "stream": b"x"}[case]
+    stream = object() if case == "stream" else None
+    await path.call("b", data, com=1, timeout=2.0, copy=False, stream=stream)
+    assert whole.calls == [("b", data, {"com": 1, "kind": Kind.SHORT, "timeout": 2.0, "copy": False,
+                                        "stream": stream})]
+    assert not tgt.offers and not slow.calls
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_call_sends_nothing_until_awaited(form: Any) -> None:
+    tgt = _Target()
+    coro = _path(form, _Router(tgt), _Slow()).call("b", b"x")
+    assert asyncio.iscoroutine(coro) and not tgt.offers
+    coro.close()
+    assert not tgt.offers
+
+
+@pytest.mark.timeout(20)
+async def test_a_gps_send_is_its_paths_call_in_the_compiled_form() -> None:
+    from aiopdbp.runtime.process import GP
+    from aiopdbp.runtime.sendcore import COMPILED
+    async with open_cluster(1) as nodes:
+        async with nodes[0].process("a") as a:
+            if COMPILED:
+                assert a.send == a._path.call
+            else:
+                assert a.send == GP.send.__get__(a)
+            assert a._path.whole == GP.send.__get__(a)
+
+
+@pytest.mark.timeout(20)
+async def test_a_task_running_a_gps_send_cancelled_before_it_runs_sends_nothing() -> None:
+    async with open_cluster(2) as nodes:
+        async with nodes[0].process("a") as a, nodes[1].process("b") as b:
+            await a.send("b", b"first")          # (the name is known: the next send is the path's)
+            await b.recv(timeout=5.0)
+            task = asyncio.create_task(a.send("b", b"never"))
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await a.send("b", b"after", timeout=5.0)
+            assert (await b.recv(timeout=5.0)).data == b"after"
+
+
+@pytest.mark.timeout(20)
+async def test_a_gps_send_of_host_data_with_a_stream_raises_at_the_await() -> None:
+    async with open_cluster(1) as nodes:
+        async with nodes[0].process("a") as a:
+            coro = a.send("a", b"x", stream=object())
+            with pytest.raises(TypeError, match="stream= is for device arrays"):
+                await coro

@@ -55,6 +55,7 @@ STAMP = VENV / ".aiopdbp-install-stamp"
 BUILD_INPUTS = (ROOT / "setup.py", ROOT / "aiopdbp" / "wire" / "blocks.py", ROOT / "aiopdbp" / "wire" / "cblocks.pyx",
                 ROOT / "aiopdbp" / "transport" / "kernel.py", ROOT / "aiopdbp" / "transport" / "ckernel.pyx",
                 ROOT / "aiopdbp" / "hosts" / "gate.py", ROOT / "aiopdbp" / "hosts" / "cgate.pyx",
+                ROOT / "aiopdbp" / "hosts" / "cgate.pxd", ROOT / "aiopdbp" / "wire" / "cblocks.pxd",
                 ROOT / "aiopdbp" / "hosts" / "sender.py", ROOT / "aiopdbp" / "hosts" / "csender.pyx",
                 ROOT / "aiopdbp" / "hosts" / "splitin.py", ROOT / "aiopdbp" / "hosts" / "csplitin.pyx",
                 ROOT / "aiopdbp" / "tensormem" / "view.py", ROOT / "aiopdbp" / "tensormem" / "cview.pyx",

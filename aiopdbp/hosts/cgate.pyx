@@ -22,7 +22,7 @@ cdef extern from *:
     const char *AIOPDBP_SOURCE_HASH
 
 #: the files this twin was built from, and their hash then (aiopdbp.ext checks it)
-__sources__ = ("gate.py", "cgate.pyx")
+__sources__ = ("gate.py", "cgate.pyx", "cgate.pxd")
 __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
 __all__ = ["LATER", "NOW", "SOON", "CreditAccount", "CreditBook", "CreditGate", "GateWait", "ParkingLot", "PipeMarks", "Placer", "Wake"]
@@ -33,11 +33,6 @@ cdef object _NOTHING = Wake([], False)
 
 
 cdef class _Dest:
-    cdef public object lot
-    cdef public Py_ssize_t woken
-    cdef public bint asked
-    cdef public double progress_at
-
     def __init__(self, double now):
         self.lot = ParkingLot()
         self.woken = 0
@@ -46,13 +41,7 @@ cdef class _Dest:
 
 
 cdef class CreditGate:
-    """See :class:`aiopdbp.hosts.gate.CreditGate`."""
-
-    cdef public object window
-    cdef long long _window
-    cdef dict _credit, _dests
-    cdef object _clock
-    cdef public Py_ssize_t waits, asks
+    """See :class:`aiopdbp.hosts.gate.CreditGate` (its fields: cgate.pxd)."""
 
     def __init__(self, window, clock=time.monotonic):
         self.window = window

@@ -4,7 +4,10 @@ same :class:`LinkSender`, its state in C fields, and the steps from an item
 to its ``Isend`` -- the lone-frame rule, the in-flight limit, the send lane
 -- as C calls instead of Python frames.  The encoders, the block writer,
 the pool and the transport are called as they are in the pure form, so
-both post the same frames in the same order (``tests/test_sender.py``)."""
+both post the same frames in the same order (``tests/test_sender.py``) --
+except that a compiled gate's ``admit`` (the ``admit`` given is that gate's
+own) and a compiled block writer's ``put_short`` are C calls here
+(``cgate.pxd``, ``cblocks.pxd``): the same methods, without a Python call."""
 
 import asyncio
 import functools
@@ -26,6 +29,9 @@ from aiopdbp.wire.core import BlockWriter
 from aiopdbp.wire.mesp import CDU, L1, MsgType
 from aiopdbp.wire.shorts import STREAM_HEAD, ShortStream
 
+from aiopdbp.hosts.cgate cimport CreditGate as CGate
+from aiopdbp.wire.cblocks cimport BlockWriter as CWriter
+
 cdef extern from *:
     """
     #ifndef AIOPDBP_SOURCE_HASH
@@ -35,7 +41,7 @@ cdef extern from *:
     const char *AIOPDBP_SOURCE_HASH
 
 #: the files this twin was built from, and their hash then (aiopdbp.ext checks it)
-__sources__ = ("sender.py", "csender.pyx")
+__sources__ = ("sender.py", "csender.pyx", "cgate.pxd", "../wire/cblocks.pxd")
 __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
 __all__ = ["LinkSender", "large_enough", "send_lane"]
@@ -65,6 +71,7 @@ cdef class LinkSender:
     cdef Py_ssize_t _block_size, _max_inflight, _bulk_tags, _bulk_seq, _hold_below, _starved, _owned_cap
     cdef bint _allow_pickle, _flush_scheduled, _bulk_heads, _pairs
     cdef object _tick
+    cdef CGate _gate    # the compiled gate whose admit _admit is (None: _admit is called)
 
     def __init__(self, host, transport, pool, *, block_size, large, max_inflight, allow_pickle, on_error,
                  admit=None, refund=None):
@@ -77,6 +84,8 @@ cdef class LinkSender:
         self._allow_pickle = allow_pickle
         self._on_error = on_error
         self._admit = admit
+        gate = getattr(admit, "__self__", None)
+        self._gate = gate if type(gate) is CGate and admit == gate.admit else None
         self._refund = refund
         self.offered = 0
         self.error = None
@@ -106,7 +115,12 @@ cdef class LinkSender:
 
     # ---------------------------------------------------------------- items
     def offer(self, pid, nbytes, fields):
-        if self.error is not None or (self._admit is not None and not self._admit(pid, nbytes)):
+        if self.error is not None:
+            return False
+        if self._gate is not None:
+            if not self._gate.admit(pid, nbytes):
+                return False
+        elif self._admit is not None and not self._admit(pid, nbytes):
             return False
         try:
             if type(fields) is _ShortStream:
@@ -143,18 +157,24 @@ cdef class LinkSender:
         # the tick only when no block is open (as the pure form reads it): the
         # coalesced message of a burst reads no property of the transport
         if not w.kind and not self._units and not self._starved and (tick := self._transport.tick) != self._tick:
-            frame = w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, True)
+            frame = self._put_short(w, pid, fields, head, True)
             if frame is None:
                 return False
             self._tick = tick
             self.lone += 1
             self._post([frame], len(frame), None)
             return True
-        put = w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, False)
+        put = self._put_short(w, pid, fields, head, False)
         if put is False:
             self._new_block(_BPS)
-            put = w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, False)
+            put = self._put_short(self.writer, pid, fields, head, False)
         return put is True
+
+    cdef inline object _put_short(self, w, pid, fields, bytes head, bint lone):
+        # the writer's put_short: a C call to the compiled writer
+        if type(w) is CWriter:
+            return (<CWriter>w).put_short(pid, fields[4], fields[2], fields[1], fields[3], head, lone)
+        return w.put_short(pid, fields[4], fields[2], fields[1], fields[3], head, lone)
 
     def stream(self, pid, item):
         if not self._short(pid, item, _STREAM_HEAD(item[5], item[6])):

@@ -4,7 +4,8 @@ the same :class:`SendPath`, its state in C fields, its ``send`` a compiled
 coroutine -- which ``asyncio`` takes wherever it takes a coroutine -- and the
 router's ``try_send`` inline (the same four steps: name -> pid -> target,
 nothing queued ahead, the target's ``offer``), so that no Python frame runs
-between ``GP.send`` and the host link's compiled ``offer``.  Everything else
+between ``GP.send`` and the host link's compiled ``offer``; ``gp.send`` is
+this path's ``call`` itself, so none runs before it either.  Everything else
 is the GP's coroutine and the router's ``send_waiting``, as in the pure form
 (``tests/test_sendpath.py`` runs both)."""
 
@@ -47,6 +48,7 @@ cdef class SendPath:
     cdef public object name, pid
     cdef public bint freed
     cdef public Py_ssize_t burst
+    cdef public object whole
     cdef dict _pids, _targets
     cdef object _router, _queued, _slow, _snapshot
     cdef Py_ssize_t _owned_min
@@ -65,6 +67,14 @@ cdef class SendPath:
         self._owned_min = owned_min
         self._snapshot = snapshot
         self._max_ndim = max_ndim
+        self.whole = None
+
+    def call(self, dest, data=None, *, com=0, kind=Kind.SHORT, timeout=None, copy=True, stream=None):
+        if stream is None and (data is None or type(data) is bytes or type(data) is _ndarray):
+            return self.send(dest, data, com, kind, timeout, copy)
+        if self.whole is None:
+            raise RuntimeError("SendPath.call: no GP send set (whole) for this payload")
+        return self.whole(dest, data, com=com, kind=kind, timeout=timeout, copy=copy, stream=stream)
 
     async def send(self, dest, data, com, kind, timeout, copy):
         cdef Py_ssize_t cost

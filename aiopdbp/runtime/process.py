@@ -53,6 +53,7 @@ from aiopdbp.runtime.payloads import (
     arrive, arrived, check_com, check_timeout, flat_writable, named_now, raising, snapshot)
 from aiopdbp.runtime.receiving import GPReceiver
 from aiopdbp.runtime.recvcore import COMPILED as RECV_COMPILED, RecvPath
+from aiopdbp.runtime.sendcore import COMPILED as SEND_COMPILED
 from aiopdbp.runtime.sending import BURST_BYTES, GPSender, SenderHost
 
 __all__ = ["FAILED_CLOSE_TIMEOUT", "GP", "GPHost", "Owned"]
@@ -150,6 +151,13 @@ class GP:
         self.receiving = 0
         self._drive = node.drive   # a receiver waiting for a reply steps MPI itself
         self._path = self._tx.path   # send's common case in one step (the rest is the sender's)
+        if type(self).send is GP.send:
+            # ``gp.send()`` is the compiled path's own call: no frame between; it
+            # hands what it does not take to this class's send.  The pure form
+            # keeps the GP's send (the pure call would be the same one frame)
+            self._path.whole = GP.send.__get__(self)
+            if SEND_COMPILED:
+                self.send = self._path.call  # type: ignore[method-assign]
         #: receive's common case in one step (the rest is :meth:`_recv`); its pipe is
         #: this GP's while it has one and is not freed
         self._in = RecvPath(self._rx, node, self._recv, arrival)

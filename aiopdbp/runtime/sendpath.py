@@ -1,5 +1,6 @@
 """A GP's send, the common case in one step: :meth:`SendPath.send` is the
-awaitable :meth:`~aiopdbp.runtime.process.GP.send` returns.
+awaitable :meth:`~aiopdbp.runtime.process.GP.send` returns, and in the
+compiled form ``gp.send`` is :meth:`SendPath.call` itself.
 
 The common case is a ``bytes`` payload or a small array of a plain dtype
 (its snapshot in one call) to one GP by name, with a valid ``com``,
@@ -15,7 +16,13 @@ coroutine, so a wrong argument raises the same error.
 This module has a compiled twin (``aiopdbp.runtime.csendpath``, chosen by
 :mod:`aiopdbp.runtime.sendcore`): a compiled coroutine instead of a Python
 frame per send, and no Python call between the GP and the host link's
-compiled ``offer``.  ``tests/test_sendpath.py`` runs both forms.
+compiled ``offer``; there ``gp.send`` is the compiled :meth:`SendPath.call`
+(host data without ``stream=``: this path's ``send``; anything else -- a
+tensor, a device array, ``stream=`` -- the GP's own ``send``, ``whole``), so
+no Python frame runs between the caller and the compiled coroutine.  Where
+the compiled form is not built, ``gp.send`` stays the GP's own (this form's
+``call`` would be the same one frame); this one is the twin the compiled one
+is held to.  ``tests/test_sendpath.py`` runs both forms.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ _SHORT, _COMMAND = Kind.SHORT, Kind.COMMAND
 
 #: the GP's coroutine for everything else: (dest, data, com, kind, timeout, copy)
 Slow = Callable[[Any, Any, int, Kind, "float | None", bool], Coroutine[Any, Any, None]]
+#: the GP's own ``send`` (``GP.send``'s signature: dest, data, com=, kind=, timeout=, copy=, stream=)
+Whole = Callable[..., Coroutine[Any, Any, None]]
 
 
 class SendPath:
@@ -66,6 +75,21 @@ class SendPath:
         self._owned_min = owned_min       # arrays this large are sent from their own buffer (slow)
         self._snapshot = snapshot         # a plain array's snapshot in one call (None: not plain)
         self._max_ndim = max_ndim
+        #: the GP's own ``send`` for what :meth:`call` does not take (the GP sets it)
+        self.whole: Whole | None = None
+
+    def call(self, dest: Any, data: Any = None, *, com: int = 0, kind: Kind = _SHORT,
+             timeout: float | None = None, copy: bool = True, stream: Any = None) -> Coroutine[Any, Any, None]:
+        """``GP.send`` (read its docstring): host data (``None``, ``bytes``, an
+        ndarray) without ``stream=`` is :meth:`send`'s coroutine, which checks
+        the rest when awaited; anything else is the GP's own ``send``
+        (``whole``), which converts a tensor and captures a device array at
+        the call."""
+        if stream is None and (data is None or type(data) is bytes or type(data) is np.ndarray):
+            return self.send(dest, data, com, kind, timeout, copy)
+        if self.whole is None:
+            raise RuntimeError("SendPath.call: no GP send set (whole) for this payload")
+        return self.whole(dest, data, com=com, kind=kind, timeout=timeout, copy=copy, stream=stream)
 
     async def send(self, dest: Any, data: Any, com: int, kind: Kind, timeout: float | None,
                    copy: bool) -> None:

@@ -39,7 +39,7 @@ cdef extern from *:
     const char* AIOPDBP_SOURCE_HASH
 
 #: the files this twin was built from, and their hash then (aiopdbp.ext refuses a stale twin)
-__sources__ = ("blocks.py", "cblocks.pyx")
+__sources__ = ("blocks.py", "cblocks.pyx", "cblocks.pxd")
 __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
 cdef int _BPS = int(MsgType.BPS)
@@ -58,7 +58,6 @@ cdef enum:
     SHORT_SIZE = 15
     HEAD_SIZE = 8
     MAX_COUNT = 0xFFFF
-    KNOWN_NDIM = 4      # the largest array rank the writer remembers a meta for
 
 
 cdef extern from *:
@@ -145,26 +144,7 @@ cdef Py_ssize_t _copy(uint8_t* dst, object src) except -1:
 
 cdef class BlockWriter:
     """Records for one destination host, into one block at a time (see
-    :class:`aiopdbp.wire.blocks.BlockWriter`)."""
-
-    cdef public Py_ssize_t short_limit
-    cdef public int kind
-    cdef public Py_ssize_t count
-    cdef object _view
-    cdef Py_buffer _buf
-    cdef bint _held
-    cdef Py_ssize_t _pos
-    cdef Py_ssize_t _limit
-    # The last array put as a short record: its dtype object (held, so that
-    # its identity stays its own), rank, shape and the meta short_ndarray
-    # gave for them.  The payload module's meta caches only ever add
-    # entries, so the same dtype object and shape have the same meta for
-    # good: a sender of one kind of array skips the Python call, its dict
-    # lookup and the memoryview of the data.
-    cdef object _adescr
-    cdef int _andim
-    cdef cnp.npy_intp _ashape[KNOWN_NDIM]
-    cdef bytes _ameta
+    :class:`aiopdbp.wire.blocks.BlockWriter`; its fields: cblocks.pxd)."""
 
     def __init__(self, Py_ssize_t short_limit):
         self.short_limit = min(_SMAX + 1, short_limit)
