@@ -49,13 +49,13 @@ however slowly, breaks every cycle through it.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 from aiopdbp.errors import DeadlockError
+from aiopdbp.records import FrozenRecord, init_field
 
 log = logging.getLogger("aiopdbp.stall")
 
@@ -65,17 +65,31 @@ __all__ = ["DEFAULT_STALL_TIMEOUT", "StallWatch", "Wait", "WaitEdge", "Waits", "
 DEFAULT_STALL_TIMEOUT = 30.0
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class WaitEdge:
+class WaitEdge(FrozenRecord):
     """``gp`` (on ``rank``) has waited ``seconds`` for ``resource`` of
-    ``waits_for`` (on ``waits_for_rank``)."""
+    ``waits_for`` (on ``waits_for_rank``).  A frozen record (as a frozen
+    slots dataclass, without one's cost at import: :mod:`aiopdbp.records`)."""
 
+    __slots__ = ("gp", "rank", "waits_for", "waits_for_rank", "resource", "seconds")
     gp: str
     rank: int
     waits_for: str
     waits_for_rank: int
     resource: str
     seconds: float
+
+    def __init__(self, gp: str, rank: int, waits_for: str, waits_for_rank: int, resource: str,
+                 seconds: float) -> None:
+        init_field(self, "gp", gp)
+        init_field(self, "rank", rank)
+        init_field(self, "waits_for", waits_for)
+        init_field(self, "waits_for_rank", waits_for_rank)
+        init_field(self, "resource", resource)
+        init_field(self, "seconds", seconds)
+
+    def to_wire(self) -> list[Any]:
+        """The fields in order, as a stall report carries them (``WaitEdge(*fields)`` again)."""
+        return list(self._values())
 
     def __str__(self) -> str:
         return (f"GP {self.gp!r} (rank {self.rank}) waits {self.seconds:.1f} s for {self.resource} "

@@ -1,6 +1,6 @@
 """A rank starts light: what ``aiopdbp.run``/``open_node`` and ``bench scale``'s
 rank program import at start leaves out what a job may never use (the
-simulated device, the bench CLI, difflib's hints, the in-process cluster,
+simulated device, the device path, the bench CLI, difflib's hints, the in-process cluster,
 SGPs, the stats types), since every rank of a job
 pays for its imports before its first message."""
 
@@ -69,3 +69,23 @@ def test_every_public_name_still_loads_from_its_package() -> None:
             "assert aiopdbp.LinkStats is aiopdbp.hosts.LinkStats is aiopdbp.hosts.link.LinkStats")
     assert _loaded_after(code, ("aiopdbp.hosts.linkstats", "aiopdbp.transport.inproc")) == [
         "aiopdbp.hosts.linkstats", "aiopdbp.transport.inproc"]
+
+
+def test_a_rank_loads_no_device_path_until_it_needs_one() -> None:
+    code = ("import aiopdbp.rankout, aiopdbp.bench.scale_job; import aiopdbp; aiopdbp.run, aiopdbp.open_node; "
+            "from aiopdbp.runtime.node import Node; n = Node(); n.stats()")
+    assert _loaded_after(code, ("aiopdbp.streams.devicebind", "aiopdbp.streams.devicepath",
+                                "aiopdbp.device.staging", "aiopdbp.device.chunks")) == []
+
+
+def test_the_device_path_is_made_when_asked_for() -> None:
+    code = ("from aiopdbp.runtime.node import Node; from aiopdbp.streams.devicepath import DevicePath; "
+            "n = Node(); assert type(n.devices) is DevicePath and n.devices is n.devices; "
+            "assert n.stats().devices == n.devices.stats()")
+    assert _loaded_after(code, ("aiopdbp.device.staging",)) == ["aiopdbp.device.staging"]
+
+
+def test_a_named_device_backend_or_a_bad_one_is_met_when_the_node_is_made() -> None:
+    code = ("import pytest; from aiopdbp.runtime.node import Node; "
+            "pytest.raises(ValueError, Node, device='no-such-backend'); Node(device='sim')")
+    assert _loaded_after(code, ("aiopdbp.streams.devicepath",)) == ["aiopdbp.streams.devicepath"]

@@ -47,8 +47,6 @@ from aiopdbp.device.backend import (
     is_device_array,
     local_rank,
 )
-from aiopdbp.device.chunks import ArrayMeta, ChunkPlan, PinnedChunkPool
-from aiopdbp.device.staging import ChunkState, RecvTransfer, Request, SendTransfer, Stager, TransferState
 
 __all__ = [
     "ArrayInfo", "ArrayMeta", "ChunkPlan", "ChunkState", "DeviceBackend", "Event", "Fault", "Placement",
@@ -58,20 +56,36 @@ __all__ = [
 
 BACKENDS = ("auto", "cupy", "sim")
 
-# The simulated device is loaded on first use (PEP 562): every rank imports
-# this package (a node can stage device arrays), few ever simulate a device.
-_SIM = frozenset({"Fault", "SimArray", "SimBackend", "SimTensor"})
+# The staging machinery and the simulated device are loaded on first use
+# (PEP 562): every rank imports this package (a send asks whether its data is
+# a device array), few stage a device array, fewer simulate a device.
+_LAZY = {
+    **dict.fromkeys(("ArrayMeta", "ChunkPlan", "PinnedChunkPool"), "aiopdbp.device.chunks"),
+    **dict.fromkeys(("ChunkState", "RecvTransfer", "Request", "SendTransfer", "Stager", "TransferState"),
+                    "aiopdbp.device.staging"),
+    **dict.fromkeys(("Fault", "SimArray", "SimBackend", "SimTensor"), "aiopdbp.device.sim"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _SIM:
+    module = _LAZY.get(name)
+    if module is None:
         raise AttributeError(f"module 'aiopdbp.device' has no attribute {name!r}")
-    value = getattr(importlib.import_module("aiopdbp.device.sim"), name)
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 
 
 if TYPE_CHECKING:
+    from aiopdbp.device.chunks import ArrayMeta as ArrayMeta
+    from aiopdbp.device.chunks import ChunkPlan as ChunkPlan
+    from aiopdbp.device.chunks import PinnedChunkPool as PinnedChunkPool
+    from aiopdbp.device.staging import ChunkState as ChunkState
+    from aiopdbp.device.staging import RecvTransfer as RecvTransfer
+    from aiopdbp.device.staging import Request as Request
+    from aiopdbp.device.staging import SendTransfer as SendTransfer
+    from aiopdbp.device.staging import Stager as Stager
+    from aiopdbp.device.staging import TransferState as TransferState
     from aiopdbp.device.sim import Fault as Fault
     from aiopdbp.device.sim import SimArray as SimArray
     from aiopdbp.device.sim import SimBackend as SimBackend

@@ -40,7 +40,7 @@ import abc
 import importlib
 import enum
 from collections.abc import Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -49,7 +49,7 @@ from aiopdbp.env import LOCAL_RANK_VARS, local_rank
 from aiopdbp.records import FrozenRecord, init_field
 
 __all__ = [
-    "ArrayInfo", "DeviceBackend", "Event", "HostBuffer", "LOCAL_RANK_VARS", "Order",
+    "ArrayInfo", "Captured", "DeviceBackend", "Event", "HostBuffer", "LOCAL_RANK_VARS", "Order",
     "Placement", "Stream", "classify", "default_device", "is_device_array", "local_rank", "order_of",
 ]
 
@@ -110,6 +110,18 @@ class ArrayInfo(FrozenRecord):
         init_field(self, "nbytes", nbytes)
         init_field(self, "order", order)
         init_field(self, "stream", stream)
+
+
+class Captured(NamedTuple):
+    """A device array as it was when the user sent it: the producer's work
+    pending at that moment is captured by ``after``, events recorded then on
+    the producer's stream (and the sending SGP's ``gp.stream``).  Here, not
+    with the device path that makes it, so that a send can tell one without
+    importing the path (:mod:`aiopdbp.runtime.devices`)."""
+
+    data: Any  #: the user's object (kept alive for the whole send)
+    info: ArrayInfo
+    after: tuple[Event, ...]
 
 
 class DeviceBackend(abc.ABC):

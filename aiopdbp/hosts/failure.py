@@ -53,7 +53,6 @@ the :class:`JobControl` door, the streams through a ``break_host`` callable.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import enum
 import logging
 import signal
@@ -386,11 +385,11 @@ class StallRelay:
 
     def send_stall(self, edges: list[WaitEdge], idle: list[str]) -> None:
         """This rank's stale waits, to rank 0's deadlock detector."""
-        self._channel.send(0, StallMsg([list(dataclasses.astuple(e)) for e in edges], idle))
+        self._channel.send(0, StallMsg([e.to_wire() for e in edges], idle))
 
     def send_deadlock(self, cycle: tuple[WaitEdge, ...]) -> None:
         """Rank 0: every other rank fails its waits of ``cycle``."""
-        body = [list(dataclasses.astuple(e)) for e in cycle]
+        body = [e.to_wire() for e in cycle]
         for h in range(1, self.size):
             if not self._failed(h):
                 self._channel.send(h, DeadlockMsg(body))

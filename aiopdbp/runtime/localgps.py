@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiopdbp.errors import ClosedResourceError
 from aiopdbp.hosts.tables import PType, Tables
@@ -22,8 +22,10 @@ from aiopdbp.routing.arrivals import Arrivals
 from aiopdbp.routing.pipes import PipePool
 from aiopdbp.runtime.job import root_cause, summary
 from aiopdbp.runtime.process import GP, GPHost
-from aiopdbp.streams.devicebind import DeviceBindings
 from aiopdbp.streams.table import StreamTable
+
+if TYPE_CHECKING:
+    from aiopdbp.runtime.devices import NodeDevices
 
 __all__ = ["LocalGPs"]
 
@@ -38,7 +40,7 @@ class LocalGPs:
                  "_commit_nowait", "_gps", "_closed")
 
     def __init__(self, host: GPHost, *, tables: Tables, pps: PipePool, arrivals: Arrivals,
-                 streams: StreamTable, sgps: DeviceBindings,
+                 streams: StreamTable, sgps: NodeDevices,
                  commit: Callable[..., Awaitable[Any]], commit_nowait: Callable[..., None]) -> None:
         self._host = host
         self._rank = host.rank

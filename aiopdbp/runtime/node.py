@@ -20,7 +20,8 @@ lives in its own module and the node only calls their public methods:
                     credit it owes them (:mod:`aiopdbp.routing.arrivals`)
 ``node.streams``    live streams and their bindings (:mod:`aiopdbp.streams.table`)
 ``node.devices``    device support: backend, pinned pool, SGPs
-                    (:mod:`aiopdbp.streams.devicepath`)
+                    (:mod:`aiopdbp.streams.devicepath`), made on first use
+                    (:mod:`aiopdbp.runtime.devices`)
 GPs                 the GPs living here: registration, their pipes, release
                     (:mod:`aiopdbp.runtime.localgps`, behind :meth:`Node.register`,
                     ``apply_pipe``, ``release_pipe``, ``free``)
@@ -46,15 +47,13 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from aiopdbp.arrays import KINDS
-from aiopdbp.device.backend import DeviceBackend
-from aiopdbp.streams.devicebind import DeviceConfig
-from aiopdbp.streams.devicepath import DevicePath
 from aiopdbp.env import local_transport_forced
 from aiopdbp.errors import ClosedResourceError
 from aiopdbp.runtime.job import adopt_loop, current_job, end_adopted
 from aiopdbp.runtime.job import run as run
 from aiopdbp.routing.manager import PipeManager
 from aiopdbp.routing.pipes import PipePool
+from aiopdbp.runtime.devices import NodeDevices, on_demand
 from aiopdbp.runtime.localgps import LocalGPs
 from aiopdbp.runtime.process import GP
 from aiopdbp.runtime.remoteside import RemoteSide
@@ -67,7 +66,10 @@ from aiopdbp.hosts.tables import NodeType, PType, Tables
 from aiopdbp.transport.base import Transport
 
 if TYPE_CHECKING:   # made on first use: a rank may never open an SGP or ask for stats
+    from aiopdbp.device.backend import DeviceBackend
     from aiopdbp.runtime.stats import NodeStats
+    from aiopdbp.streams.devicebind import DeviceConfig
+    from aiopdbp.streams.devicepath import DevicePath
 
 __all__ = ["DEFAULT_NAME_TIMEOUT", "Node", "open_node", "run"]
 
@@ -202,13 +204,19 @@ class Node:
                                  streams=_WholeStreams(self) if multi else None,
                                  landings=self.router.landings,
                                  want_pid=side.want_pid if side else None)
-        self.devices = DevicePath(device, rank=self.rank, tables=self.tables, router=self.router,
-                                  arrivals=self.arrivals,
-                                  submit=self.manager.submit, transport=transport)
+        router, arrivals, submit = self.router, self.arrivals, self.manager.submit
+
+        def devices() -> DevicePath:
+            from aiopdbp.streams.devicepath import DevicePath
+
+            return DevicePath(device, rank=self.rank, tables=self.tables, router=router, arrivals=arrivals,
+                              submit=submit, transport=transport)
+
+        self._devices = NodeDevices(devices, eager=not on_demand(device))
         self.streams = StreamTable(self.rank, stream_window, self.tables, self.pps, self.cps_streams,
                                    self.router, self.arrivals, submit=self.manager.submit,
                                    watch=self.manager.watch,
-                                   device=self.devices, peers=side,
+                                   device=self._devices, peers=side,
                                    large=cfg.large if multi else None, offer=self.manager.offer,
                                    route=self.manager.put, route_now=self.manager.route_now)
         #: arrays at least this large may travel from the sender's own buffer
@@ -220,7 +228,7 @@ class Node:
         self._closed = False
         self._remote: Remote | None = None
         self._gps = LocalGPs(self, tables=self.tables, pps=self.pps, arrivals=self.arrivals,
-                             streams=self.streams, sgps=self.devices.sgps, commit=self.commit,
+                             streams=self.streams, sgps=self._devices, commit=self.commit,
                              commit_nowait=self.commit_nowait)
         self.host_timeout = max(name_timeout, DEFAULT_NAME_TIMEOUT) if host_timeout is None else host_timeout
         self.stall = StallWatch(
@@ -238,6 +246,11 @@ class Node:
     def __repr__(self) -> str:
         return f"<Node {self.rank}/{self.size} gps={len(self._gps)}>"
 
+    @property
+    def devices(self) -> DevicePath:
+        """The node's device support (backend, pinned pool, SGPs), made on first use."""
+        return self._devices.path
+
     # -- lifecycle --------------------------------------------------------------
     async def start(self) -> None:
         """Join the other ranks and start routing.  ``async with
@@ -249,7 +262,7 @@ class Node:
         if self._started:
             return
         self._started = True
-        self.devices.start()  # a named backend and its pinned pool: now, before any GP
+        self._devices.start()  # a named backend and its pinned pool: now, before any GP
         self.manager.start()
         self.stall.start()
         if self._remote is not None:
@@ -292,7 +305,7 @@ class Node:
                     job.detach(self._remote)
                 self._remote.stop()
             self.streams.close(gone)
-            self.devices.close()
+            self._devices.close()
             self._gps.drop_all()
             self.pps.close()
             self.cps_streams.close()
@@ -485,7 +498,7 @@ class Node:
             pool=r.pool.stats() if r is not None else {},
             transport=self.transport.stats() if self.transport is not None else {},
             liveness=r.liveness_stats() if r is not None else {},
-            devices=self.devices.stats(),
+            devices=self._devices.stats(),
             stall=self.stall.stats(),
             messages_sent=sent, messages_received=received,
         )

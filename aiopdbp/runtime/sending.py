@@ -21,7 +21,7 @@ from aiopdbp.wire.mesp import Kind
 from aiopdbp.errors import ClosedResourceError
 from aiopdbp.wire.message import CREDIT_OVERHEAD, credit_cost
 from aiopdbp.arrays import host_array, plain_snapshot
-from aiopdbp.streams.devicebind import Captured
+from aiopdbp.device.backend import Captured
 from aiopdbp.runtime.payloads import MAX_NDIM, check_com, check_dest, check_timeout, ownable, snapshot
 from aiopdbp.runtime.sendcore import SendPath
 from aiopdbp.runtime.sendpath import BURST_BYTES

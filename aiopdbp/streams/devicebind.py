@@ -12,26 +12,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from aiopdbp.device import BACKENDS
-from aiopdbp.device.backend import ArrayInfo, DeviceBackend, Event, Stream, default_device
+from aiopdbp.device.backend import Captured as Captured  # (its home; named here too, as before)
+from aiopdbp.device.backend import DeviceBackend, Stream, default_device
 from aiopdbp.device.chunks import DEFAULT_CHUNK_SIZE, DEFAULT_POOL_BYTES
 from aiopdbp.device.staging import DEFAULT_MAX_IN_FLIGHT
 from aiopdbp.env import device_backend
 from aiopdbp.hosts.tables import Tables
 
 __all__ = ["BACKEND_CHOICES", "Captured", "DeviceBindings", "DeviceConfig", "DeviceGP", "Sender", "device_config"]
-
-
-class Captured(NamedTuple):
-    """A device array as it was when the user sent it: the producer's work
-    pending at that moment is captured by ``after``, events recorded then on
-    the producer's stream (and the sending SGP's ``gp.stream``)."""
-
-    data: Any  #: the user's object (kept alive for the whole send)
-    info: ArrayInfo
-    after: tuple[Event, ...]
 
 
 class Sender(Protocol):
