@@ -201,9 +201,11 @@ waiting fails with the link's error (MPI keeps the buffer referenced).
 Cancellation: the completion is an :class:`OwnedDone`, which the transport
 resolves from the progress step that sees it (one hop to the sender) and
 which a cancel cannot abort once the payload is posted -- the sender's
-``CancelledError`` comes when MPI is done with the buffer (or the link
-fails, or the transport closes and abandons the request); a send cancelled
-before the link took it is dropped here with its credit returned.
+cancel waits until MPI is done with the buffer (or the link fails, or the
+transport closes and abandons the request), then the send returns if the
+payload went (the cancel comes at the task's next suspension) and raises
+``CancelledError`` if not; a send cancelled before the link took it is
+dropped here with its credit returned.
 
 *Admission: credit is the clear-to-send.*  The sender reserves the message's
 bytes of the destination GP's credit (the fair rule above) *before* the
