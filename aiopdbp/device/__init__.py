@@ -31,10 +31,10 @@ uses it; wire/, pool/ and transport/ beside it are not imported).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from aiopdbp.env import device_backend
+from aiopdbp.lazy import lazy_exports
 from aiopdbp.errors import DeviceError
 from aiopdbp.device.backend import (
     ArrayInfo,
@@ -60,15 +60,8 @@ BACKENDS = ("auto", "cupy", "sim")
 
 # The simulated device is loaded on first use (PEP 562): every rank imports
 # this package (a node can stage device arrays), few ever simulate a device.
-_SIM = frozenset({"Fault", "SimArray", "SimBackend", "SimTensor"})
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _SIM:
-        raise AttributeError(f"module 'aiopdbp.device' has no attribute {name!r}")
-    value = getattr(importlib.import_module("aiopdbp.device.sim"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(globals(), dict.fromkeys(["Fault", "SimArray", "SimBackend", "SimTensor"],
+                                                   "aiopdbp.device.sim"))
 
 
 if TYPE_CHECKING:

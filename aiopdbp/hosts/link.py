@@ -275,6 +275,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aiopdbp.errors import WouldBlock
+from aiopdbp.lazy import lazy_exports
 from aiopdbp.hosts.gate import GateWait, Wake
 from aiopdbp.hosts.gatecore import CreditGate
 from aiopdbp.hosts.owned import OwnedDone, OwnedSend, fail_owned
@@ -292,12 +293,8 @@ if TYPE_CHECKING:
 __all__ = ["HostLink", "LinkStats"]
 
 
-def __getattr__(name: str) -> Any:
-    # LinkStats lives in its own module, loaded when first asked for
-    if name == "LinkStats":
-        from aiopdbp.hosts.linkstats import LinkStats
-        return LinkStats
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# LinkStats lives in its own module, loaded when first asked for
+__getattr__ = lazy_exports(globals(), {"LinkStats": "aiopdbp.hosts.linkstats"})
 
 
 class HostLink:
