@@ -25,8 +25,9 @@ layers, top to bottom (a package imports only packages below it)::
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aiopdbp.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -56,13 +57,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'aiopdbp' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once: later lookups do not come here
-    return value
+__getattr__ = lazy_exports(globals(), _EXPORTS)
 
 
 def __dir__() -> list[str]:

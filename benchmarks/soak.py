@@ -7,10 +7,13 @@ Run under MPI (``benchmarks/faults.py`` does)::
 
 Every rank hosts ``--gps`` GPs; each GP sends to every GP of the other ranks
 (n·(n-1)·gps² flows), short 64-byte messages mostly and every
-``--stream-every``-th unit a small stream.  A fraction ``--cancel`` of the
+``--stream-every``-th unit a small stream, every ``--large-every``-th a
+writable array of ``--large-size`` bytes (sent from its own buffer, MPI_Send
+ownership, when it is at least ``RemoteConfig.large``).  A fraction ``--cancel`` of the
 sends runs in a task that is cancelled right after it starts: if the send had
 to wait (backpressure), it is cancelled and must deliver nothing; if it had
-already returned, it counts as sent.  Each flow ends with a summary message
+already returned, it counts as sent (as does a large array's send cancelled
+while MPI read its buffer: it returns once the payload went).  Each flow ends with a summary message
 listing which units' sends *returned*.  A receiver checks order and content
 and counts:
 
@@ -52,6 +55,12 @@ def payload(src: int, dst: int, seq: int) -> bytes:
     return HEAD.pack(src, dst, seq) + _TAILS[seq & 0xFF]
 
 
+def large_data(src: int, dst: int, seq: int, size: int) -> np.ndarray[Any, Any]:
+    arr = np.full(size, seq & 0xFF, dtype=np.uint8)
+    arr[:HEAD.size] = np.frombuffer(HEAD.pack(src, dst, seq), dtype=np.uint8)
+    return arr
+
+
 def stream_data(src: int, dst: int, seq: int, nseg: int, seg: int) -> np.ndarray[Any, Any]:
     rng = np.random.default_rng(seq * 7919 + src * 31 + dst)
     arr = rng.integers(0, 256, (nseg, seg), dtype=np.uint8)
@@ -69,6 +78,8 @@ async def sender(gp: aiopdbp.GP, me: int, dests: list[tuple[int, str]], units: i
             if is_stream:
                 coro: Any = gp.send_stream(name, stream_data(me, d, seq, args.stream_segments, 4096),
                                            segment_size=4096)
+            elif args.large_every and seq % args.large_every == args.large_every - 1:
+                coro = gp.send(name, large_data(me, d, seq, args.large_size))
             else:
                 coro = gp.send(name, payload(me, d, seq))
             if rnd.random() < args.cancel:
@@ -85,6 +96,8 @@ async def sender(gp: aiopdbp.GP, me: int, dests: list[tuple[int, str]], units: i
                 await coro
             returned[d][seq >> 3] |= 1 << (seq & 7)
             stats["streams_sent" if is_stream else "msgs_sent"] += 1
+            if args.large_every and seq % args.large_every == args.large_every - 1 and not is_stream:
+                stats["large_sent"] += 1
             stats["cdus_sent"] += args.stream_segments + 2 if is_stream else 1
     for d, name in dests:
         await gp.send(name, HEAD.pack(me, d, units) + bytes(returned[d]), com=END)
@@ -108,7 +121,9 @@ async def receiver(gp: aiopdbp.GP, me: int, nsrc: int, units: int, args: argpars
             stats["streams_received" if ok else "corrupt"] += 1
             stats["cdus_received"] += args.stream_segments + 2
         else:
-            src, dst, seq = HEAD.unpack(item.data[:HEAD.size])
+            data = item.data
+            large = type(data) is np.ndarray
+            src, dst, seq = HEAD.unpack(bytes(data[:HEAD.size]))
             assert dst == me, (dst, me)
             if item.com == END:
                 bits = got.setdefault(src, bytearray((units + 7) // 8))
@@ -130,9 +145,10 @@ async def receiver(gp: aiopdbp.GP, me: int, nsrc: int, units: int, args: argpars
                                 phantoms.append([src, i])
                 ended += 1
                 continue
-            if item.data != payload(src, dst, seq):
+            if not (np.array_equal(data, large_data(src, dst, seq, args.large_size)) if large
+                    else data == payload(src, dst, seq)):
                 stats["corrupt"] += 1
-            stats["msgs_received"] += 1
+            stats["large_received" if large else "msgs_received"] += 1
             stats["cdus_received"] += 1
         bits = got.setdefault(src, bytearray((units + 7) // 8))
         if bits[seq >> 3] >> (seq & 7) & 1:
@@ -147,7 +163,8 @@ async def main(args: argparse.Namespace) -> None:
     stats = dict.fromkeys(("msgs_sent", "msgs_cancelled", "streams_sent", "streams_cancelled",
                            "cdus_sent", "msgs_received", "streams_received", "streams_aborted",
                            "cdus_received", "lost", "duplicated", "phantom", "corrupt",
-                           "out_of_order", "streams_completed_after_cancel", "cancel_attempts"), 0)
+                           "out_of_order", "streams_completed_after_cancel", "cancel_attempts",
+                           "large_sent", "large_received"), 0)
     # Small queues, so that senders often wait (backpressure) and a
     # cancellation finds them waiting.
     phantoms: list[list[int]] = []  # (source GP, unit) of the first few phantoms
@@ -185,6 +202,9 @@ if __name__ == "__main__":
     p.add_argument("--stream-every", type=int, default=1000, help="every k-th unit is a stream (0: none)")
     p.add_argument("--stream-segments", type=int, default=40, help="4 KiB segments per stream "
                    "(more than the stream window, so a cancelled stream is cut short)")
+    p.add_argument("--large-every", type=int, default=0, help="every k-th unit is a large array (0: none; "
+                   "a stream's unit stays a stream)")
+    p.add_argument("--large-size", type=int, default=256 << 10, help="bytes of each large array")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--pipe-capacity", type=int, default=16, help="CDUs per private pipe")
     p.add_argument("--gp-window", type=int, default=64 << 10,

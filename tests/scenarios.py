@@ -2561,6 +2561,53 @@ async def large_send_owns_the_buffer(ctx: Ctx) -> None:
     await ctx.barrier("done")
 
 
+@scenario()
+async def cancelled_large_sends_tell_the_truth(ctx: Ctx) -> None:
+    """A send of a large writable array (from its own buffer, to another
+    host) cancelled at any point tells the truth: it returns only if its
+    message went, raises ``CancelledError`` only if nothing was queued.
+    Each send runs in a task cancelled after 0-3 loop turns (before it ran,
+    while MPI reads the buffer, after it returned); then a list of the sends
+    that returned follows, and the receiver gets exactly those, in order."""
+    me = await ctx.process("gp", ctx.rank)
+    dest = ctx.name("gp", (ctx.rank + 1) % ctx.size)
+    prev = (ctx.rank + ctx.size - 1) % ctx.size
+    await ctx.lookup(dest)
+    n, end = 12, 1000
+
+    async def produce() -> None:
+        returned = []
+        for i in range(n):
+            buf = np.full(_BIG, 1000 * ctx.rank + i, dtype=np.float64)
+            task = asyncio.ensure_future(me.send(dest, buf, com=i, timeout=ctx.timeout))
+            for _ in range(i % 4):
+                await asyncio.sleep(0)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                continue
+            returned.append(i)
+        await me.send(dest, json.dumps(returned).encode(), com=end, timeout=ctx.timeout)
+
+    async def consume() -> None:
+        got = []
+        while True:
+            msg = await me.recv(timeout=ctx.timeout)
+            assert isinstance(msg, Message), msg
+            if msg.com == end:
+                break
+            assert (msg.data == 1000 * prev + msg.com).all(), msg.com
+            got.append(msg.com)
+        assert got == json.loads(msg.data), (got, msg.data)
+
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(produce())
+        tg.create_task(consume())
+    await ctx.barrier("done")
+    assert_empty(me)
+
+
 @scenario(remote=RemoteConfig(gp_window=256 << 10))
 async def whole_streams_take_their_bytes_of_credit(ctx: Ctx) -> None:
     """Short streams carried whole in their OPEN charge their bytes to the

@@ -237,8 +237,7 @@ async def test_cancelled_owned_send_waits_until_mpi_is_done_with_the_buffer() ->
     await _spin()
     assert not task.done()            # MPI still reads the buffer: the cancel waits
     link.items[0].done.set_result(None)
-    with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(task, 5)
+    await asyncio.wait_for(task, 5)   # the payload went: the send returns (it is the task alone)
 
 
 @pytest.mark.timeout(10)
@@ -282,8 +281,7 @@ async def test_owned_send_with_credit_at_hand_is_the_links_one_call_and_awaits_i
     await _spin()
     assert not task.done()            # MPI still reads the buffer: the cancel waits
     got.set_result(None)
-    with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(task, 5)
+    await asyncio.wait_for(task, 5)   # the payload went: the send returns
 
 
 @pytest.mark.timeout(10)
@@ -408,6 +406,91 @@ async def test_owned_send_cancelled_before_the_link_posted_it_is_dropped_with_it
     link.put_to(PID, OwnedSend(Message(("src", Kind.SHORT, 0, arr, 1)), done))
     assert tr.heads == [] and tr.bulk == []   # nothing sent
     assert link.stats().credit_out == 0       # the credit went back
+
+
+# A cancelled owned send tells the truth, on both ways into the link: its
+# one call (``HostLink.owned``, credit at hand) and the long way (queued
+# behind entries in the public pipes: the router's coroutine).
+_WAYS = ["owned", "long"]
+
+
+def _owned_send(way: str) -> tuple[_BulkTransport, HostLink, Any]:
+    """A real link over a bulk transport that completes nothing by itself, its
+    router, and an awaitable send of a large array to GP ``PID`` by ``way``."""
+    tr = _BulkTransport()
+    link = _bulk_link(tr)
+    router = _router(link, queued=[] if way == "owned" else [object()])
+    arr = np.arange(10_000.0)
+    return tr, link, lambda: router.send_owned("dst", ("src", Kind.SHORT, 0, arr, 1),
+                                               arr.nbytes + CREDIT_OVERHEAD, None, np.copy)
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("way", _WAYS)
+async def test_an_owned_send_cancelled_after_its_payload_went_returns_and_the_task_is_cancelled_at_its_next_await(
+        way: str) -> None:
+    tr, _, send = _owned_send(way)
+    returned = asyncio.Event()
+
+    async def sending() -> None:
+        await send()
+        returned.set()
+        await asyncio.Event().wait()   # only the cancel ends this
+
+    task = asyncio.ensure_future(sending())
+    await _spin()
+    assert len(tr.bulk) == 1          # the payload is posted: MPI reads the buffer
+    task.cancel()
+    await _spin()
+    assert not task.done() and not returned.is_set()   # the cancel waits for MPI
+    tr.bulk[0][2].set_result(None)    # MPI is done with the buffer: the message went
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    assert returned.is_set() and task.cancelled()
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("way", _WAYS)
+async def test_an_owned_send_cancelled_whose_payload_did_not_go_raises_cancelled(way: str) -> None:
+    tr, link, send = _owned_send(way)
+    returned = asyncio.Event()
+
+    async def sending() -> None:
+        await send()
+        returned.set()
+
+    task = asyncio.ensure_future(sending())
+    await _spin()
+    assert len(tr.bulk) == 1
+    task.cancel()
+    await _spin()
+    link.fail(BrokenResourceError("host 1 is gone"))   # the payload never completes
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    assert not returned.is_set()
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("way", _WAYS)
+async def test_an_owned_send_whose_payload_went_after_its_timeout_expired_leaves_its_task_uncancelled(
+        way: str) -> None:
+    tr, _, send = _owned_send(way)
+    scope = asyncio.timeout(None)
+
+    async def sending() -> bool:
+        async with scope:
+            await send()
+        await asyncio.sleep(0)   # a stray cancel would be raised here
+        return scope.expired()
+
+    task = asyncio.ensure_future(sending())
+    await _spin()
+    assert len(tr.bulk) == 1
+    scope.reschedule(asyncio.get_running_loop().time())   # it expires now
+    await _spin()
+    assert not task.done()
+    tr.bulk[0][2].set_result(None)
+    assert await asyncio.wait_for(task, 5) is True
 
 
 @pytest.mark.timeout(10)

@@ -68,11 +68,11 @@ def test_receive_nowait_raises_wouldblock_when_empty() -> None:
 def test_reservations_count_against_capacity() -> None:
     pipe: Pipe[str] = Pipe(3)
     pipe.reserve_nowait()
-    assert (len(pipe), pipe.free) == (0, 2)
+    assert (len(pipe), pipe.room.free) == (0, 2)
     pipe.send_nowait("a")
-    assert (len(pipe), pipe.free) == (1, 1)
+    assert (len(pipe), pipe.room.free) == (1, 1)
     pipe.reserve_nowait()
-    assert pipe.free == 0
+    assert pipe.room.free == 0
     with pytest.raises(WouldBlock):
         pipe.send_nowait("b")
     with pytest.raises(WouldBlock):
@@ -84,23 +84,23 @@ def test_put_reserved_fills_the_reserved_slot() -> None:
     pipe.reserve_nowait()
     pipe.reserve_nowait()
     pipe.put_reserved("a")
-    assert (len(pipe), pipe.free) == (1, 0)
+    assert (len(pipe), pipe.room.free) == (1, 0)
     pipe.put_reserved("b")
-    assert (len(pipe), pipe.free) == (2, 0)
+    assert (len(pipe), pipe.room.free) == (2, 0)
     assert [pipe.receive_nowait(), pipe.receive_nowait()] == ["a", "b"]
-    assert pipe.free == 2
+    assert pipe.room.free == 2
 
 
 def test_unreserve_gives_slot_back_and_is_noop_without_reservation() -> None:
     pipe: Pipe[str] = Pipe(1)
     pipe.reserve_nowait()
-    assert pipe.free == 0
+    assert pipe.room.free == 0
     pipe.unreserve()
-    assert pipe.free == 1
+    assert pipe.room.free == 1
     pipe.unreserve()  # nothing reserved: no-op, free never exceeds capacity
-    assert pipe.free == 1
+    assert pipe.room.free == 1
     pipe.send_nowait("x")
-    assert pipe.free == 0
+    assert pipe.room.free == 0
 
 
 async def test_unreserve_wakes_waiting_sender(pdbp_spawn) -> None:
@@ -120,7 +120,7 @@ async def test_reserve_waits_for_room_then_holds_slot(pdbp_spawn) -> None:
     assert not reserver.done()
     assert pipe.receive_nowait() == "a"
     await reserver
-    assert (len(pipe), pipe.free) == (0, 0)
+    assert (len(pipe), pipe.room.free) == (0, 0)
 
 
 def test_force_put_exceeds_capacity() -> None:
@@ -163,7 +163,7 @@ async def test_cancelled_send_puts_nothing(pdbp_spawn) -> None:
     assert pipe.receive_nowait() == "a"
     with pytest.raises(WouldBlock):
         pipe.receive_nowait()
-    assert pipe.free == 1
+    assert pipe.room.free == 1
 
 
 async def test_cancelled_woken_sender_hands_room_to_next_sender(pdbp_spawn) -> None:
@@ -261,7 +261,7 @@ def test_pool_creates_pipes_lazily_up_to_max() -> None:
     pipes = [pool.apply_nowait() for _ in range(3)]
     assert len({p.pipe_id for p in pipes}) == 3
     assert (pool.created, pool.in_use) == (3, 3)
-    assert all(p.capacity == 4 for p in pipes)
+    assert all(p.room.capacity == 4 for p in pipes)
 
 
 def test_pool_apply_nowait_raises_nopipeerror_when_exhausted() -> None:
@@ -288,7 +288,7 @@ async def test_pool_released_pipe_is_reused_empty_and_open() -> None:
     pipe = pool.apply_nowait()
     pipe.send_nowait("stale")
     pipe.reserve_nowait()
-    pipe.capacity = 2  # e.g. narrowed for a stream
+    pipe.room.capacity = 2  # e.g. narrowed for a stream
     pool.release(pipe)
     assert pool.in_use == 0
     again = pool.apply_nowait()
@@ -296,7 +296,7 @@ async def test_pool_released_pipe_is_reused_empty_and_open() -> None:
     assert pipe.closed  # the released object stays closed for stale holders
     assert not again.closed
     assert len(again) == 0
-    assert (again.capacity, again.free) == (4, 4)
+    assert (again.room.capacity, again.room.free) == (4, 4)
     again.send_nowait("fresh")
     assert await again.receive() == "fresh"
 
@@ -414,7 +414,7 @@ async def test_message_larger_than_the_byte_bound_goes_alone() -> None:
         pipe.reserve_nowait(1, 10)              # nothing more until it is taken
     pipe.receive_nowait()
     pipe.reserve_nowait(1, 10)
-    assert pipe.held_bytes == 10
+    assert pipe.room.held_bytes == 10
 
 
 @pytest.mark.timeout(10)
@@ -427,7 +427,7 @@ async def test_parked_sender_gets_the_bytes_given_back() -> None:
     assert not waiter.done()                    # a free slot, but no room in bytes
     pipe.unreserve(1, 60)
     await asyncio.wait_for(waiter, 5)
-    assert pipe.held_bytes == 90
+    assert pipe.room.held_bytes == 90
 
 
 @pytest.mark.timeout(10)
@@ -446,12 +446,12 @@ async def test_reader_fed_streams_from_its_own_rank_holds_at_most_the_window_in_
                 sent += 1
         assert 1 <= sent <= window // size, sent
         pipe = reader.pipe
-        assert pipe is not None and pipe.held_bytes <= window, pipe.held_bytes
+        assert pipe is not None and pipe.room.held_bytes <= window, pipe.room.held_bytes
         for _ in range(sent):                   # reading gives the bytes back
             stream = await reader.recv()
             assert isinstance(stream, aiopdbp.IncomingStream)
             assert len(await stream.read()) == size
-        assert pipe.held_bytes == 0
+        assert pipe.room.held_bytes == 0
         await sender.send_stream("reader", bytes(size), timeout=5)
 
 
@@ -560,7 +560,7 @@ def test_a_long_local_lane_does_not_hold_back_other_hosts_credit() -> None:
     pipe.put_many(_msgs(9, 2), 1)
     assert [_label(pipe.receive_nowait()) for _ in range(4)] == ["1.0", "9.0", "1.1", "9.1"]
     assert seen == [6]                         # all of the other host's: settled
-    assert pipe.held_bytes == 20               # 1.2 and 1.3 still hold theirs
+    assert pipe.room.held_bytes == 20               # 1.2 and 1.3 still hold theirs
 
 
 def test_one_senders_long_lane_does_not_hold_back_its_hosts_credit() -> None:
@@ -650,7 +650,7 @@ async def test_local_bytes_are_freed_when_taken_ahead_of_older_items_of_other_ho
     assert pipe.offer(1, 40, ("s1", Kind.SHORT, 0, b"1.1", 1))
     assert not pipe.offer(1, 10, ("s1", Kind.SHORT, 0, b"1.2", 1))
     assert [_label(pipe.receive_nowait()) for _ in range(2)] == ["9.0", "1.0"]
-    assert pipe.held_bytes == 40               # 9.1 and 9.2 are older and still queued
+    assert pipe.room.held_bytes == 40               # 9.1 and 9.2 are older and still queued
     assert pipe.offer(1, 60, ("s1", Kind.SHORT, 0, b"1.2", 1))
     assert not pipe.offer(1, 10, ("s1", Kind.SHORT, 0, b"1.3", 1))
 

@@ -112,7 +112,7 @@ async def test_a_take_frees_a_local_senders_bytes_and_serves_the_parked(form: An
     path, _, _ = _path(form, pipe)
     assert (await path.recv()).data == b"x"
     await asyncio.wait_for(waiter, 5)                 # the take freed the bytes and served it
-    assert pipe.held_bytes == 80
+    assert pipe.room.held_bytes == 80
 
 
 @pytest.mark.parametrize("form", FORMS)

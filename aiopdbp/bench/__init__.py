@@ -23,16 +23,14 @@ programs they are measured against.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aiopdbp.lazy import lazy_exports
 
 __all__ = ["main", "register"]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module 'aiopdbp.bench' has no attribute {name!r}")
-    return getattr(importlib.import_module("aiopdbp.bench.cli"), name)
+__getattr__ = lazy_exports(globals(), dict.fromkeys(__all__, "aiopdbp.bench.cli"))
 
 
 if TYPE_CHECKING:

@@ -31,10 +31,10 @@ uses it; wire/, pool/ and transport/ beside it are not imported).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from aiopdbp.env import device_backend
+from aiopdbp.lazy import lazy_exports
 from aiopdbp.errors import DeviceError
 from aiopdbp.device.backend import (
     ArrayInfo,
@@ -59,21 +59,12 @@ BACKENDS = ("auto", "cupy", "sim")
 # The staging machinery and the simulated device are loaded on first use
 # (PEP 562): every rank imports this package (a send asks whether its data is
 # a device array), few stage a device array, fewer simulate a device.
-_LAZY = {
+__getattr__ = lazy_exports(globals(), {
     **dict.fromkeys(("ArrayMeta", "ChunkPlan", "PinnedChunkPool"), "aiopdbp.device.chunks"),
     **dict.fromkeys(("ChunkState", "RecvTransfer", "Request", "SendTransfer", "Stager", "TransferState"),
                     "aiopdbp.device.staging"),
     **dict.fromkeys(("Fault", "SimArray", "SimBackend", "SimTensor"), "aiopdbp.device.sim"),
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'aiopdbp.device' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+})
 
 
 if TYPE_CHECKING:

@@ -33,8 +33,9 @@ construction: the routing layer's arrivals as an :class:`ArrivalsPort`, the stre
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from aiopdbp.lazy import lazy_exports
 from aiopdbp.hosts.channel import ControlChannel, Dispatch
 from aiopdbp.hosts.credit import Credit
 from aiopdbp.hosts.failure import HostFailures, JobControl, StallRelay, Stop, StopKind, where
@@ -54,9 +55,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # LinkStats: loaded on first use (see aiopdbp.hosts.linkstats)
-    if name == "LinkStats":
-        from aiopdbp.hosts.linkstats import LinkStats
-        return LinkStats
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# LinkStats: loaded on first use (see aiopdbp.hosts.linkstats)
+__getattr__ = lazy_exports(globals(), {"LinkStats": "aiopdbp.hosts.linkstats"})

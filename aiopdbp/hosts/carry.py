@@ -54,6 +54,7 @@ from aiopdbp.errors import BrokenResourceError, ProtocolError
 from aiopdbp.hosts.channel import ControlChannel
 from aiopdbp.hosts.names import NameService, home_of
 from aiopdbp.hosts.tables import ProcReg, Update
+from aiopdbp.hosts.toolate import despite_cancel
 from aiopdbp.wire.control import CarriedMsg, CarryMsg, LookupMsg, TableMsg
 from aiopdbp.wire.mesp import Kind
 
@@ -67,39 +68,6 @@ CARRY_MAX = 4096
 DeliverFn = Callable[[int, tuple[str, Kind, int, Any, int]], bool]
 
 _KINDS = {int(Kind.SHORT): Kind.SHORT, int(Kind.COMMAND): Kind.COMMAND}
-
-
-async def _answer_despite_cancel(fut: asyncio.Future[bool]) -> bool:
-    """After a cancel in a carried send: wait for its answer (cancels that
-    come meanwhile are taken too).  True when the message was delivered: the
-    send is seen to have happened, and the cancel is raised again at the
-    caller's next suspension -- if it is still wanted then.  False when it
-    was not delivered (or its host was lost): the caller raises
-    ``CancelledError``."""
-    task = asyncio.current_task()
-    while not fut.done():
-        try:
-            await asyncio.shield(fut)
-        except asyncio.CancelledError:
-            pass
-    if fut.exception() is not None or not fut.result():
-        return False
-    if task is not None:
-        # Not task.cancel() now: a task that is this send alone would end
-        # cancelled, as if nothing had been sent.  Soon: the task has then
-        # finished (nothing to cancel) or waits at its next suspension.  The
-        # cancels taken stay counted (``cancelling()``) until then, so that
-        # a scope that asked for one -- ``asyncio.timeout`` -- and has ended
-        # since withdraws it (``uncancel``): that cancel is not raised.
-        asyncio.get_running_loop().call_soon(_cancel_again, task)
-    return True
-
-
-def _cancel_again(task: asyncio.Task[Any]) -> None:
-    """Raise the cancels a delivered carried send took, if still wanted."""
-    if not task.done() and task.cancelling():
-        task.uncancel()   # one request, counted already: cancel() counts it again
-        task.cancel()
 
 
 class Carrier:
@@ -155,7 +123,7 @@ class Carrier:
             try:
                 return await asyncio.shield(fut)
             except asyncio.CancelledError:
-                if not await _answer_despite_cancel(fut):
+                if not await despite_cancel(fut, bool):
                     raise
                 return True
         finally:

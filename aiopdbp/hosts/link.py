@@ -203,9 +203,11 @@ waiting fails with the link's error (MPI keeps the buffer referenced).
 Cancellation: the completion is an :class:`OwnedDone`, which the transport
 resolves from the progress step that sees it (one hop to the sender) and
 which a cancel cannot abort once the payload is posted -- the sender's
-``CancelledError`` comes when MPI is done with the buffer (or the link
-fails, or the transport closes and abandons the request); a send cancelled
-before the link took it is dropped here with its credit returned.
+cancel waits until MPI is done with the buffer (or the link fails, or the
+transport closes and abandons the request), then the send returns if the
+payload went (the cancel comes at the task's next suspension) and raises
+``CancelledError`` if not; a send cancelled before the link took it is
+dropped here with its credit returned.
 
 *Whole frames* (:mod:`aiopdbp.hosts.sender`).  An array's split frame
 longer than a block and at most :data:`~aiopdbp.transport.base.WHOLE_MAX`
@@ -291,6 +293,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aiopdbp.errors import WouldBlock
+from aiopdbp.lazy import lazy_exports
 from aiopdbp.hosts.gate import GateWait, Wake
 from aiopdbp.hosts.gatecore import CreditGate
 from aiopdbp.hosts.owned import OwnedDone, OwnedSend, fail_owned
@@ -308,12 +311,8 @@ if TYPE_CHECKING:
 __all__ = ["HostLink", "LinkStats"]
 
 
-def __getattr__(name: str) -> Any:
-    # LinkStats lives in its own module, loaded when first asked for
-    if name == "LinkStats":
-        from aiopdbp.hosts.linkstats import LinkStats
-        return LinkStats
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# LinkStats lives in its own module, loaded when first asked for
+__getattr__ = lazy_exports(globals(), {"LinkStats": "aiopdbp.hosts.linkstats"})
 
 
 class HostLink:

@@ -5,8 +5,10 @@ travels from the caller's own buffer (see :mod:`aiopdbp.hosts.link`,
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Generator
 from typing import Any
 
+from aiopdbp.hosts.toolate import despite_cancel
 from aiopdbp.wire.message import Message
 
 __all__ = ["OwnedDone", "OwnedSend", "fail_owned", "resolve_owned"]
@@ -18,11 +20,14 @@ class OwnedDone(asyncio.Future[None]):
     Until the link posts the payload it is an ordinary future: a cancelled
     owner cancels it, and the link then drops the message (and returns its
     credit).  Once posted (:meth:`hold`), its awaiting task can no longer
-    cancel it: ``Task.cancel()`` marks the task instead, and the
-    ``CancelledError`` is raised in it once the future completes -- once MPI
-    no longer reads the caller's buffer, or the link failed, or the
-    transport closed.  The transport resolves it from the progress step that
-    sees the completion: one hop to the waiting task."""
+    cancel it: ``Task.cancel()`` marks the task instead, and the cancel
+    reaches the await once the future completes -- once MPI no longer
+    reads the caller's buffer, or the link failed, or the transport closed.
+    Awaiting it tells the truth then (:func:`~aiopdbp.hosts.toolate.despite_cancel`):
+    the payload sent, the await returns and the cancel is raised at the
+    task's next suspension (if still wanted); not sent (the link failed),
+    ``CancelledError``.  The transport resolves it from the progress step
+    that sees the completion: one hop to the waiting task."""
 
     _held = False
 
@@ -34,6 +39,15 @@ class OwnedDone(asyncio.Future[None]):
         if self._held:
             return False
         return super().cancel(msg)
+
+    def __await__(self) -> Generator[Any, None, None]:
+        try:
+            yield from super().__await__()
+        except asyncio.CancelledError:
+            # the task's cancel, raised here once the held payload's send
+            # completed: the send returns if the payload went
+            if not self._held or not (yield from despite_cancel(self).__await__()):
+                raise
 
 
 class OwnedSend:

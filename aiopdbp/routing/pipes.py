@@ -13,35 +13,15 @@ pipe; the PipeManager then puts the CDU into the reserved slot without ever
 waiting.  This gives per-destination backpressure (a slow GP stalls only its
 own senders) while the single PipeManager never blocks on one full pipe and
 so never stalls traffic to the other GPs (no head-of-line blocking).
-``len(items) + reserved <= capacity`` always holds.
+``len(items) + reserved <= capacity`` always holds (:mod:`aiopdbp.routing.room`).
 
-*Bytes.*  A pipe made with ``max_bytes`` (a GP's private pipe: the node's
-``RemoteConfig.gp_window``, 1 MiB by default) also bounds the bytes its
-local senders have reserved or queued in it, by the same rule as the credit
-a remote host has towards a GP (:mod:`aiopdbp.hosts.link`, "Credit"): a
-message of ``n`` bytes (``credit_cost``) is admitted while the bytes held
-plus ``n`` fit in ``max_bytes``, or when none are held (a message larger
-than the bound goes alone).  So a reader that does not read holds at most
-``max(max_bytes, largest message)`` bytes from its own rank, as it holds at
-most that much per other host; the bytes return as the reader takes the
-items.  A stream's OPEN holds what its sender reserved (``pipe_cost``: the
-whole stream when the OPEN carries it).  Items from other hosts
-(``put_many``) are not counted here, neither in bytes nor in slots (with a
-byte bound ``capacity`` counts local items only): their credit already
-bounded them, and counted they would take the local senders' room.
-
-*Fair hand-off.*  Room the reader frees is reserved for the head of the
-parked senders before it is woken; while anyone is parked or a woken sender
-has not run (``_woken``), the pipe is *contended* and no fast path admits
-anyone: a sender refused then parks at the tail, to be served once one
-woken before it has run.  So a woken sender that loops to send again
-cannot spend room freed for the others before they have run (the contended
-rule of :mod:`aiopdbp.hosts.link`, "Fair for every size").  Before anyone
-parks, the empty pipe's ``max_bytes`` go to the fast path (``offer``); the
-senders share them because a GP's run of sends that never suspend yields a
-loop turn every ``BURST_BYTES`` of credit (:mod:`aiopdbp.hosts.link`, "From
-the first message"), so k looping senders fill it in turns, and the
-reader then takes it in turns (below).
+*Room.*  A pipe's slots, its byte bound (``max_bytes``: a GP's private pipe
+bounds the bytes its own rank's senders hold in it, as credit bounds
+another host's), the reservations and the senders parked for room, served
+oldest first with the fair hand-off, are its :class:`~aiopdbp.routing.room.Room`
+(:mod:`aiopdbp.routing.room`: "Slots", "Bytes", "Fair hand-off"), ``pipe.room``.
+Items from other hosts (``put_many``) take no room: their credit already
+bounded them.
 
 *Turns.*  The reader takes its pipe one sender at a time.  A pipe is one
 FIFO in arrival order (all a one-sender pipe ever is: the ping-pong path
@@ -88,7 +68,7 @@ sender, and senders of the reader's own host among themselves, never
 wait.  A pipe at its end (``close_send``) never waits.
 
 *Counting under turns.*  The bounds count items by arrival number: the
-local bytes here (``_marks``) and the credit each other host is owed (the
+local bytes (the room's ``marks``) and the credit each other host is owed (the
 router's marks per host on ``appended``, settled through ``on_watch``) are
 freed once every item of their class (local, or from that host) numbered
 below them has been taken -- in one FIFO, once ``taken`` items have been.
@@ -133,23 +113,15 @@ from typing import Any, Generic, TypeVar
 
 from aiopdbp.wire.mesp import CDU, Kind
 from aiopdbp.errors import BrokenResourceError, ClosedResourceError, NoPipeError, WouldBlock
-from aiopdbp.hosts.gate import ParkingLot
+from aiopdbp.routing.room import Room, fail_all
 from aiopdbp.routing.turns import Turns, sender_of
-from aiopdbp.wire.message import Message, credit_cost
+from aiopdbp.wire.message import Message
 
 # The longest a round waits for a host ("Rounds wait for a host"): a grant's
 # round trip and a window's transfer, with room for a loaded host.
 HOLD_S = 0.05
 
 T = TypeVar("T")
-
-
-def _cost(item: Any) -> int:
-    """The bytes a local item holds of its pipe's bound, as its sender
-    reserved them: a message's credit cost; another item's ``pipe_cost``
-    (a stream's OPEN: with the stream when its OPEN carries it whole), or
-    none."""
-    return credit_cost(item[3]) if type(item) is Message else getattr(item, "pipe_cost", 0)
 
 
 def _other_source(queue: deque[Any], items: list[Any]) -> bool:
@@ -168,17 +140,6 @@ def _wake_first(waiters: deque[asyncio.Future[None]]) -> None:
             return
 
 
-def _fail_all(waiters: deque[asyncio.Future[None]] | list[asyncio.Future[None]],
-              exc: BaseException) -> None:
-    futs = list(waiters)
-    waiters.clear()
-    for fut in futs:
-        if not fut.done():
-            fut.set_exception(exc)
-            # The waiter may already be cancelled and never look at it.
-            fut.exception()
-
-
 def _wake_all(pipe: Pipe[Any], waiters: deque[asyncio.Future[None]],
               on_ready: Callable[[Pipe[Any]], None] | None) -> None:
     """A held round's wait is over: wake ``pipe``'s reader (and the
@@ -194,14 +155,13 @@ class Pipe(Generic[T]):
     sender; the items of several senders are taken in turns.
 
     ``pipe_id`` identifies the pipe in the binding tables; ``capacity`` is the
-    number of items (CDUs) it holds, counting reservations.
+    number of items (CDUs) it holds, counting reservations; ``room`` (a
+    :class:`~aiopdbp.routing.room.Room`) is what its local senders have of it.
     """
 
     __slots__ = (
-        "pipe_id", "capacity", "_items", "_reserved", "_recv_waiters",
-        "_space_waiters", "_closed", "_eof", "on_ready", "label", "_error",
-        "appended", "taken", "watch_at", "on_watch", "max_bytes", "_rbytes", "_qbytes", "_marks",
-        "_woken", "_turns", "_host", "hold_s",
+        "pipe_id", "room", "_items", "_recv_waiters", "_closed", "_eof", "on_ready", "label", "_error",
+        "appended", "taken", "watch_at", "on_watch", "_turns", "_host", "hold_s",
     )
 
     remote = False  # the target protocol (aiopdbp.routing.router): a local pipe
@@ -210,7 +170,6 @@ class Pipe(Generic[T]):
         if capacity < 1:
             raise ValueError("pipe capacity must be >= 1")
         self.pipe_id = pipe_id
-        self.capacity = capacity
         self.label = label
         # one FIFO in arrival order; turns (a FIFO per sender) from when
         # another sender's items arrive while it holds some until it is empty
@@ -221,21 +180,13 @@ class Pipe(Generic[T]):
         # (in turns ``_items`` is the Turns too: it stands in for the deque)
         self._items: deque[T] = deque()
         self._turns: Turns[T] | None = None
+        # the slots, the byte bound, reservations and parked senders (a
+        # pipe without a byte bound counts every queued item against its slots)
+        self.room = Room(capacity, max_bytes, lambda: len(self._items))
         # the longest a round waits for a host (see "Rounds wait for a host")
         self.hold_s = HOLD_S
         self._host = -1   # the host of the one FIFO's items from other hosts (the last batch's)
-        self._reserved = 0
         self._recv_waiters: deque[asyncio.Future[None]] = deque()
-        self._space_waiters: ParkingLot[asyncio.Future[None]] = ParkingLot()
-        # the byte bound (0: none): bytes reserved by local senders, bytes of
-        # their items queued, and (appended index, bytes) of those items
-        self.max_bytes = max_bytes
-        self._rbytes = 0
-        self._qbytes = 0
-        self._marks: deque[tuple[int, int]] = deque()
-        # senders handed a reservation (_serve_space) that have not run yet:
-        # while any has, or one is parked, the pipe is contended (no fast path)
-        self._woken = 0
         self._closed = False
         self._error: BaseException | None = None
         self._eof = False
@@ -262,8 +213,8 @@ class Pipe(Generic[T]):
         return len(self._items) if turns is None or not turns.held() else 0
 
     def __repr__(self) -> str:
-        return (f"<Pipe {self.label or self.pipe_id} {len(self._items)}+{self._reserved}"
-                f"/{self.capacity}{' closed' if self._closed else ''}>")
+        return (f"<Pipe {self.label or self.pipe_id} {len(self._items)}+{self.room.reserved}"
+                f"/{self.room.capacity}{' closed' if self._closed else ''}>")
 
     @property
     def closed(self) -> bool:
@@ -276,26 +227,6 @@ class Pipe(Generic[T]):
         turns = self._turns
         return (bool(self._items) if turns is None else len(turns) > 0 and not turns.held()) \
             or self._closed or self._eof
-
-    @property
-    def held_bytes(self) -> int:
-        """Bytes local senders have reserved or queued here (bounded by ``max_bytes``)."""
-        return self._rbytes + self._qbytes
-
-    def _room(self, nbytes: int) -> bool:
-        """A free slot, and (with a byte bound) room for ``nbytes`` by the
-        credit rule; with a byte bound the slots count local items only."""
-        if not self.max_bytes:
-            return len(self._items) + self._reserved < self.capacity
-        if len(self._marks) + self._reserved >= self.capacity:
-            return False
-        used = self._rbytes + self._qbytes
-        return used <= 0 or used + nbytes <= self.max_bytes
-
-    @property
-    def free(self) -> int:
-        """Slots neither filled nor reserved (with a byte bound: by local items)."""
-        return self.capacity - (len(self._marks) if self.max_bytes else len(self._items)) - self._reserved
 
     # -- producing -------------------------------------------------------------
     def _check_send(self) -> None:
@@ -311,10 +242,8 @@ class Pipe(Generic[T]):
         ``nbytes`` are the target protocol's; a pipe counts items).  A slot
         is never taken past a sender already parked for one."""
         self._check_send()
-        if self._space_waiters or self._woken or not self._room(nbytes):
+        if not self.room.take_nowait(nbytes):
             raise WouldBlock
-        self._reserved += 1
-        self._rbytes += nbytes if self.max_bytes else 0
 
     async def reserve(self, pid: int = 0, nbytes: int = 0) -> None:
         """Reserve one slot, waiting for room in FIFO order.
@@ -323,67 +252,16 @@ class Pipe(Generic[T]):
         been handed to it goes to the next parked sender.
         """
         self._check_send()
-        if not self._space_waiters and not self._woken and self._room(nbytes):
-            self._reserved += 1
-            self._rbytes += nbytes if self.max_bytes else 0
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._space_waiters.park(fut, nbytes)
-        try:
-            await fut
-        except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
-                self._ran()
-                self.unreserve(pid, nbytes)  # the room handed to us goes to the next sender
-            elif self._space_waiters.leave(fut) and self._space_waiters:
-                self._serve_space()   # the head left: those behind it may fit
-            raise
-        self._ran()
-        # ``_serve_space`` reserved the slot for us; a close since then
-        # dropped every reservation and says why here.
-        self._check_send()
-
-    def _serve_space(self) -> None:
-        """Hand free slots to the parked senders, oldest first (each gets its
-        slot reserved before it runs, so no newcomer can take it)."""
-        waiters = self._space_waiters
-        while waiters and self._room(waiters.head_need()):
-            nbytes = waiters.head_need()
-            fut = waiters.serve()
-            if not fut.done():
-                self._reserved += 1
-                self._rbytes += nbytes if self.max_bytes else 0
-                self._woken += 1
-                fut.set_result(None)
-
-    def _ran(self) -> None:
-        """A sender handed a reservation has run (or given it up): those
-        parked since, refused while it had not, may be served now."""
-        if self._woken > 0:
-            self._woken -= 1
-            if self._space_waiters:
-                self._serve_space()
+        room = self.room
+        if not room.take_nowait(nbytes):
+            await room.wait(nbytes)
+            # the room reserved the slot for us; a close since then dropped
+            # every reservation and says why here
+            self._check_send()
 
     def unreserve(self, pid: int = 0, nbytes: int = 0) -> None:
         """Give back a reservation that will not be used."""
-        if self._reserved > 0:
-            self._reserved -= 1
-            self._rbytes = max(0, self._rbytes - nbytes) if self._reserved else 0
-            self._serve_space()
-
-    def _hold(self, item: Any, nbytes: int) -> None:
-        """A local item goes in: its slot and bytes move from reserved to
-        queued until taken (its mark: the slots count local items)."""
-        self._rbytes = max(0, self._rbytes - nbytes) if self._reserved else 0
-        self._marks.append((self.appended, nbytes))
-        self._qbytes += nbytes
-
-    def _release(self, taken: int) -> None:
-        """The reader took every local item numbered below ``taken``: their
-        bytes are free again."""
-        marks = self._marks
-        while marks and marks[0][0] < taken:
-            self._qbytes -= marks.popleft()[1]
+        self.room.give_back(nbytes)
 
     def put_reserved(self, item: T) -> None:
         """Put an item into a slot reserved earlier (never waits).
@@ -391,32 +269,15 @@ class Pipe(Generic[T]):
         On a closed pipe the item is dropped silently: its reader is gone and
         the sender was (or will be) told through ``BrokenResourceError``.
         """
-        if self._reserved > 0:
-            self._reserved -= 1
-        if self._closed:
-            return
-        if self.max_bytes:
-            self._hold(item, _cost(item))
-        self._append(item)
+        self.put_to(0, item)
 
     def offer(self, pid: int, nbytes: int, fields: tuple[str, Kind, int, Any, int]) -> bool:
         """Target protocol (see :mod:`aiopdbp.routing.router`): reserve a slot and put
         the :class:`~aiopdbp.wire.message.Message` made of ``fields`` in one step
         when there is room; False (nothing taken) when the caller must wait
         or the pipe is closed (the waiting path then says why)."""
-        if self._closed or self._eof or self._space_waiters or self._woken:
+        if self._closed or self._eof or not self.room.admit(self.appended, nbytes):
             return False
-        if not self.max_bytes:
-            if len(self._items) + self._reserved >= self.capacity:
-                return False
-        else:  # the bounds, inline (_room): this is the local fast path
-            if len(self._marks) + self._reserved >= self.capacity:
-                return False
-            used = self._rbytes + self._qbytes
-            if used > 0 and used + nbytes > self.max_bytes:
-                return False
-            self._marks.append((self.appended, nbytes))
-            self._qbytes += nbytes
         self._append(Message(fields))  # type: ignore[arg-type]
         return True
 
@@ -440,7 +301,7 @@ class Pipe(Generic[T]):
                     (head[4] if type(head) is Message else sender_of(head)):
                 # a second sender: turns; the FIFO's items are local when
                 # they hold marks (the new item's, if any, is numbered ``appended``)
-                marks = self._marks
+                marks = self.room.marks
                 items = self._items = self._turns = Turns(  # type: ignore[assignment]
                     items, self.taken, -1 if marks and marks[0][0] < self.appended else self._host,
                     self.watch_at)
@@ -454,12 +315,9 @@ class Pipe(Generic[T]):
     def put_to(self, pid: int, item: T) -> bool:
         """Target protocol (see :mod:`aiopdbp.routing.router`): put a reserved item;
         False when it was dropped (the pipe is closed: its reader left)."""
-        if self._reserved > 0:
-            self._reserved -= 1
         if self._closed:
-            return False
-        if self.max_bytes:
-            self._hold(item, _cost(item))
+            return False   # (the close dropped every reservation)
+        self.room.fill(self.appended, item)
         self._append(item)
         return True
 
@@ -481,7 +339,7 @@ class Pipe(Generic[T]):
         else:
             if turns is None:   # a second sender (or host): turns
                 turns = self._items = self._turns = Turns(  # type: ignore[assignment]
-                    queue, self.taken, -1 if self._marks else self._host, self.watch_at)
+                    queue, self.taken, -1 if self.room.marks else self._host, self.watch_at)
             turns.extend(items, host)
             end = self.appended + len(items)
             if turns.watch.get(host, 1 << 62) > end:
@@ -496,7 +354,7 @@ class Pipe(Generic[T]):
     def send_nowait(self, item: T) -> None:
         """Put an item now or raise :class:`WouldBlock` when full."""
         self.reserve_nowait()
-        self.put_reserved(item)
+        self.put_to(0, item)
 
     async def send(self, item: T) -> None:
         """Put an item, waiting while the pipe is full (backpressure).
@@ -504,14 +362,14 @@ class Pipe(Generic[T]):
         Cancellation: a cancelled send has not put its item.
         """
         await self.reserve()
-        self.put_reserved(item)
+        self.put_to(0, item)
 
     def close_send(self) -> None:
         """End of data: the reader drains what is queued, then gets ``EOFError``."""
         self._eof = True
         if self._turns is not None:
             self._turns.never_hold()
-        _fail_all(self._space_waiters.take_all(), ClosedResourceError("pipe closed for sending"))
+        self.room.fail(ClosedResourceError("pipe closed for sending"))
         while self._recv_waiters:
             _wake_first(self._recv_waiters)
 
@@ -524,11 +382,12 @@ class Pipe(Generic[T]):
         if items if turns is None else len(turns) and not turns.held():
             item = items.popleft()
             self.taken += 1
+            room = self.room
             if turns is None:
-                if self._marks:
-                    self._release(self.taken)
-                if self._space_waiters:
-                    self._serve_space()
+                if room.marks:
+                    room.release(self.taken)
+                if room.lot:
+                    room.serve()
                 if self.taken >= self.watch_at and self.on_watch is not None:
                     self.watch_at = self.on_watch(self, self.taken, self._host)
                 return item
@@ -536,8 +395,8 @@ class Pipe(Generic[T]):
             # (see "Counting under turns"); only the taken item's class moved
             cls = turns.cls
             if cls < 0:
-                if self._marks:
-                    self._release(turns.low)
+                if room.marks:
+                    room.release(turns.low)
             elif self.on_watch is not None:
                 watch = turns.watch
                 if turns.low >= watch.get(cls, 0):
@@ -551,8 +410,8 @@ class Pipe(Generic[T]):
             elif turns.held():
                 # the round waits for a host, boundedly: nothing hangs
                 turns.bound(self.hold_s, partial(_wake_all, self, self._recv_waiters, self.on_ready))
-            if self._space_waiters:
-                self._serve_space()
+            if room.lot:
+                room.serve()
             return item
         if self._closed:
             raise ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed")
@@ -612,12 +471,13 @@ class Pipe(Generic[T]):
         else:
             out = [items.popleft() for _ in range(limit)]
             self.taken += limit
-        if self._marks:
-            self._release(self.taken)
+        room = self.room
+        if room.marks:
+            room.release(self.taken)
         if self.taken >= self.watch_at and self.on_watch is not None:
             self.watch_at = self.on_watch(self, self.taken, self._host)
-        if self._space_waiters:
-            self._serve_space()
+        if room.lot:
+            room.serve()
         return out
 
     def close(self, error: BaseException | None = None) -> None:
@@ -631,10 +491,8 @@ class Pipe(Generic[T]):
         self._error = error
         self._items = deque()
         self._turns = None
-        self._reserved = self._rbytes = self._qbytes = self._woken = 0
-        self._marks.clear()
-        _fail_all(self._recv_waiters, ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed"))
-        _fail_all(self._space_waiters.take_all(), error if error is not None else BrokenResourceError(
+        fail_all(self._recv_waiters, ClosedResourceError(f"pipe {self.label or self.pipe_id} is closed"))
+        self.room.close(error if error is not None else BrokenResourceError(
             f"pipe {self.label or self.pipe_id} was closed by its reader"))
 
     async def aclose(self) -> None:
@@ -743,4 +601,4 @@ class PipePool:
     def close(self) -> None:
         for pipe in self._all.values():
             pipe.close()
-        _fail_all(self._waiters, NoPipeError(f"{self.label} is closed"))
+        fail_all(self._waiters, NoPipeError(f"{self.label} is closed"))

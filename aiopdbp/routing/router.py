@@ -460,9 +460,12 @@ class Router:
         Cancellation: before the message is handed to the link, nothing is
         queued and no credit is held.  After, the message goes: the wait
         cannot be cancelled (:class:`~aiopdbp.hosts.owned.OwnedDone`), so a
-        cancel is raised once MPI no longer reads the buffer -- bounded by
-        the link, which fails the wait if host ``h`` is lost -- and the
-        caller never regains a buffer MPI still reads.
+        cancel waits until MPI no longer reads the buffer -- bounded by the
+        link, which fails the wait if host ``h`` is lost -- and the caller
+        never regains a buffer MPI still reads.  Then the payload sent, the
+        send returns and the cancel is raised at the task's next suspension
+        (if still wanted: an ``asyncio.timeout`` that ended meanwhile
+        withdraws it); not sent (the link failed), ``CancelledError``.
         """
         pid = self.pids.get(dest)
         if pid is not None and not self._queued:
@@ -497,7 +500,7 @@ class Router:
         if done.done():
             done.result()
             return
-        await done  # not cancellable: a cancel is raised here once MPI is done
+        await done  # a cancel waits for MPI, then raises only if the payload did not go
 
     async def multicast(self, what: str, pids: tuple[int, ...], fields: tuple[str, Kind, int, Any, int],
                         cost: int, timeout: float | None) -> None:

@@ -18,8 +18,9 @@ device, the foundation); nothing above (sync, the tools).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aiopdbp.lazy import lazy_exports
 
 # Loaded on first use (PEP 562): a rank that imports aiopdbp.runtime.job (as
 # aiopdbp.run does) need not make the in-process cluster, SGPs or the stats.
@@ -34,13 +35,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = ["GP", "SGP", "LinkStats", "Node", "NodeStats", "open_cluster", "open_node", "run"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'aiopdbp.runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(globals(), _EXPORTS)
 
 
 if TYPE_CHECKING:

@@ -96,10 +96,11 @@ cdef class RecvPath:
                     items.popleft()
                     taken = pipe.taken + 1
                     pipe.taken = taken
-                    if pipe._marks:
-                        pipe._release(taken)
-                    if pipe._space_waiters:
-                        pipe._serve_space()
+                    room = pipe.room
+                    if room.marks:
+                        room.release(taken)
+                    if room.lot:
+                        room.serve()
                     if taken >= pipe.watch_at and pipe.on_watch is not None:
                         pipe.watch_at = pipe.on_watch(pipe, taken, pipe._host)
                     return item

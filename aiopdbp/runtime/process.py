@@ -370,15 +370,17 @@ class GP:
         array's pending work is captured at the call; a wrong argument is
         raised by the ``await``.
 
-        Cancellation: a cancelled send has queued nothing (reservations already
-        taken are given back) -- except a large array whose payload was
-        already handed to MPI: that message is sent, and the call waits until
-        MPI no longer reads the array before it raises ``CancelledError``
-        (:meth:`~aiopdbp.routing.router.Router.send_owned`).  A first
-        message to a name this host has not looked up yet travels with the
-        lookup and cannot be recalled: a cancel then waits for its answer
-        (one round trip) and, if it was delivered, the send returns normally
-        and the cancel is raised at the caller's next ``await``.
+        Cancellation: a cancelled send that raises ``CancelledError`` has
+        queued nothing (reservations already taken are given back).  Two
+        sends cannot be recalled once started, and a cancel then waits for
+        their outcome: a large array whose payload was already handed to MPI
+        (the wait lasts until MPI no longer reads the array:
+        :meth:`~aiopdbp.routing.router.Router.send_owned`), and a first
+        message to a name this host has not looked up yet, which travels
+        with the lookup (one round trip).  Sent (delivered), the send returns
+        normally and the cancel is raised at the caller's next ``await`` --
+        unless it is no longer wanted then (an ``asyncio.timeout`` that
+        ended meanwhile); not sent (the host lost), ``CancelledError``.
         """
         if data is not None and type(data) is not bytes and type(data) is not np.ndarray:
             try:

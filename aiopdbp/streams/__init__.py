@@ -24,8 +24,9 @@ a Protocol here (:class:`~aiopdbp.streams.devicebind.Sender`), handed in.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aiopdbp.lazy import lazy_exports
 
 # Loaded on first use (PEP 562): the sans-I/O protocol module can be imported
 # without the I/O layers (asyncio, numpy) that the rest of the package needs.
@@ -43,13 +44,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'aiopdbp.streams' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(globals(), _EXPORTS)
 
 
 if TYPE_CHECKING:

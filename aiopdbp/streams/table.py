@@ -387,7 +387,7 @@ class StreamTable:
         if pipe_b is None and whole is None:
             pipe_b = self.pps.apply_nowait()
         if pipe_b is not None:
-            pipe_b.capacity = window
+            pipe_b.room.capacity = window
         cls = IncomingStream if self.device is None else self.device.stream_class(meta.kind, dest_pid)
         stream = cls(self, key, self.tables.name_of(src_pid) if source is None else source, pipe_b, window,
                      src_pid, dest_pid, meta, whole=whole, owned=owned)

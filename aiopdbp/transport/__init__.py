@@ -32,8 +32,9 @@ Imports: only :mod:`aiopdbp.errors`, :mod:`aiopdbp.env` and this package
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aiopdbp.lazy import lazy_exports
 
 # Loaded on first use (PEP 562): a rank of an MPI job, which imports
 # transport.base, transport.mpi and what they need, does not load the
@@ -51,13 +52,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'aiopdbp.transport' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(globals(), _EXPORTS)
 
 
 if TYPE_CHECKING:
