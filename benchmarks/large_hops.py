@@ -19,10 +19,7 @@ for both ranks of a host), and each one-way hop is cut at:
   ``recv_bulk_now``, from ``ArraysIn.take`` since the tenth session; before the ninth session the engine's
   ``post_bulk_recv``; probe, receive, inbound, admission);
 * ``payload recv``: -> it returned (the receive cache, ``Irecv``, ``Test``:
-  the single-copy rendezvous copies there); for a frame sent whole (the
-  twelfth session: header and payload one message) ``header in`` ends where
-  ``ArraysIn.whole`` hands the message to the arrivals, so it holds the
-  message's receive (MPICH's copy) and the array, and ``payload recv`` is 0;
+  the single-copy rendezvous copies there);
 * ``deliver``: -> the step ended (landed callback, ``Message``, pipe, credit marks);
 * ``wake``: -> ``gp.recv`` returned;
 * ``sender done``: the sender's ``gp.send`` returned, after its ``gp.send`` began
@@ -123,17 +120,6 @@ class Stamps:
             self._patches.append((E, "post_bulk_recv", post_bulk_recv, o_rbulk))
         if o_now is not None:
             self._patches.append((inbound, "_now", now, o_now) if fast is None else (fast, "post", now, o_now))
-        # the twelfth session's whole frames: header and payload in one message, no payload
-        # receive of ours: the delivery's call (ArraysIn's `place`, an attribute in both forms)
-        # is stamped as a receive of no length
-        if getattr(fast, "whole", None) is not None:
-            o_place = fast.place
-
-            def place(*a: Any) -> Any:
-                t = ns()
-                st.rin.append((t, t))
-                return o_place(*a)
-            self._patches.append((fast, "place", place, o_place))
         # the tenth session's owned-send entry: the link's `owned`, an instance attribute
         credit = node._remote.credit
         for link in [credit.link(h) for h in (0, 1) if h != node.rank]:   # (made now if need be)

@@ -147,19 +147,6 @@ def test_a_large_request_response_returns_credit_on_its_replies_not_in_control_m
     assert got["oneway_s"] > 0   # the one-way flow, whose grants nothing carries, finished
 
 
-@requires_mpi
-@pytest.mark.timeout(90)
-@pytest.mark.parametrize("tcp", [False, True], ids=["shm", "tcp"])
-def test_a_64kib_array_goes_whole_as_one_data_message_unless_it_carries_grants(tcp: bool) -> None:
-    r = run_mpi(SCRIPTS_DIR / "whole_frames.py", n=2, timeout=60, tcp=tcp)
-    assert r.returncode == 0, r.stdout + r.stderr
-    got = json.loads(next(x for x in r.stdout.splitlines() if "WHOLE {" in x).split("WHOLE ", 1)[1])
-    assert got["ok"] and got["rounds"] == 36, got
-    for data, carried in zip(got["data"], got["carried"]):
-        # one message a send; one more (header and payload apart) for each send that carried grants
-        assert data == got["rounds"] + carried, got
-
-
 # ------------------------------------------- buffer ownership (router + link)
 PID = 5
 

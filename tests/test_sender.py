@@ -15,8 +15,7 @@ from aiopdbp.errors import BrokenResourceError
 from aiopdbp.hosts import sender as pure_sender
 from aiopdbp.hosts.owned import OwnedDone
 from aiopdbp.pool import PoolMatrix, SendPool, UserMemory
-from aiopdbp.transport import base
-from aiopdbp.wire.codec import decode, split_target
+from aiopdbp.wire.codec import split_target
 from aiopdbp.wire.mesp import CDU, Kind
 from aiopdbp.wire.message import Message
 
@@ -32,7 +31,6 @@ FORMS = [pytest.param(pure_sender, id="pure"),
 
 PID = 7
 LARGE = 32 << 10
-WHOLE_MAX = base.WHOLE_MAX
 
 
 class _Transport:
@@ -248,9 +246,6 @@ class _PairLane:
         self.tr.inflight.append(done)
         return done
 
-    def post_joined(self, head: Any, buf: Any) -> None:
-        self.tr.posts.append(("whole", bytes(head) + bytes(memoryview(buf).cast("B"))))
-
 
 class _LaneTransport(_Transport):
     def send_lane(self, dest: int, channel: Any) -> _PairLane:
@@ -262,7 +257,7 @@ class _LaneTransport(_Transport):
 async def test_a_split_frame_goes_through_the_lane_in_one_call_when_the_lane_posts_pairs(form: Any) -> None:
     tr = _LaneTransport(bulk=True)
     out = _sender(form, tr)
-    arr = np.arange(WHOLE_MAX // 8 + 1.0)   # too long to go whole
+    arr = np.arange(10_000.0)
     done = OwnedDone(loop=asyncio.get_running_loop())
     out.message(PID, _msg(arr), done)
     ((kind, (tag, head, nbytes)),) = tr.posts
@@ -272,32 +267,6 @@ async def test_a_split_frame_goes_through_the_lane_in_one_call_when_the_lane_pos
     tr.complete()
     await asyncio.sleep(0)
     assert done.done() and out.idle
-
-
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.timeout(10)
-async def test_an_array_frame_longer_than_a_block_goes_whole_in_one_lane_call_and_frees_the_array(form: Any) -> None:
-    tr = _LaneTransport(bulk=True)
-    out = _sender(form, tr)
-    arr = np.arange(8_000.0)   # 64,000 bytes: longer than the 4 KiB block, within WHOLE_MAX
-    done = OwnedDone(loop=asyncio.get_running_loop())
-    out.message(PID, _msg(arr), done)
-    ((kind, frame),) = tr.posts
-    assert kind == "whole" and out.sent_msgs == 1 and out.splits == 1
-    (cdu,) = decode(frame)   # the frame as one message: a REMOTE frame any receiver decodes
-    assert cdu.dest_ps == (PID,) and np.array_equal(cdu.data, arr)
-    assert done.done() and out.idle   # copied: the owned send is complete when the lane returns
-
-
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.timeout(10)
-async def test_an_array_frame_with_grants_to_carry_goes_split(form: Any) -> None:
-    tr = _LaneTransport(bulk=True)
-    out = _sender(form, tr)
-    out.carried = [(5, 1000)]
-    out.message(PID, _msg(np.arange(8_000.0)), OwnedDone(loop=asyncio.get_running_loop()))
-    ((kind, (tag, head, nbytes)),) = tr.posts
-    assert kind == "pair" and out.n_carried == 1 and out.carried == []
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -383,7 +352,7 @@ async def test_offer_takes_nothing_once_the_host_is_gone(form: Any) -> None:
 @pytest.mark.timeout(10)
 async def test_owned_takes_credit_then_posts_the_split_frame_and_returns_its_future(form: Any) -> None:
     tr = _LaneTransport(bulk=True)
-    arr = np.arange(WHOLE_MAX // 8 + 1.0)   # too long to go whole
+    arr = np.arange(10_000.0)
     cost = arr.nbytes + 64
     credit = _Credit(cost + 10)
     out = _sender(form, tr, admit=credit.admit, refund=credit.refund)
@@ -430,7 +399,7 @@ async def test_owned_gives_back_the_credit_of_a_message_refused_before_its_post(
 async def test_completed_owned_sends_are_let_go_without_a_callback_each(form: Any) -> None:
     tr = _LaneTransport(bulk=True)
     out = _sender(form, tr)
-    arr = np.arange(WHOLE_MAX // 8 + 1.0)   # too long to go whole: split, completed by the transport
+    arr = np.arange(10_000.0)
     dones = []
     for _ in range(200):
         done = OwnedDone(loop=asyncio.get_running_loop())

@@ -22,7 +22,7 @@ from aiopdbp.hosts.inbound import RBP_MIN
 from aiopdbp.hosts.owned import OwnedDone, fail_owned, resolve_owned
 from aiopdbp.hosts.sender import _OWNED_PRUNE, HOLD_BELOW, large_enough, send_lane
 from aiopdbp.wire.message import CREDIT_OVERHEAD
-from aiopdbp.transport.base import WHOLE_MAX, Channel
+from aiopdbp.transport.base import Channel
 from aiopdbp.wire.codec import encode_cdu, encode_record, encode_split, encode_split_array
 from aiopdbp.wire.control import credit_frame
 from aiopdbp.wire.core import BlockWriter
@@ -58,7 +58,6 @@ cdef object _ShortStream = ShortStream
 cdef object _OwnedDone = OwnedDone
 cdef object _running_loop = asyncio.get_running_loop
 cdef Py_ssize_t _OVERHEAD = CREDIT_OVERHEAD
-cdef Py_ssize_t _WHOLE_MAX = WHOLE_MAX
 
 
 cdef class LinkSender:
@@ -185,7 +184,7 @@ cdef class LinkSender:
         if self._bulk_tags and type(data) is _ndarray and data.nbytes >= self.large and (
                 done is not None or (data.flags.c_contiguous and large_enough(data, self.large))):
             self.flush()
-            self.split(encode_split_array(fields[1], fields[4], pid, fields[2], data), done, True)
+            self.split(encode_split_array(fields[1], fields[4], pid, fields[2], data), done)
         else:
             self.cdu(CDU(fields[1], fields[4], (pid,), data, fields[2]), done)
 
@@ -219,10 +218,10 @@ cdef class LinkSender:
             parts, n = encode_record(cdu, w.offset(_BP), allow_pickle=self._allow_pickle)
         w.put_record(parts, n)
 
-    def split(self, split, done, bint whole=False):
+    def split(self, split, done):
         head, payload = split
         self.splits += 1
-        cdef Py_ssize_t nbytes = memoryview(payload).nbytes
+        nbytes = memoryview(payload).nbytes
         if done is not None:
             done.hold()
         cdef Py_ssize_t tag
@@ -231,17 +230,6 @@ cdef class LinkSender:
             if done is not None and (self._units or self.inflight >= self._max_inflight):
                 payload = bytes(payload)
             fut = self._post([head, payload], len(head) + nbytes, None)
-        elif (whole and self._pairs and not self.carried and not (self._units or self.inflight >= self._max_inflight)
-              and self._block_size < len(head) + nbytes <= _WHOLE_MAX):
-            self.carry_missed = False
-            self.sent_msgs += 1
-            self.nbytes += len(head) + nbytes
-            try:
-                self._lane.post_joined(head, payload)   # (copied: the payload may be reused now)
-                fut = None
-            except Exception as exc:
-                self._on_error(exc)
-                fut = None
         else:
             tag = self._bulk_seq
             self._bulk_seq = (tag + 1) % self._bulk_tags

@@ -6,10 +6,8 @@ delivered message in one C call (the header's fields read from the
 as ``SplitArray.array`` makes it)."""
 
 import numpy as np
-from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from aiopdbp.errors import ProtocolError
-from aiopdbp.hosts.splitin import PLEN_AT, whole_head_len
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
 from aiopdbp.wire.payload import check_text
 
@@ -25,13 +23,11 @@ cdef extern from *:
 __sources__ = ("splitin.py", "csplitin.pyx")
 __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
-__all__ = ["ArraysIn", "PLEN_AT", "whole_head_len"]
+__all__ = ["ArraysIn"]
 
 cdef object _frombuffer = np.frombuffer
 cdef object _Message = Message
 cdef Py_ssize_t _OVERHEAD = CREDIT_OVERHEAD
-cdef Py_ssize_t _PLEN_AT = PLEN_AT
-cdef Py_ssize_t _HEAD_MAX = 512
 
 
 cdef class ArraysIn:
@@ -100,45 +96,6 @@ cdef class ArraysIn:
         dt, shape = arr[5], arr[6]
         try:   # SplitArray.array
             data = _frombuffer(payload, dt, arr[7])
-            if len(<tuple>shape) != 1:
-                data = data.reshape(shape)
-        except (ValueError, OverflowError) as exc:
-            raise ProtocolError(f"bad ndarray shape {shape}") from exc
-        if dt.kind == "U":
-            data = check_text(data)
-        self.place(host, (pid,), _Message((name, arr[2], arr[4], data, source_p)), cost)
-        return True
-
-    def whole(self, s, buf):
-        cdef const unsigned char[::1] mv = buf
-        cdef Py_ssize_t n = mv.shape[0], hlen, i
-        cdef unsigned long long plen = 0
-        cdef tuple arr
-        if n < _PLEN_AT + 8:
-            return False
-        for i in range(7, -1, -1):
-            plen = (plen << 8) | mv[_PLEN_AT + i]
-        if plen > <unsigned long long>n:
-            return False
-        hlen = n - <Py_ssize_t>plen
-        if not _PLEN_AT + 8 <= hlen <= _HEAD_MAX:
-            return False
-        got = self.arrays.get(PyBytes_FromStringAndSize(<const char *>&mv[0], hlen))
-        if got is None or self.post is None:
-            return False
-        arr = <tuple>got
-        pid = arr[1]
-        if not pid or (self.waiting and self.landing is not None):
-            return False
-        host = s.host
-        cost = self._admissible(host, pid, arr[0], 0)   # (nothing queued: nothing announced)
-        source_p = arr[3]
-        name = self.names.get(source_p)
-        if not name:
-            name = self.name_of(source_p)
-        dt, shape = arr[5], arr[6]
-        try:   # SplitArray.array
-            data = _frombuffer(buf, dt, arr[7], hlen)
             if len(<tuple>shape) != 1:
                 data = data.reshape(shape)
         except (ValueError, OverflowError) as exc:

@@ -61,7 +61,6 @@ import numpy as np
 
 from aiopdbp.errors import ProtocolError, WouldBlock
 from aiopdbp.hosts.gate import CreditBook
-from aiopdbp.hosts.splitin import whole_head_len
 from aiopdbp.hosts.splitincore import ArraysIn
 from aiopdbp.pool import RecvPool, Slot
 from aiopdbp.transport.base import Channel, Transport
@@ -234,14 +233,6 @@ class Inbound:
                     return
                 if got is not None:
                     return
-            elif mt == _REMOTE and len(buf) > _HEAD_MAX:
-                try:  # a split frame sent whole (hosts.sender), its header seen before: its message now
-                    if self._in.whole(s, buf):
-                        return
-                    self._learn(buf)
-                except ProtocolError as exc:
-                    self._malformed(src, exc)
-                    return
         slot = self._slots.pop(id(buf), None) if self._slots else None
         try:
             if slot is None:
@@ -259,23 +250,6 @@ class Inbound:
                     rpool.release(rpool.next_filled_nowait(src))
         except ProtocolError as exc:
             self._malformed(src, exc)
-
-    def _learn(self, buf: memoryview) -> None:
-        """A whole REMOTE frame :class:`ArraysIn` did not take: keep what
-        its header says when it is one GP's array (the next one with that
-        header is taken whole); the frame itself is decoded the long way."""
-        hlen = whole_head_len(buf)
-        if hlen:
-            head = bytes(buf[:hlen])
-            if head not in self._arrays:
-                try:
-                    arr = split_array(head)
-                except ProtocolError:
-                    return   # (the decode of the frame says what is wrong)
-                if arr is not None and arr.pid:
-                    if len(self._arrays) >= SPLIT_CACHE_MAX:
-                        self._arrays.clear()
-                    self._arrays[head] = arr
 
     def _carried(self, src: int, buf: memoryview) -> memoryview:
         """A split header that carries credit grants (one CREDIT control

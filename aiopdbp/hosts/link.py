@@ -32,9 +32,7 @@ admits each item by credit (below) and hands it to its
 * **Large payloads** (``>= large``: stream segments, big messages) are not
   copied: a split frame, its header on the data channel and the payload as
   ONE more MPI message straight from the caller's buffer (see "Large
-  payloads" below) -- but an array's frame longer than a block and at most
-  ``WHOLE_MAX`` (128 KiB) goes whole, copied into one message ("Whole
-  frames" below).
+  payloads" below).
 * **Sending.**  Up to ``max_inflight`` MPI sends per host are in flight; more
   wait in order and go as earlier ones complete (the progress engine's
   completion callback), so blocks of different hosts travel in parallel.
@@ -208,22 +206,6 @@ transport closes and abandons the request), then the send returns if the
 payload went (the cancel comes at the task's next suspension) and raises
 ``CancelledError`` if not; a send cancelled before the link took it is
 dropped here with its credit returned.
-
-*Whole frames* (:mod:`aiopdbp.hosts.sender`).  An array's split frame
-longer than a block and at most :data:`~aiopdbp.transport.base.WHOLE_MAX`
-that would leave at once and carries no grants is copied, header and
-payload, into one buffer and sent as one data-channel message: MPICH's
-receiver pulls it in its first ``Test`` (a contiguous message; a two-block
-datatype over the two buffers made it wait for the sender's progress), the
-receiving kernel takes it in the probe's call
-(:class:`~aiopdbp.transport.kernel.Prober`) and
-:meth:`~aiopdbp.hosts.splitin.ArraysIn.whole` delivers the array as a view
-of that message's buffer.  The copy costs the sender one memcpy of the
-payload; it saves the second message, the bulk tag and the receiver's
-``Irecv``, and an owned send is complete when it returns (the copy is MPI's
-to read), so the sending GP does not wait for its receiver's copy.  Such a
-frame is received before its admission is checked (the check then refuses
-it as it refuses a header), at most ``WHOLE_MAX`` bytes a message.
 
 *Admission: credit is the clear-to-send.*  The sender reserves the message's
 bytes of the destination GP's credit (the fair rule above) *before* the

@@ -213,7 +213,7 @@ class Remote:
         timeout = cfg.handshake_timeout if cfg.handshake_timeout is not None else 30.0
         self.sequencer.prepare()
         await self.transport.start(self._on_message, self.inbound.alloc, alloc_min=RBP_MIN,
-                                   on_data=self.inbound.on_data, alloc_max=cfg.block_size)
+                                   on_data=self.inbound.on_data)
         self.failures.start(asyncio.get_running_loop())
         await self.sequencer.handshake(timeout)
         # Every rank of the job has started MPI (the start-up's info came

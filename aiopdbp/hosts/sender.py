@@ -13,12 +13,6 @@ credit into MPI messages towards one host (the rules are written in
   as one bulk MPI message from the caller's buffer, with the grants owed to
   that host riding on the header (:mod:`aiopdbp.hosts.credit`, "Grants
   carried");
-* whole frames: an array's split frame longer than a block and at most
-  :data:`~aiopdbp.transport.base.WHOLE_MAX` goes as *one* MPI message on the
-  data channel, its header and payload copied into one buffer by the send
-  lane's ``post_joined``, when it would leave at once and carries no grants
-  -- one message to match and receive instead of two, no bulk tag, and an
-  owned send complete when it returns (the copy is MPI's to read);
 * the sends in flight: at most ``max_inflight``, the rest queued in order,
   a pool block returned once its send has completed.
 
@@ -47,7 +41,7 @@ from aiopdbp.errors import WouldBlock
 from aiopdbp.hosts.inbound import RBP_MIN
 from aiopdbp.hosts.owned import OwnedDone, fail_owned, resolve_owned
 from aiopdbp.pool import SendPool, Slot
-from aiopdbp.transport.base import WHOLE_MAX, Channel, Transport
+from aiopdbp.transport.base import Channel, Transport
 from aiopdbp.wire.codec import encode_cdu, encode_record, encode_split, encode_split_array
 from aiopdbp.wire.control import credit_frame
 from aiopdbp.wire.core import BlockWriter
@@ -248,7 +242,7 @@ class LinkSender:
         if self._bulk_tags and type(data) is np.ndarray and data.nbytes >= self.large and (
                 done is not None or (data.flags.c_contiguous and large_enough(data, self.large))):
             self.flush()
-            self.split(encode_split_array(fields[1], fields[4], pid, fields[2], data), done, True)
+            self.split(encode_split_array(fields[1], fields[4], pid, fields[2], data), done)
         else:
             self.cdu(CDU(fields[1], fields[4], (pid,), data, fields[2]), done)
 
@@ -286,13 +280,12 @@ class LinkSender:
             parts, n = encode_record(cdu, w.offset(_BP), allow_pickle=self._allow_pickle)
         w.put_record(parts, n)
 
-    def split(self, split: tuple[bytes, Any], done: OwnedDone | None, whole: bool = False) -> None:
+    def split(self, split: tuple[bytes, Any], done: OwnedDone | None) -> None:
         """A large payload (``split``: a frame's header and payload, from
         :func:`~aiopdbp.wire.codec.encode_split`; the open block was
         flushed): the header on the data channel, the payload as one MPI
-        message straight from the caller's buffer -- or, ``whole`` (one GP's
-        array) and by the rule above, both as one message; ``done`` (an
-        owned send) completes when the payload may be reused."""
+        message straight from the caller's buffer; ``done`` (an owned send)
+        completes when the payload may be reused."""
         head, payload = split
         self.splits += 1
         nbytes = memoryview(payload).nbytes
@@ -303,17 +296,6 @@ class LinkSender:
             if done is not None and (self._units or self.inflight >= self._max_inflight):
                 payload = bytes(payload)  # it would wait behind other sends: a copy
             fut = self._post([head, payload], len(head) + nbytes, None)
-        elif (whole and self._pairs and not self.carried and not (self._units or self.inflight >= self._max_inflight)
-              and self._block_size < len(head) + nbytes <= WHOLE_MAX):
-            self.carry_missed = False
-            self.sent_msgs += 1
-            self.nbytes += len(head) + nbytes
-            try:
-                self._lane.post_joined(head, payload)   # (copied: the payload may be reused now)
-                fut = None
-            except Exception as exc:  # the transport is closed or broken
-                self._on_error(exc)
-                fut = None
         else:
             tag = self._bulk_seq
             self._bulk_seq = (tag + 1) % self._bulk_tags

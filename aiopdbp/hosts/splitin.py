@@ -13,11 +13,6 @@ buffer when it waits in ``recv_into``), and -- when the payload landed in
 that receive (MPICH's single copy over shared memory, the commonest case)
 -- the GP's :class:`~aiopdbp.wire.message.Message`, handed to the arrivals.
 
-A split frame sent whole (its header and payload in one message, see
-:mod:`aiopdbp.hosts.sender`, "whole frames") takes :meth:`ArraysIn.whole`:
-the same work but the payload's receive -- the message is the array's
-memory, the array a view of it after the header.
-
 This class has a compiled twin (``aiopdbp.hosts.csplitin``, chosen by
 :mod:`aiopdbp.hosts.splitincore`): the same method and results, one C call
 instead of the Python frames of each step; ``tests/test_splitin.py`` runs
@@ -26,7 +21,6 @@ both.  It imports no asyncio and no MPI: the receive is handed in.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Sized
 from typing import Any
 
@@ -34,25 +28,7 @@ from aiopdbp.errors import ProtocolError
 from aiopdbp.wire.codec import SplitArray
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message
 
-__all__ = ["ArraysIn", "PLEN_AT", "whole_head_len"]
-
-#: where a REMOTE frame's payload length is (its one record's last field:
-#: :mod:`aiopdbp.wire.codec`'s level-2 record after the level-1 header)
-PLEN_AT = 8 + 35
-_PLEN = struct.Struct("<Q")
-#: a split header longer than this is not cached (the inbound side's rule)
-_HEAD_MAX = 512
-
-
-def whole_head_len(buf: Any) -> int:
-    """The header's length in a whole REMOTE frame ``buf`` (its length less
-    the payload length its record says), or 0 when that is no header
-    length one of :class:`ArraysIn`'s could have."""
-    n = len(buf)
-    if n < PLEN_AT + 8:
-        return 0
-    hlen = n - _PLEN.unpack_from(buf, PLEN_AT)[0]
-    return hlen if PLEN_AT + 8 <= hlen <= _HEAD_MAX else 0
+__all__ = ["ArraysIn"]
 
 #: ``recv_bulk_now(source, tag, nbytes, out) -> (buffer, track or None)`` (see the transport)
 PostFn = Callable[[int, int, int, Any], tuple[Any, Any]]
@@ -132,27 +108,5 @@ class ArraysIn:
         source_p = arr.source_p
         name = self.names.get(source_p) or self.name_of(source_p)
         self.place(host, (pid,), Message((name, arr.kind, arr.com, arr.array(got), source_p)), cost)
-        return True
-
-    def whole(self, s: Any, buf: Any) -> bool:
-        """A split frame sent whole, ``buf`` (a writable buffer of its own),
-        from host ``s.host`` with nothing of that host queued: True when its
-        header was seen before and the message -- its array a view of
-        ``buf`` after the header -- was delivered; False (nothing done) when
-        the caller decodes it (a header not seen before, not one GP's array,
-        a GP waiting in ``recv_into``, no ``post``: as :meth:`take`)."""
-        hlen = whole_head_len(buf)
-        if not hlen:
-            return False
-        arr = self.arrays.get(bytes(buf[:hlen]))
-        if arr is None or self.post is None or not arr.pid or (self.waiting and self.landing is not None):
-            return False
-        pid = arr.pid
-        host = s.host
-        cost = self.admissible(host, pid, arr.nbytes, 0)   # (nothing queued: nothing announced)
-        source_p = arr.source_p
-        name = self.names.get(source_p) or self.name_of(source_p)
-        data = arr.array(memoryview(buf)[hlen:])
-        self.place(host, (pid,), Message((name, arr.kind, arr.com, data, source_p)), cost)
         return True
 

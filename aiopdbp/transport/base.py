@@ -108,14 +108,6 @@ class LoopPoller:
         self._stop = True
 
 
-#: the longest split frame a sender sends whole -- its header and payload as
-#: one MPI message on the data channel -- when it is longer than a block (see
-#: :mod:`aiopdbp.hosts.sender`, "whole frames"); an MPI receiver takes a data
-#: message of more than its inline limit and up to this long in one kernel
-#: call.  Above it a payload travels alone, into a recycled receive buffer.
-WHOLE_MAX = 128 * 1024
-
-
 class Channel(enum.IntEnum):
     """The two channels of the dual-channel device layer."""
 
@@ -142,17 +134,14 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     async def start(self, deliver: DeliverFn, alloc: AllocFn | None = None, *, alloc_min: int = 0,
-                    on_data: SinkFn | None = None, alloc_max: int | None = None) -> None:
+                    on_data: SinkFn | None = None) -> None:
         """Begin receiving; every incoming block goes to ``deliver`` -- or,
         given ``on_data``, every data-channel block to ``on_data(source,
         block)`` (the commonest message then costs no dispatch on its
         channel); ``alloc``
         (if given) provides the buffer a message of ``nbytes`` lands in, for
         messages of at least ``alloc_min`` bytes (smaller ones, the lone
-        short messages, skip the call: the transport's own buffer is cheaper)
-        and at most ``alloc_max`` (None: no bound; larger ones skip it too:
-        the hook would decline them, and MPI's receive kernel takes a whole
-        frame itself).
+        short messages, skip the call: the transport's own buffer is cheaper).
 
         Cancellation: safe; a cancelled start leaves the transport unstarted
         and ``aclose()`` still releases whatever was set up.

@@ -4,8 +4,7 @@ the same functions, calling MPI's C API instead of mpi4py's methods."""
 
 cimport cython
 from libc.limits cimport INT_MAX
-from libc.string cimport memcpy
-from mpi4py.libmpi cimport (MPI_ANY_SOURCE, MPI_BYTE, MPI_Get_count, MPI_Improbe, MPI_Imrecv, MPI_Irecv, MPI_Isend,
+from mpi4py.libmpi cimport (MPI_ANY_SOURCE, MPI_BYTE, MPI_Get_count, MPI_Improbe, MPI_Irecv, MPI_Isend,
                             MPI_Message, MPI_Mrecv, MPI_Request, MPI_STATUS_IGNORE, MPI_SUCCESS, MPI_Test)
 cimport mpi4py.MPI as MPI
 from mpi4py import MPI as _MPI
@@ -125,33 +124,6 @@ cdef class SendLane:
             return None
         return self.pending_bulk(r, buf, done)
 
-    def post_joined(self, object head, object buf):
-        cdef Py_buffer hv, bv
-        cdef bytearray frame
-        cdef char *out
-        cdef Py_ssize_t n
-        if not self.open:
-            self.refuse()
-        PyObject_GetBuffer(head, &hv, PyBUF_SIMPLE)
-        try:
-            PyObject_GetBuffer(buf, &bv, PyBUF_SIMPLE)
-        except BaseException:
-            PyBuffer_Release(&hv)
-            raise
-        n = hv.len + bv.len
-        try:
-            frame = PyByteArray_FromStringAndSize(NULL, n)
-        except BaseException:
-            PyBuffer_Release(&hv)
-            PyBuffer_Release(&bv)
-            raise
-        out = PyByteArray_AS_STRING(frame)
-        memcpy(out, hv.buf, hv.len)
-        memcpy(out + hv.len, bv.buf, bv.len)
-        PyBuffer_Release(&hv)
-        PyBuffer_Release(&bv)
-        self.post(frame)   # (its future, if any, is nobody's: buf was copied, the caller may reuse it)
-
     def post(self, object buf):
         cdef Py_buffer view
         cdef MPI_Request req
@@ -249,16 +221,12 @@ cdef class BulkRecv:
 
 
 cdef tuple _probe(MPI.Comm comm, int tag, MPI.Status status, Py_ssize_t small, int ch, object sink,
-                  dict fifo, object fail, Py_ssize_t budget, Py_ssize_t whole_lo, Py_ssize_t whole_hi,
-                  double whole_spin):
+                  dict fifo, object fail, Py_ssize_t budget):
     cdef MPI_Message m
-    cdef MPI_Request req
     cdef int flag = 0, count = 0, src, ierr
     cdef Py_ssize_t n = 0, got = 0
     cdef MPI.Message matched
-    cdef MPI.Request landing
     cdef bytearray buf
-    cdef double until
     while got < budget:
         ierr = MPI_Improbe(MPI_ANY_SOURCE, tag, comm.ob_mpi, &flag, &m, &status.ob_mpi)
         if ierr != MPI_SUCCESS:
@@ -269,36 +237,16 @@ cdef tuple _probe(MPI.Comm comm, int tag, MPI.Status status, Py_ssize_t small, i
         if ierr != MPI_SUCCESS:
             raise _MPI.Exception(ierr)
         src = status.ob_mpi.MPI_SOURCE
-        if (count >= small and not whole_lo < count <= whole_hi) or (fifo and fifo.get((ch, src))):
+        if count >= small or (fifo and fifo.get((ch, src))):
             matched = MPI.Message.__new__(MPI.Message)
             matched.ob_mpi = m
             return n, got, matched
         buf = PyByteArray_FromStringAndSize(NULL, count)
+        ierr = MPI_Mrecv(PyByteArray_AS_STRING(buf), count, MPI_BYTE, &m, MPI_STATUS_IGNORE)
+        if ierr != MPI_SUCCESS:
+            raise _MPI.Exception(ierr)
         n += 1
         got += count
-        if count >= small:   # a whole frame (see kernel.Prober): Imrecv and one Test
-            ierr = MPI_Imrecv(PyByteArray_AS_STRING(buf), count, MPI_BYTE, &m, &req)
-            if ierr != MPI_SUCCESS:
-                raise _MPI.Exception(ierr)
-            ierr = MPI_Test(&req, &flag, MPI_STATUS_IGNORE)
-            if ierr != MPI_SUCCESS:
-                raise _MPI.Exception(ierr)
-            if not flag:   # still being copied in: Tests for up to whole_spin seconds (see kernel.Prober)
-                until = perf_counter() + whole_spin
-                while not flag:
-                    ierr = MPI_Test(&req, &flag, MPI_STATUS_IGNORE)
-                    if ierr != MPI_SUCCESS:
-                        raise _MPI.Exception(ierr)
-                    if not flag and perf_counter() >= until:
-                        break
-            if not flag:
-                landing = MPI.Request.__new__(MPI.Request)
-                landing.ob_mpi = req
-                return n, got, (landing, buf)
-        else:
-            ierr = MPI_Mrecv(PyByteArray_AS_STRING(buf), count, MPI_BYTE, &m, MPI_STATUS_IGNORE)
-            if ierr != MPI_SUCCESS:
-                raise _MPI.Exception(ierr)
         try:
             sink(src, memoryview(buf))
         except Exception as exc:  # a broken sink must not stop progress
@@ -317,13 +265,9 @@ cdef class Prober:
     cdef public tuple sinks
     cdef public dict fifo
     cdef public object fail
-    cdef public int whole_ch
-    cdef public Py_ssize_t whole_lo, whole_hi
-    cdef public double whole_spin
 
     def __init__(self, list comms, int tag, MPI.Status status, Py_ssize_t small, tuple sinks, dict fifo,
-                 object fail, int whole_ch=-1, Py_ssize_t whole_lo=0, Py_ssize_t whole_hi=0,
-                 double whole_spin=0.0):
+                 object fail):
         self.comms = comms
         self.tag = tag
         self.status = status
@@ -331,10 +275,6 @@ cdef class Prober:
         self.sinks = sinks
         self.fifo = fifo
         self.fail = fail
-        self.whole_ch = whole_ch
-        self.whole_lo = whole_lo
-        self.whole_hi = whole_hi
-        self.whole_spin = whole_spin
 
     def probe(self, int start, Py_ssize_t budget):
         cdef Py_ssize_t n = 0, got = 0, k, b
@@ -342,13 +282,8 @@ cdef class Prober:
         for ch in range(start, len(self.comms)):
             if got >= budget:
                 break
-            if ch == self.whole_ch:
-                k, b, msg = _probe(<MPI.Comm>self.comms[ch], self.tag, self.status, self.small, ch,
-                                   self.sinks[ch], self.fifo, self.fail, budget - got, self.whole_lo,
-                                   self.whole_hi, self.whole_spin)
-            else:
-                k, b, msg = _probe(<MPI.Comm>self.comms[ch], self.tag, self.status, self.small, ch,
-                                   self.sinks[ch], self.fifo, self.fail, budget - got, 0, 0, 0.0)
+            k, b, msg = _probe(<MPI.Comm>self.comms[ch], self.tag, self.status, self.small, ch, self.sinks[ch],
+                               self.fifo, self.fail, budget - got)
             n += k
             got += b
             if msg is not None:

@@ -124,7 +124,6 @@ class InProcTransport(Transport):
         self._on_data: SinkFn | None = None
         self._alloc: Any = None
         self._alloc_min = 0
-        self._alloc_max = 1 << 62
         # One queue per channel: control is drained before data on every
         # tick, so a control message never waits behind queued data.
         self._queues: tuple[deque[tuple[int, Channel, memoryview]], ...] = (deque(), deque())
@@ -133,7 +132,7 @@ class InProcTransport(Transport):
         self.received = 0
 
     async def start(self, deliver: DeliverFn, alloc: Any = None, *, alloc_min: int = 0,
-                    on_data: SinkFn | None = None, alloc_max: int | None = None) -> None:
+                    on_data: SinkFn | None = None) -> None:
         """Begin receiving (data-channel blocks to ``on_data`` when given).
 
         Cancellation: nothing to undo.
@@ -143,7 +142,6 @@ class InProcTransport(Transport):
         self._on_data = on_data
         self._alloc = alloc
         self._alloc_min = alloc_min
-        self._alloc_max = (1 << 62) if alloc_max is None else alloc_max
         if any(self._queues):
             self._schedule()
 
@@ -181,8 +179,7 @@ class InProcTransport(Transport):
             return
         mv = memoryview(block).cast("B") if memoryview(block).ndim else memoryview(block)
         n = mv.nbytes
-        buf = self._alloc(source, channel, n) if (self._alloc is not None and self._alloc_min <= n
-                                                  <= self._alloc_max) else None
+        buf = self._alloc(source, channel, n) if self._alloc is not None and n >= self._alloc_min else None
         if buf is None:
             buf = memoryview(bytearray(n))
         buf[:] = mv

@@ -72,14 +72,6 @@ class SendLane:
     ``pending`` and its future dropped: nobody waits for a header), then
     ``buf`` on ``bulk`` with ``tag``; None when the payload's send
     completed at once, else ``pending_bulk(request, buf, done)``'s future.
-
-    ``post_joined(head, buf)`` sends a split frame whole instead: ``head`` and
-    ``buf`` copied into one buffer, posted as ``post`` posts it (one that does
-    not complete at once is handed to ``pending`` and its future dropped), so
-    ``buf`` may be reused when it returns (see :mod:`aiopdbp.hosts.sender`,
-    "whole frames": a contiguous message, which MPICH's receiver copies
-    itself, where a two-block datatype over both buffers waited for the
-    sender's progress).
     """
 
     __slots__ = ("after", "bell", "bulk", "bulk_sends", "comm", "dest", "fast", "last", "nbytes", "open",
@@ -140,15 +132,6 @@ class SendLane:
         if req is None:
             return None
         return self.pending_bulk(req, buf, done)
-
-    def post_joined(self, head: Any, buf: Any) -> None:
-        if not self.open:
-            self.refuse()
-        nh = len(head)
-        frame = bytearray(nh + memoryview(buf).nbytes)
-        frame[:nh] = head
-        frame[nh:] = memoryview(buf).cast("B")
-        self.post(frame)   # (its future, if any, is nobody's: buf was copied, the caller may reuse it)
 
 
 def recv_one(comm: MPI.Comm, buf: Any, nbytes: int, source: int, tag: int) -> MPI.Request | None:
@@ -220,24 +203,14 @@ class Prober:
     between the receive and its sink.  A sink that raises does not stop the
     probe: ``fail(exc)`` is told and the next message is received.
 
-    A message on channel ``whole_ch`` of more than ``whole_lo`` and at most
-    ``whole_hi`` bytes (a split frame sent whole: its header and payload in
-    one message) is received here too, into a ``bytearray`` of its own, with
-    ``Imrecv`` and ``Test`` calls for up to ``whole_spin`` seconds (its sender is
-    still copying it in: matched as soon as its first bytes arrive, it lands
-    a few microseconds later): handed to the sink when it landed, else
-    returned as ``(request, buffer)`` for the engine to complete in order.
-
     What does not change from step to step is set once, here (the engine
     makes a prober when its sinks are set); :meth:`probe` takes the rest.
     """
 
-    __slots__ = ("comms", "tag", "status", "small", "sinks", "fifo", "fail", "whole_ch", "whole_lo", "whole_hi",
-                 "whole_spin")
+    __slots__ = ("comms", "tag", "status", "small", "sinks", "fifo", "fail")
 
     def __init__(self, comms: list[MPI.Comm], tag: int, status: MPI.Status, small: int,
-                 sinks: tuple[Any, ...], fifo: dict[tuple[int, int], Any], fail: Any, whole_ch: int = -1,
-                 whole_lo: int = 0, whole_hi: int = 0, whole_spin: float = 0.0) -> None:
+                 sinks: tuple[Any, ...], fifo: dict[tuple[int, int], Any], fail: Any) -> None:
         self.comms = comms
         self.tag = tag
         self.status = status
@@ -245,20 +218,14 @@ class Prober:
         self.sinks = sinks
         self.fifo = fifo
         self.fail = fail
-        self.whole_ch = whole_ch
-        self.whole_lo = whole_lo
-        self.whole_hi = whole_hi
-        self.whole_spin = whole_spin
 
-    def probe(self, start: int, budget: int) -> tuple[int, int, int, Any]:
+    def probe(self, start: int, budget: int) -> tuple[int, int, int, MPI.Message | None]:
         """Probe from channel ``start`` on, receiving up to ``budget`` bytes.
 
         Returns ``(messages, bytes, ch, matched)``: ``matched`` is the first
-        message this does not receive (matched, its envelope in ``status``),
-        or a whole frame still landing (``(request, buffer)``, counted in
-        ``messages`` and ``bytes``), and ``ch`` its channel number, for the
-        caller to handle (and to probe on from), or -1 and None.  MPI errors
-        raise ``MPI.Exception``.
+        message this does not receive (matched, its envelope in ``status``)
+        and ``ch`` its channel number, for the caller to handle (and to
+        probe on from), or -1 and None.  MPI errors raise ``MPI.Exception``.
         """
         comms, tag, status, small, fifo = self.comms, self.tag, self.status, self.small, self.fifo
         n = got = 0
@@ -271,25 +238,8 @@ class Prober:
                     break
                 size = status.Get_count(_BYTE)
                 src = status.Get_source()
-                if fifo and fifo.get((ch, src)):
+                if size >= small or (fifo and fifo.get((ch, src))):
                     return n, got, ch, msg
-                if size >= small:
-                    if ch != self.whole_ch or not self.whole_lo < size <= self.whole_hi:
-                        return n, got, ch, msg
-                    buf = bytearray(size)
-                    req = msg.Irecv([buf, _BYTE])
-                    n += 1
-                    got += size
-                    if not req.Test():
-                        until = perf_counter() + self.whole_spin
-                        while not req.Test():
-                            if perf_counter() >= until:
-                                return n, got, ch, (req, buf)
-                    try:
-                        sink(src, memoryview(buf))
-                    except Exception as exc:  # a broken sink must not stop progress
-                        self.fail(exc)
-                    continue
                 buf = bytearray(size)
                 msg.Recv([buf, _BYTE])
                 n += 1

@@ -207,7 +207,7 @@ class MPITransport(Transport):
     # ------------------------------------------------------------ interface
 
     async def start(self, deliver: DeliverFn, alloc: AllocFn | None = None, *, alloc_min: int = 0,
-                    on_data: SinkFn | None = None, alloc_max: int | None = None) -> None:
+                    on_data: SinkFn | None = None) -> None:
         """Begin receiving; every incoming block goes to ``deliver`` (each
         data-channel one to ``on_data(source, view)`` when given: the
         receive kernel calls it the moment the message is received).
@@ -218,9 +218,7 @@ class MPITransport(Transport):
         or, when the optional ``alloc(source, channel, nbytes)`` hook
         returned a writable buffer of exactly ``nbytes``, that very object
         (the receive buffer pool's block: the message is received straight
-        into it).  Messages below ``alloc_min`` bytes skip the hook, and so
-        do those above ``alloc_max`` (None: no bound) -- among them the whole
-        frames the receive kernel takes itself (see ``receives``).  The hook is called in arrival order per (source, channel),
+        into it).  Messages below ``alloc_min`` bytes skip the hook.  The hook is called in arrival order per (source, channel),
         possibly before earlier messages were delivered, and only in the
         ``"poll"`` progress mode (in ``"thread"`` mode it would have to run in
         the progress thread, so the transport allocates itself).
@@ -233,7 +231,7 @@ class MPITransport(Transport):
             raise RuntimeError("MPITransport.start() called twice")
         await self._join()
         self._engine.start(deliver, asyncio.get_running_loop(), alloc, self._doorbells(), alloc_min=alloc_min,
-                           on_data=on_data, alloc_max=alloc_max)
+                           on_data=on_data)
         self._started = True
         self._bulk_in.open = True
 

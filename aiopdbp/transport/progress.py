@@ -204,8 +204,7 @@ class ProgressEngine:
         cache = DEFAULT_RECV_CACHE_BYTES if recv_cache_bytes is None else recv_cache_bytes
         self._post_one = kernel_core.post_one
         self._lanes: list[Any] = []   # every SendLane made (see send_lane)
-        # (a whole frame matched while its sender still copies it in waits for it as an empty step spins)
-        self._rx = Receives(self._comms, tag, inline_recv_limit, cache, bulk, self._report, self._spin)
+        self._rx = Receives(self._comms, tag, inline_recv_limit, cache, bulk, self._report)
         self._bulk_in: Any = None     # the kernel's BulkRecv (bulk_receiver)
         # sends: (request, op) oldest first
         self._sends: collections.deque[tuple[Any, _SendOp]] = collections.deque()
@@ -237,7 +236,7 @@ class ProgressEngine:
     # ------------------------------------------------------------- lifecycle
     def start(self, deliver: DeliverFn, loop: asyncio.AbstractEventLoop,
               alloc: AllocFn | None = None, doorbell: DoorbellJoin | None = None, *,
-              alloc_min: int = 0, on_data: SinkFn | None = None, alloc_max: int | None = None) -> None:
+              alloc_min: int = 0, on_data: SinkFn | None = None) -> None:
         """Begin stepping in ``loop``, every message to ``deliver`` (a data
         one to ``on_data`` when given); once ``doorbell``'s address exchange
         completes, an idle engine waits on it (see :mod:`aiopdbp.transport.doorbell`)."""
@@ -247,8 +246,7 @@ class ProgressEngine:
         def data(src: int, view: Any) -> None:
             deliver(src, _DATA, view)
 
-        self._rx.start((control, data if on_data is None else on_data), self._sink_failed, alloc, alloc_min,
-                       alloc_max)
+        self._rx.start((control, data if on_data is None else on_data), self._sink_failed, alloc, alloc_min)
         self._loop = loop
         self._joining = doorbell
         self._task = loop.create_task(self._run(), name="aiopdbp-progress")

@@ -7,8 +7,7 @@ the data one; the common message -- small, in order -- is matched and
 received by the kernel (:class:`aiopdbp.transport.kernel.Prober`,
 compiled where it is built) and handed to its channel's sink there, and what the kernel leaves matched is received here,
 inline (``Mrecv``) up to ``inline_limit`` or with an ``Imrecv`` posted a byte
-budget per step (but a data message of up to :data:`~aiopdbp.transport.base.WHOLE_MAX`
-bytes, a split frame sent whole, which the kernel receives too), so that a control message behind a data backlog is found
+budget per step, so that a control message behind a data backlog is found
 after one probe per backlog message.  Every message goes to its channel's
 sink the moment it is received (or, behind a large one of its source still
 landing, the moment that one has landed).  Large payloads announced by a header (the bulk
@@ -26,7 +25,7 @@ from typing import Any, Final
 import numpy as np
 from mpi4py import MPI
 
-from aiopdbp.transport.base import WHOLE_MAX, AllocFn, Channel, SinkFn
+from aiopdbp.transport.base import AllocFn, Channel, SinkFn
 from aiopdbp.transport.core import kernel_core
 from aiopdbp.transport.kernel import Prober
 from aiopdbp.transport.recvcache import NUMPY_ALLOC_THRESHOLD, RECV_CACHE_MIN_SIZE, RecvBufferCache
@@ -64,12 +63,10 @@ class Receives:
     ``Channel(i)``, ``fail(exc)`` when a sink raised."""
 
     def __init__(self, comms: Sequence[MPI.Comm], tag: int, inline_limit: int, cache_bytes: int,
-                 bulk: MPI.Comm | None, report: Callable[[str, BaseException], None],
-                 whole_spin: float = 0.0) -> None:
+                 bulk: MPI.Comm | None, report: Callable[[str, BaseException], None]) -> None:
         self._comms = list(comms)
         self._tag = tag
         self._inline_limit = inline_limit
-        self._whole_spin = whole_spin   # a whole frame still being copied in is waited for this long
         self._bulk = bulk
         self._report = report
         self._cache = RecvBufferCache(cache_bytes, RECV_CACHE_MIN_SIZE)
@@ -84,7 +81,6 @@ class Receives:
         self._fifo: dict[tuple[int, int], collections.deque[_RecvOp]] = {}
         self._alloc: AllocFn | None = None
         self._alloc_min = 0           # messages below this skip the alloc hook
-        self._alloc_max: int | None = None   # and above this (None: no bound)
         self._sinks: tuple[SinkFn, ...] = ()
         self._fail: Callable[[Exception], None] = _unstarted
         self._nmatched = 0            # messages in _matched
@@ -96,28 +92,21 @@ class Receives:
         self.n_alloc_errors = self.n_user_allocs = 0
 
     def start(self, sinks: tuple[SinkFn, SinkFn], fail: Callable[[Exception], None], alloc: AllocFn | None,
-              alloc_min: int, alloc_max: int | None = None) -> None:
+              alloc_min: int) -> None:
         """Messages go to ``sinks`` (one per channel); those of at least
-        ``alloc_min`` and at most ``alloc_max`` bytes (None: no bound) land
-        in buffers ``alloc`` gives."""
+        ``alloc_min`` bytes land in buffers ``alloc`` gives."""
         self._sinks = sinks
         self._fail = fail
         self._alloc = alloc
         self._alloc_min = alloc_min
-        self._alloc_max = alloc_max
         self._small_limit = self._small()
         self._prober = self._make_prober()
 
     def _make_prober(self) -> Prober:
         """The kernel's prober, holding what the probe of every step needs
         but where it starts and its budget (made again when the sinks change)."""
-        # whole frames: the data messages above the inline limit (and above what the hook wants)
-        lo = max(self._inline_limit, self._small_limit - 1)
-        if self._alloc is not None:
-            lo = WHOLE_MAX if self._alloc_max is None else max(lo, self._alloc_max)
         prober: Prober = kernel_core.Prober(self._comms, self._tag, self._status, self._small_limit,
-                                            self._sinks, self._fifo, self._fail, int(Channel.DATA), lo, WHOLE_MAX,
-                                            self._whole_spin)
+                                            self._sinks, self._fifo, self._fail)
         return prober
 
     def pending(self) -> bool:
@@ -176,8 +165,7 @@ class Receives:
     def _buffer(self, src: int, ch: int, size: int) -> tuple[Any, Any]:
         """(buffer to receive into, object to deliver): the alloc hook's
         buffer is delivered as it is, our own as a memoryview."""
-        if self._alloc is not None and size >= self._alloc_min and (self._alloc_max is None
-                                                                  or size <= self._alloc_max):
+        if self._alloc is not None and size >= self._alloc_min:
             try:
                 buf = self._alloc(src, _CHANNELS[ch], size)
                 if buf is not None:
@@ -226,16 +214,6 @@ class Receives:
             if msg is None:
                 break
             busy = True
-            if type(msg) is tuple:   # a whole frame still landing (the prober counted it)
-                req, buf = msg
-                src = status.Get_source()
-                op = _RecvOp(ch, src, memoryview(buf))
-                q = fifo.get((ch, src))
-                if q is None:
-                    q = fifo[(ch, src)] = collections.deque()
-                q.append(op)
-                self._recvs.append((req, op))
-                continue
             src = status.Get_source()
             size = status.Get_count(_BYTE)
             self.n_recvs += 1

@@ -8,9 +8,7 @@ receives it plainly.  recv_one: rank 1 receives a plain batch with each form
 (each into a buffer 5 bytes longer).  SendLane: rank 0 posts the batch
 through a lane of each form (printing its returns, counters and rings),
 rank 1 receives it plainly; post_pair likewise, a header and a payload per size on two
-communicators; post_joined likewise, a header and a payload per size copied into one message.  Prober
-"whole": the batch with the 70000 B message in the whole-frame range of channel 1, received by
-the prober (waited for when it comes back still landing).  The test compares the forms.  Prints ``FORM <name> <repr>`` lines and ``rank N OK``."""
+communicators.  The test compares the forms.  Prints ``FORM <name> <repr>`` lines and ``rank N OK``."""
 
 from __future__ import annotations
 
@@ -144,73 +142,7 @@ def main() -> None:
             print(f"FORM {name} lane {world.recv(source=0, tag=99)!r}", flush=True)
             print(f"FORM {name} laned {got!r}", flush=True)
         world.Barrier()
-    # Prober with a whole-frame range: the 70000 B message is the prober's too (spin: rank 0 progresses in its Barrier)
-    for name, form, case, spin in [(n, f, c, t) for n, f in forms for c, t in (("whole", 0.0), ("wholespin", 30.0))]:
-        if rank == 0:
-            reqs = [comm.Isend([bytes([i % 251]) * n, MPI.BYTE], 1, TAG) for i, n in enumerate(SIZES)]
-            reqs.append(comm.Isend([b"", MPI.BYTE], 1, MARK))
-            world.Barrier()
-            MPI.Request.Waitall(reqs)
-        else:
-            comm.Recv([bytearray(0), MPI.BYTE], 0, MARK)
-            status = MPI.Status()
-            got_w: list = []
-            sinks = (functools.partial(lambda c, s, v: got_w.append((s, c, len(v), zlib.crc32(v))), "CTL"),
-                     functools.partial(lambda c, s, v: got_w.append((s, c, len(v), zlib.crc32(v))), "CH"))
-            prober = form.Prober([quiet, comm], TAG, status, SMALL, sinks, {}, print, 1, 65536, 131072, spin)
-            out = []
-            left = len(SIZES)
-            while left:
-                n, nbytes, ch, msg = prober.probe(0, 1 << 20)
-                left -= n
-                if type(msg) is tuple:   # a whole frame still landing: the engine would complete it
-                    if spin:
-                        out.append("still landing")
-                    req, buf = msg
-                    req.Wait()
-                    got_w.append((status.Get_source(), "CH", len(buf), zlib.crc32(buf)))
-                elif msg is not None:
-                    size = status.Get_count(MPI.BYTE)
-                    buf = bytearray(size)
-                    msg.Recv([buf, MPI.BYTE])
-                    out.append(("matched", size))
-                    left -= 1
-            out.append(got_w)
-            print(f"FORM {name} {case} {out!r}", flush=True)
-            world.Barrier()
     bulk = world.Dup()
-    for name, form in forms:  # post_joined: a header and its payload copied into one message on comm
-        if rank == 0:
-            held, kept = [], []
-
-            def pending_joined(req: object, buf: object) -> str:
-                held.append(req)
-                kept.append(buf)
-                return f"pending {len(buf)}"  # type: ignore[arg-type]
-
-            def refuse() -> None:
-                raise RuntimeError("lane shut")
-
-            last = [-1e9, -1e9]
-            lane = form.SendLane(comm, 1, TAG, last, 1e9, None, pending_joined, refuse, bulk)
-            outs = []
-            for i, n in enumerate(SIZES):
-                payload = bytearray([i % 251]) * n
-                outs.append(lane.post_joined(bytes([i % 251]) * (i + 1), payload))
-                payload[:] = bytes(n)   # the caller's buffer is free once post_joined returns
-            lane.open = False
-            try:
-                lane.post_joined(b"h", b"x")
-                outs.append("posted after shut")
-            except RuntimeError as exc:
-                outs.append(str(exc))
-            world.send((outs, [len(b) for b in kept], lane.sends, lane.fast, lane.bulk_sends, lane.nbytes), 1, 99)
-            MPI.Request.Waitall(held)  # type: ignore[arg-type]
-        else:
-            got = _received(comm)
-            print(f"FORM {name} joined {world.recv(source=0, tag=99)!r}", flush=True)
-            print(f"FORM {name} joinedin {got!r}", flush=True)
-        world.Barrier()
     for name, form in forms:  # post_pair: a header on comm, its payload on bulk (tag: its number)
         if rank == 0:
             rings, held, kept = [], [], []
