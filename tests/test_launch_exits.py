@@ -479,6 +479,53 @@ def test_hydras_banner_is_left_out_after_an_interrupt_and_what_follows_it_is_not
     assert b"".join(written) == b"[0] a rank's line\n[1] a late line\n"
 
 
+def test_hydras_banner_read_in_two_pieces_is_left_out_too() -> None:
+    from aiopdbp.launch.launcher import _forward
+
+    written: list[bytes] = []
+    got = threading.Condition()
+
+    def write(data: bytes) -> None:
+        with got:
+            written.append(data)
+            got.notify_all()
+
+    r, w = os.pipe()
+    thread = threading.Thread(target=_forward, args=(r, lambda: False, write), daemon=True)
+    thread.start()
+    # hydra writes its banner a line at a time: a read may end after the box's first line
+    os.write(w, b"[0] a rank's line\n\n=====\n")
+    with got:
+        assert got.wait_for(lambda: b"".join(written) == b"[0] a rank's line\n", 10)
+    os.write(w, b"=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n=   EXIT CODE: 9\n=====\n"
+                b"[1] a late line\n")
+    os.close(w)
+    thread.join(10)
+    assert b"".join(written) == b"[0] a rank's line\n[1] a late line\n"
+
+
+def test_a_line_of_equals_signs_alone_is_forwarded_when_nothing_follows() -> None:
+    from aiopdbp.launch.launcher import _forward
+
+    written: list[bytes] = []
+    got = threading.Condition()
+
+    def write(data: bytes) -> None:
+        with got:
+            written.append(data)
+            got.notify_all()
+
+    r, w = os.pipe()
+    thread = threading.Thread(target=_forward, args=(r, lambda: False, write), daemon=True)
+    thread.start()
+    os.write(w, b"[0] results\n=====\n")   # the program's own rule line, and then a long silence
+    with got:
+        assert got.wait_for(lambda: b"".join(written) == b"[0] results\n=====\n", 10)
+    os.close(w)
+    thread.join(10)
+    assert b"".join(written) == b"[0] results\n=====\n"
+
+
 # ------------------------------------------ which rank the launcher names
 def _job_dir(tmp_path: Path, started: dict[int, int]) -> str:
     from aiopdbp.env import RANK_FILE_PREFIX

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -314,6 +315,10 @@ def _vanished(job_dir: str) -> str:
 BANNER_HOLD_S = 2.0
 #: the start of hydra's banner for a job that ended badly (it names a pid, often not the first to end)
 _BANNER = re.compile(rb"(?:^|(?<=\n))\n*=+\n=\s+BAD TERMINATION")   # (from a line's start)
+#: the end of a read that may be the start of hydra's banner cut in two (hydra writes it a line at a time)
+_BANNER_CUT = re.compile(rb"(?:^|(?<=\n))\n*=+(?:\n(?:=[ \t]*(?:B[A-Z ]*)?)?)?\Z")
+#: how long such an end waits for the rest of its line before it is forwarded as it is
+BANNER_CUT_WAIT_S = 0.05
 #: the lines of hydra's banner: its box, and what it says below it when a rank was signalled
 _BANNER_LINE = re.compile(rb"(?:|=.*|YOUR APPLICATION TERMINATED WITH THE EXIT STRING: .*"
                           rb"|This typically refers to a problem with your application\."
@@ -342,17 +347,26 @@ def _forward(src: int, hold: Callable[[], bool], write: Callable[[bytes], None] 
     held = False
     dropping = False
     rest = b""   # (while dropping) the start of a line not complete yet
+    cut = b""    # (before the banner) an end that may be the banner's start, read in two
     while True:
+        if cut and not select.select([src], [], [], BANNER_CUT_WAIT_S)[0]:
+            write(cut)   # nothing more came: it was a line of the program's own
+            cut = b""
+            continue
         try:
             chunk = os.read(src, 1 << 16)
         except OSError:
             break
         if not chunk:
             break
+        chunk, cut = cut + chunk, b""
         parts = [chunk]
         if not held and (m := _BANNER.search(chunk)) is not None:
             held = True
             parts = [chunk[:m.start()], chunk[m.start():]]
+        elif not held and (c := _BANNER_CUT.search(chunk)) is not None:
+            cut = chunk[c.start():]
+            parts = [chunk[:c.start()]]
         for k, part in enumerate(parts):
             if k == 1 and not hold():
                 dropping = True
@@ -362,6 +376,8 @@ def _forward(src: int, hold: Callable[[], bool], write: Callable[[bytes], None] 
                 part = after or b""
             if part:
                 write(part)
+    if cut:
+        write(cut)
     if rest and not _BANNER_LINE.fullmatch(rest):
         write(rest)
     with contextlib.suppress(OSError):
