@@ -12,7 +12,8 @@ own one job, and hands each what it needs:
 :class:`Sequencer`          initialisation (Fig. 6) and, as its ``names``
                             (:class:`NameService`), the GP names, each kept
                             by its home host (:mod:`~aiopdbp.hosts.sequencer`,
-                            :mod:`~aiopdbp.hosts.names`)
+                            :mod:`~aiopdbp.hosts.names`; the home's side:
+                            :mod:`~aiopdbp.hosts.namehome`)
 :class:`Inbound`            the receive pool (RBP), decoding, delivery to
                             the arrivals and the streams (:mod:`~aiopdbp.hosts.inbound`)
 :class:`Credit`             the links to the other hosts and their per-GP
@@ -198,7 +199,8 @@ class Remote:
         self._closing_wait = Closing(rank, size, transport, self.channel, self.inbound, self.failures,
                                      last_open=stall.last_open if stall is not None else _nothing,
                                      close_timeout=cfg.close_timeout)
-        self._dispatch = Dispatch(self.sequencer, self.sequencer.names, self.sequencer.carrier, self.inbound,
+        names = self.sequencer.names
+        self._dispatch = Dispatch(self.sequencer, names, names.home, self.sequencer.carrier, self.inbound,
                                   self.credit, self.failures, self.stalls, self._closing_wait)
         self._closing = False
         self._reclaim: asyncio.TimerHandle | None = None
