@@ -145,8 +145,8 @@ class Carrier:
             return
         if home_of(msg.name, self.size) != self.rank:
             raise ProtocolError(f"a carried lookup of {msg.name!r} from host {src}, not its home")
-        self._names.on_lookup(src, LookupMsg(msg.name, 0))   # its answer goes first
-        reg = self._names.homed(msg.name)
+        self._names.home.on_lookup(src, LookupMsg(msg.name, 0))   # its answer goes first
+        reg = self._names.home.homed(msg.name)
         if reg is None or reg.pid is None or reg.pipe is None or reg.node == src or self._failed is not None:
             # not registered (or bound) yet: the sender sends it once the name comes
             self._channel.send(src, CarriedMsg(msg.req, False))

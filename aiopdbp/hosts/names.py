@@ -78,6 +78,7 @@ from aiopdbp.errors import (
     UnknownProcessError,
 )
 from aiopdbp.hosts.channel import ControlChannel
+from aiopdbp.hosts.namehome import PID_OPS, NameHome
 from aiopdbp.hosts.tables import ProcGone, ProcReg, Tables
 from aiopdbp.wire.control import (
     AAPMsg,
@@ -92,7 +93,6 @@ from aiopdbp.wire.control import (
     TableMsg,
     TableReqMsg,
 )
-from aiopdbp.records import Record
 
 log = logging.getLogger("aiopdbp.hosts.names")
 
@@ -101,9 +101,6 @@ __all__ = ["NameService", "home_of", "pid_home"]
 #: the most GP names one announcement carries (a host with more GPs announces
 #: these; the receiver asks the homes of the others, as before)
 ANNOUNCE_MAX = 256
-
-#: the updates a home applies to a registered GP (by pid)
-_PID_OPS = ("pipe_bind", "pipe_release", "proc_free")
 
 
 def home_of(name: str, size: int) -> int:
@@ -116,20 +113,6 @@ def pid_home(pid: int, size: int) -> int:
     return (pid - 1) % size
 
 
-class _Record(Record):
-    """A home's record of one name."""
-
-    __slots__ = ("subs", "reg", "live")
-    subs: set[int]  # hosts sent every update of it
-    reg: ProcReg | None  # its last registration, its pipe kept current
-    live: bool  # registered now (reg is kept after its free)
-
-    def __init__(self, subs: set[int] | None = None, reg: ProcReg | None = None, live: bool = False) -> None:
-        self.subs = set() if subs is None else subs
-        self.reg = reg
-        self.live = live
-
-
 class NameService:
     """This host's part of the names: the home of some, a subscriber of others."""
 
@@ -140,9 +123,8 @@ class NameService:
         self.tables = tables
         self.reply_timeout = reply_timeout
         self._channel = channel
-        self._homed: dict[str, _Record] = {}      # home: the names homed here
-        self._homed_pids: dict[int, str] = {}     # home: every pid given here -> its name
-        self._given = 0                           # home: registrations numbered so far
+        #: the names homed on this host (answers the other hosts' requests)
+        self.home = NameHome(rank, size, channel, self._apply)
         self._wanted: set[str] = set()            # names this host subscribed to
         self._asked: set[int] = set()             # pids whose name was asked of their home
         self._announced: dict[str, ProcReg] = {}     # name -> a GP's own host's row (announce)
@@ -168,7 +150,7 @@ class NameService:
         home = home_of(name, self.size)
         row = self._announced.pop(name, None)
         if home == self.rank:
-            self._subscribe(self.rank, name)
+            self.home.subscribe(self.rank, name)
             return False
         if row is not None and name not in self.tables.by_name:
             self._apply("proc_reg", list(row))   # the home's answer confirms it (on_table)
@@ -186,7 +168,7 @@ class NameService:
         self._asked.add(pid)
         home = pid_home(pid, self.size)
         if home == self.rank:
-            self.on_lookup(self.rank, LookupMsg("", pid))
+            self.home.on_lookup(self.rank, LookupMsg("", pid))
         else:
             self._channel.send(home, LookupMsg("", pid))
 
@@ -225,7 +207,7 @@ class NameService:
                 except BaseException:
                     self._wanted.discard(name)   # refused: this host did not subscribe
                     raise
-        elif op in _PID_OPS:
+        elif op in PID_OPS:
             home = pid_home(args[0], self.size)
         else:
             raise PDBPError(f"unknown table update {op!r}")
@@ -238,9 +220,9 @@ class NameService:
             pipe = rest[0] if rest and rest[0] is not None else -1
             self._wanted.add(name)   # the home subscribes the registering host
             if home == self.rank:
-                return self._register(self.rank, name, int(ptype), node, None if pipe < 0 else pipe)
+                return self.home.register(self.rank, name, int(ptype), node, None if pipe < 0 else pipe)
         elif home == self.rank:
-            return self._update(op, args[0], args[1] if op == "pipe_bind" else None)
+            return self.home.update(op, args[0], args[1] if op == "pipe_bind" else None)
         req = next(self._reqs)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[req] = fut
@@ -277,134 +259,16 @@ class NameService:
             except PDBPError:
                 pass
             return
-        if op not in _PID_OPS:
+        if op not in PID_OPS:
             raise PDBPError(f"table update {op!r} cannot be asked without waiting")
         home = pid_home(args[0], self.size)
         if home != self.rank:
             self._channel.send(home, TableReqMsg(0, op, list(args)))
             return
         try:
-            self._update(op, args[0], args[1] if op == "pipe_bind" else None)
+            self.home.update(op, args[0], args[1] if op == "pipe_bind" else None)
         except PDBPError as exc:
             log.debug("table update %s%s refused: %s", op, args, exc)
-
-    # ------------------------------------------------------------------- home
-    def _register(self, src: int, name: str, ptype: int, node: int, pipe: int | None) -> int:
-        """Home: register ``name`` for host ``src`` (raises if it is taken)."""
-        rec = self._homed.get(name)
-        if rec is None:
-            rec = self._homed[name] = _Record()
-        if rec.live:
-            raise DuplicateProcessError(name)
-        self._given += 1
-        pid = (self._given - 1) * self.size + self.rank + 1
-        rec.reg = ProcReg(name, ptype, node, pipe, pid)
-        rec.live = True
-        rec.subs.add(src)
-        self._homed_pids[pid] = name
-        self._push(rec, "proc_reg", list(rec.reg))
-        return pid
-
-    def homed(self, name: str) -> ProcReg | None:
-        """Home: the registration of ``name`` (homed here) when it is registered now."""
-        rec = self._homed.get(name)
-        return rec.reg if rec is not None and rec.live else None
-
-    def _update(self, op: str, pid: int, pipe: int | None) -> Any:
-        """Home: apply one update of a registered GP and send it to its subscribers."""
-        name = self._homed_pids.get(pid)
-        rec = None if name is None else self._homed.get(name)
-        if rec is None or not rec.live or rec.reg is None or rec.reg.pid != pid:
-            raise UnknownProcessError(f"pid {pid}")
-        if op == "pipe_bind":
-            rec.reg = rec.reg._replace(pipe=pipe)
-            self._push(rec, op, [pid, pipe])
-            return pipe
-        if op == "pipe_release":
-            old = rec.reg.pipe
-            rec.reg = rec.reg._replace(pipe=None)
-            self._push(rec, op, [pid])
-            return old
-        rec.live = False
-        self._push(rec, op, [pid])
-        return pid
-
-    def _push(self, rec: _Record, op: str, args: list[Any]) -> None:
-        for host in sorted(rec.subs):
-            if host == self.rank:
-                self._apply(op, args)
-            else:
-                self._channel.send(host, TableMsg(0, op, args))
-
-    def _subscribe(self, src: int, name: str) -> None:
-        """Home: ``src`` gets ``name``'s registration (and free) now, if
-        there was one, and every update of it from now on."""
-        rec = self._homed.get(name)
-        if rec is None:
-            rec = self._homed[name] = _Record()
-        rec.subs.add(src)
-        reg = rec.reg
-        if reg is None:
-            return   # not registered yet: its registration will be pushed
-        if rec.live:
-            op, args = "proc_reg", list(reg)
-        else:   # one update: registration and free in two, a reader could run between
-            assert reg.pid is not None   # (a home's registrations carry the pid it gave)
-            op, args = "proc_gone", list(ProcGone(reg.name, reg.ptype, reg.node, reg.pid))
-        if src == self.rank:
-            self._apply(op, args)
-        else:
-            self._channel.send(src, TableMsg(0, op, args))
-
-    def _answer(self, op: str, pid: int, pipe: int | None = None) -> PDBPError | None:
-        try:
-            self._update(op, pid, pipe)
-        except PDBPError as exc:
-            return exc
-        return None
-
-    def on_reg(self, src: int, msg: RegMsg) -> None:
-        try:
-            pid = self._register(src, msg.name, msg.ptype, msg.node, None if msg.pipe < 0 else msg.pipe)
-        except PDBPError as exc:
-            self._channel.send(src, ARMsg(msg.req, False, 0, str(exc), type(exc).__name__))
-        else:
-            self._channel.send(src, ARMsg(msg.req, True, pid, "", ""))
-
-    def on_apipe(self, src: int, msg: APipeMsg) -> None:
-        exc = self._answer("pipe_bind", msg.pid, msg.pipe)
-        self._channel.send(src, AAPMsg(msg.req, exc is None, msg.pipe, "" if exc is None else str(exc)))
-
-    def on_release(self, src: int, msg: ReleaseMsg) -> None:
-        exc = self._answer("proc_free" if msg.free else "pipe_release", msg.pid)
-        self._channel.send(src, AAPMsg(msg.req, exc is None, -1, "" if exc is None else str(exc)))
-
-    def on_table_req(self, src: int, msg: TableReqMsg) -> None:
-        if msg.op in _PID_OPS and msg.args and type(msg.args[0]) is int:
-            exc = self._answer(msg.op, msg.args[0], msg.args[1] if len(msg.args) > 1 else None)
-        else:
-            exc = PDBPError(f"table update {msg.op!r} is not asked of a home")
-        if msg.req:
-            self._channel.send(src, TableAckMsg(msg.req, exc is None, "" if exc is None else str(exc)))
-
-    def on_cancel(self, src: int, msg: CancelMsg) -> None:
-        name = self._homed_pids.get(msg.pid)
-        rec = None if name is None else self._homed.get(name)
-        if rec is not None and rec.live and rec.reg is not None and rec.reg.pid == msg.pid \
-                and rec.reg.node == src:
-            self._answer("proc_free", msg.pid)
-
-    def on_lookup(self, src: int, msg: LookupMsg) -> None:
-        if msg.name:
-            self._subscribe(src, msg.name)
-            return
-        name = self._homed_pids.get(msg.pid)
-        if name is None:
-            return   # never given here: the asker keeps its placeholder
-        if src == self.rank:
-            self._apply("proc_name", [msg.pid, name])
-        else:
-            self._channel.send(src, TableMsg(0, "proc_name", [msg.pid, name]))
 
     # ------------------------------------------------------------ subscriber
     def _apply(self, op: str, args: list[Any]) -> None:
@@ -430,7 +294,7 @@ class NameService:
         # only a name's home sends its updates (the order every holder follows)
         if msg.op in ("proc_reg", "proc_gone") and type(key) is str:
             home = home_of(key, self.size)
-        elif msg.op in (*_PID_OPS, "proc_name") and type(key) is int:
+        elif msg.op in (*PID_OPS, "proc_name") and type(key) is int:
             home = pid_home(key, self.size)
         else:
             raise ProtocolError(f"a malformed table update {msg.op!r}")

@@ -12,7 +12,8 @@ own one job, and hands each what it needs:
 :class:`Sequencer`          initialisation (Fig. 6) and, as its ``names``
                             (:class:`NameService`), the GP names, each kept
                             by its home host (:mod:`~aiopdbp.hosts.sequencer`,
-                            :mod:`~aiopdbp.hosts.names`)
+                            :mod:`~aiopdbp.hosts.names`; the home's side:
+                            :mod:`~aiopdbp.hosts.namehome`)
 :class:`Inbound`            the receive pool (RBP), decoding, delivery to
                             the arrivals and the streams (:mod:`~aiopdbp.hosts.inbound`)
 :class:`Credit`             the links to the other hosts and their per-GP
@@ -54,7 +55,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aiopdbp.env import unlink_own_shm
@@ -76,7 +77,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("aiopdbp.hosts.remote")
 
-__all__ = ["Remote", "RemoteConfig", "ArrivalsPort", "StreamPort"]
+__all__ = ["Remote", "RemoteConfig", "RemoteStats", "ArrivalsPort", "StreamPort"]
 
 _CTRL = Channel.CONTROL
 
@@ -84,6 +85,30 @@ _CTRL = Channel.CONTROL
 #: it talks to (rows are made at first traffic; empty ones give their space
 #: to new peers when it runs out), so memory stops growing with the job size
 POOL_BUDGET = 2048
+
+
+@dataclass(frozen=True)
+class RemoteStats:
+    """The multi-host counters of a node (:meth:`Remote.snapshot`).
+
+    ``links`` per host, ``received`` data messages per host,
+    ``protocol_errors`` malformed messages received (data and control),
+    ``fallback_allocs`` receives that found their receive-pool row full,
+    ``failed_hosts`` hosts that can no longer be talked to, ``pool`` the
+    buffer pools, ``liveness`` the heartbeats, ``messages_sent`` /
+    ``messages_received`` per host and kind: the control kinds by class
+    name (``"TableMsg"``, ...) and ``"data"`` for data-channel messages.
+    """
+
+    links: dict[int, LinkStats] = field(default_factory=dict)
+    received: dict[int, int] = field(default_factory=dict)
+    protocol_errors: int = 0
+    fallback_allocs: int = 0
+    failed_hosts: tuple[int, ...] = ()
+    pool: dict[str, Any] = field(default_factory=dict)
+    liveness: dict[str, Any] = field(default_factory=dict)
+    messages_sent: dict[int, dict[str, int]] = field(default_factory=dict)
+    messages_received: dict[int, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -198,7 +223,8 @@ class Remote:
         self._closing_wait = Closing(rank, size, transport, self.channel, self.inbound, self.failures,
                                      last_open=stall.last_open if stall is not None else _nothing,
                                      close_timeout=cfg.close_timeout)
-        self._dispatch = Dispatch(self.sequencer, self.sequencer.names, self.sequencer.carrier, self.inbound,
+        names = self.sequencer.names
+        self._dispatch = Dispatch(self.sequencer, names, names.home, self.sequencer.carrier, self.inbound,
                                   self.credit, self.failures, self.stalls, self._closing_wait)
         self._closing = False
         self._reclaim: asyncio.TimerHandle | None = None
@@ -379,50 +405,24 @@ class Remote:
         self.pool.close()
 
     # ------------------------------------------------------------ statistics
-    @property
-    def failed(self) -> dict[int, BaseException]:
-        """Hosts that can no longer be talked to, and why."""
-        return self.failures.failed
-
-    @property
-    def protocol_errors(self) -> int:
-        """Malformed messages received (data and control)."""
-        return self.inbound.protocol_errors + self.channel.protocol_errors
-
-    @property
-    def fallback_allocs(self) -> int:
-        """Receives that found their receive-pool row full."""
-        return self.inbound.fallback_allocs
-
-    def liveness_stats(self) -> dict[str, Any]:
-        return self.failures.liveness_stats()
-
     def size_history(self, host: int) -> dict[str, list[tuple[float, int]]]:
         """Real size over time of the sub-pools for ``host``: SCBP and RCBP
         (the Algorithm 1 statistic)."""
         return {"send": self.pool.send.size_history(host), "recv": self.pool.recv.size_history(host)}
 
-    def message_counts(self) -> tuple[dict[int, dict[str, int]], dict[int, dict[str, int]]]:
-        """Messages sent to and received from each host, per kind: the
-        control kinds by class name (``"TableMsg"``, ``"StreamDoneMsg"``,
-        ...) and ``"data"`` for data-channel messages."""
+    def snapshot(self) -> RemoteStats:
+        """The counters of the parts, read now (``node.stats()`` reports them)."""
         sent, recv = self.channel.counts()
         for h, n in self.credit.sent().items():
             if n:
                 sent.setdefault(h, {})["data"] = n
-        for h, n in self.inbound.received().items():
+        received = self.inbound.received()
+        for h, n in received.items():
             if n:
                 recv.setdefault(h, {})["data"] = n
-        return sent, recv
-
-    def link_stats(self) -> dict[int, LinkStats]:
-        return self.credit.stats()
-
-    def stats(self) -> dict[str, Any]:
-        return {
-            "received": self.inbound.received(),
-            "protocol_errors": self.protocol_errors,
-            "fallback_allocs": self.fallback_allocs,
-            "failed_hosts": sorted(self.failed),
-            "pool": self.pool.stats(),
-        }
+        return RemoteStats(
+            links=self.credit.stats(), received=received,
+            protocol_errors=self.inbound.protocol_errors + self.channel.protocol_errors,
+            fallback_allocs=self.inbound.fallback_allocs,
+            failed_hosts=tuple(sorted(self.failures.failed)), pool=self.pool.stats(),
+            liveness=self.failures.liveness_stats(), messages_sent=sent, messages_received=recv)

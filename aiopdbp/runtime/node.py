@@ -57,7 +57,7 @@ from aiopdbp.runtime.devices import NodeDevices, on_demand
 from aiopdbp.runtime.localgps import LocalGPs
 from aiopdbp.runtime.process import GP
 from aiopdbp.runtime.remoteside import RemoteSide
-from aiopdbp.hosts.remote import Remote, RemoteConfig
+from aiopdbp.hosts.remote import Remote, RemoteConfig, RemoteStats
 from aiopdbp.routing.arrivals import Arrivals
 from aiopdbp.routing.router import Router
 from aiopdbp.stall import DEFAULT_STALL_TIMEOUT, StallWatch
@@ -478,8 +478,7 @@ class Node:
         """A typed snapshot of the node's counters (see :class:`NodeStats`)."""
         from aiopdbp.runtime.stats import NodeStats
 
-        r = self._remote
-        sent, received = r.message_counts() if r is not None else ({}, {})
+        r = self._remote.snapshot() if self._remote is not None else RemoteStats()
         return NodeStats(
             rank=self.rank, size=self.size, gps=len(self._gps),
             routed=self.manager.routed + self.router.offered,
@@ -490,17 +489,12 @@ class Node:
             segments_landed=self.streams.landed,
             table_version=self.tables.version, table_digest=self.tables.digest,
             credit_owed=self.arrivals.book.owed(), bind_waits=self.router.stats()["bind_waits"],
-            links=r.link_stats() if r is not None else {},
-            received={h: n for h, n in r.stats()["received"].items()} if r is not None else {},
-            protocol_errors=r.protocol_errors if r is not None else 0,
-            fallback_allocs=r.fallback_allocs if r is not None else 0,
-            failed_hosts=tuple(sorted(r.failed)) if r is not None else (),
-            pool=r.pool.stats() if r is not None else {},
             transport=self.transport.stats() if self.transport is not None else {},
-            liveness=r.liveness_stats() if r is not None else {},
             devices=self._devices.stats(),
             stall=self.stall.stats(),
-            messages_sent=sent, messages_received=received,
+            links=r.links, received=r.received, protocol_errors=r.protocol_errors,
+            fallback_allocs=r.fallback_allocs, failed_hosts=r.failed_hosts, pool=r.pool,
+            liveness=r.liveness, messages_sent=r.messages_sent, messages_received=r.messages_received,
         )
 
     def size_history(self, host: int) -> dict[str, list[tuple[float, int]]]:

@@ -9,7 +9,8 @@ with its pinned chunk pool, the SGPs' devices, and one *poller* that the
 transport's progress engine calls on every step while device work is in
 flight (never a blocking synchronize, never a CUDA host callback): it
 advances the staging transfers, the receive jobs of incoming device streams
-(:mod:`aiopdbp.streams.devicestreams`) and the events that awaiting calls wait for.
+(:mod:`aiopdbp.streams.devicestreams`) and the events that awaiting calls wait for
+(:mod:`aiopdbp.streams.devicepoll`).
 With nothing in flight the poller is removed, so an idle node pays nothing.
 
 **Backend and pool.**  ``open_node(device=...)`` (or env ``AIOPDBP_DEVICE``)
@@ -67,9 +68,10 @@ import numpy as np
 from aiopdbp.arrays import ML_DTYPES, device_dtype, host_array, tensor_wanted, wire_name
 from aiopdbp.wire.mesp import Kind
 from aiopdbp.device import open_backend
-from aiopdbp.device.backend import DeviceBackend, Event, Order, Stream
+from aiopdbp.device.backend import DeviceBackend, Order
 from aiopdbp.device.chunks import ArrayMeta, ChunkPlan, Piece, segment_view
 from aiopdbp.device.staging import Stager, Transfer
+from aiopdbp.streams.devicepoll import DevicePoller
 from aiopdbp.streams.devicebind import Captured, DeviceBindings, DeviceConfig, Sender, device_config
 from aiopdbp.streams.devicestreams import (
     TERMINATOR,
@@ -83,7 +85,6 @@ from aiopdbp.errors import BrokenResourceError, ClosedResourceError, DeviceError
 from aiopdbp.wire.message import CREDIT_OVERHEAD, Message, credit_cost
 from aiopdbp.streams.receiver import IncomingStream, StreamMeta, StreamState
 from aiopdbp.streams.sender import GenSource, Staged, run_sender
-from aiopdbp.transport.base import LoopPoller
 
 if TYPE_CHECKING:
     from aiopdbp.hosts.tables import Tables
@@ -91,7 +92,7 @@ if TYPE_CHECKING:
     from aiopdbp.routing.router import Router, Target
     from aiopdbp.streams.outgoing import OutgoingStream
     from aiopdbp.streams.table import StreamTable
-    from aiopdbp.transport.base import RawRequest, Transport
+    from aiopdbp.transport.base import Transport
 
 log = logging.getLogger("aiopdbp.streams.devicepath")
 
@@ -111,20 +112,6 @@ class _Done:
 
 
 _DONE = _Done()
-
-
-class _Wait:
-    """An awaited event; ``keep`` (arrays its work touches) lives until the
-    event completed, also when the waiter was cancelled; ``stream`` goes back
-    to the copy-stream pool then."""
-
-    __slots__ = ("event", "fut", "keep", "stream")
-
-    def __init__(self, event: Event, fut: asyncio.Future[None], keep: tuple[Any, ...], stream: Stream | None) -> None:
-        self.event = event
-        self.fut = fut
-        self.keep = keep
-        self.stream = stream
 
 
 class _OutSend:
@@ -159,14 +146,11 @@ class DevicePath:
         self._owns_backend = False
         #: the SGPs of this node and their devices
         self.sgps = DeviceBindings(tables, lambda: self.open().backend)
-        self._jobs: list[RecvJob] = []
+        #: device work in flight, advanced by the progress engine
+        self.poller = DevicePoller(transport)
         self._outs: set[_OutSend] = set()
-        self._events: list[_Wait] = []
-        self._terminators: list[RawRequest] = []
         self._tags: dict[int, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._remove_poller: Callable[[], None] | None = None
-        self._retire_scheduled = False
         self._closed = False
         self.counts = {"sent_local": 0, "sent_remote": 0, "received_remote": 0, "drained": 0}
         #: the class of host array streams arriving at SGPs opened with to_device=True
@@ -211,6 +195,7 @@ class DevicePath:
                 backend.close()
             raise
         self.backend, self._owns_backend = backend, owns
+        self.poller.stager = self.stager
         return self.stager
 
     def close(self) -> None:
@@ -220,15 +205,7 @@ class DevicePath:
         self._closed = True
         for task in self._tasks:
             task.cancel()
-        for job in self._jobs:
-            job.abandon()
-        self._jobs.clear()
-        for fut in (w.fut for w in self._events):
-            if not fut.done():
-                fut.set_exception(ClosedResourceError("node closed"))
-                fut.exception()
-        self._events.clear()
-        self._retire()
+        self.poller.close()
         if self.stager is not None:
             self.stager.close()
         if self.backend is not None and self._owns_backend:
@@ -238,97 +215,6 @@ class DevicePath:
     def wants_device(self, pid: int) -> bool:
         """True for an SGP of this node opened with ``to_device=True``."""
         return self.sgps.wants_device(pid)
-
-    # --------------------------------------------------------------- poller
-    def _busy(self) -> bool:
-        return bool(self._events or self._jobs or self._terminators or
-                    (self.stager is not None and self.stager.pending))
-
-    def _kick(self) -> None:
-        if self._remove_poller is None and not self._closed:
-            transport = self._transport
-            if transport is not None:
-                self._remove_poller = transport.add_poller(self._poll)
-            else:
-                self._remove_poller = LoopPoller(self._poll).remove  # a single host
-
-    def _retire(self) -> None:
-        self._retire_scheduled = False
-        if self._remove_poller is not None and (self._closed or not self._busy()):
-            self._remove_poller()
-            self._remove_poller = None
-
-    def _poll(self) -> bool:
-        """One step: transfers, receive jobs, events, terminators (oldest first)."""
-        try:
-            moved = self.stager.poll() if self.stager is not None and self.stager.pending else False
-            if self._jobs:
-                for job in self._jobs:
-                    moved = job.poll() or moved
-                if any(job.finished for job in self._jobs):
-                    self._jobs = [j for j in self._jobs if not j.finished]
-            if self._events:
-                moved = self._poll_events() or moved
-            if self._terminators:
-                self._terminators = [r for r in self._terminators if not _over(r)]
-        except Exception:  # a bug must not stop the progress engine
-            log.exception("device poller failed")
-            moved = False
-        if not self._busy() and not self._retire_scheduled:
-            self._retire_scheduled = True  # not now: the engine is iterating its pollers
-            asyncio.get_running_loop().call_soon(self._retire)
-        return moved
-
-    def _poll_events(self) -> bool:
-        kept: list[_Wait] = []
-        for w in self._events:
-            try:
-                if not w.event.done():
-                    kept.append(w)  # also when its waiter is gone: w.keep lives on
-                    continue
-            except DeviceError as exc:
-                if not w.fut.done():
-                    w.fut.set_exception(exc)
-                continue
-            if not w.fut.done():
-                w.fut.set_result(None)
-            if w.stream is not None and self.stager is not None:
-                self.stager.streams.give(w.stream)
-        moved = len(kept) != len(self._events)
-        self._events = kept
-        return moved
-
-    async def wait(self, event: Event, keep: tuple[Any, ...] = (), stream: Stream | None = None) -> None:
-        """Wait, without blocking the loop, until ``event`` is done (the poller
-        queries it); ``keep`` stays referenced until then, ``stream`` (a copy
-        stream of the pool) is given back then.
-
-        Cancellation: stops waiting; the device work goes on, and ``keep``
-        lives until it is over.
-        """
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._events.append(_Wait(event, fut, keep, stream))
-        self._kick()
-        await fut
-
-    async def _transfer(self, start: Callable[[Callable[[Any], None]], Transfer]) -> Transfer:
-        """Start a staging transfer and wait until it succeeded (raise its error)."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def done(_: Any) -> None:
-            if not fut.done():
-                fut.set_result(None)
-
-        t = start(done)
-        self._kick()
-        try:
-            await fut
-        except asyncio.CancelledError:
-            t.abort(ClosedResourceError("the awaiting call was cancelled"))
-            raise
-        if t.error is not None:
-            raise t.error
-        return t
 
     # ------------------------------------------------------------ capture
     def capture(self, gp: Sender, data: Any, stream: Any = None) -> Captured:
@@ -368,7 +254,7 @@ class DevicePath:
                 out[piece.offset: piece.offset + piece.nbytes] = np.frombuffer(buf, dtype=np.uint8)
                 return _DONE
 
-            await self._transfer(lambda done: stager.send(data, post, on_done=done, info=info, after=cap.after))
+            await self.poller.transfer(lambda done: stager.send(data, post, on_done=done, info=info, after=cap.after))
             order = info.order or "C"
             shaped = out.view(info.dtype).reshape(info.shape[::-1] if order == "F" else info.shape)
             return shaped.T if order == "F" else shaped
@@ -376,14 +262,14 @@ class DevicePath:
         for ev in cap.after:
             backend.wait_event(s, ev)
         if not copy and info.device == device:
-            await self.wait(backend.record_event(s), (data,), s)
+            await self.poller.wait(backend.record_event(s), (data,), s)
             return data
         consumer = self.sgps.stream_of(pid) or backend.current_stream(device)
         dst = backend.empty(info.shape, info.dtype, info.order or "C", device, consumer)
         backend.wait_event(s, backend.record_event(consumer))  # dst's block may be one the consumer freed
         src = info.array if info.order is not None else backend.contiguous(info.array, s)
         backend.copy_d2d(src, dst, s)
-        await self.wait(backend.record_event(s), (data, src, dst), s)
+        await self.poller.wait(backend.record_event(s), (data, src, dst), s)
         return dst
 
     async def to_device(self, host: Any, pid: int) -> Any:
@@ -410,7 +296,7 @@ class DevicePath:
             np.frombuffer(buf, dtype=np.uint8)[:] = flat[piece.offset: piece.offset + piece.nbytes]
             return _DONE
 
-        t = await self._transfer(lambda done: stager.recv(meta, post, device=device, on_done=done,
+        t = await self.poller.transfer(lambda done: stager.recv(meta, post, device=device, on_done=done,
                                                           consumer=self.sgps.stream_of(pid)))
         return stager.backend.as_tensor(t.array) if tensor else t.array  # type: ignore[attr-defined]
 
@@ -532,7 +418,7 @@ class DevicePath:
 
             sent.transfer = stager.send(cap.data, post, piece_size=ameta.piece_size, on_done=staged, info=cap.info,
                                         after=cap.after)
-            self._kick()
+            self.poller.kick()
             # the receiver may give up while the pieces go out: stop at once
             await asyncio.wait([fut, out.done], return_when=asyncio.FIRST_COMPLETED)
             if out.broken is not None:
@@ -556,8 +442,7 @@ class DevicePath:
             t.abort(exc if isinstance(exc, Exception) else ClosedResourceError("cancelled"))
         if sent.posted < sent.npieces and self._transport is not None:
             try:
-                self._terminators.append(self._transport.raw_isend(sent.host, sent.tag, TERMINATOR))
-                self._kick()
+                self.poller.add_terminator(self._transport.raw_isend(sent.host, sent.tag, TERMINATOR))
             except Exception as err:  # the peer or the transport is gone
                 log.debug("no terminator to host %d: %s", sent.host, err)
 
@@ -585,8 +470,7 @@ class DevicePath:
         if isinstance(stream, DeviceIncomingStream) and _sent_as_tensor(stream.meta):
             stream.to_tensor = self.open().backend.as_tensor  # sent as a tensor: arrives as one
         job = RecvJob(self._transport, host, tag, ameta, stream, self._job_failed)
-        self._jobs.append(job)
-        self._kick()
+        self.poller.add_job(job)
         b = self.sgps.binding(stream.dest_pid, str(stream.meta.extra.get("to", "")))
         device = None if b is None else b[0]
         try:
@@ -629,9 +513,8 @@ class DevicePath:
             return  # malformed: nothing can be matched
         job = RecvJob(self._transport, host, tag, ameta, None, lambda j, e: None)
         job.give_up(StreamError("refused"))
-        self._jobs.append(job)
+        self.poller.add_job(job)
         self.counts["drained"] += 1
-        self._kick()
 
     def _job_failed(self, job: RecvJob, exc: BaseException) -> None:
         """This side failed (a device error, a malformed piece): fail the stream, tell the sender."""
@@ -647,7 +530,7 @@ class DevicePath:
 
     def break_host(self, host: int, exc: BaseException) -> None:
         """Host ``host`` is gone: what is staged with it can never complete."""
-        for job in [j for j in self._jobs if j.host == host]:
+        for job in [j for j in self.poller.jobs if j.host == host]:
             job.abandon()
         for sent in [s for s in self._outs if s.host == host]:
             if sent.transfer is not None:
@@ -657,20 +540,13 @@ class DevicePath:
     def stats(self) -> dict[str, Any]:
         """Counters: backend, pinned pool, transfers and jobs in flight."""
         out: dict[str, Any] = {"backend": getattr(self.backend, "name", None), **self.counts,
-                               "jobs": len(self._jobs), "sgps": len(self.sgps)}
+                               "jobs": len(self.poller.jobs), "sgps": len(self.sgps)}
         if self.stager is not None:
             pool = self.stager.pool
             out.update(transfers=len(self.stager.transfers), chunk_size=pool.chunk_size, chunks=pool.nchunks,
                        chunks_free=pool.free, chunks_in_use=pool.in_use, chunks_lost=pool.lost,
                        chunks_high_water=pool.high_water)
         return out
-
-
-def _over(req: Any) -> bool:
-    try:
-        return bool(req.done())
-    except Exception:
-        return True
 
 
 def _order_of(arr: Any, backend: DeviceBackend | None) -> Any:

@@ -302,7 +302,7 @@ class Barrier(SyncMember):
         self._this_round = [0] * self.steps
         try:
             if self._gone:
-                self._check_gone((), asyncio.get_running_loop().time(), True)
+                self._gone.check((), asyncio.get_running_loop().time(), True, self._round)
             if self.size == 1:
                 result = value
             elif self.algorithm == "counter":

@@ -61,21 +61,16 @@ two subclasses, both in this package.
 from __future__ import annotations
 
 import asyncio
-import struct
-import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Self
+from typing import Any, Final, Self
 
 from aiopdbp.errors import BarrierError, ClosedResourceError, NoPipeError, PDBPError, WouldBlock
-from aiopdbp.hosts.tables import ProcFree, ProcGone, ProcReg, PType, Update
+from aiopdbp.hosts.tables import PType
 from aiopdbp.runtime.process import GP
+from aiopdbp.sync.departures import Departures, PeerWatch, notice
 from aiopdbp.wire.message import Message
 from aiopdbp.streams.receiver import IncomingStream
 from aiopdbp.wire.mesp import Kind
-
-if TYPE_CHECKING:
-    from aiopdbp.runtime.process import GPHost
 
 __all__ = [
     "BarrierTimeoutError", "OP_ARRIVE", "OP_EXCHANGE", "OP_HALO", "OP_RELEASE", "SyncMember",
@@ -93,7 +88,6 @@ _OP_POKE: Final = 7
 _OP_NAMES: Final = {1: "ARRIVE", 2: "RELEASE", 3: "EXCHANGE", 4: "HALO"}
 
 _ROUND_MASK: Final = 0x7F
-_GONE_HEAD = struct.Struct("<q")
 
 
 class BarrierTimeoutError(BarrierError, TimeoutError):
@@ -103,118 +97,6 @@ class BarrierTimeoutError(BarrierError, TimeoutError):
 
 def _com(op: int, step: int, rnd: int, sender: int) -> int:
     return (op << 29) | (step << 23) | ((rnd & _ROUND_MASK) << 16) | sender
-
-
-# ------------------------------------------------------ freed-name detection
-class _Registry:
-    """Per node: which sync members watch which pids for ``proc_free``.
-
-    Pids, not names: a name may be freed and registered again (a new GP of
-    the same name), and only the incarnation a member actually talks to
-    matters.  The table listener is subscribed once per node (``Tables`` has
-    no unsubscribe).
-    """
-
-    def __init__(self) -> None:
-        self.watchers: dict[int, list[tuple[SyncMember, int]]] = {}
-        #: pids whose host is not known here yet -> the watches that want it
-        self.placing: dict[int, list[tuple[_PeerWatch, int]]] = {}
-
-    def watch(self, pid: int, member: SyncMember, index: int) -> None:
-        self.watchers.setdefault(pid, []).append((member, index))
-
-    def place(self, pid: int, watch: _PeerWatch, index: int) -> None:
-        """Tell ``watch`` GP ``pid``'s host when its registration arrives."""
-        self.placing.setdefault(pid, []).append((watch, index))
-
-    def unwatch(self, pid: int, member: SyncMember) -> None:
-        for table in (self.watchers, self.placing):
-            ws: list[Any] | None = table.get(pid)
-            if ws is None:
-                continue
-            ws[:] = [w for w in ws if w[0] is not member and getattr(w[0], "member", None) is not member]
-            if not ws:
-                del table[pid]
-
-    def on_update(self, op: str, update: Update, result: Any) -> None:
-        match update:
-            case ProcReg(node=node):
-                for watch, index in self.placing.pop(result, ()):
-                    watch.placed(index, node)
-            case ProcFree(pid=pid) | ProcGone(pid=pid):
-                self.placing.pop(pid, None)
-                for member, index in self.watchers.pop(pid, ()):
-                    member.on_pid_freed(index)
-
-
-_REGISTRIES: weakref.WeakKeyDictionary[GPHost, _Registry] = weakref.WeakKeyDictionary()
-
-
-def _registry(node: GPHost) -> _Registry:
-    reg = _REGISTRIES.get(node)
-    if reg is None:
-        reg = _Registry()
-        node.tables.subscribe(reg.on_update)
-        _REGISTRIES[node] = reg
-    return reg
-
-
-class _PeerWatch:
-    """One member's side of freed-name detection: the pids it watches for
-    ``proc_free`` (through its node's registry), and what it learnt of each
-    peer's companion at first contact."""
-
-    def __init__(self, member: SyncMember) -> None:
-        self.member = member
-        self.watched: list[int] = []           # pids watched for proc_free
-        self.pid: dict[int, int] = {}          # peer index -> its companion's pid
-        self.rank: dict[int, int] = {}         # peer index -> its companion's rank
-        self.remote: set[int] = set()          # peers whose companion is on another host
-
-    def watch(self, pid: int, index: int, *, known: bool = False) -> None:
-        """Watch ``pid`` for its free (``known``: even if its registration
-        has not reached this host yet -- it is on its way from its home)."""
-        node = self.member.gp.node
-        if known or pid in node.tables.pta:
-            _registry(node).watch(pid, self.member, index)
-            self.watched.append(pid)
-
-    def watch_peer(self, j: int, pid: int, name: str) -> None:
-        """First contact with peer ``j``, whose companion ``name`` is GP
-        ``pid``: remember and watch it.  This host learns the companion's
-        registration and free from its home (``want``): a peer that only
-        ever sent here would otherwise be unknown here."""
-        if j not in self.pid:
-            self.pid[j] = pid
-            node = self.member.gp.node
-            node.router.want(name)
-            entry = node.tables.pta.get(pid)
-            if entry is not None:
-                self.placed(j, entry.node)
-            else:
-                _registry(node).place(pid, self, j)
-            self.watch(pid, j, known=True)
-
-    def placed(self, j: int, rank: int) -> None:
-        """Peer ``j``'s companion lives on host ``rank``."""
-        self.rank[j] = rank
-        if rank != self.member.gp.node.rank:
-            self.remote.add(j)
-
-    def unwatch(self) -> None:
-        reg = _REGISTRIES.get(self.member.gp.node)
-        if reg is not None:
-            for pid in self.watched:
-                reg.unwatch(pid, self.member)
-        self.watched.clear()
-
-
-@dataclass
-class _Gone:
-    rounds: int | None      # rounds it completed (None: unknown, freed without LEAVE)
-    reason: str
-    since: float
-    rank: int | None = None  # where it lived, when known
 
 
 UNSET: Any = object()
@@ -250,7 +132,6 @@ class SyncMember:
         self.grace = grace
         self.linger = linger
         self._names = list(peers)               # index -> member GP name
-        self._index_of = {n: i for i, n in enumerate(self._names)}
         self._self_index = self_index           # -1 when self is not in _names
         self._comp_names = [self.companion_of(n) for n in self._names]
         self._peer_indices = range(len(self._names))   # every peer index (self's too)
@@ -261,9 +142,10 @@ class SyncMember:
         self._broken: BarrierError | None = None
         self._round = 0
         self._stash: dict[tuple[int, int, int, int], Any] = {}
-        self._gone: dict[int, _Gone] = {}
         self._ready: set[int] = set()           # peers whose pipe we have seen bound
-        self._watch = _PeerWatch(self)          # proc_free watches, peers' companions
+        self._watch = PeerWatch(self)           # proc_free watches, peers' companions
+        self._gone = Departures(self._names, self_index, grace, gp.node.rank, self._prefix,
+                                self._watch.rank.get)
         self._autoclose: asyncio.Task[None] | None = None
 
     # -- naming ---------------------------------------------------------------
@@ -382,7 +264,7 @@ class SyncMember:
             if j not in self._watch.pid:
                 pid = by_name.get(self._comp_names[j])
                 if pid is None:
-                    self._gone.setdefault(j, _Gone(None, "not registered", end - self.linger - 1))
+                    self._gone.unregistered(j, end - self.linger - 1)
                 else:
                     self._watch.watch_peer(j, pid, self._comp_names[j])
         self._busy = True
@@ -390,9 +272,7 @@ class SyncMember:
             while True:
                 now = loop.time()
                 # a peer freed just now may still have a LEAVE in flight: settle briefly
-                waiting = [j for j in peers if j not in self._gone or (
-                    self._gone[j].rounds is None and j in self._watch.remote
-                    and now - self._gone[j].since < _SETTLE)]
+                waiting = [j for j in peers if self._still_heard(j, now)]
                 rest = end - now
                 if not waiting or rest <= 0:
                     return
@@ -409,6 +289,13 @@ class SyncMember:
                     pass
         finally:
             self._busy = False
+
+    def _still_heard(self, j: int, now: float) -> bool:
+        """Whether a closing member still waits for peer ``j``: it has not
+        gone, or its companion on another host was freed so recently that
+        a LEAVE of it may still be in flight."""
+        g = self._gone.get(j)
+        return g is None or (g.rounds is None and j in self._watch.remote and now - g.since < _SETTLE)
 
     async def __aenter__(self) -> Self:
         """``async with``: :meth:`open` on entry.
@@ -435,11 +322,8 @@ class SyncMember:
                     self.aclose(), name=f"aiopdbp-sync-autoclose-{self.companion_of(self.member)}")
                 self._autoclose.add_done_callback(_retrieve)
             return
-        if i in self._gone:
-            return
-        self._gone[i] = _Gone(None, "its companion was freed without leaving (its GP, task or "
-                                    "host ended?)", asyncio.get_running_loop().time())
-        self._poke()
+        if self._gone.freed(i, asyncio.get_running_loop().time()):
+            self._poke()
 
     def _poke(self) -> None:
         comp = self._comp
@@ -451,7 +335,7 @@ class SyncMember:
 
     def _broadcast(self, comp: GP, op: int, reason: str) -> None:
         """Best-effort LEAVE/ABORT to every peer (never waits, never raises)."""
-        payload = _GONE_HEAD.pack(self._round) + self.member.encode() + b"\0" + reason.encode()
+        payload = notice(self._round, self.member, reason)
         for i in self._peer_indices:
             if i == self._self_index or i in self._gone:
                 continue
@@ -459,35 +343,6 @@ class SyncMember:
                 comp.send_nowait(self._comp_names[i], payload, com=_com(op, 0, 0, 0), kind=Kind.COMMAND)
             except PDBPError:
                 pass
-
-    def _gone_error(self, i: int, g: _Gone) -> BarrierError:
-        name = self._names[i]
-        if g.rounds is None:
-            err = BarrierError(f"{self._prefix()}: member {name!r} is gone ({g.reason})")
-        else:
-            err = BarrierError(f"{self._prefix()}: member {name!r} {g.reason} (after {g.rounds} round(s))")
-        rank = g.rank if g.rank is not None else self._watch.rank.get(i)
-        if rank is not None and rank != self.gp.node.rank:
-            err.origin_rank = rank   # under aiopdbp.run: a consequence of that rank (aiopdbp.runtime.job)
-        return err
-
-    def _check_gone(self, pending: Iterable[int], now: float, at_start: bool) -> float | None:
-        """Raise if a gone member makes this round impossible; else return
-        the earliest time a grace period of a pending member runs out."""
-        wake: float | None = None
-        pend = set(pending)
-        for i, g in self._gone.items():
-            if g.rounds is not None:
-                if g.rounds <= self._round:
-                    raise self._gone_error(i, g)
-            elif at_start:
-                raise self._gone_error(i, g)
-            elif i in pend:
-                until = g.since + self.grace
-                if now >= until:
-                    raise self._gone_error(i, g)
-                wake = until if wake is None else min(wake, until)
-        return wake
 
     # -- receiving --------------------------------------------------------------
     def _sender_of(self, msg: Message, field_: int) -> int | None:
@@ -502,20 +357,9 @@ class SyncMember:
         if op == _OP_POKE:
             return
         if op == _OP_LEAVE or op == _OP_ABORT:
-            raw = bytes(item.data or b"")
-            if len(raw) < _GONE_HEAD.size:
-                return
-            (rounds,) = _GONE_HEAD.unpack_from(raw)
-            name, _, reason = raw[_GONE_HEAD.size:].decode(errors="replace").partition("\0")
-            i = self._index_of.get(name)
-            if i is None or i == self._self_index:
-                return
-            old = self._gone.get(i)
-            if old is None or old.rounds is None:
-                why = "left the group" if op == _OP_LEAVE else f"failed ({reason})"
-                entry = self.gp.node.tables.pta.get(item.source_pid)
-                self._gone[i] = _Gone(rounds, why, asyncio.get_running_loop().time(),
-                                      entry.node if entry is not None else None)
+            entry = self.gp.node.tables.pta.get(item.source_pid)
+            self._gone.on_notice(op == _OP_LEAVE, bytes(item.data or b""),
+                                 entry.node if entry is not None else None, asyncio.get_running_loop().time())
             return
         i = self._sender_of(item, com & 0xFFFF)
         key = (op, (com >> 23) & 0x3F, (com >> 16) & _ROUND_MASK, -1 if i is None else i)
@@ -578,7 +422,7 @@ class SyncMember:
                 item = comp.recv_nowait()
             except WouldBlock:
                 now = loop.time()
-                wake = self._check_gone(pending, now, False) if self._gone else None
+                wake = self._gone.check(pending, now, False, self._round) if self._gone else None
                 limit = deadline if wake is None else (wake if deadline is None else min(wake, deadline))
                 try:
                     item = await comp.recv(None if limit is None else max(0.0, limit - now))
@@ -592,7 +436,7 @@ class SyncMember:
                 raise self._closed_error() from None
             self._accept(item)
             if self._gone:
-                self._check_gone(pending, loop.time(), False)
+                self._gone.check(pending, loop.time(), False, self._round)
 
     def _count_received(self, got: Mapping[int, Any]) -> None:
         pass
@@ -620,7 +464,7 @@ class SyncMember:
             self._drain_nowait(comp)
             now = loop.time()
             if self._gone:
-                self._check_gone((j,), now, False)
+                self._gone.check((j,), now, False, self._round)
             if deadline is not None and now >= deadline:
                 raise self._timeout_error(
                     f"waiting for member {self._names[j]!r} to join (its companion {name!r} "
@@ -632,8 +476,8 @@ class SyncMember:
                     deadline: float | None, timeout: float | None) -> None:
         comp = self._comp
         assert comp is not None
-        if self._gone and j in self._gone:
-            raise self._gone_error(j, self._gone[j])
+        if j in self._gone:
+            raise self._gone.error(j)
         com = _com(op, step, self._round, sender)
         name = self._comp_names[j]
         if j in self._ready:
@@ -646,7 +490,7 @@ class SyncMember:
                 raise self._closed_error() from None
             except PDBPError:   # UnknownProcessError: freed meanwhile
                 if j in self._gone:
-                    raise self._gone_error(j, self._gone[j]) from None
+                    raise self._gone.error(j) from None
                 raise BarrierError(f"{self._prefix()}: member {self._names[j]!r} is gone "
                                    "(its companion is no longer registered)") from None
         else:

@@ -109,7 +109,7 @@ class Neighbours(SyncMember):
                 raise
         try:
             if self._gone:
-                self._check_gone((), asyncio.get_running_loop().time(), True)
+                self._gone.check((), asyncio.get_running_loop().time(), True, self._round)
             if len(self._pid_index) < len(self._names):
                 for j in self._peer_indices:    # resolve every sender before reading
                     if j not in self._ready:
