@@ -85,7 +85,8 @@ ranks have removed the names themselves, :func:`unlink_own_shm`); a failing rank
 :data:`FAILED_FILE` (:func:`record_failure`, read by :func:`recorded_failure`).
 Each rank also holds a connection to the launcher's socket there,
 :data:`LIFELINE_FILE` (:func:`hold_lifeline`), whose close tells the
-launcher the moment the rank ends.
+launcher the moment the rank ends.  On an oversubscribed host each rank
+passes the start gate there (:func:`start_gate`) before ``MPI_Init``.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import select
 import socket
 from collections.abc import Mapping
 
@@ -109,7 +111,8 @@ __all__ = [
     "mpi_thread_level", "mpiexec_override", "bench_link", "under_aiopdbp_launch", "job_dir", "pmi_fd",
     "emulated_link_bps", "search_path", "mpi_settings", "inherited",
     "own_shm", "record_own_shm", "unlink_own_shm", "recorded_shm", "record_failure", "recorded_failure", "recorded_stop",
-    "record_rank", "recorded_ranks",
+    "record_rank", "recorded_ranks", "oversubscribed", "gate_ranks", "start_gate", "GATE_FIFO",
+    "GATE_FILE_PREFIX",
 ]
 
 # ------------------------------------------------------------- launchers
@@ -230,6 +233,16 @@ def local_ranks() -> int:
         if raw.isdigit():
             return max(1, int(raw))
     return 1
+
+
+def oversubscribed(ranks: int | None = None) -> bool:
+    """True when this host runs more ranks (``ranks``, default
+    :func:`local_ranks`) than this process may use cores."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return (local_ranks() if ranks is None else ranks) > cores
 
 
 def in_mpi_job() -> bool:
@@ -563,3 +576,57 @@ def recorded_stop(where: str) -> tuple[int | None, str]:
         return (int(head) if head else None), line.strip()
     except ValueError:
         return None, ""
+
+
+# ------------------------------------------------------------ the start gate
+#: in the job directory: the start gate's FIFO, and the file each rank makes when it comes (+ its rank)
+GATE_FIFO, GATE_FILE_PREFIX = "gate", "gate."
+
+
+def gate_ranks() -> int | None:
+    """How many ranks this rank waits for at the start gate (:func:`start_gate`):
+    the job's, under ``aiopdbp launch`` with every rank on this host and more
+    ranks than cores; None otherwise (no gate)."""
+    size = env_size()
+    if size > 1 and job_dir() and local_ranks() == size and oversubscribed(size):
+        return size
+    return None
+
+
+def start_gate(where: str, rank: int, ranks: int, timeout: float) -> bool:
+    """Wait, asleep, until ``ranks`` ranks (this one included) have come to
+    the gate in directory ``where``, at most ``timeout`` s; True once they
+    all have, False on the timeout or where the gate cannot be made.
+
+    Why (see :mod:`aiopdbp.rankout`, which calls it before ``MPI_Init``):
+    MPICH's ``MPI_Init`` ends in a barrier of a host's ranks that polls
+    with ``sched_yield``, and with more ranks than cores a rank polling
+    there takes the CPU that the ranks still starting need.
+
+    Each rank opens the FIFO for reading *before* it marks its coming
+    (``gate.RANK``), so a rank that counts every mark finds every other
+    rank's reader open: opening the FIFO for writing and closing it wakes
+    them all (a reader that never saw a writer is not woken before one).
+    Ranks that count every mark at once all open it: no harm.
+    """
+    fifo = os.path.join(where, GATE_FIFO)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkfifo(fifo, 0o600)
+        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        try:
+            os.close(os.open(os.path.join(where, f"{GATE_FILE_PREFIX}{rank}"), os.O_WRONLY | os.O_CREAT, 0o600))
+            came = sum(1 for name in os.listdir(where)
+                       if name.startswith(GATE_FILE_PREFIX) and name[len(GATE_FILE_PREFIX):].isdigit())
+        except OSError:
+            return False
+        if came >= ranks:
+            with contextlib.suppress(OSError):   # ENXIO: no reader is open, nobody waits
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            return True
+        return bool(select.select([fd], [], [], max(0.0, timeout))[0])
+    finally:
+        os.close(fd)

@@ -16,6 +16,15 @@ that walk was a large part of a job's last second.  Objects left in
 reference cycles are then not collected at exit (their ``__del__`` does not
 run; Python never promises that it does at exit); ``atexit`` handlers,
 ``weakref.finalize`` and the flushing of the standard streams run as always.
+And one thing at the start: on an oversubscribed host (every rank of the job
+on it, more ranks than cores) the first import of ``mpi4py.MPI`` -- aiopdbp's
+or the program's own, where ``MPI_Init`` runs -- first waits, asleep, at the
+job directory's start gate (:func:`aiopdbp.env.start_gate`) until every rank
+has come to it: ``MPI_Init`` ends in a barrier where the ranks that came
+first poll with ``sched_yield`` for the last, taking the CPU that the ranks
+still starting need.  A rank that never initialises MPI would hold the others
+in ``MPI_Init`` anyway; here they wait at most :data:`GATE_TIMEOUT_S` and go
+on into it (aiopdbp's start-up watchdog still ends a start that takes too long).
 
 Imports: :mod:`aiopdbp.env` and the standard library only -- a rank's start
 stays as light as ``python prog.py`` (``aiopdbp bench scale`` measures raw
@@ -37,9 +46,12 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TextIO
 
-from aiopdbp.env import env_rank, env_size, rank_prefix_wanted
+from aiopdbp.env import env_rank, env_size, gate_ranks, job_dir, rank_prefix_wanted, start_gate
 
-__all__ = ["RankPrefixed", "flush_all", "main", "prefix_output", "wraps"]
+__all__ = ["GATE_TIMEOUT_S", "MPIGate", "RankPrefixed", "flush_all", "hold_mpi_init", "main", "prefix_output", "wraps"]
+
+#: the most the first import of ``mpi4py.MPI`` waits at the start gate
+GATE_TIMEOUT_S = 300.0
 
 
 class RankPrefixed(io.TextIOBase):
@@ -115,6 +127,34 @@ def flush_all() -> None:
             stream.flush()
 
 
+class MPIGate:
+    """A ``sys.meta_path`` entry that holds the first import of ``mpi4py.MPI``
+    at the start gate (see the module doc), then leaves ``sys.meta_path`` and
+    lets the import go on as ever."""
+
+    def __init__(self, where: str, rank: int, ranks: int, timeout: float = GATE_TIMEOUT_S) -> None:
+        self.where, self.rank, self.ranks, self.timeout = where, rank, ranks, timeout
+        self.passed: bool | None = None   # None: not come yet; else whether all the ranks came
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        if fullname == "mpi4py.MPI" and self.passed is None:
+            with contextlib.suppress(ValueError):
+                sys.meta_path.remove(self)
+            self.passed = start_gate(self.where, self.rank, self.ranks, self.timeout)
+        return None   # the import itself is the other finders'
+
+
+def hold_mpi_init() -> MPIGate | None:
+    """Put an :class:`MPIGate` first on ``sys.meta_path`` where this rank
+    has a start gate to pass (:func:`aiopdbp.env.gate_ranks`)."""
+    ranks, where = gate_ranks(), job_dir()
+    if ranks is None or not where or "mpi4py.MPI" in sys.modules:
+        return None
+    gate = MPIGate(where, env_rank(), ranks)
+    sys.meta_path.insert(0, gate)
+    return gate
+
+
 def wraps(argv: Sequence[str]) -> bool:
     """Whether :func:`main` can run ``python ARGV...``: a script, or ``-m module``
     (not interpreter options or ``-c``, which go to the interpreter itself)."""
@@ -138,6 +178,7 @@ def main(argv: Sequence[str]) -> int:
     size = env_size()
     if size > 1:
         prefix_output(env_rank())
+        hold_mpi_init()
     try:
         return _run_program(argv, size)
     finally:

@@ -97,7 +97,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from aiopdbp.env import idle_max_seconds, local_ranks, max_backoff_seconds, progress_mode, spin_seconds
+from aiopdbp.env import (idle_max_seconds, local_ranks, max_backoff_seconds, oversubscribed, progress_mode,
+                         spin_seconds)
 from aiopdbp.errors import ClosedResourceError, TransportError
 from aiopdbp.transport.backoff import Backoff
 from aiopdbp.transport.base import AllocFn, Channel, DeliverFn, SinkFn
@@ -145,15 +146,6 @@ def resolve_mode(mode: str = "auto") -> str:
     if mode in ("auto", "poll"):
         return "poll"
     raise ValueError(f"progress mode must be one of {PROGRESS_MODES}, got {mode!r}")
-
-
-def oversubscribed(ranks: int | None = None) -> bool:
-    """True when this host runs more ranks than this process may use cores."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    return (local_ranks() if ranks is None else ranks) > cores
 
 
 class _SendOp:
