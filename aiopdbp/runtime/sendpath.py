@@ -11,7 +11,11 @@ a multicast, another payload, a large array sent from its own buffer, a
 device array -- is the sending side's coroutine (``slow``: ``GPSender.send``), unchanged; so is
 the wait when the target cannot take the message now (the router's
 ``send_waiting``).  The same checks come in the same order as in the GP's
-coroutine, so a wrong argument raises the same error.
+coroutine, so a wrong argument raises the same error.  A stream of one
+short buffer to a GP on another host is the same kind of step
+(:meth:`SendPath.stream`; in the compiled form ``gp.send_stream`` is
+:meth:`SendPath.call_stream`): its record through the link's ``offer``, or
+the table's wait for credit; anything else is ``GP.send_stream``.
 
 This module has a compiled twin (``aiopdbp.runtime.csendpath``, chosen by
 :mod:`aiopdbp.runtime.sendcore`): a compiled coroutine instead of a Python
