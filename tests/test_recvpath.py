@@ -17,6 +17,7 @@ from aiopdbp.routing.pipes import Pipe
 from aiopdbp.runtime import recvpath as pure_path
 from aiopdbp.runtime.cluster import open_cluster
 from aiopdbp.runtime.recvcore import COMPILED as RECV_COMPILED
+from aiopdbp.streams.receiver import WholeStream
 from aiopdbp.wire.mesp import Kind
 from aiopdbp.wire.message import Message
 
@@ -141,6 +142,34 @@ async def test_an_item_returned_otherwise_goes_to_the_gps_coroutine(form: Any, c
     pipe.put_many([item], 1)
     path, _, slow = _path(form, pipe)
     assert await path.recv() == ("slow", item)
+    assert slow.calls == [(None, None)] and pipe.taken == 1
+
+
+def _whole(source: Any = "a") -> WholeStream:
+    """A short stream as the arrivals put it in a pipe (its owner is not asked here)."""
+    return WholeStream(None, (1, 7), source, 5, 9, np.full(16, 3, dtype=np.uint8), 0, 16)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("node_arrays", ["auto", "numpy"])
+async def test_a_named_incoming_stream_in_the_pipe_is_taken_and_returned(form: Any, node_arrays: str) -> None:
+    pipe: Pipe[Any] = Pipe(8)
+    stream, after = _whole(), _msg(b"after")
+    pipe.put_many([stream, after], 1)
+    path, _, slow = _path(form, pipe, _Node(node_arrays))
+    got = await path.recv()
+    assert got is stream and got.arrays == node_arrays   # (what its read() gives, as the GP's coroutine sets it)
+    assert not slow.calls and pipe.taken == 1 and len(pipe) == 1
+    assert await path.recv() is after
+
+
+@pytest.mark.parametrize("form", FORMS)
+async def test_an_incoming_stream_from_an_unnamed_sender_goes_to_the_gps_coroutine(form: Any) -> None:
+    stream = _whole(source=5)
+    pipe: Pipe[Any] = Pipe(8)
+    pipe.put_many([stream], 1)
+    path, _, slow = _path(form, pipe)
+    assert await path.recv() == ("slow", stream)
     assert slow.calls == [(None, None)] and pipe.taken == 1
 
 

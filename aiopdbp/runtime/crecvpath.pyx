@@ -6,12 +6,14 @@ FIFO itself -- :meth:`Pipe.receive_nowait
 <aiopdbp.routing.pipes.Pipe.receive_nowait>`'s one-FIFO lines, inline (the
 count taken, the local bytes freed, a parked sender served, the credit
 watch) -- so that no Python frame runs for it; an array to convert (a
-tensor's) is converted first and its ``Message`` filled in C.  Anything else is the GP's
+tensor's) is converted first and its ``Message`` filled in C; an incoming
+stream is taken the same way.  Anything else is the GP's
 coroutine, as in the pure form, with nothing taken (``tests/test_recvpath.py``
 runs both)."""
 
 import numpy as np
 
+from aiopdbp.streams.receiver import IncomingStream
 from aiopdbp.wire.message import Message
 
 cdef extern from *:
@@ -51,6 +53,7 @@ cdef extern from *:
 
 cdef object _Message = Message
 cdef object _ndarray = np.ndarray
+cdef object _IncomingStream = IncomingStream
 # (Message must stay a plain tuple subclass for the fill above)
 assert Message.__new__ is tuple.__new__ and Message.__init__ is object.__init__
 
@@ -92,17 +95,15 @@ cdef class RecvPath:
                         if kind != "auto" or data.dtype.metadata is not None:
                             # converted before the take: a conversion that raises takes nothing
                             item = self._arrive(<tuple>item, data, kind)
-                    # Pipe.receive_nowait's one FIFO, inline
-                    items.popleft()
-                    taken = pipe.taken + 1
-                    pipe.taken = taken
-                    room = pipe.room
-                    if room.marks:
-                        room.release(taken)
-                    if room.lot:
-                        room.serve()
-                    if taken >= pipe.watch_at and pipe.on_watch is not None:
-                        pipe.watch_at = pipe.on_watch(pipe, taken, pipe._host)
+                    _take_first(pipe, items)
+                    return item
+                if isinstance(item, _IncomingStream) and type(item.source) is str:
+                    # an incoming stream: told the node's arrays (the GP's
+                    # coroutine's, for a stream), then taken as a message is
+                    kind = self._node.arrays
+                    if kind != "auto":
+                        item.arrays = kind
+                    _take_first(pipe, items)
                     return item
         return await self._slow(timeout, None, None)
 
@@ -114,3 +115,18 @@ cdef class RecvPath:
 
     cdef object _arrive(self, tuple item, data, kind):
         return aiopdbp_message5(_Message, item[0], item[1], item[2], self._arrival(data, kind), item[4])
+
+
+cdef inline int _take_first(pipe, items) except -1:
+    # Pipe.receive_nowait's one FIFO, inline
+    items.popleft()
+    taken = pipe.taken + 1
+    pipe.taken = taken
+    room = pipe.room
+    if room.marks:
+        room.release(taken)
+    if room.lot:
+        room.serve()
+    if taken >= pipe.watch_at and pipe.on_watch is not None:
+        pipe.watch_at = pipe.on_watch(pipe, taken, pipe._host)
+    return 0

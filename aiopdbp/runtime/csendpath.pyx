@@ -15,8 +15,9 @@ import numpy as np
 
 from cpython.float cimport PyFloat_AS_DOUBLE
 
-from aiopdbp.errors import ClosedResourceError
+from aiopdbp.errors import ClosedResourceError, UnknownProcessError
 from aiopdbp.runtime.sendpath import BURST_BYTES
+from aiopdbp.streams.receiver import DEFAULT_SEGMENT, EAGER_LIMIT
 from aiopdbp.wire.mesp import Kind
 from aiopdbp.wire.message import CREDIT_OVERHEAD
 
@@ -40,6 +41,9 @@ cdef object _ndarray = np.ndarray
 cdef object _sleep = asyncio.sleep
 cdef Py_ssize_t _OVERHEAD = CREDIT_OVERHEAD
 cdef Py_ssize_t _BURST = BURST_BYTES
+cdef Py_ssize_t _EAGER = EAGER_LIMIT
+cdef object _DEFAULT_SEGMENT = DEFAULT_SEGMENT
+cdef str _PLAIN = "biufcmM"
 
 
 cdef class SendPath:
@@ -49,6 +53,7 @@ cdef class SendPath:
     cdef public bint freed
     cdef public Py_ssize_t burst
     cdef public object whole
+    cdef public object streams, whole_stream
     cdef dict _pids, _targets
     cdef object _router, _queued, _slow, _snapshot
     cdef Py_ssize_t _owned_min
@@ -68,6 +73,8 @@ cdef class SendPath:
         self._snapshot = snapshot
         self._max_ndim = max_ndim
         self.whole = None
+        self.streams = None
+        self.whole_stream = None
 
     def call(self, dest, data=None, *, com=0, kind=Kind.SHORT, timeout=None, copy=True, stream=None):
         if stream is None and (data is None or type(data) is bytes or type(data) is _ndarray):
@@ -112,3 +119,58 @@ cdef class SendPath:
                 return
         self.burst = _BURST
         await self._router.send_waiting(dest, fields, cost, timeout)
+
+    # -- short streams ----------------------------------------------------------
+    def call_stream(self, dest, data, *, segment_size=None, com=0, timeout=None, copy=True, stream=None):
+        if stream is None and (type(data) is _ndarray or type(data) is bytes):
+            return self.stream(dest, data, segment_size, com, timeout, copy)
+        if self.whole_stream is None:
+            raise RuntimeError("SendPath.call_stream: no GP send_stream set (whole_stream)")
+        return self.whole_stream(dest, data, segment_size=segment_size, com=com, timeout=timeout, copy=copy,
+                                 stream=stream)
+
+    async def stream(self, dest, data, segment_size, com, timeout, copy):
+        cdef Py_ssize_t n, limit, size
+        streams = self.streams
+        size_obj = _DEFAULT_SEGMENT if segment_size is None else segment_size
+        if (streams is None or self.freed or type(com) is not int or not 0 <= com <= 0xFFFFFFFF
+                or type(dest) is not str or type(size_obj) is not int or not size_obj >= 1
+                or (timeout is not None and (type(timeout) is not float
+                                             or not PyFloat_AS_DOUBLE(timeout) >= 0))):
+            return await self._whole_stream(dest, data, segment_size, com, timeout, copy)
+        limit = _EAGER if size_obj >= _EAGER else <Py_ssize_t>size_obj
+        if type(data) is _ndarray:
+            n = data.nbytes
+            if (not 0 < n <= limit or not data.ndim or data.dtype.kind not in _PLAIN
+                    or not data.flags.c_contiguous):
+                return await self._whole_stream(dest, data, segment_size, com, timeout, copy)
+            eager = data
+        else:
+            n = len(<bytes>data)
+            if not 0 < n <= limit:
+                return await self._whole_stream(dest, data, segment_size, com, timeout, copy)
+            eager = memoryview(data)
+        pid = self._pids.get(dest)
+        tgt = None if pid is None else self._targets.get(pid)
+        if pid is None or tgt is None or not tgt.remote:
+            return await self._whole_stream(dest, data, segment_size, com, timeout, copy)
+        record = streams.whole_record(self.pid, com, eager)
+        cost = n + _OVERHEAD
+        # the table's send_whole_nowait (the manager's offer), inline: the
+        # router counts what a GP's path routed at once (stats add the two)
+        if not self._queued and tgt.offer(pid, cost, record):
+            self._router.offered += 1
+            return n
+        if timeout is None:
+            try:
+                if await streams.send_whole(self.pid, tgt, pid, record, cost):
+                    return n
+            except UnknownProcessError:
+                await self._router.resolve(dest, 0)
+                raise
+        return await self._whole_stream(dest, data, segment_size, com, timeout, copy)
+
+    cdef object _whole_stream(self, dest, data, segment_size, com, timeout, copy):
+        if self.whole_stream is None:
+            raise RuntimeError("SendPath.stream: no GP send_stream set (whole_stream)")
+        return self.whole_stream(dest, data, segment_size=segment_size, com=com, timeout=timeout, copy=copy)

@@ -43,7 +43,7 @@ import asyncio
 import dataclasses
 import contextlib
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiopdbp.arrays import KINDS
@@ -87,9 +87,11 @@ class _WholeStreams:
     def __init__(self, node: Node) -> None:
         self._node = node
 
-    def open_whole(self, host: int, dest: int, src: int, source: Any, com: int, sno: int, window: int,
-                   data: Any) -> Any | None:
-        return self._node.streams.open_whole(host, dest, src, source, com, sno, window, data)
+    @property
+    def open_whole(self) -> Callable[[int, int, int, Any, int, int, int, Any], Any | None]:
+        # the table's own method, read once per frame by the arrivals (no
+        # forwarding frame per short stream)
+        return self._node.streams.open_whole
 
     def undelivered(self, items: list[Any]) -> None:
         self._node.streams.undelivered(items)

@@ -158,6 +158,13 @@ class GP:
             self._path.whole = GP.send.__get__(self)
             if SEND_COMPILED:
                 self.send = self._path.call  # type: ignore[method-assign]
+        if type(self).send_stream is GP.send_stream:
+            # ``gp.send_stream()`` likewise: a short stream to another host is the
+            # compiled path's coroutine, the rest this class's send_stream
+            self._path.streams = node.streams
+            self._path.whole_stream = GP.send_stream.__get__(self)
+            if SEND_COMPILED:
+                self.send_stream = self._path.call_stream  # type: ignore[method-assign]
         #: receive's common case in one step (the rest is :meth:`_recv`); its pipe is
         #: this GP's while it has one and is not freed
         self._in = RecvPath(self._rx, node, self._recv, arrival)

@@ -3,11 +3,12 @@
 
 The common case is a call without ``arrays``, an item already in the GP's
 pipe, nothing held back by an earlier receive, no ``recv_into`` waiting, and a
-:class:`~aiopdbp.wire.message.Message` whose sender's name is known: it is
-taken and returned, its array as the node's ``arrays`` asks (a tensor's
-array as a tensor: :meth:`RecvPath.arrive`, which the GP's coroutine also
-calls).  Everything else -- an empty pipe (the wait), items held,
-``recv_into``, streams, a name not known yet, a freed GP -- is the GP's
+:class:`~aiopdbp.wire.message.Message` or an incoming stream whose sender's
+name is known: it is taken and returned, a message's array as the node's
+``arrays`` asks (a tensor's array as a tensor: :meth:`RecvPath.arrive`,
+which the GP's coroutine also calls), a stream told the node's ``arrays``
+for its read.  Everything else -- an empty pipe (the wait), items held,
+``recv_into``, a name not known yet, a freed GP -- is the GP's
 coroutine (``slow``: ``GP._recv``), unchanged, which also takes the item
 this path took and could not return as it is.
 
@@ -30,12 +31,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from aiopdbp.streams.receiver import IncomingStream
 from aiopdbp.wire.message import Message
 
 if TYPE_CHECKING:
     from aiopdbp.routing.pipes import Pipe
     from aiopdbp.runtime.receiving import GPReceiver
-    from aiopdbp.streams.receiver import IncomingStream
 
 __all__ = ["RecvPath"]
 
@@ -76,6 +77,11 @@ class RecvPath:
             if kind == "auto" and data.dtype.metadata is None:
                 return item  # an array that arrives as it came
             return self.arrive(item, kind)
+        if isinstance(item, IncomingStream) and type(item.source) is str:
+            kind = self._node.arrays
+            if kind != "auto":  # (the GP's coroutine's, for a stream)
+                item.arrays = kind
+            return item
         return await self._slow(timeout, arrays, item)
 
     def arrive(self, item: Message, kind: str) -> Message:

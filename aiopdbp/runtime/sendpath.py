@@ -11,7 +11,11 @@ a multicast, another payload, a large array sent from its own buffer, a
 device array -- is the sending side's coroutine (``slow``: ``GPSender.send``), unchanged; so is
 the wait when the target cannot take the message now (the router's
 ``send_waiting``).  The same checks come in the same order as in the GP's
-coroutine, so a wrong argument raises the same error.
+coroutine, so a wrong argument raises the same error.  A stream of one
+short buffer to a GP on another host is the same kind of step
+(:meth:`SendPath.stream`; in the compiled form ``gp.send_stream`` is
+:meth:`SendPath.call_stream`): its record through the link's ``offer``, or
+the table's wait for credit; anything else is ``GP.send_stream``.
 
 This module has a compiled twin (``aiopdbp.runtime.csendpath``, chosen by
 :mod:`aiopdbp.runtime.sendcore`): a compiled coroutine instead of a Python
@@ -33,12 +37,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aiopdbp.errors import ClosedResourceError
+from aiopdbp.errors import ClosedResourceError, UnknownProcessError
+from aiopdbp.streams.receiver import DEFAULT_SEGMENT, EAGER_LIMIT
 from aiopdbp.wire.mesp import Kind
 from aiopdbp.wire.message import CREDIT_OVERHEAD
 
 if TYPE_CHECKING:
     from aiopdbp.routing.router import Router
+    from aiopdbp.streams.table import StreamTable
 
 __all__ = ["BURST_BYTES", "SendPath"]
 
@@ -55,6 +61,10 @@ _SHORT, _COMMAND = Kind.SHORT, Kind.COMMAND
 Slow = Callable[[Any, Any, int, Kind, "float | None", bool], Coroutine[Any, Any, None]]
 #: the GP's own ``send`` (``GP.send``'s signature: dest, data, com=, kind=, timeout=, copy=, stream=)
 Whole = Callable[..., Coroutine[Any, Any, None]]
+#: the GP's own ``send_stream`` (its signature: dest, data, segment_size=, com=, timeout=, copy=, stream=)
+WholeStream = Callable[..., Coroutine[Any, Any, int]]
+#: dtype kinds a short stream's array may have without a closer look (numbers, bools, datetimes)
+_PLAIN = "biufcmM"
 
 
 class SendPath:
@@ -77,6 +87,10 @@ class SendPath:
         self._max_ndim = max_ndim
         #: the GP's own ``send`` for what :meth:`call` does not take (the GP sets it)
         self.whole: Whole | None = None
+        #: the node's stream table (the GP sets it; None: every stream is ``whole_stream``'s)
+        self.streams: StreamTable | None = None
+        #: the GP's own ``send_stream`` for what :meth:`stream` does not take (the GP sets it)
+        self.whole_stream: WholeStream | None = None
 
     def call(self, dest: Any, data: Any = None, *, com: int = 0, kind: Kind = _SHORT,
              timeout: float | None = None, copy: bool = True, stream: Any = None) -> Coroutine[Any, Any, None]:
@@ -122,3 +136,73 @@ class SendPath:
         if not self._try_send(dest, fields, cost):  # the router routed it: nothing to wait for
             self.burst = BURST_BYTES
             await self._router.send_waiting(dest, fields, cost, timeout)
+
+    # -- short streams ----------------------------------------------------------
+    def call_stream(self, dest: Any, data: Any, *, segment_size: int | None = None, com: int = 0,
+                    timeout: float | None = None, copy: bool = True,
+                    stream: Any = None) -> Coroutine[Any, Any, int]:
+        """``GP.send_stream`` (read its docstring): ``bytes`` or an ndarray
+        without ``stream=`` is :meth:`stream`'s coroutine, which checks the
+        rest when awaited; anything else is the GP's own ``send_stream``
+        (``whole_stream``), which converts a tensor and captures a device
+        array at the call."""
+        if stream is None and (type(data) is np.ndarray or type(data) is bytes):
+            return self.stream(dest, data, segment_size, com, timeout, copy)
+        if self.whole_stream is None:
+            raise RuntimeError("SendPath.call_stream: no GP send_stream set (whole_stream)")
+        return self.whole_stream(dest, data, segment_size=segment_size, com=com, timeout=timeout, copy=copy,
+                                 stream=stream)
+
+    async def stream(self, dest: Any, data: Any, segment_size: int | None, com: int, timeout: float | None,
+                     copy: bool) -> int:
+        """Send ``data`` (``bytes`` or an ndarray) as a stream to the GP named
+        ``dest`` (see ``GP.send_stream``); the bytes sent.  Its common case
+        -- one short buffer (what :func:`~aiopdbp.streams.sender.short_segment`
+        takes, C-contiguous, of a plain dtype) to a known GP on another host
+        -- is this coroutine: its record (the table's ``whole_record``), put
+        at once when the link takes it (the table's ``send_whole_nowait``),
+        else after the wait for credit (``send_whole``) when there is no
+        timeout.  Anything else -- a local receiver, a name not known yet, a
+        long stream, a timeout to wait under -- is the GP's own
+        ``send_stream``, which has sent nothing of it yet."""
+        streams = self.streams
+        size = DEFAULT_SEGMENT if segment_size is None else segment_size
+        if (streams is None or self.freed or type(com) is not int or not 0 <= com <= 0xFFFFFFFF
+                or type(dest) is not str or type(size) is not int or size < 1
+                or (timeout is not None and (type(timeout) is not float or not timeout >= 0))):
+            return await self._whole_stream(dest, data, segment_size, com, timeout, copy)  # (it raises what is wrong)
+        limit = EAGER_LIMIT if EAGER_LIMIT < size else size
+        eager: Any
+        if type(data) is np.ndarray:
+            n = data.nbytes
+            if not 0 < n <= limit or not data.ndim or data.dtype.kind not in _PLAIN or not data.flags.c_contiguous:
+                return await self._whole_stream(dest, data, segment_size, com, timeout, copy)
+            eager = data
+        else:
+            n = len(data)
+            if not 0 < n <= limit:
+                return await self._whole_stream(dest, data, segment_size, com, timeout, copy)
+            eager = memoryview(data)
+        router = self._router
+        pid = router.pids.get(dest)
+        tgt = None if pid is None else router.targets.get(pid)
+        if pid is None or tgt is None or not tgt.remote:
+            return await self._whole_stream(dest, data, segment_size, com, timeout, copy)
+        record = streams.whole_record(self.pid, com, eager)
+        cost = n + CREDIT_OVERHEAD  # its bytes, charged as a message's
+        if streams.send_whole_nowait(tgt, pid, record, cost):
+            return n
+        if timeout is None:  # credit to wait for, as a message's (as send_stream waits)
+            try:
+                if await streams.send_whole(self.pid, tgt, pid, record, cost):
+                    return n
+            except UnknownProcessError:
+                await router.resolve(dest, 0)  # the name rule says it by name (as send_stream)
+                raise
+        return await self._whole_stream(dest, data, segment_size, com, timeout, copy)
+
+    def _whole_stream(self, dest: Any, data: Any, segment_size: int | None, com: int, timeout: float | None,
+                      copy: bool) -> Coroutine[Any, Any, int]:
+        if self.whole_stream is None:
+            raise RuntimeError("SendPath.stream: no GP send_stream set (whole_stream)")
+        return self.whole_stream(dest, data, segment_size=segment_size, com=com, timeout=timeout, copy=copy)
