@@ -327,11 +327,22 @@ cdef class TensorPaths:
 
     def send(self, obj):
         """As :meth:`aiopdbp.tensormem.view.TensorPaths.send`."""
+        if type(obj) is not self.tracked:
+            return None
+        arr = self._view(obj)
+        return arr if arr is not None else self.general_send(obj)
+
+    def view(self, obj):
+        """As :meth:`aiopdbp.tensormem.view.TensorPaths.view`."""
+        if type(obj) is not self.tracked:
+            return None
+        return self._view(obj)
+
+    cdef object _view(self, obj):
+        # view()'s work for an object of the tracked type
         cdef aiopdbp_DLTensor d
         cdef cnp.npy_intp dims[_MAX_DIMS]
         cdef PyObject *dt
-        if type(obj) is not self.tracked:
-            return None
         if type(obj) is _bound:
             if _api.dltensor_from_py_object_no_sync(<void *>obj, &d) != 0:
                 PyErr_Clear()  # (what DLPack refuses, the general path refuses with its reason)
@@ -339,13 +350,11 @@ cdef class TensorPaths:
                 dt = self.by_code[d.dtype.code][d.dtype.bits >> 3]
                 if dt != NULL and _plain_cpu(obj, &d, dims, d.dtype.code == _kDLComplex):
                     return _over(obj, <object>dt, d.ndim, dims, <char *>d.data + d.byte_offset)
-        else:
-            plan = self.plans.get(obj.dtype)
-            if plan is not None:
-                arr = tensor_array(obj, plan[0], self.strided, plan[1])
-                if arr is not None:
-                    return arr
-        return self.general_send(obj)
+            return None
+        plan = self.plans.get(obj.dtype)
+        if plan is None:
+            return None
+        return tensor_array(obj, plan[0], self.strided, plan[1])
 
     def arrive(self, arr, kind):
         """As :meth:`aiopdbp.tensormem.view.TensorPaths.arrive`."""
