@@ -40,7 +40,7 @@ frozen: Callable[[np.ndarray[Any, Any]], bool] = _memory.frozen
 plain_snapshot: Callable[[np.ndarray[Any, Any], int], np.ndarray[Any, Any] | None] = _memory.plain_snapshot
 
 __all__ = ["KINDS", "ML_DTYPES", "TAG", "arrival", "cpu_tensor_array", "cpu_tensor_view", "device_dtype", "frozen",
-           "host_array", "parse_name", "plain_snapshot", "tag_of", "tensor_wanted", "wire_name"]
+           "host_array", "landed_arrival", "parse_name", "plain_snapshot", "tag_of", "tensor_wanted", "wire_name"]
 
 #: what a receiver may ask arrays to arrive as
 KINDS = ("auto", "numpy", "torch")
@@ -354,6 +354,12 @@ cpu_tensor_view: Callable[[Any], np.ndarray[Any, Any] | None] = _paths.view
 #: read-only or non-native-endian array).  The common case (a tensor of a
 #: plain dtype seen before) is one torch call.
 arrival: Callable[[np.ndarray[Any, Any], str], Any] = _paths.arrive
+
+#: ``landed_arrival(arr, kind)``: :data:`arrival` of a message's own array
+#: (no one else sees or keeps it: a receive path's), whose tensor may hold
+#: a copy of its bytes instead of the array (small ones, compiled: the
+#: tensor then frees its memory without taking the GIL back).
+landed_arrival: Callable[[np.ndarray[Any, Any], str], Any] = _paths.land
 
 
 def tensor_wanted(name: str) -> bool:

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.timeout(30)
 
 VIEW_FORMS = [pytest.param(pure_view, id="pure"),
               pytest.param(compiled_view, id="compiled",
-                           marks=pytest.mark.skipif(compiled_view is None, reason="the compiled tensormem is not built"))]
+                           marks=pytest.mark.skipif(compiled_view is None, reason="compiled tensormem not built"))]
 
 
 class _Whole:

@@ -152,6 +152,14 @@ class TensorPaths:
             return t
         return self.general_arrival(arr, kind)
 
+    def land(self, arr: Any, kind: str) -> Any:
+        """:meth:`arrive` for a message's own array, which no one else sees
+        or keeps (a receive path's): the tensor may take a copy of its
+        bytes instead of holding it (the compiled form does so for small
+        ones, whose tensor then lets its memory go without Python); here,
+        :meth:`arrive`."""
+        return self.arrive(arr, kind)
+
 
 def frozen(arr: np.ndarray[Any, Any]) -> bool:
     """True when no one can change ``arr``'s memory: read-only all the way
