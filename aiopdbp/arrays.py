@@ -39,8 +39,8 @@ frozen: Callable[[np.ndarray[Any, Any]], bool] = _memory.frozen
 #: (:func:`aiopdbp.tensormem.view.plain_snapshot`)
 plain_snapshot: Callable[[np.ndarray[Any, Any], int], np.ndarray[Any, Any] | None] = _memory.plain_snapshot
 
-__all__ = ["KINDS", "ML_DTYPES", "TAG", "arrival", "cpu_tensor_array", "device_dtype", "frozen", "host_array", "parse_name",
-           "plain_snapshot", "tag_of", "tensor_wanted", "wire_name"]
+__all__ = ["KINDS", "ML_DTYPES", "TAG", "arrival", "cpu_tensor_array", "cpu_tensor_view", "device_dtype", "frozen",
+           "host_array", "landed_arrival", "parse_name", "plain_snapshot", "tag_of", "tensor_wanted", "wire_name"]
 
 #: what a receiver may ask arrays to arrive as
 KINDS = ("auto", "numpy", "torch")
@@ -343,6 +343,10 @@ _paths: Any = _memory.TensorPaths(_torch_array, _arrival, _as_is)
 #: before it asks whether ``obj`` is a device array.  The common case makes
 #: no torch operation (tensormem's doc).
 cpu_tensor_array: Callable[[Any], np.ndarray[Any, Any] | None] = _paths.send
+#: ``cpu_tensor_view(obj)``: :data:`cpu_tensor_array`'s common case alone,
+#: None for anything else and nothing raised (``gp.send``'s first look in
+#: the compiled form: what it leaves goes to ``GP.send``, which says why).
+cpu_tensor_view: Callable[[Any], np.ndarray[Any, Any] | None] = _paths.view
 
 #: ``arrival(arr, kind)``: a received ``arr`` as the receiver asked:
 #: ``"auto"`` as it was sent (a tensor as a tensor when torch imports here,
@@ -350,6 +354,12 @@ cpu_tensor_array: Callable[[Any], np.ndarray[Any, Any] | None] = _paths.send
 #: read-only or non-native-endian array).  The common case (a tensor of a
 #: plain dtype seen before) is one torch call.
 arrival: Callable[[np.ndarray[Any, Any], str], Any] = _paths.arrive
+
+#: ``landed_arrival(arr, kind)``: :data:`arrival` of a message's own array
+#: (no one else sees or keeps it: a receive path's), whose tensor may hold
+#: a copy of its bytes instead of the array (small ones, compiled: the
+#: tensor then frees its memory without taking the GIL back).
+landed_arrival: Callable[[np.ndarray[Any, Any], str], Any] = _paths.land
 
 
 def tensor_wanted(name: str) -> bool:

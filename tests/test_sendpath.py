@@ -312,3 +312,33 @@ async def test_a_gps_send_of_host_data_with_a_stream_raises_at_the_await() -> No
             coro = a.send("a", b"x", stream=object())
             with pytest.raises(TypeError, match="stream= is for device arrays"):
                 await coro
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_call_takes_what_the_tensor_view_gives_to_the_paths_send(form: Any) -> None:
+    tgt, slow, whole = _Target(), _Slow(), _Whole()
+    tensor, arr = object(), np.arange(3, dtype=np.int16)
+    path = form.SendPath("a", PID, _Router(tgt), slow, owned_min=1 << 15, snapshot=plain_snapshot, max_ndim=32,
+                         tensor_view=lambda obj: arr if obj is tensor else None)
+    path.whole = whole
+    await path.call("b", tensor, com=3, timeout=300.0)
+    (pid, cost, fields), = tgt.offers
+    assert fields[3].tolist() == [0, 1, 2] and fields[3] is not arr  # its snapshot, as an array's
+    assert cost == arr.nbytes + CREDIT_OVERHEAD and not whole.calls and not slow.calls
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("case", ["left", "stream"])
+async def test_call_hands_what_the_tensor_view_leaves_to_the_gps_own_send(form: Any, case: str) -> None:
+    tgt, slow, whole = _Target(), _Slow(), _Whole()
+    tensor, arr = object(), np.arange(3, dtype=np.int16)
+    path = form.SendPath("a", PID, _Router(tgt), slow, owned_min=1 << 15, snapshot=plain_snapshot, max_ndim=32,
+                         tensor_view=lambda obj: arr if obj is tensor and case == "stream" else None)
+    path.whole = whole
+    stream = object() if case == "stream" else None
+    await path.call("b", tensor, com=1, stream=stream)
+    assert whole.calls == [("b", tensor, {"com": 1, "kind": Kind.SHORT, "timeout": None, "copy": True,
+                                          "stream": stream})]
+    assert not tgt.offers and not slow.calls

@@ -353,3 +353,51 @@ def test_paths_arrive_leaves_the_rest_to_the_general_path(form: Any) -> None:
     plain = np.arange(4, dtype=np.float32)
     assert paths.arrive(known, "numpy") == "general" and paths.arrive(plain, "torch") == "general"
     assert general.arrived == [(known, "numpy"), (plain, "torch")]
+
+
+def _landing_paths(form: Any, tagged: np.dtype[Any]) -> Any:
+    paths = form.TensorPaths(lambda t: None, lambda arr, kind: ("general", arr), {id(tagged): tagged})
+    paths.from_numpy = torch.from_numpy
+    return paths
+
+
+def test_a_small_landed_arrival_has_its_bytes_in_its_own_tensor() -> None:
+    form = _bound_compiled()
+    tagged = np.dtype("<i8", metadata={"aiopdbp": ("torch", "<i8")})
+    base = np.arange(12, dtype=np.int64).view(tagged)
+    gone = weakref.ref(base)
+    t = _landing_paths(form, tagged).land(base.reshape(3, 4), "auto")
+    assert type(t) is torch.Tensor and t.dtype is torch.int64 and t.shape == (3, 4)
+    assert t.data_ptr() != base.ctypes.data and t.data_ptr() % 16 == 0
+    del base
+    gc.collect()
+    assert gone() is None  # the tensor does not hold the array: its bytes are its own
+    junk = [np.full(12, -1, dtype=np.int64) for _ in range(8)]
+    assert t.flatten().tolist() == list(range(12)) and len(junk) == 8
+
+
+def test_a_large_landed_arrival_holds_its_array() -> None:
+    form = _bound_compiled()
+    tagged = np.dtype("<f4", metadata={"aiopdbp": ("torch", "<f4")})
+    base = np.arange(4096, dtype=np.float32).view(tagged)
+    t = _landing_paths(form, tagged).land(base, "auto")
+    assert type(t) is torch.Tensor and t.data_ptr() == base.ctypes.data  # (no copy of a large array)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("case", ["float32", "bool", "0-d", "empty", "numpy", "read-only"])
+def test_a_landed_arrival_is_what_arrive_gives(form: Any, case: str) -> None:
+    src = {"float32": np.arange(6, dtype=np.float32).reshape(2, 3), "bool": np.array([True, False]),
+           "0-d": np.array(2.5), "empty": np.zeros((0, 3), np.float32), "numpy": np.arange(3, dtype=np.int16),
+           "read-only": np.arange(3, dtype=np.int32)}[case]
+    tagged = np.dtype(src.dtype.str, metadata={"aiopdbp": ("torch", src.dtype.str)})
+    arr = src.view(tagged)
+    if case == "read-only":
+        arr.flags.writeable = False
+    paths = _landing_paths(form, tagged)
+    kind = "numpy" if case == "numpy" else "auto"
+    got, want = paths.land(arr.copy() if case != "read-only" else arr, kind), paths.arrive(arr, kind)
+    if type(want) is torch.Tensor:
+        assert type(got) is torch.Tensor and got.dtype == want.dtype and torch.equal(got, want)
+    else:  # (what tensor_of leaves: the general arrival's)
+        assert got[0] == want[0] == "general" and np.array_equal(got[1], want[1])

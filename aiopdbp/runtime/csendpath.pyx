@@ -58,8 +58,9 @@ cdef class SendPath:
     cdef object _router, _queued, _slow, _snapshot
     cdef Py_ssize_t _owned_min
     cdef object _max_ndim
+    cdef object _tensor_view
 
-    def __init__(self, name, pid, router, slow, *, owned_min, snapshot, max_ndim):
+    def __init__(self, name, pid, router, slow, *, owned_min, snapshot, max_ndim, tensor_view=None):
         self.name = name
         self.pid = pid
         self.freed = False
@@ -72,6 +73,7 @@ cdef class SendPath:
         self._owned_min = owned_min
         self._snapshot = snapshot
         self._max_ndim = max_ndim
+        self._tensor_view = tensor_view
         self.whole = None
         self.streams = None
         self.whole_stream = None
@@ -79,9 +81,18 @@ cdef class SendPath:
     def call(self, dest, data=None, *, com=0, kind=Kind.SHORT, timeout=None, copy=True, stream=None):
         if stream is None and (data is None or type(data) is bytes or type(data) is _ndarray):
             return self.send(dest, data, com, kind, timeout, copy)
+        if stream is None and (view := self._tensor(data)) is not None:
+            return self.send(dest, view, com, kind, timeout, copy)
         if self.whole is None:
             raise RuntimeError("SendPath.call: no GP send set (whole) for this payload")
         return self.whole(dest, data, com=com, kind=kind, timeout=timeout, copy=copy, stream=stream)
+
+    cdef object _tensor(self, data):
+        # (a plain CPU tensor seen before: its memory's ndarray, one C call of
+        # the tensor paths' own; None: the GP's send takes it and says why)
+        if self._tensor_view is None:
+            return None
+        return self._tensor_view(data)
 
     async def send(self, dest, data, com, kind, timeout, copy):
         cdef Py_ssize_t cost

@@ -44,7 +44,7 @@ from aiopdbp.wire.mesp import Kind
 from aiopdbp.device.backend import is_device_array
 from aiopdbp.errors import ClosedResourceError, NoPipeError, PDBPError, WouldBlock
 from aiopdbp.wire.message import Message, credit_cost
-from aiopdbp.arrays import KINDS, arrival, cpu_tensor_array, host_array
+from aiopdbp.arrays import KINDS, cpu_tensor_array, host_array, landed_arrival
 from aiopdbp.routing.pipes import Pipe
 from aiopdbp.streams.receiver import DEFAULT_SEGMENT, IncomingStream
 from aiopdbp.streams.sender import send_stream
@@ -167,7 +167,7 @@ class GP:
                 self.send_stream = self._path.call_stream  # type: ignore[method-assign]
         #: receive's common case in one step (the rest is :meth:`_recv`); its pipe is
         #: this GP's while it has one and is not freed
-        self._in = RecvPath(self._rx, node, self._recv, arrival)
+        self._in = RecvPath(self._rx, node, self._recv, landed_arrival)  # (a pipe's arrays are their messages' own)
         if type(self).recv is GP.recv:
             # ``gp.recv()`` is the compiled path's own call: no frame between.  The
             # pure form runs the GP's coroutine alone (one coroutine, as before:

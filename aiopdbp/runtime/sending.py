@@ -20,7 +20,7 @@ import numpy as np
 from aiopdbp.wire.mesp import Kind
 from aiopdbp.errors import ClosedResourceError
 from aiopdbp.wire.message import CREDIT_OVERHEAD, credit_cost
-from aiopdbp.arrays import host_array, plain_snapshot
+from aiopdbp.arrays import cpu_tensor_view, host_array, plain_snapshot
 from aiopdbp.device.backend import Captured
 from aiopdbp.runtime.payloads import MAX_NDIM, check_com, check_dest, check_timeout, ownable, snapshot
 from aiopdbp.runtime.sendcore import SendPath
@@ -75,7 +75,7 @@ class GPSender:
         self._owned_min = node.owned_min if node.owned_min is not None else sys.maxsize
         #: send's common case in one step; this sender's :meth:`send` is its slow path
         self.path = SendPath(name, pid, node.router, self.send, owned_min=self._owned_min,
-                             snapshot=plain_snapshot, max_ndim=MAX_NDIM)
+                             snapshot=plain_snapshot, max_ndim=MAX_NDIM, tensor_view=cpu_tensor_view)
 
     async def send(self, dest: str | Iterable[str], data: Any, com: int, kind: Kind, timeout: float | None,
                    copy: bool) -> None:

@@ -21,9 +21,10 @@ This module has a compiled twin (``aiopdbp.runtime.csendpath``, chosen by
 :mod:`aiopdbp.runtime.sendcore`): a compiled coroutine instead of a Python
 frame per send, and no Python call between the GP and the host link's
 compiled ``offer``; there ``gp.send`` is the compiled :meth:`SendPath.call`
-(host data without ``stream=``: this path's ``send``; anything else -- a
-tensor, a device array, ``stream=`` -- the GP's own ``send``, ``whole``), so
-no Python frame runs between the caller and the compiled coroutine.  Where
+(host data without ``stream=``, and a plain CPU tensor seen before as its
+memory's ndarray: this path's ``send``; anything else -- another tensor, a
+device array, ``stream=`` -- the GP's own ``send``, ``whole``), so no Python
+frame runs between the caller and the compiled coroutine.  Where
 the compiled form is not built, ``gp.send`` stays the GP's own (this form's
 ``call`` would be the same one frame); this one is the twin the compiled one
 is held to.  ``tests/test_sendpath.py`` runs both forms.
@@ -73,7 +74,8 @@ class SendPath:
     the router's tables the common case reads."""
 
     def __init__(self, name: str, pid: int, router: Router, slow: Slow, *, owned_min: int,
-                 snapshot: Callable[[np.ndarray[Any, Any], int], Any], max_ndim: int) -> None:
+                 snapshot: Callable[[np.ndarray[Any, Any], int], Any], max_ndim: int,
+                 tensor_view: Callable[[Any], np.ndarray[Any, Any] | None] | None = None) -> None:
         self.name = name
         self.pid = pid
         self.freed = False
@@ -85,6 +87,8 @@ class SendPath:
         self._owned_min = owned_min       # arrays this large are sent from their own buffer (slow)
         self._snapshot = snapshot         # a plain array's snapshot in one call (None: not plain)
         self._max_ndim = max_ndim
+        # a plain CPU tensor's memory as an ndarray, else None (arrays.cpu_tensor_view)
+        self._tensor_view = tensor_view
         #: the GP's own ``send`` for what :meth:`call` does not take (the GP sets it)
         self.whole: Whole | None = None
         #: the node's stream table (the GP sets it; None: every stream is ``whole_stream``'s)
@@ -98,12 +102,21 @@ class SendPath:
         ndarray) without ``stream=`` is :meth:`send`'s coroutine, which checks
         the rest when awaited; anything else is the GP's own ``send``
         (``whole``), which converts a tensor and captures a device array at
-        the call."""
+        the call.  A plain CPU tensor seen before is its memory's ndarray
+        here (:meth:`_tensor`), and that array takes the same way."""
         if stream is None and (data is None or type(data) is bytes or type(data) is np.ndarray):
             return self.send(dest, data, com, kind, timeout, copy)
+        if stream is None and (view := self._tensor(data)) is not None:
+            return self.send(dest, view, com, kind, timeout, copy)
         if self.whole is None:
             raise RuntimeError("SendPath.call: no GP send set (whole) for this payload")
         return self.whole(dest, data, com=com, kind=kind, timeout=timeout, copy=copy, stream=stream)
+
+    def _tensor(self, data: Any) -> np.ndarray[Any, Any] | None:
+        # (the view GP.send takes first, without its frame; None: what the
+        # view leaves -- a device, sparse or non-contiguous tensor, one that
+        # requires grad -- goes to the GP's send, which says why)
+        return None if self._tensor_view is None else self._tensor_view(data)
 
     async def send(self, dest: Any, data: Any, com: int, kind: Kind, timeout: float | None,
                    copy: bool) -> None:

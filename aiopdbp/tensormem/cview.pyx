@@ -23,6 +23,7 @@ from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
 
 import numpy as np
 
@@ -207,10 +208,26 @@ cdef void _release(aiopdbp_DLManagedTensorVersioned *m) noexcept with gil:
     free(m)
 
 
-cdef object _dlpack_tensor(cnp.ndarray a):
+cdef void _free_block(aiopdbp_DLManagedTensorVersioned *m) noexcept nogil:
+    # a tensor whose bytes are in its own block: nothing of Python's to let go,
+    # so no GIL to take back (torch drops a tensor with the GIL released)
+    free(m)
+
+
+# an array of at most this many bytes is copied into its tensor's own block
+# (freed without the GIL) rather than held (a DECREF that retakes it)
+DEF _OWN_MAX = 1024
+# the block's header is padded to this (malloc's own alignment), so that the
+# bytes after it are aligned for any item (complex128's 16 bytes included)
+DEF _ALIGN = 16
+
+
+cdef object _dlpack_tensor(cnp.ndarray a, bint landed):
     """A tensor of the bound type over ``a``'s memory (C-contiguous, of a
-    native dtype the framework has), holding ``a``; None where DLPack has
-    no code for the dtype or the framework refused it."""
+    native dtype the framework has), holding ``a`` -- or, ``landed`` (``a``
+    is a message's own array, which no one else sees) and small, over a
+    copy of its bytes in the tensor's own block; None where DLPack has no
+    code for the dtype or the framework refused it."""
     cdef cnp.dtype descr = <cnp.dtype><object><PyObject *>cnp.PyArray_DESCR(a)
     cdef int nd = cnp.PyArray_NDIM(a), i
     cdef int64_t step = 1
@@ -219,6 +236,8 @@ cdef object _dlpack_tensor(cnp.ndarray a):
     cdef aiopdbp_DLManagedTensorVersioned *m
     cdef int64_t *sizes
     cdef char kind = descr.kind
+    cdef Py_ssize_t nbytes = cnp.PyArray_NBYTES(a), head
+    cdef bint own = landed and nbytes <= _OWN_MAX
     if kind == b'f':
         code = 2  # kDLFloat
     elif kind == b'i':
@@ -231,8 +250,10 @@ cdef object _dlpack_tensor(cnp.ndarray a):
         code = 5  # kDLComplex
     else:
         return None
-    # one block: the struct, then the sizes and the strides (in items)
-    m = <aiopdbp_DLManagedTensorVersioned *>malloc(sizeof(aiopdbp_DLManagedTensorVersioned) + 2 * nd * sizeof(int64_t))
+    # one block: the struct, then the sizes and the strides (in items), then
+    # (a small array) its bytes
+    head = (sizeof(aiopdbp_DLManagedTensorVersioned) + 2 * nd * sizeof(int64_t) + _ALIGN - 1) // _ALIGN * _ALIGN
+    m = <aiopdbp_DLManagedTensorVersioned *>malloc(head + nbytes if own else head)
     if m == NULL:
         raise MemoryError()
     sizes = <int64_t *>(m + 1)
@@ -243,11 +264,17 @@ cdef object _dlpack_tensor(cnp.ndarray a):
         step *= sizes[i]
     m.version.major = 1
     m.version.minor = 2
-    Py_INCREF(a)
-    m.manager_ctx = <void *>a
-    m.deleter = _release
+    if own:
+        memcpy(<char *>m + head, cnp.PyArray_DATA(a), nbytes)
+        m.manager_ctx = NULL
+        m.deleter = _free_block
+        m.dl_tensor.data = <char *>m + head
+    else:
+        Py_INCREF(a)
+        m.manager_ctx = <void *>a
+        m.deleter = _release
+        m.dl_tensor.data = cnp.PyArray_DATA(a)
     m.flags = 0
-    m.dl_tensor.data = cnp.PyArray_DATA(a)
     m.dl_tensor.device.device_type = _kDLCPU
     m.dl_tensor.device.device_id = 0
     m.dl_tensor.ndim = nd
@@ -268,10 +295,10 @@ cdef object _dlpack_tensor(cnp.ndarray a):
 
 def tensor_of(arr, dict known, from_numpy):
     """As :func:`aiopdbp.tensormem.view.tensor_of`."""
-    return _tensor_of(arr, known, from_numpy)
+    return _tensor_of(arr, known, from_numpy, False)
 
 
-cdef object _tensor_of(arr, dict known, from_numpy):
+cdef object _tensor_of(arr, dict known, from_numpy, bint landed):
     cdef cnp.ndarray a
     cdef PyObject *hit
     if not cnp.PyArray_CheckExact(arr):
@@ -282,7 +309,7 @@ cdef object _tensor_of(arr, dict known, from_numpy):
     if hit != descr or not cnp.PyArray_ISWRITEABLE(a):
         return None
     if _api != NULL and cnp.PyArray_IS_C_CONTIGUOUS(a):
-        t = _dlpack_tensor(a)
+        t = _dlpack_tensor(a, landed)
         if t is not None:
             return t
     return from_numpy(a)
@@ -327,11 +354,22 @@ cdef class TensorPaths:
 
     def send(self, obj):
         """As :meth:`aiopdbp.tensormem.view.TensorPaths.send`."""
+        if type(obj) is not self.tracked:
+            return None
+        arr = self._view(obj)
+        return arr if arr is not None else self.general_send(obj)
+
+    def view(self, obj):
+        """As :meth:`aiopdbp.tensormem.view.TensorPaths.view`."""
+        if type(obj) is not self.tracked:
+            return None
+        return self._view(obj)
+
+    cdef object _view(self, obj):
+        # view()'s work for an object of the tracked type
         cdef aiopdbp_DLTensor d
         cdef cnp.npy_intp dims[_MAX_DIMS]
         cdef PyObject *dt
-        if type(obj) is not self.tracked:
-            return None
         if type(obj) is _bound:
             if _api.dltensor_from_py_object_no_sync(<void *>obj, &d) != 0:
                 PyErr_Clear()  # (what DLPack refuses, the general path refuses with its reason)
@@ -339,18 +377,27 @@ cdef class TensorPaths:
                 dt = self.by_code[d.dtype.code][d.dtype.bits >> 3]
                 if dt != NULL and _plain_cpu(obj, &d, dims, d.dtype.code == _kDLComplex):
                     return _over(obj, <object>dt, d.ndim, dims, <char *>d.data + d.byte_offset)
-        else:
-            plan = self.plans.get(obj.dtype)
-            if plan is not None:
-                arr = tensor_array(obj, plan[0], self.strided, plan[1])
-                if arr is not None:
-                    return arr
-        return self.general_send(obj)
+            return None
+        plan = self.plans.get(obj.dtype)
+        if plan is None:
+            return None
+        return tensor_array(obj, plan[0], self.strided, plan[1])
 
     def arrive(self, arr, kind):
         """As :meth:`aiopdbp.tensormem.view.TensorPaths.arrive`."""
         if kind != "numpy":
-            t = _tensor_of(arr, self.known, self.from_numpy)
+            t = _tensor_of(arr, self.known, self.from_numpy, False)
+            if t is not None:
+                return t
+        return self.general_arrival(arr, kind)
+
+    def land(self, arr, kind):
+        """As :meth:`aiopdbp.tensormem.view.TensorPaths.land`: here a small
+        array's tensor has its bytes in its own block, which it frees
+        without taking the GIL back (one that holds the array retakes it to
+        let it go)."""
+        if kind != "numpy":
+            t = _tensor_of(arr, self.known, self.from_numpy, True)
             if t is not None:
                 return t
         return self.general_arrival(arr, kind)

@@ -130,11 +130,20 @@ class TensorPaths:
         where a plan and the tensor allow, or ``general_send(obj)``."""
         if type(obj) is not self.tracked:
             return None
+        arr = self.view(obj)
+        return arr if arr is not None else self.general_send(obj)
+
+    def view(self, obj: Any) -> np.ndarray[Any, Any] | None:
+        """:meth:`send`'s common case alone: ``obj``'s memory as an ndarray
+        of its plan's dtype when ``obj`` is exactly of the tracked type,
+        has a plan and :func:`tensor_array` takes it; else None (the send
+        path's first look: what it leaves, the GP's own send takes, and
+        refuses with its reasons)."""
+        if type(obj) is not self.tracked:
+            return None
         t: Any = obj
         plan = self.plans.get(t.dtype)
-        if plan is not None and (arr := tensor_array(t, plan[0], self.strided, plan[1])) is not None:
-            return arr
-        return self.general_send(t)
+        return None if plan is None else tensor_array(t, plan[0], self.strided, plan[1])
 
     def arrive(self, arr: Any, kind: str) -> Any:
         """:func:`tensor_of` ``arr`` unless ``kind`` is ``"numpy"``; else,
@@ -142,6 +151,14 @@ class TensorPaths:
         if kind != "numpy" and (t := tensor_of(arr, self.known, self.from_numpy)) is not None:
             return t
         return self.general_arrival(arr, kind)
+
+    def land(self, arr: Any, kind: str) -> Any:
+        """:meth:`arrive` for a message's own array, which no one else sees
+        or keeps (a receive path's): the tensor may take a copy of its
+        bytes instead of holding it (the compiled form does so for small
+        ones, whose tensor then lets its memory go without Python); here,
+        :meth:`arrive`."""
+        return self.arrive(arr, kind)
 
 
 def frozen(arr: np.ndarray[Any, Any]) -> bool:
