@@ -12,6 +12,9 @@ runs both)."""
 
 import numpy as np
 
+cimport cython
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+
 from aiopdbp.wire.message import Message
 
 cdef extern from *:
@@ -49,6 +52,24 @@ cdef extern from *:
     """
     object aiopdbp_message5(object make, object a, object b, object c, object d, object e)
 
+cdef extern from *:
+    """
+    /* as aiopdbp.runtime.csendpath's (read it): am_send, and the warning */
+    static void aiopdbp_set_am_send(PyObject *type, void *f) {
+        ((PyTypeObject *)type)->tp_as_async->am_send = (sendfunc)f;
+    }
+    static void aiopdbp_unawaited(const char *what) {
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "coroutine '%s' was never awaited", what) < 0)
+            PyErr_WriteUnraisable(NULL);
+        PyErr_Restore(t, v, tb);
+    }
+    """
+    void aiopdbp_set_am_send(object type, void *f)
+    void aiopdbp_unawaited(const char *what)
+    int PyIter_Send(object iter, object arg, PyObject **presult) except -1
+
 cdef object _Message = Message
 cdef object _ndarray = np.ndarray
 # (Message must stay a plain tuple subclass for the fill above)
@@ -74,10 +95,11 @@ cdef class RecvPath:
         # no second coroutine around it (a receive that waits pays one)
         pipe = self.pipe
         if pipe is not None and arrays is None and pipe._turns is None and pipe._items:
-            return self._take(timeout)
+            return _new_take(self, timeout)
         return self._slow(timeout, arrays, None)
 
-    async def _take(self, timeout):
+    cdef object _now(self):
+        # the item taken and returned in one step, or None: nothing taken
         pipe = self.pipe
         rx = self._rx
         if (pipe is not None and rx.held is None and rx.into_task is None
@@ -104,7 +126,7 @@ cdef class RecvPath:
                     if taken >= pipe.watch_at and pipe.on_watch is not None:
                         pipe.watch_at = pipe.on_watch(pipe, taken, pipe._host)
                     return item
-        return await self._slow(timeout, None, None)
+        return None
 
     def arrive(self, item, kind):
         """As :meth:`aiopdbp.runtime.recvpath.RecvPath.arrive`."""
@@ -114,3 +136,104 @@ cdef class RecvPath:
 
     cdef object _arrive(self, tuple item, data, kind):
         return aiopdbp_message5(_Message, item[0], item[1], item[2], self._arrival(data, kind), item[4])
+
+
+cdef inline _Take _new_take(RecvPath path, timeout):
+    cdef _Take aw = _Take.__new__(_Take)
+    aw.path = path
+    aw.timeout = timeout
+    return aw
+
+
+cdef enum:
+    _FRESH, _RUNNING, _DONE
+
+
+@cython.final
+@cython.no_gc
+@cython.freelist(8)
+cdef class _Take:
+    """What :meth:`RecvPath.recv` returns when an item is first in the pipe:
+    a coroutine (``send``, ``throw``, ``close``, ``__await__``) whose first
+    step is :meth:`RecvPath._now`, its item the value (``am_send``: no
+    StopIteration); where that takes nothing, it runs the GP's coroutine and
+    passes every step, throw and close on to it.  The same shape as
+    :class:`aiopdbp.runtime.csendpath._Send` (read it), which returns None."""
+
+    cdef RecvPath path
+    cdef object timeout
+    cdef object co      # the GP's coroutine, once started
+    cdef int state
+
+    def __dealloc__(self):
+        if self.state == _FRESH:
+            aiopdbp_unawaited("RecvPath.recv")
+
+    cdef int _step(self, arg, PyObject **result) except -1:
+        # am_send's contract: 0 returned (*result), 1 yielded (*result), -1 raised
+        if self.state == _FRESH:
+            if arg is not None:
+                raise TypeError("can't send non-None value to a just-started coroutine")
+            self.state = _DONE
+            item = self.path._now()
+            if item is not None:
+                Py_INCREF(item)
+                result[0] = <PyObject *>item
+                return 0
+            self.co = self.path._slow(self.timeout, None, None)
+            self.state = _RUNNING
+        elif self.state == _DONE:
+            raise RuntimeError("cannot reuse already awaited coroutine")
+        cdef int r
+        try:
+            r = PyIter_Send(self.co, arg, result)
+        except BaseException:
+            self.state = _DONE
+            self.co = None
+            raise
+        if r != 1:
+            self.state = _DONE
+            self.co = None
+        return r
+
+    def __await__(self):
+        return self
+
+    def __next__(self):
+        return self.send(None)
+
+    def send(self, value):
+        cdef PyObject *res = NULL
+        cdef int r = self._step(value, &res)
+        out = <object>res
+        Py_XDECREF(res)
+        if r == 1:
+            return out
+        raise StopIteration(out)
+
+    def throw(self, typ, val=None, tb=None):
+        if self.state == _RUNNING:
+            try:
+                return self.co.throw(typ, val, tb) if val is not None or tb is not None else self.co.throw(typ)
+            except BaseException:
+                self.state = _DONE
+                self.co = None
+                raise
+        self.state = _DONE
+        if isinstance(typ, BaseException):
+            raise typ
+        raise typ if val is None else typ(val)
+
+    def close(self):
+        if self.state == _RUNNING:
+            self.state = _DONE
+            co, self.co = self.co, None
+            co.close()
+        self.state = _DONE
+
+
+cdef int _am_send(PyObject *o, PyObject *arg, PyObject **result) except -1:
+    return (<_Take>o)._step(<object>arg, result)
+
+
+aiopdbp_set_am_send(_Take, <void *>_am_send)
