@@ -5,8 +5,12 @@ coroutine -- which ``asyncio`` takes wherever it takes a coroutine -- and the
 router's ``try_send`` inline (the same four steps: name -> pid -> target,
 nothing queued ahead, the target's ``offer``), so that no Python frame runs
 between ``GP.send`` and the host link's compiled ``offer``; ``gp.send`` is
-this path's ``call`` itself, so none runs before it either.  Everything else
-is the GP's coroutine and the router's ``send_waiting``, as in the pure form
+this path's ``call`` itself, so none runs before it either.  For host data
+``call`` returns a coroutine of its own (:class:`_Send`), not ``send``'s:
+its first step is the common case done at once (:meth:`SendPath._now`), with
+no coroutine object, closure and await wrapper made per message; where that
+step does nothing, it runs ``send``'s coroutine.  Everything else is the
+GP's coroutine and the router's ``send_waiting``, as in the pure form
 (``tests/test_sendpath.py`` runs both)."""
 
 import asyncio
