@@ -225,6 +225,90 @@ async def test_a_receive_never_run_takes_nothing(form: Any) -> None:
     assert len(pipe) == 1 and pipe.taken == 0
 
 
+# What recv returns for an item in the pipe is a coroutine in both forms (the
+# compiled one an awaitable of its own, its item returned without a
+# StopIteration where it is awaited): the coroutine protocol must hold for it.
+
+@pytest.mark.parametrize("form", FORMS)
+async def test_a_receive_run_by_a_task_returns_the_message_whole(form: Any) -> None:
+    pipe: Pipe[Any] = Pipe(8)
+    sent = _msg(b"t")
+    pipe.put_many([sent], 1)
+    path, _, _ = _path(form, pipe)
+    assert await asyncio.create_task(path.recv()) is sent   # (a tuple: returned whole, not unpacked)
+
+
+@pytest.mark.parametrize("form", FORMS)
+async def test_a_receive_stepped_by_hand_returns_its_item_once(form: Any) -> None:
+    pipe: Pipe[Any] = Pipe(8)
+    sent = _msg(b"s")
+    pipe.put_many([sent], 1)
+    path, _, _ = _path(form, pipe)
+    coro = path.recv()
+    with pytest.raises(StopIteration) as stop:
+        coro.send(None)
+    assert stop.value.value is sent and pipe.taken == 1
+    with pytest.raises(RuntimeError, match="cannot reuse"):
+        coro.send(None)
+
+
+@pytest.mark.parametrize("form", FORMS)
+async def test_a_receive_thrown_into_before_it_runs_takes_nothing(form: Any) -> None:
+    pipe: Pipe[Any] = Pipe(8)
+    pipe.put_many([_msg()], 1)
+    path, _, slow = _path(form, pipe)
+    coro = path.recv()
+    with pytest.raises(KeyError):
+        coro.throw(KeyError("k"))
+    assert len(pipe) == 1 and pipe.taken == 0 and not slow.calls
+
+
+@pytest.mark.parametrize("form", FORMS)
+async def test_a_receive_that_goes_to_the_gps_coroutine_passes_steps_and_throws_on(form: Any) -> None:
+    pipe: Pipe[Any] = Pipe(8)
+    pipe.put_many([_msg()], 1)
+    rx = _Rx()
+    seen: list[Any] = []
+
+    async def waits(timeout: float | None, arrays: str | None, taken: Any) -> Any:
+        try:
+            await asyncio.sleep(0)
+        except KeyError as exc:
+            seen.append(exc)
+            raise
+        return "late"
+
+    path = form.RecvPath(rx, _Node(), waits, arrays.arrival)
+    path.pipe = pipe
+    coro = path.recv()
+    rx.held = object()              # held by an earlier receive after the call: the GP's coroutine
+    assert coro.send(None) is None  # (its sleep's bare yield)
+    with pytest.raises(KeyError):
+        coro.throw(KeyError("k"))
+    assert len(seen) == 1 and len(pipe) == 1
+    coro2 = path.recv()
+    assert coro2.send(None) is None
+    with pytest.raises(StopIteration) as stop:
+        coro2.send(None)
+    assert stop.value.value == "late" and len(pipe) == 1
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_receive_never_awaited_warns_as_a_coroutine_does(form: Any) -> None:
+    import gc
+    import warnings
+    pipe: Pipe[Any] = Pipe(8)
+    pipe.put_many([_msg()], 1)
+    path, _, _ = _path(form, pipe)
+    coro = path.recv()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del coro
+        gc.collect()
+    assert [str(w.message) for w in caught] == ["coroutine 'RecvPath.recv' was never awaited"]
+    assert pipe.taken == 0
+
+
 @pytest.mark.timeout(30)
 async def test_a_gps_recv_is_its_paths_coroutine_and_behaves_as_before() -> None:
     async with open_cluster(2) as nodes:

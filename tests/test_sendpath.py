@@ -278,6 +278,102 @@ async def test_call_sends_nothing_until_awaited(form: Any) -> None:
     assert not tgt.offers
 
 
+# What call returns is a coroutine in both forms (the compiled one an awaitable of
+# its own that runs the path's coroutine when its first step cannot send): the
+# coroutine protocol, step by step, must hold for it as for a native one.
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_call_thrown_into_before_it_runs_raises_and_sends_nothing(form: Any) -> None:
+    tgt = _Target()
+    coro = _path(form, _Router(tgt), _Slow()).call("b", b"x")
+    with pytest.raises(KeyError):
+        coro.throw(KeyError("k"))
+    with pytest.raises(RuntimeError, match="cannot reuse"):
+        coro.send(None)
+    assert not tgt.offers
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_call_takes_no_value_before_it_runs(form: Any) -> None:
+    tgt = _Target()
+    coro = _path(form, _Router(tgt), _Slow()).call("b", b"x")
+    with pytest.raises(TypeError, match="non-None"):
+        coro.send(1)
+    assert not tgt.offers
+    coro.close()                           # (still unstarted: closed, not awaited)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_call_done_in_one_step_returns_none_and_cannot_be_awaited_again(form: Any) -> None:
+    tgt = _Target()
+    coro = _path(form, _Router(tgt), _Slow()).call("b", b"x")
+    with pytest.raises(StopIteration) as stop:
+        coro.send(None)
+    assert stop.value.value is None and len(tgt.offers) == 1
+    with pytest.raises(RuntimeError, match="cannot reuse"):
+        await coro
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_call_that_yields_passes_a_throw_on_to_the_send(form: Any) -> None:
+    tgt = _Target()
+    path = _path(form, _Router(tgt), _Slow())
+    path.burst = 1                         # its burst is spent: the send yields first
+    coro = path.call("b", b"x")
+    assert coro.send(None) is None         # (asyncio.sleep(0)'s bare yield)
+    with pytest.raises(KeyError):
+        coro.throw(KeyError("k"))
+    assert not tgt.offers and path.burst == pure_path.BURST_BYTES
+    with pytest.raises(RuntimeError, match="cannot reuse"):
+        coro.send(None)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_call_that_yields_then_closed_sends_nothing(form: Any) -> None:
+    tgt = _Target()
+    path = _path(form, _Router(tgt), _Slow())
+    path.burst = 1
+    coro = path.call("b", b"x")
+    assert coro.send(None) is None
+    coro.close()
+    with pytest.raises(RuntimeError, match="cannot reuse"):
+        coro.send(None)
+    assert not tgt.offers
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_call_that_yields_resumes_and_sends(form: Any) -> None:
+    tgt = _Target()
+    path = _path(form, _Router(tgt), _Slow())
+    path.burst = 1
+    coro = path.call("b", b"x")
+    assert coro.send(None) is None
+    with pytest.raises(StopIteration):
+        coro.send(None)
+    assert len(tgt.offers) == 1
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+def test_call_never_awaited_warns_as_a_coroutine_does(form: Any) -> None:
+    import gc
+    import warnings
+    tgt = _Target()
+    coro = _path(form, _Router(tgt), _Slow()).call("b", b"x")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del coro
+        gc.collect()
+    assert [str(w.message) for w in caught] == ["coroutine 'SendPath.send' was never awaited"]
+    assert not tgt.offers
+
+
 @pytest.mark.timeout(20)
 async def test_a_gps_send_is_its_paths_call_in_the_compiled_form() -> None:
     from aiopdbp.runtime.process import GP

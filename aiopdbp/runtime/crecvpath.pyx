@@ -1,7 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """The compiled twin of :mod:`aiopdbp.runtime.recvpath` (read its docstring):
-the same :class:`RecvPath`, its ``recv`` a compiled coroutine that looks at
-the pipe's first item and, in the common case, takes it from the pipe's one
+the same :class:`RecvPath`, its ``recv`` -- when an item is first in the
+pipe -- a compiled coroutine of its own (:class:`_Take`: no coroutine object,
+closure or await wrapper per message) whose first step looks at the pipe's
+first item and, in the common case, takes it from the pipe's one
 FIFO itself -- :meth:`Pipe.receive_nowait
 <aiopdbp.routing.pipes.Pipe.receive_nowait>`'s one-FIFO lines, inline (the
 count taken, the local bytes freed, a parked sender served, the credit
@@ -9,9 +11,14 @@ watch) -- so that no Python frame runs for it; an array to convert (a
 tensor's) is converted first and its ``Message`` filled in C; an incoming
 stream is taken the same way.  Anything else is the GP's
 coroutine, as in the pure form, with nothing taken (``tests/test_recvpath.py``
-runs both)."""
+runs both).  The pipe's, its room's and the receiving side's attributes a
+take reads are those classes' ``__slots__``, read and written in place
+(:class:`_Slots`)."""
 
 import numpy as np
+
+cimport cython
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 
 from aiopdbp.streams.receiver import IncomingStream
 from aiopdbp.wire.message import Message
@@ -51,6 +58,55 @@ cdef extern from *:
     """
     object aiopdbp_message5(object make, object a, object b, object c, object d, object e)
 
+cdef extern from *:
+    """
+    /* as aiopdbp.runtime.csendpath's (read it): am_send, and the warning */
+    static void aiopdbp_set_am_send(PyObject *type, void *f) {
+        ((PyTypeObject *)type)->tp_as_async->am_send = (sendfunc)f;
+    }
+    static void aiopdbp_unawaited(const char *what) {
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "coroutine '%s' was never awaited", what) < 0)
+            PyErr_WriteUnraisable(NULL);
+        PyErr_Restore(t, v, tb);
+    }
+    """
+    void aiopdbp_set_am_send(object type, void *f)
+    void aiopdbp_unawaited(const char *what)
+    int PyIter_Send(object iter, object arg, PyObject **presult) except -1
+
+cdef extern from *:
+    """
+    #include <structmember.h>
+    /* where a class keeps a __slots__ attribute in its objects (-1: not a
+       plain, writable object slot of it) */
+    static Py_ssize_t aiopdbp_slot_offset(PyObject *cls, PyObject *name) {
+        PyObject *d = PyObject_GetAttr(cls, name);
+        Py_ssize_t off = -1;
+        if (d == NULL) { PyErr_Clear(); return -1; }
+        if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+            if (m->type == T_OBJECT_EX && !(m->flags & READONLY)) off = m->offset;
+        }
+        Py_DECREF(d);
+        return off;
+    }
+    static inline PyObject *aiopdbp_slot_get(PyObject *o, Py_ssize_t off) {
+        return *(PyObject **)((char *)o + off);   /* borrowed; NULL: not set */
+    }
+    static inline void aiopdbp_slot_set(PyObject *o, Py_ssize_t off, PyObject *v) {
+        PyObject **p = (PyObject **)((char *)o + off);
+        PyObject *old = *p;
+        Py_INCREF(v);
+        *p = v;
+        Py_XDECREF(old);
+    }
+    """
+    Py_ssize_t aiopdbp_slot_offset(object cls, object name) except? -2
+    PyObject *aiopdbp_slot_get(object o, Py_ssize_t off)
+    void aiopdbp_slot_set(object o, Py_ssize_t off, object v)
+
 cdef object _Message = Message
 cdef object _ndarray = np.ndarray
 cdef object _IncomingStream = IncomingStream
@@ -58,11 +114,65 @@ cdef object _IncomingStream = IncomingStream
 assert Message.__new__ is tuple.__new__ and Message.__init__ is object.__init__
 
 
+# the attributes a take reads: of the pipe, its room, the receiving side
+cdef tuple _PIPE = ("_items", "_turns", "taken", "room", "watch_at", "on_watch", "_host")
+cdef enum:
+    P_ITEMS, P_TURNS, P_TAKEN, P_ROOM, P_WATCH_AT, P_ON_WATCH, P_HOST
+cdef tuple _ROOM = ("marks", "lot")
+cdef enum:
+    R_MARKS, R_LOT
+cdef tuple _RX = ("held", "into_task")
+cdef enum:
+    X_HELD, X_INTO
+
+
+@cython.final
+cdef class _Slots:
+    """One class's attributes that a take reads and writes (the pipe's,
+    its room's, the receiving side's: ``__slots__`` of pure classes), read
+    and written where the class keeps them in its objects -- a C load, not
+    an attribute look-up -- when they are plain slots of it; else as
+    attributes (a stand-in in a test).  Only for objects of exactly that
+    class (:func:`_slots_for`)."""
+
+    cdef object cls
+    cdef tuple names
+    cdef Py_ssize_t off[8]
+
+    def __init__(self, cls, tuple names):
+        self.cls = cls
+        self.names = names
+        for i, name in enumerate(names):
+            self.off[i] = aiopdbp_slot_offset(cls, name)
+
+    cdef inline object get(self, o, int i):
+        cdef PyObject *v
+        if self.off[i] >= 0:
+            v = aiopdbp_slot_get(o, self.off[i])
+            if v != NULL:
+                return <object>v
+        return getattr(o, <str>self.names[i])   # (not set: its AttributeError)
+
+    cdef inline int put(self, o, int i, v) except -1:
+        if self.off[i] >= 0:
+            aiopdbp_slot_set(o, self.off[i], v)
+        else:
+            setattr(o, <str>self.names[i], v)
+        return 0
+
+
+cdef inline _Slots _slots_for(_Slots known, o, tuple names):
+    if known is not None and type(o) is known.cls:
+        return known
+    return _Slots(type(o), names)
+
+
 cdef class RecvPath:
     """See :class:`aiopdbp.runtime.recvpath.RecvPath`."""
 
     cdef public object pipe
     cdef object _rx, _node, _slow, _arrival
+    cdef _Slots _ps, _rs, _xs
 
     def __init__(self, rx, node, slow, arrival):
         self.pipe = None
@@ -75,17 +185,25 @@ cdef class RecvPath:
         # Decided at the call: an item first in the one FIFO now, this path's
         # coroutine (which checks again when it runs); else the GP's own, with
         # no second coroutine around it (a receive that waits pays one)
+        cdef _Slots ps
         pipe = self.pipe
-        if pipe is not None and arrays is None and pipe._turns is None and pipe._items:
-            return self._take(timeout)
+        if pipe is not None and arrays is None:
+            ps = self._ps = _slots_for(self._ps, pipe, _PIPE)
+            if ps.get(pipe, P_TURNS) is None and ps.get(pipe, P_ITEMS):
+                return _new_take(self, timeout)
         return self._slow(timeout, arrays, None)
 
-    async def _take(self, timeout):
+    cdef object _now(self):
+        # the item taken and returned in one step, or None: nothing taken
+        cdef _Slots ps, xs
         pipe = self.pipe
+        if pipe is None:
+            return None
         rx = self._rx
-        if (pipe is not None and rx.held is None and rx.into_task is None
-                and pipe._turns is None):
-            items = pipe._items
+        ps = self._ps = _slots_for(self._ps, pipe, _PIPE)
+        xs = self._xs = _slots_for(self._xs, rx, _RX)
+        if xs.get(rx, X_HELD) is None and xs.get(rx, X_INTO) is None and ps.get(pipe, P_TURNS) is None:
+            items = ps.get(pipe, P_ITEMS)
             if items:
                 item = items[0]
                 if type(item) is _Message and type((<tuple>item)[0]) is str:
@@ -95,7 +213,7 @@ cdef class RecvPath:
                         if kind != "auto" or data.dtype.metadata is not None:
                             # converted before the take: a conversion that raises takes nothing
                             item = self._arrive(<tuple>item, data, kind)
-                    _take_first(pipe, items)
+                    self._take_first(pipe, ps, items)
                     return item
                 if isinstance(item, _IncomingStream) and type(item.source) is str:
                     # an incoming stream: told the node's arrays (the GP's
@@ -103,9 +221,27 @@ cdef class RecvPath:
                     kind = self._node.arrays
                     if kind != "auto":
                         item.arrays = kind
-                    _take_first(pipe, items)
+                    self._take_first(pipe, ps, items)
                     return item
-        return await self._slow(timeout, None, None)
+        return None
+
+    cdef int _take_first(self, pipe, _Slots ps, items) except -1:
+        # Pipe.receive_nowait's one FIFO, inline
+        cdef _Slots rs
+        items.popleft()
+        taken = ps.get(pipe, P_TAKEN) + 1
+        ps.put(pipe, P_TAKEN, taken)
+        room = ps.get(pipe, P_ROOM)
+        rs = self._rs = _slots_for(self._rs, room, _ROOM)
+        if rs.get(room, R_MARKS):
+            room.release(taken)
+        if rs.get(room, R_LOT):
+            room.serve()
+        if taken >= ps.get(pipe, P_WATCH_AT):
+            on_watch = ps.get(pipe, P_ON_WATCH)
+            if on_watch is not None:
+                ps.put(pipe, P_WATCH_AT, on_watch(pipe, taken, ps.get(pipe, P_HOST)))
+        return 0
 
     def arrive(self, item, kind):
         """As :meth:`aiopdbp.runtime.recvpath.RecvPath.arrive`."""
@@ -117,16 +253,102 @@ cdef class RecvPath:
         return aiopdbp_message5(_Message, item[0], item[1], item[2], self._arrival(data, kind), item[4])
 
 
-cdef inline int _take_first(pipe, items) except -1:
-    # Pipe.receive_nowait's one FIFO, inline
-    items.popleft()
-    taken = pipe.taken + 1
-    pipe.taken = taken
-    room = pipe.room
-    if room.marks:
-        room.release(taken)
-    if room.lot:
-        room.serve()
-    if taken >= pipe.watch_at and pipe.on_watch is not None:
-        pipe.watch_at = pipe.on_watch(pipe, taken, pipe._host)
-    return 0
+cdef inline _Take _new_take(RecvPath path, timeout):
+    cdef _Take aw = _Take.__new__(_Take)
+    aw.path = path
+    aw.timeout = timeout
+    return aw
+
+
+cdef enum:
+    _FRESH, _RUNNING, _DONE
+
+
+@cython.final
+@cython.no_gc
+@cython.freelist(8)
+cdef class _Take:
+    """What :meth:`RecvPath.recv` returns when an item is first in the pipe:
+    a coroutine (``send``, ``throw``, ``close``, ``__await__``) whose first
+    step is :meth:`RecvPath._now`, its item the value (``am_send``: no
+    StopIteration); where that takes nothing, it runs the GP's coroutine and
+    passes every step, throw and close on to it.  The same shape as
+    :class:`aiopdbp.runtime.csendpath._Send` (read it), which returns None."""
+
+    cdef RecvPath path
+    cdef object timeout
+    cdef object co      # the GP's coroutine, once started
+    cdef int state
+
+    def __dealloc__(self):
+        if self.state == _FRESH:
+            aiopdbp_unawaited("RecvPath.recv")
+
+    cdef int _step(self, arg, PyObject **result) except -1:
+        # am_send's contract: 0 returned (*result), 1 yielded (*result), -1 raised
+        if self.state == _FRESH:
+            if arg is not None:
+                raise TypeError("can't send non-None value to a just-started coroutine")
+            self.state = _DONE
+            item = self.path._now()
+            if item is not None:
+                Py_INCREF(item)
+                result[0] = <PyObject *>item
+                return 0
+            self.co = self.path._slow(self.timeout, None, None)
+            self.state = _RUNNING
+        elif self.state == _DONE:
+            raise RuntimeError("cannot reuse already awaited coroutine")
+        cdef int r
+        try:
+            r = PyIter_Send(self.co, arg, result)
+        except BaseException:
+            self.state = _DONE
+            self.co = None
+            raise
+        if r != 1:
+            self.state = _DONE
+            self.co = None
+        return r
+
+    def __await__(self):
+        return self
+
+    def __next__(self):
+        return self.send(None)
+
+    def send(self, value):
+        cdef PyObject *res = NULL
+        cdef int r = self._step(value, &res)
+        out = <object>res
+        Py_XDECREF(res)
+        if r == 1:
+            return out
+        raise StopIteration(out)
+
+    def throw(self, typ, val=None, tb=None):
+        if self.state == _RUNNING:
+            try:
+                return self.co.throw(typ, val, tb) if val is not None or tb is not None else self.co.throw(typ)
+            except BaseException:
+                self.state = _DONE
+                self.co = None
+                raise
+        self.state = _DONE
+        if isinstance(typ, BaseException):
+            raise typ
+        raise typ if val is None else typ(val)
+
+    def close(self):
+        if self.state == _RUNNING:
+            self.state = _DONE
+            co, self.co = self.co, None
+            co.close()
+        self.state = _DONE
+
+
+cdef int _am_send(PyObject *o, PyObject *arg, PyObject **result) except -1:
+    return (<_Take>o)._step(<object>arg, result)
+
+
+aiopdbp_set_am_send(_Take, <void *>_am_send)

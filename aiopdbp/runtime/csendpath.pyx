@@ -5,15 +5,21 @@ coroutine -- which ``asyncio`` takes wherever it takes a coroutine -- and the
 router's ``try_send`` inline (the same four steps: name -> pid -> target,
 nothing queued ahead, the target's ``offer``), so that no Python frame runs
 between ``GP.send`` and the host link's compiled ``offer``; ``gp.send`` is
-this path's ``call`` itself, so none runs before it either.  Everything else
-is the GP's coroutine and the router's ``send_waiting``, as in the pure form
+this path's ``call`` itself, so none runs before it either.  For host data
+``call`` returns a coroutine of its own (:class:`_Send`), not ``send``'s:
+its first step is the common case done at once (:meth:`SendPath._now`), with
+no coroutine object, closure and await wrapper made per message; where that
+step does nothing, it runs ``send``'s coroutine.  Everything else is the
+GP's coroutine and the router's ``send_waiting``, as in the pure form
 (``tests/test_sendpath.py`` runs both)."""
 
 import asyncio
 
 import numpy as np
 
+cimport cython
 from cpython.float cimport PyFloat_AS_DOUBLE
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 
 from aiopdbp.errors import ClosedResourceError, UnknownProcessError
 from aiopdbp.runtime.sendpath import BURST_BYTES
@@ -34,6 +40,27 @@ __sources__ = ("sendpath.py", "csendpath.pyx")
 __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
 __all__ = ["BURST_BYTES", "SendPath"]
+
+cdef extern from *:
+    """
+    /* the awaitable's am_send, set on its type at import: PyIter_Send (what
+       `await` and `yield from` call) takes a finished step's value from it
+       directly, with no StopIteration raised and caught */
+    static void aiopdbp_set_am_send(PyObject *type, void *f) {
+        ((PyTypeObject *)type)->tp_as_async->am_send = (sendfunc)f;
+    }
+    /* a fresh awaitable dropped unawaited warns as a coroutine does */
+    static void aiopdbp_unawaited(const char *what) {
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "coroutine '%s' was never awaited", what) < 0)
+            PyErr_WriteUnraisable(NULL);
+        PyErr_Restore(t, v, tb);
+    }
+    """
+    void aiopdbp_set_am_send(object type, void *f)
+    void aiopdbp_unawaited(const char *what)
+    int PyIter_Send(object iter, object arg, PyObject **presult) except -1
 
 cdef object _SHORT = Kind.SHORT
 cdef object _COMMAND = Kind.COMMAND
@@ -80,9 +107,9 @@ cdef class SendPath:
 
     def call(self, dest, data=None, *, com=0, kind=Kind.SHORT, timeout=None, copy=True, stream=None):
         if stream is None and (data is None or type(data) is bytes or type(data) is _ndarray):
-            return self.send(dest, data, com, kind, timeout, copy)
+            return _new_send(self, dest, data, com, kind, timeout, copy)
         if stream is None and (view := self._tensor(data)) is not None:
-            return self.send(dest, view, com, kind, timeout, copy)
+            return _new_send(self, dest, view, com, kind, timeout, copy)
         if self.whole is None:
             raise RuntimeError("SendPath.call: no GP send set (whole) for this payload")
         return self.whole(dest, data, com=com, kind=kind, timeout=timeout, copy=copy, stream=stream)
@@ -93,6 +120,43 @@ cdef class SendPath:
         if self._tensor_view is None:
             return None
         return self._tensor_view(data)
+
+    cdef int _now(self, dest, data, com, kind, timeout) except -1:
+        # send's common case done in one step, or nothing done (0: then send's
+        # coroutine does it all, from its start): valid arguments, host data,
+        # a burst that does not yield now, nothing queued, a known target
+        # whose offer takes it.  The same reads and writes as send's, so that
+        # a send done here is the one send's coroutine would have done.
+        cdef Py_ssize_t cost
+        if (self.freed or type(com) is not int or not 0 <= com <= 0xFFFFFFFF
+                or (kind is not _SHORT and kind is not _COMMAND) or type(dest) is not str
+                or (timeout is not None and (type(timeout) is not float
+                                             or not PyFloat_AS_DOUBLE(timeout) >= 0))):
+            return 0
+        if type(data) is bytes:
+            cost = len(<bytes>data) + _OVERHEAD
+        elif type(data) is _ndarray and data.nbytes < self._owned_min:
+            cost = data.nbytes + _OVERHEAD
+        else:
+            return 0
+        if self.burst - cost <= 0 or self._queued:
+            return 0
+        pid = self._pids.get(dest)
+        if pid is None:
+            return 0
+        tgt = self._targets.get(pid)
+        if tgt is None:
+            return 0
+        if type(data) is not bytes:
+            data = self._snapshot(data, self._max_ndim)
+            if data is None:
+                return 0
+        self.burst -= cost
+        if tgt.offer(pid, cost, (self.name, kind, com, data, self.pid)):
+            self._router.offered += 1
+            return 1
+        self.burst += cost   # not taken: the coroutine starts from the same state
+        return 0
 
     async def send(self, dest, data, com, kind, timeout, copy):
         cdef Py_ssize_t cost
@@ -185,3 +249,109 @@ cdef class SendPath:
         if self.whole_stream is None:
             raise RuntimeError("SendPath.stream: no GP send_stream set (whole_stream)")
         return self.whole_stream(dest, data, segment_size=segment_size, com=com, timeout=timeout, copy=copy)
+
+cdef inline _Send _new_send(SendPath path, dest, data, com, kind, timeout, copy):
+    cdef _Send aw = _Send.__new__(_Send)
+    aw.path = path
+    aw.dest = dest
+    aw.data = data
+    aw.com = com
+    aw.kind = kind
+    aw.timeout = timeout
+    aw.copy = copy
+    return aw
+
+
+cdef enum:
+    _FRESH, _RUNNING, _DONE
+
+
+@cython.final
+@cython.no_gc
+@cython.freelist(8)
+cdef class _Send:
+    """What :meth:`SendPath.call` returns for host data: a coroutine (it has
+    ``send``, ``throw``, ``close`` and ``__await__``: ``asyncio`` takes it as
+    one) whose first step is :meth:`SendPath._now`; where that does nothing,
+    it runs the path's ``send`` coroutine from its start and passes every
+    step, throw and close on to it, as ``await path.send(...)`` would.  So
+    the common send needs no coroutine object, closure and await wrapper, and
+    nothing is sent before it is awaited (a task cancelled before it runs
+    throws into a fresh one: nothing sent)."""
+
+    cdef SendPath path
+    cdef object dest, data, com, kind, timeout, copy
+    cdef object co      # the path's send coroutine, once started
+    cdef int state
+
+    def __dealloc__(self):
+        if self.state == _FRESH:
+            aiopdbp_unawaited("SendPath.send")
+
+    cdef int _step(self, arg, PyObject **result) except -1:
+        # am_send's contract: 0 returned (*result), 1 yielded (*result), -1 raised
+        if self.state == _FRESH:
+            if arg is not None:
+                raise TypeError("can't send non-None value to a just-started coroutine")
+            self.state = _DONE
+            if self.path._now(self.dest, self.data, self.com, self.kind, self.timeout):
+                Py_INCREF(None)
+                result[0] = <PyObject *>None
+                return 0
+            self.co = self.path.send(self.dest, self.data, self.com, self.kind, self.timeout, self.copy)
+            self.state = _RUNNING
+        elif self.state == _DONE:
+            raise RuntimeError("cannot reuse already awaited coroutine")
+        cdef int r
+        try:
+            r = PyIter_Send(self.co, arg, result)
+        except BaseException:
+            self.state = _DONE
+            self.co = None
+            raise
+        if r != 1:
+            self.state = _DONE
+            self.co = None
+        return r
+
+    def __await__(self):
+        return self
+
+    def __next__(self):
+        return self.send(None)
+
+    def send(self, value):
+        cdef PyObject *res = NULL
+        cdef int r = self._step(value, &res)
+        out = <object>res
+        Py_XDECREF(res)
+        if r == 1:
+            return out
+        raise StopIteration(out)
+
+    def throw(self, typ, val=None, tb=None):
+        if self.state == _RUNNING:
+            try:
+                return self.co.throw(typ, val, tb) if val is not None or tb is not None else self.co.throw(typ)
+            except BaseException:
+                self.state = _DONE
+                self.co = None
+                raise
+        self.state = _DONE
+        if isinstance(typ, BaseException):
+            raise typ
+        raise typ if val is None else typ(val)
+
+    def close(self):
+        if self.state == _RUNNING:
+            self.state = _DONE
+            co, self.co = self.co, None
+            co.close()
+        self.state = _DONE
+
+
+cdef int _am_send(PyObject *o, PyObject *arg, PyObject **result) except -1:
+    return (<_Send>o)._step(<object>arg, result)
+
+
+aiopdbp_set_am_send(_Send, <void *>_am_send)

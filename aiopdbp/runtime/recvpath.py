@@ -14,7 +14,7 @@ this path took and could not return as it is.
 
 This module has a compiled twin (``aiopdbp.runtime.crecvpath``, chosen by
 :mod:`aiopdbp.runtime.recvcore`): its ``recv`` decides at the call -- its
-own coroutine when an item is first in the pipe's one FIFO (which takes it
+own coroutine (a compiled object, no frame) when an item is first in the pipe's one FIFO (which takes it
 in C: the one-FIFO case of :meth:`Pipe.receive_nowait
 <aiopdbp.routing.pipes.Pipe.receive_nowait>`, inline), else the GP's
 coroutine itself -- so no Python frame runs for a message taken there, and

@@ -22,7 +22,8 @@ This module has a compiled twin (``aiopdbp.runtime.csendpath``, chosen by
 frame per send, and no Python call between the GP and the host link's
 compiled ``offer``; there ``gp.send`` is the compiled :meth:`SendPath.call`
 (host data without ``stream=``, and a plain CPU tensor seen before as its
-memory's ndarray: this path's ``send``; anything else -- another tensor, a
+memory's ndarray: this path's ``send``, as a coroutine of the compiled form's
+own whose first step is the common case; anything else -- another tensor, a
 device array, ``stream=`` -- the GP's own ``send``, ``whole``), so no Python
 frame runs between the caller and the compiled coroutine.  Where
 the compiled form is not built, ``gp.send`` stays the GP's own (this form's
