@@ -532,6 +532,17 @@ def test_rank_that_never_opens_its_node_gives_handshake_error() -> None:
     assert "UNEXPECTED" not in out, out
 
 
+def test_rank_that_never_opens_its_node_under_launch_is_one_handshake_error() -> None:
+    # the watchdog's kill is the rank's own failure: its status and its line,
+    # not "killed by SIGKILL" under hydra's banner
+    job = _launch("-n", "2", str(LIVE), "nojoin")
+    rc = job.finish()
+    out = job.output
+    assert rc == 1, out
+    assert "HandshakeError: MPI did not start within 2 s" in out, out
+    assert "SIGKILL" not in out and "BAD TERMINATION" not in out and "UNEXPECTED" not in out, out
+
+
 def test_rank_that_never_opens_its_node_after_mpi_init_gives_handshake_error() -> None:
     # rank 1 initialised MPI (it made a transport) but never opens the node
     proc = _handshake_timeout_job()

@@ -43,7 +43,7 @@ import sys
 from typing import Any
 
 from aiopdbp.env import (default_mpich_shm_cells, env_rank, env_size, in_mpi_job, local_ranks,
-                         mpi_thread_level)
+                         mpi_thread_level, record_failure)
 
 __all__ = ["ABORT_FLUSH_S", "SHM_CELL_BUDGET", "load_mpi", "mpi_world_size", "prepare_mpi_import", "shm_cells"]
 
@@ -131,6 +131,10 @@ def _watchdog(timeout: float) -> tuple[int, int] | None:
             os.close(w)
             if not select.select([r], [], [], timeout)[0]:
                 os.write(2, message)
+                # the failure is the rank's own, said above: under aiopdbp
+                # launch the record makes it the job's status and its line,
+                # not a rank that vanished by SIGKILL under hydra's banner
+                record_failure(1)
                 os.kill(os.getppid(), signal.SIGKILL)
         finally:
             os._exit(0)
