@@ -72,9 +72,11 @@ cdef inline object _split_array(kind, source_p, pid, com, data):
     if dt.metadata is None:
         head = _HEADS.get((kind, source_p, pid, com, dt, data.shape))
         if head is not None:
-            mv = memoryview(data)
-            if mv.ndim == 1 and mv.format == "B":
-                return head, mv
+            try:
+                mv = memoryview(data)
+                return head, (mv if mv.ndim == 1 and mv.format == "B" else mv.cast("B"))
+            except (ValueError, TypeError):  # (datetime64, a non-native byte order: the function's way)
+                pass
     return encode_split_array(kind, source_p, pid, com, data)
 
 
