@@ -510,3 +510,32 @@ async def test_offer_admits_by_a_real_gates_rule_in_either_form(form: Any, gates
     assert out.offer(PID, 10, _msg(b"w" * 8)) is False and gate.credit(PID) == 50
     assert out.offered == 2 and len(tr.posts) >= 1
     await _turn()
+
+
+def _layouts() -> list[Any]:
+    from aiopdbp.arrays import _tag
+    be = np.arange(20_000, dtype=">i4")
+    return [np.arange(LARGE + 5, dtype=np.uint8), np.arange(20_000.0).reshape(100, 200),
+            np.ones((64, 300), np.float32), be, np.arange(20_000).astype("datetime64[s]"),
+            np.zeros(20_000, dtype=_tag(np.dtype(np.int16), "torch", "bfloat16"))]
+
+
+@pytest.mark.skipif(compiled_sender is None, reason="the compiled sender is not built")
+@pytest.mark.timeout(20)
+async def test_both_forms_split_an_owned_array_into_the_same_header_and_bytes() -> None:
+    # the compiled form reads a cached header and the array's bytes itself
+    # (csender._split_array); every layout, sent twice: the second from the cache
+    frames: dict[str, list[Any]] = {}
+    for name, form in (("pure", pure_sender), ("compiled", compiled_sender)):
+        for arr in _layouts() * 2:
+            tr = _LaneTransport(bulk=True)
+            lane = tr.send_lane(0, None)
+            got: list[Any] = []
+            lane.post_pair = lambda head, buf, tag, done: got.append((bytes(head), bytes(buf))) or done  # type: ignore[method-assign]
+            tr.send_lane = lambda dest, channel: lane  # type: ignore[method-assign]
+            out = _sender(form, tr)
+            done = OwnedDone(loop=asyncio.get_running_loop())
+            out.message(PID, _msg(arr), done)
+            assert got and got[0][1] == arr.tobytes()
+            frames.setdefault(name, []).append(got[0])
+    assert frames["pure"] == frames["compiled"]

@@ -24,6 +24,7 @@ from aiopdbp.hosts.sender import _OWNED_PRUNE, HOLD_BELOW, large_enough, send_la
 from aiopdbp.wire.message import CREDIT_OVERHEAD
 from aiopdbp.transport.base import Channel
 from aiopdbp.wire.codec import encode_cdu, encode_record, encode_split, encode_split_array
+from aiopdbp.wire import codec as _codec
 from aiopdbp.wire.control import credit_frame
 from aiopdbp.wire.core import BlockWriter
 from aiopdbp.wire.mesp import CDU, L1, MsgType
@@ -58,6 +59,25 @@ cdef object _ShortStream = ShortStream
 cdef object _OwnedDone = OwnedDone
 cdef object _running_loop = asyncio.get_running_loop
 cdef Py_ssize_t _OVERHEAD = CREDIT_OVERHEAD
+# the split headers' cache of encode_split_array (cleared in place when full: this is that dict)
+cdef dict _HEADS = _codec._SPLIT_HEADS
+
+
+cdef inline object _split_array(kind, source_p, pid, com, data):
+    """``encode_split_array(kind, source_p, pid, com, data)`` for a
+    C-contiguous array: its cached header and its bytes read here, without
+    the Python frame; anything else (a first header, a tagged dtype, a
+    buffer memoryview cannot cast) by that function, with the same result."""
+    dt = data.dtype
+    if dt.metadata is None:
+        head = _HEADS.get((kind, source_p, pid, com, dt, data.shape))
+        if head is not None:
+            try:
+                mv = memoryview(data)
+                return head, (mv if mv.ndim == 1 and mv.format == "B" else mv.cast("B"))
+            except (ValueError, TypeError):  # (datetime64, a non-native byte order: the function's way)
+                pass
+    return encode_split_array(kind, source_p, pid, com, data)
 
 
 cdef class LinkSender:
@@ -179,16 +199,17 @@ cdef class LinkSender:
         if not self._short(pid, item, _STREAM_HEAD(item[5], item[6])):
             self.cdu(item.cdu(pid))
 
-    def message(self, pid, fields, done=None):
+    cpdef message(self, pid, fields, done=None):
+        # (cpdef, as cdu, split and flush: an owned send's steps are C calls)
         data = fields[3]
         if self._bulk_tags and type(data) is _ndarray and data.nbytes >= self.large and (
                 done is not None or (data.flags.c_contiguous and large_enough(data, self.large))):
             self.flush()
-            self.split(encode_split_array(fields[1], fields[4], pid, fields[2], data), done)
+            self.split(_split_array(fields[1], fields[4], pid, fields[2], data), done)
         else:
             self.cdu(CDU(fields[1], fields[4], (pid,), data, fields[2]), done)
 
-    def cdu(self, cdu, done=None):
+    cpdef cdu(self, cdu, done=None):
         data = cdu.data
         if data is not None and large_enough(data, self.large):
             self.flush()
@@ -218,12 +239,13 @@ cdef class LinkSender:
             parts, n = encode_record(cdu, w.offset(_BP), allow_pickle=self._allow_pickle)
         w.put_record(parts, n)
 
-    def split(self, split, done):
+    cpdef split(self, split, done):
         head, payload = split
         self.splits += 1
-        nbytes = memoryview(payload).nbytes
+        # (a memoryview already, from the header's cache: no second view of it)
+        nbytes = payload.nbytes if type(payload) is memoryview else memoryview(payload).nbytes
         if done is not None:
-            done.hold()
+            done._held = True   # OwnedDone.hold(), without its Python frame
         cdef Py_ssize_t tag
         cdef bint now, with_head
         if not self._bulk_tags:
@@ -304,7 +326,7 @@ cdef class LinkSender:
             return  # held: it leaves when the small sends in flight complete (_sent), or when full
         self.flush()
 
-    def flush(self):
+    cpdef flush(self):
         if not self.writer.kind:
             return
         slot, view = self._slot, self._block
