@@ -47,6 +47,8 @@ def main():
     p.add_argument("-n", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-raw", action="store_true")
+    p.add_argument("--raw-each", action="store_true",
+                   help="run the raw program under each variant's launcher (raw@NAME), not only the first's")
     p.add_argument("variants", nargs="+")
     a = p.parse_args()
     variants = []
@@ -71,11 +73,12 @@ def main():
             print(f"[{k}] {name:10} wall {wall:6.2f}  load{up}  " + "  ".join(
                 f"{p} {v[0]:.2f}/{v[1]:.2f} c{v[2]:.3f}/{v[3]:.3f}" for p, v in ph.items())
                 + f"  steps {steps:.0f} idle {idle:.0f}", flush=True)
-        if not a.no_raw:
-            d, wall, up = run(variants[0][1], variants[0][2], a.n, RAW, [])
+        for name, py, env in ([] if a.no_raw else order if a.raw_each else variants[:1]):
+            label = f"raw@{name}" if a.raw_each else "raw"
+            d, wall, up = run(py, env, a.n, RAW, [])
             ph, n, _ = phases(d, "raw")
-            res["raw"].append((wall, ph))
-            print(f"[{k}] {'raw':10} wall {wall:6.2f}  load{up}  " + "  ".join(
+            res.setdefault(label, []).append((wall, ph))
+            print(f"[{k}] {label:10} wall {wall:6.2f}  load{up}  " + "  ".join(
                 f"{p} {v[0]:.2f}/{v[1]:.2f} c{v[2]:.3f}/{v[3]:.3f}" for p, v in ph.items()), flush=True)
     print("medians:")
     for name, runs in res.items():
