@@ -34,7 +34,9 @@ def run(py, env, n, prog, extra):
     t = time.time()
     r = subprocess.run([py, "-m", "aiopdbp", "launch", "-n", str(n), str(prog), *extra, "--pattern", "alltoall",
                         "--out", d, "--launched", repr(t)], env=env, capture_output=True, text=True, timeout=300,
-                       cwd=Path(py).parents[2])   # the variant's checkout: `-m` puts the cwd first on sys.path
+                       # the variant's checkout: `-m` puts the cwd first on sys.path, before
+                       # PYTHONPATH (the launcher's and each rank's rankout are imported from it)
+                       cwd=env.get("PYTHONPATH") or Path(py).parents[2])
     wall = time.time() - t
     if r.returncode:
         print(r.stdout[-2000:], r.stderr[-2000:])
