@@ -31,8 +31,8 @@ TWINS = [("aiopdbp.wire.cblocks", "aiopdbp/wire/cblocks.pyx", ("blocks.py", "cbl
           ("sender.py", "csender.pyx", "cgate.pxd", "../wire/cblocks.pxd"), False),
          ("aiopdbp.hosts.csplitin", "aiopdbp/hosts/csplitin.pyx", ("splitin.py", "csplitin.pyx"), False),
          ("aiopdbp.tensormem.cview", "aiopdbp/tensormem/cview.pyx", ("view.py", "cview.pyx"), False),
-         ("aiopdbp.runtime.csendpath", "aiopdbp/runtime/csendpath.pyx", ("sendpath.py", "csendpath.pyx"), False),
-         ("aiopdbp.runtime.crecvpath", "aiopdbp/runtime/crecvpath.pyx", ("recvpath.py", "crecvpath.pyx"), False)]
+         ("aiopdbp.runtime.csendpath", "aiopdbp/runtime/csendpath.pyx", ("sendpath.py", "csendpath.pyx", "coshell.pxd"), False),
+         ("aiopdbp.runtime.crecvpath", "aiopdbp/runtime/crecvpath.pyx", ("recvpath.py", "crecvpath.pyx", "coshell.pxd"), False)]
 #: the twins that call numpy's C API (its headers: numpy is a build requirement)
 NUMPY_TWINS = {"aiopdbp.tensormem.cview", "aiopdbp.wire.cblocks", "aiopdbp.hosts.csender"}
 

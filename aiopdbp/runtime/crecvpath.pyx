@@ -32,7 +32,7 @@ cdef extern from *:
     const char *AIOPDBP_SOURCE_HASH
 
 #: the files this twin was built from, and their hash then (aiopdbp.ext checks it)
-__sources__ = ("recvpath.py", "crecvpath.pyx")
+__sources__ = ("recvpath.py", "crecvpath.pyx", "coshell.pxd")
 __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
 __all__ = ["RecvPath"]
@@ -58,23 +58,8 @@ cdef extern from *:
     """
     object aiopdbp_message5(object make, object a, object b, object c, object d, object e)
 
-cdef extern from *:
-    """
-    /* as aiopdbp.runtime.csendpath's (read it): am_send, and the warning */
-    static void aiopdbp_set_am_send(PyObject *type, void *f) {
-        ((PyTypeObject *)type)->tp_as_async->am_send = (sendfunc)f;
-    }
-    static void aiopdbp_unawaited(const char *what) {
-        PyObject *t, *v, *tb;
-        PyErr_Fetch(&t, &v, &tb);
-        if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "coroutine '%s' was never awaited", what) < 0)
-            PyErr_WriteUnraisable(NULL);
-        PyErr_Restore(t, v, tb);
-    }
-    """
-    void aiopdbp_set_am_send(object type, void *f)
-    void aiopdbp_unawaited(const char *what)
-    int PyIter_Send(object iter, object arg, PyObject **presult) except -1
+from aiopdbp.runtime.coshell cimport (CO_FRESH, CoState, aiopdbp_set_am_send, co_begin, co_close,
+                                     co_dealloc, co_send, co_started, co_step, co_throw)
 
 cdef extern from *:
     """
@@ -260,10 +245,6 @@ cdef inline _Take _new_take(RecvPath path, timeout):
     return aw
 
 
-cdef enum:
-    _FRESH, _RUNNING, _DONE
-
-
 @cython.final
 @cython.no_gc
 @cython.freelist(8)
@@ -272,79 +253,41 @@ cdef class _Take:
     a coroutine (``send``, ``throw``, ``close``, ``__await__``) whose first
     step is :meth:`RecvPath._now`, its item the value (``am_send``: no
     StopIteration); where that takes nothing, it runs the GP's coroutine and
-    passes every step, throw and close on to it.  The same shape as
-    :class:`aiopdbp.runtime.csendpath._Send` (read it), which returns None."""
+    passes every step, throw and close on to it (the protocol:
+    ``runtime/coshell.pxd``)."""
 
     cdef RecvPath path
     cdef object timeout
-    cdef object co      # the GP's coroutine, once started
-    cdef int state
+    cdef CoState cs
 
     def __dealloc__(self):
-        if self.state == _FRESH:
-            aiopdbp_unawaited("RecvPath.recv")
+        co_dealloc(&self.cs, "RecvPath.recv")
 
     cdef int _step(self, arg, PyObject **result) except -1:
-        # am_send's contract: 0 returned (*result), 1 yielded (*result), -1 raised
-        if self.state == _FRESH:
-            if arg is not None:
-                raise TypeError("can't send non-None value to a just-started coroutine")
-            self.state = _DONE
+        if self.cs.state == CO_FRESH:
+            co_begin(&self.cs, arg)
             item = self.path._now()
             if item is not None:
                 Py_INCREF(item)
                 result[0] = <PyObject *>item
                 return 0
-            self.co = self.path._slow(self.timeout, None, None)
-            self.state = _RUNNING
-        elif self.state == _DONE:
-            raise RuntimeError("cannot reuse already awaited coroutine")
-        cdef int r
-        try:
-            r = PyIter_Send(self.co, arg, result)
-        except BaseException:
-            self.state = _DONE
-            self.co = None
-            raise
-        if r != 1:
-            self.state = _DONE
-            self.co = None
-        return r
+            co_started(&self.cs, self.path._slow(self.timeout, None, None))
+        return co_step(&self.cs, arg, result)
 
     def __await__(self):
         return self
 
     def __next__(self):
-        return self.send(None)
+        return co_send(self, _am_send, None)
 
     def send(self, value):
-        cdef PyObject *res = NULL
-        cdef int r = self._step(value, &res)
-        out = <object>res
-        Py_XDECREF(res)
-        if r == 1:
-            return out
-        raise StopIteration(out)
+        return co_send(self, _am_send, value)
 
     def throw(self, typ, val=None, tb=None):
-        if self.state == _RUNNING:
-            try:
-                return self.co.throw(typ, val, tb) if val is not None or tb is not None else self.co.throw(typ)
-            except BaseException:
-                self.state = _DONE
-                self.co = None
-                raise
-        self.state = _DONE
-        if isinstance(typ, BaseException):
-            raise typ
-        raise typ if val is None else typ(val)
+        return co_throw(&self.cs, typ, val, tb)
 
     def close(self):
-        if self.state == _RUNNING:
-            self.state = _DONE
-            co, self.co = self.co, None
-            co.close()
-        self.state = _DONE
+        co_close(&self.cs)
 
 
 cdef int _am_send(PyObject *o, PyObject *arg, PyObject **result) except -1:

@@ -36,31 +36,13 @@ cdef extern from *:
     const char *AIOPDBP_SOURCE_HASH
 
 #: the files this twin was built from, and their hash then (aiopdbp.ext checks it)
-__sources__ = ("sendpath.py", "csendpath.pyx")
+__sources__ = ("sendpath.py", "csendpath.pyx", "coshell.pxd")
 __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
 __all__ = ["BURST_BYTES", "SendPath"]
 
-cdef extern from *:
-    """
-    /* the awaitable's am_send, set on its type at import: PyIter_Send (what
-       `await` and `yield from` call) takes a finished step's value from it
-       directly, with no StopIteration raised and caught */
-    static void aiopdbp_set_am_send(PyObject *type, void *f) {
-        ((PyTypeObject *)type)->tp_as_async->am_send = (sendfunc)f;
-    }
-    /* a fresh awaitable dropped unawaited warns as a coroutine does */
-    static void aiopdbp_unawaited(const char *what) {
-        PyObject *t, *v, *tb;
-        PyErr_Fetch(&t, &v, &tb);
-        if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "coroutine '%s' was never awaited", what) < 0)
-            PyErr_WriteUnraisable(NULL);
-        PyErr_Restore(t, v, tb);
-    }
-    """
-    void aiopdbp_set_am_send(object type, void *f)
-    void aiopdbp_unawaited(const char *what)
-    int PyIter_Send(object iter, object arg, PyObject **presult) except -1
+from aiopdbp.runtime.coshell cimport (CO_FRESH, CoState, aiopdbp_set_am_send, co_begin, co_close,
+                                     co_dealloc, co_send, co_started, co_step, co_throw)
 
 cdef object _SHORT = Kind.SHORT
 cdef object _COMMAND = Kind.COMMAND
@@ -262,10 +244,6 @@ cdef inline _Send _new_send(SendPath path, dest, data, com, kind, timeout, copy)
     return aw
 
 
-cdef enum:
-    _FRESH, _RUNNING, _DONE
-
-
 @cython.final
 @cython.no_gc
 @cython.freelist(8)
@@ -277,77 +255,39 @@ cdef class _Send:
     step, throw and close on to it, as ``await path.send(...)`` would.  So
     the common send needs no coroutine object, closure and await wrapper, and
     nothing is sent before it is awaited (a task cancelled before it runs
-    throws into a fresh one: nothing sent)."""
+    throws into a fresh one: nothing sent; the protocol: ``runtime/coshell.pxd``)."""
 
     cdef SendPath path
     cdef object dest, data, com, kind, timeout, copy
-    cdef object co      # the path's send coroutine, once started
-    cdef int state
+    cdef CoState cs
 
     def __dealloc__(self):
-        if self.state == _FRESH:
-            aiopdbp_unawaited("SendPath.send")
+        co_dealloc(&self.cs, "SendPath.send")
 
     cdef int _step(self, arg, PyObject **result) except -1:
-        # am_send's contract: 0 returned (*result), 1 yielded (*result), -1 raised
-        if self.state == _FRESH:
-            if arg is not None:
-                raise TypeError("can't send non-None value to a just-started coroutine")
-            self.state = _DONE
+        if self.cs.state == CO_FRESH:
+            co_begin(&self.cs, arg)
             if self.path._now(self.dest, self.data, self.com, self.kind, self.timeout):
                 Py_INCREF(None)
                 result[0] = <PyObject *>None
                 return 0
-            self.co = self.path.send(self.dest, self.data, self.com, self.kind, self.timeout, self.copy)
-            self.state = _RUNNING
-        elif self.state == _DONE:
-            raise RuntimeError("cannot reuse already awaited coroutine")
-        cdef int r
-        try:
-            r = PyIter_Send(self.co, arg, result)
-        except BaseException:
-            self.state = _DONE
-            self.co = None
-            raise
-        if r != 1:
-            self.state = _DONE
-            self.co = None
-        return r
+            co_started(&self.cs, self.path.send(self.dest, self.data, self.com, self.kind, self.timeout, self.copy))
+        return co_step(&self.cs, arg, result)
 
     def __await__(self):
         return self
 
     def __next__(self):
-        return self.send(None)
+        return co_send(self, _am_send, None)
 
     def send(self, value):
-        cdef PyObject *res = NULL
-        cdef int r = self._step(value, &res)
-        out = <object>res
-        Py_XDECREF(res)
-        if r == 1:
-            return out
-        raise StopIteration(out)
+        return co_send(self, _am_send, value)
 
     def throw(self, typ, val=None, tb=None):
-        if self.state == _RUNNING:
-            try:
-                return self.co.throw(typ, val, tb) if val is not None or tb is not None else self.co.throw(typ)
-            except BaseException:
-                self.state = _DONE
-                self.co = None
-                raise
-        self.state = _DONE
-        if isinstance(typ, BaseException):
-            raise typ
-        raise typ if val is None else typ(val)
+        return co_throw(&self.cs, typ, val, tb)
 
     def close(self):
-        if self.state == _RUNNING:
-            self.state = _DONE
-            co, self.co = self.co, None
-            co.close()
-        self.state = _DONE
+        co_close(&self.cs)
 
 
 cdef int _am_send(PyObject *o, PyObject *arg, PyObject **result) except -1:
