@@ -51,7 +51,7 @@ from aiopdbp.bench.plan import parse_sizes
 
 #: functions that run while a rank polls (steps of the engine's own task too):
 #: their count is waiting, not work
-_POLLING = _HOPS_POLLING | {("progress.py", "_complete_sends"), ("progress.py", "pending"),
+_POLLING = _HOPS_POLLING | {("sends.py", "complete"), ("progress.py", "pending"),
                             ("progress.py", "_run"), ("progress.py", "<listcomp>"), ("backoff.py", "reset"),
                             ("receives.py", "complete_bulk"), ("pipes.py", "__len__")}
 CUTS = ("send", "payload post", "to header", "header in", "payload recv", "deliver", "wake", "one way",

@@ -26,10 +26,11 @@ def step(self):
     if self.n_recvs != n: STEP.append((t, ns()))
     return b
 ProgressEngine.step = step
-_post = ProgressEngine.post_send
+from aiopdbp.transport.sends import Sends
+_post = Sends.post
 def post(self, *a):
     r = _post(self, *a); POST.append(ns()); return r
-ProgressEngine.post_send = post
+Sends.post = post
 GAP = float(sys.argv[1]) / 1e3
 async def main():
     async with aiopdbp.open_node() as node:

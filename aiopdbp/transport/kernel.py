@@ -23,7 +23,7 @@ engine to handle the long way; no message is received out of order or twice.
 The common send is one frame to one host, completed at once (eager): a
 :class:`SendLane` per (host, channel) does it in one call -- the ``Isend``,
 its ``Test``, the engine's counters and the doorbell's rule -- where the
-general path (:meth:`~aiopdbp.transport.progress.ProgressEngine.post_send`)
+general path (:meth:`~aiopdbp.transport.sends.Sends.post`)
 crosses the transport and the engine in Python.  A large payload's receive,
 posted when its header arrived, is one call of the engine's
 :class:`BulkRecv`: its buffer, the ``Irecv``, its ``Test`` and the counters.

@@ -184,6 +184,7 @@ class MPITransport(Transport):
             max_backoff_s=None if max_backoff_us is None else max_backoff_us * 1e-6,
             bulk=self._bulk,
         )
+        self._sends = self._engine.sends
         # ranks outnumber cores: links hold their blocks behind a send in flight
         self.holds_blocks = self._engine.oversubscribed
         self._quiescing: asyncio.Future[None] | None = None
@@ -279,7 +280,7 @@ class MPITransport(Transport):
         ``post_nowait``'s would."""
         if self._closed or not self._started or not 0 <= dest < self.size or channel not in (0, 1):
             self._refuse(dest, channel)
-        return self._engine.send_lane(int(channel), dest, functools.partial(self._refuse, dest, channel))
+        return self._sends.lane(int(channel), dest, functools.partial(self._refuse, dest, channel))
 
     def _refuse(self, dest: int, channel: Channel) -> None:
         if self._closed:
@@ -322,7 +323,7 @@ class MPITransport(Transport):
         else a future.  Errors (closed transport, bad rank) raise."""
         if self._closed or not self._started or not 0 <= dest < self.size or channel not in (0, 1):
             self._refuse(dest, channel)
-        return self._engine.post_send(channel, dest, blocks)
+        return self._sends.post(channel, dest, blocks)
 
     drives = True
 
@@ -366,7 +367,7 @@ class MPITransport(Transport):
         reused (``done`` itself when given).  Errors raise."""
         if self._closed or not self._started or not 0 <= dest < self.size:
             self._refuse(dest, Channel.DATA)
-        return self._engine.post_bulk_send(dest, tag, buf, done, head)
+        return self._sends.post_bulk(dest, tag, buf, done, head)
 
     @property
     def recv_bulk_now(self) -> Callable[[int, int, int, Buffer | None], tuple[Any, Any]]:

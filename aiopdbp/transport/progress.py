@@ -21,14 +21,13 @@ One step (:meth:`ProgressEngine.step`):
    behind a data backlog is found after one probe per backlog message rather
    than after copying the backlog.  Delivery stays in arrival order per
    (channel, source): a message waits behind a large one still landing.
-2. *Complete sends.*  Sends complete about in order: ``Test`` the oldest
-   until one is not done (one ``Test`` costs a tenth of a ``Testsome`` over
-   a window); every 32nd step, ``Testsome`` over all of them.
+2. *Complete sends* (:meth:`Sends.complete <aiopdbp.transport.sends.Sends.complete>`:
+   the send side, posts and completions, is :mod:`aiopdbp.transport.sends`).
 3. *Bulk payloads* (the transport's third communicator, never probed): a
    large payload's ``Irecv`` is posted by ``ProgressEngine.bulk_receiver``'s ``post``
    when its header has arrived, into the buffer it is delivered in; one that
    did not land at once is tracked (:meth:`ProgressEngine.track_bulk`) and
-   tested every step; its ``Isend`` (:meth:`ProgressEngine.post_bulk_send`)
+   tested every step; its ``Isend`` (:meth:`Sends.post_bulk <aiopdbp.transport.sends.Sends.post_bulk>`)
    completes like any send, resolving the waiting sender's future from the
    step (see :mod:`aiopdbp.transport.mpi`, "Bulk payloads").
 4. *Pollers.*  Other non-blocking work that must be driven by the same loop
@@ -83,15 +82,14 @@ and ``recv`` returning (measured: the wake-up hop of an 8 B ping-pong,
 window) and leaves when it has been quiet that long, so an idle rank still
 sleeps in the engine's task with the doorbell, and never with spinning off.
 
-Sends are posted by :meth:`post_send` in the caller's task: one ``Isend`` per
-block and one ``Test`` -- eager messages complete right there and the caller
-gets no future at all.
+Sends are posted in the caller's task (:attr:`ProgressEngine.sends`): one
+``Isend`` per block and one ``Test`` -- eager messages complete right there
+and the caller gets no future at all.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -99,14 +97,14 @@ from typing import Any, Final
 
 from aiopdbp.env import (idle_max_seconds, local_ranks, max_backoff_seconds, oversubscribed, progress_mode,
                          spin_seconds)
-from aiopdbp.errors import ClosedResourceError, TransportError
+from aiopdbp.errors import ClosedResourceError
 from aiopdbp.transport.backoff import Backoff
 from aiopdbp.transport.base import AllocFn, Channel, DeliverFn, SinkFn
 from aiopdbp.transport.doorbell import RING_AFTER_S, Doorbell, DoorbellJoin
 from aiopdbp.transport.mpiload import prepare_mpi_import
-from aiopdbp.transport.core import kernel_core
 from aiopdbp.transport.receives import Receives
 from aiopdbp.transport.recvcache import DEFAULT_RECV_CACHE_BYTES
+from aiopdbp.transport.sends import Sends, resolve
 
 prepare_mpi_import()
 from mpi4py import MPI  # noqa: E402  (thread level must be set first)
@@ -117,8 +115,6 @@ __all__ = ["Backoff", "ProgressEngine", "local_ranks", "oversubscribed", "PROGRE
 PROGRESS_MODES: Final = ("auto", "poll")
 #: messages at most this long are received inline with ``Mrecv``
 DEFAULT_INLINE_RECV_LIMIT: Final = 64 * 1024
-#: every this many steps, Testsome over every send (not only the oldest)
-FULL_SCAN_EVERY: Final = 32
 DEFAULT_SPIN_S: Final = 20e-6
 DEFAULT_SPIN_WINDOW_S: Final = 5e-3
 #: the idle back-off's cap during a conversation (or when peers cannot ring) ...
@@ -128,10 +124,8 @@ DEFAULT_IDLE_MAX_S: Final = 50e-3
 #: ... and nothing happened for this long
 LONG_IDLE_S: Final = 1.0
 
-_BYTE = MPI.BYTE
 _CONTROL = Channel.CONTROL
 _DATA = Channel.DATA
-_Testsome = MPI.Request.Testsome
 
 # Buffers/requests that MPI may still touch after an engine gave up on them
 # (drain timeout at close).  Kept alive for the life of the process: freeing
@@ -148,28 +142,12 @@ def resolve_mode(mode: str = "auto") -> str:
     raise ValueError(f"progress mode must be one of {PROGRESS_MODES}, got {mode!r}")
 
 
-class _SendOp:
-    """One ``post_send`` call: its future, requests still running, blocks kept alive."""
-
-    __slots__ = ("future", "remaining", "blocks")
-
-    def __init__(self, future: asyncio.Future[None], remaining: int, blocks: tuple[Any, ...]) -> None:
-        self.future = future
-        self.remaining = remaining
-        self.blocks: tuple[Any, ...] | None = blocks
-
-
-def _resolve(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
 class ProgressEngine:
     """Owns every in-flight MPI request of one transport and completes them.
 
     ``comms[i]`` is the communicator of ``Channel(i)``; all messages use
     ``tag``.  Create it in the rank's event loop thread, :meth:`start` it
-    once, post sends with :meth:`post_send`, finish with :meth:`stop`.
+    once, post sends with :attr:`sends`, finish with :meth:`stop`.
     """
 
     def __init__(self, comms: Sequence[MPI.Comm], *, tag: int = 0, mode: str = "auto",
@@ -192,14 +170,11 @@ class ProgressEngine:
         self._idle_most = max(most, idle_max_seconds(DEFAULT_IDLE_MAX_S))
         self._bell: Doorbell | None = None
         self._joining: DoorbellJoin | None = None
-        self._last_to = [-1e9] * self._comms[0].Get_size()   # when we last sent to each rank
         cache = DEFAULT_RECV_CACHE_BYTES if recv_cache_bytes is None else recv_cache_bytes
-        self._post_one = kernel_core.post_one
-        self._lanes: list[Any] = []   # every SendLane made (see send_lane)
         self._rx = Receives(self._comms, tag, inline_recv_limit, cache, bulk, self._report)
         self._bulk_in: Any = None     # the kernel's BulkRecv (bulk_receiver)
-        # sends: (request, op) oldest first
-        self._sends: collections.deque[tuple[Any, _SendOp]] = collections.deque()
+        #: the send side: posts (in the caller's task), lanes, completions
+        self.sends = Sends(self._comms, tag, bulk, self.kick)
         self._pollers: list[Callable[[], bool]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
@@ -212,13 +187,10 @@ class ProgressEngine:
         self._drivers = 0             # tasks stepping us in drive()
         self._last_active = 0.0       # when a step last did something (perf_counter)
         # counters
-        self.n_sends = self.n_fast_sends = self.bytes_sent = 0
         self.n_steps = self.n_spins = self.n_idle_sleeps = self.n_wakeups = 0
         self.n_deliver_errors = 0
-        self.n_send_calls = self.n_completed = self.n_testsome = self.n_testsome_hits = 0
         self.n_rings = 0
         self.n_drives = self.n_driven = 0
-        self.n_bulk_sends = 0
 
     @property
     def n_recvs(self) -> int:
@@ -240,6 +212,7 @@ class ProgressEngine:
 
         self._rx.start((control, data if on_data is None else on_data), self._sink_failed, alloc, alloc_min)
         self._loop = loop
+        self.sends.start(loop)
         self._joining = doorbell
         self._task = loop.create_task(self._run(), name="aiopdbp-progress")
 
@@ -253,8 +226,7 @@ class ProgressEngine:
         bell = join.bell
         if bell is not None and self._loop is not None:
             self._bell = bell
-            for lane in self._lanes:
-                lane.bell = bell
+            self.sends.use_bell(bell)
             self._loop.add_reader(bell.fileno(), self._on_ring)
 
     def _on_ring(self) -> None:
@@ -270,8 +242,7 @@ class ProgressEngine:
             if join.bell is not None:
                 join.bell.close()
         bell, self._bell = self._bell, None
-        for lane in self._lanes:
-            lane.bell = None
+        self.sends.use_bell(None)
         if bell is not None:
             loop = self._loop
             if loop is not None and not loop.is_closed():
@@ -283,7 +254,7 @@ class ProgressEngine:
 
         Messages arriving meanwhile are still delivered.  Requests still
         running at the deadline are abandoned: their futures fail with
-        :class:`TransportError`, their buffers stay referenced for the life
+        :class:`~aiopdbp.errors.TransportError`, their buffers stay referenced for the life
         of the process.
 
         Cancellation: the engine keeps stopping; calling ``stop`` again waits again.
@@ -315,73 +286,11 @@ class ProgressEngine:
         if w is not None and not w.done():
             w.set_result(None)
 
-    # ---------------------------------------------------------------- sends
-    def post_send(self, channel: int, dest: int, blocks: Sequence[Any]) -> asyncio.Future[None] | None:
-        """Post one ``Isend`` per block; None when all completed at once
-        (eager), else a future that completes when every block may be reused."""
-        if self._stopping and self._failure is not None:
-            raise TransportError(f"MPI progress failed: {self._failure!r}")
-        comm = self._comms[channel]
-        tag = self._tag
-        self.n_send_calls += 1
-        if len(blocks) == 1:  # the commonest: one frame, sent eagerly
-            b = blocks[0]
-            req = self._post_one(comm, b, dest, tag)
-            self.bytes_sent += len(b) if type(b) is bytes else memoryview(b).nbytes
-            self.n_sends += 1
-            self._ring(dest)
-            if req is None:
-                self.n_fast_sends += 1
-                return None
-            reqs = [req]
-        else:
-            reqs = []
-            for b in blocks:
-                reqs.append(comm.Isend([b, _BYTE], dest, tag))
-                self.bytes_sent += len(b) if type(b) is bytes else memoryview(b).nbytes
-            self.n_sends += len(reqs)
-            self._ring(dest)
-            if MPI.Request.Testall(reqs):
-                self.n_fast_sends += len(reqs)
-                return None
-        assert self._loop is not None
-        fut: asyncio.Future[None] = self._loop.create_future()
-        op = _SendOp(fut, len(reqs), tuple(blocks))
-        for r in reqs:
-            self._sends.append((r, op))
-        self.kick()
-        return fut
-
-    def _ring(self, dest: int) -> None:
-        """Ring ``dest`` when our previous send to it is older than
-        ``RING_AFTER_S``: it may be asleep then (see the doorbell module);
-        never otherwise.  After the ``Isend``: the woken engine must find it."""
-        bell = self._bell
-        if bell is not None:
-            now = time.perf_counter()
-            last = self._last_to
-            if now - last[dest] > RING_AFTER_S:
-                bell.ring(dest)
-            last[dest] = now
-
-    def send_lane(self, channel: int, dest: int, refuse: Callable[[], None]) -> Any:
-        """A :class:`~aiopdbp.transport.kernel.SendLane` for one-frame sends
-        to ``dest`` on ``channel``: what :meth:`post_send` does for one block,
-        in one call of the compiled kernel.  ``refuse()`` raises why a send
-        cannot be posted (the transport is closed); the engine shuts the lane
-        itself when it fails."""
-        bulk = self._bulk if channel == 1 else None  # the data lane posts split frames too (post_pair)
-        lane = kernel_core.SendLane(self._comms[channel], dest, self._tag, self._last_to, RING_AFTER_S,
-                                    self._bell, self._lane_pending, refuse, bulk, self._lane_pending_bulk)
-        if self._stopping and self._failure is not None:
-            lane.open = False
-        self._lanes.append(lane)
-        return lane
-
     def shut_lanes(self) -> None:
         """No lane posts again, nor the bulk receiver: each calls its ``refuse`` (the transport closes)."""
-        for lane in (*self._lanes, self._bulk_in) if self._bulk_in is not None else self._lanes:
-            lane.open = False
+        self.sends.shut()
+        if self._bulk_in is not None:
+            self._bulk_in.open = False
 
     def bulk_receiver(self, size: int, refuse: Callable[[int], None]) -> Any:
         """The receives of large payloads from ranks below ``size`` in one call
@@ -390,106 +299,10 @@ class ProgressEngine:
         self._bulk_in = self._rx.bulk(size, self.track_bulk, refuse)
         return self._bulk_in
 
-    def _lane_pending(self, req: Any, buf: Any) -> asyncio.Future[None]:
-        """A lane's send that did not complete at once: tracked as post_send's are."""
-        assert self._loop is not None
-        fut: asyncio.Future[None] = self._loop.create_future()
-        self._sends.append((req, _SendOp(fut, 1, (buf,))))
-        self.kick()
-        return fut
-
-    def _lane_pending_bulk(self, req: Any, buf: Any, done: asyncio.Future[None] | None) -> asyncio.Future[None]:
-        """A lane's payload send that did not complete at once: tracked as
-        :meth:`post_bulk_send`'s is (``done`` resolved by the step that sees it)."""
-        assert self._loop is not None
-        fut: asyncio.Future[None] = self._loop.create_future() if done is None else done
-        self._sends.append((req, _SendOp(fut, 1, (buf,))))
-        self.kick()
-        return fut
-
-    def _lane_refuse(self, *_: Any) -> None:
-        raise TransportError(f"MPI progress failed: {self._failure!r}")
-
-    def post_bulk_send(self, dest: int, tag: int, buf: Any, done: asyncio.Future[None] | None = None,
-                       head: Any = None) -> asyncio.Future[None] | None:
-        """``Isend`` of one large payload on the bulk communicator with
-        ``tag`` (its receiver posts the matching receive when the payload's
-        header arrives, see ``bulk_receiver``); None when it completed at
-        once, else a future that completes when ``buf`` may be reused --
-        ``done`` itself when given (resolved by the step that sees the
-        completion: no callback hop for a caller waiting on it).  The
-        engine keeps ``buf`` referenced until MPI is done with it.
-        ``head``: the split frame's header, posted first as :meth:`post_send`
-        posts one frame on the data channel (a large message's two posts in
-        one call, without the transport's and the link's frames between
-        them); one that does not complete at once is completed here like
-        any send, its future nobody's."""
-        if self._stopping and self._failure is not None:
-            raise TransportError(f"MPI progress failed: {self._failure!r}")
-        assert self._bulk is not None
-        if head is not None:
-            hreq = self._post_one(self._comms[1], head, dest, self._tag)
-            self._ring(dest)
-            self.n_send_calls += 1
-            self.n_sends += 1
-            self.bytes_sent += len(head)
-            if hreq is None:
-                self.n_fast_sends += 1
-            else:
-                assert self._loop is not None
-                self._sends.append((hreq, _SendOp(self._loop.create_future(), 1, (head,))))
-                self.kick()
-        self.n_bulk_sends += 1
-        self.bytes_sent += memoryview(buf).nbytes
-        req = self._post_one(self._bulk, buf, dest, tag)
-        if req is None:
-            if done is not None:
-                _resolve(done)
-            return None
-        assert self._loop is not None
-        fut: asyncio.Future[None] = self._loop.create_future() if done is None else done
-        self._sends.append((req, _SendOp(fut, 1, (buf,))))
-        self.kick()
-        return fut
-
     def track_bulk(self, handle: Any, buf: Any, done: Callable[[Any], None]) -> None:
         """``done(buf)`` once the payload of ``handle`` (from ``bulk_receiver``) has landed."""
         self._rx.bulk_recvs.append((handle, buf, done))
         self.kick()
-
-    def _complete_sends(self) -> bool:
-        sends = self._sends
-        done = False
-        while sends and sends[0][0].Test():
-            _, op = sends.popleft()
-            self._finish_send(op)
-            self.n_completed += 1
-            done = True
-        self._steps += 1
-        if sends and self._steps % FULL_SCAN_EVERY == 0:
-            reqs = [r for r, _ in sends]
-            self.n_testsome += 1
-            idx = _Testsome(reqs)
-            if idx:
-                self.n_testsome_hits += 1
-                self.n_completed += len(idx)
-                done = True
-                hit = set(idx)
-                kept: collections.deque[tuple[Any, _SendOp]] = collections.deque()
-                for i, item in enumerate(sends):
-                    if i in hit:
-                        self._finish_send(item[1])
-                    else:
-                        kept.append(item)
-                self._sends = kept
-        return done
-
-    @staticmethod
-    def _finish_send(op: _SendOp) -> None:
-        op.remaining -= 1
-        if op.remaining == 0:
-            op.blocks = None
-            _resolve(op.future)
 
     # -------------------------------------------------------------- receives
     # ----------------------------------------------------------------- steps
@@ -498,8 +311,9 @@ class ProgressEngine:
         self.n_steps += 1
         rx = self._rx
         busy = rx.receive()  # (each message to its sink as it is received)
-        if self._sends:
-            busy = self._complete_sends() or busy
+        sends = self.sends
+        if sends.reqs:
+            busy = sends.complete() or busy
         landed: list[tuple[Callable[[Any], None], Any]] | None = None
         if rx.bulk_recvs:  # (no list per step otherwise: steps run back to back while polling)
             landed = []
@@ -577,7 +391,7 @@ class ProgressEngine:
 
     def pending(self) -> bool:
         """True while this rank has MPI work of its own in flight."""
-        return bool(self._sends or self._pollers or self._rx.pending())
+        return bool(self.sends.reqs or self._pollers or self._rx.pending())
 
     async def _run(self) -> None:
         loop = self._loop
@@ -650,7 +464,7 @@ class ProgressEngine:
                 self._backoff.most = (self._idle_most if long_idle and bell is not None
                                       and bell.everyone_rings else self._short_most)
                 fut = self._wake = loop.create_future()
-                handle = loop.call_later(self._backoff.delay(), _resolve, fut)
+                handle = loop.call_later(self._backoff.delay(), resolve, fut)
                 try:
                     await fut
                 finally:
@@ -669,24 +483,18 @@ class ProgressEngine:
     def _fail(self, exc: BaseException) -> None:
         self._failure = exc
         self._stopping = True
-        for lane in (*self._lanes, self._bulk_in) if self._bulk_in is not None else self._lanes:
-            lane.open = False
-            lane.refuse = self._lane_refuse
+        self.sends.fail(exc)
+        if self._bulk_in is not None:
+            self._bulk_in.open = False
+            self._bulk_in.refuse = self.sends.raise_failure
         self._abandon()
         self._report("aiopdbp: MPI progress failed; the transport is unusable", exc)
 
     def _abandon(self) -> None:
         """Give up on every request: keep buffers alive, fail the waiters."""
-        if not (self._sends or self._rx.pending()):
+        if not (self.sends.reqs or self._rx.pending()):
             return
-        _ABANDONED.append((list(self._sends), self._rx.abandon()))
-        err = TransportError(f"MPI progress failed: {self._failure!r}" if self._failure is not None
-                             else "transport closed before the send completed")
-        for _, op in self._sends:
-            if not op.future.done():
-                op.future.set_exception(err)
-                op.future.exception()
-        self._sends.clear()
+        _ABANDONED.append((self.sends.abandon(), self._rx.abandon()))
 
     def _report(self, message: str, exc: BaseException) -> None:
         loop = self._loop
@@ -695,20 +503,13 @@ class ProgressEngine:
 
     def stats(self) -> dict[str, Any]:
         """Counters: messages, bytes, steps, spins, idle sleeps, wake-ups."""
-        lanes = self._lanes
-        lane_sends = sum(lane.sends for lane in lanes)
         return {
             "progress": self.mode, "oversubscribed": self.oversubscribed,
-            "spin_us": self._spin * 1e6,
-            "send_calls": self.n_send_calls + lane_sends, "sends": self.n_sends + lane_sends,
-            "fast_sends": self.n_fast_sends + sum(lane.fast for lane in lanes),
-            "bytes_sent": self.bytes_sent + sum(lane.nbytes for lane in lanes), "completed_reqs": self.n_completed,
-            "testsome_calls": self.n_testsome, "testsome_hits": self.n_testsome_hits,
+            "spin_us": self._spin * 1e6, **self.sends.stats(),
             "steps": self.n_steps, "spins": self.n_spins,
             "drives": self.n_drives, "driven_steps": self.n_driven,
             "idle_sleeps": self.n_idle_sleeps, "wakeups": self.n_wakeups,
-            "inflight": len(self._sends) + self._rx.inflight(),
-            "bulk_sends": self.n_bulk_sends + sum(lane.bulk_sends for lane in lanes),
+            "inflight": len(self.sends.reqs) + self._rx.inflight(),
             "deliver_errors": self.n_deliver_errors, "rings_heard": self.n_rings,
             "doorbell": self._bell is not None and self._bell.everyone_rings,
             "rings_sent": self._bell.rung if self._bell is not None else 0,
