@@ -1,7 +1,9 @@
 """The MPI transport: blocks between ranks over two duplicated communicators.
 
-This module and :mod:`aiopdbp.transport.progress` are the only parts of
-aiopdbp that import mpi4py, and they do so lazily: importing this module does
+This module and the progress engine's (:mod:`aiopdbp.transport.progress`,
+:mod:`~aiopdbp.transport.sends`, :mod:`~aiopdbp.transport.receives`,
+:mod:`~aiopdbp.transport.comms`) are the only parts of aiopdbp that import
+mpi4py, and they do so lazily: importing this module does
 *not* import mpi4py nor initialise MPI.  MPI is initialised when the first
 :class:`MPITransport` is created (or by :func:`load_mpi`), so a plain
 ``python prog.py`` that never uses MPI never pays for it.
@@ -59,9 +61,9 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiopdbp.env import doorbell_enabled, record_own_shm
-from aiopdbp.errors import ClosedResourceError, HandshakeError
-from aiopdbp.transport.backoff import Backoff, SpinThenBackoff
+from aiopdbp.errors import ClosedResourceError
 from aiopdbp.transport.base import AllocFn, Buffer, Channel, DeliverFn, SinkFn, Transport
+from aiopdbp.transport.comms import Comms
 from aiopdbp.transport.doorbell import ADDRESS_BYTES, Doorbell, DoorbellJoin
 from aiopdbp.transport.mpiload import ABORT_FLUSH_S, load_mpi, mpi_world_size, prepare_mpi_import
 
@@ -82,9 +84,6 @@ RAW_TAG_BASE = 32768
 # from an earlier transport -- MPICH reuses a freed communicator's context
 # id -- carries an old tag and can never be matched by a newer one.
 _sessions = itertools.count()
-#: how long start() tests the Idups at every loop turn before it backs off
-#: (see :class:`~aiopdbp.transport.backoff.SpinThenBackoff`)
-JOIN_SPIN_S = 0.5
 #: bulk payload tags are 0 .. BULK_TAGS - 1 (the guaranteed MPI_TAG_UB + 1)
 BULK_TAGS = 32768
 
@@ -160,21 +159,15 @@ class MPITransport(Transport):
         self._base: MPI.Comm = base
         self.rank = base.Get_rank()
         self.size = base.Get_size()
-        # Idup, not Dup: a rank that never creates its transport must not
-        # block the others inside MPI, where no timeout and no Ctrl-C reach
-        # them; start() waits for both, bounded by ``join_timeout``.
-        self._control: MPI.Comm
-        self._data: MPI.Comm
-        self._control, req_c = base.Idup()
-        self._data, req_d = base.Idup()
-        self._bulk: MPI.Comm
-        self._bulk, req_b = base.Idup()
-        self._joining: list[Any] = [req_c, req_d, req_b]
+        # (Idup: start() waits for every rank's, bounded by ``join_timeout``)
+        self._comms = Comms(base)
+        self._control: MPI.Comm = self._comms.control
+        self._data: MPI.Comm = self._comms.data
+        self._bulk: MPI.Comm = self._comms.bulk
         self.join_timeout = join_timeout
         record_own_shm()  # the launcher removes them should this rank be killed
         self._drain_timeout = drain_timeout
         self._started = False
-        self._freed = False
         self._engine_tag = (TAG + next(_sessions)) % 32768
         self._engine: ProgressEngine = ProgressEngine(
             [self._control, self._data],  # index == Channel value
@@ -230,28 +223,11 @@ class MPITransport(Transport):
         self._check_open()
         if self._started:
             raise RuntimeError("MPITransport.start() called twice")
-        await self._join()
+        await self._comms.join(self.join_timeout, self.rank, self.size)
         self._engine.start(deliver, asyncio.get_running_loop(), alloc, self._doorbells(), alloc_min=alloc_min,
                            on_data=on_data)
         self._started = True
         self._bulk_in.open = True
-
-    async def _join(self) -> None:
-        """Wait until every rank has created its transport (the Idups)."""
-        _MPI = load_mpi()
-        backoff = SpinThenBackoff(JOIN_SPIN_S, Backoff(50e-6, 5e-3))
-        deadline = time.monotonic() + self.join_timeout
-        while not _MPI.Request.Testall(self._joining):
-            if time.monotonic() > deadline:
-                raise HandshakeError(
-                    f"rank {self.rank}: not every one of the {self.size} ranks opened its node "
-                    f"within {self.join_timeout:g} s (a rank that never calls open_node(), or is "
-                    "stuck before it; raise handshake_timeout / name_timeout to wait longer)")
-            await backoff.sleep()
-        self._joining = []
-        self._control.Set_name("aiopdbp.control")
-        self._data.Set_name("aiopdbp.data")
-        self._bulk.Set_name("aiopdbp.bulk")
 
     def _doorbells(self) -> DoorbellJoin:
         """Make this rank's doorbell and start the exchange of every rank's
@@ -470,75 +446,18 @@ class MPITransport(Transport):
             # Failing or interrupted: abandon in-flight requests, no
             # agreement with peers that may be gone; the process is ending.
             await self._engine.stop(0.0)
-            self._freed = True
+            self._comms.leave()
             return
         await self._engine.stop(self._drain_timeout)
         # One quiesce for all concurrent/repeated closers; the others wait.
         if self._quiescing is None:
-            self._quiescing = asyncio.ensure_future(self._quiesce(self._drain_timeout))
+            self._quiescing = asyncio.ensure_future(self._comms.quiesce(self._drain_timeout) if self._started
+                                                    else asyncio.sleep(0))
         try:
             await asyncio.shield(self._quiescing)
         finally:
             if self._quiescing.done():
-                self._free_comms()
-
-    async def _quiesce(self, timeout: float) -> None:
-        """Agree with the other ranks that everyone is closing (a
-        non-blocking barrier on both communicators, bounded by ``timeout``)
-        and discard what is still unmatched.  MPICH reuses a freed
-        communicator's context id for the next ``Dup()``, so a message left
-        behind would otherwise reach the *next* transport of this process
-        (e.g. a late BYE closing the next node at once)."""
-        if self._freed or not self._started:
-            return
-        _MPI = load_mpi()
-        if _MPI.Is_finalized():
-            return
-        comms = (self._control, self._data, self._bulk)
-        try:
-            reqs = [c.Ibarrier() for c in comms]
-        except _MPI.Exception:  # pragma: no cover - best effort
-            return
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        # Backing off, not a fixed short sleep: with more ranks than cores the
-        # ranks that closed first would otherwise wake every half millisecond,
-        # taking the cores from the ranks still closing that the barrier waits for.
-        backoff = Backoff(5e-4, 5e-3)
-        while True:
-            self._discard_unmatched(comms)
-            if _MPI.Request.Testall(reqs):
-                break
-            if loop.time() > deadline:
-                return  # a rank never closed: leave its barrier pending
-            await backoff.sleep()
-        self._discard_unmatched(comms)
-
-    @staticmethod
-    def _discard_unmatched(comms: Sequence[Any]) -> None:
-        _MPI = load_mpi()
-        status = _MPI.Status()
-        for c in comms:
-            while True:
-                msg = c.Improbe(_MPI.ANY_SOURCE, _MPI.ANY_TAG, status)
-                if msg is None:
-                    break
-                msg.Recv([bytearray(status.Get_count(_MPI.BYTE)), _MPI.BYTE])
-
-    def _free_comms(self) -> None:
-        if self._freed:
-            return
-        self._freed = True
-        if self._joining:
-            return  # the Idups never completed: nothing to free safely
-        _MPI = load_mpi()
-        if _MPI.Is_finalized():
-            return
-        for c in (self._control, self._data, self._bulk):
-            try:
-                c.Free()
-            except _MPI.Exception:  # pragma: no cover - freeing is best effort
-                pass
+                self._comms.free()
 
     def abort(self, message: str, code: int = 1) -> None:
         """Print ``message`` to stderr and abort the whole MPI job with ``code``.

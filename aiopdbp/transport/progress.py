@@ -100,7 +100,7 @@ from aiopdbp.env import (idle_max_seconds, local_ranks, max_backoff_seconds, ove
 from aiopdbp.errors import ClosedResourceError
 from aiopdbp.transport.backoff import Backoff
 from aiopdbp.transport.base import AllocFn, Channel, DeliverFn, SinkFn
-from aiopdbp.transport.doorbell import RING_AFTER_S, Doorbell, DoorbellJoin
+from aiopdbp.transport.doorbell import Doorbell, DoorbellJoin
 from aiopdbp.transport.mpiload import prepare_mpi_import
 from aiopdbp.transport.receives import Receives
 from aiopdbp.transport.recvcache import DEFAULT_RECV_CACHE_BYTES
