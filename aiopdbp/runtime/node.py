@@ -199,6 +199,7 @@ class Node:
                              queued=self.manager.queued, links=side.link if side else None,
                              want=side.want if side else None,
                              want_pid=side.want_pid if side else None,
+                             recheck=side.recheck if side else None,
                              carry=side.carry if side else None)
         #: what other hosts send, into the GPs' pipes, and the credit it owes them
         self.arrivals = Arrivals(self.tables, self.router.targets, self.rank, window=cfg.gp_window,
