@@ -63,3 +63,24 @@ async def test_an_update_of_a_sending_gp_reaches_the_host_its_carried_row_went_t
             assert not any("LookupMsg" in kinds for kinds in sent.values())   # nothing asked of a home
             await a.apply_pipe()                      # and the next update follows the same way
             await _until(lambda: pta[a.pid].pipe is not None, "the bind after the release")
+
+
+@pytest.mark.timeout(60)
+async def test_a_gp_leaving_its_block_cleanly_costs_each_host_holding_its_name_one_update() -> None:
+    from aiopdbp.errors import UnknownProcessError
+    from aiopdbp.runtime.cluster import open_cluster
+
+    # before: its pipe's release, then its free, each a table update to every
+    # host that held the name (and a request to its home each)
+    n, sender, owner = 8, 5, 6
+    async with open_cluster(n) as nodes:
+        async with nodes[sender].process("leave-src") as a:
+            async with nodes[owner].process("leave-dst") as b:
+                await a.send("leave-dst", b"hi", timeout=10)
+                assert (await b.recv(timeout=10)).data == b"hi"  # type: ignore[union-attr]
+                got = sum(k.get("TableMsg", 0) for k in nodes[sender].stats().messages_received.values())
+            await _until(lambda: "leave-dst" not in nodes[sender].router.pids, "the free")
+            after = sum(k.get("TableMsg", 0) for k in nodes[sender].stats().messages_received.values())
+            assert after - got == 1
+            with pytest.raises(UnknownProcessError):
+                await a.send("leave-dst", b"late", timeout=10)

@@ -80,7 +80,7 @@ class GPHost(SenderHost, Protocol):
                        device: int | None = None, to_device: bool = False) -> GP: ...
     async def lookup(self, name: str, timeout: float | None = None) -> int: ...
     async def apply_pipe(self, gp: GP, timeout: float | None) -> None: ...
-    async def release_pipe(self, gp: GP, reason: BaseException | None = None) -> None: ...
+    async def release_pipe(self, gp: GP, reason: BaseException | None = None, *, tell: bool = True) -> None: ...
     async def free(self, gp: GP, *, wait: bool = True) -> None: ...
 
 
@@ -107,6 +107,9 @@ class Owned:
     def discard(self, resource: Closable) -> None:
         if resource in self._items:
             self._items.remove(resource)
+
+    def __len__(self) -> int:
+        return len(self._items)
 
     async def aclose(self) -> None:
         """Close everything still owned, concurrently, the last owned first;
@@ -257,7 +260,13 @@ class GP:
         """
         if self._freed:
             return
-        await self.release_pipe(reason=reason)
+        if reason is None and self._pipe is not None and not self._owned:
+            # leaving cleanly with nothing to close: the free, next, tells the
+            # other hosts that the pipe went too -- one update to each host
+            # that holds the name, not a release and then a free
+            await self.node.release_pipe(self, None, tell=False)
+        else:
+            await self.release_pipe(reason=reason)
         try:
             if reason is None:
                 await self.aclose_owned()
