@@ -108,9 +108,6 @@ class Owned:
         if resource in self._items:
             self._items.remove(resource)
 
-    def __len__(self) -> int:
-        return len(self._items)
-
     async def aclose(self) -> None:
         """Close everything still owned, concurrently, the last owned first;
         :class:`~aiopdbp.errors.PDBPError` of peers that went away is ignored.
@@ -260,13 +257,8 @@ class GP:
         """
         if self._freed:
             return
-        if reason is None and self._pipe is not None and not self._owned:
-            # leaving cleanly with nothing to close: the free, next, tells the
-            # other hosts that the pipe went too -- one update to each host
-            # that holds the name, not a release and then a free
-            await self.node.release_pipe(self, None, tell=False)
-        else:
-            await self.release_pipe(reason=reason)
+        if self._pipe is not None:   # a clean exit owning nothing: its free says the pipe went too
+            await self.node.release_pipe(self, reason, tell=reason is not None or bool(self._owned._items))
         try:
             if reason is None:
                 await self.aclose_owned()
