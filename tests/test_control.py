@@ -67,7 +67,7 @@ EXAMPLES: list[CtrlMsg] = [
     LookupMsg("gp-1", 0), LookupMsg("", 11),
     CarryMsg(3, 0, "gp-1", 0, "src", 12, 3, 0, b"first", [[12, "src", 0, 4]]),
     CarryMsg(3, 5, "gp-1", 11, "src", 12, 2, 7, b"", [[12, "src", 0, None]]),
-    CarriedMsg(3, True), CarriedMsg(4, False),
+    CarriedMsg(3, True, "gp", [[5, "gp", 0, 2]]), CarriedMsg(4, False, "", []),
     LostMsg(17, 16, 32, "rank 17 (host 'vm') has not been heard of for 4.0 s"),
     ClosingMsg(5), LastOpenMsg(7),
 ]

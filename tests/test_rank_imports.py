@@ -53,6 +53,11 @@ def test_the_scale_rank_program_loads_no_bench_cli() -> None:
                           "statistics")) == []
 
 
+def test_a_rank_loads_no_numpy_typing_its_annotations_name() -> None:
+    assert _loaded_after("import aiopdbp.rankout, aiopdbp.bench.scale_job, aiopdbp.runtime.job",
+                         ("numpy.typing",)) == []
+
+
 def test_the_lazy_names_still_load_on_first_use() -> None:
     assert _loaded_after("import aiopdbp.device, aiopdbp.bench; aiopdbp.device.SimBackend; aiopdbp.bench.main",
                          ("aiopdbp.device.sim", "aiopdbp.bench.cli")) == ["aiopdbp.bench.cli", "aiopdbp.device.sim"]

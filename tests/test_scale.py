@@ -268,9 +268,10 @@ async def test_an_answer_to_a_first_message_does_not_wait_for_the_senders_home()
     from aiopdbp.errors import UnknownProcessError
     from aiopdbp.runtime.cluster import open_cluster
 
-    # the receiver sends back to a name it has never looked up: the row its
-    # sender's host announced is used at once, and the home's answer (a
-    # round trip the answer waited for before) confirms it afterwards
+    # the receiver sends back to a name it has never looked up: the row the
+    # first message carried is used at once, and the sender's host keeps it
+    # current (before, the receiver also subscribed at the home: a lookup
+    # and its answer per host and name)
     n, sender, receiver, home = 8, 5, 6, 3
     src_name, dst_name = _homed_name("ask-src", home, n), _homed_name("ask-dst", receiver, n)
     async with open_cluster(n) as nodes:
@@ -282,12 +283,12 @@ async def test_an_answer_to_a_first_message_does_not_wait_for_the_senders_home()
             assert nodes[receiver].stats().messages_received.get(home, {}).get("TableMsg", 0) == 0
             msg = await a.recv(timeout=10)
             assert (msg.source, msg.data) == (dst_name, b"pong")   # type: ignore[union-attr]
-            # and it subscribed at the home as a lookup does: the free reaches it
-            assert nodes[receiver].stats().messages_sent[home] == {"LookupMsg": 1}
-        await _until(lambda: src_name not in nodes[receiver].router.pids, "the free from the home")
+            # it asked the home nothing: the sender's host sends it the free
+            assert home not in nodes[receiver].stats().messages_sent
+        await _until(lambda: src_name not in nodes[receiver].router.pids, "the free from the sender's host")
         with pytest.raises(UnknownProcessError) as err:
             await nodes[receiver].lookup(src_name, timeout=10)
-        assert err.value.waited is None   # failed at once: the free is here
+        assert err.value.waited is None   # failed without waiting out the timeout: the home says gone
 
 
 async def _until(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
@@ -355,6 +356,7 @@ async def test_a_first_message_goes_with_the_lookup_of_its_name_and_is_passed_on
 
     # before: a lookup to the home and back, then the message (and an
     # announcement) to the GP's host -- three hops; now two, and nothing else
+    # (the home's answer to the sender too went: the GP's host answers with its row)
     n, sender, receiver, home = 8, 5, 6, 3
     src_name, dst_name = _homed_name("two-src", 2, n), _homed_name("two-dst", home, n)
     async with open_cluster(n) as nodes:
@@ -368,7 +370,7 @@ async def test_a_first_message_goes_with_the_lookup_of_its_name_and_is_passed_on
                      for h, kinds in node.stats().messages_sent.items()} for r, node in enumerate(nodes)]
             sent = [{h: kinds for h, kinds in s.items() if kinds} for s in sent]
             assert sent[sender] == {home: {"CarryMsg": 1}}
-            assert sent[home] == {sender: {"TableMsg": 1}, receiver: {"CarryMsg": 1}}
+            assert sent[home] == {receiver: {"CarryMsg": 1}}
             assert sent[receiver] == {sender: {"CarriedMsg": 1}}
 
 

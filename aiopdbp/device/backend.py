@@ -40,10 +40,9 @@ import abc
 import importlib
 import enum
 from collections.abc import Mapping
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeAlias
 
 import numpy as np
-import numpy.typing as npt
 
 from aiopdbp.env import LOCAL_RANK_VARS, local_rank
 from aiopdbp.records import FrozenRecord, init_field
@@ -53,7 +52,13 @@ __all__ = [
     "Placement", "Stream", "classify", "default_device", "is_device_array", "local_rank", "order_of",
 ]
 
-HostBuffer = npt.NDArray[np.uint8]
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    HostBuffer: TypeAlias = npt.NDArray[np.uint8]
+else:   # at run time the class: numpy.typing would cost every rank an import at start
+    HostBuffer = np.ndarray
+
 Order = Literal["C", "F"]
 
 # DLPack device types (dlpack.h, DLDeviceType)

@@ -10,17 +10,22 @@ most :data:`CARRY_MAX` bytes, sends the message *with* the lookup
 (:meth:`Carrier.carry`, ``CarryMsg`` to the name's home, sent by
 :meth:`~aiopdbp.hosts.names.NameService.want` in place of ``LookupMsg``):
 
-1. The home subscribes the sender's host as for any lookup (the name's
-   registration goes back to it, then every update), and, when the name is
-   registered with a pipe on another host, passes the message on to it
-   (``CarryMsg`` with the GP's pid and the sender's host as ``origin``);
-   when it is the GP's host, it delivers it itself.  A name not registered
-   (or bound) yet, or registered on the sender's own host: the home answers
-   no (``CarriedMsg``), and the sender sends the message as any other once
-   the name has come -- the name rule is the lookup's, unchanged.
+1. When the name is registered with a pipe on another host, the home
+   passes the message on to it (``CarryMsg`` with the GP's pid and the
+   sender's host as ``origin``); when it is the GP's host, it delivers it
+   itself.  It does not subscribe the sender's host: the GP's host answers
+   with the name's row and keeps it current there
+   (:mod:`aiopdbp.hosts.namerows`).  A name not registered (or bound) yet,
+   or registered on the sender's own host: the home subscribes the sender's
+   host as for any lookup (the name's registration goes back to it, then
+   every update) and answers no (``CarriedMsg``), and the sender sends the
+   message as any other once the name has come -- the name rule is the
+   lookup's, unchanged.
 2. The GP's host puts the message in the GP's pipe and answers the sender's
-   host (``CarriedMsg``); no GP bound there any more: it answers no, and the
-   sender sends it as any other (which then fails or waits by the name rule).
+   host (``CarriedMsg`` with the rows of its GPs, the GP's first, as an
+   announcement carries them); no GP bound there any more: it answers no,
+   and the sender asks the home for the name as for any lookup and sends it
+   as any other (which then fails or waits by the name rule).
 
 *Order.*  The send returns when the answer comes: the sending GP's next
 message (which goes straight to the GP's host) cannot overtake the carried
@@ -34,11 +39,15 @@ per sending host and name, of at most :data:`CARRY_MAX` bytes.
 
 *Names.*  It carries its sender's registration row (as a link's
 announcement does), so the receiver names it and answers it without a
-lookup of its own.
+lookup of its own.  The row comes by way of the home, so the sender's host
+holds the sending GP's updates until the answer comes (an update sent
+straight there could overtake the row), then sends them there as to any
+host it told the row (:meth:`~aiopdbp.hosts.namerows.HostRows.hold`).
 
-*Failure.*  A lost host on the way -- the home, or the GP's host (known here
-from the name's registration, which the home sends before it passes the
-message on) -- fails the send (:meth:`Carrier.break_host`); so do the job
+*Failure.*  A lost host on the way -- the home, or the GP's host -- fails
+the send (:meth:`Carrier.break_host`; where the home passed it on is not
+known to the sender until the answer: a host lost meanwhile makes it ask
+the home for the name, whose registration says); so do the job
 stopping and the node closing (:meth:`Carrier.fail`).  There is no timeout
 besides: the answer comes when the GP's host's loop runs, as a queued message
 would be taken then (a rank busy for long in an import is not lost).
@@ -83,6 +92,7 @@ class Carrier:
         self._deliver = deliver
         self._reqs = iter(range(1, 1 << 62))
         self._waiting: dict[int, tuple[asyncio.Future[bool], int, str]] = {}   # req -> (answer, home, name)
+        self._holding: dict[int, int] = {}   # req -> the sending GP whose updates wait for its answer
         self._failed: BaseException | None = None
         self._lost: dict[int, BaseException] = {}   # hosts lost -> why
         names.tables.subscribe(self._on_update)
@@ -115,10 +125,14 @@ class Carrier:
         home = home_of(name, self.size)
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiting[req] = (fut, home, name)
+        if rows:   # the GP's host takes the row: no update of the GP may overtake it there
+            self._holding[req] = spid
+            self._names.rows.hold(spid)
         try:
             if not self._names.want(name, CarryMsg(req, 0, name, 0, source, spid, int(kind), com, data, rows),
                                     lambda exc: self._answer(req, BrokenResourceError(
                                         f"host {home} is unreachable: {exc}"))):
+                self._unhold(req, None)
                 return False
             try:
                 return await asyncio.shield(fut)
@@ -128,6 +142,15 @@ class Carrier:
                 return True
         finally:
             self._waiting.pop(req, None)
+            self._unhold(req, None)
+
+    def _unhold(self, req: int, host: int | None) -> None:
+        """Carried message ``req`` is answered by the GP's host ``host``,
+        which took the sending GP's row, or given up (None): that GP's
+        updates go on (to ``host`` too)."""
+        spid = self._holding.pop(req, 0)
+        if spid:
+            self._names.rows.release(spid, host)
 
     def _answer(self, req: int, result: bool | BaseException) -> None:
         waiting = self._waiting.get(req)
@@ -145,32 +168,47 @@ class Carrier:
             return
         if home_of(msg.name, self.size) != self.rank:
             raise ProtocolError(f"a carried lookup of {msg.name!r} from host {src}, not its home")
-        self._names.home.on_lookup(src, LookupMsg(msg.name, 0))   # its answer goes first
         reg = self._names.home.homed(msg.name)
         if reg is None or reg.pid is None or reg.pipe is None or reg.node == src or self._failed is not None:
             # not registered (or bound) yet: the sender sends it once the name comes
-            self._channel.send(src, CarriedMsg(msg.req, False))
+            self._refuse(src, msg.req, msg.name)
             return
+        # passed on without subscribing the sender's host: the GP's host
+        # answers it with the GP's row, and keeps it current there
         on = CarryMsg(msg.req, src, msg.name, reg.pid, msg.source, msg.spid, msg.kind, msg.com,
                       msg.data, msg.rows)
         if reg.node == self.rank:
             self._take(self.rank, on)
             return
-        req, node = msg.req, reg.node
-        self._channel.send(node, on, lambda exc: self._channel.send(src, CarriedMsg(req, False)))
+        req, name, node = msg.req, msg.name, reg.node
+        self._channel.send(node, on, lambda exc: self._refuse(src, req, name))
+
+    def _refuse(self, src: int, req: int, name: str) -> None:
+        """The home does not pass a carried message on: it subscribes the
+        sender's host to the name as for any lookup (that answer goes
+        first) and says no; the sender sends it once the name has come."""
+        self._names.home.on_lookup(src, LookupMsg(name, 0))
+        self._channel.send(src, CarriedMsg(req, False, "", []))
 
     def _take(self, src: int, msg: CarryMsg) -> None:
         """The GP's host: deliver a message its name's home passed on, and
         answer the sender's host."""
         if src != home_of(msg.name, self.size) or msg.origin == self.rank or msg.kind not in _KINDS:
             raise ProtocolError(f"a carried message for {msg.name!r} from host {src}, not its home")
-        # the sender's row, as its host's announcement would bring it
+        # the sender's row: its host holds the GP's updates until this
+        # answer reaches it, then sends them here (aiopdbp.hosts.namerows)
         self._names.on_table(msg.origin, TableMsg(0, "proc_names", msg.rows))
         ok = (self._deliver is not None and self._names.tables.by_name.get(msg.name) == msg.pid
               and self._deliver(msg.pid, (msg.source, _KINDS[msg.kind], msg.com, msg.data, msg.spid)))
-        self._channel.send(msg.origin, CarriedMsg(msg.req, ok))
+        # the answer carries this host's rows, the GP's first: the sender
+        # holds the name from here on, and so do its other GPs ours
+        self._channel.send(msg.origin, CarriedMsg(msg.req, ok, msg.name,
+                                                  self._names.rows_for(msg.origin, msg.pid)))
 
     def on_carried(self, src: int, msg: CarriedMsg) -> None:
+        if msg.name:   # from the GP's host, not the home's refusal
+            self._names.on_carried_rows(src, msg.name, msg.ok, msg.rows)
+            self._unhold(msg.req, src)
         self._answer(msg.req, msg.ok)
 
     # -------------------------------------------------------------- failure
@@ -183,6 +221,10 @@ class Carrier:
             entry = tables.pta.get(tables.by_name.get(name, 0))
             if home == host or (entry is not None and entry.node == host):
                 self._answer(req, exc)
+            elif entry is None:
+                # where the home passed it on is not known here: its answer
+                # (the registration) says, and fails it if that host is lost
+                self._names.relook(name)
 
     def _on_update(self, op: str, update: Update, result: Any) -> None:
         """The tables: a name registered on a host lost already fails the

@@ -34,25 +34,29 @@ free has reached the host (a subscriber gets it before anything later).
 know that pid's name asks its home once (``LookupMsg`` with the pid) and
 keeps the answer (``proc_name``: a pid's name never changes).
 
-*Announcements* (so that a first message and its answer need not wait for
-those round trips).  A host that makes a link to another (its first send
-there) first tells it the registrations of its own GPs
+*The GP's host keeps its told hosts current* (so that a first message and
+its answer need not wait for a lookup, and a host need not subscribe at the
+home of every name it uses).  A host that makes a link to another (its
+first send there) tells it the registrations of its own GPs
 (:meth:`NameService.announce`, one ``proc_names`` update on the control
-channel).  The receiver keeps their names, as it would a home's answer (a
-pid's name never changes: one known already is kept), and keeps each row
-aside without holding the name.  When a GP there first sends to one of them
-(:meth:`NameService.want`), the row is applied at once -- the send does not
-wait -- and the host subscribes at the name's home as for any lookup; the
-home's answer then confirms the row (a bind or release since is applied, a
-free since frees it).  A freed name so fails there once the free has
-reached the host, as before: an announced row stands only for the one round
-trip that a lookup would have waited.
+channel), and so does its answer to a carried first message; from then on
+it sends that host every update of those GPs (:mod:`aiopdbp.hosts.namerows`,
+``TableMsg`` with ``seq`` 1), in its home's order, since it is subscribed
+there.  The receiver takes such a row as it would its home's answer -- it
+holds the name, kept current by the GP's host -- unless it asked the home
+for the name already (then the home keeps it current, and the GP's host's
+updates of that name are ignored).  A name so held and then freed was not
+freed by its home's word here: a send to it asks the home again
+(:meth:`NameService.recheck`) -- it may be registered again elsewhere --
+and fails by the name rule if the home says it is gone.
 
 *Carried first messages.*  A first send to a name this host has not asked
 for may carry its message with the lookup (:mod:`aiopdbp.hosts.carry`):
-:meth:`NameService.want` sends that ``CarryMsg`` instead of ``LookupMsg``,
-and the home, having subscribed the host as for any lookup, passes the
-message on (:meth:`NameService.homed` says to where).
+:meth:`NameService.want` sends that ``CarryMsg`` instead of ``LookupMsg``;
+the home passes the message on to the GP's host without subscribing the
+sender's host, and the GP's host answers with its rows
+(:meth:`NameService.on_carried_rows`); when the home cannot pass it on, it
+subscribes the host as for any lookup and says no.
 
 *Bounded waits.*  A request unanswered for ``reply_timeout`` seconds fails
 with :class:`~aiopdbp.errors.BrokenResourceError`; a name never registered is
@@ -79,7 +83,8 @@ from aiopdbp.errors import (
 )
 from aiopdbp.hosts.channel import ControlChannel
 from aiopdbp.hosts.namehome import PID_OPS, NameHome
-from aiopdbp.hosts.tables import ProcGone, ProcReg, Tables
+from aiopdbp.hosts.namerows import VIA, HostRows
+from aiopdbp.hosts.tables import Tables
 from aiopdbp.wire.control import (
     AAPMsg,
     APipeMsg,
@@ -97,11 +102,6 @@ from aiopdbp.wire.control import (
 log = logging.getLogger("aiopdbp.hosts.names")
 
 __all__ = ["NameService", "home_of", "pid_home"]
-
-#: the most GP names one announcement carries (a host with more GPs announces
-#: these; the receiver asks the homes of the others, as before)
-ANNOUNCE_MAX = 256
-
 
 def home_of(name: str, size: int) -> int:
     """The home host of GP name ``name`` in a job of ``size`` hosts."""
@@ -125,10 +125,13 @@ class NameService:
         self._channel = channel
         #: the names homed on this host (answers the other hosts' requests)
         self.home = NameHome(rank, size, channel, self._apply)
-        self._wanted: set[str] = set()            # names this host subscribed to
+        #: the rows of this host's GPs told to others, and their updates after them
+        self.rows = HostRows(rank, tables, channel)
+        self._wanted: set[str] = set()            # names this host subscribed to (at their home)
+        self._via: dict[str, int] = {}            # names held from their GP's host (kept current by it)
+        self._recheck: set[str] = set()           # names freed by their GP's host's word, not the home's
+        self._relooked: set[str] = set()          # carried names asked of the home again (a host lost)
         self._asked: set[int] = set()             # pids whose name was asked of their home
-        self._announced: dict[str, ProcReg] = {}     # name -> a GP's own host's row (announce)
-        self._provisional: set[str] = set()          # announced rows applied, the home's answer due
         self._reqs = iter(range(1, 1 << 62))
         self._waiting: dict[int, asyncio.Future[Any]] = {}
         self._cancelled: set[int] = set()
@@ -143,23 +146,40 @@ class NameService:
         any, and every later update of it will be applied here.  ``carry``:
         a ``CarryMsg`` (:mod:`aiopdbp.hosts.carry`) to send as the lookup,
         ``on_fail`` called if it cannot be sent; True when it was sent --
-        not when the home is here or an announced row serves at once."""
-        if name in self._wanted or self._closing or self._stopping:
+        not when the home is here.  Nothing when the name is held from its
+        GP's host already."""
+        if name in self._wanted or name in self._via or self._closing or self._stopping:
             return False
         self._wanted.add(name)
+        self._recheck.discard(name)
         home = home_of(name, self.size)
-        row = self._announced.pop(name, None)
         if home == self.rank:
             self.home.subscribe(self.rank, name)
             return False
-        if row is not None and name not in self.tables.by_name:
-            self._apply("proc_reg", list(row))   # the home's answer confirms it (on_table)
-            self._provisional.add(name)
-        elif carry is not None:
+        if carry is not None:
             self._channel.send(home, carry, on_fail)
             return True
         self._channel.send(home, LookupMsg(name, 0))
         return False
+
+    def recheck(self, name: str) -> bool:
+        """``name`` was freed by its GP's host's word (not subscribed at its
+        home): ask the home now (it may be registered again).  True when an
+        answer (the registration, or ``proc_gone``) is on its way."""
+        if name not in self._recheck or name in self.tables.by_name:
+            return False
+        self.want(name)
+        return name in self._wanted
+
+    def relook(self, name: str) -> None:
+        """A carried first message to ``name`` waits for an answer and a host
+        was lost: ask the home for the name (its registration says whether
+        the GP was on the lost host), unless the home knows us already."""
+        if name in self.tables.by_name or name in self._relooked or self._closing or self._stopping:
+            return
+        self._relooked.add(name)
+        self._wanted.add(name)
+        self._channel.send(home_of(name, self.size), LookupMsg(name, 0))
 
     def want_pid(self, pid: int) -> None:
         """Ask (once) the home of ``pid`` for its name (``proc_name``)."""
@@ -174,13 +194,17 @@ class NameService:
 
     def announce(self, host: int) -> None:
         """Tell ``host`` (this host has just made a link to it) the
-        registrations of the GPs here, so that it names what they send, and
-        sends to them, without asking their homes first."""
+        registrations of the GPs here it was not told yet, so that it names
+        what they send, and sends to them, without asking their homes."""
         if self._closing or self._stopping:
             return
-        rows = [[p.pid, p.name, int(p.ptype), p.pipe] for p in self.tables.processes_on(self.rank)[:ANNOUNCE_MAX]]
+        rows = self.rows_for(host)
         if rows:
             self._channel.send(host, TableMsg(0, "proc_names", rows))
+
+    def rows_for(self, host: int, first: int = 0) -> list[list[Any]]:
+        """The rows of the GPs here not told to ``host`` yet (:class:`HostRows`)."""
+        return self.rows.rows_for(host, first)
 
     # ----------------------------------------------------------------- client
     async def commit(self, op: str, args: tuple[Any, ...]) -> Any:
@@ -284,13 +308,20 @@ class NameService:
     def on_table(self, src: int, msg: TableMsg) -> None:
         args = msg.args
         if msg.op == "proc_names":   # from the GPs' own host (announce), not a home
-            for pid, name, ptype, pipe in _announced_rows(args):
-                if pid not in self.tables.names:
-                    self._apply("proc_name", [pid, name])
-                if name not in self.tables.by_name and name not in self._wanted:
-                    self._announced[name] = ProcReg(name, ptype, src, pipe, pid)
+            self._take_rows(src, _announced_rows(args))
             return
         key = args[0] if args else None
+        if msg.seq == VIA:   # an update of a GP, from its own host
+            if msg.op not in PID_OPS or type(key) is not int:
+                raise ProtocolError(f"a malformed update {msg.op!r} from a GP's host")
+            name = self.tables.names.get(key)
+            if name is None or self._via.get(name) != src or self.tables.by_name.get(name) != key:
+                return   # not held from that host: its home keeps it current here, or nothing does
+            self._apply(msg.op, args)
+            if msg.op == "proc_free":
+                del self._via[name]
+                self._recheck.add(name)
+            return
         # only a name's home sends its updates (the order every holder follows)
         if msg.op in ("proc_reg", "proc_gone") and type(key) is str:
             home = home_of(key, self.size)
@@ -300,34 +331,34 @@ class NameService:
             raise ProtocolError(f"a malformed table update {msg.op!r}")
         if src != home:
             raise ProtocolError(f"a {msg.op} update from host {src}, not its home (host {home})")
-        if msg.op in ("proc_reg", "proc_gone") and self._confirm(msg.op, args):
-            return
+        if msg.op == "proc_reg" and type(key) is str and len(args) > 4 and self.tables.by_name.get(key) == args[4]:
+            return   # its registration again (asked again when a host was lost): held already
         self._apply(msg.op, args)
 
-    def _confirm(self, op: str, args: list[Any]) -> bool:
-        """The home's answer to our lookup of a name whose announced row is
-        applied here (:meth:`want`): bring the row up to date and return
-        True, or return False to have the answer applied as any other."""
-        try:
-            update = ProcReg(*args) if op == "proc_reg" else ProcGone(*args)
-        except TypeError:
-            return False   # malformed: applying it says so
-        name, pid = update.name, update.pid
-        if name not in self._provisional or pid is None:
-            return False
-        self._provisional.discard(name)
-        held = self.tables.by_name.get(name)
-        if held is not None and held != pid:   # freed since, and its name registered again
-            self._apply("proc_free", [held])
-            return False
-        if held is None:
-            return False
-        if isinstance(update, ProcGone):
-            self._apply("proc_free", [pid])
-        elif self.tables.pta[pid].pipe != update.pipe:
-            pipe = update.pipe
-            self._apply("pipe_release" if pipe is None else "pipe_bind", [pid] if pipe is None else [pid, pipe])
-        return True
+    def _take_rows(self, src: int, rows: list[tuple[int, str, int, int | None]]) -> None:
+        """Rows of GPs on host ``src`` from ``src`` itself: name their pids,
+        and hold each name not held or asked for yet (``src`` keeps it current)."""
+        tables = self.tables
+        for pid, name, ptype, pipe in rows:
+            if pid not in tables.names:
+                self._apply("proc_name", [pid, name])
+            if name in tables.by_name or name in self._wanted or name in self._via:
+                continue
+            self._via[name] = src
+            self._recheck.discard(name)
+            self._apply("proc_reg", [name, ptype, src, pipe, pid])
+
+    def on_carried_rows(self, src: int, name: str, ok: bool, rows: list[Any]) -> None:
+        """The GP's host ``src`` answered our carried message to ``name``
+        (the home passed it on without subscribing us): its rows; if they do
+        not hold ``name`` (the GP left), ask the home as for any lookup."""
+        if name in self._relooked:
+            self._relooked.discard(name)   # asked the home again: it keeps it current
+        else:
+            self._wanted.discard(name)
+        self._take_rows(src, _announced_rows(rows))
+        if name not in self.tables.by_name and not self._closing and not self._stopping:
+            self.want(name)
 
     def on_ar(self, src: int, msg: ARMsg) -> None:
         if msg.req in self._cancelled:
@@ -361,15 +392,18 @@ class NameService:
         """The job stops: no request will be answered any more; every
         pending one fails with ``exc``."""
         self._stopping = True
+        self.rows.quiet = True
         self._fail_waiting(exc)
 
     def mark_closing(self) -> None:
         """The node is closing: updates asked from now on are applied here only."""
         self._closing = True
+        self.rows.quiet = True
 
     def close(self) -> None:
         """The node closed: every pending request fails."""
         self._closing = True
+        self.rows.quiet = True
         self._fail_waiting(BrokenResourceError("node closed"))
 
     def _fail_waiting(self, exc: BaseException) -> None:

@@ -43,9 +43,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
+
+if TYPE_CHECKING:   # (annotations only: numpy.typing costs every rank an import at start)
+    import numpy.typing as npt
 
 __all__ = ["Clock", "PoolMatrix", "Reclaimer", "SubPool", "UserMemory", "growth_cells"]
 

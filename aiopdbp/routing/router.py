@@ -131,6 +131,7 @@ class Router:
                  links: Callable[[int], Target] | None = None,
                  want: Callable[[str], None] | None = None,
                  want_pid: Callable[[int], None] | None = None,
+                 recheck: Callable[[str], bool] | None = None,
                  carry: Callable[[str, tuple[str, Kind, int, Any, int]], Awaitable[bool]] | None = None) -> None:
         self._submit = submit    # the PipeManager's: queue an item for a target
         self._offer = offer      # ... and its no-wait path (False: take the waiting one)
@@ -151,6 +152,9 @@ class Router:
         self.want: Callable[[str], None] = want or _nothing
         #: ``want_pid(pid)``: this host learns the name of GP ``pid`` (a sender)
         self.want_pid: Callable[[int], None] = want_pid or _nothing
+        #: ``recheck(name)``: a freed name this host heard of from its GP's
+        #: host, not its home: ask the home again (True: its answer is due)
+        self._recheck: Callable[[str], bool] = recheck or _no
         #: ``carry(name, fields)``: send a first message with the lookup of
         #: its name (aiopdbp.hosts.names, "Carried first messages"); True when
         #: delivered, False: send it as any other
@@ -218,6 +222,9 @@ class Router:
         if pid is not None:
             return pid
         wait = self.name_timeout if timeout is None else timeout
+        left = self._left.pop(name, None)
+        if left is not None and not self._recheck(name):
+            self._left[name] = left   # its home said so: fails at once (the answer of a recheck may too)
         _if_freed(self._left, self.rank, name)
         if wait <= 0:
             self.want(name)   # not known here yet: a later look may find it
@@ -578,6 +585,10 @@ def _if_freed(left: dict[str, int], rank: int, name: str) -> None:
 
 def _nothing(_: Any) -> None:
     pass
+
+
+def _no(_: Any) -> bool:
+    return False
 
 
 def _wake(waiters: Any) -> None:

@@ -110,8 +110,9 @@ class LocalGPs:
             raise
         gp.bound(pipe)
 
-    async def release_pipe(self, gp: GP, reason: BaseException | None) -> None:
-        """Unbind ``gp``'s pipe (see :meth:`GP.release_pipe`)."""
+    async def release_pipe(self, gp: GP, reason: BaseException | None, *, tell: bool = True) -> None:
+        """Unbind ``gp``'s pipe (see :meth:`GP.release_pipe`); ``tell=False``:
+        no table update (the GP's free follows at once: it says so)."""
         pipe = gp.pipe
         if pipe is None:
             return
@@ -121,7 +122,7 @@ class LocalGPs:
         self._streams.abort_to(gp.pid, why)
         self._arrivals.forget_pipe(pipe)
         self._pps.release(pipe)
-        if self._closed:
+        if self._closed or not tell:
             return
         if reason is not None:
             # A GP leaving with an exception does not wait for rank 0: its

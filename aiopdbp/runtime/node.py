@@ -199,6 +199,7 @@ class Node:
                              queued=self.manager.queued, links=side.link if side else None,
                              want=side.want if side else None,
                              want_pid=side.want_pid if side else None,
+                             recheck=side.recheck if side else None,
                              carry=side.carry if side else None)
         #: what other hosts send, into the GPs' pipes, and the credit it owes them
         self.arrivals = Arrivals(self.tables, self.router.targets, self.rank, window=cfg.gp_window,
@@ -426,14 +427,15 @@ class Node:
         """
         await self._gps.apply_pipe(gp, timeout)
 
-    async def release_pipe(self, gp: GP, reason: BaseException | None = None) -> None:
+    async def release_pipe(self, gp: GP, reason: BaseException | None = None, *, tell: bool = True) -> None:
         """Unbind ``gp``'s pipe.  Internal: call :meth:`GP.release_pipe`.
+        ``tell=False``: here only (its free follows and says so).
 
         Cancellation: the pipe is unbound and back in the pool before the first
         suspension; only the table update to the other hosts may still be on
         its way.
         """
-        await self._gps.release_pipe(gp, reason)
+        await self._gps.release_pipe(gp, reason, tell=tell)
 
     async def free(self, gp: GP, *, wait: bool = True) -> None:
         """Unregister ``gp``.  Internal: call :meth:`GP.free`.  ``wait=False``: ask for

@@ -49,6 +49,9 @@ class RemoteSide:
     def want_pid(self, pid: int) -> None:
         self._remote.sequencer.names.want_pid(pid)
 
+    def recheck(self, name: str) -> bool:
+        return self._remote.sequencer.names.recheck(name)
+
     async def carry(self, name: str, fields: tuple[str, Kind, int, Any, int]) -> bool:
         return await self._remote.sequencer.carrier.carry(name, fields)
 

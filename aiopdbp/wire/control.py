@@ -299,8 +299,9 @@ class MBInfoMsg(CtrlMsg):
 # ---------------------------------------------------------- runtime kinds
 @_register
 class TableMsg(CtrlMsg):
-    """A table update from the home host of the name it changes (``seq`` 0)
-    or from rank 0."""
+    """A table update from the home host of the name it changes (``seq`` 0),
+    or of a GP from its own host to a host it told the GP's row (``seq`` 1,
+    :mod:`aiopdbp.hosts.namerows`)."""
 
     TYPE: ClassVar[MsgType] = MsgType.TABLE
     HANDLER: ClassVar[str] = "on_table"
@@ -714,18 +715,26 @@ class CarryMsg(CtrlMsg):
 @_register
 class CarriedMsg(CtrlMsg):
     """The answer to carried message ``req`` (``CarryMsg``): delivered
-    (``ok``), or not -- its sender sends it as any other."""
+    (``ok``), or not -- its sender sends it as any other.  From the GP's
+    host, ``name`` (the GP's) and ``rows``: that host's GPs' registrations,
+    as a ``proc_names`` announcement carries them (it keeps them current
+    there from now on); from the name's home, which did not pass it on,
+    ``name`` is empty."""
 
     TYPE: ClassVar[MsgType] = MsgType.CARRIED
     HANDLER: ClassVar[str] = "on_carried"
 
-    __slots__ = ("req", "ok")
+    __slots__ = ("req", "ok", "name", "rows")
     req: int
     ok: bool
+    name: str
+    rows: list[Any]
 
-    def __init__(self, req: int, ok: bool) -> None:
+    def __init__(self, req: int, ok: bool, name: str, rows: list[Any]) -> None:
         init_field(self, "req", req)
         init_field(self, "ok", ok)
+        init_field(self, "name", name)
+        init_field(self, "rows", rows)
 
 
 @_register

@@ -248,7 +248,7 @@ CONTROL_SCHEMAS: dict[MsgType, dict[str, type | tuple[type, ...]]] = {
     MsgType.LOOKUP: {"name": str, "pid": int},
     MsgType.CARRY: {"req": int, "origin": int, "name": str, "pid": int, "source": str, "spid": int,
                     "kind": int, "com": int, "data": bytes, "rows": list},
-    MsgType.CARRIED: {"req": int, "ok": bool},
+    MsgType.CARRIED: {"req": int, "ok": bool, "name": str, "rows": list},
     MsgType.CLOSING: {"rank": int},
     MsgType.LAST_OPEN: {"rank": int},
     MsgType.LOST: {"rank": int, "origin": int, "span": int, "message": str},
