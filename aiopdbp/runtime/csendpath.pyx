@@ -22,6 +22,7 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 
 from aiopdbp.errors import ClosedResourceError, UnknownProcessError
+from aiopdbp.runtime.payloads import ownable
 from aiopdbp.runtime.sendpath import BURST_BYTES
 from aiopdbp.streams.receiver import DEFAULT_SEGMENT, EAGER_LIMIT
 from aiopdbp.wire.mesp import Kind
@@ -65,6 +66,7 @@ cdef extern from *:
 cdef object _SHORT = Kind.SHORT
 cdef object _COMMAND = Kind.COMMAND
 cdef object _ndarray = np.ndarray
+cdef object _ownable = ownable
 cdef object _sleep = asyncio.sleep
 cdef Py_ssize_t _OVERHEAD = CREDIT_OVERHEAD
 cdef Py_ssize_t _BURST = BURST_BYTES
@@ -175,6 +177,13 @@ cdef class SendPath:
                 return
             cost = data.nbytes + _OVERHEAD
             data = plain
+        elif type(data) is _ndarray and data.nbytes >= self._owned_min:
+            done = self._owned(dest, data, com, kind)
+            if done is None:
+                await self._slow(dest, data, com, kind, timeout, copy)
+            else:
+                await done
+            return
         else:
             await self._slow(dest, data, com, kind, timeout, copy)
             return
@@ -194,6 +203,19 @@ cdef class SendPath:
                 return
         self.burst = _BURST
         await self._router.send_waiting(dest, fields, cost, timeout)
+
+    cdef object _owned(self, dest, data, com, kind):
+        # Router.send_owned's common case, inline (the pure form's _owned)
+        if not _ownable(data):
+            return None
+        pid = self._pids.get(dest)
+        if pid is None or self._queued:
+            return None
+        tgt = self._targets.get(pid)
+        owned = getattr(tgt, "owned", None)
+        if owned is None or not tgt.remote:
+            return None
+        return owned(pid, data.nbytes + _OVERHEAD, (self.name, kind, com, data, self.pid))
 
     # -- short streams ----------------------------------------------------------
     def call_stream(self, dest, data, *, segment_size=None, com=0, timeout=None, copy=True, stream=None):
