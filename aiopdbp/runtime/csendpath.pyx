@@ -213,7 +213,7 @@ cdef class SendPath:
             return None
         tgt = self._targets.get(pid)
         owned = getattr(tgt, "owned", None)
-        if owned is None or not tgt.remote:
+        if tgt is None or owned is None or not tgt.remote:
             return None
         return owned(pid, data.nbytes + _OVERHEAD, (self.name, kind, com, data, self.pid))
 

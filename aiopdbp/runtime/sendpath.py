@@ -180,8 +180,8 @@ class SendPath:
         if pid is None or self._queued:
             return None
         tgt = self._targets.get(pid)
-        owned = getattr(tgt, "owned", None)
-        if owned is None or not tgt.remote:
+        owned = getattr(tgt, "owned", None)   # (None: no target, or a pipe here)
+        if tgt is None or owned is None or not tgt.remote:
             return None
         done: OwnedDone | None = owned(pid, data.nbytes + CREDIT_OVERHEAD, (self.name, kind, com, data, self.pid))
         return done
