@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from aiopdbp.errors import ClosedResourceError
-from aiopdbp.hosts.owned import OwnedDone
+from aiopdbp.hosts.owned import OwnedDone, fail_owned
 from aiopdbp.runtime import sendpath as pure_path
 from aiopdbp.runtime.cluster import open_cluster
 from aiopdbp.tensormem.view import plain_snapshot
@@ -171,6 +171,34 @@ async def test_a_large_array_to_a_link_that_takes_it_waits_for_that_links_send(f
     link.done.set_result(None)
     await task                 # sent: the task, this send alone, returns (OwnedDone's rule)
     assert not task.cancelled() and not slow.calls
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("case", ["cancelled before posted", "cancelled, then the link failed", "the link failed"])
+async def test_an_owned_send_the_link_took_ends_as_its_wait_says(form: Any, case: str) -> None:
+    link = _Link()
+    router = _Router(_Target())
+    router.targets[DEST_PID] = link
+    task = asyncio.ensure_future(_path(form, router, _Slow()).send("b", np.zeros(1 << 15, np.uint8), 0, Kind.SHORT,
+                                                                    None, True))
+    await asyncio.sleep(0)
+    done = link.done
+    assert done is not None
+    if case != "cancelled before posted":
+        done.hold()
+    if case != "the link failed":
+        task.cancel()
+        await asyncio.sleep(0)
+    if case != "cancelled before posted":
+        fail_owned(done, ConnectionError("host 1 lost"))
+    if case == "the link failed":
+        with pytest.raises(ConnectionError):
+            await task
+    else:   # not sent: the cancel stands (before posted, the link drops the message)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert task.cancelled() and done.done()
 
 
 @pytest.mark.parametrize("form", FORMS)

@@ -22,6 +22,7 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 
 from aiopdbp.errors import ClosedResourceError, UnknownProcessError
+from aiopdbp.hosts.toolate import despite_cancel
 from aiopdbp.runtime.payloads import ownable
 from aiopdbp.runtime.sendpath import BURST_BYTES
 from aiopdbp.streams.receiver import DEFAULT_SEGMENT, EAGER_LIMIT
@@ -67,6 +68,8 @@ cdef object _SHORT = Kind.SHORT
 cdef object _COMMAND = Kind.COMMAND
 cdef object _ndarray = np.ndarray
 cdef object _ownable = ownable
+cdef object _future_await = asyncio.Future.__await__
+cdef object _Cancelled = asyncio.CancelledError
 cdef object _sleep = asyncio.sleep
 cdef Py_ssize_t _OVERHEAD = CREDIT_OVERHEAD
 cdef Py_ssize_t _BURST = BURST_BYTES
@@ -181,8 +184,14 @@ cdef class SendPath:
             done = self._owned(dest, data, com, kind)
             if done is None:
                 await self._slow(dest, data, com, kind, timeout, copy)
-            else:
-                await done
+                return
+            try:
+                await _held_wait(done)
+            except _Cancelled:
+                # OwnedDone.__await__'s rule, read there: a held payload that
+                # went returns, and the cancel comes at the next suspension
+                if not done._held or not await despite_cancel(done):
+                    raise
             return
         else:
             await self._slow(dest, data, com, kind, timeout, copy)
@@ -271,6 +280,22 @@ cdef class SendPath:
         if self.whole_stream is None:
             raise RuntimeError("SendPath.stream: no GP send_stream set (whole_stream)")
         return self.whole_stream(dest, data, segment_size=segment_size, com=com, timeout=timeout, copy=copy)
+
+@cython.final
+cdef class _Held:
+    # an owned send's OwnedDone awaited through the C future's own iterator,
+    # without OwnedDone.__await__'s Python generator (send applies its rule)
+    cdef object done
+
+    def __await__(self):
+        return _future_await(self.done)
+
+
+cdef inline _Held _held_wait(done):
+    cdef _Held h = _Held.__new__(_Held)
+    h.done = done
+    return h
+
 
 cdef inline _Send _new_send(SendPath path, dest, data, com, kind, timeout, copy):
     cdef _Send aw = _Send.__new__(_Send)
