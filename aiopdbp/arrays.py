@@ -35,12 +35,14 @@ _tensor_array: Callable[[Any, np.dtype[Any], Any, bool], np.ndarray[Any, Any] | 
 _bind: Callable[[type], bool] = _memory.bind
 #: whether anyone can change an array's memory (:func:`aiopdbp.tensormem.view.frozen`)
 frozen: Callable[[np.ndarray[Any, Any]], bool] = _memory.frozen
+#: whether an array can be sent from its own memory (:func:`aiopdbp.tensormem.view.ownable`)
+ownable: Callable[[np.ndarray[Any, Any]], bool] = _memory.ownable
 #: a send's snapshot of an array of a plain dtype, or None
 #: (:func:`aiopdbp.tensormem.view.plain_snapshot`)
 plain_snapshot: Callable[[np.ndarray[Any, Any], int], np.ndarray[Any, Any] | None] = _memory.plain_snapshot
 
 __all__ = ["KINDS", "ML_DTYPES", "TAG", "arrival", "cpu_tensor_array", "cpu_tensor_view", "device_dtype", "frozen",
-           "host_array", "landed_arrival", "parse_name", "plain_snapshot", "tag_of", "tensor_wanted", "wire_name"]
+           "host_array", "landed_arrival", "ownable", "parse_name", "plain_snapshot", "tag_of", "tensor_wanted", "wire_name"]
 
 #: what a receiver may ask arrays to arrive as
 KINDS = ("auto", "numpy", "torch")

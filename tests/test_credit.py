@@ -723,6 +723,17 @@ def test_placer_hands_a_message_with_no_open_pipe_on(form: Any) -> None:
 
 
 @pytest.mark.parametrize("form", FORMS)
+def test_placer_puts_one_message_into_an_open_pipe_and_says_whether_it_did(form: Any) -> None:
+    pipe = _Pipe()
+    placer, calls = _placer(form, {PID: pipe, PID + 1: _Pipe(closed=True), PID + 2: object()})
+    assert placer.place_one(1, PID, "m", 100) is True
+    assert pipe.got == [(1, ["m"])] and pipe.watch_at == 1 and placer.book.outstanding(1, PID) == 100
+    # no open pipe: nothing done, nothing handed on (the caller's)
+    assert [placer.place_one(1, p, "m", 5) for p in (PID + 1, PID + 2, PID + 3)] == [False, False, False]
+    assert calls == [] and list(placer.marks) == [pipe]
+
+
+@pytest.mark.parametrize("form", FORMS)
 def test_placer_hands_a_frame_of_several_records_to_its_runs(form: Any) -> None:
     placer, calls = _placer(form, {PID: _Pipe()})
     placer.place(1, ("runs",))

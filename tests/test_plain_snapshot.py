@@ -1,5 +1,6 @@
-"""A send's snapshot of an array of a plain dtype (``plain_snapshot``) and
-whether anyone can change an array's memory (``frozen``):
+"""A send's snapshot of an array of a plain dtype (``plain_snapshot``),
+whether anyone can change an array's memory (``frozen``) and whether a send
+may travel from it (``ownable``):
 aiopdbp.tensormem.view and its compiled twin aiopdbp.tensormem.cview give the
 same answers for the same arrays, and both follow the general rule of
 :func:`aiopdbp.runtime.payloads.snapshot`."""
@@ -96,6 +97,13 @@ def test_both_forms_take_the_same_snapshot(arr: np.ndarray[Any, Any]) -> None:
 @given(arrays)
 def test_both_forms_agree_on_frozen(arr: np.ndarray[Any, Any]) -> None:
     assert pure_memory.frozen(arr) is compiled_memory.frozen(arr)
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(arrays)
+def test_both_forms_agree_on_ownable(arr: np.ndarray[Any, Any]) -> None:
+    assert pure_memory.ownable(arr) is compiled_memory.ownable(arr)
 
 
 @pytest.mark.parametrize("form", [pytest.param(pure_memory, id="pure"),

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from aiopdbp.errors import ClosedResourceError
+from aiopdbp.hosts.owned import OwnedDone, fail_owned
 from aiopdbp.runtime import sendpath as pure_path
 from aiopdbp.runtime.cluster import open_cluster
 from aiopdbp.tensormem.view import plain_snapshot
@@ -132,6 +133,93 @@ async def test_everything_else_is_the_gps_own_coroutine(form: Any, case: str) ->
     tgt, slow = _Target(), _Slow()
     await _path(form, _Router(tgt), slow).send(dest, data, com, kind, timeout, False)
     assert slow.calls == [(dest, data, com, kind, timeout, False)] and not tgt.offers
+
+
+class _Link:
+    """A remote GP's target whose ``owned`` takes a large array (``takes``) or not."""
+
+    def __init__(self, takes: bool = True, remote: bool = True) -> None:
+        self.takes = takes
+        self.remote = remote
+        self.owneds: list[tuple[int, int, tuple[Any, ...]]] = []
+        self.done: OwnedDone | None = None
+
+    def owned(self, pid: int, nbytes: int, fields: tuple[Any, ...]) -> OwnedDone | None:
+        self.owneds.append((pid, nbytes, fields))
+        if self.takes:
+            self.done = OwnedDone()
+        return self.done
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+async def test_a_large_array_to_a_link_that_takes_it_waits_for_that_links_send(form: Any) -> None:
+    link, slow = _Link(), _Slow()
+    router = _Router(_Target())
+    router.targets[DEST_PID] = link
+    arr = np.zeros(1 << 15, dtype=np.uint8)
+    task = asyncio.ensure_future(_path(form, router, slow).send("b", arr, 7, Kind.SHORT, None, True))
+    await asyncio.sleep(0)
+    (pid, cost, fields), = link.owneds
+    assert (pid, cost) == (DEST_PID, arr.nbytes + CREDIT_OVERHEAD) and fields[3] is arr   # its own buffer
+    assert fields[:3] + fields[4:] == ("a", Kind.SHORT, 7, PID) and not slow.calls
+    assert link.done is not None and not task.done()   # MPI still reads the buffer
+    link.done.hold()
+    task.cancel()                                       # a held send's cancel waits for it
+    await asyncio.sleep(0)
+    assert not task.done()
+    link.done.set_result(None)
+    await task                 # sent: the task, this send alone, returns (OwnedDone's rule)
+    assert not task.cancelled() and not slow.calls
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("case", ["cancelled before posted", "cancelled, then the link failed", "the link failed"])
+async def test_an_owned_send_the_link_took_ends_as_its_wait_says(form: Any, case: str) -> None:
+    link = _Link()
+    router = _Router(_Target())
+    router.targets[DEST_PID] = link
+    task = asyncio.ensure_future(_path(form, router, _Slow()).send("b", np.zeros(1 << 15, np.uint8), 0, Kind.SHORT,
+                                                                    None, True))
+    await asyncio.sleep(0)
+    done = link.done
+    assert done is not None
+    if case != "cancelled before posted":
+        done.hold()
+    if case != "the link failed":
+        task.cancel()
+        await asyncio.sleep(0)
+    if case != "cancelled before posted":
+        fail_owned(done, ConnectionError("host 1 lost"))
+    if case == "the link failed":
+        with pytest.raises(ConnectionError):
+            await task
+    else:   # not sent: the cancel stands (before posted, the link drops the message)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert task.cancelled() and done.done()
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("case", ["link declines", "frozen array", "strided array", "queued ahead", "local target",
+                                  "unknown name"])
+async def test_a_large_array_the_link_does_not_take_now_is_the_gps_own_coroutine(form: Any, case: str) -> None:
+    link, slow = _Link(takes=case != "link declines", remote=case != "local target"), _Slow()
+    router = _Router(_Target())
+    router.targets[DEST_PID] = link
+    arr = np.zeros(1 << 15, dtype=np.uint8)
+    dest = "nobody" if case == "unknown name" else "b"
+    if case == "frozen array":     # (immutable bytes: not ownable, the GP's coroutine shares it)
+        arr = np.frombuffer(bytes(1 << 15), dtype=np.uint8)
+    if case == "strided array":    # (not one MPI message)
+        arr = np.zeros(1 << 16, dtype=np.uint8)[::2]
+    if case == "queued ahead":
+        router._queued.append(object())
+    await _path(form, router, slow).send(dest, arr, 0, Kind.SHORT, None, True)
+    assert slow.calls == [(dest, arr, 0, Kind.SHORT, None, True)]
+    assert len(link.owneds) == (case == "link declines")   # (the GP's coroutine asks it again)
 
 
 @pytest.mark.parametrize("form", FORMS)

@@ -91,6 +91,29 @@ def test_a_header_seen_before_whose_payload_lands_at_once_is_delivered_in_the_ca
 
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.timeout(10)
+@pytest.mark.parametrize("open_pipe", [True, False], ids=["open pipe", "no open pipe"])
+def test_a_landed_payloads_message_goes_to_the_placer_in_one_call_else_the_slow_way(form: Any,
+                                                                                     open_pipe: bool) -> None:
+    arr = np.zeros(8192, np.uint8)
+    head, said = _header(arr)
+    placed: list[Any] = []
+    ones: list[Any] = []
+
+    def place_one(host: int, pid: int, msg: Any, cost: int) -> bool:
+        ones.append((host, pid, msg, cost))
+        return open_pipe
+
+    fast = form.ArraysIn({head: said}, _Bulk(), TAGS, None, None, (), {SRC: "src"}, lambda pid: f"<pid {pid}>",
+                         lambda *a: placed.append(a), place_one)
+    assert fast.take(_Source(), memoryview(head)) is True
+    ((host, pid, msg, cost),) = ones
+    assert (host, pid, cost) == (HOST, PID, arr.nbytes + CREDIT_OVERHEAD) and type(msg) is Message
+    # no open pipe: the arrivals' own way (parked for the GP, or dropped with its credit returned)
+    assert placed == ([] if open_pipe else [(HOST, (PID,), msg, cost)])
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.timeout(10)
 def test_a_header_not_seen_before_is_left_to_the_caller(form: Any) -> None:
     head, _ = _header(np.zeros(8192, np.uint8))
     bulk = _Bulk()

@@ -417,11 +417,15 @@ cdef class Placer:
         pid = t[0]
         msg = t[1]
         cost = <long long>t[2] + _OVERHEAD
+        if not self.place_one(host, pid, msg, cost):
+            self._other(host, pid, [msg], cost)
+
+    cpdef bint place_one(self, object host, object pid, object msg, long long cost) except -1:
         pipe = self.targets.get(pid)
         if type(pipe) is self.pipe_type and pipe.put_many([msg], host):
             self.mark(pipe, host, pid, cost)
-        else:
-            self._other(host, pid, [msg], cost)
+            return True
+        return False
 
     cpdef mark(self, object pipe, object host, object pid, long long cost):
         cdef PipeMarks marks

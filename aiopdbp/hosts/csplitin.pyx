@@ -34,11 +34,11 @@ cdef class ArraysIn:
     """See :class:`aiopdbp.hosts.splitin.ArraysIn`."""
 
     cdef public dict arrays, names
-    cdef public object post, book, landing, waiting, name_of, place
+    cdef public object post, book, landing, waiting, name_of, place, place_one
     cdef public Py_ssize_t tags
 
     def __init__(self, dict arrays, object post, Py_ssize_t tags, object book, object landing, object waiting,
-                 dict names, object name_of, object place):
+                 dict names, object name_of, object place, object place_one=None):
         self.arrays = arrays
         self.post = post
         self.tags = tags
@@ -48,6 +48,7 @@ cdef class ArraysIn:
         self.names = names
         self.name_of = name_of
         self.place = place
+        self.place_one = place_one
 
     def admissible(self, host, pid, Py_ssize_t nbytes, ahead):
         return self._admissible(host, pid, nbytes, ahead)
@@ -102,5 +103,8 @@ cdef class ArraysIn:
             raise ProtocolError(f"bad ndarray shape {shape}") from exc
         if dt.kind == "U":
             data = check_text(data)
-        self.place(host, (pid,), _Message((name, arr[2], arr[4], data, source_p)), cost)
+        msg = _Message((name, arr[2], arr[4], data, source_p))
+        place_one = self.place_one
+        if place_one is None or not place_one(host, pid, msg, cost):
+            self.place(host, (pid,), msg, cost)
         return True

@@ -500,7 +500,8 @@ class Placer:
 
     :meth:`place` takes the commonest arrival, a frame of one short
     message, from the read to the reader's wake-up: ``reader.read_one``,
-    ``targets[pid].put_many`` when that is a ``pipe_type``, the mark.
+    then :meth:`place_one` (``targets[pid].put_many`` when that is a
+    ``pipe_type``, the mark).
     Where the GP has no open pipe it goes to ``other(host, pid, items,
     cost)``; a frame of several records to ``runs(host, buf)``.  The
     compiled twin does it in one C call (the pipe's ``put_many`` is the
@@ -528,11 +529,20 @@ class Placer:
             return
         pid, msg, nbytes = one
         cost = nbytes + CREDIT_OVERHEAD
+        if not self.place_one(host, pid, msg, cost):  # (a message, not a stream: nothing for the stream table to hear)
+            self._other(host, pid, [msg], cost)
+
+    def place_one(self, host: int, pid: int, msg: Any, cost: int) -> bool:
+        """One message from ``host`` into GP ``pid``'s pipe (``targets[pid]``,
+        a ``pipe_type``) and its mark; False, nothing done, where ``pid`` has
+        no open pipe here (the caller's slow way: parked, or dropped and its
+        credit returned).  A landed large payload's message comes here too
+        (:mod:`aiopdbp.hosts.splitin`)."""
         pipe: Any = self.targets.get(pid)
         if type(pipe) is self.pipe_type and pipe.put_many([msg], host):  # (False: closed, took nothing)
             self.mark(pipe, host, pid, cost)
-        else:  # (a message, not a stream: nothing for the stream table to hear)
-            self._other(host, pid, [msg], cost)
+            return True
+        return False
 
     def mark(self, pipe: Any, host: int, pid: int, cost: int) -> None:
         """Remember that ``pipe``'s items up to its ``appended`` owe ``cost`` to ``host``."""

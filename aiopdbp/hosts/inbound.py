@@ -167,7 +167,8 @@ class Inbound:
         now = getattr(self._bulk, "recv_bulk_now", None) if place is not None else None
         self._in = ArraysIn(self._arrays, now, getattr(self._bulk, "bulk_tags", 0), book, landing,
                             (1,) if waiting is None else waiting, {} if names is None else names, name_of,
-                            cast(Callable[[int, tuple[int, ...], Any, int], None], place))  # (None: never called)
+                            cast(Callable[[int, tuple[int, ...], Any, int], None], place),  # (None: never called)
+                            getattr(deliver, "place_one", None))  # (the arrivals' placer, where it has one)
         self.protocol_errors = 0   # malformed data messages
         self.fallback_allocs = 0   # receives that found the pool row full
 

@@ -44,13 +44,17 @@ class ArraysIn:
     buffer or None, asked only while ``waiting`` (the GPs in ``recv_into``)
     is not empty; ``names`` the names known here (pid -> name), and
     ``name_of(pid)`` the name of one not in it; ``place(host, pids,
-    message, cost)`` delivers (the arrivals')."""
+    message, cost)`` delivers (the arrivals'); ``place_one(host, pid,
+    message, cost)``, where given, delivers into an open pipe in one call
+    (the arrivals' placer: False where the GP has none here, and ``place``
+    does it)."""
 
-    __slots__ = ("arrays", "post", "tags", "book", "landing", "waiting", "names", "name_of", "place")
+    __slots__ = ("arrays", "post", "tags", "book", "landing", "waiting", "names", "name_of", "place", "place_one")
 
     def __init__(self, arrays: dict[bytes, SplitArray], post: PostFn | None, tags: int, book: Any,
                  landing: Callable[[int, int], Any] | None, waiting: Sized, names: dict[int, str],
-                 name_of: Callable[[int], str], place: Callable[[int, tuple[int, ...], Any, int], None]) -> None:
+                 name_of: Callable[[int], str], place: Callable[[int, tuple[int, ...], Any, int], None],
+                 place_one: Callable[[int, int, Any, int], bool] | None = None) -> None:
         self.arrays = arrays
         self.post = post
         self.tags = tags
@@ -60,6 +64,7 @@ class ArraysIn:
         self.names = names
         self.name_of = name_of
         self.place = place
+        self.place_one = place_one
 
     def admissible(self, host: int, pid: int, nbytes: int, ahead: int) -> int:
         """The credit a payload of ``nbytes`` for GP ``pid`` takes, checked
@@ -107,6 +112,8 @@ class ArraysIn:
             return head, arr, cost, track
         source_p = arr.source_p
         name = self.names.get(source_p) or self.name_of(source_p)
-        self.place(host, (pid,), Message((name, arr.kind, arr.com, arr.array(got), source_p)), cost)
+        msg = Message((name, arr.kind, arr.com, arr.array(got), source_p))
+        if self.place_one is None or not self.place_one(host, pid, msg, cost):
+            self.place(host, (pid,), msg, cost)
         return True
 

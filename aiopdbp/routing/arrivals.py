@@ -108,6 +108,11 @@ class Arrivals:
         #: call of the placer's (compiled: one C call), the others by
         #: :meth:`_place_runs`
         self.place_shorts: Callable[[int, Any], None] = self.placer.place
+        #: ``place_one(host, pid, message, cost)``: one message into GP
+        #: ``pid``'s open pipe (False, nothing done: none here -- then
+        #: :meth:`place_messages`); a landed large payload's message in one
+        #: call of the placer's (:mod:`aiopdbp.hosts.splitin`)
+        self.place_one: Callable[[int, int, Any, int], bool] = self.placer.place_one
         #: the grant sink batches per loop iteration itself (it carries grants
         #: on the host's next split header, :mod:`aiopdbp.hosts.credit`): due
         #: grants go to it at once, so the reply that follows can carry them

@@ -22,6 +22,8 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 
 from aiopdbp.errors import ClosedResourceError, UnknownProcessError
+from aiopdbp.hosts.toolate import despite_cancel
+from aiopdbp.runtime.payloads import ownable
 from aiopdbp.runtime.sendpath import BURST_BYTES
 from aiopdbp.streams.receiver import DEFAULT_SEGMENT, EAGER_LIMIT
 from aiopdbp.wire.mesp import Kind
@@ -47,6 +49,9 @@ from aiopdbp.runtime.coshell cimport (CO_FRESH, CoState, aiopdbp_set_am_send, co
 cdef object _SHORT = Kind.SHORT
 cdef object _COMMAND = Kind.COMMAND
 cdef object _ndarray = np.ndarray
+cdef object _ownable = ownable
+cdef object _future_await = asyncio.Future.__await__
+cdef object _Cancelled = asyncio.CancelledError
 cdef object _sleep = asyncio.sleep
 cdef Py_ssize_t _OVERHEAD = CREDIT_OVERHEAD
 cdef Py_ssize_t _BURST = BURST_BYTES
@@ -157,6 +162,19 @@ cdef class SendPath:
                 return
             cost = data.nbytes + _OVERHEAD
             data = plain
+        elif type(data) is _ndarray and data.nbytes >= self._owned_min:
+            done = self._owned(dest, data, com, kind)
+            if done is None:
+                await self._slow(dest, data, com, kind, timeout, copy)
+                return
+            try:
+                await _held_wait(done)
+            except _Cancelled:
+                # OwnedDone.__await__'s rule, read there: a held payload that
+                # went returns, and the cancel comes at the next suspension
+                if not done._held or not await despite_cancel(done):
+                    raise
+            return
         else:
             await self._slow(dest, data, com, kind, timeout, copy)
             return
@@ -176,6 +194,19 @@ cdef class SendPath:
                 return
         self.burst = _BURST
         await self._router.send_waiting(dest, fields, cost, timeout)
+
+    cdef object _owned(self, dest, data, com, kind):
+        # Router.send_owned's common case, inline (the pure form's _owned)
+        if not _ownable(data):
+            return None
+        pid = self._pids.get(dest)
+        if pid is None or self._queued:
+            return None
+        tgt = self._targets.get(pid)
+        owned = getattr(tgt, "owned", None)
+        if tgt is None or owned is None or not tgt.remote:
+            return None
+        return owned(pid, data.nbytes + _OVERHEAD, (self.name, kind, com, data, self.pid))
 
     # -- short streams ----------------------------------------------------------
     def call_stream(self, dest, data, *, segment_size=None, com=0, timeout=None, copy=True, stream=None):
@@ -231,6 +262,22 @@ cdef class SendPath:
         if self.whole_stream is None:
             raise RuntimeError("SendPath.stream: no GP send_stream set (whole_stream)")
         return self.whole_stream(dest, data, segment_size=segment_size, com=com, timeout=timeout, copy=copy)
+
+@cython.final
+cdef class _Held:
+    # an owned send's OwnedDone awaited through the C future's own iterator,
+    # without OwnedDone.__await__'s Python generator (send applies its rule)
+    cdef object done
+
+    def __await__(self):
+        return _future_await(self.done)
+
+
+cdef inline _Held _held_wait(done):
+    cdef _Held h = _Held.__new__(_Held)
+    h.done = done
+    return h
+
 
 cdef inline _Send _new_send(SendPath path, dest, data, com, kind, timeout, copy):
     cdef _Send aw = _Send.__new__(_Send)

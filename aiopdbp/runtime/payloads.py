@@ -14,7 +14,7 @@ from aiopdbp.device.backend import is_device_array
 from aiopdbp.wire.message import Message
 from aiopdbp.wire.mesp import DEFAULT_LIMITS
 from aiopdbp.wire.payload import travels_raw
-from aiopdbp.arrays import arrival, frozen, host_array, plain_snapshot
+from aiopdbp.arrays import arrival, frozen, host_array, ownable, plain_snapshot
 from aiopdbp.streams.receiver import IncomingStream
 
 #: the most dimensions an array may have to travel (the wire's default limit)
@@ -93,14 +93,6 @@ def check_dest(dest: Any) -> None:
     """A multicast's names are strings (bytes would iterate as ints)."""
     if isinstance(dest, (bytes, bytearray, memoryview)) or not hasattr(dest, "__iter__"):
         raise TypeError(f"dest must be a GP name (str) or an iterable of names, not {type(dest).__name__}")
-
-
-def ownable(arr: np.ndarray[Any, Any]) -> bool:
-    """A writable array whose bytes can travel from its own memory as one
-    MPI message (see :meth:`GP.send`, "Buffer ownership")."""
-    dt = arr.dtype
-    return (arr.flags.c_contiguous and not dt.hasobject and dt.fields is None and dt.subdtype is None
-            and not frozen(arr))
 
 
 def named_now(item: Message | IncomingStream) -> bool:

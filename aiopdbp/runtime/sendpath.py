@@ -6,9 +6,14 @@ The common case is a ``bytes`` payload or a small array of a plain dtype
 (its snapshot in one call) to one GP by name, with a valid ``com``,
 ``kind`` and ``timeout``: the checks, the burst's yield, and the routing
 decision when nothing has to wait (the router's ``try_send``: name -> pid ->
-target, the target's ``offer``) are this one coroutine.  Anything else --
-a multicast, another payload, a large array sent from its own buffer, a
-device array -- is the sending side's coroutine (``slow``: ``GPSender.send``), unchanged; so is
+target, the target's ``offer``) are this one coroutine.  So is a large array
+sent from its own buffer (``MPI_Send`` ownership) when the router's
+``send_owned`` would take its own common case -- a known remote GP whose
+link's ``owned`` takes it now -- and the wait is that link's
+:class:`~aiopdbp.hosts.owned.OwnedDone` (:meth:`SendPath._owned`).  Anything
+else -- a multicast, another payload, a device array, an owned send the link
+does not take now -- is the sending side's coroutine (``slow``:
+``GPSender.send``), unchanged; so is
 the wait when the target cannot take the message now (the router's
 ``send_waiting``).  The same checks come in the same order as in the GP's
 coroutine, so a wrong argument raises the same error.  A stream of one
@@ -40,11 +45,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from aiopdbp.errors import ClosedResourceError, UnknownProcessError
+from aiopdbp.runtime.payloads import ownable
 from aiopdbp.streams.receiver import DEFAULT_SEGMENT, EAGER_LIMIT
 from aiopdbp.wire.mesp import Kind
 from aiopdbp.wire.message import CREDIT_OVERHEAD
 
 if TYPE_CHECKING:
+    from aiopdbp.hosts.owned import OwnedDone
     from aiopdbp.routing.router import Router
     from aiopdbp.streams.table import StreamTable
 
@@ -84,8 +91,11 @@ class SendPath:
         self.burst = BURST_BYTES
         self._router = router
         self._try_send = router.try_send  # the routing decision when nothing waits (the twin: inline)
+        self._pids = router.pids          # (what an owned send's common case reads: _owned)
+        self._targets = router.targets
+        self._queued = router._queued
         self._slow = slow
-        self._owned_min = owned_min       # arrays this large are sent from their own buffer (slow)
+        self._owned_min = owned_min       # arrays this large are sent from their own buffer (_owned)
         self._snapshot = snapshot         # a plain array's snapshot in one call (None: not plain)
         self._max_ndim = max_ndim
         # a plain CPU tensor's memory as an ndarray, else None (arrays.cpu_tensor_view)
@@ -133,6 +143,13 @@ class SendPath:
                 plain := self._snapshot(data, self._max_ndim)) is not None:
             cost = data.nbytes + CREDIT_OVERHEAD
             data = plain
+        elif type(data) is np.ndarray and data.nbytes >= self._owned_min:
+            done = self._owned(dest, data, com, kind)
+            if done is None:
+                await self._slow(dest, data, com, kind, timeout, copy)
+            else:
+                await done   # (its cancel rule is OwnedDone's: see Router.send_owned)
+            return
         else:
             await self._slow(dest, data, com, kind, timeout, copy)
             return
@@ -150,6 +167,24 @@ class SendPath:
         if not self._try_send(dest, fields, cost):  # the router routed it: nothing to wait for
             self.burst = BURST_BYTES
             await self._router.send_waiting(dest, fields, cost, timeout)
+
+    def _owned(self, dest: str, data: np.ndarray[Any, Any], com: int, kind: Kind) -> OwnedDone | None:
+        """The common case of :meth:`Router.send_owned
+        <aiopdbp.routing.router.Router.send_owned>` (the same reads, in the
+        same order): an ownable array to a known remote GP, nothing queued
+        ahead, the link's ``owned`` taking it now -- its wait, else None
+        (nothing done: the GP's coroutine takes the send from its start)."""
+        if not ownable(data):
+            return None
+        pid = self._pids.get(dest)
+        if pid is None or self._queued:
+            return None
+        tgt = self._targets.get(pid)
+        owned = getattr(tgt, "owned", None)   # (None: no target, or a pipe here)
+        if tgt is None or owned is None or not tgt.remote:
+            return None
+        done: OwnedDone | None = owned(pid, data.nbytes + CREDIT_OVERHEAD, (self.name, kind, com, data, self.pid))
+        return done
 
     # -- short streams ----------------------------------------------------------
     def call_stream(self, dest: Any, data: Any, *, segment_size: int | None = None, com: int = 0,

@@ -108,7 +108,7 @@ DEF _CODES = 32
 __sources__ = ("view.py", "cview.pyx")
 __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
-__all__ = ["PLAIN_NUMS", "TensorPaths", "bind", "frozen", "plain_snapshot", "tensor_array", "tensor_of"]
+__all__ = ["PLAIN_NUMS", "TensorPaths", "bind", "frozen", "ownable", "plain_snapshot", "tensor_array", "tensor_of"]
 
 #: as :data:`aiopdbp.tensormem.view.PLAIN_NUMS`
 PLAIN_NUMS = frozenset(range(17)) | {21, 22, 23}
@@ -424,6 +424,17 @@ cdef bint _frozen(cnp.ndarray arr):
 def frozen(cnp.ndarray arr):
     """As :func:`aiopdbp.tensormem.view.frozen`."""
     return _frozen(arr)
+
+
+cdef extern from "numpy/arrayobject.h":
+    bint PyDataType_REFCHK(cnp.dtype)   # (the dtype's hasobject)
+
+
+def ownable(cnp.ndarray arr):
+    """As :func:`aiopdbp.tensormem.view.ownable`."""
+    cdef cnp.dtype dt = arr.descr
+    return (cnp.PyArray_IS_C_CONTIGUOUS(arr) and not PyDataType_REFCHK(dt) and not cnp.PyDataType_HASFIELDS(dt)
+            and not cnp.PyDataType_HASSUBARRAY(dt) and not _frozen(arr))
 
 
 cpdef object plain_snapshot(cnp.ndarray arr, int max_ndim):

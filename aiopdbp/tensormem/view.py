@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PLAIN_NUMS", "TensorPaths", "bind", "frozen", "plain_snapshot", "tensor_array", "tensor_of"]
+__all__ = ["PLAIN_NUMS", "TensorPaths", "bind", "frozen", "ownable", "plain_snapshot", "tensor_array", "tensor_of"]
 
 #: ``dtype.num`` of numpy's builtin fixed-size dtypes that travel as raw
 #: bytes whatever their byte order or metadata: bool, the integers, the
@@ -175,6 +175,16 @@ def frozen(arr: np.ndarray[Any, Any]) -> bool:
     if isinstance(base, memoryview):
         base = base.obj
     return isinstance(base, bytes)
+
+
+def ownable(arr: np.ndarray[Any, Any]) -> bool:
+    """A writable array whose bytes can travel from its own memory as one
+    MPI message (see :meth:`GP.send <aiopdbp.runtime.process.GP.send>`,
+    "Buffer ownership"): C-contiguous, no objects, fields or subarrays in
+    its dtype, and not :func:`frozen` (that one is shared, never owned)."""
+    dt = arr.dtype
+    return (arr.flags.c_contiguous and not dt.hasobject and dt.fields is None and dt.subdtype is None
+            and not frozen(arr))
 
 
 def plain_snapshot(arr: np.ndarray[Any, Any], max_ndim: int) -> np.ndarray[Any, Any] | None:
