@@ -60,7 +60,8 @@ BUILD_INPUTS = (ROOT / "setup.py", ROOT / "aiopdbp" / "wire" / "blocks.py", ROOT
                 ROOT / "aiopdbp" / "hosts" / "splitin.py", ROOT / "aiopdbp" / "hosts" / "csplitin.pyx",
                 ROOT / "aiopdbp" / "tensormem" / "view.py", ROOT / "aiopdbp" / "tensormem" / "cview.pyx",
                 ROOT / "aiopdbp" / "runtime" / "sendpath.py", ROOT / "aiopdbp" / "runtime" / "csendpath.pyx",
-                ROOT / "aiopdbp" / "runtime" / "recvpath.py", ROOT / "aiopdbp" / "runtime" / "crecvpath.pyx")
+                ROOT / "aiopdbp" / "runtime" / "recvpath.py", ROOT / "aiopdbp" / "runtime" / "crecvpath.pyx",
+                ROOT / "aiopdbp" / "wire" / "fields.py", ROOT / "aiopdbp" / "wire" / "cfields.pyx")
 WINDOWS = os.name == "nt"
 BIN = VENV / ("Scripts" if WINDOWS else "bin")
 EXE = ".exe" if WINDOWS else ""
