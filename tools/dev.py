@@ -57,6 +57,7 @@ BUILD_INPUTS = (ROOT / "setup.py", ROOT / "aiopdbp" / "wire" / "blocks.py", ROOT
                 ROOT / "aiopdbp" / "hosts" / "gate.py", ROOT / "aiopdbp" / "hosts" / "cgate.pyx",
                 ROOT / "aiopdbp" / "hosts" / "cgate.pxd", ROOT / "aiopdbp" / "wire" / "cblocks.pxd",
                 ROOT / "aiopdbp" / "hosts" / "sender.py", ROOT / "aiopdbp" / "hosts" / "csender.pyx",
+                ROOT / "aiopdbp" / "hosts" / "csender.pxd",
                 ROOT / "aiopdbp" / "hosts" / "splitin.py", ROOT / "aiopdbp" / "hosts" / "csplitin.pyx",
                 ROOT / "aiopdbp" / "tensormem" / "view.py", ROOT / "aiopdbp" / "tensormem" / "cview.pyx",
                 ROOT / "aiopdbp" / "runtime" / "sendpath.py", ROOT / "aiopdbp" / "runtime" / "csendpath.pyx",
