@@ -28,11 +28,14 @@ TWINS = [("aiopdbp.wire.cblocks", "aiopdbp/wire/cblocks.pyx", ("blocks.py", "cbl
          ("aiopdbp.transport.ckernel", "aiopdbp/transport/ckernel.pyx", ("kernel.py", "ckernel.pyx"), True),
          ("aiopdbp.hosts.cgate", "aiopdbp/hosts/cgate.pyx", ("gate.py", "cgate.pyx", "cgate.pxd"), False),
          ("aiopdbp.hosts.csender", "aiopdbp/hosts/csender.pyx",
-          ("sender.py", "csender.pyx", "cgate.pxd", "../wire/cblocks.pxd"), False),
+          ("sender.py", "csender.pyx", "csender.pxd", "cgate.pxd", "../wire/cblocks.pxd"), False),
          ("aiopdbp.hosts.csplitin", "aiopdbp/hosts/csplitin.pyx", ("splitin.py", "csplitin.pyx"), False),
          ("aiopdbp.tensormem.cview", "aiopdbp/tensormem/cview.pyx", ("view.py", "cview.pyx"), False),
-         ("aiopdbp.runtime.csendpath", "aiopdbp/runtime/csendpath.pyx", ("sendpath.py", "csendpath.pyx", "coshell.pxd"), False),
-         ("aiopdbp.runtime.crecvpath", "aiopdbp/runtime/crecvpath.pyx", ("recvpath.py", "crecvpath.pyx", "coshell.pxd"), False)]
+         ("aiopdbp.runtime.csendpath", "aiopdbp/runtime/csendpath.pyx",
+          ("sendpath.py", "csendpath.pyx", "coshell.pxd", "../hosts/csender.pxd", "../hosts/cgate.pxd"), False),
+         ("aiopdbp.runtime.crecvpath", "aiopdbp/runtime/crecvpath.pyx", ("recvpath.py", "crecvpath.pyx", "coshell.pxd"),
+          False),
+         ("aiopdbp.wire.cfields", "aiopdbp/wire/cfields.pyx", ("fields.py", "cfields.pyx"), False)]
 #: the twins that call numpy's C API (its headers: numpy is a build requirement)
 NUMPY_TWINS = {"aiopdbp.tensormem.cview", "aiopdbp.wire.cblocks", "aiopdbp.hosts.csender"}
 

@@ -215,6 +215,34 @@ def test_checker_reports_missing_and_wrong_units() -> None:
     assert "unit 1" in c.errors[0] and "received 2 units, expected 3" in c.errors[1]
 
 
+def test_checker_check_all_takes_a_window_of_flows_and_reports_each_bad_unit() -> None:
+    ring = Ring(64, 64)
+    count = ring.count
+    c = Checker(ring, "aiopdbp-msg", rank=1)
+    c.next["a"] = count - 1             # flow a's window wraps around the ring's end
+    bad = bytearray(ring.unit(1))
+    bad[5] ^= 1
+    keys = ["a", "b", "a", "b", "a"]
+    datas = [ring.unit(count - 1), ring.unit(0), ring.unit(0), bytes(bad), ring.unit(0)]
+    c.check_all(keys, datas)            # b's unit 1 corrupt, a's unit count+1 a duplicate (unit 0 again)
+    assert c.next == {"a": count + 2, "b": 2}
+    assert c.bad == 2
+    assert sorted(e.split(" (")[0] for e in c.errors) == [
+        f"aiopdbp-msg: rank 1 flow from a unit {count + 1}", "aiopdbp-msg: rank 1 flow from b unit 1"]
+
+
+@pytest.mark.parametrize("kind", ["bytes", "ndarray", "memoryview"])
+def test_checker_check_run_compares_every_unit_of_any_buffer(kind: str) -> None:
+    ring = Ring(64, 64)
+    wrap = {"bytes": bytes, "memoryview": lambda b: memoryview(bytearray(b)),
+            "ndarray": lambda b: np.frombuffer(bytes(b), dtype=np.uint8)}[kind]
+    c = Checker(ring, "floor")
+    c.check_run(0, [wrap(ring.unit(u)) for u in range(3)])
+    assert c.bad == 0 and c.next == {0: 3}
+    c.check_run(0, [wrap(ring.unit(3)), wrap(ring.unit(4)[:-1]), wrap(ring.unit(3))])   # short, then out of order
+    assert c.bad == 2 and "unit 4" in c.errors[0] and "unit 5" in c.errors[1]
+
+
 # ===================================================================== rows
 def _runs(values: dict[str, list[float]], test: str = "NtoN", size: int = 64) -> list[dict[str, Any]]:
     return [{"test": test, "impl": impl, "size": size, "ranks": 2, "gps_per_rank": 1, "rep": i,

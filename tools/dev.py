@@ -57,11 +57,13 @@ BUILD_INPUTS = (ROOT / "setup.py", ROOT / "aiopdbp" / "wire" / "blocks.py", ROOT
                 ROOT / "aiopdbp" / "hosts" / "gate.py", ROOT / "aiopdbp" / "hosts" / "cgate.pyx",
                 ROOT / "aiopdbp" / "hosts" / "cgate.pxd", ROOT / "aiopdbp" / "wire" / "cblocks.pxd",
                 ROOT / "aiopdbp" / "hosts" / "sender.py", ROOT / "aiopdbp" / "hosts" / "csender.pyx",
+                ROOT / "aiopdbp" / "hosts" / "csender.pxd",
                 ROOT / "aiopdbp" / "hosts" / "splitin.py", ROOT / "aiopdbp" / "hosts" / "csplitin.pyx",
                 ROOT / "aiopdbp" / "tensormem" / "view.py", ROOT / "aiopdbp" / "tensormem" / "cview.pyx",
                 ROOT / "aiopdbp" / "runtime" / "sendpath.py", ROOT / "aiopdbp" / "runtime" / "csendpath.pyx",
                 ROOT / "aiopdbp" / "runtime" / "recvpath.py", ROOT / "aiopdbp" / "runtime" / "crecvpath.pyx",
-                ROOT / "aiopdbp" / "runtime" / "coshell.pxd")
+                ROOT / "aiopdbp" / "runtime" / "coshell.pxd",
+                ROOT / "aiopdbp" / "wire" / "fields.py", ROOT / "aiopdbp" / "wire" / "cfields.pyx")
 WINDOWS = os.name == "nt"
 BIN = VENV / ("Scripts" if WINDOWS else "bin")
 EXE = ".exe" if WINDOWS else ""

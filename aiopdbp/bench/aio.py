@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
+from operator import attrgetter
 from typing import Any, TypeVar
 
 from aiopdbp.bench.workload import Checker, Flow, Measure, Ring
@@ -40,6 +41,7 @@ from aiopdbp.wire.message import Message
 __all__ = ["AioSide", "gp_name", "loop_factory"]
 
 T = TypeVar("T")
+_SOURCE, _DATA = attrgetter("source"), attrgetter("data")
 _DONE, _GO, _ACK = 7001, 7002, 7003
 
 
@@ -144,8 +146,7 @@ class AioSide:
                     await gp.send(peer, units[(i + u) % p], timeout=t)
                 await _expect(gp, _ACK, t)
             else:
-                for _ in range(w):
-                    checker.check(peer, _data(await gp.recv(timeout=t)))
+                checker.check_run(peer, [_data(await gp.recv(timeout=t)) for _ in range(w)])
                 await gp.send(peer, com=_ACK, timeout=t)
         n = windows * w
         return Measure(time.perf_counter() - t0, time.process_time() - c0,
@@ -184,13 +185,19 @@ class AioSide:
                 checker.fail(gp.name, units, f"send_stream reported {sent} bytes, expected {units * size}")
 
         async def recv_msgs(gp: GP, n: int) -> None:
-            recv, check = gp.recv, checker.check
-            for _ in range(n):
-                msg = await recv(timeout=t)
-                if not isinstance(msg, Message):
-                    await msg.aclose()
-                    raise RuntimeError(f"{gp.name}: a stream arrived in a message run")
-                check(msg.source, msg.data)
+            # a window's messages checked at once, as the raw receiver checks its window
+            recv, check, w = gp.recv, checker.check_all, ring.window
+            got: list[Message] = []
+            add = got.append
+            for i in range(0, n, w):
+                for _ in range(min(w, n - i)):
+                    msg = await recv(timeout=t)
+                    if not isinstance(msg, Message):
+                        await msg.aclose()
+                        raise RuntimeError(f"{gp.name}: a stream arrived in a message run")
+                    add(msg)
+                check(list(map(_SOURCE, got)), list(map(_DATA, got)))
+                got.clear()
 
         async def consume(s: IncomingStream) -> None:
             check, key = checker.check, s.source

@@ -8,6 +8,10 @@ cdef class _Dest:
     cdef public double progress_at
 
 
+cdef class _Credit:
+    cdef long long c    # a contended GP's credit, changed in place (no int made per admit)
+
+
 cdef class CreditGate:
     cdef public object window
     cdef long long _window
@@ -17,3 +21,5 @@ cdef class CreditGate:
 
     cpdef bint admit(self, object pid, long long nbytes)
     cdef object _serve(self, object pid, _Dest d)
+    cdef long long _get(self, object pid) except? -1
+    cdef int _put(self, object pid, long long c) except -1

@@ -8,6 +8,8 @@ import time
 
 cimport cython
 
+from cpython.dict cimport PyDict_GetItem
+from cpython.ref cimport PyObject
 from libc.stdlib cimport free, malloc
 
 from aiopdbp.hosts.gate import ASK_STEP, LATER, NOW, SOON, GateWait, ParkingLot, Wake
@@ -40,8 +42,15 @@ cdef class _Dest:
         self.progress_at = now
 
 
+cdef class _Credit:
+    pass
+
+
 cdef class CreditGate:
-    """See :class:`aiopdbp.hosts.gate.CreditGate` (its fields: cgate.pxd)."""
+    """See :class:`aiopdbp.hosts.gate.CreditGate` (its fields: cgate.pxd).
+    A GP's credit below the window is a :class:`_Credit` here (the pure
+    form's int, in a box changed in place): an admit sets no dict item and
+    makes no int."""
 
     def __init__(self, window, clock=time.monotonic):
         self.window = window
@@ -53,7 +62,23 @@ cdef class CreditGate:
         self.asks = 0
 
     def credit(self, pid):
-        return self._credit.get(pid, self.window)
+        got = self._credit.get(pid)
+        return self.window if got is None else (<_Credit>got).c
+
+    cdef long long _get(self, object pid) except? -1:
+        cdef PyObject *got = PyDict_GetItem(self._credit, pid)
+        return self._window if got == NULL else (<_Credit>got).c
+
+    cdef int _put(self, object pid, long long c) except -1:
+        cdef PyObject *got = PyDict_GetItem(self._credit, pid)
+        cdef _Credit box
+        if got != NULL:
+            (<_Credit>got).c = c
+        else:
+            box = _Credit.__new__(_Credit)
+            box.c = c
+            self._credit[pid] = box
+        return 0
 
     def contended(self, pid):
         return pid in self._dests
@@ -65,10 +90,10 @@ cdef class CreditGate:
         return len(self._credit)
 
     def least(self):
-        return min(self._credit.values(), default=self.window)
+        return min([(<_Credit>b).c for b in self._credit.values()], default=self.window)
 
     def outstanding(self):
-        return sum(self.window - c for c in self._credit.values())
+        return sum([self._window - (<_Credit>b).c for b in self._credit.values()])
 
     def waiting(self):
         return [GateWait(pid, len((<_Dest>d).lot), (<_Dest>d).lot.head_need(), (<_Dest>d).progress_at)
@@ -76,12 +101,16 @@ cdef class CreditGate:
 
     cpdef bint admit(self, object pid, long long nbytes):
         cdef long long c
-        if pid in self._dests:
+        cdef PyObject *got
+        if self._dests and pid in self._dests:
             return False
-        got = self._credit.get(pid)
-        c = self._window if got is None else <long long>got
+        got = PyDict_GetItem(self._credit, pid)
+        c = self._window if got == NULL else (<_Credit>got).c
         if c >= nbytes or c >= self._window:
-            self._credit[pid] = c - nbytes
+            if got != NULL:
+                (<_Credit>got).c = c - nbytes
+            else:
+                self._put(pid, c - nbytes)
             return True
         return False
 
@@ -101,15 +130,15 @@ cdef class CreditGate:
                 del self._dests[pid]
 
     def grant(self, pid, long long nbytes):
-        cdef long long c
-        got = self._credit.get(pid)
-        c = (self._window if got is None else <long long>got) + nbytes
-        self._credit[pid] = c
+        cdef long long c = self._get(pid) + nbytes
         d = self._dests.get(pid)
         if d is None:
             if c >= self._window:
-                del self._credit[pid]
+                self._credit.pop(pid, None)
+            else:
+                self._put(pid, c)
             return _NOTHING
+        self._put(pid, c)
         (<_Dest>d).asked = False
         return self._serve(pid, <_Dest>d)
 
@@ -119,8 +148,7 @@ cdef class CreditGate:
             return _NOTHING
         if not (<_Dest>d).lot.leave(token):
             (<_Dest>d).woken -= 1
-            got = self._credit.get(pid)
-            self._credit[pid] = (self._window if got is None else <long long>got) + nbytes
+            self._put(pid, self._get(pid) + nbytes)
         return self._serve(pid, <_Dest>d)
 
     def fail(self):
@@ -133,8 +161,7 @@ cdef class CreditGate:
         cdef list woken = []
         cdef bint ask = False
         lot = d.lot
-        got = self._credit.get(pid)
-        c = window if got is None else <long long>got
+        c = self._get(pid)
         while lot:
             need = lot.head_need()
             if c < need and c < window:
@@ -147,7 +174,7 @@ cdef class CreditGate:
         if c >= window:
             self._credit.pop(pid, None)
         else:
-            self._credit[pid] = c
+            self._put(pid, c)
         if lot:
             if not d.asked:
                 d.asked = ask = True

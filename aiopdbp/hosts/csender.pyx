@@ -42,7 +42,7 @@ cdef extern from *:
     const char *AIOPDBP_SOURCE_HASH
 
 #: the files this twin was built from, and their hash then (aiopdbp.ext checks it)
-__sources__ = ("sender.py", "csender.pyx", "cgate.pxd", "../wire/cblocks.pxd")
+__sources__ = ("sender.py", "csender.pyx", "csender.pxd", "cgate.pxd", "../wire/cblocks.pxd")
 __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
 __all__ = ["LinkSender", "large_enough", "send_lane"]
@@ -81,16 +81,8 @@ cdef inline object _split_array(kind, source_p, pid, com, data):
 
 
 cdef class LinkSender:
-    """See :class:`aiopdbp.hosts.sender.LinkSender`."""
-
-    cdef public object host, large, error, writer, carried, stamp
-    cdef public Py_ssize_t inflight, sent_msgs, lone, blocks, splits, nbytes, fallbacks, n_carried, offered
-    cdef public bint carries, carry_missed
-    cdef object _transport, _pool, _on_error, _slot, _block, _units, _lane, _owned, _admit, _refund
-    cdef Py_ssize_t _block_size, _max_inflight, _bulk_tags, _bulk_seq, _hold_below, _starved, _owned_cap
-    cdef bint _allow_pickle, _flush_scheduled, _bulk_heads, _pairs
-    cdef object _tick
-    cdef CGate _gate    # the compiled gate whose admit _admit is (None: _admit is called)
+    """See :class:`aiopdbp.hosts.sender.LinkSender`.  (Its fields are in
+    ``csender.pxd``: ``offer`` is a C call from the compiled send path.)"""
 
     def __init__(self, host, transport, pool, *, block_size, large, max_inflight, allow_pickle, on_error,
                  admit=None, refund=None):
@@ -133,7 +125,7 @@ cdef class LinkSender:
         self.stamp = None
 
     # ---------------------------------------------------------------- items
-    def offer(self, pid, nbytes, fields):
+    cpdef bint offer(self, object pid, object nbytes, object fields) except -1:
         if self.error is not None:
             return False
         if self._gate is not None:
@@ -189,7 +181,7 @@ cdef class LinkSender:
             put = self._put_short(self.writer, pid, fields, head, False)
         return put is True
 
-    cdef inline object _put_short(self, w, pid, fields, bytes head, bint lone):
+    cdef object _put_short(self, w, pid, fields, bytes head, bint lone):
         # the writer's put_short: a C call to the compiled writer
         if type(w) is CWriter:
             return (<CWriter>w).put_short(pid, fields[4], fields[2], fields[1], fields[3], head, lone)

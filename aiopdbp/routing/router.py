@@ -124,6 +124,11 @@ class Landings:
 class Router:
     """Names -> pids -> targets, local delivery and placement of arrivals."""
 
+    # the count every routed-at-once send adds to is a slot: the compiled
+    # send path adds to it in place (the rest of the state is the __dict__'s;
+    # a router can still be weakly referenced)
+    __slots__ = ("offered", "__dict__", "__weakref__")
+
     def __init__(self, tables: Tables, pps: PipePool, rank: int, *, name_timeout: float,
                  submit: Callable[[Target, int, Any], None],
                  offer: Callable[[Target, int, int, tuple[str, Kind, int, Any, int]], bool],

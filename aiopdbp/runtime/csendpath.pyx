@@ -29,6 +29,8 @@ from aiopdbp.streams.receiver import DEFAULT_SEGMENT, EAGER_LIMIT
 from aiopdbp.wire.mesp import Kind
 from aiopdbp.wire.message import CREDIT_OVERHEAD
 
+from aiopdbp.hosts.csender cimport LinkSender as CSender
+
 cdef extern from *:
     """
     #ifndef AIOPDBP_SOURCE_HASH
@@ -38,13 +40,53 @@ cdef extern from *:
     const char *AIOPDBP_SOURCE_HASH
 
 #: the files this twin was built from, and their hash then (aiopdbp.ext checks it)
-__sources__ = ("sendpath.py", "csendpath.pyx", "coshell.pxd")
+__sources__ = ("sendpath.py", "csendpath.pyx", "coshell.pxd", "../hosts/csender.pxd", "../hosts/cgate.pxd")
 __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
 __all__ = ["BURST_BYTES", "SendPath"]
 
 from aiopdbp.runtime.coshell cimport (CO_FRESH, CoState, aiopdbp_set_am_send, co_begin, co_close,
                                      co_dealloc, co_send, co_started, co_step, co_throw)
+
+cdef extern from *:
+    """
+    #include <structmember.h>
+    /* where a class keeps a __slots__ attribute in its objects (-1: not a
+       plain, writable object slot of it): crecvpath's, for the router's
+       count (Router.offered) */
+    static Py_ssize_t aiopdbp_slot_offset(PyObject *cls, PyObject *name) {
+        PyObject *d = PyObject_GetAttr(cls, name);
+        Py_ssize_t off = -1;
+        if (d == NULL) { PyErr_Clear(); return -1; }
+        if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+            if (m->type == T_OBJECT_EX && !(m->flags & READONLY)) off = m->offset;
+        }
+        Py_DECREF(d);
+        return off;
+    }
+    /* the object's slot at off plus one, in place; 0 where it is not a
+       plain int (not set, or set to something else: the caller's += then) */
+    static int aiopdbp_slot_incr(PyObject *o, Py_ssize_t off) {
+        PyObject **p = (PyObject **)((char *)o + off);
+        PyObject *old = *p, *v;
+        Py_ssize_t n;
+        if (old == NULL || !PyLong_CheckExact(old)) return 0;
+        n = PyLong_AsSsize_t(old);
+        if (n == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+        if (n == PY_SSIZE_T_MAX) return 0;
+        v = PyLong_FromSsize_t(n + 1);
+        if (v == NULL) { PyErr_Clear(); return 0; }
+        *p = v;
+        Py_DECREF(old);
+        return 1;
+    }
+    """
+    Py_ssize_t aiopdbp_slot_offset(object cls, object name) except? -2
+    int aiopdbp_slot_incr(object o, Py_ssize_t off)
+    bint PyMethod_Check(object o)
+    PyObject *PyMethod_GET_FUNCTION(object o)
+    PyObject *PyMethod_GET_SELF(object o)
 
 cdef object _SHORT = Kind.SHORT
 cdef object _COMMAND = Kind.COMMAND
@@ -58,6 +100,19 @@ cdef Py_ssize_t _BURST = BURST_BYTES
 cdef Py_ssize_t _EAGER = EAGER_LIMIT
 cdef object _DEFAULT_SEGMENT = DEFAULT_SEGMENT
 cdef str _PLAIN = "biufcmM"
+# the compiled sender's offer as a HostLink holds it (a method of the sender)
+cdef object _SENDER_OFFER = CSender.__dict__["offer"]
+
+
+cdef inline bint _offer(tgt, pid, Py_ssize_t cost, fields) except -1:
+    # tgt.offer(pid, cost, fields): a C call where it is the compiled
+    # sender's (a HostLink's), without the bound method's Python call
+    off = tgt.offer
+    if PyMethod_Check(off) and PyMethod_GET_FUNCTION(off) == <PyObject *>_SENDER_OFFER:
+        sender = <object>PyMethod_GET_SELF(off)
+        if type(sender) is CSender:
+            return (<CSender>sender).offer(pid, cost, fields)
+    return bool(off(pid, cost, fields))
 
 
 cdef class SendPath:
@@ -73,6 +128,7 @@ cdef class SendPath:
     cdef Py_ssize_t _owned_min
     cdef object _max_ndim
     cdef object _tensor_view
+    cdef Py_ssize_t _offered_at     # where the router keeps its count (-1: its attribute)
 
     def __init__(self, name, pid, router, slow, *, owned_min, snapshot, max_ndim, tensor_view=None):
         self.name = name
@@ -83,6 +139,7 @@ cdef class SendPath:
         self._pids = router.pids
         self._targets = router.targets
         self._queued = router._queued
+        self._offered_at = aiopdbp_slot_offset(type(router), "offered")
         self._slow = slow
         self._owned_min = owned_min
         self._snapshot = snapshot
@@ -100,6 +157,12 @@ cdef class SendPath:
         if self.whole is None:
             raise RuntimeError("SendPath.call: no GP send set (whole) for this payload")
         return self.whole(dest, data, com=com, kind=kind, timeout=timeout, copy=copy, stream=stream)
+
+    cdef inline int _count(self) except -1:
+        # the router's ``offered += 1``: in its slot where it has one (Router)
+        if self._offered_at < 0 or not aiopdbp_slot_incr(self._router, self._offered_at):
+            self._router.offered += 1
+        return 0
 
     cdef object _tensor(self, data):
         # (a plain CPU tensor seen before: its memory's ndarray, one C call of
@@ -139,8 +202,8 @@ cdef class SendPath:
             if data is None:
                 return 0
         self.burst -= cost
-        if tgt.offer(pid, cost, (self.name, kind, com, data, self.pid)):
-            self._router.offered += 1
+        if _offer(tgt, pid, cost, (self.name, kind, com, data, self.pid)):
+            self._count()
             return 1
         self.burst += cost   # not taken: the coroutine starts from the same state
         return 0
@@ -189,8 +252,8 @@ cdef class SendPath:
         pid = self._pids.get(dest)
         if pid is not None:
             tgt = self._targets.get(pid)
-            if tgt is not None and not self._queued and tgt.offer(pid, cost, fields):
-                self._router.offered += 1
+            if tgt is not None and not self._queued and _offer(tgt, pid, cost, fields):
+                self._count()
                 return
         self.burst = _BURST
         await self._router.send_waiting(dest, fields, cost, timeout)
@@ -246,8 +309,8 @@ cdef class SendPath:
         cost = n + _OVERHEAD
         # the table's send_whole_nowait (the manager's offer), inline: the
         # router counts what a GP's path routed at once (stats add the two)
-        if not self._queued and tgt.offer(pid, cost, record):
-            self._router.offered += 1
+        if not self._queued and _offer(tgt, pid, cost, record):
+            self._count()
             return n
         if timeout is None:
             try:

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
+from aiopdbp import ext
+from aiopdbp.wire import fields as _pure_fields
 from aiopdbp.wire.mesp import Kind
 
 __all__ = ["CREDIT_OVERHEAD", "Message", "credit_cost"]
@@ -15,6 +16,10 @@ __all__ = ["CREDIT_OVERHEAD", "Message", "credit_cost"]
 #: bytes of flow-control credit a message costs on top of its payload: about
 #: what one queued message costs the receiving host besides its payload.
 CREDIT_OVERHEAD = 64
+
+# the getters of Message's fields: compiled where built and current, else
+# properties (aiopdbp.ext.choose decides and records why)
+_field = ext.twin("fields", _pure_fields, "aiopdbp.wire.cfields").field
 
 
 def credit_cost(data: Any) -> int:
@@ -43,16 +48,18 @@ class Message(tuple):  # type: ignore[type-arg]
     A tuple underneath, built from one tuple of those five fields --
     ``Message((source, kind, com, data, source_pid))`` -- because the receive
     path builds one per message and a tuple subclass without a Python-level
-    ``__new__`` is the cheapest object with named fields Python makes.
+    ``__new__`` is the cheapest object with named fields Python makes; its
+    fields are read by getters in C where the core is compiled
+    (:mod:`aiopdbp.wire.fields`).
     """
 
     __slots__ = ()
 
-    source: str = property(itemgetter(0))  # type: ignore[assignment]
-    kind: Kind = property(itemgetter(1))  # type: ignore[assignment]
-    com: int = property(itemgetter(2))  # type: ignore[assignment]
-    data: Any = property(itemgetter(3))
-    source_pid: int = property(itemgetter(4))  # type: ignore[assignment]
+    source: str = _field(0)
+    kind: Kind = _field(1)
+    com: int = _field(2)
+    data: Any = _field(3)
+    source_pid: int = _field(4)
 
     def __repr__(self) -> str:
         d = self.data
