@@ -174,6 +174,9 @@ class GP:
             # the pure path would add one to a receive that waits; it stays the
             # twin the compiled one is tested against)
             self.recv = self._in.recv if RECV_COMPILED else self._recv  # type: ignore[method-assign]
+            # its wait without a timeout: the compiled path's own (this GP's
+            # ``receiving``, send run and driver; the rest of ``_recv``'s wait)
+            self._in.gp = self
 
     def __repr__(self) -> str:
         return f"<GP {self.name!r} pid={self.pid} {self.ptype.name} on node {self.node.rank}>"

@@ -17,8 +17,11 @@ This module has a compiled twin (``aiopdbp.runtime.crecvpath``, chosen by
 own coroutine (a compiled object, no frame) when an item is first in the pipe's one FIFO (which takes it
 in C: the one-FIFO case of :meth:`Pipe.receive_nowait
 <aiopdbp.routing.pipes.Pipe.receive_nowait>`, inline), else the GP's
-coroutine itself -- so no Python frame runs for a message taken there, and
-a receive that waits runs one coroutine.  Where the compiled form is not
+coroutine itself -- so no Python frame runs for a message taken there.  A
+receive without a timeout that finds the pipe empty is the compiled path's
+too, where the GP set ``gp``: ``GP._recv``'s wait compiled (the driver, the
+park on a future, the take, in ``crecvpath._Wait``), with no frame of the
+GP's coroutine; a wait with a timeout is the GP's coroutine.  Where the compiled form is not
 built, the GP runs its own coroutine alone (this form would put a second
 one around a receive that waits); this one is the twin the compiled one is
 held to (``tests/test_recvpath.py`` runs both).
@@ -55,6 +58,11 @@ class RecvPath:
     def __init__(self, rx: GPReceiver, node: Any, slow: Slow, arrival: Arrival) -> None:
         #: the GP's pipe while it has one and is not freed (else None: ``slow`` says why)
         self.pipe: Pipe[Any] | None = None
+        #: the GP whose wait without a timeout this path may run (its
+        #: ``receiving``, ``_path`` and ``_drive``); None: every wait is ``slow``.
+        #: The compiled form's wait is ``GP._recv``'s, compiled; this form's
+        #: is ``slow`` itself (the same code)
+        self.gp: Any = None
         self._rx = rx
         self._node = node     # (its ``arrays``: read at each array, it may change)
         self._slow = slow
