@@ -389,6 +389,9 @@ def test_paths_arrive_checks_each_arrays_dtype_after_a_known_one(form: Any) -> N
     assert paths.arrive(twin, "auto") == "general" and paths.arrive(frozen, "auto") == "general"
     assert type(paths.arrive(known.copy(), "auto")) is torch.Tensor
     assert len(general.arrived) == 2 and general.arrived[0][0] is twin and general.arrived[1][0] is frozen
+    paths.known = {}  # (a new set of dtypes: the one found before is not among them)
+    again = known.copy()
+    assert paths.arrive(again, "auto") == "general" and general.arrived[-1][0] is again
 
 
 @pytest.mark.parametrize("form", FORMS)

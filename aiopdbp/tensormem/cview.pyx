@@ -11,8 +11,9 @@ ways go through DLPack's C exchange API (``__dlpack_c_exchange_api__``, DLPack
 strides) where five attribute reads did, and one makes a tensor over an
 array's memory where ``torch.from_numpy`` parsed its argument and the
 array's layout.  The flags DLPack does not carry (requires grad, the
-negative and conjugate bits) are still read.  Other types, and a framework
-without the API, take the attribute reads and ``from_numpy``."""
+negative and conjugate bits) are still read, the first two by the C
+functions behind them, found once by :func:`bind`.  Other types, and a
+framework without the API, take the attribute reads and ``from_numpy``."""
 
 cimport numpy as cnp
 from cpython.dict cimport PyDict_GetItem
@@ -403,9 +404,9 @@ cdef class TensorPaths:
 
     cdef public object tracked, strided, from_numpy, general_send, general_arrival
     cdef public dict plans
-    # (read-only here: the last dtype arrive() found in it is kept, and known
-    # only grows -- its dtypes stay ones that arrive as they are)
-    cdef readonly dict known
+    cdef dict _known
+    # the last dtype arrive() found in known (its callers only add to it);
+    # forgotten when known is replaced
     cdef object seen
     # (DLPack code, bits / 8) -> the plan's tagged dtype, held by held
     cdef PyObject *by_code[_CODES][17]
@@ -416,8 +417,16 @@ cdef class TensorPaths:
         self.general_send = general_send
         self.general_arrival = general_arrival
         self.plans = {}
-        self.known = known
+        self._known = known
         self.held = []
+
+    @property
+    def known(self):
+        return self._known
+
+    @known.setter
+    def known(self, dict known):
+        self._known, self.seen = known, None
 
     def track(self, cls, strided):
         """As :meth:`aiopdbp.tensormem.view.TensorPaths.track`."""
@@ -471,7 +480,7 @@ cdef class TensorPaths:
     def arrive(self, arr, kind):
         """As :meth:`aiopdbp.tensormem.view.TensorPaths.arrive`."""
         if kind != "numpy":
-            t = _tensor_of(arr, self.known, self.from_numpy, False, self)
+            t = _tensor_of(arr, self._known, self.from_numpy, False, self)
             if t is not None:
                 return t
         return self.general_arrival(arr, kind)
@@ -482,7 +491,7 @@ cdef class TensorPaths:
         without taking the GIL back (one that holds the array retakes it to
         let it go)."""
         if kind != "numpy":
-            t = _tensor_of(arr, self.known, self.from_numpy, True, self)
+            t = _tensor_of(arr, self._known, self.from_numpy, True, self)
             if t is not None:
                 return t
         return self.general_arrival(arr, kind)
