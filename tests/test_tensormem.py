@@ -175,6 +175,27 @@ def test_a_bound_tensor_is_described_by_dlpack_not_by_attribute_reads(monkeypatc
     assert arr.shape == (3, 4) and arr.tolist() == t.tolist() and arr.base is t
 
 
+@pytest.mark.parametrize("tdtype", [torch.float32, torch.uint8])
+def test_a_bound_tensors_flags_are_read_by_torchs_own_functions_not_looked_up(
+        monkeypatch: pytest.MonkeyPatch, tdtype: Any) -> None:
+    # (bind() finds the C functions behind is_neg() and requires_grad once; a
+    # name looked up on each tensor would find these stand-ins)
+    form = _bound_compiled()
+
+    def no_read(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("looked up by name")
+
+    plain, neg = torch.arange(4).to(tdtype), torch.arange(4).to(tdtype)._neg_view()
+    monkeypatch.setattr(torch.Tensor, "is_neg", no_read)
+    monkeypatch.setattr(torch.Tensor, "requires_grad", property(no_read))
+    dt = np.dtype(plain.numpy().dtype.str)
+    arr, refused = _view(form, plain, dt), _view(form, neg, dt)
+    monkeypatch.undo()
+    assert arr is not None and arr.ctypes.data == plain.data_ptr() and refused is None
+    grad = torch.arange(4.0, requires_grad=True)
+    assert _view(form, grad, np.dtype("<f4")) is None  # (the flag is read still)
+
+
 @pytest.mark.parametrize("form", FORMS)
 def test_a_tensor_subclass_is_viewed_by_its_attributes(form: Any) -> None:
     class Sub(torch.Tensor):  # (the exchange API is for exactly the type it was found on)
@@ -353,6 +374,38 @@ def test_paths_arrive_leaves_the_rest_to_the_general_path(form: Any) -> None:
     plain = np.arange(4, dtype=np.float32)
     assert paths.arrive(known, "numpy") == "general" and paths.arrive(plain, "torch") == "general"
     assert general.arrived == [(known, "numpy"), (plain, "torch")]
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_paths_arrive_checks_each_arrays_dtype_after_a_known_one(form: Any) -> None:
+    tagged = _tagged(np.dtype("<f4"))
+    paths, general = _paths(form, {id(tagged): tagged})
+    paths.from_numpy = torch.from_numpy
+    known = np.arange(4, dtype=np.float32).view(tagged)
+    twin = np.arange(4, dtype=np.float32).view(_tagged(np.dtype("<f4")))  # equal, not the known object
+    frozen = known.copy()
+    frozen.flags.writeable = False
+    assert type(paths.arrive(known, "auto")) is torch.Tensor
+    assert paths.arrive(twin, "auto") == "general" and paths.arrive(frozen, "auto") == "general"
+    assert type(paths.arrive(known.copy(), "auto")) is torch.Tensor
+    assert len(general.arrived) == 2 and general.arrived[0][0] is twin and general.arrived[1][0] is frozen
+    paths.known = {}  # (a new set of dtypes: the one found before is not among them)
+    again = known.copy()
+    assert paths.arrive(again, "auto") == "general" and general.arrived[-1][0] is again
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("shape", [(2, 3, 4), (1, 5), (3, 1, 2), (64, 64)], ids=str)
+@pytest.mark.parametrize("how", ["arrive", "land"])
+def test_an_arriving_tensor_has_c_contiguous_strides(form: Any, shape: tuple[int, ...], how: str) -> None:
+    tagged = _tagged(np.dtype("<f4"))
+    paths, _ = _paths(form, {id(tagged): tagged})
+    paths.from_numpy = torch.from_numpy
+    src = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    t = getattr(paths, how)(src.copy().view(tagged), "auto")
+    assert type(t) is torch.Tensor and t.shape == shape and t.is_contiguous()
+    assert t.stride() == tuple(s // 4 for s in src.strides) and torch.equal(t, torch.from_numpy(src))
+    assert torch.equal(t.reshape(-1)[1:], torch.from_numpy(src).reshape(-1)[1:])  # (a view of it, too)
 
 
 def _landing_paths(form: Any, tagged: np.dtype[Any]) -> Any:

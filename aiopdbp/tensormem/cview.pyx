@@ -11,8 +11,9 @@ ways go through DLPack's C exchange API (``__dlpack_c_exchange_api__``, DLPack
 strides) where five attribute reads did, and one makes a tensor over an
 array's memory where ``torch.from_numpy`` parsed its argument and the
 array's layout.  The flags DLPack does not carry (requires grad, the
-negative and conjugate bits) are still read.  Other types, and a framework
-without the API, take the attribute reads and ``from_numpy``."""
+negative and conjugate bits) are still read, the first two by the C
+functions behind them, found once by :func:`bind`.  Other types, and a
+framework without the API, take the attribute reads and ``from_numpy``."""
 
 cimport numpy as cnp
 from cpython.dict cimport PyDict_GetItem
@@ -36,6 +37,27 @@ cdef extern from *:
     #endif
     """
     const char *AIOPDBP_SOURCE_HASH
+
+cdef extern from "Python.h":
+    # (CPython's own structs, public in its non-limited API): a C method's and
+    # a C attribute's descriptor, to call the function behind one without
+    # looking it up on the instance each time
+    ctypedef PyObject *(*PyCFunction)(PyObject *, PyObject *)
+    ctypedef PyObject *(*getter)(PyObject *, void *)
+    ctypedef struct PyMethodDef:
+        PyCFunction ml_meth
+        int ml_flags
+    ctypedef struct PyGetSetDef:
+        getter get
+        void *closure
+    ctypedef struct PyMethodDescrObject:
+        PyMethodDef *d_method
+    ctypedef struct PyGetSetDescrObject:
+        PyGetSetDef *d_getset
+    PyObject *Py_True
+    PyTypeObject PyMethodDescr_Type
+    PyTypeObject PyGetSetDescr_Type
+    int METH_NOARGS
 
 cdef extern from "numpy/arrayobject.h":
     # (numpy's own .pxd leaves it out): steals a reference to descr
@@ -120,6 +142,14 @@ DEF _MAX_DIMS = 64
 # the type bind() took, and its exchange API (NULL: none)
 cdef object _bound = None
 cdef const aiopdbp_DLPackExchangeAPI *_api = NULL
+# the C functions behind the bound type's is_neg() and requires_grad (NULL:
+# call them by name), and their descriptors, held
+cdef PyCFunction _is_neg = NULL
+cdef getter _requires_grad = NULL
+cdef void *_requires_grad_closure = NULL
+cdef object _flag_descrs = None
+# the calling-convention bits of PyMethodDef.ml_flags (METH_COEXIST is not one)
+DEF _CALL_FLAGS = 0x2BF
 
 
 def bind(cls):
@@ -135,7 +165,52 @@ def bind(cls):
             or api.dltensor_from_py_object_no_sync == NULL or api.managed_tensor_to_py_object_no_sync == NULL):
         return False
     _api, _bound = api, cls
+    _bind_flags(cls)
     return True
+
+
+cdef void _bind_flags(cls) noexcept:
+    # The C functions that torch's is_neg() and requires_grad run, found once
+    # on the class: called directly they skip the method lookup on each
+    # tensor (its instance dict, the MRO) and the descriptor's own call;
+    # torch's function itself still runs (its __torch_function__ check
+    # included).  Anything not a plain C method / attribute keeps the
+    # by-name call.
+    global _is_neg, _requires_grad, _requires_grad_closure, _flag_descrs
+    neg = getattr(cls, "is_neg", None)
+    grad = getattr(cls, "requires_grad", None)
+    _is_neg = _requires_grad = NULL
+    if (type(neg) is <object>&PyMethodDescr_Type
+            and (<PyMethodDescrObject *>neg).d_method.ml_flags & _CALL_FLAGS == METH_NOARGS):
+        _is_neg = (<PyMethodDescrObject *>neg).d_method.ml_meth
+    if type(grad) is <object>&PyGetSetDescr_Type and (<PyGetSetDescrObject *>grad).d_getset.get != NULL:
+        _requires_grad = (<PyGetSetDescrObject *>grad).d_getset.get
+        _requires_grad_closure = (<PyGetSetDescrObject *>grad).d_getset.closure
+    _flag_descrs = (neg, grad)
+
+
+cdef int _truth(PyObject *r) except -1:
+    # a flag function's new reference as 0/1 (NULL: its error, raised)
+    cdef int v
+    if r == NULL:
+        return -1
+    v = r == Py_True
+    Py_DECREF(<object>r)
+    return v
+
+
+cdef inline int _neg(t) except -1:
+    # t.is_neg() for a tensor of the bound type
+    if _is_neg != NULL:
+        return _truth(_is_neg(<PyObject *>t, NULL))
+    return bool(t.is_neg())
+
+
+cdef inline int _grad(t) except -1:
+    # t.requires_grad for a tensor of the bound type
+    if _requires_grad != NULL:
+        return _truth(_requires_grad(<PyObject *>t, _requires_grad_closure))
+    return bool(t.requires_grad)
 
 
 cpdef object tensor_array(t, cnp.dtype dt, strided, bint complex_):
@@ -188,15 +263,15 @@ cdef bint _plain_cpu(t, aiopdbp_DLTensor *d, cnp.npy_intp *dims, bint complex_) 
             return False
         n *= dims[i]
     # (an integer or bool tensor cannot require grad: torch refuses it, so its flag is not read)
-    return not (n == 0 or code != _kDLInt and code != _kDLUInt and code != _kDLBool and t.requires_grad
-                or t.is_neg() or complex_ and t.is_conj())
+    return not (n == 0 or code != _kDLInt and code != _kDLUInt and code != _kDLBool and _grad(t)
+                or _neg(t) or complex_ and t.is_conj())
 
 
 cdef object _over(t, dt, int nd, cnp.npy_intp *dims, void *ptr):
     # an ndarray of dt over ptr, holding t
     cdef cnp.ndarray arr
     Py_INCREF(dt)  # PyArray_NewFromDescr steals a reference to the dtype
-    arr = PyArray_NewFromDescr(<PyTypeObject *>np.ndarray, <cnp.PyArray_Descr *>dt, nd, dims, NULL,
+    arr = PyArray_NewFromDescr(<PyTypeObject *>cnp.ndarray, <cnp.PyArray_Descr *>dt, nd, dims, NULL,
                                ptr, cnp.NPY_ARRAY_C_CONTIGUOUS | cnp.NPY_ARRAY_WRITEABLE, None)
     cnp.set_array_base(arr, t)  # the array holds the tensor, and so its memory, alive
     return arr
@@ -230,7 +305,6 @@ cdef object _dlpack_tensor(cnp.ndarray a, bint landed):
     code for the dtype or the framework refused it."""
     cdef cnp.dtype descr = <cnp.dtype><object><PyObject *>cnp.PyArray_DESCR(a)
     cdef int nd = cnp.PyArray_NDIM(a), i
-    cdef int64_t step = 1
     cdef uint8_t code
     cdef void *out = NULL
     cdef aiopdbp_DLManagedTensorVersioned *m
@@ -250,18 +324,14 @@ cdef object _dlpack_tensor(cnp.ndarray a, bint landed):
         code = 5  # kDLComplex
     else:
         return None
-    # one block: the struct, then the sizes and the strides (in items), then
-    # (a small array) its bytes
-    head = (sizeof(aiopdbp_DLManagedTensorVersioned) + 2 * nd * sizeof(int64_t) + _ALIGN - 1) // _ALIGN * _ALIGN
+    # one block: the struct, then the sizes, then (a small array) its bytes
+    head = (sizeof(aiopdbp_DLManagedTensorVersioned) + nd * sizeof(int64_t) + _ALIGN - 1) // _ALIGN * _ALIGN
     m = <aiopdbp_DLManagedTensorVersioned *>malloc(head + nbytes if own else head)
     if m == NULL:
         raise MemoryError()
     sizes = <int64_t *>(m + 1)
     for i in range(nd):
         sizes[i] = cnp.PyArray_DIMS(a)[i]
-    for i in range(nd - 1, -1, -1):
-        sizes[nd + i] = step
-        step *= sizes[i]
     m.version.major = 1
     m.version.minor = 2
     if own:
@@ -282,7 +352,9 @@ cdef object _dlpack_tensor(cnp.ndarray a, bint landed):
     m.dl_tensor.dtype.bits = <uint8_t>(8 * cnp.PyArray_ITEMSIZE(a))
     m.dl_tensor.dtype.lanes = 1
     m.dl_tensor.shape = sizes
-    m.dl_tensor.strides = sizes + nd
+    # (DLPack's compact row-major: the framework takes its own contiguous
+    # strides rather than checking given ones)
+    m.dl_tensor.strides = NULL
     m.dl_tensor.byte_offset = 0
     if _api.managed_tensor_to_py_object_no_sync(m, &out) != 0:
         # (m is the framework's now, whatever it did with it: from_numpy tries)
@@ -293,20 +365,30 @@ cdef object _dlpack_tensor(cnp.ndarray a, bint landed):
     return t
 
 
+cdef class TensorPaths
+
+
 def tensor_of(arr, dict known, from_numpy):
     """As :func:`aiopdbp.tensormem.view.tensor_of`."""
-    return _tensor_of(arr, known, from_numpy, False)
+    return _tensor_of(arr, known, from_numpy, False, None)
 
 
-cdef object _tensor_of(arr, dict known, from_numpy, bint landed):
+cdef object _tensor_of(arr, dict known, from_numpy, bint landed, TensorPaths seen):
+    # (seen: the paths whose last dtype found in known is kept, to skip the
+    # look-up when the next array has it too)
     cdef cnp.ndarray a
     cdef PyObject *hit
     if not cnp.PyArray_CheckExact(arr):
         return None
     a = <cnp.ndarray>arr
     descr = <PyObject *>cnp.PyArray_DESCR(a)
-    hit = PyDict_GetItem(known, PyLong_FromVoidPtr(descr))
-    if hit != descr or not cnp.PyArray_ISWRITEABLE(a):
+    if seen is None or descr != <PyObject *>seen.seen:
+        hit = PyDict_GetItem(known, PyLong_FromVoidPtr(descr))
+        if hit != descr:
+            return None
+        if seen is not None:
+            seen.seen = <object>descr
+    if not cnp.PyArray_ISWRITEABLE(a):
         return None
     if _api != NULL and cnp.PyArray_IS_C_CONTIGUOUS(a):
         t = _dlpack_tensor(a, landed)
@@ -321,7 +403,11 @@ cdef class TensorPaths:
     one call that describes it."""
 
     cdef public object tracked, strided, from_numpy, general_send, general_arrival
-    cdef public dict plans, known
+    cdef public dict plans
+    cdef dict _known
+    # the last dtype arrive() found in known (its callers only add to it);
+    # forgotten when known is replaced
+    cdef object seen
     # (DLPack code, bits / 8) -> the plan's tagged dtype, held by held
     cdef PyObject *by_code[_CODES][17]
     cdef list held
@@ -331,8 +417,16 @@ cdef class TensorPaths:
         self.general_send = general_send
         self.general_arrival = general_arrival
         self.plans = {}
-        self.known = known
+        self._known = known
         self.held = []
+
+    @property
+    def known(self):
+        return self._known
+
+    @known.setter
+    def known(self, dict known):
+        self._known, self.seen = known, None
 
     def track(self, cls, strided):
         """As :meth:`aiopdbp.tensormem.view.TensorPaths.track`."""
@@ -386,7 +480,7 @@ cdef class TensorPaths:
     def arrive(self, arr, kind):
         """As :meth:`aiopdbp.tensormem.view.TensorPaths.arrive`."""
         if kind != "numpy":
-            t = _tensor_of(arr, self.known, self.from_numpy, False)
+            t = _tensor_of(arr, self._known, self.from_numpy, False, self)
             if t is not None:
                 return t
         return self.general_arrival(arr, kind)
@@ -397,7 +491,7 @@ cdef class TensorPaths:
         without taking the GIL back (one that holds the array retakes it to
         let it go)."""
         if kind != "numpy":
-            t = _tensor_of(arr, self.known, self.from_numpy, True)
+            t = _tensor_of(arr, self._known, self.from_numpy, True, self)
             if t is not None:
                 return t
         return self.general_arrival(arr, kind)
