@@ -32,8 +32,8 @@ TWINS = [("aiopdbp.wire.cblocks", "aiopdbp/wire/cblocks.pyx", ("blocks.py", "cbl
          ("aiopdbp.hosts.csplitin", "aiopdbp/hosts/csplitin.pyx", ("splitin.py", "csplitin.pyx"), False),
          ("aiopdbp.tensormem.cview", "aiopdbp/tensormem/cview.pyx", ("view.py", "cview.pyx"), False),
          ("aiopdbp.runtime.csendpath", "aiopdbp/runtime/csendpath.pyx",
-          ("sendpath.py", "csendpath.pyx", "coshell.pxd", "../hosts/csender.pxd", "../hosts/cgate.pxd"), False),
-         ("aiopdbp.runtime.crecvpath", "aiopdbp/runtime/crecvpath.pyx", ("recvpath.py", "crecvpath.pyx", "coshell.pxd"),
+          ("sendpath.py", "csendpath.pyx", "coshell.pxd", "cslots.pxd", "../hosts/csender.pxd", "../hosts/cgate.pxd"), False),
+         ("aiopdbp.runtime.crecvpath", "aiopdbp/runtime/crecvpath.pyx", ("recvpath.py", "crecvpath.pyx", "coshell.pxd", "cslots.pxd"),
           False),
          ("aiopdbp.wire.cfields", "aiopdbp/wire/cfields.pyx", ("fields.py", "cfields.pyx"), False)]
 #: the twins that call numpy's C API (its headers: numpy is a build requirement)

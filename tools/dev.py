@@ -62,7 +62,7 @@ BUILD_INPUTS = (ROOT / "setup.py", ROOT / "aiopdbp" / "wire" / "blocks.py", ROOT
                 ROOT / "aiopdbp" / "tensormem" / "view.py", ROOT / "aiopdbp" / "tensormem" / "cview.pyx",
                 ROOT / "aiopdbp" / "runtime" / "sendpath.py", ROOT / "aiopdbp" / "runtime" / "csendpath.pyx",
                 ROOT / "aiopdbp" / "runtime" / "recvpath.py", ROOT / "aiopdbp" / "runtime" / "crecvpath.pyx",
-                ROOT / "aiopdbp" / "runtime" / "coshell.pxd",
+                ROOT / "aiopdbp" / "runtime" / "coshell.pxd", ROOT / "aiopdbp" / "runtime" / "cslots.pxd",
                 ROOT / "aiopdbp" / "wire" / "fields.py", ROOT / "aiopdbp" / "wire" / "cfields.pyx")
 WINDOWS = os.name == "nt"
 BIN = VENV / ("Scripts" if WINDOWS else "bin")

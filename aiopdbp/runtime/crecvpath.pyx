@@ -38,7 +38,7 @@ cdef extern from *:
     const char *AIOPDBP_SOURCE_HASH
 
 #: the files this twin was built from, and their hash then (aiopdbp.ext checks it)
-__sources__ = ("recvpath.py", "crecvpath.pyx", "coshell.pxd")
+__sources__ = ("recvpath.py", "crecvpath.pyx", "coshell.pxd", "cslots.pxd")
 __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
 __all__ = ["RecvPath"]
@@ -67,36 +67,7 @@ cdef extern from *:
 from aiopdbp.runtime.coshell cimport (CO_FRESH, CoState, PyIter_Send, aiopdbp_set_am_send, co_begin, co_close,
                                      co_dealloc, co_send, co_started, co_step, co_throw)
 
-cdef extern from *:
-    """
-    #include <structmember.h>
-    /* where a class keeps a __slots__ attribute in its objects (-1: not a
-       plain, writable object slot of it) */
-    static Py_ssize_t aiopdbp_slot_offset(PyObject *cls, PyObject *name) {
-        PyObject *d = PyObject_GetAttr(cls, name);
-        Py_ssize_t off = -1;
-        if (d == NULL) { PyErr_Clear(); return -1; }
-        if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
-            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-            if (m->type == T_OBJECT_EX && !(m->flags & READONLY)) off = m->offset;
-        }
-        Py_DECREF(d);
-        return off;
-    }
-    static inline PyObject *aiopdbp_slot_get(PyObject *o, Py_ssize_t off) {
-        return *(PyObject **)((char *)o + off);   /* borrowed; NULL: not set */
-    }
-    static inline void aiopdbp_slot_set(PyObject *o, Py_ssize_t off, PyObject *v) {
-        PyObject **p = (PyObject **)((char *)o + off);
-        PyObject *old = *p;
-        Py_INCREF(v);
-        *p = v;
-        Py_XDECREF(old);
-    }
-    """
-    Py_ssize_t aiopdbp_slot_offset(object cls, object name) except? -2
-    PyObject *aiopdbp_slot_get(object o, Py_ssize_t off)
-    void aiopdbp_slot_set(object o, Py_ssize_t off, object v)
+from aiopdbp.runtime.cslots cimport aiopdbp_slot_get, aiopdbp_slot_offset, aiopdbp_slot_set
 
 cdef object _Message = Message
 cdef object _ndarray = np.ndarray

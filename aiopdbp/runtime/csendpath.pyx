@@ -40,7 +40,7 @@ cdef extern from *:
     const char *AIOPDBP_SOURCE_HASH
 
 #: the files this twin was built from, and their hash then (aiopdbp.ext checks it)
-__sources__ = ("sendpath.py", "csendpath.pyx", "coshell.pxd", "../hosts/csender.pxd", "../hosts/cgate.pxd")
+__sources__ = ("sendpath.py", "csendpath.pyx", "coshell.pxd", "cslots.pxd", "../hosts/csender.pxd", "../hosts/cgate.pxd")
 __source_hash__ = AIOPDBP_SOURCE_HASH.decode("ascii")
 
 __all__ = ["BURST_BYTES", "SendPath"]
@@ -48,42 +48,9 @@ __all__ = ["BURST_BYTES", "SendPath"]
 from aiopdbp.runtime.coshell cimport (CO_FRESH, CoState, aiopdbp_set_am_send, co_begin, co_close,
                                      co_dealloc, co_send, co_started, co_step, co_throw)
 
+from aiopdbp.runtime.cslots cimport aiopdbp_slot_incr, aiopdbp_slot_offset
+
 cdef extern from *:
-    """
-    #include <structmember.h>
-    /* where a class keeps a __slots__ attribute in its objects (-1: not a
-       plain, writable object slot of it): crecvpath's, for the router's
-       count (Router.offered) */
-    static Py_ssize_t aiopdbp_slot_offset(PyObject *cls, PyObject *name) {
-        PyObject *d = PyObject_GetAttr(cls, name);
-        Py_ssize_t off = -1;
-        if (d == NULL) { PyErr_Clear(); return -1; }
-        if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
-            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-            if (m->type == T_OBJECT_EX && !(m->flags & READONLY)) off = m->offset;
-        }
-        Py_DECREF(d);
-        return off;
-    }
-    /* the object's slot at off plus one, in place; 0 where it is not a
-       plain int (not set, or set to something else: the caller's += then) */
-    static int aiopdbp_slot_incr(PyObject *o, Py_ssize_t off) {
-        PyObject **p = (PyObject **)((char *)o + off);
-        PyObject *old = *p, *v;
-        Py_ssize_t n;
-        if (old == NULL || !PyLong_CheckExact(old)) return 0;
-        n = PyLong_AsSsize_t(old);
-        if (n == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
-        if (n == PY_SSIZE_T_MAX) return 0;
-        v = PyLong_FromSsize_t(n + 1);
-        if (v == NULL) { PyErr_Clear(); return 0; }
-        *p = v;
-        Py_DECREF(old);
-        return 1;
-    }
-    """
-    Py_ssize_t aiopdbp_slot_offset(object cls, object name) except? -2
-    int aiopdbp_slot_incr(object o, Py_ssize_t off)
     bint PyMethod_Check(object o)
     PyObject *PyMethod_GET_FUNCTION(object o)
     PyObject *PyMethod_GET_SELF(object o)
